@@ -1,0 +1,99 @@
+//! The one HTTP error type: every failure leaves the API as RFC 9457 `application/problem+json`.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::registry::AnswerError;
+use crate::upstream::UpstreamError;
+use crate::validation::Violation;
+
+/// Seconds a client should wait before retrying a call on a server that is not ready.
+const RETRY_AFTER_SECS: u64 = 1;
+
+/// A problem to report to the HTTP client.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    detail: String,
+    errors: Option<Vec<Violation>>,
+    retry_after: Option<u64>,
+}
+
+impl ApiError {
+    /// A problem with this status and detail.
+    pub fn new(status: StatusCode, detail: impl Into<String>) -> Self {
+        Self {
+            status,
+            detail: detail.into(),
+            errors: None,
+            retry_after: None,
+        }
+    }
+
+    /// `400`: the request is malformed.
+    pub fn bad_request(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, detail)
+    }
+
+    /// `404`: nothing by that id or name.
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, detail)
+    }
+}
+
+impl From<AnswerError> for ApiError {
+    fn from(error: AnswerError) -> Self {
+        let detail = error.to_string();
+        match error {
+            AnswerError::NotFound(_) => Self::not_found(detail),
+            AnswerError::Conflict(_) => Self::new(StatusCode::CONFLICT, detail),
+            AnswerError::Gone { .. } => Self::new(StatusCode::GONE, detail),
+            AnswerError::Invalid(violations) => Self {
+                errors: Some(violations),
+                ..Self::new(StatusCode::UNPROCESSABLE_ENTITY, detail)
+            },
+        }
+    }
+}
+
+impl From<UpstreamError> for ApiError {
+    fn from(error: UpstreamError) -> Self {
+        let detail = error.to_string();
+        match error {
+            UpstreamError::UnknownServer(_) | UpstreamError::UnknownSession(_) => Self::not_found(detail),
+            UpstreamError::SessionNotReady(_) | UpstreamError::SharedSession(_) => {
+                Self::new(StatusCode::CONFLICT, detail)
+            }
+            UpstreamError::ServerNotReady { .. } => Self {
+                retry_after: Some(RETRY_AFTER_SECS),
+                ..Self::new(StatusCode::SERVICE_UNAVAILABLE, detail)
+            },
+            UpstreamError::Unreachable(_) => Self::new(StatusCode::BAD_GATEWAY, detail),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({
+            "type": "about:blank",
+            "title": self.status.canonical_reason().unwrap_or("Error"),
+            "status": self.status.as_u16(),
+            "detail": self.detail,
+        });
+        if let Some(errors) = self.errors {
+            body["errors"] = json!(errors);
+        }
+        let mut response = (self.status, body.to_string()).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let Some(seconds) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}

@@ -1,0 +1,310 @@
+//! The Calls: `tools/call`s started over REST, their status and result, kept for the retention window.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::changes::Changes;
+use crate::ids;
+use crate::registry::Registry;
+use crate::time::Timestamp;
+
+/// Where a Call is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStatus {
+    /// The upstream is working on it.
+    Running,
+    /// It waits on at least one pending Request.
+    InputRequired,
+    /// The upstream returned a `CallToolResult` (a tool-level `isError` included).
+    Completed,
+    /// The transport, the protocol or the upstream failed it.
+    Failed,
+    /// A client or the gateway cancelled it.
+    Cancelled,
+}
+
+impl CallStatus {
+    /// Whether the call has ended.
+    pub fn is_final(self) -> bool {
+        matches!(self, CallStatus::Completed | CallStatus::Failed | CallStatus::Cancelled)
+    }
+}
+
+/// Why a call failed or was cancelled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CallError {
+    pub message: String,
+}
+
+/// A Call as the REST API shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallView {
+    pub id: String,
+    pub server: String,
+    pub session: String,
+    pub tool: String,
+    pub arguments: Value,
+    pub status: CallStatus,
+    pub requests: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<CallError>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// How a call ended.
+#[derive(Debug, Clone)]
+pub enum Finish {
+    Completed(Value),
+    Failed(String),
+    Cancelled(String),
+}
+
+/// Which Calls `list` returns, oldest first.
+#[derive(Debug, Clone, Default)]
+pub struct CallFilter {
+    pub status: Option<CallStatus>,
+    pub server: Option<String>,
+    pub session: Option<String>,
+}
+
+/// A new call, before it is started.
+#[derive(Debug, Clone)]
+pub struct NewCall {
+    pub server: String,
+    pub session: String,
+    pub tool: String,
+    pub arguments: Value,
+}
+
+/// The store of Calls; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Calls {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    registry: Registry,
+    changes: Changes,
+    retention: Duration,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    entries: HashMap<String, Entry>,
+    order: BTreeMap<u64, String>,
+    next_seq: u64,
+    /// Finished calls by the time they stop being readable.
+    retired: VecDeque<(Instant, String)>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    seq: u64,
+    /// `status` here is never `InputRequired`: that is derived from the pending Requests.
+    view: CallView,
+    cancel: CancellationToken,
+}
+
+impl Calls {
+    /// Creates an empty store.
+    pub fn new(registry: Registry, changes: Changes, retention: Duration) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                state: Mutex::default(),
+                registry,
+                changes,
+                retention,
+            }),
+        }
+    }
+
+    /// Records a new running call; the token fires when it is cancelled.
+    pub fn create(&self, call: NewCall) -> (CallView, CancellationToken) {
+        let now = Timestamp::now();
+        let view = CallView {
+            id: ids::mint(ids::CALL),
+            server: call.server,
+            session: call.session,
+            tool: call.tool,
+            arguments: call.arguments,
+            status: CallStatus::Running,
+            requests: Vec::new(),
+            result: None,
+            error: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let cancel = CancellationToken::new();
+        {
+            let mut state = self.lock();
+            Self::purge(&mut state);
+            let seq = state.next_seq;
+            state.next_seq += 1;
+            state.order.insert(seq, view.id.clone());
+            state.entries.insert(
+                view.id.clone(),
+                Entry {
+                    seq,
+                    view: view.clone(),
+                    cancel: cancel.clone(),
+                },
+            );
+        }
+        self.shared.changes.notify();
+        (view, cancel)
+    }
+
+    /// Attributes a Request to a call.
+    pub fn add_request(&self, call: &str, request: &str) {
+        if let Some(entry) = self.lock().entries.get_mut(call) {
+            entry.view.requests.push(request.to_owned());
+            entry.view.updated_at = Timestamp::now();
+        }
+        self.shared.changes.notify();
+    }
+
+    /// Ends a running call; a call that already ended keeps its first ending.
+    ///
+    /// Requests of the call still pending are cancelled with the reason the call ended.
+    pub fn finish(&self, call: &str, finish: Finish) {
+        let (pending, detail) = {
+            let mut state = self.lock();
+            let Some(entry) = state.entries.get_mut(call) else {
+                return;
+            };
+            if entry.view.status.is_final() {
+                return;
+            }
+            let (status, result, message) = match finish {
+                Finish::Completed(result) => (CallStatus::Completed, Some(result), None),
+                Finish::Failed(message) => (CallStatus::Failed, None, Some(message)),
+                Finish::Cancelled(message) => (CallStatus::Cancelled, None, Some(message)),
+            };
+            let detail = message
+                .clone()
+                .unwrap_or_else(|| "the call completed before the Request was answered".into());
+            entry.view.status = status;
+            entry.view.result = result;
+            entry.view.error = message.map(|message| CallError { message });
+            entry.view.updated_at = Timestamp::now();
+            let requests = entry.view.requests.clone();
+            state
+                .retired
+                .push_back((Instant::now() + self.shared.retention, call.to_owned()));
+            (requests, detail)
+        };
+        self.shared
+            .registry
+            .cancel(pending.iter().map(String::as_str), &detail, true);
+        self.shared.changes.notify();
+    }
+
+    /// Cancels a call: its pending Requests become `cancelled` and the upstream is told.
+    pub fn cancel(&self, call: &str, message: &str) -> Option<CallView> {
+        let (requests, token) = {
+            let mut state = self.lock();
+            let entry = state.entries.get_mut(call)?;
+            if entry.view.status.is_final() {
+                return Some(entry.view.clone());
+            }
+            entry.view.status = CallStatus::Cancelled;
+            entry.view.error = Some(CallError {
+                message: message.to_owned(),
+            });
+            entry.view.updated_at = Timestamp::now();
+            let found = (entry.view.requests.clone(), entry.cancel.clone());
+            state
+                .retired
+                .push_back((Instant::now() + self.shared.retention, call.to_owned()));
+            found
+        };
+        self.shared
+            .registry
+            .cancel(requests.iter().map(String::as_str), message, true);
+        token.cancel();
+        self.shared.changes.notify();
+        self.get(call)
+    }
+
+    /// Cancels every running call (used at shutdown).
+    pub fn cancel_all(&self, message: &str) {
+        let running: Vec<String> = self
+            .lock()
+            .entries
+            .values()
+            .filter(|entry| !entry.view.status.is_final())
+            .map(|entry| entry.view.id.clone())
+            .collect();
+        for call in running {
+            self.cancel(&call, message);
+        }
+    }
+
+    /// One call by id, with its current status.
+    pub fn get(&self, call: &str) -> Option<CallView> {
+        let view = self.lock().entries.get(call)?.view.clone();
+        Some(self.with_derived_status(view))
+    }
+
+    /// The calls matching the filter, oldest first.
+    pub fn list(&self, filter: &CallFilter, limit: usize) -> Vec<CallView> {
+        let views: Vec<CallView> = {
+            let state = self.lock();
+            state.order.values().map(|id| state.entries[id].view.clone()).collect()
+        };
+        views
+            .into_iter()
+            .map(|view| self.with_derived_status(view))
+            .filter(|view| filter.matches(view))
+            .take(limit)
+            .collect()
+    }
+
+    fn with_derived_status(&self, mut view: CallView) -> CallView {
+        if view.status == CallStatus::Running && self.shared.registry.any_pending(&view.requests) {
+            view.status = CallStatus::InputRequired;
+        }
+        view
+    }
+
+    fn purge(state: &mut State) {
+        let now = Instant::now();
+        while let Some((until, id)) = state.retired.front().cloned() {
+            if until > now {
+                break;
+            }
+            state.retired.pop_front();
+            if let Some(entry) = state.entries.remove(&id) {
+                state.order.remove(&entry.seq);
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl CallFilter {
+    fn matches(&self, view: &CallView) -> bool {
+        self.status.is_none_or(|status| status == view.status)
+            && self.server.as_ref().is_none_or(|server| *server == view.server)
+            && self.session.as_ref().is_none_or(|session| *session == view.session)
+    }
+}

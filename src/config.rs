@@ -1,0 +1,401 @@
+//! The gateway's configuration: one TOML file, or the built-in default (listen on 127.0.0.1:8080 with the demo server).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+/// Where the built-in default listens.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// Why a configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    /// The file is not valid TOML or has a key or value the gateway does not know.
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    /// The file parses but says something the gateway cannot do.
+    #[error("config file {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// The whole configuration, built once at start-up.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The address the REST API listens on.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// How Requests live and resolve.
+    #[serde(default)]
+    pub requests: RequestsConfig,
+    /// The upstream MCP servers, each with a shared session opened at start-up.
+    #[serde(default)]
+    pub servers: Vec<ServerConfig>,
+}
+
+/// The `[requests]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestsConfig {
+    /// How long a Request stays answerable; on expiry the upstream gets `cancel`.
+    #[serde(default = "default_ttl", deserialize_with = "duration")]
+    pub ttl: Duration,
+    /// Whether schema defaults fill properties a form answer leaves out.
+    #[serde(default = "default_true")]
+    pub apply_defaults: bool,
+    /// How long resolved Requests, finished Calls and closed Sessions stay readable.
+    #[serde(default = "default_retention", deserialize_with = "duration")]
+    pub retention: Duration,
+}
+
+impl Default for RequestsConfig {
+    fn default() -> Self {
+        Self {
+            ttl: default_ttl(),
+            apply_defaults: true,
+            retention: default_retention(),
+        }
+    }
+}
+
+/// One `[[servers]]` entry as written in the file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// The server's name in the REST API.
+    pub name: String,
+    /// The program to start for a stdio server.
+    pub command: Option<String>,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Extra environment for the child process.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The endpoint of a streamable-HTTP server.
+    pub url: Option<String>,
+    /// Headers sent with every HTTP request (`${VAR}` expands from the environment).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// A server built into this binary.
+    pub builtin: Option<Builtin>,
+    /// Which protocol era to speak.
+    #[serde(default)]
+    pub protocol: ProtocolChoice,
+}
+
+/// Servers built into this binary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Builtin {
+    /// The demo server (`toolnexus-gateway demo-server`) over stdio.
+    Demo,
+}
+
+/// The protocol era a server is spoken to in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum ProtocolChoice {
+    /// 2026-07-28 where the upstream supports it, else 2025-11-25.
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// Always `initialize` with 2025-11-25.
+    #[serde(rename = "2025-11-25")]
+    Legacy,
+    /// Always `server/discover` with 2026-07-28; a server that does not speak it fails.
+    #[serde(rename = "2026-07-28")]
+    Modern,
+}
+
+/// How the gateway reaches a server, after validation and `${VAR}` expansion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// A child process spoken to over stdin/stdout.
+    Stdio {
+        command: PathBuf,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+    },
+    /// A streamable-HTTP endpoint.
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
+}
+
+impl Transport {
+    /// `stdio` or `http`, as shown by `GET /servers`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Transport::Stdio { .. } => "stdio",
+            Transport::Http { .. } => "http",
+        }
+    }
+}
+
+/// A validated server: its name, transport and protocol choice.
+#[derive(Debug, Clone)]
+pub struct Server {
+    /// The server's name in the REST API.
+    pub name: String,
+    /// How to reach it.
+    pub transport: Transport,
+    /// Which protocol era to speak.
+    pub protocol: ProtocolChoice,
+}
+
+impl Config {
+    /// The built-in default: listen on 127.0.0.1:8080 with the demo server.
+    pub fn builtin() -> Self {
+        Self {
+            listen: default_listen(),
+            requests: RequestsConfig::default(),
+            servers: vec![ServerConfig {
+                name: "demo".to_owned(),
+                builtin: Some(Builtin::Demo),
+                ..ServerConfig::default()
+            }],
+        }
+    }
+
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let config: Config = toml::from_str(&text).map_err(|error| ConfigError::Parse {
+            path: path.to_owned(),
+            message: error.to_string(),
+        })?;
+        config.servers().map_err(|message| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        })?;
+        Ok(config)
+    }
+
+    /// The validated servers, with `${VAR}` expanded; the error names the offending key and the fix.
+    pub fn servers(&self) -> Result<Vec<Server>, String> {
+        let mut seen = std::collections::HashSet::new();
+        self.servers
+            .iter()
+            .enumerate()
+            .map(|(index, server)| {
+                let key = format!("servers[{index}]");
+                if server.name.is_empty()
+                    || !server.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                {
+                    return Err(format!(
+                        "{key}.name = {:?}: a server name must be non-empty and use only letters, digits, '-', '_' and '.'",
+                        server.name
+                    ));
+                }
+                if !seen.insert(server.name.as_str()) {
+                    return Err(format!(
+                        "{key}.name = {:?}: duplicate server name; give each [[servers]] entry its own name",
+                        server.name
+                    ));
+                }
+                Ok(Server { name: server.name.clone(), transport: server.transport(&key)?, protocol: server.protocol })
+            })
+            .collect()
+    }
+}
+
+impl ServerConfig {
+    fn transport(&self, key: &str) -> Result<Transport, String> {
+        let expand_map = |map: &BTreeMap<String, String>, field: &str| {
+            map.iter()
+                .map(|(name, value)| Ok((name.clone(), expand_env(value, &format!("{key}.{field}.{name}"))?)))
+                .collect::<Result<BTreeMap<_, _>, String>>()
+        };
+        match (&self.command, &self.url, self.builtin) {
+            (Some(command), None, None) => Ok(Transport::Stdio {
+                command: PathBuf::from(expand_env(command, &format!("{key}.command"))?),
+                args: self
+                    .args
+                    .iter()
+                    .map(|arg| expand_env(arg, &format!("{key}.args")))
+                    .collect::<Result<_, _>>()?,
+                env: expand_map(&self.env, "env")?,
+            }),
+            (None, Some(url), None) => {
+                let url = expand_env(url, &format!("{key}.url"))?;
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(format!(
+                        "{key}.url = {url:?}: the URL must start with http:// or https://"
+                    ));
+                }
+                Ok(Transport::Http {
+                    url,
+                    headers: expand_map(&self.headers, "headers")?,
+                })
+            }
+            (None, None, Some(Builtin::Demo)) => {
+                let command = std::env::current_exe()
+                    .map_err(|error| format!("{key}.builtin: cannot locate this executable: {error}"))?;
+                Ok(Transport::Stdio {
+                    command,
+                    args: vec!["demo-server".to_owned()],
+                    env: expand_map(&self.env, "env")?,
+                })
+            }
+            (None, None, None) => Err(format!(
+                "{key} ({:?}) has neither `command`, `url` nor `builtin`: set `command` for a stdio server, `url` for a streamable-HTTP server, or `builtin = \"demo\"`",
+                self.name
+            )),
+            _ => Err(format!(
+                "{key} ({:?}) sets more than one of `command`, `url` and `builtin`: keep exactly one",
+                self.name
+            )),
+        }
+    }
+}
+
+/// Expands `${VAR}` from the environment; `$${` is a literal `${`.
+pub fn expand_env(text: &str, key: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        if rest[..start].ends_with('$') {
+            out.push_str(&rest[..start - 1]);
+            out.push_str("${");
+            rest = &rest[start + 2..];
+            continue;
+        }
+        out.push_str(&rest[..start]);
+        let end = rest[start..]
+            .find('}')
+            .ok_or_else(|| format!("{key}: unterminated `${{` in {text:?}"))?;
+        let name = &rest[start + 2..start + end];
+        let value = std::env::var(name)
+            .map_err(|_| format!("{key}: environment variable {name} is not set (referenced as ${{{name}}})"))?;
+        out.push_str(&value);
+        rest = &rest[start + end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    humantime::parse_duration(&text).map_err(|error| {
+        serde::de::Error::custom(format!("{text:?} is not a duration like \"10m\" or \"90s\": {error}"))
+    })
+}
+
+fn default_listen() -> SocketAddr {
+    DEFAULT_LISTEN.parse().expect("the default listen address parses")
+}
+
+fn default_ttl() -> Duration {
+    Duration::from_secs(600)
+}
+
+fn default_retention() -> Duration {
+    Duration::from_secs(3600)
+}
+
+fn default_true() -> bool {
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, String> {
+        let config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        config.servers()?;
+        Ok(config)
+    }
+
+    #[test]
+    fn builtin_default_serves_the_demo_on_loopback() {
+        let config = Config::builtin();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
+        let servers = config.servers().unwrap();
+        assert_eq!(servers[0].name, "demo");
+        assert!(matches!(&servers[0].transport, Transport::Stdio { args, .. } if args == &["demo-server"]));
+    }
+
+    #[test]
+    fn the_documented_example_parses() {
+        let config = parse(
+            r#"
+            listen = "127.0.0.1:9000"
+            [requests]
+            ttl = "90s"
+            apply_defaults = false
+            retention = "2h"
+            [[servers]]
+            name = "files"
+            command = "npx"
+            args = ["-y", "server"]
+            env = { LOG_LEVEL = "info" }
+            [[servers]]
+            name = "remote"
+            url = "https://mcp.example.com/mcp"
+            headers = { "X-Team" = "a" }
+            protocol = "2026-07-28"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.requests.ttl, Duration::from_secs(90));
+        assert!(!config.requests.apply_defaults);
+        assert_eq!(config.requests.retention, Duration::from_secs(7200));
+        let servers = config.servers().unwrap();
+        assert_eq!(servers[1].protocol, ProtocolChoice::Modern);
+        assert_eq!(servers[1].transport.kind(), "http");
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let error = parse("listen = \"127.0.0.1:1\"\nlisten_port = 1\n").unwrap_err();
+        assert!(error.contains("listen_port"), "{error}");
+    }
+
+    #[test]
+    fn a_server_without_a_transport_says_how_to_fix_it() {
+        let error = parse("[[servers]]\nname = \"x\"\n").unwrap_err();
+        assert!(error.contains("servers[0]") && error.contains("`command`"), "{error}");
+    }
+
+    #[test]
+    fn duplicate_names_are_rejected() {
+        let error =
+            parse("[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\n[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\n")
+                .unwrap_err();
+        assert!(
+            error.contains("servers[1].name") && error.contains("duplicate"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn bad_durations_and_protocols_are_rejected() {
+        assert!(parse("[requests]\nttl = \"soon\"\n").unwrap_err().contains("soon"));
+        assert!(parse("[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\nprotocol = \"2024\"\n").is_err());
+    }
+
+    #[test]
+    fn env_references_expand_and_missing_ones_are_named() {
+        assert_eq!(
+            expand_env("Bearer ${PATH}", "k").unwrap(),
+            format!("Bearer {}", std::env::var("PATH").unwrap())
+        );
+        assert_eq!(expand_env("a $${PATH} b", "k").unwrap(), "a ${PATH} b");
+        let error = expand_env("${TOOLNEXUS_SURELY_UNSET_VAR}", "servers[0].headers.Authorization").unwrap_err();
+        assert!(
+            error.contains("TOOLNEXUS_SURELY_UNSET_VAR") && error.contains("servers[0].headers"),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,403 @@
+//! The built-in demo MCP server (`toolnexus-gateway demo-server`): tools that elicit in form and URL mode,
+//! in several steps, slowly, or by crashing, in both protocol eras.
+//!
+//! Every eliciting tool returns each `ElicitResult` it received, in order, as
+//! `structuredContent: {"results": [...]}` and the same JSON as its text.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomNotification, DiscoverResult,
+    ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ErrorCode, ErrorData, Implementation,
+    InputRequest, InputRequiredResult, JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProtocolVersion, ServerCapabilities, ServerConfig, ServerNotification, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+
+/// How long `crash` lets its elicitation reach the client before the process exits.
+const CRASH_DELAY: Duration = Duration::from_millis(50);
+
+/// JSON-RPC error code of a 2025-11-25 `URLElicitationRequiredError`.
+const URL_ELICITATION_REQUIRED: ErrorCode = ErrorCode(-32042);
+
+/// The demo server.
+#[derive(Debug, Clone, Default)]
+pub struct Demo {
+    /// Speak only protocol 2025-11-25 and earlier, like a server that predates `server/discover`.
+    pub legacy_only: bool,
+    /// Services `connect_account` has already sent to authorization (2025-11-25 only).
+    connecting: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Demo {
+    /// A demo server; `legacy_only` makes it refuse `server/discover`.
+    pub fn new(legacy_only: bool) -> Self {
+        Self {
+            legacy_only,
+            connecting: Arc::default(),
+        }
+    }
+}
+
+/// Serves the demo over stdin/stdout until the client goes away.
+pub async fn serve_stdio(demo: Demo) -> anyhow::Result<()> {
+    demo.serve(rmcp::transport::stdio()).await?.waiting().await?;
+    Ok(())
+}
+
+/// Serves the demo over streamable HTTP at `/mcp`, printing the endpoint on stdout, until `shutdown`.
+pub async fn serve_http(
+    demo: Demo,
+    listen: SocketAddr,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    let service = StreamableHttpService::new(
+        move || Ok(demo.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    println!("listening on http://{}/mcp", listener.local_addr()?);
+    let router = axum::Router::new().nest_service("/mcp", service);
+    axum::serve(listener, router).with_graceful_shutdown(shutdown).await?;
+    Ok(())
+}
+
+impl ServerHandler for Demo {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("toolnexus-demo", env!("CARGO_PKG_VERSION")))
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        if self.legacy_only {
+            Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+        } else {
+            Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
+        }
+    }
+
+    async fn discover(&self, _context: RequestContext<RoleServer>) -> Result<DiscoverResult, ErrorData> {
+        if self.legacy_only {
+            return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, "server/discover", None));
+        }
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            self.get_info(),
+        ))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let arguments = request.arguments.clone().unwrap_or_default();
+        let text = |name: &str| {
+            arguments
+                .get(name)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        match request.name.as_ref() {
+            "echo" => Ok(CallToolResult::success(vec![ContentBlock::text(text("text"))]).into()),
+            "slow" => {
+                slow(
+                    arguments.get("seconds").and_then(Value::as_f64).unwrap_or(1.0),
+                    &context,
+                )
+                .await
+            }
+            name => {
+                let modern = context
+                    .protocol_version()
+                    .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+                if name == "connect_account" && !modern {
+                    return self.connect_account(&text("service"));
+                }
+                let steps = steps(name, &arguments)?;
+                let timeout = arguments
+                    .get("timeout")
+                    .and_then(Value::as_f64)
+                    .map(Duration::from_secs_f64);
+                let crash = name == "crash";
+                if modern {
+                    next_round(name, steps, &request, crash)
+                } else {
+                    elicit_in_turn(name, steps, &context, crash, timeout).await
+                }
+            }
+        }
+    }
+}
+
+impl Demo {
+    /// 2025-11-25: the first call for a service fails with `-32042` (authorize at a URL), the retry succeeds.
+    fn connect_account(&self, service: &str) -> Result<CallToolResponse, ErrorData> {
+        let first_time = self
+            .connecting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(service.to_owned());
+        if !first_time {
+            return Ok(CallToolResult::success(vec![ContentBlock::text(format!("connected {service}"))]).into());
+        }
+        let elicitation = authorization(service);
+        let data = json!({ "elicitations": [elicitation] });
+        Err(ErrorData::new(
+            URL_ELICITATION_REQUIRED,
+            format!("{service} is not connected yet"),
+            Some(data),
+        ))
+    }
+}
+
+/// A URL-mode elicitation asking to authorize a service.
+fn authorization(service: &str) -> Value {
+    let encoded: String = service
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    json!({
+        "mode": "url",
+        "message": format!("Authorize access to {service}"),
+        "url": format!("https://example.com/authorize?service={encoded}"),
+        "elicitationId": format!("demo-{}", uuid::Uuid::now_v7().simple())
+    })
+}
+
+fn tools() -> Vec<Tool> {
+    let schema = |value: Value| -> JsonObject { value.as_object().cloned().unwrap_or_default() };
+    let object = |properties: Value, required: &[&str]| {
+        schema(json!({"type": "object", "properties": properties, "required": required}))
+    };
+    vec![
+        Tool::new(
+            "echo",
+            "Returns the text; no elicitation.",
+            object(json!({"text": {"type": "string"}}), &["text"]),
+        ),
+        Tool::new(
+            "confirm_action",
+            "Asks to confirm an action (one form elicitation). With `timeout`, gives up after that many seconds and cancels the elicitation.",
+            object(
+                json!({"action": {"type": "string"}, "timeout": {"type": "number", "minimum": 0}}),
+                &["action"],
+            ),
+        ),
+        Tool::new(
+            "collect_profile",
+            "Asks for a profile with one field of every primitive kind.",
+            object(json!({}), &[]),
+        ),
+        Tool::new(
+            "authorize",
+            "Asks to authorize a service at a URL (URL mode).",
+            object(json!({"service": {"type": "string"}}), &["service"]),
+        ),
+        Tool::new(
+            "connect_account",
+            "Connects an account: in 2025-11-25 the first call fails with -32042 (URL elicitation required) and the retry succeeds.",
+            object(json!({"service": {"type": "string"}}), &["service"]),
+        ),
+        Tool::new(
+            "two_step",
+            "Asks for a name, then for a confirmation.",
+            object(json!({}), &[]),
+        ),
+        Tool::new(
+            "slow",
+            "Sleeps, reporting progress; no elicitation.",
+            object(json!({"seconds": {"type": "number", "minimum": 0}}), &["seconds"]),
+        ),
+        Tool::new(
+            "crash",
+            "Sends a form elicitation, then exits the process.",
+            object(json!({}), &[]),
+        ),
+    ]
+}
+
+/// The elicitations a tool raises, in order, as `elicitation/create` params.
+fn steps(tool: &str, arguments: &JsonObject) -> Result<Vec<Value>, ErrorData> {
+    let text = |name: &str| {
+        arguments
+            .get(name)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let steps = match tool {
+        "confirm_action" => vec![json!({
+            "mode": "form",
+            "message": format!("Confirm: {}?", text("action")),
+            "requestedSchema": {"type": "object", "properties": {
+                "confirm": {"type": "boolean", "title": "Confirm"},
+                "note": {"type": "string", "title": "Note", "default": ""}
+            }, "required": ["confirm"]}
+        })],
+        "collect_profile" => vec![json!({
+            "mode": "form",
+            "message": "Tell us about yourself",
+            "requestedSchema": {"type": "object", "properties": {
+                "name": {"type": "string", "title": "Name", "minLength": 1},
+                "email": {"type": "string", "title": "Email", "format": "email"},
+                "age": {"type": "integer", "title": "Age", "minimum": 0, "maximum": 150},
+                "score": {"type": "number", "title": "Score"},
+                "newsletter": {"type": "boolean", "title": "Newsletter", "default": false},
+                "color": {"type": "string", "title": "Favourite colour", "enum": ["red", "green", "blue"]},
+                "tags": {"type": "array", "title": "Tags", "items": {"type": "string", "enum": ["a", "b", "c"]}, "maxItems": 2}
+            }, "required": ["name"]}
+        })],
+        "authorize" | "connect_account" => vec![authorization(&text("service"))],
+        "two_step" => vec![
+            json!({"mode": "form", "message": "What is your name?", "requestedSchema": {"type": "object",
+                "properties": {"name": {"type": "string", "title": "Name"}}, "required": ["name"]}}),
+            json!({"mode": "form", "message": "Shall I go on?", "requestedSchema": {"type": "object",
+                "properties": {"confirm": {"type": "boolean", "title": "Confirm"}}, "required": ["confirm"]}}),
+        ],
+        "crash" => vec![
+            json!({"mode": "form", "message": "This server exits before you answer", "requestedSchema": {
+            "type": "object", "properties": {"ok": {"type": "boolean"}}}}),
+        ],
+        other => return Err(ErrorData::invalid_params(format!("unknown tool {other:?}"), None)),
+    };
+    Ok(steps)
+}
+
+/// 2025-11-25: sends each elicitation as a request and waits for its result.
+async fn elicit_in_turn(
+    tool: &str,
+    steps: Vec<Value>,
+    context: &RequestContext<RoleServer>,
+    crash: bool,
+    timeout: Option<Duration>,
+) -> Result<CallToolResponse, ErrorData> {
+    let mut results = Vec::new();
+    for step in steps {
+        let params: ElicitRequestParams =
+            serde_json::from_value(step).map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        if crash {
+            exit_soon();
+        }
+        let received = context
+            .peer
+            .create_elicitation_with_timeout(params.clone(), timeout)
+            .await;
+        let result = match received {
+            Ok(result) => result,
+            Err(rmcp::ServiceError::Timeout { .. }) => {
+                eprintln!("demo-server: {tool} gave up waiting and cancelled its elicitation");
+                return Ok(CallToolResult::error(vec![ContentBlock::text("no answer in time")]).into());
+            }
+            Err(error) => return Err(ErrorData::internal_error(format!("elicitation failed: {error}"), None)),
+        };
+        log_received(tool, &result);
+        if let ElicitRequestParams::UrlElicitationParams { elicitation_id, .. } = &params
+            && result.action == ElicitationAction::Accept
+        {
+            let complete = CustomNotification::new(
+                "notifications/elicitation/complete",
+                Some(json!({"elicitationId": elicitation_id})),
+            );
+            let _ = context
+                .peer
+                .send_notification(ServerNotification::CustomNotification(complete))
+                .await;
+        }
+        results.push(serde_json::to_value(result).unwrap_or_default());
+    }
+    Ok(CallToolResult::structured(json!({ "results": results })).into())
+}
+
+/// 2026-07-28: returns the next elicitation as `input_required`, carrying the results so far in `requestState`.
+///
+/// The state is not sealed: this is a demo, and a real server must protect it (HMAC or AEAD).
+fn next_round(
+    tool: &str,
+    steps: Vec<Value>,
+    request: &CallToolRequestParams,
+    crash: bool,
+) -> Result<CallToolResponse, ErrorData> {
+    let mut results: Vec<Value> = request
+        .request_state
+        .as_deref()
+        .and_then(|state| serde_json::from_str(state).ok())
+        .unwrap_or_default();
+    let key = |round: usize| format!("step{round}");
+    if let Some(result) = request
+        .input_responses
+        .as_ref()
+        .and_then(|r| r.get(&key(results.len())))
+    {
+        if let Ok(parsed) = serde_json::from_value::<ElicitResult>(result.clone()) {
+            log_received(tool, &parsed);
+        }
+        results.push(result.clone());
+    }
+    let Some(step) = steps.get(results.len()) else {
+        return Ok(CallToolResult::structured(json!({ "results": results })).into());
+    };
+    let params: ElicitRequestParams =
+        serde_json::from_value(step.clone()).map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+    if crash {
+        exit_soon();
+    }
+    let requests = BTreeMap::from([(
+        key(results.len()),
+        InputRequest::Elicitation(ElicitRequest::new(params)),
+    )]);
+    let state = serde_json::to_string(&results).unwrap_or_default();
+    Ok(InputRequiredResult::new(Some(requests), Some(state)).into())
+}
+
+async fn slow(seconds: f64, context: &RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {
+    let total = Duration::from_secs_f64(seconds.clamp(0.0, 3600.0));
+    let ticks = 10u32;
+    let token = context.meta.get_progress_token();
+    for tick in 1..=ticks {
+        tokio::time::sleep(total / ticks).await;
+        if let Some(token) = &token {
+            let mut progress = ProgressNotificationParam::new(token.clone(), f64::from(tick));
+            progress.total = Some(f64::from(ticks));
+            let _ = context.peer.notify_progress(progress).await;
+        }
+    }
+    Ok(CallToolResult::success(vec![ContentBlock::text(format!("slept {seconds} seconds"))]).into())
+}
+
+fn exit_soon() {
+    tokio::spawn(async {
+        tokio::time::sleep(CRASH_DELAY).await;
+        eprintln!("demo-server: crash: exiting");
+        std::process::exit(3);
+    });
+}
+
+fn log_received(tool: &str, result: &ElicitResult) {
+    eprintln!(
+        "demo-server: {tool} received {}",
+        serde_json::to_string(result).unwrap_or_default()
+    );
+}

@@ -1,0 +1,112 @@
+//! toolnexus-gateway holds MCP sessions to upstream servers and turns every elicitation they raise into a
+//! Request that can be listed and answered over REST.
+#![forbid(unsafe_code)]
+#![warn(clippy::await_holding_lock)]
+
+pub mod api;
+pub mod calls;
+pub mod changes;
+pub mod config;
+pub mod demo;
+pub mod elicitation;
+pub mod ids;
+pub mod registry;
+pub mod sessions;
+pub mod suspension;
+pub mod time;
+pub mod upstream;
+pub mod validation;
+
+use std::net::SocketAddr;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::api::AppState;
+use crate::calls::Calls;
+use crate::changes::Changes;
+use crate::config::Config;
+use crate::registry::{Policy, Registry};
+use crate::sessions::Sessions;
+use crate::upstream::Upstreams;
+
+/// A gateway bound to its listener, ready to serve.
+#[derive(Debug)]
+pub struct Gateway {
+    listener: TcpListener,
+    state: AppState,
+    tracker: TaskTracker,
+}
+
+impl Gateway {
+    /// Builds the gateway's services from the config, serving on an already bound listener.
+    pub fn new(config: &Config, listener: TcpListener) -> anyhow::Result<Self> {
+        let servers = config.servers().map_err(anyhow::Error::msg)?;
+        let changes = Changes::default();
+        let policy = Policy {
+            ttl: config.requests.ttl,
+            retention: config.requests.retention,
+            apply_defaults: config.requests.apply_defaults,
+        };
+        let registry = Registry::new(policy, changes.clone());
+        let calls = Calls::new(registry.clone(), changes.clone(), config.requests.retention);
+        let sessions = Sessions::new(changes.clone(), config.requests.retention);
+        let shutdown = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let upstreams = Upstreams::new(
+            servers,
+            sessions.clone(),
+            registry.clone(),
+            calls.clone(),
+            changes.clone(),
+            shutdown.clone(),
+            tracker.clone(),
+        );
+        let state = AppState {
+            registry,
+            calls,
+            sessions,
+            upstreams,
+            changes,
+            shutdown,
+        };
+        Ok(Self {
+            listener,
+            state,
+            tracker,
+        })
+    }
+
+    /// The address the API listens on.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `signal` resolves, then drains: long-polls end, pending Requests are answered `cancel`
+    /// upstream, calls are cancelled, sessions closed and child processes reaped.
+    pub async fn serve(self, signal: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let Gateway {
+            listener,
+            state,
+            tracker,
+        } = self;
+        tracker.spawn(state.registry.clone().reap(state.shutdown.clone()));
+        state.upstreams.start();
+        let shutdown = state.shutdown.clone();
+        let upstreams = state.upstreams.clone();
+        let stopping = async move {
+            signal.await;
+            tracing::info!("shutting down");
+            shutdown.cancel();
+        };
+        axum::serve(listener, api::router(state))
+            .with_graceful_shutdown(stopping)
+            .await?;
+        upstreams.shut_down().await;
+        tracker.close();
+        tracker.wait().await;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}

@@ -1,0 +1,102 @@
+//! The `toolnexus-gateway` command: `serve` (the default) and `demo-server`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use toolnexus_gateway::Gateway;
+use toolnexus_gateway::config::Config;
+use toolnexus_gateway::demo::{self, Demo};
+use tracing_subscriber::EnvFilter;
+
+/// Turns MCP elicitations into REST Requests that anyone allowed can list and answer.
+#[derive(Debug, Parser)]
+#[command(version, about, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway (the default).
+    Serve(ServeArgs),
+    /// Run the built-in demo MCP server over stdio (or streamable HTTP with --http).
+    DemoServer(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// The TOML config file; without one the gateway serves the built-in demo server.
+    #[arg(long, env = "TOOLNEXUS_CONFIG")]
+    config: Option<PathBuf>,
+    /// The address to listen on, overriding the config's `listen`.
+    #[arg(long, env = "TOOLNEXUS_LISTEN")]
+    listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Args)]
+struct DemoArgs {
+    /// Serve streamable HTTP at this address (path /mcp) instead of stdio.
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    /// Speak only protocol 2025-11-25, like a server that predates `server/discover`.
+    #[arg(long)]
+    legacy: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn")))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    match cli.command {
+        Some(Command::DemoServer(args)) => runtime.block_on(demo_server(args)),
+        Some(Command::Serve(args)) => runtime.block_on(serve(args)),
+        None => runtime.block_on(serve(cli.serve)),
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::builtin(),
+    };
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let gateway = Gateway::new(&config, listener)?;
+    let address = gateway.local_addr()?;
+    tracing::info!(%address, "listening");
+    println!("listening on http://{address}");
+    gateway.serve(shutdown_signal()).await
+}
+
+async fn demo_server(args: DemoArgs) -> anyhow::Result<()> {
+    let demo = Demo::new(args.legacy);
+    match args.http {
+        Some(address) => demo::serve_http(demo, address, shutdown_signal()).await,
+        None => demo::serve_stdio(demo).await,
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
+}

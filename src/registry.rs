@@ -1,0 +1,679 @@
+//! The Requests: pending suspensions waiting for an Answer, and resolved ones kept for the retention window.
+//!
+//! The registry owns every state transition of a Request (pending → answered, expired or cancelled,
+//! exactly once) and delivers the resulting `ElicitResult` to whoever suspended.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rmcp::model::{ElicitResult, ElicitationAction};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::changes::Changes;
+use crate::elicitation::{self, KIND_AUTHORIZATION};
+use crate::suspension::{Answer, Request};
+use crate::time::Timestamp;
+use crate::validation::{self, Violation};
+
+/// Where a Request is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Waiting for an Answer.
+    Pending,
+    /// Resolved by an Answer (accept, decline or cancel).
+    Answered,
+    /// Nobody answered in time; the upstream got `cancel`.
+    Expired,
+    /// Withdrawn by the upstream, or ended with its session or call.
+    Cancelled,
+}
+
+/// A Request as the REST API shows it: the §10 shape plus the gateway's fields.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestView {
+    #[serde(flatten)]
+    pub request: Request,
+    pub status: Status,
+    pub server: String,
+    pub session: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call: Option<String>,
+    pub created_at: Timestamp,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Answer>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<ElicitResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Timestamp>,
+}
+
+/// What a suspended upstream exchange receives once its Request is resolved.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Send this result upstream.
+    Reply(ElicitResult),
+    /// The Request was withdrawn: there is nothing to send.
+    Withdrawn,
+}
+
+/// A new suspension raised by an upstream session.
+#[derive(Debug, Clone)]
+pub struct Suspension {
+    /// The MCP `elicitation/create` params, as JSON.
+    pub params: Value,
+    /// The server that raised it.
+    pub server: String,
+    /// The session it arrived on.
+    pub session: String,
+    /// The call it belongs to, when the gateway can tell.
+    pub call: Option<String>,
+}
+
+/// A Request handed out by `suspend`: its id and the receiver of its outcome.
+#[derive(Debug)]
+pub struct Pending {
+    pub id: String,
+    pub outcome: oneshot::Receiver<Outcome>,
+}
+
+/// Why an Answer was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    #[error("no Request with id {0}")]
+    NotFound(String),
+    #[error("Request {0} was already answered with a different answer")]
+    Conflict(String),
+    #[error("Request {id} is no longer answerable: it is {status:?}")]
+    Gone { id: String, status: Status },
+    #[error("the answer data does not satisfy the requested schema")]
+    Invalid(Vec<Violation>),
+}
+
+/// Why a suspension could not become a Request.
+#[derive(Debug, thiserror::Error)]
+pub enum SuspendError {
+    #[error("{0}")]
+    UnusableSchema(String),
+}
+
+/// Which Requests `list` returns, oldest first.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// `None` means every status.
+    pub status: Option<Status>,
+    pub server: Option<String>,
+    pub session: Option<String>,
+    pub call: Option<String>,
+    pub kind: Option<String>,
+}
+
+/// How Requests live and resolve.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub ttl: Duration,
+    pub retention: Duration,
+    pub apply_defaults: bool,
+}
+
+/// The store of Requests; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    /// Wakes the reaper when a new deadline comes first.
+    reaper: Notify,
+    changes: Changes,
+    policy: Policy,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    entries: HashMap<String, Entry>,
+    /// Creation order, for oldest-first listing and stable pagination.
+    order: BTreeMap<u64, String>,
+    next_seq: u64,
+    /// Pending Requests by deadline.
+    deadlines: BTreeSet<(Instant, String)>,
+    /// Resolved Requests by the time they stop being readable (in resolution order).
+    retired: VecDeque<(Instant, String)>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    seq: u64,
+    view: RequestView,
+    deadline: Instant,
+    /// `elicitationId` of a URL-mode elicitation, to match `notifications/elicitation/complete`.
+    elicitation_id: Option<String>,
+    reply: Option<oneshot::Sender<Outcome>>,
+}
+
+impl Registry {
+    /// Creates an empty registry.
+    pub fn new(policy: Policy, changes: Changes) -> Self {
+        let shared = Shared {
+            state: Mutex::default(),
+            reaper: Notify::new(),
+            changes,
+            policy,
+        };
+        Self {
+            shared: Arc::new(shared),
+        }
+    }
+
+    /// Turns an upstream elicitation into a pending Request.
+    pub fn suspend(&self, suspension: Suspension) -> Result<Pending, SuspendError> {
+        let mut request = elicitation::elicitation_to_request(&suspension.params);
+        if let Some(schema) = request.data.as_ref().and_then(|data| data.get("schema")) {
+            validation::check_schema(schema).map_err(SuspendError::UnusableSchema)?;
+        }
+        let created_at = Timestamp::now();
+        request.expires_at = Some(created_at.after(self.shared.policy.ttl).rfc3339());
+        let deadline = Instant::now() + self.shared.policy.ttl;
+        let id = request.id.clone();
+        let elicitation_id = suspension
+            .params
+            .get("elicitationId")
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty())
+            .map(str::to_owned);
+        let (reply, outcome) = oneshot::channel();
+        let view = RequestView {
+            request,
+            status: Status::Pending,
+            server: suspension.server,
+            session: suspension.session,
+            call: suspension.call,
+            created_at,
+            resolved_at: None,
+            answer: None,
+            result: None,
+            detail: None,
+            completed_at: None,
+        };
+        let first_deadline = {
+            let mut state = self.lock();
+            let seq = state.next_seq;
+            state.next_seq += 1;
+            state.order.insert(seq, id.clone());
+            state.deadlines.insert((deadline, id.clone()));
+            state.entries.insert(
+                id.clone(),
+                Entry {
+                    seq,
+                    view,
+                    deadline,
+                    elicitation_id,
+                    reply: Some(reply),
+                },
+            );
+            state.deadlines.first().is_some_and(|(first, _)| *first == deadline)
+        };
+        if first_deadline {
+            self.shared.reaper.notify_one();
+        }
+        self.shared.changes.notify();
+        Ok(Pending { id, outcome })
+    }
+
+    /// Resolves a pending Request with an Answer and sends the mapped `ElicitResult` upstream.
+    ///
+    /// Posting the identical answer again returns the same Request.
+    pub fn answer(&self, id: &str, mut answer: Answer) -> Result<RequestView, AnswerError> {
+        answer.id = id.to_owned();
+        let view = {
+            let mut state = self.lock();
+            let entry = state
+                .entries
+                .get_mut(id)
+                .ok_or_else(|| AnswerError::NotFound(id.to_owned()))?;
+            let schema = entry
+                .view
+                .request
+                .data
+                .as_ref()
+                .and_then(|data| data.get("schema"))
+                .cloned();
+            if answer.ok && entry.view.request.kind != KIND_AUTHORIZATION {
+                let data = answer.data.get_or_insert_with(Default::default);
+                if let Some(schema) = &schema
+                    && self.shared.policy.apply_defaults
+                {
+                    validation::apply_defaults(schema, data);
+                }
+            }
+            match entry.view.status {
+                Status::Pending => {}
+                Status::Answered if entry.view.answer.as_ref() == Some(&answer) => return Ok(entry.view.clone()),
+                Status::Answered => return Err(AnswerError::Conflict(id.to_owned())),
+                status => {
+                    return Err(AnswerError::Gone {
+                        id: id.to_owned(),
+                        status,
+                    });
+                }
+            }
+            if answer.ok
+                && let (Some(schema), Some(data)) = (&schema, &answer.data)
+            {
+                validation::validate(schema, data).map_err(AnswerError::Invalid)?;
+            }
+            let mut result = elicitation::answer_to_elicit_result(&answer);
+            if entry.view.request.kind == KIND_AUTHORIZATION {
+                result.content = None;
+            }
+            let delivered = entry
+                .reply
+                .take()
+                .is_some_and(|reply| reply.send(Outcome::Reply(result.clone())).is_ok());
+            if delivered {
+                entry.view.answer = Some(answer);
+                entry.view.result = Some(result);
+                Self::retire(&mut state, id, Status::Answered, None, self.shared.policy.retention);
+                Ok(state.entries[id].view.clone())
+            } else {
+                Self::retire(
+                    &mut state,
+                    id,
+                    Status::Cancelled,
+                    Some("withdrawn by the upstream before the answer arrived".into()),
+                    self.shared.policy.retention,
+                );
+                Err(AnswerError::Gone {
+                    id: id.to_owned(),
+                    status: Status::Cancelled,
+                })
+            }
+        };
+        self.shared.changes.notify();
+        view
+    }
+
+    /// Cancels pending Requests; with `reply_cancel` the upstream is told `cancel`, else nothing is sent.
+    ///
+    /// Returns how many were still pending.
+    pub fn cancel<'a>(&self, ids: impl IntoIterator<Item = &'a str>, detail: &str, reply_cancel: bool) -> usize {
+        let cancelled = {
+            let mut state = self.lock();
+            let mut cancelled = 0;
+            for id in ids {
+                if state
+                    .entries
+                    .get(id)
+                    .is_some_and(|entry| entry.view.status == Status::Pending)
+                {
+                    Self::withdraw(&mut state, id, detail, reply_cancel, self.shared.policy.retention);
+                    cancelled += 1;
+                }
+            }
+            cancelled
+        };
+        if cancelled > 0 {
+            self.shared.changes.notify();
+        }
+        cancelled
+    }
+
+    /// Cancels every pending Request of a session; with `reply_cancel` the upstream is told `cancel`.
+    pub fn cancel_session(&self, session: &str, detail: &str, reply_cancel: bool) -> usize {
+        let ids: Vec<String> = {
+            let state = self.lock();
+            state
+                .entries
+                .values()
+                .filter(|entry| entry.view.status == Status::Pending && entry.view.session == session)
+                .map(|entry| entry.view.request.id.clone())
+                .collect()
+        };
+        self.cancel(ids.iter().map(String::as_str), detail, reply_cancel)
+    }
+
+    /// Cancels every pending Request, telling each upstream `cancel` (used at shutdown).
+    pub fn cancel_all(&self, detail: &str) -> usize {
+        let ids: Vec<String> = {
+            let state = self.lock();
+            state.deadlines.iter().map(|(_, id)| id.clone()).collect()
+        };
+        self.cancel(ids.iter().map(String::as_str), detail, true)
+    }
+
+    /// Records `notifications/elicitation/complete` on the matching URL-mode Request of a session.
+    pub fn complete(&self, session: &str, elicitation_id: &str) -> bool {
+        let found = {
+            let mut state = self.lock();
+            state
+                .entries
+                .values_mut()
+                .find(|entry| {
+                    entry.view.session == session
+                        && entry.elicitation_id.as_deref() == Some(elicitation_id)
+                        && entry.view.completed_at.is_none()
+                })
+                .map(|entry| entry.view.completed_at = Some(Timestamp::now()))
+                .is_some()
+        };
+        if found {
+            self.shared.changes.notify();
+        }
+        found
+    }
+
+    /// One Request by id.
+    pub fn get(&self, id: &str) -> Option<RequestView> {
+        self.lock().entries.get(id).map(|entry| entry.view.clone())
+    }
+
+    /// Whether any of these Requests is still pending.
+    pub fn any_pending<'a>(&self, ids: impl IntoIterator<Item = &'a String>) -> bool {
+        let state = self.lock();
+        ids.into_iter().any(|id| {
+            state
+                .entries
+                .get(id)
+                .is_some_and(|entry| entry.view.status == Status::Pending)
+        })
+    }
+
+    /// Up to `limit` Requests matching the filter, oldest first, starting at `cursor`; and the next page's cursor.
+    pub fn list(&self, filter: &Filter, cursor: u64, limit: usize) -> (Vec<RequestView>, Option<u64>) {
+        let state = self.lock();
+        let mut page = Vec::new();
+        for (seq, id) in state.order.range(cursor..) {
+            let view = &state.entries[id].view;
+            if filter.matches(view) {
+                if page.len() == limit {
+                    return (page, Some(*seq));
+                }
+                page.push(view.clone());
+            }
+        }
+        (page, None)
+    }
+
+    /// Expires due Requests and forgets retired ones, until `shutdown`.
+    pub async fn reap(self, shutdown: CancellationToken) {
+        loop {
+            let next = self.reap_due(Instant::now());
+            let sleep = async {
+                match next {
+                    Some(when) => tokio::time::sleep_until(when).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = sleep => {}
+                () = self.shared.reaper.notified() => {}
+                () = shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    /// Expires and purges what is due at `now`; returns when to look again.
+    fn reap_due(&self, now: Instant) -> Option<Instant> {
+        let (expired, next) = {
+            let mut state = self.lock();
+            let mut expired = 0;
+            while let Some((deadline, id)) = state.deadlines.first().cloned() {
+                if deadline > now {
+                    break;
+                }
+                let entry = state.entries.get_mut(&id).expect("a deadline has its entry");
+                entry.view.answer = Some(Answer::expired(&id));
+                let result = ElicitResult::new(ElicitationAction::Cancel);
+                entry.view.result = Some(result.clone());
+                if let Some(reply) = entry.reply.take() {
+                    let _ = reply.send(Outcome::Reply(result));
+                }
+                Self::retire(&mut state, &id, Status::Expired, None, self.shared.policy.retention);
+                expired += 1;
+            }
+            while let Some((until, id)) = state.retired.front().cloned() {
+                if until > now {
+                    break;
+                }
+                state.retired.pop_front();
+                if let Some(entry) = state.entries.remove(&id) {
+                    state.order.remove(&entry.seq);
+                }
+            }
+            let next_deadline = state.deadlines.first().map(|(when, _)| *when);
+            let next_purge = state.retired.front().map(|(when, _)| *when);
+            (expired, next_deadline.into_iter().chain(next_purge).min())
+        };
+        if expired > 0 {
+            self.shared.changes.notify();
+        }
+        next
+    }
+
+    fn withdraw(state: &mut State, id: &str, detail: &str, reply_cancel: bool, retention: Duration) {
+        let entry = state.entries.get_mut(id).expect("caller checked the entry");
+        let reply = entry.reply.take();
+        if reply_cancel {
+            let result = ElicitResult::new(ElicitationAction::Cancel);
+            if reply.is_some_and(|reply| reply.send(Outcome::Reply(result.clone())).is_ok()) {
+                entry.view.result = Some(result);
+            }
+        } else if let Some(reply) = reply {
+            let _ = reply.send(Outcome::Withdrawn);
+        }
+        Self::retire(state, id, Status::Cancelled, Some(detail.to_owned()), retention);
+    }
+
+    /// Moves a pending entry to a terminal status and schedules its purge.
+    fn retire(state: &mut State, id: &str, status: Status, detail: Option<String>, retention: Duration) {
+        let entry = state.entries.get_mut(id).expect("caller checked the entry");
+        debug_assert_eq!(entry.view.status, Status::Pending);
+        entry.view.status = status;
+        entry.view.resolved_at = Some(Timestamp::now());
+        entry.view.detail = detail;
+        let deadline = entry.deadline;
+        state.deadlines.remove(&(deadline, id.to_owned()));
+        state.retired.push_back((Instant::now() + retention, id.to_owned()));
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Filter {
+    fn matches(&self, view: &RequestView) -> bool {
+        self.status.is_none_or(|status| status == view.status)
+            && self.server.as_ref().is_none_or(|server| *server == view.server)
+            && self.session.as_ref().is_none_or(|session| *session == view.session)
+            && self.call.as_ref().is_none_or(|call| Some(call) == view.call.as_ref())
+            && self.kind.as_ref().is_none_or(|kind| *kind == view.request.kind)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn registry(ttl: Duration) -> Registry {
+        Registry::new(
+            Policy {
+                ttl,
+                retention: Duration::from_secs(60),
+                apply_defaults: true,
+            },
+            Changes::default(),
+        )
+    }
+
+    fn form(registry: &Registry, call: Option<&str>) -> Pending {
+        let params = json!({"message": "Confirm?", "requestedSchema": {"type": "object",
+            "properties": {"confirm": {"type": "boolean"}, "note": {"type": "string", "default": ""}}, "required": ["confirm"]}});
+        registry
+            .suspend(Suspension {
+                params,
+                server: "demo".into(),
+                session: "ses-1".into(),
+                call: call.map(Into::into),
+            })
+            .unwrap()
+    }
+
+    fn answer(value: Value) -> Answer {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn reply(pending: &mut Pending) -> Value {
+        match pending.outcome.try_recv().unwrap() {
+            Outcome::Reply(result) => serde_json::to_value(result).unwrap(),
+            Outcome::Withdrawn => Value::Null,
+        }
+    }
+
+    #[test]
+    fn an_accept_fills_defaults_and_reaches_the_upstream_once() {
+        let registry = registry(Duration::from_secs(60));
+        let mut pending = form(&registry, Some("call-1"));
+        let view = registry
+            .answer(&pending.id, answer(json!({"ok": true, "data": {"confirm": true}})))
+            .unwrap();
+        assert_eq!(view.status, Status::Answered);
+        assert_eq!(
+            reply(&mut pending),
+            json!({"action": "accept", "content": {"confirm": true, "note": ""}})
+        );
+
+        let replay = registry
+            .answer(&pending.id, answer(json!({"ok": true, "data": {"confirm": true}})))
+            .unwrap();
+        assert_eq!(replay.resolved_at, view.resolved_at);
+        let other = registry.answer(&pending.id, answer(json!({"ok": false})));
+        assert!(matches!(other, Err(AnswerError::Conflict(_))));
+    }
+
+    #[test]
+    fn an_invalid_accept_leaves_the_request_pending() {
+        let registry = registry(Duration::from_secs(60));
+        let pending = form(&registry, None);
+        let error = registry
+            .answer(&pending.id, answer(json!({"ok": true, "data": {"confirm": "yes"}})))
+            .unwrap_err();
+        assert!(
+            matches!(error, AnswerError::Invalid(ref v) if v[0].path == "/confirm"),
+            "{error:?}"
+        );
+        assert_eq!(registry.get(&pending.id).unwrap().status, Status::Pending);
+    }
+
+    #[test]
+    fn a_withdrawn_request_is_gone_and_sends_nothing() {
+        let registry = registry(Duration::from_secs(60));
+        let mut pending = form(&registry, None);
+        assert_eq!(
+            registry.cancel([pending.id.as_str()], "the upstream cancelled it", false),
+            1
+        );
+        assert_eq!(reply(&mut pending), Value::Null);
+        let error = registry
+            .answer(&pending.id, answer(json!({"ok": false, "reason": "declined"})))
+            .unwrap_err();
+        assert!(matches!(
+            error,
+            AnswerError::Gone {
+                status: Status::Cancelled,
+                ..
+            }
+        ));
+        assert_eq!(
+            registry.get(&pending.id).unwrap().detail.as_deref(),
+            Some("the upstream cancelled it")
+        );
+    }
+
+    #[test]
+    fn an_answer_after_the_upstream_stopped_listening_is_gone() {
+        let registry = registry(Duration::from_secs(60));
+        let pending = form(&registry, None);
+        let id = pending.id.clone();
+        drop(pending);
+        assert!(matches!(
+            registry.answer(&id, answer(json!({"ok": false}))),
+            Err(AnswerError::Gone { .. })
+        ));
+        assert_eq!(registry.get(&id).unwrap().status, Status::Cancelled);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expiry_answers_cancel_and_records_an_expired_answer() {
+        let registry = registry(Duration::from_secs(10));
+        let shutdown = CancellationToken::new();
+        tokio::spawn(registry.clone().reap(shutdown.clone()));
+        let mut pending = form(&registry, None);
+        let outcome = (&mut pending.outcome).await.unwrap();
+        assert!(matches!(outcome, Outcome::Reply(ref r) if r.action == ElicitationAction::Cancel));
+        let view = registry.get(&pending.id).unwrap();
+        assert_eq!(view.status, Status::Expired);
+        assert_eq!(
+            serde_json::to_value(&view.answer).unwrap(),
+            json!({"id": pending.id, "ok": false, "reason": "expired"})
+        );
+        assert!(matches!(
+            registry.answer(&pending.id, answer(json!({"ok": true}))),
+            Err(AnswerError::Gone { .. })
+        ));
+        shutdown.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn resolved_requests_are_forgotten_after_retention() {
+        let registry = registry(Duration::from_secs(10));
+        let pending = form(&registry, None);
+        registry.answer(&pending.id, answer(json!({"ok": false}))).unwrap();
+        tokio::time::advance(Duration::from_secs(59)).await;
+        registry.reap_due(Instant::now());
+        assert!(registry.get(&pending.id).is_some());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        registry.reap_due(Instant::now());
+        assert!(registry.get(&pending.id).is_none());
+    }
+
+    #[test]
+    fn listing_is_oldest_first_filtered_and_paged() {
+        let registry = registry(Duration::from_secs(60));
+        let ids: Vec<String> = (0..5)
+            .map(|i| form(&registry, Some(if i % 2 == 0 { "a" } else { "b" })).id)
+            .collect();
+        let filter = Filter {
+            status: Some(Status::Pending),
+            call: Some("a".into()),
+            ..Filter::default()
+        };
+        let (first, next) = registry.list(&filter, 0, 2);
+        assert_eq!(
+            first.iter().map(|v| v.request.id.clone()).collect::<Vec<_>>(),
+            [ids[0].clone(), ids[2].clone()]
+        );
+        let (second, last) = registry.list(&filter, next.unwrap(), 2);
+        assert_eq!(
+            second.iter().map(|v| v.request.id.clone()).collect::<Vec<_>>(),
+            [ids[4].clone()]
+        );
+        assert_eq!(last, None);
+    }
+}

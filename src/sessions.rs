@@ -1,0 +1,214 @@
+//! The Sessions: every MCP client session the gateway holds or held, kept for the retention window once closed.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rmcp::model::Implementation;
+use rmcp::{Peer, RoleClient};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::changes::Changes;
+use crate::time::Timestamp;
+use crate::upstream::SessionCore;
+
+/// Where a Session is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionStatus {
+    /// Connecting and handshaking.
+    Starting,
+    /// Ready for calls.
+    Ready,
+    /// Closed by a client or the gateway.
+    Closed,
+    /// Ended by the upstream or never got ready.
+    Failed,
+}
+
+/// A Session as the REST API shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionView {
+    pub id: String,
+    pub server: String,
+    pub shared: bool,
+    pub status: SessionStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_info: Option<Implementation>,
+    pub created_at: Timestamp,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub closed_at: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// The handles of a ready session that calls use.
+#[derive(Debug)]
+pub struct Live {
+    pub core: Arc<SessionCore>,
+    pub peer: Peer<RoleClient>,
+    /// Fires when the session ends, for whatever reason.
+    pub closed: CancellationToken,
+}
+
+/// The store of Sessions; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Sessions {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    changes: Changes,
+    retention: Duration,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    entries: HashMap<String, Entry>,
+    order: BTreeMap<u64, String>,
+    next_seq: u64,
+    retired: VecDeque<(Instant, String)>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    seq: u64,
+    view: SessionView,
+    live: Option<Arc<Live>>,
+}
+
+impl Sessions {
+    /// Creates an empty store.
+    pub fn new(changes: Changes, retention: Duration) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                state: Mutex::default(),
+                changes,
+                retention,
+            }),
+        }
+    }
+
+    /// Records a session that is connecting.
+    pub fn starting(&self, id: &str, server: &str, shared: bool) {
+        let view = SessionView {
+            id: id.to_owned(),
+            server: server.to_owned(),
+            shared,
+            status: SessionStatus::Starting,
+            protocol_version: None,
+            server_info: None,
+            created_at: Timestamp::now(),
+            closed_at: None,
+            detail: None,
+        };
+        {
+            let mut state = self.lock();
+            Self::purge(&mut state);
+            let seq = state.next_seq;
+            state.next_seq += 1;
+            state.order.insert(seq, id.to_owned());
+            state.entries.insert(id.to_owned(), Entry { seq, view, live: None });
+        }
+        self.shared.changes.notify();
+    }
+
+    /// Marks a session ready with what its handshake negotiated.
+    pub fn ready(
+        &self,
+        id: &str,
+        live: Arc<Live>,
+        protocol_version: Option<String>,
+        server_info: Option<Implementation>,
+    ) -> Option<SessionView> {
+        let view = {
+            let mut state = self.lock();
+            let entry = state.entries.get_mut(id)?;
+            entry.view.status = SessionStatus::Ready;
+            entry.view.protocol_version = protocol_version;
+            entry.view.server_info = server_info;
+            entry.live = Some(live);
+            entry.view.clone()
+        };
+        self.shared.changes.notify();
+        Some(view)
+    }
+
+    /// Ends a session; returns its live handles if it was still open.
+    pub fn end(&self, id: &str, status: SessionStatus, detail: &str) -> Option<Arc<Live>> {
+        let live = {
+            let mut state = self.lock();
+            let entry = state.entries.get_mut(id)?;
+            if matches!(entry.view.status, SessionStatus::Closed | SessionStatus::Failed) {
+                return None;
+            }
+            entry.view.status = status;
+            entry.view.closed_at = Some(Timestamp::now());
+            entry.view.detail = Some(detail.to_owned());
+            let live = entry.live.take();
+            state
+                .retired
+                .push_back((Instant::now() + self.shared.retention, id.to_owned()));
+            live
+        };
+        if let Some(live) = &live {
+            live.closed.cancel();
+        }
+        self.shared.changes.notify();
+        live
+    }
+
+    /// One session by id.
+    pub fn get(&self, id: &str) -> Option<SessionView> {
+        self.lock().entries.get(id).map(|entry| entry.view.clone())
+    }
+
+    /// The live handles of a ready session.
+    pub fn live(&self, id: &str) -> Option<Arc<Live>> {
+        self.lock().entries.get(id).and_then(|entry| entry.live.clone())
+    }
+
+    /// Sessions oldest first; closed and failed ones only with `all`.
+    pub fn list(&self, all: bool) -> Vec<SessionView> {
+        let state = self.lock();
+        state
+            .order
+            .values()
+            .map(|id| &state.entries[id].view)
+            .filter(|view| all || matches!(view.status, SessionStatus::Starting | SessionStatus::Ready))
+            .cloned()
+            .collect()
+    }
+
+    /// The ids of every session that is still open.
+    pub fn open_ids(&self) -> Vec<String> {
+        self.list(false).into_iter().map(|view| view.id).collect()
+    }
+
+    fn purge(state: &mut State) {
+        let now = Instant::now();
+        while let Some((until, id)) = state.retired.front().cloned() {
+            if until > now {
+                break;
+            }
+            state.retired.pop_front();
+            if let Some(entry) = state.entries.remove(&id) {
+                state.order.remove(&entry.seq);
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}

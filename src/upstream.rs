@@ -1,0 +1,385 @@
+//! The upstream MCP servers: their shared sessions (re-opened with back-off), private sessions, and the
+//! calls that run on them.
+
+mod call;
+mod client;
+mod connect;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rmcp::model::CallToolRequestParams;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use client::SessionCore;
+
+use crate::calls::{CallView, Calls, Finish, NewCall};
+use crate::changes::Changes;
+use crate::config::{ProtocolChoice, Server};
+use crate::ids;
+use crate::registry::Registry;
+use crate::sessions::{Live, SessionStatus, SessionView, Sessions};
+use client::GatewayClient;
+
+/// The first pause before re-opening a shared session; it doubles up to `MAX_BACKOFF`.
+const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
+/// The longest pause between attempts to re-open a shared session.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long closing a session may take before its transport is dropped (which kills a child process).
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why an upstream operation could not be done.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("no server named {0:?}")]
+    UnknownServer(String),
+    #[error("no session {0}")]
+    UnknownSession(String),
+    #[error("session {0} is not ready")]
+    SessionNotReady(String),
+    #[error("the shared session of server {server:?} is not ready: {detail}")]
+    ServerNotReady { server: String, detail: String },
+    #[error("session {0} is the shared session of its server; the gateway manages it")]
+    SharedSession(String),
+    #[error("{0}")]
+    Unreachable(String),
+}
+
+/// Where a call runs.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// On the shared session of this server.
+    Server(String),
+    /// On this session.
+    Session(String),
+}
+
+/// A server's state as `GET /servers` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerStatus {
+    Starting,
+    Ready,
+    Failed,
+}
+
+/// A server as the REST API shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerView {
+    pub name: String,
+    pub transport: &'static str,
+    pub protocol: &'static str,
+    pub status: ServerStatus,
+    /// Its shared session, while one is open.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// Why it is not ready, or why its last session ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// How many times its shared session has been re-opened.
+    pub restarts: u32,
+}
+
+/// The upstream side of the gateway.
+#[derive(Debug)]
+pub struct Upstreams {
+    servers: Vec<Slot>,
+    sessions: Sessions,
+    registry: Registry,
+    calls: Calls,
+    changes: Changes,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+#[derive(Debug)]
+struct Slot {
+    server: Server,
+    state: Mutex<ServerView>,
+}
+
+impl Upstreams {
+    /// Creates the upstream side; `start` opens the shared sessions.
+    pub fn new(
+        servers: Vec<Server>,
+        sessions: Sessions,
+        registry: Registry,
+        calls: Calls,
+        changes: Changes,
+        shutdown: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Arc<Self> {
+        let servers = servers
+            .into_iter()
+            .map(|server| Slot {
+                state: Mutex::new(ServerView {
+                    name: server.name.clone(),
+                    transport: server.transport.kind(),
+                    protocol: match server.protocol {
+                        ProtocolChoice::Auto => "auto",
+                        ProtocolChoice::Legacy => "2025-11-25",
+                        ProtocolChoice::Modern => "2026-07-28",
+                    },
+                    status: ServerStatus::Starting,
+                    session: None,
+                    detail: None,
+                    restarts: 0,
+                }),
+                server,
+            })
+            .collect();
+        Arc::new(Self {
+            servers,
+            sessions,
+            registry,
+            calls,
+            changes,
+            shutdown,
+            tracker,
+        })
+    }
+
+    /// Opens each server's shared session, and keeps re-opening it when it ends.
+    pub fn start(self: &Arc<Self>) {
+        for index in 0..self.servers.len() {
+            self.tracker.spawn(self.clone().supervise(index));
+        }
+    }
+
+    /// Every server with its state.
+    pub fn servers(&self) -> Vec<ServerView> {
+        self.servers.iter().map(|slot| lock(&slot.state).clone()).collect()
+    }
+
+    /// One server by name.
+    pub fn server(&self, name: &str) -> Result<ServerView, UpstreamError> {
+        Ok(lock(&self.slot(name)?.state).clone())
+    }
+
+    /// Opens a private session to a server, ready when it returns.
+    pub async fn open(self: &Arc<Self>, server: &str) -> Result<SessionView, UpstreamError> {
+        let slot = self.slot(server)?;
+        self.open_session(&slot.server, false)
+            .await
+            .map(|(view, _)| view)
+            .map_err(|detail| UpstreamError::Unreachable(format!("cannot open a session to {server:?}: {detail}")))
+    }
+
+    /// Closes a private session; its pending Requests are cancelled and the upstream told `cancel`.
+    pub fn close(&self, id: &str, detail: &str) -> Result<SessionView, UpstreamError> {
+        let view = self
+            .sessions
+            .get(id)
+            .ok_or_else(|| UpstreamError::UnknownSession(id.to_owned()))?;
+        if view.shared {
+            return Err(UpstreamError::SharedSession(id.to_owned()));
+        }
+        self.registry.cancel_session(id, detail, true);
+        self.sessions.end(id, SessionStatus::Closed, detail);
+        self.sessions
+            .get(id)
+            .ok_or_else(|| UpstreamError::UnknownSession(id.to_owned()))
+    }
+
+    /// Starts a `tools/call` and returns the running Call.
+    pub fn start_call(
+        self: &Arc<Self>,
+        target: Target,
+        tool: String,
+        arguments: Option<Map<String, Value>>,
+    ) -> Result<CallView, UpstreamError> {
+        let live = self.live(&target)?;
+        let (view, cancel) = self.calls.create(NewCall {
+            server: live.core.server.clone(),
+            session: live.core.id.clone(),
+            tool: tool.clone(),
+            arguments: arguments.clone().map_or(Value::Object(Map::new()), Value::Object),
+        });
+        let mut params = CallToolRequestParams::new(tool);
+        params.arguments = arguments;
+        let (calls, sessions, id) = (self.calls.clone(), self.sessions.clone(), view.id.clone());
+        self.tracker.spawn(async move {
+            let finish = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return,
+                () = live.closed.cancelled() => {
+                    let detail = sessions.get(&live.core.id).and_then(|view| view.detail).unwrap_or_default();
+                    Finish::Failed(format!("the session ended before the call completed: {detail}"))
+                }
+                finish = call::drive(&live.core, &live.peer, &id, params) => finish,
+            };
+            live.core.settle_withdrawn();
+            calls.finish(&id, finish);
+        });
+        Ok(view)
+    }
+
+    /// The merged `tools/list` of a target.
+    pub async fn tools(&self, target: &Target) -> Result<Value, UpstreamError> {
+        let live = self.live(target)?;
+        let tools = live
+            .peer
+            .list_all_tools()
+            .await
+            .map_err(|error| UpstreamError::Unreachable(format!("tools/list failed: {error}")))?;
+        Ok(serde_json::json!({ "tools": tools }))
+    }
+
+    /// The names of servers whose shared session is not ready.
+    pub fn not_ready(&self) -> Vec<String> {
+        self.servers()
+            .into_iter()
+            .filter(|server| server.status != ServerStatus::Ready)
+            .map(|server| server.name)
+            .collect()
+    }
+
+    /// Cancels every call and Request (the upstreams get `cancel`), closes every session and waits for them.
+    pub async fn shut_down(&self) {
+        let detail = "the gateway is shutting down";
+        self.calls.cancel_all(detail);
+        self.registry.cancel_all(detail);
+        for id in self.sessions.open_ids() {
+            self.sessions.end(&id, SessionStatus::Closed, detail);
+        }
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+
+    fn live(&self, target: &Target) -> Result<Arc<Live>, UpstreamError> {
+        match target {
+            Target::Server(name) => {
+                let state = lock(&self.slot(name)?.state).clone();
+                state
+                    .session
+                    .filter(|_| state.status == ServerStatus::Ready)
+                    .and_then(|session| self.sessions.live(&session))
+                    .ok_or_else(|| UpstreamError::ServerNotReady {
+                        server: name.clone(),
+                        detail: state.detail.unwrap_or_else(|| "it is starting".to_owned()),
+                    })
+            }
+            Target::Session(id) => {
+                self.sessions
+                    .get(id)
+                    .ok_or_else(|| UpstreamError::UnknownSession(id.clone()))?;
+                self.sessions
+                    .live(id)
+                    .ok_or_else(|| UpstreamError::SessionNotReady(id.clone()))
+            }
+        }
+    }
+
+    fn slot(&self, name: &str) -> Result<&Slot, UpstreamError> {
+        self.servers
+            .iter()
+            .find(|slot| slot.server.name == name)
+            .ok_or_else(|| UpstreamError::UnknownServer(name.to_owned()))
+    }
+
+    /// Keeps a server's shared session open until shutdown, re-opening it with back-off.
+    async fn supervise(self: Arc<Self>, index: usize) {
+        let slot = &self.servers[index];
+        let mut backoff = INITIAL_BACKOFF;
+        loop {
+            self.update(slot, |state| state.status = ServerStatus::Starting);
+            match self.open_session(&slot.server, true).await {
+                Ok((view, live)) => {
+                    backoff = INITIAL_BACKOFF;
+                    self.update(slot, |state| {
+                        state.status = ServerStatus::Ready;
+                        state.session = Some(view.id);
+                        state.detail = None;
+                    });
+                    tokio::select! {
+                        () = live.closed.cancelled() => {}
+                        () = self.shutdown.cancelled() => return,
+                    }
+                    let ended = self.sessions.get(&live.core.id).and_then(|view| view.detail);
+                    self.update(slot, |state| {
+                        state.status = ServerStatus::Starting;
+                        state.session = None;
+                        state.detail = ended.map(|detail| format!("re-opening: the previous session ended: {detail}"));
+                        state.restarts += 1;
+                    });
+                }
+                Err(detail) => self.update(slot, |state| {
+                    state.status = ServerStatus::Failed;
+                    state.detail = Some(format!("{detail} (retrying in {}ms)", backoff.as_millis()));
+                }),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                () = self.shutdown.cancelled() => return,
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    fn update(&self, slot: &Slot, change: impl FnOnce(&mut ServerView)) {
+        change(&mut lock(&slot.state));
+        self.changes.notify();
+    }
+
+    /// Connects a new session and hands its connection to a task that owns it until it ends.
+    async fn open_session(self: &Arc<Self>, server: &Server, shared: bool) -> Result<(SessionView, Arc<Live>), String> {
+        let id = ids::mint(ids::SESSION);
+        self.sessions.starting(&id, &server.name, shared);
+        let core = Arc::new(SessionCore::new(
+            id.clone(),
+            server.name.clone(),
+            self.registry.clone(),
+            self.calls.clone(),
+        ));
+        let connected = tokio::select! {
+            connected = connect::connect(server, |protocol| GatewayClient::new(core.clone(), protocol)) => connected,
+            () = self.shutdown.cancelled() => Err("the gateway is shutting down".to_owned()),
+        };
+        let (connection, eof) = match connected {
+            Ok(connected) => connected,
+            Err(detail) => {
+                self.sessions.end(&id, SessionStatus::Failed, &detail);
+                return Err(detail);
+            }
+        };
+        let info = connection.peer_info();
+        let live = Arc::new(Live {
+            core,
+            peer: connection.peer().clone(),
+            closed: CancellationToken::new(),
+        });
+        let view = self
+            .sessions
+            .ready(
+                &id,
+                live.clone(),
+                info.as_ref().map(|info| info.protocol_version.to_string()),
+                info.as_ref().and_then(|info| info.server_info.clone()),
+            )
+            .ok_or_else(|| "the session vanished while connecting".to_owned())?;
+        let this = self.clone();
+        let closed = live.closed.clone();
+        self.tracker.spawn(async move {
+            let mut connection = connection;
+            tokio::select! {
+                _ = eof => {
+                    let detail = "the upstream ended the session (its process exited or its connection closed)";
+                    // Calls see the session end first, so they fail with its reason rather than a side effect of it.
+                    this.sessions.end(&id, SessionStatus::Failed, detail);
+                    this.registry.cancel_session(&id, detail, false);
+                }
+                () = closed.cancelled() => {}
+            }
+            let _ = connection.close_with_timeout(CLOSE_TIMEOUT).await;
+        });
+        Ok((view, live))
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

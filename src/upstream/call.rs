@@ -1,0 +1,199 @@
+//! Driving one `tools/call` to its end: legacy elicitations arrive through the session's handler, while
+//! 2026-07-28 `input_required` rounds and `-32042` URL elicitations are turned into Requests here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification, CancelledNotificationParam,
+    ClientRequest, ElicitationAction, ErrorCode, ErrorData, InputRequest, InputResponses, RequestId, ServerResult,
+};
+use rmcp::service::{PeerRequestOptions, ServiceError};
+use rmcp::{Peer, RoleClient};
+use serde_json::Value;
+
+use super::client::SessionCore;
+use crate::calls::Finish;
+use crate::registry::{Outcome, Pending, SuspendError};
+
+/// The most `input_required` rounds one call may take.
+const MAX_ROUNDS: usize = 32;
+/// JSON-RPC error code of a 2025-11-25 `URLElicitationRequiredError`.
+const URL_ELICITATION_REQUIRED: ErrorCode = ErrorCode(-32042);
+
+/// Runs a call on a session until the upstream returns its result or fails it.
+pub async fn drive(
+    core: &Arc<SessionCore>,
+    peer: &Peer<RoleClient>,
+    call: &str,
+    mut params: CallToolRequestParams,
+) -> Finish {
+    let mut url_retry_used = false;
+    for _ in 0..MAX_ROUNDS {
+        let response = match send(core, peer, call, params.clone()).await {
+            Ok(response) => response,
+            Err(ServiceError::McpError(error)) if error.code == URL_ELICITATION_REQUIRED && !url_retry_used => {
+                url_retry_used = true;
+                match authorize(core, call, &error).await {
+                    Ok(()) => continue,
+                    Err(finish) => return finish,
+                }
+            }
+            Err(error) => return Finish::Failed(describe(&error)),
+        };
+        match response {
+            ServerResult::InputRequiredResult(input) => {
+                let requests = input.input_requests.unwrap_or_default();
+                if requests.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                params.input_responses = match fulfil(core, call, requests).await {
+                    Ok(responses) => (!responses.is_empty()).then_some(responses),
+                    Err(finish) => return finish,
+                };
+                params.request_state = input.request_state;
+            }
+            other => {
+                return match serde_json::to_value(&other).and_then(serde_json::from_value::<CallToolResult>) {
+                    Ok(result) => Finish::Completed(serde_json::to_value(result).unwrap_or_default()),
+                    Err(_) => Finish::Failed(
+                        "the upstream answered tools/call with something that is not a CallToolResult".into(),
+                    ),
+                };
+            }
+        }
+    }
+    Finish::Failed(format!("the upstream asked for input more than {MAX_ROUNDS} times"))
+}
+
+/// Sends one `tools/call` and waits for its response; dropping the future tells the upstream it was cancelled.
+async fn send(
+    core: &SessionCore,
+    peer: &Peer<RoleClient>,
+    call: &str,
+    params: CallToolRequestParams,
+) -> Result<ServerResult, ServiceError> {
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let handle = peer
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await?;
+    let mut guard = InFlight {
+        core,
+        peer,
+        request: Some(handle.id.clone()),
+    };
+    core.track(handle.id.clone(), call);
+    let response = handle.await_response().await;
+    guard.finish();
+    response
+}
+
+/// Answers the elicitations of an `input_required` result through Requests, keyed as the upstream keyed them.
+async fn fulfil(
+    core: &SessionCore,
+    call: &str,
+    requests: std::collections::BTreeMap<String, InputRequest>,
+) -> Result<InputResponses, Finish> {
+    let mut pending = Vec::with_capacity(requests.len());
+    for (key, request) in requests {
+        let InputRequest::Elicitation(elicitation) = request else {
+            return Err(Finish::Failed(format!(
+                "the upstream asked for input {key:?} of a kind the gateway does not provide (only elicitation is)"
+            )));
+        };
+        pending.push((key, suspend(core, &elicitation.params, call)?));
+    }
+    let mut responses = InputResponses::new();
+    for (key, request) in pending {
+        let result = resolved(core, request).await?;
+        responses.insert(key, serde_json::to_value(result).unwrap_or_default());
+    }
+    Ok(responses)
+}
+
+/// Turns the URL elicitations of a `-32042` error into Requests; `Ok` when every one was accepted.
+async fn authorize(core: &SessionCore, call: &str, error: &ErrorData) -> Result<(), Finish> {
+    let elicitations = error
+        .data
+        .as_ref()
+        .and_then(|data| data.get("elicitations"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut pending = Vec::with_capacity(elicitations.len());
+    for elicitation in &elicitations {
+        let params = serde_json::from_value(elicitation.clone())
+            .map_err(|e| Finish::Failed(format!("the upstream sent an unreadable URL elicitation: {e}")))?;
+        pending.push(suspend(core, &params, call)?);
+    }
+    for request in pending {
+        if resolved(core, request).await?.action != ElicitationAction::Accept {
+            return Err(Finish::Failed(error.message.to_string()));
+        }
+    }
+    Ok(())
+}
+
+fn suspend(core: &SessionCore, params: &rmcp::model::ElicitRequestParams, call: &str) -> Result<Pending, Finish> {
+    core.suspend(params, Some(call.to_owned()))
+        .map_err(|SuspendError::UnusableSchema(message)| {
+            Finish::Failed(format!(
+                "the upstream sent an elicitation the gateway cannot show: {message}"
+            ))
+        })
+}
+
+async fn resolved(core: &SessionCore, request: Pending) -> Result<rmcp::model::ElicitResult, Finish> {
+    match request.outcome.await {
+        Ok(Outcome::Reply(result)) => Ok(result),
+        Ok(Outcome::Withdrawn) | Err(_) => {
+            let detail = core
+                .registry
+                .get(&request.id)
+                .and_then(|view| view.detail)
+                .unwrap_or_default();
+            Err(Finish::Failed(format!(
+                "Request {} was cancelled: {detail}",
+                request.id
+            )))
+        }
+    }
+}
+
+fn describe(error: &ServiceError) -> String {
+    match error {
+        ServiceError::McpError(error) => format!("the upstream returned error {}: {}", error.code.0, error.message),
+        ServiceError::TransportClosed => "the upstream connection closed".to_owned(),
+        other => format!("the upstream call failed: {other}"),
+    }
+}
+
+/// An in-flight `tools/call`: tracked for attribution, and cancelled upstream if abandoned.
+struct InFlight<'a> {
+    core: &'a SessionCore,
+    peer: &'a Peer<RoleClient>,
+    request: Option<RequestId>,
+}
+
+impl InFlight<'_> {
+    fn finish(&mut self) {
+        if let Some(request) = self.request.take() {
+            self.core.untrack(&request);
+        }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let Some(request) = self.request.take() else { return };
+        self.core.untrack(&request);
+        let peer = self.peer.clone();
+        let notification = CancelledNotification::new(CancelledNotificationParam::new(
+            Some(request),
+            Some("cancelled by the gateway".to_owned()),
+        ));
+        tokio::spawn(async move {
+            let _ = peer.send_notification(notification.into()).await;
+        });
+    }
+}

@@ -1,0 +1,179 @@
+//! The MCP client side of a session: the capabilities the gateway declares and the handler that turns
+//! legacy `elicitation/create` requests into Requests.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, CustomNotification, ElicitRequestParams, ElicitResult, ElicitationCapability,
+    ErrorData, FormElicitationCapability, Implementation, ProtocolVersion, RequestId, UrlElicitationCapability,
+};
+use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext};
+use rmcp::{ClientHandler, RoleClient};
+use tokio_util::sync::CancellationToken;
+
+use crate::calls::Calls;
+use crate::registry::{Outcome, Registry, SuspendError, Suspension};
+
+/// The `detail` of a Request the upstream withdrew.
+const UPSTREAM_CANCELLED: &str = "the upstream cancelled the elicitation";
+
+/// The MCP method of a URL-mode completion notification (2025-11-25).
+const ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
+
+/// What a session's handler and its calls share.
+#[derive(Debug)]
+pub struct SessionCore {
+    pub id: String,
+    pub server: String,
+    pub registry: Registry,
+    pub calls: Calls,
+    /// Our in-flight `tools/call` JSON-RPC ids, each with the Call it serves.
+    in_flight: Mutex<HashMap<RequestId, String>>,
+    /// Legacy elicitations waiting on their Request, with the token rmcp cancels when the upstream withdraws one.
+    elicitations: Mutex<HashMap<String, CancellationToken>>,
+}
+
+impl SessionCore {
+    /// Creates the shared part of a session that is about to connect.
+    pub fn new(id: String, server: String, registry: Registry, calls: Calls) -> Self {
+        Self {
+            id,
+            server,
+            registry,
+            calls,
+            in_flight: Mutex::default(),
+            elicitations: Mutex::default(),
+        }
+    }
+
+    /// Records that a call's `tools/call` with this JSON-RPC id is in flight.
+    pub fn track(&self, request: RequestId, call: &str) {
+        lock(&self.in_flight).insert(request, call.to_owned());
+    }
+
+    /// Forgets an in-flight `tools/call`.
+    pub fn untrack(&self, request: &RequestId) {
+        lock(&self.in_flight).remove(request);
+    }
+
+    /// The call an inbound elicitation belongs to: the one whose HTTP stream carried it, or the only call in flight.
+    fn attribute(&self, origin: Option<&InboundStreamOrigin>) -> Option<String> {
+        let in_flight = lock(&self.in_flight);
+        match origin {
+            Some(InboundStreamOrigin::OutboundRequest(request)) => in_flight.get(request).cloned(),
+            _ if in_flight.len() == 1 => in_flight.values().next().cloned(),
+            _ => None,
+        }
+    }
+
+    /// Cancels the Requests of elicitations the upstream has withdrawn but whose handler has not yet woken.
+    ///
+    /// rmcp cancels a handler's token before it routes the response that follows, so a call that just ended
+    /// runs this to record the upstream's withdrawal rather than its own ending.
+    pub fn settle_withdrawn(&self) {
+        let withdrawn: Vec<String> = lock(&self.elicitations)
+            .iter()
+            .filter(|(_, token)| token.is_cancelled())
+            .map(|(id, _)| id.clone())
+            .collect();
+        self.registry
+            .cancel(withdrawn.iter().map(String::as_str), UPSTREAM_CANCELLED, false);
+    }
+
+    /// Raises a Request for elicitation params; the Call, when known, lists it.
+    pub fn suspend(
+        &self,
+        params: &ElicitRequestParams,
+        call: Option<String>,
+    ) -> Result<crate::registry::Pending, SuspendError> {
+        let params = serde_json::to_value(params).unwrap_or_default();
+        let pending = self.registry.suspend(Suspension {
+            params,
+            server: self.server.clone(),
+            session: self.id.clone(),
+            call: call.clone(),
+        })?;
+        if let Some(call) = call {
+            self.calls.add_request(&call, &pending.id);
+        }
+        Ok(pending)
+    }
+}
+
+/// The `ClientHandler` of every upstream session.
+#[derive(Debug, Clone)]
+pub struct GatewayClient {
+    core: Arc<SessionCore>,
+    protocol: ProtocolVersion,
+}
+
+impl GatewayClient {
+    /// A handler for one session, offering `protocol` in a legacy `initialize`.
+    pub fn new(core: Arc<SessionCore>, protocol: ProtocolVersion) -> Self {
+        Self { core, protocol }
+    }
+}
+
+impl ClientHandler for GatewayClient {
+    fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(
+            ElicitationCapability::new()
+                .with_form(FormElicitationCapability::new())
+                .with_url(UrlElicitationCapability::new()),
+        );
+        ClientConfig::new(
+            capabilities,
+            Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(self.protocol.clone())
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let core = &self.core;
+        let call = core.attribute(context.extensions.get::<InboundStreamOrigin>());
+        let pending = core
+            .suspend(&params, call)
+            .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
+        lock(&core.elicitations).insert(pending.id.clone(), context.ct.clone());
+        let outcome = tokio::select! {
+            outcome = pending.outcome => outcome,
+            () = context.ct.cancelled() => {
+                core.registry.cancel([pending.id.as_str()], UPSTREAM_CANCELLED, false);
+                Ok(Outcome::Withdrawn)
+            }
+        };
+        lock(&core.elicitations).remove(&pending.id);
+        match outcome {
+            Ok(Outcome::Reply(result)) => Ok(result),
+            Ok(Outcome::Withdrawn) | Err(_) => Err(ErrorData::internal_error("the Request was withdrawn", None)),
+        }
+    }
+
+    async fn on_custom_notification(
+        &self,
+        notification: CustomNotification,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if notification.method != ELICITATION_COMPLETE {
+            return;
+        }
+        if let Some(elicitation_id) = notification
+            .params
+            .as_ref()
+            .and_then(|params| params.get("elicitationId"))
+            .and_then(|id| id.as_str())
+        {
+            self.core.registry.complete(&self.core.id, elicitation_id);
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,162 @@
+//! Opening the MCP connection of a session: the transport, the protocol era, and prompt end-of-stream detection.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use axum::http::{HeaderName, HeaderValue};
+use rmcp::model::ProtocolVersion;
+use rmcp::service::{RunningService, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess, Transport};
+use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
+use tokio::sync::oneshot;
+
+use super::client::GatewayClient;
+use crate::config::{ProtocolChoice, Server, Transport as ServerTransport};
+
+/// How long the MCP handshake may take before the session counts as failed.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A live MCP client connection.
+pub type Connection = RunningService<RoleClient, GatewayClient>;
+
+/// Connects to a server and completes the handshake in the era its config asks for.
+///
+/// `auto` tries 2026-07-28 first; when that handshake fails it connects afresh with 2025-11-25.
+/// The receiver fires when the upstream's stream ends (a stdio child's EOF), well before rmcp gives up on
+/// in-flight handlers.
+pub async fn connect(
+    server: &Server,
+    handler: impl Fn(ProtocolVersion) -> GatewayClient,
+) -> Result<(Connection, oneshot::Receiver<()>), String> {
+    match server.protocol {
+        ProtocolChoice::Auto => match attempt(server, &handler, ProtocolChoice::Auto).await {
+            Ok(connected) => Ok(connected),
+            Err(modern) => attempt(server, &handler, ProtocolChoice::Legacy)
+                .await
+                .map_err(|legacy| format!("{legacy} (and with 2026-07-28: {modern})")),
+        },
+        protocol => attempt(server, &handler, protocol).await,
+    }
+}
+
+async fn attempt(
+    server: &Server,
+    handler: &impl Fn(ProtocolVersion) -> GatewayClient,
+    protocol: ProtocolChoice,
+) -> Result<(Connection, oneshot::Receiver<()>), String> {
+    let (eof, ended) = oneshot::channel();
+    let handler = handler(match protocol {
+        ProtocolChoice::Legacy | ProtocolChoice::Auto => ProtocolVersion::V_2025_11_25,
+        ProtocolChoice::Modern => ProtocolVersion::V_2026_07_28,
+    });
+    let connection = match &server.transport {
+        ServerTransport::Stdio { command, args, env } => {
+            let mut command_line = tokio::process::Command::new(command);
+            command_line.args(args).envs(env);
+            // Its own process group: a Ctrl-C at the terminal reaches the gateway, which then shuts it down in order.
+            command_line.process_group(0);
+            let (child, _) = TokioChildProcess::builder(command_line)
+                .spawn()
+                .map_err(|error| format!("cannot start {}: {error}", command.display()))?;
+            handshake(
+                EofWatch {
+                    inner: child,
+                    eof: Some(eof),
+                },
+                handler,
+                protocol,
+            )
+            .await?
+        }
+        ServerTransport::Http { url, headers } => {
+            let headers = headers
+                .iter()
+                .map(|(name, value)| {
+                    Ok((
+                        HeaderName::try_from(name.as_str()).map_err(|e| format!("header name {name:?}: {e}"))?,
+                        HeaderValue::try_from(value.as_str()).map_err(|e| format!("header {name}: {e}"))?,
+                    ))
+                })
+                .collect::<Result<HashMap<_, _>, String>>()?;
+            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
+            let transport = StreamableHttpClientTransport::from_config(config);
+            handshake(
+                EofWatch {
+                    inner: transport,
+                    eof: Some(eof),
+                },
+                handler,
+                protocol,
+            )
+            .await?
+        }
+    };
+    Ok((connection, ended))
+}
+
+async fn handshake<T>(transport: T, handler: GatewayClient, protocol: ProtocolChoice) -> Result<Connection, String>
+where
+    T: Transport<RoleClient> + 'static,
+{
+    let serving = async {
+        match protocol {
+            ProtocolChoice::Legacy => handler.serve(transport).await,
+            ProtocolChoice::Modern => {
+                let lifecycle = ClientLifecycleMode::Discover {
+                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                };
+                handler.serve_with_lifecycle(transport, lifecycle).await
+            }
+            ProtocolChoice::Auto => {
+                let lifecycle = ClientLifecycleMode::Auto {
+                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                    legacy_version: Some(ProtocolVersion::V_2025_11_25),
+                };
+                handler.serve_with_lifecycle(transport, lifecycle).await
+            }
+        }
+    };
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, serving).await {
+        Ok(Ok(connection)) => Ok(connection),
+        Ok(Err(error)) if protocol == ProtocolChoice::Modern => Err(format!(
+            "the server does not speak protocol 2026-07-28, which its config pins: {error}"
+        )),
+        Ok(Err(error)) => Err(format!("the MCP handshake failed: {error}")),
+        Err(_) => Err(format!(
+            "the MCP handshake did not finish within {}s",
+            HANDSHAKE_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+/// A transport that reports the end of the upstream's stream the moment it is read.
+struct EofWatch<T> {
+    inner: T,
+    eof: Option<oneshot::Sender<()>>,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for EofWatch<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        message: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(message)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await;
+        if message.is_none()
+            && let Some(eof) = self.eof.take()
+        {
+            let _ = eof.send(());
+        }
+        message
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}

@@ -1,0 +1,441 @@
+//! Each demo tool's round trip in both protocol eras, and what ends a call early.
+
+use serde_json::{Value, json};
+
+use crate::helpers::{BINARY, BOTH_ERAS, ERAS, Output, results, spawn_app, spawn_app_with};
+
+#[tokio::test]
+async fn echo_completes_without_a_request() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for era in ERAS {
+        let call = app.call(era, "echo", json!({"text": "hello"})).await;
+        assert_eq!(call["status"], "completed", "{call}");
+        assert_eq!(call["result"]["content"][0]["text"], "hello");
+        assert_eq!(call["requests"], json!([]));
+    }
+}
+
+#[tokio::test]
+async fn confirm_action_raises_a_form_request_and_completes_with_the_answer() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for era in ERAS {
+        let call = app.call(era, "confirm_action", json!({"action": "deploy"})).await;
+        let request = app.request_of(&call).await;
+        assert_eq!(request["kind"], "input");
+        assert_eq!(request["prompt"], "Confirm: deploy?");
+        assert_eq!(request["status"], "pending");
+        assert_eq!(request["server"], era);
+        assert_eq!(request["call"], call["id"]);
+        assert_eq!(request["session"], call["session"]);
+        assert_eq!(request["data"]["schema"]["required"], json!(["confirm"]));
+        assert!(request["id"].as_str().unwrap().starts_with("elc-"));
+        assert!(request.get("url").is_none() && request.get("expiresAt").is_some());
+        assert_eq!(call["requests"], json!([request["id"]]));
+
+        let answered = app
+            .answer_ok(
+                request["id"].as_str().unwrap(),
+                json!({"ok": true, "data": {"confirm": true}}),
+            )
+            .await;
+        assert_eq!(answered["status"], "answered");
+        assert_eq!(
+            answered["result"],
+            json!({"action": "accept", "content": {"confirm": true, "note": ""}})
+        );
+
+        let done = app.settled(call["id"].as_str().unwrap()).await;
+        assert_eq!(
+            results(&done),
+            json!([{"action": "accept", "content": {"confirm": true, "note": ""}}]),
+            "{era}"
+        );
+        let text: Value = serde_json::from_str(done["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(text, done["result"]["structuredContent"]);
+    }
+}
+
+#[tokio::test]
+async fn collect_profile_returns_exactly_the_values_given() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for era in ERAS {
+        let call = app.call(era, "collect_profile", json!({})).await;
+        let request = app.request_of(&call).await;
+        let properties = &request["data"]["schema"]["properties"];
+        let names: Vec<&String> = properties.as_object().unwrap().keys().collect();
+        assert_eq!(
+            names,
+            ["name", "email", "age", "score", "newsletter", "color", "tags"],
+            "wire order is kept"
+        );
+        let data = json!({"name": "Ada", "email": "ada@example.com", "age": 36, "score": 9.5, "color": "green", "tags": ["a", "c"]});
+        app.answer_ok(request["id"].as_str().unwrap(), json!({"ok": true, "data": data}))
+            .await;
+        let mut expected = data.clone();
+        expected["newsletter"] = json!(false);
+        let done = app.settled(call["id"].as_str().unwrap()).await;
+        assert_eq!(
+            results(&done),
+            json!([{"action": "accept", "content": expected}]),
+            "{era}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn authorize_raises_a_url_request_whose_accept_carries_no_content() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for era in ERAS {
+        let call = app.call(era, "authorize", json!({"service": "calendar"})).await;
+        let request = app.request_of(&call).await;
+        assert_eq!(request["kind"], "authorization");
+        assert_eq!(request["url"], "https://example.com/authorize?service=calendar");
+        assert_eq!(request["prompt"], "Authorize access to calendar");
+        assert!(request.get("data").is_none(), "{request}");
+        let id = request["id"].as_str().unwrap();
+        let answered = app.answer_ok(id, json!({"ok": true})).await;
+        assert_eq!(answered["result"], json!({"action": "accept"}));
+        let done = app.settled(call["id"].as_str().unwrap()).await;
+        assert_eq!(results(&done), json!([{"action": "accept"}]), "{era}");
+    }
+}
+
+#[tokio::test]
+async fn a_legacy_completion_notification_is_recorded_on_the_request() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let call = app.call("legacy", "authorize", json!({"service": "drive"})).await;
+    let id = app.request_of(&call).await["id"].as_str().unwrap().to_owned();
+    app.answer_ok(&id, json!({"ok": true})).await;
+    app.settled(call["id"].as_str().unwrap()).await;
+    // The notification travels apart from the tool result, so it may land just after it.
+    let mut completed = Value::Null;
+    for _ in 0..100 {
+        completed = app.get_json(&format!("/requests/{id}")).await["completedAt"].clone();
+        if completed.is_string() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(completed.is_string(), "completedAt never set");
+}
+
+#[tokio::test]
+async fn two_step_raises_its_requests_in_turn() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for era in ERAS {
+        let call = app.call(era, "two_step", json!({})).await;
+        let first = app.request_of(&call).await;
+        assert_eq!(first["prompt"], "What is your name?");
+        app.answer_ok(
+            first["id"].as_str().unwrap(),
+            json!({"ok": true, "data": {"name": "Ada"}}),
+        )
+        .await;
+
+        let call = app.settled(call["id"].as_str().unwrap()).await;
+        let second = app.request_of(&call).await;
+        assert_eq!(second["prompt"], "Shall I go on?");
+        assert_eq!(call["requests"], json!([first["id"], second["id"]]));
+        app.answer_ok(
+            second["id"].as_str().unwrap(),
+            json!({"ok": true, "data": {"confirm": false}}),
+        )
+        .await;
+
+        let done = app.settled(call["id"].as_str().unwrap()).await;
+        assert_eq!(
+            results(&done),
+            json!([{"action": "accept", "content": {"name": "Ada"}}, {"action": "accept", "content": {"confirm": false}}]),
+            "{era}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn decline_and_cancel_reach_the_upstream() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let cases = [
+        (json!({"ok": false, "reason": "declined"}), json!({"action": "decline"})),
+        (json!({"ok": false}), json!({"action": "cancel"})),
+        (json!({"ok": false, "reason": "cancelled"}), json!({"action": "cancel"})),
+    ];
+    for era in ERAS {
+        for (answer, expected) in &cases {
+            let call = app.call(era, "confirm_action", json!({"action": "drop"})).await;
+            let request = app.request_of(&call).await;
+            let answered = app.answer_ok(request["id"].as_str().unwrap(), answer.clone()).await;
+            assert_eq!(answered["status"], "answered");
+            let done = app.settled(call["id"].as_str().unwrap()).await;
+            assert_eq!(results(&done), json!([expected]), "{era} {answer}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_unanswered_request_expires_and_the_upstream_gets_cancel() {
+    let app = spawn_app_with(BOTH_ERAS, "ttl = \"1s\"").await;
+    for era in ERAS {
+        let call = app.call(era, "confirm_action", json!({"action": "wait"})).await;
+        let id = app.request_of(&call).await["id"].as_str().unwrap().to_owned();
+        let expired = app.get_json(&format!("/requests/{id}?wait=20")).await;
+        assert_eq!(expired["status"], "expired");
+        assert_eq!(expired["answer"], json!({"id": id, "ok": false, "reason": "expired"}));
+        assert_eq!(expired["result"], json!({"action": "cancel"}));
+        let done = app.settled(call["id"].as_str().unwrap()).await;
+        assert_eq!(results(&done), json!([{"action": "cancel"}]), "{era}");
+    }
+}
+
+#[tokio::test]
+async fn slow_reports_progress_and_completes() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for era in ERAS {
+        let call = app.call(era, "slow", json!({"seconds": 0.2})).await;
+        assert_eq!(call["status"], "completed", "{call}");
+        assert_eq!(call["result"]["content"][0]["text"], "slept 0.2 seconds");
+    }
+}
+
+#[tokio::test]
+async fn url_elicitation_required_becomes_requests_and_the_call_is_retried_once() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let call = app.call("legacy", "connect_account", json!({"service": "mail"})).await;
+    let request = app.request_of(&call).await;
+    assert_eq!(request["kind"], "authorization");
+    assert_eq!(request["url"], "https://example.com/authorize?service=mail");
+    app.answer_ok(request["id"].as_str().unwrap(), json!({"ok": true}))
+        .await;
+    let done = app.settled(call["id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "connected mail");
+
+    let call = app.call("legacy", "connect_account", json!({"service": "files"})).await;
+    let request = app.request_of(&call).await;
+    app.answer_ok(
+        request["id"].as_str().unwrap(),
+        json!({"ok": false, "reason": "declined"}),
+    )
+    .await;
+    let failed = app.settled(call["id"].as_str().unwrap()).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(failed["error"]["message"], "files is not connected yet");
+}
+
+#[tokio::test]
+async fn concurrent_calls_on_separate_sessions_are_attributed_to_their_own_call() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let mut sessions = Vec::new();
+    for _ in 0..3 {
+        let response = app.post("/sessions", &json!({"server": "legacy"})).await;
+        assert_eq!(response.status(), 201);
+        sessions.push(
+            response.json::<Value>().await.unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let start = |i: usize| {
+        let body =
+            json!({"session": sessions[i], "tool": "confirm_action", "arguments": {"action": format!("task {i}")}});
+        app.call_on(body)
+    };
+    // Each POST holds until its own call waits on input, so the three run at once.
+    let (a, b, c) = tokio::join!(start(0), start(1), start(2));
+    let calls = [a, b, c];
+    for (i, call) in calls.iter().enumerate() {
+        let request = app.request_of(call).await;
+        assert_eq!(request["prompt"], format!("Confirm: task {i}?"));
+        assert_eq!(request["session"], sessions[i].as_str());
+        app.answer_ok(
+            request["id"].as_str().unwrap(),
+            json!({"ok": true, "data": {"confirm": true, "note": format!("n{i}")}}),
+        )
+        .await;
+    }
+    for (i, call) in calls.iter().enumerate() {
+        let done = app.settled(call["id"].as_str().unwrap()).await;
+        assert_eq!(results(&done)[0]["content"]["note"], format!("n{i}"));
+    }
+}
+
+#[tokio::test]
+async fn cancelling_a_call_cancels_its_request_and_tells_the_upstream() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for era in ERAS {
+        let call = app.call(era, "confirm_action", json!({"action": "stop me"})).await;
+        let request = app.request_of(&call).await;
+        let response = app.delete(&format!("/calls/{}", call["id"].as_str().unwrap())).await;
+        assert_eq!(response.status(), 200);
+        let cancelled: Value = response.json().await.unwrap();
+        assert_eq!(cancelled["status"], "cancelled");
+        assert!(
+            cancelled["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("cancelled by a client")
+        );
+        let request = app
+            .get_json(&format!("/requests/{}", request["id"].as_str().unwrap()))
+            .await;
+        assert_eq!(request["status"], "cancelled");
+        assert!(
+            request["detail"].as_str().unwrap().contains("cancelled by a client"),
+            "{request}"
+        );
+        let gone = app
+            .answer(
+                request["id"].as_str().unwrap(),
+                json!({"ok": true, "data": {"confirm": true}}),
+            )
+            .await;
+        assert_eq!(gone.status(), 410);
+    }
+    app.stderr().wait_for("confirm_action received {\"action\":\"cancel\"}");
+}
+
+#[tokio::test]
+async fn an_upstream_cancellation_cancels_the_request() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let call = app
+        .call("legacy", "confirm_action", json!({"action": "hurry", "timeout": 0.3}))
+        .await;
+    let id = app.request_of(&call).await["id"].as_str().unwrap().to_owned();
+    let request = app.get_json(&format!("/requests/{id}?wait=20")).await;
+    assert_eq!(request["status"], "cancelled");
+    assert!(
+        request["detail"].as_str().unwrap().contains("upstream cancelled"),
+        "{request}"
+    );
+    let done = app.settled(call["id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["result"]["isError"], true);
+    assert_eq!(
+        app.answer(&id, json!({"ok": true, "data": {"confirm": true}}))
+            .await
+            .status(),
+        410
+    );
+}
+
+#[tokio::test]
+async fn an_upstream_crash_mid_elicitation_cancels_the_request_fails_the_call_and_reopens() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for era in ERAS {
+        let call = app.call(era, "crash", json!({})).await;
+        let id = app.request_of(&call).await["id"].as_str().unwrap().to_owned();
+        let request = app.get_json(&format!("/requests/{id}?wait=20")).await;
+        assert_eq!(request["status"], "cancelled");
+        assert!(
+            request["detail"]
+                .as_str()
+                .unwrap()
+                .contains("upstream ended the session"),
+            "{request}"
+        );
+        let failed = app.settled(call["id"].as_str().unwrap()).await;
+        assert_eq!(failed["status"], "failed");
+        assert!(
+            failed["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("upstream ended the session"),
+            "{failed}"
+        );
+        let ready = app.get("/readyz?wait=30").await;
+        assert_eq!(ready.status(), 200);
+        let server = app.get_json(&format!("/servers/{era}")).await;
+        assert_eq!(server["restarts"], 1, "{server}");
+        assert_ne!(server["session"], call["session"]);
+        let again = app.call(era, "echo", json!({"text": "back"})).await;
+        assert_eq!(again["status"], "completed");
+    }
+}
+
+#[tokio::test]
+async fn an_http_upstream_works_in_both_eras() {
+    let mut demo = std::process::Command::new(BINARY)
+        .args(["demo-server", "--http", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _stderr = Output::collect(demo.stderr.take().unwrap(), "[demo http] ");
+    let stdout = Output::collect(demo.stdout.take().unwrap(), "[demo http stdout] ");
+    let url = stdout
+        .wait_for("listening on ")
+        .trim_start_matches("listening on ")
+        .trim()
+        .to_owned();
+    let servers = format!(
+        "[[servers]]\nname = \"legacy\"\nurl = \"{url}\"\nprotocol = \"2025-11-25\"\n\
+         [[servers]]\nname = \"modern\"\nurl = \"{url}\"\nheaders = {{ X-Test = \"${{PATH}}\" }}\n"
+    );
+    let app = spawn_app(&servers).await;
+    let servers = app.get_json("/servers").await;
+    assert_eq!(servers[0]["transport"], "http");
+    let sessions = app.get_json("/sessions").await;
+    let versions: Vec<&str> = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["protocolVersion"].as_str().unwrap())
+        .collect();
+    assert_eq!(versions, ["2025-11-25", "2026-07-28"]);
+    for era in ERAS {
+        let call = app.call(era, "confirm_action", json!({"action": "over http"})).await;
+        let request = app.request_of(&call).await;
+        assert_eq!(request["call"], call["id"], "{era}");
+        app.answer_ok(
+            request["id"].as_str().unwrap(),
+            json!({"ok": true, "data": {"confirm": true}}),
+        )
+        .await;
+        let done = app.settled(call["id"].as_str().unwrap()).await;
+        assert_eq!(
+            results(&done),
+            json!([{"action": "accept", "content": {"confirm": true, "note": ""}}]),
+            "{era}"
+        );
+    }
+    drop(app);
+    let _ = demo.kill();
+    let _ = demo.wait();
+}
+
+#[tokio::test]
+async fn a_legacy_stdio_elicitation_with_two_calls_in_flight_is_not_attributed() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let first = app.call("legacy", "confirm_action", json!({"action": "one"})).await;
+    assert_eq!(first["status"], "input_required");
+    let second = app
+        .post(
+            "/calls?wait=2",
+            &json!({"server": "legacy", "tool": "confirm_action", "arguments": {"action": "two"}}),
+        )
+        .await;
+    let second: Value = second.json().await.unwrap();
+    assert_eq!(
+        second["status"], "running",
+        "stdio carries no association, so the call cannot be told: {second}"
+    );
+    let unattributed = app.get_json("/requests?server=legacy&wait=20").await;
+    let request = unattributed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["prompt"] == "Confirm: two?")
+        .unwrap()
+        .clone();
+    assert!(request.get("call").is_none(), "{request}");
+    app.answer_ok(
+        request["id"].as_str().unwrap(),
+        json!({"ok": true, "data": {"confirm": true}}),
+    )
+    .await;
+    let done = app.settled(second["id"].as_str().unwrap()).await;
+    assert_eq!(
+        results(&done),
+        json!([{"action": "accept", "content": {"confirm": true, "note": ""}}])
+    );
+}

@@ -1,0 +1,266 @@
+//! `spawn_app`: the gateway binary on port 0 with a temp config, and typed helpers to drive it.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// The gateway binary under test.
+pub const BINARY: &str = env!("CARGO_BIN_EXE_toolnexus-gateway");
+
+/// Two demo servers: `legacy` speaks 2025-11-25, `modern` 2026-07-28.
+pub const BOTH_ERAS: &str = r#"
+[[servers]]
+name = "legacy"
+builtin = "demo"
+protocol = "2025-11-25"
+
+[[servers]]
+name = "modern"
+builtin = "demo"
+"#;
+
+/// The protocol eras, by server name in `BOTH_ERAS`.
+pub const ERAS: [&str; 2] = ["legacy", "modern"];
+
+/// A running gateway.
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    child: Child,
+    stderr: Arc<Output>,
+    _dir: tempfile::TempDir,
+}
+
+/// Lines a child process wrote, with a signal for each new one.
+#[derive(Default)]
+pub struct Output {
+    lines: Mutex<Vec<String>>,
+    grew: Condvar,
+}
+
+impl Output {
+    /// Collects the lines of a pipe on a thread of its own; with `TEST_LOG` set they are echoed.
+    pub fn collect(pipe: impl std::io::Read + Send + 'static, echo_prefix: &'static str) -> Arc<Self> {
+        let output = Arc::new(Output::default());
+        let sink = output.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if std::env::var_os("TEST_LOG").is_some() {
+                    eprintln!("{echo_prefix}{line}");
+                }
+                sink.lines.lock().unwrap().push(line);
+                sink.grew.notify_all();
+            }
+        });
+        output
+    }
+
+    /// Waits until a line containing `needle` has been written, and returns it.
+    pub fn wait_for(&self, needle: &str) -> String {
+        let lines = self.lines.lock().unwrap();
+        let (lines, timeout) = self
+            .grew
+            .wait_timeout_while(lines, Duration::from_secs(20), |lines| {
+                !lines.iter().any(|l| l.contains(needle))
+            })
+            .unwrap();
+        assert!(
+            !timeout.timed_out(),
+            "no line containing {needle:?} in:\n{}",
+            lines.join("\n")
+        );
+        lines.iter().find(|l| l.contains(needle)).unwrap().clone()
+    }
+}
+
+/// Starts the gateway with `servers` (TOML) and `[requests]` settings, waits until it is ready.
+pub async fn spawn_app(servers: &str) -> TestApp {
+    spawn_app_with(servers, "").await
+}
+
+/// Like `spawn_app`, with extra `[requests]` keys (e.g. `ttl = "1s"`).
+pub async fn spawn_app_with(servers: &str, requests: &str) -> TestApp {
+    let app = start(servers, requests);
+    let ready = app.get("/readyz?wait=30").await;
+    assert_eq!(ready.status(), 200, "not ready: {}", ready.text().await.unwrap());
+    app
+}
+
+/// Starts the gateway without waiting for its upstreams.
+pub fn start(servers: &str, requests: &str) -> TestApp {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!("listen = \"127.0.0.1:0\"\n[requests]\n{requests}\n{servers}"),
+    )
+    .unwrap();
+    let mut child = Command::new(BINARY)
+        .arg("--config")
+        .arg(&config)
+        .env("RUST_LOG", "info,rmcp=warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Output::collect(child.stderr.take().unwrap(), "[gateway] ");
+    let stdout = Output::collect(child.stdout.take().unwrap(), "[gateway stdout] ");
+    let line = stdout.wait_for("listening on ");
+    let address = line.trim_start_matches("listening on ").trim().to_owned();
+    TestApp {
+        address,
+        client: reqwest::Client::new(),
+        child,
+        stderr,
+        _dir: dir,
+    }
+}
+
+impl TestApp {
+    /// The gateway's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The gateway's stderr, including what its stdio servers write there.
+    pub fn stderr(&self) -> &Output {
+        &self.stderr
+    }
+
+    /// `GET path`.
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client.get(format!("{}{path}", self.address)).send().await.unwrap()
+    }
+
+    /// `GET path`, expecting `200`, as JSON.
+    pub async fn get_json(&self, path: &str) -> Value {
+        let response = self.get(path).await;
+        assert_eq!(response.status(), 200, "GET {path}");
+        response.json().await.unwrap()
+    }
+
+    /// `POST path` with a JSON body.
+    pub async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.client
+            .post(format!("{}{path}", self.address))
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `DELETE path`.
+    pub async fn delete(&self, path: &str) -> reqwest::Response {
+        self.client
+            .delete(format!("{}{path}", self.address))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Starts a call on a server's shared session and waits until it stops running.
+    pub async fn call(&self, server: &str, tool: &str, arguments: Value) -> Value {
+        self.call_on(json!({"server": server, "tool": tool, "arguments": arguments}))
+            .await
+    }
+
+    /// `POST /calls?wait=20` with a body, expecting `201`.
+    pub async fn call_on(&self, body: Value) -> Value {
+        let response = self.post("/calls?wait=20", &body).await;
+        assert_eq!(response.status(), 201, "POST /calls {body}");
+        response.json().await.unwrap()
+    }
+
+    /// `GET /calls/{id}?wait=20`: the call once it stops running.
+    pub async fn settled(&self, call: &str) -> Value {
+        self.get_json(&format!("/calls/{call}?wait=20")).await
+    }
+
+    /// The one pending Request of a call that waits on input.
+    pub async fn request_of(&self, call: &Value) -> Value {
+        assert_eq!(call["status"], "input_required", "{call}");
+        let requests = self
+            .get_json(&format!("/requests?call={}", call["id"].as_str().unwrap()))
+            .await;
+        assert_eq!(requests.as_array().unwrap().len(), 1, "{requests}");
+        requests[0].clone()
+    }
+
+    /// `POST /requests/{id}/answer`.
+    pub async fn answer(&self, request: &str, answer: Value) -> reqwest::Response {
+        self.post(&format!("/requests/{request}/answer"), &answer).await
+    }
+
+    /// Answers and expects `200`.
+    pub async fn answer_ok(&self, request: &str, answer: Value) -> Value {
+        let response = self.answer(request, answer.clone()).await;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(status, 200, "answer {answer} to {request}: {body}");
+        body
+    }
+
+    /// Sends SIGTERM and waits for the process to exit, returning its exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        signal(self.child.id(), "TERM");
+        self.child.wait().unwrap().code()
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            signal(self.child.id(), "TERM");
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Sends a signal by name to a process.
+pub fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+/// The ids of the live (non-zombie) children of a process.
+pub fn children(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
+                let fields: Vec<&str> = stat
+                    .rsplit_once(')')
+                    .map(|(_, rest)| rest)
+                    .unwrap_or("")
+                    .split_whitespace()
+                    .collect();
+                fields.first() != Some(&"Z") && fields.get(1) == Some(&pid.to_string().as_str())
+            })
+        })
+        .collect()
+}
+
+/// Whether a process exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// The `structuredContent.results` of a completed call.
+pub fn results(call: &Value) -> Value {
+    assert_eq!(call["status"], "completed", "{call}");
+    call["result"]["structuredContent"]["results"].clone()
+}

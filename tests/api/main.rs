@@ -1,0 +1,7 @@
+//! Black-box tests: the real binary on port 0 with a temp config, driven over HTTP as curl would.
+
+mod answers;
+mod calls;
+mod helpers;
+mod lifecycle;
+mod sessions;
