@@ -2,6 +2,7 @@
 
 mod calls;
 mod error;
+mod events;
 mod extract;
 mod health;
 mod requests;
@@ -21,6 +22,7 @@ pub use error::ApiError;
 
 use crate::calls::Calls;
 use crate::changes::Changes;
+use crate::events::Events;
 use crate::registry::Registry;
 use crate::sessions::Sessions;
 use crate::upstream::Upstreams;
@@ -38,6 +40,7 @@ pub struct AppState {
     pub sessions: Sessions,
     pub upstreams: Arc<Upstreams>,
     pub changes: Changes,
+    pub events: Events,
     /// Fires at shutdown, ending every long-poll.
     pub shutdown: CancellationToken,
 }
@@ -56,6 +59,7 @@ pub fn router(state: AppState) -> Router {
         .route("/servers", get(sessions::servers))
         .route("/servers/{name}", get(sessions::server))
         .route("/servers/{name}/tools", get(sessions::server_tools))
+        .route("/events", get(events::stream))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .fallback(|| async { ApiError::not_found("no such resource") })

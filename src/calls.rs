@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::changes::Changes;
+use crate::events::{EventKind, Events, Tags};
 use crate::ids;
 use crate::registry::Registry;
 use crate::time::Timestamp;
@@ -98,6 +99,7 @@ struct Shared {
     state: Mutex<State>,
     registry: Registry,
     changes: Changes,
+    events: Events,
     retention: Duration,
 }
 
@@ -120,14 +122,32 @@ struct Entry {
 
 impl Calls {
     /// Creates an empty store.
-    pub fn new(registry: Registry, changes: Changes, retention: Duration) -> Self {
-        Self {
-            shared: Arc::new(Shared {
-                state: Mutex::default(),
-                registry,
-                changes,
-                retention,
-            }),
+    pub fn new(registry: Registry, changes: Changes, events: Events, retention: Duration) -> Self {
+        let shared = Arc::new(Shared {
+            state: Mutex::default(),
+            registry: registry.clone(),
+            changes,
+            events,
+            retention,
+        });
+        let calls = Arc::downgrade(&shared);
+        registry.on_call_change(Box::new(move |call| {
+            if let Some(shared) = calls.upgrade() {
+                Calls { shared }.updated(call);
+            }
+        }));
+        Self { shared }
+    }
+
+    /// Publishes `call.updated` with the call's current state.
+    fn updated(&self, call: &str) {
+        if let Some(view) = self.get(call) {
+            let tags = Tags {
+                server: &view.server,
+                session: &view.session,
+                call: Some(&view.id),
+            };
+            self.shared.events.publish(EventKind::CallUpdated, &view, tags);
         }
     }
 
@@ -164,6 +184,7 @@ impl Calls {
             );
         }
         self.shared.changes.notify();
+        self.updated(&view.id);
         (view, cancel)
     }
 
@@ -174,6 +195,7 @@ impl Calls {
             entry.view.updated_at = Timestamp::now();
         }
         self.shared.changes.notify();
+        self.updated(call);
     }
 
     /// Ends a running call; a call that already ended keeps its first ending.
@@ -206,10 +228,7 @@ impl Calls {
                 .push_back((Instant::now() + self.shared.retention, call.to_owned()));
             (requests, detail)
         };
-        self.shared
-            .registry
-            .cancel(pending.iter().map(String::as_str), &detail, true);
-        self.shared.changes.notify();
+        self.settled(call, &pending, &detail);
     }
 
     /// Cancels a call: its pending Requests become `cancelled` and the upstream is told.
@@ -231,12 +250,23 @@ impl Calls {
                 .push_back((Instant::now() + self.shared.retention, call.to_owned()));
             found
         };
-        self.shared
-            .registry
-            .cancel(requests.iter().map(String::as_str), message, true);
+        self.settled(call, &requests, message);
         token.cancel();
-        self.shared.changes.notify();
         self.get(call)
+    }
+
+    /// After a call ended: cancels its pending Requests and publishes its final state once.
+    fn settled(&self, call: &str, requests: &[String], detail: &str) {
+        // Cancelling Requests of the call publishes `call.updated` through the registry's hook.
+        if self
+            .shared
+            .registry
+            .cancel(requests.iter().map(String::as_str), detail, true)
+            == 0
+        {
+            self.updated(call);
+        }
+        self.shared.changes.notify();
     }
 
     /// Cancels every running call (used at shutdown).

@@ -9,6 +9,7 @@ pub mod changes;
 pub mod config;
 pub mod demo;
 pub mod elicitation;
+pub mod events;
 pub mod ids;
 pub mod registry;
 pub mod sessions;
@@ -27,6 +28,7 @@ use crate::api::AppState;
 use crate::calls::Calls;
 use crate::changes::Changes;
 use crate::config::Config;
+use crate::events::Events;
 use crate::registry::{Policy, Registry};
 use crate::sessions::Sessions;
 use crate::upstream::Upstreams;
@@ -44,14 +46,20 @@ impl Gateway {
     pub fn new(config: &Config, listener: TcpListener) -> anyhow::Result<Self> {
         let servers = config.servers().map_err(anyhow::Error::msg)?;
         let changes = Changes::default();
+        let events = Events::default();
         let policy = Policy {
             ttl: config.requests.ttl,
             retention: config.requests.retention,
             apply_defaults: config.requests.apply_defaults,
         };
-        let registry = Registry::new(policy, changes.clone());
-        let calls = Calls::new(registry.clone(), changes.clone(), config.requests.retention);
-        let sessions = Sessions::new(changes.clone(), config.requests.retention);
+        let registry = Registry::new(policy, changes.clone(), events.clone());
+        let calls = Calls::new(
+            registry.clone(),
+            changes.clone(),
+            events.clone(),
+            config.requests.retention,
+        );
+        let sessions = Sessions::new(changes.clone(), events.clone(), config.requests.retention);
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
         let upstreams = Upstreams::new(
@@ -69,6 +77,7 @@ impl Gateway {
             sessions,
             upstreams,
             changes,
+            events,
             shutdown,
         };
         Ok(Self {

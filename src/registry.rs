@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::changes::Changes;
 use crate::elicitation::{self, KIND_AUTHORIZATION};
+use crate::events::{EventKind, Events, Tags};
 use crate::suspension::{Answer, Request};
 use crate::time::Timestamp;
 use crate::validation::{self, Violation};
@@ -132,13 +133,26 @@ pub struct Registry {
     shared: Arc<Shared>,
 }
 
-#[derive(Debug)]
+/// Told the id of a Call whenever one of its Requests is raised or resolved.
+pub type CallHook = Box<dyn Fn(&str) + Send + Sync>;
+
 struct Shared {
     state: Mutex<State>,
     /// Wakes the reaper when a new deadline comes first.
     reaper: Notify,
     changes: Changes,
+    events: Events,
+    call_hook: std::sync::OnceLock<CallHook>,
     policy: Policy,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("state", &self.state)
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -165,16 +179,23 @@ struct Entry {
 
 impl Registry {
     /// Creates an empty registry.
-    pub fn new(policy: Policy, changes: Changes) -> Self {
+    pub fn new(policy: Policy, changes: Changes, events: Events) -> Self {
         let shared = Shared {
             state: Mutex::default(),
             reaper: Notify::new(),
             changes,
+            events,
+            call_hook: std::sync::OnceLock::new(),
             policy,
         };
         Self {
             shared: Arc::new(shared),
         }
+    }
+
+    /// Sets what to tell when a Call's Requests are resolved (once; later calls are ignored).
+    pub fn on_call_change(&self, hook: CallHook) {
+        let _ = self.shared.call_hook.set(hook);
     }
 
     /// Turns an upstream elicitation into a pending Request.
@@ -213,22 +234,22 @@ impl Registry {
             state.next_seq += 1;
             state.order.insert(seq, id.clone());
             state.deadlines.insert((deadline, id.clone()));
-            state.entries.insert(
-                id.clone(),
-                Entry {
-                    seq,
-                    view,
-                    deadline,
-                    elicitation_id,
-                    reply: Some(reply),
-                },
-            );
+            self.publish(EventKind::RequestCreated, &view);
+            let entry = Entry {
+                seq,
+                view,
+                deadline,
+                elicitation_id,
+                reply: Some(reply),
+            };
+            state.entries.insert(id.clone(), entry);
             state.deadlines.first().is_some_and(|(first, _)| *first == deadline)
         };
         if first_deadline {
             self.shared.reaper.notify_one();
         }
-        self.shared.changes.notify();
+        // The call lists the Request (and publishes its new state) once the caller attributes it.
+        self.changed([None]);
         Ok(Pending { id, outcome })
     }
 
@@ -237,96 +258,89 @@ impl Registry {
     /// Posting the identical answer again returns the same Request.
     pub fn answer(&self, id: &str, mut answer: Answer) -> Result<RequestView, AnswerError> {
         answer.id = id.to_owned();
-        let view = {
-            let mut state = self.lock();
-            let entry = state
-                .entries
-                .get_mut(id)
-                .ok_or_else(|| AnswerError::NotFound(id.to_owned()))?;
-            let schema = entry
-                .view
-                .request
-                .data
-                .as_ref()
-                .and_then(|data| data.get("schema"))
-                .cloned();
-            if answer.ok && entry.view.request.kind != KIND_AUTHORIZATION {
-                let data = answer.data.get_or_insert_with(Default::default);
-                if let Some(schema) = &schema
-                    && self.shared.policy.apply_defaults
-                {
-                    validation::apply_defaults(schema, data);
-                }
-            }
-            match entry.view.status {
-                Status::Pending => {}
-                Status::Answered if entry.view.answer.as_ref() == Some(&answer) => return Ok(entry.view.clone()),
-                Status::Answered => return Err(AnswerError::Conflict(id.to_owned())),
-                status => {
-                    return Err(AnswerError::Gone {
-                        id: id.to_owned(),
-                        status,
-                    });
-                }
-            }
-            if answer.ok
-                && let (Some(schema), Some(data)) = (&schema, &answer.data)
+        let mut state = self.lock();
+        let entry = state
+            .entries
+            .get_mut(id)
+            .ok_or_else(|| AnswerError::NotFound(id.to_owned()))?;
+        let schema = entry
+            .view
+            .request
+            .data
+            .as_ref()
+            .and_then(|data| data.get("schema"))
+            .cloned();
+        let is_url = entry.view.request.kind == KIND_AUTHORIZATION;
+        if answer.ok && !is_url {
+            let data = answer.data.get_or_insert_with(Default::default);
+            if let Some(schema) = &schema
+                && self.shared.policy.apply_defaults
             {
-                validation::validate(schema, data).map_err(AnswerError::Invalid)?;
+                validation::apply_defaults(schema, data);
             }
-            let mut result = elicitation::answer_to_elicit_result(&answer);
-            if entry.view.request.kind == KIND_AUTHORIZATION {
-                result.content = None;
-            }
-            let delivered = entry
-                .reply
-                .take()
-                .is_some_and(|reply| reply.send(Outcome::Reply(result.clone())).is_ok());
-            if delivered {
-                entry.view.answer = Some(answer);
-                entry.view.result = Some(result);
-                Self::retire(&mut state, id, Status::Answered, None, self.shared.policy.retention);
-                Ok(state.entries[id].view.clone())
-            } else {
-                Self::retire(
-                    &mut state,
-                    id,
-                    Status::Cancelled,
-                    Some("withdrawn by the upstream before the answer arrived".into()),
-                    self.shared.policy.retention,
-                );
-                Err(AnswerError::Gone {
+        }
+        match entry.view.status {
+            Status::Pending => {}
+            Status::Answered if entry.view.answer.as_ref() == Some(&answer) => return Ok(entry.view.clone()),
+            Status::Answered => return Err(AnswerError::Conflict(id.to_owned())),
+            status => {
+                return Err(AnswerError::Gone {
                     id: id.to_owned(),
-                    status: Status::Cancelled,
-                })
+                    status,
+                });
             }
+        }
+        if answer.ok
+            && let (Some(schema), Some(data)) = (&schema, &answer.data)
+        {
+            validation::validate(schema, data).map_err(AnswerError::Invalid)?;
+        }
+        let mut result = elicitation::answer_to_elicit_result(&answer);
+        if is_url {
+            result.content = None;
+        }
+        let delivered = entry
+            .reply
+            .take()
+            .is_some_and(|reply| reply.send(Outcome::Reply(result.clone())).is_ok());
+        let outcome = if delivered {
+            entry.view.answer = Some(answer);
+            entry.view.result = Some(result);
+            let view = self.retire(&mut state, id, Status::Answered, None);
+            Ok(view)
+        } else {
+            let detail = "withdrawn by the upstream before the answer arrived".to_owned();
+            self.retire(&mut state, id, Status::Cancelled, Some(detail));
+            Err(AnswerError::Gone {
+                id: id.to_owned(),
+                status: Status::Cancelled,
+            })
         };
-        self.shared.changes.notify();
-        view
+        let call = state.entries[id].view.call.clone();
+        drop(state);
+        self.changed([call]);
+        outcome
     }
 
     /// Cancels pending Requests; with `reply_cancel` the upstream is told `cancel`, else nothing is sent.
     ///
     /// Returns how many were still pending.
     pub fn cancel<'a>(&self, ids: impl IntoIterator<Item = &'a str>, detail: &str, reply_cancel: bool) -> usize {
-        let cancelled = {
+        let mut calls = Vec::new();
+        {
             let mut state = self.lock();
-            let mut cancelled = 0;
             for id in ids {
                 if state
                     .entries
                     .get(id)
                     .is_some_and(|entry| entry.view.status == Status::Pending)
                 {
-                    Self::withdraw(&mut state, id, detail, reply_cancel, self.shared.policy.retention);
-                    cancelled += 1;
+                    calls.push(self.withdraw(&mut state, id, detail, reply_cancel).call);
                 }
             }
-            cancelled
-        };
-        if cancelled > 0 {
-            self.shared.changes.notify();
         }
+        let cancelled = calls.len();
+        self.changed(calls);
         cancelled
     }
 
@@ -335,10 +349,10 @@ impl Registry {
         let ids: Vec<String> = {
             let state = self.lock();
             state
-                .entries
-                .values()
-                .filter(|entry| entry.view.status == Status::Pending && entry.view.session == session)
-                .map(|entry| entry.view.request.id.clone())
+                .deadlines
+                .iter()
+                .filter(|(_, id)| state.entries[id].view.session == session)
+                .map(|(_, id)| id.clone())
                 .collect()
         };
         self.cancel(ids.iter().map(String::as_str), detail, reply_cancel)
@@ -346,10 +360,7 @@ impl Registry {
 
     /// Cancels every pending Request, telling each upstream `cancel` (used at shutdown).
     pub fn cancel_all(&self, detail: &str) -> usize {
-        let ids: Vec<String> = {
-            let state = self.lock();
-            state.deadlines.iter().map(|(_, id)| id.clone()).collect()
-        };
+        let ids: Vec<String> = self.lock().deadlines.iter().map(|(_, id)| id.clone()).collect();
         self.cancel(ids.iter().map(String::as_str), detail, true)
     }
 
@@ -426,43 +437,41 @@ impl Registry {
 
     /// Expires and purges what is due at `now`; returns when to look again.
     fn reap_due(&self, now: Instant) -> Option<Instant> {
-        let (expired, next) = {
-            let mut state = self.lock();
-            let mut expired = 0;
-            while let Some((deadline, id)) = state.deadlines.first().cloned() {
-                if deadline > now {
-                    break;
-                }
-                let entry = state.entries.get_mut(&id).expect("a deadline has its entry");
-                entry.view.answer = Some(Answer::expired(&id));
-                let result = ElicitResult::new(ElicitationAction::Cancel);
-                entry.view.result = Some(result.clone());
-                if let Some(reply) = entry.reply.take() {
-                    let _ = reply.send(Outcome::Reply(result));
-                }
-                Self::retire(&mut state, &id, Status::Expired, None, self.shared.policy.retention);
-                expired += 1;
+        let mut expired = Vec::new();
+        let mut state = self.lock();
+        while let Some((deadline, id)) = state.deadlines.first().cloned() {
+            if deadline > now {
+                break;
             }
-            while let Some((until, id)) = state.retired.front().cloned() {
-                if until > now {
-                    break;
-                }
-                state.retired.pop_front();
-                if let Some(entry) = state.entries.remove(&id) {
-                    state.order.remove(&entry.seq);
-                }
+            let entry = state.entries.get_mut(&id).expect("a deadline has its entry");
+            entry.view.answer = Some(Answer::expired(&id));
+            let result = ElicitResult::new(ElicitationAction::Cancel);
+            entry.view.result = Some(result.clone());
+            if let Some(reply) = entry.reply.take() {
+                let _ = reply.send(Outcome::Reply(result));
             }
-            let next_deadline = state.deadlines.first().map(|(when, _)| *when);
-            let next_purge = state.retired.front().map(|(when, _)| *when);
-            (expired, next_deadline.into_iter().chain(next_purge).min())
-        };
-        if expired > 0 {
-            self.shared.changes.notify();
+            expired.push(self.retire(&mut state, &id, Status::Expired, None).call);
         }
-        next
+        while let Some((until, id)) = state.retired.front().cloned() {
+            if until > now {
+                break;
+            }
+            state.retired.pop_front();
+            if let Some(entry) = state.entries.remove(&id) {
+                state.order.remove(&entry.seq);
+            }
+        }
+        let next_deadline = state.deadlines.first().map(|(when, _)| *when);
+        let next_purge = state.retired.front().map(|(when, _)| *when);
+        drop(state);
+        if !expired.is_empty() {
+            self.changed(expired);
+        }
+        next_deadline.into_iter().chain(next_purge).min()
     }
 
-    fn withdraw(state: &mut State, id: &str, detail: &str, reply_cancel: bool, retention: Duration) {
+    /// Cancels a pending entry, replying `cancel` upstream or withdrawing it.
+    fn withdraw(&self, state: &mut State, id: &str, detail: &str, reply_cancel: bool) -> RequestView {
         let entry = state.entries.get_mut(id).expect("caller checked the entry");
         let reply = entry.reply.take();
         if reply_cancel {
@@ -473,19 +482,41 @@ impl Registry {
         } else if let Some(reply) = reply {
             let _ = reply.send(Outcome::Withdrawn);
         }
-        Self::retire(state, id, Status::Cancelled, Some(detail.to_owned()), retention);
+        self.retire(state, id, Status::Cancelled, Some(detail.to_owned()))
     }
 
-    /// Moves a pending entry to a terminal status and schedules its purge.
-    fn retire(state: &mut State, id: &str, status: Status, detail: Option<String>, retention: Duration) {
+    /// Moves a pending entry to a terminal status, schedules its purge and publishes `request.resolved`.
+    fn retire(&self, state: &mut State, id: &str, status: Status, detail: Option<String>) -> RequestView {
         let entry = state.entries.get_mut(id).expect("caller checked the entry");
         debug_assert_eq!(entry.view.status, Status::Pending);
         entry.view.status = status;
         entry.view.resolved_at = Some(Timestamp::now());
         entry.view.detail = detail;
+        let view = entry.view.clone();
         let deadline = entry.deadline;
         state.deadlines.remove(&(deadline, id.to_owned()));
-        state.retired.push_back((Instant::now() + retention, id.to_owned()));
+        state
+            .retired
+            .push_back((Instant::now() + self.shared.policy.retention, id.to_owned()));
+        self.publish(EventKind::RequestResolved, &view);
+        view
+    }
+
+    fn publish(&self, kind: EventKind, view: &RequestView) {
+        let tags = Tags {
+            server: &view.server,
+            session: &view.session,
+            call: view.call.as_deref(),
+        };
+        self.shared.events.publish(kind, view, tags);
+    }
+
+    /// Wakes long-polls and tells the call hook about the calls whose Requests changed.
+    fn changed(&self, calls: impl IntoIterator<Item = Option<String>>) {
+        self.shared.changes.notify();
+        if let Some(hook) = self.shared.call_hook.get() {
+            calls.into_iter().flatten().for_each(|call| hook(&call));
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -509,6 +540,7 @@ impl Filter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::Events;
     use serde_json::json;
 
     fn registry(ttl: Duration) -> Registry {
@@ -519,6 +551,7 @@ mod tests {
                 apply_defaults: true,
             },
             Changes::default(),
+            Events::default(),
         )
     }
 

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::changes::Changes;
+use crate::events::{EventKind, Events, Tags};
 use crate::time::Timestamp;
 use crate::upstream::SessionCore;
 
@@ -66,6 +67,7 @@ pub struct Sessions {
 struct Shared {
     state: Mutex<State>,
     changes: Changes,
+    events: Events,
     retention: Duration,
 }
 
@@ -86,14 +88,26 @@ struct Entry {
 
 impl Sessions {
     /// Creates an empty store.
-    pub fn new(changes: Changes, retention: Duration) -> Self {
+    pub fn new(changes: Changes, events: Events, retention: Duration) -> Self {
         Self {
             shared: Arc::new(Shared {
                 state: Mutex::default(),
                 changes,
+                events,
                 retention,
             }),
         }
+    }
+
+    /// Wakes long-polls and publishes `session.updated`.
+    fn changed(&self, view: &SessionView) {
+        self.shared.changes.notify();
+        let tags = Tags {
+            server: &view.server,
+            session: &view.id,
+            call: None,
+        };
+        self.shared.events.publish(EventKind::SessionUpdated, view, tags);
     }
 
     /// Records a session that is connecting.
@@ -115,9 +129,16 @@ impl Sessions {
             let seq = state.next_seq;
             state.next_seq += 1;
             state.order.insert(seq, id.to_owned());
-            state.entries.insert(id.to_owned(), Entry { seq, view, live: None });
+            state.entries.insert(
+                id.to_owned(),
+                Entry {
+                    seq,
+                    view: view.clone(),
+                    live: None,
+                },
+            );
         }
-        self.shared.changes.notify();
+        self.changed(&view);
     }
 
     /// Marks a session ready with what its handshake negotiated.
@@ -137,13 +158,13 @@ impl Sessions {
             entry.live = Some(live);
             entry.view.clone()
         };
-        self.shared.changes.notify();
+        self.changed(&view);
         Some(view)
     }
 
     /// Ends a session; returns its live handles if it was still open.
     pub fn end(&self, id: &str, status: SessionStatus, detail: &str) -> Option<Arc<Live>> {
-        let live = {
+        let (live, view) = {
             let mut state = self.lock();
             let entry = state.entries.get_mut(id)?;
             if matches!(entry.view.status, SessionStatus::Closed | SessionStatus::Failed) {
@@ -152,16 +173,16 @@ impl Sessions {
             entry.view.status = status;
             entry.view.closed_at = Some(Timestamp::now());
             entry.view.detail = Some(detail.to_owned());
-            let live = entry.live.take();
+            let found = (entry.live.take(), entry.view.clone());
             state
                 .retired
                 .push_back((Instant::now() + self.shared.retention, id.to_owned()));
-            live
+            found
         };
         if let Some(live) = &live {
             live.closed.cancel();
         }
-        self.shared.changes.notify();
+        self.changed(&view);
         live
     }
 

@@ -264,3 +264,81 @@ pub fn results(call: &Value) -> Value {
     assert_eq!(call["status"], "completed", "{call}");
     call["result"]["structuredContent"]["results"].clone()
 }
+
+/// One Server-Sent Event.
+#[derive(Debug, Clone)]
+pub struct SseEvent {
+    pub id: String,
+    pub event: String,
+    pub data: Value,
+}
+
+/// A `GET /events` stream read as a client would.
+pub struct EventStream {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl EventStream {
+    /// The next event (keep-alive comments skipped); fails the test after 20 s.
+    pub async fn next(&mut self) -> SseEvent {
+        tokio::time::timeout(Duration::from_secs(20), self.read())
+            .await
+            .expect("no event within 20 s")
+    }
+
+    /// The next event of the given type, skipping others.
+    pub async fn next_of(&mut self, event: &str) -> SseEvent {
+        loop {
+            let next = self.next().await;
+            if next.event == event {
+                return next;
+            }
+        }
+    }
+
+    async fn read(&mut self) -> SseEvent {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let (mut id, mut event, mut data) = (String::new(), String::new(), String::new());
+                for line in block.lines() {
+                    if let Some(value) = line.strip_prefix("id:") {
+                        id = value.trim().to_owned();
+                    } else if let Some(value) = line.strip_prefix("event:") {
+                        event = value.trim().to_owned();
+                    } else if let Some(value) = line.strip_prefix("data:") {
+                        data.push_str(value.trim_start());
+                    }
+                }
+                if !event.is_empty() {
+                    return SseEvent {
+                        id,
+                        event,
+                        data: serde_json::from_str(&data).unwrap(),
+                    };
+                }
+                continue;
+            }
+            let chunk = self.response.chunk().await.unwrap().expect("the event stream ended");
+            self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    }
+}
+
+impl TestApp {
+    /// Opens `GET /events{query}`, optionally resuming after an event id.
+    pub async fn events(&self, query: &str, last_event_id: Option<&str>) -> EventStream {
+        let mut request = self.client.get(format!("{}/events{query}", self.address));
+        if let Some(id) = last_event_id {
+            request = request.header("Last-Event-ID", id);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        EventStream {
+            response,
+            buffer: String::new(),
+        }
+    }
+}

@@ -2,6 +2,7 @@
 
 mod answers;
 mod calls;
+mod events;
 mod helpers;
 mod lifecycle;
 mod sessions;
