@@ -297,6 +297,12 @@ impl EventStream {
         }
     }
 
+    /// Whether the stream ends (after any events still buffered) within 20 s.
+    pub async fn ended(&mut self) -> bool {
+        let drained = async { while let Ok(Some(_)) = self.response.chunk().await {} };
+        tokio::time::timeout(Duration::from_secs(20), drained).await.is_ok()
+    }
+
     async fn read(&mut self) -> SseEvent {
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
