@@ -5,6 +5,7 @@ mod error;
 mod events;
 mod extract;
 mod health;
+mod metrics;
 mod requests;
 mod sessions;
 
@@ -12,17 +13,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::StatusCode;
+use axum::middleware;
 use axum::routing::{get, post};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
+use tower_http::LatencyUnit;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 pub use error::ApiError;
 
 use crate::calls::Calls;
 use crate::changes::Changes;
 use crate::events::Events;
+use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::sessions::Sessions;
 use crate::upstream::Upstreams;
@@ -41,6 +46,7 @@ pub struct AppState {
     pub upstreams: Arc<Upstreams>,
     pub changes: Changes,
     pub events: Events,
+    pub metrics: Metrics,
     /// Fires at shutdown, ending every long-poll.
     pub shutdown: CancellationToken,
 }
@@ -62,6 +68,7 @@ pub fn router(state: AppState) -> Router {
         .route("/events", get(events::stream))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::render))
         .fallback(|| async { ApiError::not_found("no such resource") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -70,6 +77,23 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(state.clone(), metrics::record))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|request: &Request<_>| {
+                    let route = request
+                        .extensions()
+                        .get::<MatchedPath>()
+                        .map_or("", MatchedPath::as_str);
+                    tracing::info_span!("http", method = %request.method(), path = %request.uri().path(), route)
+                })
+                .on_request(())
+                .on_response(
+                    DefaultOnResponse::new()
+                        .level(tracing::Level::DEBUG)
+                        .latency_unit(LatencyUnit::Micros),
+                ),
+        )
         .with_state(state)
 }
 

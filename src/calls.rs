@@ -12,11 +12,12 @@ use tokio_util::sync::CancellationToken;
 use crate::changes::Changes;
 use crate::events::{EventKind, Events, Tags};
 use crate::ids;
+use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::time::Timestamp;
 
 /// Where a Call is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CallStatus {
     /// The upstream is working on it.
@@ -100,6 +101,7 @@ struct Shared {
     registry: Registry,
     changes: Changes,
     events: Events,
+    metrics: Metrics,
     retention: Duration,
 }
 
@@ -122,12 +124,13 @@ struct Entry {
 
 impl Calls {
     /// Creates an empty store.
-    pub fn new(registry: Registry, changes: Changes, events: Events, retention: Duration) -> Self {
+    pub fn new(registry: Registry, changes: Changes, events: Events, metrics: Metrics, retention: Duration) -> Self {
         let shared = Arc::new(Shared {
             state: Mutex::default(),
             registry: registry.clone(),
             changes,
             events,
+            metrics,
             retention,
         });
         let calls = Arc::downgrade(&shared);
@@ -184,6 +187,9 @@ impl Calls {
             );
         }
         self.shared.changes.notify();
+        self.shared
+            .metrics
+            .inc("toolnexus_calls_started_total", &[("server", &view.server)]);
         self.updated(&view.id);
         (view, cancel)
     }
@@ -257,6 +263,14 @@ impl Calls {
 
     /// After a call ended: cancels its pending Requests and publishes its final state once.
     fn settled(&self, call: &str, requests: &[String], detail: &str) {
+        if let Some(view) = self.get(call) {
+            let status = serde_json::to_value(view.status).unwrap_or_default();
+            let labels = [
+                ("server", view.server.as_str()),
+                ("status", status.as_str().unwrap_or_default()),
+            ];
+            self.shared.metrics.inc("toolnexus_calls_finished_total", &labels);
+        }
         // Cancelling Requests of the call publishes `call.updated` through the registry's hook.
         if self
             .shared
@@ -301,6 +315,16 @@ impl Calls {
             .filter(|view| filter.matches(view))
             .take(limit)
             .collect()
+    }
+
+    /// How many calls are held in each status.
+    pub fn count_by_status(&self) -> BTreeMap<CallStatus, usize> {
+        let views: Vec<CallView> = self.lock().entries.values().map(|entry| entry.view.clone()).collect();
+        let mut counts = BTreeMap::new();
+        for view in views {
+            *counts.entry(self.with_derived_status(view).status).or_default() += 1;
+        }
+        counts
     }
 
     fn with_derived_status(&self, mut view: CallView) -> CallView {

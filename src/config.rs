@@ -37,6 +37,41 @@ pub struct Config {
     /// The upstream MCP servers, each with a shared session opened at start-up.
     #[serde(default)]
     pub servers: Vec<ServerConfig>,
+    /// What the gateway logs and how.
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+/// The `[log]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// A `tracing` filter such as `info` or `info,toolnexus_gateway=debug`; `RUST_LOG` overrides it.
+    #[serde(default = "default_log_level")]
+    pub level: String,
+    /// `text` for people, `json` for log pipelines; `--log-format` overrides it.
+    #[serde(default)]
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            level: default_log_level(),
+            format: LogFormat::default(),
+        }
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// The `[requests]` table.
@@ -161,6 +196,7 @@ impl Config {
                 builtin: Some(Builtin::Demo),
                 ..ServerConfig::default()
             }],
+            log: LogConfig::default(),
         }
     }
 
@@ -174,11 +210,23 @@ impl Config {
             path: path.to_owned(),
             message: error.to_string(),
         })?;
-        config.servers().map_err(|message| ConfigError::Invalid {
+        config.validate().map_err(|message| ConfigError::Invalid {
             path: path.to_owned(),
             message,
         })?;
         Ok(config)
+    }
+
+    /// Checks everything serde cannot: servers, the log filter.
+    pub fn validate(&self) -> Result<(), String> {
+        self.servers()?;
+        tracing_subscriber::EnvFilter::try_new(&self.log.level).map_err(|error| {
+            format!(
+                "log.level = {:?}: not a log filter like \"info\" or \"warn,toolnexus_gateway=debug\": {error}",
+                self.log.level
+            )
+        })?;
+        Ok(())
     }
 
     /// The validated servers, with `${VAR}` expanded; the error names the offending key and the fix.
@@ -291,6 +339,10 @@ fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::E
     })
 }
 
+fn default_log_level() -> String {
+    "info".to_owned()
+}
+
 fn default_listen() -> SocketAddr {
     DEFAULT_LISTEN.parse().expect("the default listen address parses")
 }
@@ -313,7 +365,7 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, String> {
         let config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
-        config.servers()?;
+        config.validate()?;
         Ok(config)
     }
 

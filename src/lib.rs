@@ -11,6 +11,7 @@ pub mod demo;
 pub mod elicitation;
 pub mod events;
 pub mod ids;
+pub mod metrics;
 pub mod registry;
 pub mod sessions;
 pub mod suspension;
@@ -29,6 +30,7 @@ use crate::calls::Calls;
 use crate::changes::Changes;
 use crate::config::Config;
 use crate::events::Events;
+use crate::metrics::Metrics;
 use crate::registry::{Policy, Registry};
 use crate::sessions::Sessions;
 use crate::upstream::Upstreams;
@@ -47,17 +49,20 @@ impl Gateway {
         let servers = config.servers().map_err(anyhow::Error::msg)?;
         let changes = Changes::default();
         let events = Events::default();
+        let metrics = Metrics::default();
         let policy = Policy {
             ttl: config.requests.ttl,
             retention: config.requests.retention,
             apply_defaults: config.requests.apply_defaults,
         };
-        let registry = Registry::new(policy, changes.clone(), events.clone());
+        let registry = Registry::new(policy, changes.clone(), events.clone(), metrics.clone());
+        let retention = config.requests.retention;
         let calls = Calls::new(
             registry.clone(),
             changes.clone(),
             events.clone(),
-            config.requests.retention,
+            metrics.clone(),
+            retention,
         );
         let sessions = Sessions::new(changes.clone(), events.clone(), config.requests.retention);
         let shutdown = CancellationToken::new();
@@ -78,6 +83,7 @@ impl Gateway {
             upstreams,
             changes,
             events,
+            metrics,
             shutdown,
         };
         Ok(Self {

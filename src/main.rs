@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use toolnexus_gateway::Gateway;
-use toolnexus_gateway::config::Config;
+use toolnexus_gateway::config::{Config, LogConfig, LogFormat};
 use toolnexus_gateway::demo::{self, Demo};
 use tracing_subscriber::EnvFilter;
 
@@ -36,6 +36,9 @@ struct ServeArgs {
     /// The address to listen on, overriding the config's `listen`.
     #[arg(long, env = "TOOLNEXUS_LISTEN")]
     listen: Option<SocketAddr>,
+    /// How log lines are written, overriding the config's `log.format`.
+    #[arg(long, env = "TOOLNEXUS_LOG_FORMAT", value_enum)]
+    log_format: Option<LogFormat>,
 }
 
 #[derive(Debug, Args)]
@@ -50,19 +53,33 @@ struct DemoArgs {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn")))
-        .with_writer(std::io::stderr)
-        .init();
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     match cli.command {
-        Some(Command::DemoServer(args)) => runtime.block_on(demo_server(args)),
+        Some(Command::DemoServer(args)) => {
+            init_logs(&LogConfig::default(), LogFormat::Text);
+            runtime.block_on(demo_server(args))
+        }
         Some(Command::Serve(args)) => runtime.block_on(serve(args)),
         None => runtime.block_on(serve(cli.serve)),
     }
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+/// Sends logs to stderr (stdout is the MCP channel of `demo-server`); `RUST_LOG` overrides the level.
+fn init_logs(log: &LogConfig, format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(format!("{},rmcp=warn", log.level)))
+        .unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().flatten_event(true).init(),
+    }
+}
+
+/// The effective config: the file (or the built-in default), then flags and environment on top.
+fn effective_config(args: &ServeArgs) -> anyhow::Result<Config> {
     let mut config = match &args.config {
         Some(path) => Config::load(path)?,
         None => Config::builtin(),
@@ -70,6 +87,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
+    if let Some(format) = args.log_format {
+        config.log.format = format;
+    }
+    Ok(config)
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let config = effective_config(&args)?;
+    init_logs(&config.log, config.log.format);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::changes::Changes;
 use crate::elicitation::{self, KIND_AUTHORIZATION};
 use crate::events::{EventKind, Events, Tags};
+use crate::metrics::Metrics;
 use crate::suspension::{Answer, Request};
 use crate::time::Timestamp;
 use crate::validation::{self, Violation};
@@ -142,6 +143,7 @@ struct Shared {
     reaper: Notify,
     changes: Changes,
     events: Events,
+    metrics: Metrics,
     call_hook: std::sync::OnceLock<CallHook>,
     policy: Policy,
 }
@@ -179,12 +181,13 @@ struct Entry {
 
 impl Registry {
     /// Creates an empty registry.
-    pub fn new(policy: Policy, changes: Changes, events: Events) -> Self {
+    pub fn new(policy: Policy, changes: Changes, events: Events, metrics: Metrics) -> Self {
         let shared = Shared {
             state: Mutex::default(),
             reaper: Notify::new(),
             changes,
             events,
+            metrics,
             call_hook: std::sync::OnceLock::new(),
             policy,
         };
@@ -235,6 +238,17 @@ impl Registry {
             state.order.insert(seq, id.clone());
             state.deadlines.insert((deadline, id.clone()));
             self.publish(EventKind::RequestCreated, &view);
+            self.shared
+                .metrics
+                .inc("toolnexus_requests_created_total", &[("server", &view.server)]);
+            tracing::info!(
+                request = %id,
+                server = %view.server,
+                session = %view.session,
+                call = view.call.as_deref().unwrap_or(""),
+                kind = %view.request.kind,
+                "request created"
+            );
             let entry = Entry {
                 seq,
                 view,
@@ -385,6 +399,11 @@ impl Registry {
         found
     }
 
+    /// How many Requests are pending.
+    pub fn pending_count(&self) -> usize {
+        self.lock().deadlines.len()
+    }
+
     /// One Request by id.
     pub fn get(&self, id: &str) -> Option<RequestView> {
         self.lock().entries.get(id).map(|entry| entry.view.clone())
@@ -493,6 +512,21 @@ impl Registry {
         entry.view.resolved_at = Some(Timestamp::now());
         entry.view.detail = detail;
         let view = entry.view.clone();
+        log_resolution(&view);
+        let outcome = match (status, &view.result) {
+            (Status::Answered, Some(result)) => serde_json::to_value(&result.action)
+                .ok()
+                .and_then(|action| action.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            _ => format!("{status:?}").to_lowercase(),
+        };
+        let metrics = &self.shared.metrics;
+        metrics.inc(
+            "toolnexus_requests_resolved_total",
+            &[("server", &view.server), ("outcome", &outcome)],
+        );
+        let age = (entry.deadline - self.shared.policy.ttl).elapsed().as_secs_f64();
+        metrics.observe("toolnexus_request_resolution_seconds", &[("server", &view.server)], age);
         let deadline = entry.deadline;
         state.deadlines.remove(&(deadline, id.to_owned()));
         state
@@ -527,6 +561,27 @@ impl Registry {
     }
 }
 
+/// Logs how a Request ended: the keys of its answer's data, never the values.
+fn log_resolution(view: &RequestView) {
+    let answer = view.answer.as_ref();
+    let keys: Vec<&str> = answer
+        .and_then(|answer| answer.data.as_ref())
+        .map(|data| data.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    tracing::info!(
+        request = %view.request.id,
+        server = %view.server,
+        session = %view.session,
+        call = view.call.as_deref().unwrap_or(""),
+        status = ?view.status,
+        ok = answer.map(|answer| answer.ok),
+        reason = ?answer.and_then(|answer| answer.reason),
+        data_keys = ?keys,
+        detail = view.detail.as_deref().unwrap_or(""),
+        "request resolved"
+    );
+}
+
 impl Filter {
     fn matches(&self, view: &RequestView) -> bool {
         self.status.is_none_or(|status| status == view.status)
@@ -541,6 +596,7 @@ impl Filter {
 mod tests {
     use super::*;
     use crate::events::Events;
+    use crate::metrics::Metrics;
     use serde_json::json;
 
     fn registry(ttl: Duration) -> Registry {
@@ -552,6 +608,7 @@ mod tests {
             },
             Changes::default(),
             Events::default(),
+            Metrics::default(),
         )
     }
 

@@ -16,7 +16,7 @@ use crate::time::Timestamp;
 use crate::upstream::SessionCore;
 
 /// Where a Session is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SessionStatus {
     /// Connecting and handshaking.

@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 pub use client::SessionCore;
 
@@ -202,7 +203,9 @@ impl Upstreams {
         let mut params = CallToolRequestParams::new(tool);
         params.arguments = arguments;
         let (calls, sessions, id) = (self.calls.clone(), self.sessions.clone(), view.id.clone());
-        self.tracker.spawn(async move {
+        let span = tracing::info_span!(parent: None, "call", call = %id, server = %view.server, session = %view.session, tool = %view.tool);
+        tracing::info!(parent: &span, "call started");
+        let run = async move {
             let finish = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return,
@@ -213,8 +216,13 @@ impl Upstreams {
                 finish = call::drive(&live.core, &live.peer, &id, params) => finish,
             };
             live.core.settle_withdrawn();
+            match &finish {
+                Finish::Completed(_) => tracing::info!("call completed"),
+                Finish::Failed(message) | Finish::Cancelled(message) => tracing::info!(message, "call ended"),
+            }
             calls.finish(&id, finish);
-        });
+        };
+        self.tracker.spawn(run.instrument(span));
         Ok(view)
     }
 

@@ -2,15 +2,11 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{BOTH_ERAS, TestApp, spawn_app, spawn_app_with};
+use crate::helpers::{BOTH_ERAS, TestApp, first_request, spawn_app, spawn_app_with};
 
 async fn pending_request(app: &TestApp, tool: &str) -> (String, String) {
     let call = app.call("legacy", tool, json!({"action": "check"})).await;
-    let request = app.request_of(&call).await;
-    (
-        request["id"].as_str().unwrap().to_owned(),
-        call["id"].as_str().unwrap().to_owned(),
-    )
+    (first_request(&call), call["id"].as_str().unwrap().to_owned())
 }
 
 async fn raw_answer(app: &TestApp, id: &str, content_type: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {

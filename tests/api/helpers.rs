@@ -74,6 +74,17 @@ impl Output {
         );
         lines.iter().find(|l| l.contains(needle)).unwrap().clone()
     }
+
+    /// Every line so far that starts with `prefix`.
+    pub fn lines_starting_with(&self, prefix: &str) -> Vec<String> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.starts_with(prefix))
+            .cloned()
+            .collect()
+    }
 }
 
 /// Starts the gateway with `servers` (TOML) and `[requests]` settings, waits until it is ready.
@@ -257,6 +268,12 @@ pub fn alive(pid: u32) -> bool {
         stat.rsplit_once(')')
             .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
     })
+}
+
+/// The id of the first Request a call raised, read from the call itself (for Requests that may end quickly).
+pub fn first_request(call: &Value) -> String {
+    assert_eq!(call["status"], "input_required", "{call}");
+    call["requests"][0].as_str().unwrap().to_owned()
 }
 
 /// The `structuredContent.results` of a completed call.

@@ -5,4 +5,5 @@ mod calls;
 mod events;
 mod helpers;
 mod lifecycle;
+mod operations;
 mod sessions;
