@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use crate::events::EventKind;
+
 /// Where the built-in default listens.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
@@ -40,6 +42,41 @@ pub struct Config {
     /// What the gateway logs and how.
     #[serde(default)]
     pub log: LogConfig,
+    /// Where to POST events as they happen.
+    #[serde(default)]
+    pub webhooks: Vec<WebhookConfig>,
+}
+
+/// One `[[webhooks]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// Its name in logs and metrics (default `webhook-<n>`, counting from 1).
+    pub name: Option<String>,
+    /// Where events are POSTed (`${VAR}` expands from the environment).
+    pub url: String,
+    /// The event types to send; all of them when empty.
+    #[serde(default)]
+    pub events: Vec<EventKind>,
+    /// Key of the `X-Toolnexus-Signature` HMAC-SHA256 over the body (`${VAR}` expands).
+    pub secret: Option<String>,
+    /// How long one delivery attempt may take.
+    #[serde(default = "default_webhook_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// How many times an event is tried before it is given up.
+    #[serde(default = "default_webhook_attempts")]
+    pub attempts: u32,
+}
+
+/// A validated webhook, with `${VAR}` expanded.
+#[derive(Debug, Clone)]
+pub struct Webhook {
+    pub name: String,
+    pub url: String,
+    pub events: Vec<EventKind>,
+    pub secret: Option<String>,
+    pub timeout: Duration,
+    pub attempts: u32,
 }
 
 /// The `[log]` table.
@@ -197,6 +234,7 @@ impl Config {
                 ..ServerConfig::default()
             }],
             log: LogConfig::default(),
+            webhooks: Vec::new(),
         }
     }
 
@@ -217,9 +255,10 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks everything serde cannot: servers, the log filter.
+    /// Checks everything serde cannot: servers, webhooks, the log filter.
     pub fn validate(&self) -> Result<(), String> {
         self.servers()?;
+        self.webhooks()?;
         tracing_subscriber::EnvFilter::try_new(&self.log.level).map_err(|error| {
             format!(
                 "log.level = {:?}: not a log filter like \"info\" or \"warn,toolnexus_gateway=debug\": {error}",
@@ -227,6 +266,36 @@ impl Config {
             )
         })?;
         Ok(())
+    }
+
+    /// The validated webhooks, with `${VAR}` expanded.
+    pub fn webhooks(&self) -> Result<Vec<Webhook>, String> {
+        self.webhooks
+            .iter()
+            .enumerate()
+            .map(|(index, hook)| {
+                let key = format!("webhooks[{index}]");
+                let url = expand_env(&hook.url, &format!("{key}.url"))?;
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(format!("{key}.url: the URL must start with http:// or https://"));
+                }
+                if hook.attempts == 0 {
+                    return Err(format!("{key}.attempts must be at least 1"));
+                }
+                Ok(Webhook {
+                    name: hook.name.clone().unwrap_or_else(|| format!("webhook-{}", index + 1)),
+                    url,
+                    events: hook.events.clone(),
+                    secret: hook
+                        .secret
+                        .as_deref()
+                        .map(|secret| expand_env(secret, &format!("{key}.secret")))
+                        .transpose()?,
+                    timeout: hook.timeout,
+                    attempts: hook.attempts,
+                })
+            })
+            .collect()
     }
 
     /// The validated servers, with `${VAR}` expanded; the error names the offending key and the fix.
@@ -339,6 +408,14 @@ fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::E
     })
 }
 
+fn default_webhook_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_webhook_attempts() -> u32 {
+    5
+}
+
 fn default_log_level() -> String {
     "info".to_owned()
 }
@@ -435,6 +512,26 @@ mod tests {
     fn bad_durations_and_protocols_are_rejected() {
         assert!(parse("[requests]\nttl = \"soon\"\n").unwrap_err().contains("soon"));
         assert!(parse("[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\nprotocol = \"2024\"\n").is_err());
+    }
+
+    #[test]
+    fn webhooks_are_validated() {
+        let config =
+            parse("[[webhooks]]\nurl = \"http://127.0.0.1:9/hook\"\nevents = [\"request.created\"]\n").unwrap();
+        let hooks = config.webhooks().unwrap();
+        assert_eq!((hooks[0].name.as_str(), hooks[0].attempts), ("webhook-1", 5));
+        assert_eq!(hooks[0].events, [EventKind::RequestCreated]);
+        assert!(parse("[[webhooks]]\nurl = \"http://x\"\nevents = [\"request.made\"]\n").is_err());
+        assert!(
+            parse("[[webhooks]]\nurl = \"ftp://x\"\n")
+                .unwrap_err()
+                .contains("webhooks[0].url")
+        );
+        assert!(
+            parse("[[webhooks]]\nurl = \"http://x\"\nattempts = 0\n")
+                .unwrap_err()
+                .contains("attempts")
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
 /// How many past events a reconnecting client can catch up on.
@@ -13,7 +13,7 @@ pub const REPLAY_CAPACITY: usize = 4096;
 const CHANNEL_CAPACITY: usize = 1024;
 
 /// What an event reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventKind {
     #[serde(rename = "request.created")]
     RequestCreated,

@@ -18,6 +18,7 @@ pub mod suspension;
 pub mod time;
 pub mod upstream;
 pub mod validation;
+pub mod webhooks;
 
 use std::net::SocketAddr;
 
@@ -47,6 +48,7 @@ impl Gateway {
     /// Builds the gateway's services from the config, serving on an already bound listener.
     pub fn new(config: &Config, listener: TcpListener) -> anyhow::Result<Self> {
         let servers = config.servers().map_err(anyhow::Error::msg)?;
+        let webhooks = config.webhooks().map_err(anyhow::Error::msg)?;
         let changes = Changes::default();
         let events = Events::default();
         let metrics = Metrics::default();
@@ -67,6 +69,7 @@ impl Gateway {
         let sessions = Sessions::new(changes.clone(), events.clone(), config.requests.retention);
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
+        webhooks::start(webhooks, &events, &metrics, &shutdown, &tracker);
         let upstreams = Upstreams::new(
             servers,
             sessions.clone(),

@@ -7,3 +7,4 @@ mod helpers;
 mod lifecycle;
 mod operations;
 mod sessions;
+mod webhooks;
