@@ -16,14 +16,18 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}")]
     Read { path: PathBuf, source: std::io::Error },
     /// The file is not valid TOML or has a key or value the gateway does not know.
     #[error("config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
     /// The file parses but says something the gateway cannot do.
-    #[error("config file {path}: {message}")]
-    Invalid { path: PathBuf, message: String },
+    #[error("config file {path}{}: {message}", line.map(|line| format!(", line {line}")).unwrap_or_default())]
+    Invalid {
+        path: PathBuf,
+        line: Option<usize>,
+        message: String,
+    },
 }
 
 /// The whole configuration, built once at start-up.
@@ -31,7 +35,7 @@ pub enum ConfigError {
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// The address the REST API listens on.
-    #[serde(default = "default_listen")]
+    #[serde(default = "default_listen", deserialize_with = "expanded_parse")]
     pub listen: SocketAddr,
     /// How Requests live and resolve.
     #[serde(default)]
@@ -53,12 +57,14 @@ pub struct Config {
 pub struct WebhookConfig {
     /// Its name in logs and metrics (default `webhook-<n>`, counting from 1).
     pub name: Option<String>,
-    /// Where events are POSTed (`${VAR}` expands from the environment).
+    /// Where events are POSTed.
+    #[serde(deserialize_with = "expanded")]
     pub url: String,
     /// The event types to send; all of them when empty.
     #[serde(default)]
     pub events: Vec<EventKind>,
-    /// Key of the `X-Toolnexus-Signature` HMAC-SHA256 over the body (`${VAR}` expands).
+    /// Key of the `X-Toolnexus-Signature` HMAC-SHA256 over the body.
+    #[serde(default, deserialize_with = "expanded_option")]
     pub secret: Option<String>,
     /// How long one delivery attempt may take.
     #[serde(default = "default_webhook_timeout", deserialize_with = "duration")]
@@ -84,7 +90,7 @@ pub struct Webhook {
 #[serde(deny_unknown_fields)]
 pub struct LogConfig {
     /// A `tracing` filter such as `info` or `info,toolnexus_gateway=debug`; `RUST_LOG` overrides it.
-    #[serde(default = "default_log_level")]
+    #[serde(default = "default_log_level", deserialize_with = "expanded")]
     pub level: String,
     /// `text` for people, `json` for log pipelines; `--log-format` overrides it.
     #[serde(default)]
@@ -143,17 +149,19 @@ pub struct ServerConfig {
     /// The server's name in the REST API.
     pub name: String,
     /// The program to start for a stdio server.
+    #[serde(default, deserialize_with = "expanded_option")]
     pub command: Option<String>,
     /// Its arguments.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "expanded_list")]
     pub args: Vec<String>,
     /// Extra environment for the child process.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "expanded_map")]
     pub env: BTreeMap<String, String>,
     /// The endpoint of a streamable-HTTP server.
+    #[serde(default, deserialize_with = "expanded_option")]
     pub url: Option<String>,
-    /// Headers sent with every HTTP request (`${VAR}` expands from the environment).
-    #[serde(default)]
+    /// Headers sent with every HTTP request.
+    #[serde(default, deserialize_with = "expanded_map")]
     pub headers: BTreeMap<String, String>,
     /// A server built into this binary.
     pub builtin: Option<Builtin>,
@@ -250,9 +258,74 @@ impl Config {
         })?;
         config.validate().map_err(|message| ConfigError::Invalid {
             path: path.to_owned(),
+            line: entry_line(&text, &message),
             message,
         })?;
         Ok(config)
+    }
+
+    /// The effective configuration as TOML, with header values, environment values and secrets masked.
+    pub fn masked_toml(&self) -> Result<String, String> {
+        use toml::{Table, Value};
+        const MASK: &str = "***";
+        let masked = |map: &BTreeMap<String, String>| -> Value {
+            Value::Table(map.keys().map(|key| (key.clone(), Value::from(MASK))).collect())
+        };
+        let duration = |duration: Duration| Value::from(humantime::format_duration(duration).to_string());
+        let mut root = Table::new();
+        root.insert("listen".into(), Value::from(self.listen.to_string()));
+        let mut requests = Table::new();
+        requests.insert("ttl".into(), duration(self.requests.ttl));
+        requests.insert("apply_defaults".into(), Value::from(self.requests.apply_defaults));
+        requests.insert("retention".into(), duration(self.requests.retention));
+        root.insert("requests".into(), Value::Table(requests));
+        let mut log = Table::new();
+        log.insert("level".into(), Value::from(self.log.level.clone()));
+        log.insert(
+            "format".into(),
+            Value::from(format!("{:?}", self.log.format).to_lowercase()),
+        );
+        root.insert("log".into(), Value::Table(log));
+        let mut servers = Vec::new();
+        for server in self.servers()? {
+            let mut entry = Table::new();
+            entry.insert("name".into(), Value::from(server.name));
+            match server.transport {
+                Transport::Stdio { command, args, env } => {
+                    entry.insert("command".into(), Value::from(command.display().to_string()));
+                    entry.insert("args".into(), Value::from(args));
+                    entry.insert("env".into(), masked(&env));
+                }
+                Transport::Http { url, headers } => {
+                    entry.insert("url".into(), Value::from(url));
+                    entry.insert("headers".into(), masked(&headers));
+                }
+            }
+            let protocol = match server.protocol {
+                ProtocolChoice::Auto => "auto",
+                ProtocolChoice::Legacy => "2025-11-25",
+                ProtocolChoice::Modern => "2026-07-28",
+            };
+            entry.insert("protocol".into(), Value::from(protocol));
+            servers.push(Value::Table(entry));
+        }
+        root.insert("servers".into(), Value::Array(servers));
+        let mut webhooks = Vec::new();
+        for hook in self.webhooks()? {
+            let mut entry = Table::new();
+            entry.insert("name".into(), Value::from(hook.name));
+            entry.insert("url".into(), Value::from(hook.url));
+            let events: Vec<Value> = hook.events.iter().map(|kind| Value::from(kind.name())).collect();
+            entry.insert("events".into(), Value::Array(events));
+            if hook.secret.is_some() {
+                entry.insert("secret".into(), Value::from(MASK));
+            }
+            entry.insert("timeout".into(), duration(hook.timeout));
+            entry.insert("attempts".into(), Value::from(i64::from(hook.attempts)));
+            webhooks.push(Value::Table(entry));
+        }
+        root.insert("webhooks".into(), Value::Array(webhooks));
+        toml::to_string(&root).map_err(|error| error.to_string())
     }
 
     /// Checks everything serde cannot: servers, webhooks, the log filter.
@@ -268,14 +341,14 @@ impl Config {
         Ok(())
     }
 
-    /// The validated webhooks, with `${VAR}` expanded.
+    /// The validated webhooks.
     pub fn webhooks(&self) -> Result<Vec<Webhook>, String> {
         self.webhooks
             .iter()
             .enumerate()
             .map(|(index, hook)| {
                 let key = format!("webhooks[{index}]");
-                let url = expand_env(&hook.url, &format!("{key}.url"))?;
+                let url = hook.url.clone();
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
                     return Err(format!("{key}.url: the URL must start with http:// or https://"));
                 }
@@ -286,11 +359,7 @@ impl Config {
                     name: hook.name.clone().unwrap_or_else(|| format!("webhook-{}", index + 1)),
                     url,
                     events: hook.events.clone(),
-                    secret: hook
-                        .secret
-                        .as_deref()
-                        .map(|secret| expand_env(secret, &format!("{key}.secret")))
-                        .transpose()?,
+                    secret: hook.secret.clone(),
                     timeout: hook.timeout,
                     attempts: hook.attempts,
                 })
@@ -298,7 +367,7 @@ impl Config {
             .collect()
     }
 
-    /// The validated servers, with `${VAR}` expanded; the error names the offending key and the fix.
+    /// The validated servers; the error names the offending key and the fix.
     pub fn servers(&self) -> Result<Vec<Server>, String> {
         let mut seen = std::collections::HashSet::new();
         self.servers
@@ -328,31 +397,21 @@ impl Config {
 
 impl ServerConfig {
     fn transport(&self, key: &str) -> Result<Transport, String> {
-        let expand_map = |map: &BTreeMap<String, String>, field: &str| {
-            map.iter()
-                .map(|(name, value)| Ok((name.clone(), expand_env(value, &format!("{key}.{field}.{name}"))?)))
-                .collect::<Result<BTreeMap<_, _>, String>>()
-        };
         match (&self.command, &self.url, self.builtin) {
             (Some(command), None, None) => Ok(Transport::Stdio {
-                command: PathBuf::from(expand_env(command, &format!("{key}.command"))?),
-                args: self
-                    .args
-                    .iter()
-                    .map(|arg| expand_env(arg, &format!("{key}.args")))
-                    .collect::<Result<_, _>>()?,
-                env: expand_map(&self.env, "env")?,
+                command: PathBuf::from(command),
+                args: self.args.clone(),
+                env: self.env.clone(),
             }),
             (None, Some(url), None) => {
-                let url = expand_env(url, &format!("{key}.url"))?;
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
                     return Err(format!(
                         "{key}.url = {url:?}: the URL must start with http:// or https://"
                     ));
                 }
                 Ok(Transport::Http {
-                    url,
-                    headers: expand_map(&self.headers, "headers")?,
+                    url: url.clone(),
+                    headers: self.headers.clone(),
                 })
             }
             (None, None, Some(Builtin::Demo)) => {
@@ -361,7 +420,7 @@ impl ServerConfig {
                 Ok(Transport::Stdio {
                     command,
                     args: vec!["demo-server".to_owned()],
-                    env: expand_map(&self.env, "env")?,
+                    env: self.env.clone(),
                 })
             }
             (None, None, None) => Err(format!(
@@ -376,8 +435,20 @@ impl ServerConfig {
     }
 }
 
+/// The line of the `[[servers]]` or `[[webhooks]]` entry a validation message starts with (`servers[2]…`).
+fn entry_line(text: &str, message: &str) -> Option<usize> {
+    let (table, rest) = message.split_once('[')?;
+    let index: usize = rest.split_once(']')?.0.parse().ok()?;
+    let header = format!("[[{table}]]");
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| line.trim() == header)
+        .nth(index)
+        .map(|(number, _)| number + 1)
+}
+
 /// Expands `${VAR}` from the environment; `$${` is a literal `${`.
-pub fn expand_env(text: &str, key: &str) -> Result<String, String> {
+pub fn expand_env(text: &str) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("${") {
@@ -390,10 +461,10 @@ pub fn expand_env(text: &str, key: &str) -> Result<String, String> {
         out.push_str(&rest[..start]);
         let end = rest[start..]
             .find('}')
-            .ok_or_else(|| format!("{key}: unterminated `${{` in {text:?}"))?;
+            .ok_or_else(|| format!("unterminated `${{` in {text:?}"))?;
         let name = &rest[start + 2..start + end];
         let value = std::env::var(name)
-            .map_err(|_| format!("{key}: environment variable {name} is not set (referenced as ${{{name}}})"))?;
+            .map_err(|_| format!("environment variable {name} is not set (referenced as ${{{name}}})"))?;
         out.push_str(&value);
         rest = &rest[start + end + 1..];
     }
@@ -401,8 +472,47 @@ pub fn expand_env(text: &str, key: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// A string with `${VAR}` expanded; an error carries the key and line of the value.
+fn expanded<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    expand_env(&String::deserialize(deserializer)?).map_err(serde::de::Error::custom)
+}
+
+fn expanded_option<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    Option::<String>::deserialize(deserializer)?
+        .map(|text| expand_env(&text))
+        .transpose()
+        .map_err(serde::de::Error::custom)
+}
+
+fn expanded_list<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    Vec::<String>::deserialize(deserializer)?
+        .iter()
+        .map(|text| expand_env(text))
+        .collect::<Result<_, _>>()
+        .map_err(serde::de::Error::custom)
+}
+
+fn expanded_map<'de, D: Deserializer<'de>>(deserializer: D) -> Result<BTreeMap<String, String>, D::Error> {
+    BTreeMap::<String, String>::deserialize(deserializer)?
+        .into_iter()
+        .map(|(name, text)| Ok((name, expand_env(&text)?)))
+        .collect::<Result<_, String>>()
+        .map_err(serde::de::Error::custom)
+}
+
+/// A value parsed from a string after `${VAR}` expansion.
+fn expanded_parse<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: std::str::FromStr<Err: std::fmt::Display>,
+{
+    let text = expanded(deserializer)?;
+    text.parse()
+        .map_err(|error| serde::de::Error::custom(format!("{text:?}: {error}")))
+}
+
 fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(deserializer)?;
+    let text = expanded(deserializer)?;
     humantime::parse_duration(&text).map_err(|error| {
         serde::de::Error::custom(format!("{text:?} is not a duration like \"10m\" or \"90s\": {error}"))
     })
@@ -498,6 +608,14 @@ mod tests {
     }
 
     #[test]
+    fn validation_errors_name_the_line_of_the_entry() {
+        let text =
+            "listen = \"127.0.0.1:1\"\n\n[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\n\n[[servers]]\nname = \"b\"\n";
+        let message = toml::from_str::<Config>(text).unwrap().validate().unwrap_err();
+        assert_eq!(entry_line(text, &message), Some(7), "{message}");
+    }
+
+    #[test]
     fn duplicate_names_are_rejected() {
         let error =
             parse("[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\n[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\n")
@@ -537,14 +655,19 @@ mod tests {
     #[test]
     fn env_references_expand_and_missing_ones_are_named() {
         assert_eq!(
-            expand_env("Bearer ${PATH}", "k").unwrap(),
+            expand_env("Bearer ${PATH}").unwrap(),
             format!("Bearer {}", std::env::var("PATH").unwrap())
         );
-        assert_eq!(expand_env("a $${PATH} b", "k").unwrap(), "a ${PATH} b");
-        let error = expand_env("${TOOLNEXUS_SURELY_UNSET_VAR}", "servers[0].headers.Authorization").unwrap_err();
+        assert_eq!(expand_env("a $${PATH} b").unwrap(), "a ${PATH} b");
+        let error = parse(
+            "[[servers]]\nname = \"r\"\nurl = \"http://x\"\nheaders = { A = \"${TOOLNEXUS_SURELY_UNSET_VAR}\" }\n",
+        )
+        .unwrap_err();
         assert!(
-            error.contains("TOOLNEXUS_SURELY_UNSET_VAR") && error.contains("servers[0].headers"),
+            error.contains("TOOLNEXUS_SURELY_UNSET_VAR") && error.contains("line 4"),
             "{error}"
         );
+        let listen = parse("listen = \"${TOOLNEXUS_TEST_LISTEN_UNSET}\"\n").unwrap_err();
+        assert!(listen.contains("line 1"), "{listen}");
     }
 }

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -26,6 +27,8 @@ enum Command {
     Serve(ServeArgs),
     /// Run the built-in demo MCP server over stdio (or streamable HTTP with --http).
     DemoServer(DemoArgs),
+    /// Validate the configuration and print it as the gateway would run it, secrets masked.
+    CheckConfig(ServeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -39,6 +42,9 @@ struct ServeArgs {
     /// How log lines are written, overriding the config's `log.format`.
     #[arg(long, env = "TOOLNEXUS_LOG_FORMAT", value_enum)]
     log_format: Option<LogFormat>,
+    /// The log filter, overriding the config's `log.level` (`RUST_LOG` still wins).
+    #[arg(long, env = "TOOLNEXUS_LOG_LEVEL")]
+    log_level: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -51,8 +57,17 @@ struct DemoArgs {
     legacy: bool,
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     match cli.command {
         Some(Command::DemoServer(args)) => {
@@ -60,8 +75,15 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(demo_server(args))
         }
         Some(Command::Serve(args)) => runtime.block_on(serve(args)),
+        Some(Command::CheckConfig(args)) => check_config(&args),
         None => runtime.block_on(serve(cli.serve)),
     }
+}
+
+fn check_config(args: &ServeArgs) -> anyhow::Result<()> {
+    let config = effective_config(args)?;
+    print!("{}", config.masked_toml().map_err(anyhow::Error::msg)?);
+    Ok(())
 }
 
 /// Sends logs to stderr (stdout is the MCP channel of `demo-server`); `RUST_LOG` overrides the level.
@@ -90,6 +112,10 @@ fn effective_config(args: &ServeArgs) -> anyhow::Result<Config> {
     if let Some(format) = args.log_format {
         config.log.format = format;
     }
+    if let Some(level) = &args.log_level {
+        config.log.level = level.clone();
+    }
+    config.validate().map_err(anyhow::Error::msg)?;
     Ok(config)
 }
 

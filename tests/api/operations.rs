@@ -75,3 +75,70 @@ async fn json_logs_trace_each_request_without_answer_values() {
         assert!(!line.contains("s3cret-note"), "an answer value was logged: {line}");
     }
 }
+
+#[test]
+fn check_config_prints_the_effective_config_with_secrets_masked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(
+        &path,
+        "[[servers]]\nname = \"remote\"\nurl = \"https://mcp.example.com/mcp\"\nheaders = { Authorization = \"Bearer ${TOOLNEXUS_TEST_TOKEN}\" }\n\
+         [[webhooks]]\nurl = \"http://127.0.0.1:9/hook\"\nsecret = \"hook-secret\"\n",
+    )
+    .unwrap();
+    let output = std::process::Command::new(crate::helpers::BINARY)
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .env("TOOLNEXUS_TEST_TOKEN", "token-value")
+        .env("TOOLNEXUS_LISTEN", "127.0.0.1:9999")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let printed = String::from_utf8(output.stdout).unwrap();
+    let effective: toml::Table = toml::from_str(&printed).unwrap();
+    assert_eq!(
+        effective["listen"].as_str(),
+        Some("127.0.0.1:9999"),
+        "the environment overrides the file"
+    );
+    assert_eq!(
+        effective["servers"][0]["headers"]["Authorization"].as_str(),
+        Some("***")
+    );
+    assert_eq!(effective["webhooks"][0]["secret"].as_str(), Some("***"));
+    assert!(
+        !printed.contains("token-value") && !printed.contains("hook-secret"),
+        "{printed}"
+    );
+}
+
+#[test]
+fn config_errors_name_the_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "listen = \"127.0.0.1:0\"\n\n[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\n\n[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\n",
+            "line 7",
+        ),
+        ("[requests]\nttl = \"10m\"\nttl_max = \"1h\"\n", "line 3"),
+        (
+            "[[servers]]\nname = \"x\"\ncommand = \"${TOOLNEXUS_TEST_UNSET}\"\n",
+            "TOOLNEXUS_TEST_UNSET",
+        ),
+    ];
+    for (text, expected) in cases {
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, text).unwrap();
+        let output = std::process::Command::new(crate::helpers::BINARY)
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1));
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(
+            stderr.contains(&path.display().to_string()) && stderr.contains(expected),
+            "{stderr}"
+        );
+    }
+}
