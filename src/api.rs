@@ -7,6 +7,7 @@ mod extract;
 mod health;
 mod requests;
 mod sessions;
+mod ui;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,6 +63,7 @@ pub fn router(state: AppState) -> Router {
         .route("/events", get(events::stream))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .merge(ui::routes())
         .fallback(|| async { ApiError::not_found("no such resource") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

@@ -6,3 +6,4 @@ mod events;
 mod helpers;
 mod lifecycle;
 mod sessions;
+mod ui;
