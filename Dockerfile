@@ -6,6 +6,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock rustfmt.toml ./
 COPY .cargo .cargo
 COPY src src
+COPY ui ui
 RUN cargo build --release --locked --bin toolnexus-gateway
 
 FROM debian:bookworm-20251117-slim

@@ -1,6 +1,35 @@
 #!/usr/bin/env bash
 # The project's test entry point: every Rust suite (unit tests and the black-box API tests that drive the
-# real binary over HTTP).
+# real binary over HTTP), then the browser tests of the inbox at /ui (tests/browser, headless Chromium).
+#
+# The browser tests need Node.js 20+ with npm, Debian's chromium (installed here with apt-get when missing
+# and running as root) and tests/browser's npm packages (installed here with `npm ci` when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --locked "$@"
+
+fail() {
+    echo "scripts/test.sh: $*" >&2
+    exit 1
+}
+
+command -v node >/dev/null && command -v npm >/dev/null ||
+    fail "the browser tests need Node.js 20 or newer and npm; install them (e.g. apt-get install nodejs npm)"
+node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' ||
+    fail "the browser tests need Node.js 20 or newer, not $(node --version)"
+
+export CHROMIUM="${CHROMIUM:-/usr/bin/chromium}"
+if [[ ! -x "$CHROMIUM" && "$CHROMIUM" == /usr/bin/chromium && "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
+    echo "scripts/test.sh: installing Debian's chromium for the browser tests" >&2
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+fi
+[[ -x "$CHROMIUM" ]] ||
+    fail "the browser tests need Chromium at $CHROMIUM: run 'apt-get install chromium' as root (or set CHROMIUM)"
+
+if [[ ! -d tests/browser/node_modules/playwright-core ]]; then
+    (cd tests/browser && npm ci --no-audit --no-fund) ||
+        fail "cannot install the browser tests' packages: run 'npm ci' in tests/browser"
+fi
+
+cargo build --locked
+(cd tests/browser && node --test --test-concurrency=1 inbox.test.js)

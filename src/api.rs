@@ -8,6 +8,7 @@ mod health;
 mod metrics;
 mod requests;
 mod sessions;
+mod ui;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,6 +70,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::render))
+        .merge(ui::routes())
         .fallback(|| async { ApiError::not_found("no such resource") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

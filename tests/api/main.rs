@@ -7,4 +7,5 @@ mod helpers;
 mod lifecycle;
 mod operations;
 mod sessions;
+mod ui;
 mod webhooks;

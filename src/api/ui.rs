@@ -1,0 +1,51 @@
+//! `/ui`: the approval inbox, a page and its assets compiled into the binary.
+
+use axum::Router;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+
+/// Where the page may load from and talk to: this origin only, nothing inline, never framed.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// Each file of the inbox: its path, content type and contents.
+const ASSETS: [(&str, &str, &str); 4] = [
+    ("/ui/", "text/html; charset=utf-8", include_str!("../../ui/index.html")),
+    (
+        "/ui/app.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../ui/app.js"),
+    ),
+    (
+        "/ui/app.css",
+        "text/css; charset=utf-8",
+        include_str!("../../ui/app.css"),
+    ),
+    ("/ui/favicon.svg", "image/svg+xml", include_str!("../../ui/favicon.svg")),
+];
+
+/// The routes of the inbox, to merge into the API router.
+pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    let router = Router::new().route("/ui", get(|| async { Redirect::permanent("/ui/") }));
+    ASSETS.into_iter().fold(router, |router, (path, content_type, body)| {
+        router.route(path, get(move || async move { asset(content_type, body) }))
+    })
+}
+
+/// An embedded asset with the inbox's security headers.
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_TYPE, content_type),
+        (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::CACHE_CONTROL, "no-cache"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}

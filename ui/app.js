@@ -1,0 +1,638 @@
+// The approval inbox: lists pending Requests live from the gateway's REST API and answers them.
+// Every element is built with the DOM API (no HTML strings), so nothing a server sends is parsed as markup.
+
+const API = new URL('../', document.baseURI);
+const NOTICE_MS = 8000;
+const RADIO_LIMIT = 5;
+
+const list = document.getElementById('requests');
+const empty = document.getElementById('empty');
+const notices = document.getElementById('notices');
+const connection = document.getElementById('connection');
+
+/** Pending Requests on the page, by id: `{request, item, clock}`. */
+const shown = new Map();
+/** Ids already resolved, so a late list or event does not bring them back. */
+const resolved = new Set();
+/** Calls by id, for their tool names. */
+const calls = new Map();
+/** Server clock minus ours, in milliseconds, from the `Date` header of the last listing. */
+let skew = 0;
+
+/** Builds an element: `h('p', {class: 'x'}, 'text', child)`. */
+function h(tag, attrs = {}, ...children) {
+  const element = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === false || value === undefined || value === null) continue;
+    if (name === 'text') element.textContent = value;
+    else element.setAttribute(name, value === true ? '' : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child !== null && child !== undefined && child !== false) element.append(child);
+  }
+  return element;
+}
+
+async function api(path, options = {}) {
+  return fetch(new URL(path, API), {
+    cache: 'no-store',
+    ...options,
+    headers: { accept: 'application/json', ...(options.headers || {}) },
+  });
+}
+
+// ---- the live list --------------------------------------------------------------------------------------
+
+async function relist() {
+  try {
+    const response = await api('requests?status=pending&limit=1000');
+    if (!response.ok) throw new Error(`GET /requests answered ${response.status}`);
+    const date = Date.parse(response.headers.get('date') || '');
+    if (!Number.isNaN(date)) skew = date - Date.now();
+    const pending = await response.json();
+    const ids = new Set(pending.map((request) => request.id));
+    for (const id of [...shown.keys()]) if (!ids.has(id)) remove(id);
+    for (const request of pending) add(request);
+  } catch (error) {
+    notify(`Could not list the Requests: ${error.message}`, 'error');
+  }
+}
+
+function connect() {
+  const events = new EventSource(new URL('events', API));
+  const state = (name, text) => {
+    connection.dataset.state = name;
+    connection.textContent = text;
+  };
+  events.addEventListener('open', () => {
+    state('live', 'Live');
+    relist();
+  });
+  events.addEventListener('error', () => {
+    if (events.readyState === EventSource.CLOSED) {
+      state('offline', 'Disconnected, retrying…');
+      setTimeout(connect, 3000);
+    } else {
+      state('connecting', 'Reconnecting…');
+    }
+  });
+  events.addEventListener('resync', relist);
+  events.addEventListener('request.created', (event) => add(JSON.parse(event.data)));
+  events.addEventListener('request.resolved', (event) => settle(JSON.parse(event.data)));
+  events.addEventListener('call.updated', (event) => learnCall(JSON.parse(event.data)));
+}
+
+function add(request) {
+  if (request.status !== 'pending' || shown.has(request.id) || resolved.has(request.id)) return;
+  const clock = h('span', { class: 'clock' });
+  const item = h('li', { class: 'request', id: `r-${request.id}`, 'data-request': request.id });
+  item.append(card(request, clock));
+  const created = Date.parse(request.createdAt);
+  const after = [...list.children].find((other) => {
+    const entry = shown.get(other.dataset.request);
+    return entry && Date.parse(entry.request.createdAt) < created;
+  });
+  list.insertBefore(item, after || null);
+  shown.set(request.id, { request, item, clock });
+  tick();
+  refreshEmpty();
+  if (request.call) describeCall(request.call);
+}
+
+/** A Request left the pending state (here or elsewhere): remove it with a short confirmation. */
+function settle(request) {
+  if (resolved.has(request.id)) return;
+  resolved.add(request.id);
+  const entry = shown.get(request.id);
+  if (!entry) return;
+  notify(`${outcome(request)}: ${title(entry.request)}`);
+  remove(request.id);
+}
+
+function remove(id) {
+  const entry = shown.get(id);
+  if (!entry) return;
+  const hadFocus = entry.item.contains(document.activeElement);
+  const next = entry.item.nextElementSibling || entry.item.previousElementSibling;
+  entry.item.remove();
+  shown.delete(id);
+  refreshEmpty();
+  if (hadFocus) (next ? next.querySelector('h2') : document.getElementById('title')).focus();
+}
+
+function outcome(request) {
+  switch (request.status) {
+    case 'answered':
+      if (request.answer && request.answer.ok) return 'Accepted';
+      return request.answer && request.answer.reason === 'declined' ? 'Declined' : 'Cancelled';
+    case 'expired':
+      return 'Expired';
+    default:
+      return request.detail ? `Withdrawn (${request.detail})` : 'Withdrawn';
+  }
+}
+
+function title(request) {
+  const entry = request.call && calls.get(request.call);
+  const what = request.prompt || (request.kind === 'authorization' ? 'Authorization' : 'Request');
+  return entry ? `${entry.tool} on ${request.server}: ${what}` : `${request.server}: ${what}`;
+}
+
+function notify(text, tone = 'ok') {
+  const notice = h('p', { class: `notice ${tone}`, text });
+  notices.append(notice);
+  setTimeout(() => notice.remove(), NOTICE_MS);
+}
+
+function refreshEmpty() {
+  empty.hidden = shown.size > 0;
+}
+
+async function describeCall(id) {
+  if (calls.has(id)) return learnCall(calls.get(id));
+  try {
+    const response = await api(`calls/${encodeURIComponent(id)}`);
+    if (response.ok) learnCall(await response.json());
+  } catch {
+    // The tool name is a nicety; the Request stays answerable without it.
+  }
+}
+
+function learnCall(call) {
+  calls.set(call.id, call);
+  for (const element of list.querySelectorAll(`[data-tool-of="${CSS.escape(call.id)}"]`)) {
+    element.textContent = call.tool;
+  }
+}
+
+// ---- time -----------------------------------------------------------------------------------------------
+
+function tick() {
+  const now = Date.now() + skew;
+  for (const { request, clock } of shown.values()) {
+    const age = `received ${duration(now - Date.parse(request.createdAt))} ago`;
+    if (!request.expiresAt) {
+      clock.textContent = age;
+      continue;
+    }
+    const left = Date.parse(request.expiresAt) - now;
+    clock.textContent = left > 0 ? `${age} · expires in ${duration(left)}` : `${age} · expiring now`;
+    clock.classList.toggle('soon', left < 60_000);
+  }
+}
+
+function duration(ms) {
+  const seconds = Math.max(0, Math.floor(ms / 1000));
+  if (seconds < 60) return `${seconds} s`;
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 60) return `${minutes}:${String(seconds % 60).padStart(2, '0')} min`;
+  return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+}
+
+// ---- one Request ----------------------------------------------------------------------------------------
+
+function card(request, clock) {
+  const heading = `h-${request.id}`;
+  const known = request.call && calls.get(request.call);
+  const meta = h(
+    'dl',
+    { class: 'meta' },
+    h('div', {}, h('dt', { text: 'Server' }), h('dd', { text: request.server })),
+    h(
+      'div',
+      {},
+      h('dt', { text: 'Tool' }),
+      h('dd', { 'data-tool-of': request.call, text: known ? known.tool : request.call ? '…' : 'unknown' }),
+    ),
+    h('div', {}, h('dt', { text: 'Call' }), h('dd', { class: 'id', text: request.call || 'not attributed' })),
+  );
+  const body = request.url !== undefined ? urlForm(request) : request.data && request.data.schema
+    ? schemaForm(request)
+    : plainForm(request);
+  return h(
+    'article',
+    { 'aria-labelledby': heading },
+    h('h2', { id: heading, tabindex: -1, text: request.prompt || (request.url ? 'Visit a link' : 'A request') }),
+    meta,
+    h('p', { class: 'time' }, clock),
+    body,
+  );
+}
+
+/** The form of a form-mode Request, generated from its requested schema. */
+function schemaForm(request) {
+  const schema = request.data.schema;
+  const required = new Set(Array.isArray(schema.required) ? schema.required : []);
+  const fields = Object.entries(schema.properties || {}).map(([name, property], index) =>
+    field(`f-${request.id}-${index}`, name, property || {}, required.has(name)),
+  );
+  const form = h('form', { novalidate: true, 'aria-labelledby': `h-${request.id}` });
+  const problem = h('p', { class: 'problem', role: 'alert', hidden: true, id: `p-${request.id}` });
+  form.append(...fields.map((f) => f.element), problem, buttons(request, 'Accept'));
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    clearErrors(fields, problem);
+    const data = {};
+    const local = [];
+    for (const f of fields) {
+      const read = f.read();
+      if (read.error) local.push({ path: `/${pointer(f.name)}`, message: read.error });
+      else if (read.present) data[f.name] = read.value;
+    }
+    if (local.length) return showErrors(local, fields, problem);
+    await answer(request, { ok: true, data }, form, (errors) => showErrors(errors, fields, problem));
+  });
+  wireButtons(request, form, problem);
+  return form;
+}
+
+/** The controls of a URL-mode Request: the URL as text, an explicit link, and the answers. */
+function urlForm(request) {
+  const form = h('form', { novalidate: true, 'aria-labelledby': `h-${request.id}` });
+  const problem = h('p', { class: 'problem', role: 'alert', hidden: true });
+  const shownUrl = h('p', { class: 'url', id: `u-${request.id}` }, ...highlighted(request.url));
+  const warnings = urlWarnings(request.url);
+  const web = /^https?:\/\//i.test(request.url);
+  const open = web
+    ? h('a', {
+        class: 'button link',
+        href: request.url,
+        target: '_blank',
+        rel: 'noopener noreferrer',
+        referrerpolicy: 'no-referrer',
+        'aria-describedby': `u-${request.id}`,
+        text: 'Open link',
+      })
+    : h('p', { class: 'warning', text: 'This is not a web address, so it is not offered as a link.' });
+  form.append(
+    h('p', { class: 'hint', text: 'The server asks you to visit this address. Check the highlighted host, open it yourself, then answer:' }),
+    shownUrl,
+    ...warnings.map((text) => h('p', { class: 'warning', text })),
+    h('p', { class: 'open' }, open),
+    problem,
+    buttons(request, 'Done'),
+  );
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    clearErrors([], problem);
+    await answer(request, { ok: true }, form, (errors) => showErrors(errors, [], problem));
+  });
+  wireButtons(request, form, problem);
+  return form;
+}
+
+/** A Request of a kind this page has no special form for: accept, decline or cancel. */
+function plainForm(request) {
+  const form = h('form', { novalidate: true, 'aria-labelledby': `h-${request.id}` });
+  const problem = h('p', { class: 'problem', role: 'alert', hidden: true });
+  form.append(problem, buttons(request, 'Accept'));
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    clearErrors([], problem);
+    await answer(request, { ok: true }, form, (errors) => showErrors(errors, [], problem));
+  });
+  wireButtons(request, form, problem);
+  return form;
+}
+
+function buttons(request, accept) {
+  return h(
+    'div',
+    { class: 'actions' },
+    h('button', { type: 'submit', class: 'primary', text: accept }),
+    h('button', { type: 'button', 'data-reason': 'declined', text: 'Decline' }),
+    h('button', { type: 'button', 'data-reason': 'cancelled', text: 'Cancel' }),
+  );
+}
+
+function wireButtons(request, form, problem) {
+  for (const button of form.querySelectorAll('button[data-reason]')) {
+    button.addEventListener('click', async () => {
+      clearErrors([], problem);
+      await answer(request, { ok: false, reason: button.dataset.reason }, form, () => {});
+    });
+  }
+}
+
+/** Posts an Answer; on success the Request leaves the list, on a 422 `invalid` gets the violations. */
+async function answer(request, body, form, invalid) {
+  const problem = form.querySelector('.problem');
+  form.setAttribute('aria-busy', 'true');
+  for (const button of form.querySelectorAll('button')) button.disabled = true;
+  try {
+    const response = await api(`requests/${encodeURIComponent(request.id)}/answer`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    const reply = await response.json().catch(() => ({}));
+    if (response.ok) return settle(reply);
+    if (response.status === 422 && Array.isArray(reply.errors)) return invalid(reply.errors);
+    showProblem(problem, reply.detail || `The gateway answered ${response.status}.`);
+  } catch (error) {
+    showProblem(problem, `The answer was not sent: ${error.message}`);
+  } finally {
+    form.removeAttribute('aria-busy');
+    for (const button of form.querySelectorAll('button')) button.disabled = false;
+  }
+}
+
+function showProblem(problem, text) {
+  problem.textContent = text;
+  problem.hidden = false;
+}
+
+function clearErrors(fields, problem) {
+  problem.hidden = true;
+  problem.textContent = '';
+  for (const f of fields) f.setError(null);
+}
+
+function showErrors(errors, fields, problem) {
+  const unplaced = [];
+  const byName = new Map(fields.map((f) => [f.name, f]));
+  const messages = new Map();
+  for (const error of errors) {
+    const name = unpointer(String(error.path || '').split('/')[1] || '');
+    if (byName.has(name)) messages.set(name, [...(messages.get(name) || []), error.message]);
+    else unplaced.push(error.message);
+  }
+  for (const [name, list] of messages) byName.get(name).setError(list.join('; '));
+  const count = messages.size;
+  const summary = count ? [`Please correct ${count === 1 ? 'the marked field' : `the ${count} marked fields`}.`] : [];
+  showProblem(problem, [...summary, ...unplaced].join(' '));
+  const first = fields.find((f) => messages.has(f.name));
+  if (first) first.focus();
+}
+
+const pointer = (name) => name.replace(/~/g, '~0').replace(/\//g, '~1');
+const unpointer = (segment) => segment.replace(/~1/g, '/').replace(/~0/g, '~');
+
+// ---- URL display ----------------------------------------------------------------------------------------
+
+/** The URL as text nodes, with its host in a <mark>. */
+function highlighted(url) {
+  const match = /^([a-z][a-z0-9+.-]*:\/\/)([^/?#]*)(.*)$/is.exec(url);
+  if (!match) return [h('span', { text: url })];
+  const [, scheme, authority, rest] = match;
+  const at = authority.lastIndexOf('@');
+  const userinfo = at >= 0 ? authority.slice(0, at + 1) : '';
+  const hostPort = authority.slice(at + 1);
+  const port = /^(.*?)(:\d*)$/.exec(hostPort);
+  const host = port && !hostPort.endsWith(']') ? port[1] : hostPort;
+  const portText = port && !hostPort.endsWith(']') ? port[2] : '';
+  return [
+    h('span', { text: scheme + userinfo }),
+    h('mark', { class: 'host', text: host }),
+    h('span', { text: portText + rest }),
+  ];
+}
+
+function urlWarnings(url) {
+  const warnings = [];
+  let parsed;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return ['This address cannot be parsed; do not open it unless you know where it leads.'];
+  }
+  if (parsed.hostname.split('.').some((label) => label.startsWith('xn--'))) {
+    warnings.push(`The host is punycode (${parsed.hostname}): it may imitate a familiar name with look-alike letters.`);
+  }
+  if (parsed.username || parsed.password) {
+    warnings.push('The address has a user name before the host: the real host is the highlighted one.');
+  }
+  if (parsed.protocol === 'http:') warnings.push('The address is not encrypted (http, not https).');
+  return warnings;
+}
+
+// ---- form fields ----------------------------------------------------------------------------------------
+
+/** Options of an enum-like schema: `enum` (+ legacy `enumNames`) or titled `oneOf`/`anyOf` consts. */
+function choices(schema) {
+  if (Array.isArray(schema.enum)) {
+    const names = Array.isArray(schema.enumNames) ? schema.enumNames : [];
+    return schema.enum.map((value, i) => ({ value, label: String(names[i] ?? value) }));
+  }
+  const titled = schema.oneOf || schema.anyOf;
+  if (Array.isArray(titled) && titled.every((option) => option && 'const' in option)) {
+    return titled.map((option) => ({ value: option.const, label: String(option.title ?? option.const) }));
+  }
+  return null;
+}
+
+function hints(schema) {
+  const parts = [];
+  if (schema.description) parts.push(schema.description);
+  const formats = { email: 'An email address.', uri: 'A web address (URI).', date: 'A date.', 'date-time': 'A date and time.' };
+  if (formats[schema.format]) parts.push(formats[schema.format]);
+  const { minLength: min, maxLength: max } = schema;
+  if (min !== undefined && max !== undefined) parts.push(`${min} to ${max} characters.`);
+  else if (min !== undefined) parts.push(`At least ${min} character${min === 1 ? '' : 's'}.`);
+  else if (max !== undefined) parts.push(`At most ${max} characters.`);
+  const { minimum: lo, maximum: hi } = schema;
+  if (lo !== undefined && hi !== undefined) parts.push(`From ${lo} to ${hi}.`);
+  else if (lo !== undefined) parts.push(`At least ${lo}.`);
+  else if (hi !== undefined) parts.push(`At most ${hi}.`);
+  if (schema.type === 'integer') parts.push('A whole number.');
+  const { minItems: fewest, maxItems: most } = schema;
+  if (fewest !== undefined && most !== undefined) parts.push(`Pick ${fewest} to ${most}.`);
+  else if (fewest !== undefined) parts.push(`Pick at least ${fewest}.`);
+  else if (most !== undefined) parts.push(`Pick at most ${most}.`);
+  return parts.join(' ');
+}
+
+/** One form field for one schema property: `{name, element, read(), setError(text), focus()}`. */
+function field(id, name, schema, required) {
+  const label = schema.title || name;
+  const marker = required ? h('span', { class: 'required', text: ' (required)' }) : null;
+  const hintText = hints(schema);
+  const hint = hintText ? h('p', { class: 'hint', id: `${id}-hint`, text: hintText }) : null;
+  const error = h('p', { class: 'error', id: `${id}-error`, hidden: true });
+  const options = schema.type === 'array' ? choices(schema.items || {}) : choices(schema);
+  let control;
+  if (schema.type === 'array' && options) control = checkboxes(id, schema, options, required);
+  else if (options) control = single(id, schema, options, required);
+  else if (schema.type === 'boolean') control = checkbox(id, schema);
+  else control = input(id, schema, required);
+
+  const describedBy = [hint && hint.id].filter(Boolean);
+  const setDescribed = (invalid) => {
+    const ids = invalid ? [...describedBy, error.id] : describedBy;
+    for (const element of control.inputs) {
+      if (ids.length) element.setAttribute('aria-describedby', ids.join(' '));
+      else element.removeAttribute('aria-describedby');
+      if (invalid) element.setAttribute('aria-invalid', 'true');
+      else element.removeAttribute('aria-invalid');
+    }
+  };
+  setDescribed(false);
+
+  let element;
+  if (control.group) {
+    element = h(
+      'fieldset',
+      { class: 'field group', 'data-field': name },
+      h('legend', {}, label, marker),
+      hint,
+      error,
+      control.element,
+    );
+  } else if (schema.type === 'boolean' && !options) {
+    element = h(
+      'div',
+      { class: 'field check', 'data-field': name },
+      h('label', { for: id }, control.element, h('span', {}, label, marker)),
+      hint,
+      error,
+    );
+  } else {
+    element = h(
+      'div',
+      { class: 'field', 'data-field': name },
+      h('label', { for: id }, label, marker),
+      hint,
+      control.element,
+      error,
+    );
+  }
+  return {
+    name,
+    element,
+    read: control.read,
+    focus: () => control.inputs[0].focus(),
+    setError(text) {
+      error.textContent = text || '';
+      error.hidden = !text;
+      element.classList.toggle('invalid', Boolean(text));
+      setDescribed(Boolean(text));
+    },
+  };
+}
+
+function input(id, schema, required) {
+  const type = schema.type;
+  const numeric = type === 'number' || type === 'integer';
+  const known = numeric || type === 'string' || type === undefined;
+  const attrs = { id, name: id, required, autocomplete: 'off' };
+  if (numeric) {
+    Object.assign(attrs, {
+      type: 'number',
+      step: type === 'integer' ? 1 : 'any',
+      inputmode: type === 'integer' ? 'numeric' : 'decimal',
+      min: schema.minimum,
+      max: schema.maximum,
+    });
+  } else if (known) {
+    const types = { email: 'email', uri: 'url', date: 'date', 'date-time': 'datetime-local' };
+    Object.assign(attrs, {
+      type: types[schema.format] || 'text',
+      minlength: schema.minLength,
+      maxlength: schema.maxLength,
+      step: schema.format === 'date-time' ? 1 : undefined,
+    });
+  }
+  const element = known ? h('input', attrs) : h('textarea', { ...attrs, rows: 3 });
+  if (schema.default !== undefined) {
+    element.value = schema.format === 'date-time' ? toLocalInput(schema.default) : known
+      ? String(schema.default)
+      : JSON.stringify(schema.default);
+  }
+  const read = () => {
+    const text = element.value;
+    if (numeric && element.validity.badInput) return { error: 'is not a number' };
+    if (text === '') return { present: false };
+    if (numeric) return { present: true, value: Number(text) };
+    if (schema.format === 'date-time') {
+      const value = toRfc3339(text);
+      return value ? { present: true, value } : { error: 'is not a date and time' };
+    }
+    if (known) return { present: true, value: text };
+    try {
+      return { present: true, value: JSON.parse(text) };
+    } catch {
+      return { present: true, value: text };
+    }
+  };
+  return { element, inputs: [element], read };
+}
+
+function checkbox(id, schema) {
+  const element = h('input', { type: 'checkbox', id, name: id });
+  element.checked = schema.default === true;
+  return { element, inputs: [element], read: () => ({ present: true, value: element.checked }) };
+}
+
+/** A single choice: radios for a few options (with "No answer" when optional), a select for more. */
+function single(id, schema, options, required) {
+  const hasDefault = options.some((option) => option.value === schema.default);
+  if (options.length > RADIO_LIMIT) {
+    const select = h('select', { id, name: id, required });
+    if (!required || !hasDefault) select.append(h('option', { value: '', text: required ? 'Choose…' : 'No answer' }));
+    options.forEach((option, i) => {
+      select.append(h('option', { value: String(i), text: option.label, selected: option.value === schema.default }));
+    });
+    const read = () => (select.value === '' ? { present: false } : { present: true, value: options[Number(select.value)].value });
+    return { element: select, inputs: [select], read };
+  }
+  const all = required ? options : [...options, { value: undefined, label: 'No answer' }];
+  const radios = all.map((option, i) => {
+    const radio = h('input', { type: 'radio', id: `${id}-${i}`, name: id, value: String(i), required });
+    radio.checked = hasDefault ? option.value === schema.default : !required && option.value === undefined;
+    return radio;
+  });
+  const element = h(
+    'div',
+    { class: 'options', role: 'radiogroup' },
+    all.map((option, i) => h('label', { for: radios[i].id, class: 'option' }, radios[i], h('span', { text: option.label }))),
+  );
+  const read = () => {
+    const checked = radios.findIndex((radio) => radio.checked);
+    if (checked < 0 || all[checked].value === undefined) return { present: false };
+    return { present: true, value: all[checked].value };
+  };
+  return { element, inputs: radios, read, group: true };
+}
+
+/** A multi-select: a checkbox per option, sent as an array of the chosen values. */
+function checkboxes(id, schema, options, required) {
+  const chosen = new Set(Array.isArray(schema.default) ? schema.default : []);
+  const boxes = options.map((option, i) => {
+    const box = h('input', { type: 'checkbox', id: `${id}-${i}`, name: id, value: String(i) });
+    box.checked = chosen.has(option.value);
+    return box;
+  });
+  const element = h(
+    'div',
+    { class: 'options' },
+    options.map((option, i) => h('label', { for: boxes[i].id, class: 'option' }, boxes[i], h('span', { text: option.label }))),
+  );
+  const read = () => {
+    const values = options.filter((_, i) => boxes[i].checked).map((option) => option.value);
+    return values.length || required ? { present: true, value: values } : { present: false };
+  };
+  return { element, inputs: boxes, read, group: true };
+}
+
+/** `2025-01-31T09:30:00` (local, from datetime-local) → RFC 3339 with this browser's offset. */
+function toRfc3339(local) {
+  const date = new Date(local);
+  if (Number.isNaN(date.getTime())) return null;
+  const offset = -date.getTimezoneOffset();
+  const sign = offset >= 0 ? '+' : '-';
+  const pad = (n) => String(Math.floor(Math.abs(n))).padStart(2, '0');
+  const seconds = local.length === 16 ? `${local}:00` : local.slice(0, 19);
+  return `${seconds}${sign}${pad(offset / 60)}:${pad(offset % 60)}`;
+}
+
+/** An RFC 3339 instant → the `YYYY-MM-DDTHH:MM:SS` a datetime-local input shows, in local time. */
+function toLocalInput(value) {
+  const date = new Date(value);
+  if (Number.isNaN(date.getTime())) return '';
+  const pad = (n) => String(n).padStart(2, '0');
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
+}
+
+refreshEmpty();
+setInterval(tick, 1000);
+connect();
