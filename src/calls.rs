@@ -17,7 +17,7 @@ use crate::registry::Registry;
 use crate::time::Timestamp;
 
 /// Where a Call is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CallStatus {
     /// The upstream is working on it.
@@ -40,23 +40,27 @@ impl CallStatus {
 }
 
 /// Why a call failed or was cancelled.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct CallError {
     pub message: String,
 }
 
 /// A Call as the REST API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CallView {
     pub id: String,
     pub server: String,
     pub session: String,
     pub tool: String,
+    #[schema(value_type = Object)]
+    #[schema(value_type = Object)]
     pub arguments: Value,
     pub status: CallStatus,
     pub requests: Vec<String>,
+    /// The MCP `CallToolResult`, once completed.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub result: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<CallError>,

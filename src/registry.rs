@@ -23,7 +23,7 @@ use crate::time::Timestamp;
 use crate::validation::{self, Violation};
 
 /// Where a Request is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// Waiting for an Answer.
@@ -37,7 +37,7 @@ pub enum Status {
 }
 
 /// A Request as the REST API shows it: the §10 shape plus the gateway's fields.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RequestView {
     #[serde(flatten)]
@@ -52,7 +52,9 @@ pub struct RequestView {
     pub resolved_at: Option<Timestamp>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer: Option<Answer>,
+    /// The MCP `ElicitResult` sent upstream.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub result: Option<ElicitResult>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,

@@ -16,7 +16,7 @@ use crate::time::Timestamp;
 use crate::upstream::SessionCore;
 
 /// Where a Session is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SessionStatus {
     /// Connecting and handshaking.
@@ -30,7 +30,7 @@ pub enum SessionStatus {
 }
 
 /// A Session as the REST API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionView {
     pub id: String,
@@ -39,7 +39,9 @@ pub struct SessionView {
     pub status: SessionStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protocol_version: Option<String>,
+    /// The upstream's `serverInfo` (name, version, …).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub server_info: Option<Implementation>,
     pub created_at: Timestamp,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -59,7 +59,7 @@ pub enum Target {
 }
 
 /// A server's state as `GET /servers` shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ServerStatus {
     Starting,
@@ -68,7 +68,7 @@ pub enum ServerStatus {
 }
 
 /// A server as the REST API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerView {
     pub name: String,

@@ -4,9 +4,10 @@ use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
-use super::{ApiError, AppState, Wait, WaitQuery, page_size};
+use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size};
 use crate::registry::{Filter, RequestView, Status};
 use crate::suspension::Answer;
 
@@ -14,7 +15,7 @@ use crate::suspension::Answer;
 const MAX_PAGE: usize = 1000;
 
 /// The `status` filter of `GET /requests`.
-#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StatusFilter {
     #[default]
@@ -25,22 +26,45 @@ pub enum StatusFilter {
     All,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Which Requests to list (default `pending`).
     #[serde(default)]
+    #[param(inline)]
     status: StatusFilter,
+    /// Only Requests of this server.
     server: Option<String>,
+    /// Only Requests of this session.
     session: Option<String>,
+    /// Only Requests of this call.
     call: Option<String>,
+    /// Only Requests of this kind (`input`, `authorization`).
     kind: Option<String>,
+    /// Seconds to hold the response while nothing matches (at most 300).
     #[serde(default)]
+    #[param(value_type = Option<f64>, minimum = 0)]
     wait: Wait,
+    /// Page size, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
+    /// Where the page starts, as given in the previous page's `Link` header.
     cursor: Option<u64>,
 }
 
 /// `GET /requests`: matching Requests, oldest first, with the next page in a `Link` header.
+#[utoipa::path(
+    get,
+    path = "/requests",
+    tag = "requests",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "Matching Requests, oldest first", body = Vec<RequestView>,
+            headers(("Link" = String, description = "The next page, as `<…>; rel=\"next\"`"))),
+        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     RawQuery(raw): RawQuery,
@@ -86,6 +110,17 @@ pub async fn list(
 }
 
 /// `GET /requests/{id}`: one Request; with `wait`, held while it is pending.
+#[utoipa::path(
+    get,
+    path = "/requests/{id}",
+    tag = "requests",
+    params(("id" = String, Path, description = "The Request id"), WaitQuery),
+    responses(
+        (status = 200, description = "The Request", body = RequestView),
+        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No Request with that id", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -108,6 +143,23 @@ pub async fn get(
 }
 
 /// `POST /requests/{id}/answer`: resolves a pending Request.
+#[utoipa::path(
+    post,
+    path = "/requests/{id}/answer",
+    tag = "requests",
+    params(("id" = String, Path, description = "The Request id")),
+    request_body(content = Answer, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The resolved Request (also for an identical replay)", body = RequestView),
+        (status = 400, description = "The body is malformed, has unknown keys or wrong types, or its id differs from the path", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No Request with that id", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Already answered with a different answer", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "No longer answerable: expired or cancelled", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The data does not satisfy the requested schema; `errors` lists every violation", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn answer(
     State(state): State<AppState>,
     Path(id): Path<String>,

@@ -6,19 +6,23 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
-use super::{ApiError, AppState, WaitQuery};
+use super::{ApiError, AppState, Problem, WaitQuery};
 use crate::sessions::SessionView;
 use crate::upstream::{ServerStatus, ServerView, Target};
 
-#[derive(Debug, Deserialize)]
+/// What `POST /sessions` opens.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OpenSession {
+    /// The server to open a private session to.
     server: String,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// Which sessions `GET /sessions` lists.
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SessionFilter {
     #[default]
@@ -26,14 +30,32 @@ pub enum SessionFilter {
     All,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// `open` (default) or `all`, which adds closed and failed sessions.
     #[serde(default)]
+    #[param(inline)]
     status: SessionFilter,
 }
 
 /// `POST /sessions`: opens a private session, answering once it is ready.
+#[utoipa::path(
+    post,
+    path = "/sessions",
+    tag = "sessions",
+    request_body(content = OpenSession, content_type = "application/json"),
+    responses(
+        (status = 201, description = "The session, ready", body = SessionView,
+            headers(("Location" = String, description = "`/sessions/{id}`"))),
+        (status = 400, description = "The body is malformed", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such server", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The upstream cannot be reached or refused the session", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn open(State(state): State<AppState>, JsonBody(body): JsonBody<OpenSession>) -> Result<Response, ApiError> {
     let session = state.upstreams.open(&body.server).await?;
     let mut response = (StatusCode::CREATED, Json(&session)).into_response();
@@ -44,11 +66,31 @@ pub async fn open(State(state): State<AppState>, JsonBody(body): JsonBody<OpenSe
 }
 
 /// `GET /sessions`: open sessions (shared ones included); `status=all` adds closed ones.
+#[utoipa::path(
+    get,
+    path = "/sessions",
+    tag = "sessions",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "Sessions, oldest first", body = Vec<SessionView>),
+        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn list(State(state): State<AppState>, QueryParams(query): QueryParams<ListQuery>) -> Json<Vec<SessionView>> {
     Json(state.sessions.list(matches!(query.status, SessionFilter::All)))
 }
 
 /// `GET /sessions/{id}`.
+#[utoipa::path(
+    get,
+    path = "/sessions/{id}",
+    tag = "sessions",
+    params(("id" = String, Path, description = "The session id")),
+    responses(
+        (status = 200, description = "The session", body = SessionView),
+        (status = 404, description = "No session with that id", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<SessionView>, ApiError> {
     state
         .sessions
@@ -58,6 +100,17 @@ pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Resul
 }
 
 /// `DELETE /sessions/{id}`: closes a private session; its pending Requests become `cancelled`.
+#[utoipa::path(
+    delete,
+    path = "/sessions/{id}",
+    tag = "sessions",
+    params(("id" = String, Path, description = "The session id")),
+    responses(
+        (status = 200, description = "The session, closed", body = SessionView),
+        (status = 404, description = "No session with that id", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A shared session, which the gateway manages", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn close(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<SessionView>, ApiError> {
     Ok(Json(
         state.upstreams.close(&id, "closed by a client (DELETE /sessions)")?,
@@ -65,16 +118,45 @@ pub async fn close(State(state): State<AppState>, Path(id): Path<String>) -> Res
 }
 
 /// `GET /sessions/{id}/tools`: the session's merged `tools/list`.
+#[utoipa::path(
+    get,
+    path = "/sessions/{id}/tools",
+    tag = "sessions",
+    params(("id" = String, Path, description = "The session id")),
+    responses(
+        (status = 200, description = "The upstream's `tools/list` result, every page merged: `{\"tools\": [...]}`", body = Object),
+        (status = 404, description = "No session with that id", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The session is closed", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The upstream failed `tools/list`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn tools(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     Ok(Json(state.upstreams.tools(&Target::Session(id)).await?))
 }
 
 /// `GET /servers`: every configured server and the state of its shared session.
+#[utoipa::path(
+    get,
+    path = "/servers",
+    tag = "servers",
+    responses((status = 200, description = "Every configured server", body = Vec<ServerView>))
+)]
 pub async fn servers(State(state): State<AppState>) -> Json<Vec<ServerView>> {
     Json(state.upstreams.servers())
 }
 
 /// `GET /servers/{name}`; with `wait`, held while its shared session is starting.
+#[utoipa::path(
+    get,
+    path = "/servers/{name}",
+    tag = "servers",
+    params(("name" = String, Path, description = "The server's name"), WaitQuery),
+    responses(
+        (status = 200, description = "The server", body = ServerView),
+        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No server with that name", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn server(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -95,6 +177,19 @@ pub async fn server(
 }
 
 /// `GET /servers/{name}/tools`: the merged `tools/list` of the server's shared session.
+#[utoipa::path(
+    get,
+    path = "/servers/{name}/tools",
+    tag = "servers",
+    params(("name" = String, Path, description = "The server's name")),
+    responses(
+        (status = 200, description = "The upstream's `tools/list` result, every page merged: `{\"tools\": [...]}`", body = Object),
+        (status = 404, description = "No server with that name", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The upstream failed `tools/list`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The server's shared session is not ready", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before trying again"))),
+    )
+)]
 pub async fn server_tools(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
     Ok(Json(state.upstreams.tools(&Target::Server(name)).await?))
 }

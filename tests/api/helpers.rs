@@ -215,6 +215,18 @@ impl TestApp {
         body
     }
 
+    /// Polls `GET /metrics` until a line starts with `prefix` (counters updated after a response have no other signal).
+    pub async fn metric_reaches(&self, prefix: &str) {
+        for _ in 0..200 {
+            let text = self.get("/metrics").await.text().await.unwrap();
+            if text.lines().any(|l| l.starts_with(prefix)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("/metrics never showed {prefix:?}");
+    }
+
     /// Sends SIGTERM and waits for the process to exit, returning its exit code.
     pub fn terminate(&mut self) -> Option<i32> {
         signal(self.child.id(), "TERM");

@@ -5,6 +5,7 @@ mod calls;
 mod events;
 mod helpers;
 mod lifecycle;
+mod openapi;
 mod operations;
 mod sessions;
 mod ui;
