@@ -1,5 +1,6 @@
 //! The REST API: routes, shared state and the query parameters common to several resources.
 
+mod auth;
 mod calls;
 mod error;
 mod events;
@@ -25,6 +26,7 @@ use utoipa::{IntoParams, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+pub use auth::AuthPolicy;
 pub use error::{ApiError, Problem};
 
 use crate::calls::Calls;
@@ -50,6 +52,8 @@ pub struct AppState {
     pub changes: Changes,
     pub events: Events,
     pub metrics: Metrics,
+    /// Who may call which route.
+    pub auth: AuthPolicy,
     /// Fires at shutdown, ending every long-poll.
     pub shutdown: CancellationToken,
 }
@@ -100,6 +104,7 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(openapi))
         .split_for_parts();
     let router = router.merge(ui::routes(&mut document));
+    state.auth.document(&mut document);
     let document = OpenApiJson(document.to_json().unwrap_or_default().into());
     router
         .fallback(|| async { ApiError::not_found("no such resource") })
@@ -111,6 +116,7 @@ pub fn router(state: AppState) -> Router {
         })
         .layer(Extension(document))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(state.clone(), auth::authenticate))
         .layer(middleware::from_fn_with_state(state.clone(), metrics::record))
         .layer(
             TraceLayer::new_for_http()

@@ -36,6 +36,9 @@ pub struct SessionView {
     pub id: String,
     pub server: String,
     pub shared: bool,
+    /// The principal that opened it (absent for a shared session, which the gateway owns).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     pub status: SessionStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protocol_version: Option<String>,
@@ -108,16 +111,18 @@ impl Sessions {
             server: &view.server,
             session: &view.id,
             call: None,
+            owner: view.owner.as_deref(),
         };
         self.shared.events.publish(EventKind::SessionUpdated, view, tags);
     }
 
     /// Records a session that is connecting.
-    pub fn starting(&self, id: &str, server: &str, shared: bool) {
+    pub fn starting(&self, id: &str, server: &str, owner: Option<&str>) {
         let view = SessionView {
             id: id.to_owned(),
             server: server.to_owned(),
-            shared,
+            shared: owner.is_none(),
+            owner: owner.map(str::to_owned),
             status: SessionStatus::Starting,
             protocol_version: None,
             server_info: None,

@@ -1,15 +1,16 @@
 //! `/calls`: start, read and cancel tool calls.
 
-use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size};
+use crate::auth::{Principal, Role};
 use crate::calls::{CallFilter, CallStatus, CallView};
 use crate::upstream::Target;
 
@@ -58,6 +59,7 @@ pub struct ListQuery {
         (status = 201, description = "The call, as it is when it stops running or `wait` passes", body = CallView,
             headers(("Location" = String, description = "`/calls/{id}`"))),
         (status = 400, description = "The body is malformed, or names both or neither of `server` and `session`", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "An approver, or a session of another principal", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such server or session", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The session is closed", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),
@@ -68,15 +70,24 @@ pub struct ListQuery {
 )]
 pub async fn start(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     QueryParams(query): QueryParams<WaitQuery>,
     JsonBody(body): JsonBody<StartCall>,
 ) -> Result<Response, ApiError> {
+    if !principal.may_start() {
+        return Err(ApiError::forbidden(format!(
+            "{} is an approver: it may not start calls",
+            principal.name
+        )));
+    }
     let target = match (body.server, body.session) {
         (Some(server), None) => Target::Server(server),
         (None, Some(session)) => Target::Session(session),
         _ => return Err(ApiError::bad_request("name exactly one of `server` and `session`")),
     };
-    let call = state.upstreams.start_call(target, body.tool, body.arguments)?;
+    let call = state
+        .upstreams
+        .start_call(target, body.tool, body.arguments, &principal)?;
     let call = settled(&state, &call.id, query.wait).await.unwrap_or(call);
     let mut response = (StatusCode::CREATED, Json(&call)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/calls/{}", call.id)) {
@@ -98,6 +109,7 @@ pub async fn start(
 )]
 pub async fn list(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Json<Vec<CallView>>, ApiError> {
     let limit = page_size(query.limit, MAX_PAGE)?;
@@ -105,6 +117,7 @@ pub async fn list(
         status: query.status,
         server: query.server,
         session: query.session,
+        owner: (principal.role == Role::Agent).then(|| principal.name.clone()),
     };
     Ok(Json(state.calls.list(&filter, limit)))
 }
@@ -118,14 +131,17 @@ pub async fn list(
     responses(
         (status = 200, description = "The call", body = CallView),
         (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The call belongs to another principal", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No call with that id", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn get(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<CallView>, ApiError> {
+    owned_by(&state, &id, &principal, Principal::may_see)?;
     settled(&state, &id, query.wait)
         .await
         .map(Json)
@@ -140,15 +156,39 @@ pub async fn get(
     params(("id" = String, Path, description = "The call id")),
     responses(
         (status = 200, description = "The call, cancelled (or as it ended, if it already had)", body = CallView),
+        (status = 403, description = "The call belongs to another principal, or the principal is an approver", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No call with that id", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<CallView>, ApiError> {
+pub async fn cancel(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Json<CallView>, ApiError> {
+    owned_by(&state, &id, &principal, Principal::may_change)?;
     state
         .calls
         .cancel(&id, "cancelled by a client (DELETE /calls)")
         .map(Json)
         .ok_or_else(|| ApiError::not_found(format!("no call with id {id}")))
+}
+
+/// `404` for an unknown call, `403` when the rule says the principal may not touch it.
+fn owned_by(
+    state: &AppState,
+    id: &str,
+    principal: &Principal,
+    rule: fn(&Principal, Option<&str>) -> bool,
+) -> Result<(), ApiError> {
+    let owner = state
+        .calls
+        .owner(id)
+        .ok_or_else(|| ApiError::not_found(format!("no call with id {id}")))?;
+    if rule(principal, Some(&owner)) {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(format!("call {id} belongs to another principal")))
+    }
 }
 
 /// The call once it is no longer `running`, or as it is when `wait` passes.

@@ -36,6 +36,11 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, detail)
     }
 
+    /// `403`: the principal's role or ownership does not allow it.
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, detail)
+    }
+
     /// `404`: nothing by that id or name.
     pub fn not_found(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, detail)
@@ -70,6 +75,7 @@ impl From<UpstreamError> for ApiError {
                 ..Self::new(StatusCode::SERVICE_UNAVAILABLE, detail)
             },
             UpstreamError::Unreachable(_) => Self::new(StatusCode::BAD_GATEWAY, detail),
+            UpstreamError::Forbidden(_) => Self::forbidden(detail),
         }
     }
 }

@@ -4,6 +4,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -15,6 +16,7 @@ use utoipa::IntoParams;
 
 use super::extract::QueryParams;
 use super::{ApiError, AppState, Problem};
+use crate::auth::{Principal, Role};
 use crate::events::Event;
 
 /// How often an idle stream sends a keep-alive comment.
@@ -34,6 +36,10 @@ pub struct EventsQuery {
     call: Option<String>,
     /// Resume after this event id (the `Last-Event-ID` header takes precedence).
     last_event_id: Option<u64>,
+    /// Only events of this owner: an agent sees its own and nothing else.
+    #[serde(skip)]
+    #[param(ignore)]
+    owner: Option<String>,
 }
 
 /// `GET /events`: the live feed, resumed after `Last-Event-ID` from the replay buffer when it can be.
@@ -53,9 +59,11 @@ pub struct EventsQuery {
 )]
 pub async fn stream(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     headers: HeaderMap,
-    QueryParams(query): QueryParams<EventsQuery>,
+    QueryParams(mut query): QueryParams<EventsQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    query.owner = (principal.role == Role::Agent).then_some(principal.name);
     let header = headers.get("last-event-id").map(|value| {
         value
             .to_str()
@@ -104,6 +112,10 @@ impl EventsQuery {
         self.server.as_ref().is_none_or(|server| *server == event.server)
             && self.session.as_ref().is_none_or(|session| *session == event.session)
             && self.call.as_ref().is_none_or(|call| Some(call) == event.call.as_ref())
+            && self
+                .owner
+                .as_ref()
+                .is_none_or(|owner| Some(owner) == event.owner.as_ref())
     }
 }
 

@@ -1,13 +1,14 @@
 //! `/requests`: list, read and answer Requests.
 
-use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, header};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size};
+use crate::auth::{Principal, Role};
 use crate::registry::{Filter, RequestView, Status};
 use crate::suspension::Answer;
 
@@ -67,6 +68,7 @@ pub struct ListQuery {
 )]
 pub async fn list(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     RawQuery(raw): RawQuery,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<(HeaderMap, Json<Vec<RequestView>>), ApiError> {
@@ -83,6 +85,7 @@ pub async fn list(
         session: query.session,
         call: query.call,
         kind: query.kind,
+        owner: (principal.role == Role::Agent).then(|| principal.name.clone()),
     };
     let cursor = query.cursor.unwrap_or(0);
     let list = || Some(state.registry.list(&filter, cursor, limit)).filter(|(page, _)| !page.is_empty());
@@ -118,16 +121,19 @@ pub async fn list(
     responses(
         (status = 200, description = "The Request", body = RequestView),
         (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The Request belongs to another principal", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No Request with that id", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn get(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<RequestView>, ApiError> {
     let unknown = || ApiError::not_found(format!("no Request with id {id}"));
     let current = state.registry.get(&id).ok_or_else(unknown)?;
+    visible(&principal, &current)?;
     if current.status != Status::Pending {
         return Ok(Json(current));
     }
@@ -152,6 +158,7 @@ pub async fn get(
     responses(
         (status = 200, description = "The resolved Request (also for an identical replay)", body = RequestView),
         (status = 400, description = "The body is malformed, has unknown keys or wrong types, or its id differs from the path", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The Request belongs to another principal", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No Request with that id", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Already answered with a different answer", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "No longer answerable: expired or cancelled", body = Problem, content_type = "application/problem+json"),
@@ -162,6 +169,7 @@ pub async fn get(
 )]
 pub async fn answer(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     JsonBody(answer): JsonBody<Answer>,
 ) -> Result<Json<RequestView>, ApiError> {
@@ -174,5 +182,22 @@ pub async fn answer(
     if answer.ok && answer.reason.is_some() {
         return Err(ApiError::bad_request("reason is only allowed when ok is false"));
     }
-    Ok(Json(state.registry.answer(&id, answer)?))
+    let request = state
+        .registry
+        .get(&id)
+        .ok_or_else(|| ApiError::not_found(format!("no Request with id {id}")))?;
+    visible(&principal, &request)?;
+    Ok(Json(state.registry.answer(&id, answer, &principal.name)?))
+}
+
+/// `403` unless the principal may see (and so answer) the Request.
+fn visible(principal: &Principal, request: &RequestView) -> Result<(), ApiError> {
+    if principal.may_see(request.owner.as_deref()) {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(format!(
+            "Request {} belongs to another principal",
+            request.request.id
+        )))
+    }
 }

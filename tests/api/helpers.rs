@@ -309,6 +309,14 @@ pub struct EventStream {
 }
 
 impl EventStream {
+    /// Reads events from an already opened `GET /events` response.
+    pub fn new(response: reqwest::Response) -> Self {
+        Self {
+            response,
+            buffer: String::new(),
+        }
+    }
+
     /// The next event (keep-alive comments skipped); fails the test after 20 s.
     pub async fn next(&mut self) -> SseEvent {
         tokio::time::timeout(Duration::from_secs(20), self.read())
