@@ -327,6 +327,15 @@ impl Calls {
             .collect()
     }
 
+    /// How many calls of this principal have not ended.
+    pub fn running_count(&self, owner: &str) -> usize {
+        self.lock()
+            .entries
+            .values()
+            .filter(|entry| entry.view.owner == owner && !entry.view.status.is_final())
+            .count()
+    }
+
     /// The principal that started a call.
     pub fn owner(&self, call: &str) -> Option<String> {
         self.lock().entries.get(call).map(|entry| entry.view.owner.clone())

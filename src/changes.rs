@@ -23,6 +23,11 @@ impl Changes {
         self.0.send_modify(|version| *version = version.wrapping_add(1));
     }
 
+    /// A receiver that wakes on every change after now.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.0.subscribe()
+    }
+
     /// Re-evaluates `check` after every change until it yields a value, `wait` passes, or `shutdown` fires.
     ///
     /// `check` runs at least once, so a zero `wait` is a plain read.

@@ -53,6 +53,12 @@ pub struct Config {
     /// Who may use the API.
     #[serde(default)]
     pub auth: AuthConfig,
+    /// Per-principal caps and the upstream call timeout.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    /// What the REST API accepts, and from where.
+    #[serde(default)]
+    pub http: HttpConfig,
 }
 
 /// The `[auth]` table.
@@ -163,6 +169,59 @@ pub struct RequestsConfig {
     /// How long resolved Requests, finished Calls and closed Sessions stay readable.
     #[serde(default = "default_retention", deserialize_with = "duration")]
     pub retention: Duration,
+    /// The most Requests pending at once; past it a new elicitation is answered `cancel` at once.
+    #[serde(default = "default_max_pending")]
+    pub max_pending: usize,
+}
+
+/// The `[limits]` table: what one principal may hold at once, and how long upstream work may take.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Calls one principal may have running (or waiting on input) at once.
+    #[serde(default = "default_calls_per_principal")]
+    pub calls_per_principal: usize,
+    /// Private sessions one principal may have open at once.
+    #[serde(default = "default_sessions_per_principal")]
+    pub sessions_per_principal: usize,
+    /// How long the upstream may work on a call, not counting time spent waiting on a human; none by default.
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub call_timeout: Option<Duration>,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            calls_per_principal: default_calls_per_principal(),
+            sessions_per_principal: default_sessions_per_principal(),
+            call_timeout: None,
+        }
+    }
+}
+
+/// The `[http]` table: what the REST API accepts, and from where.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// The largest request body, in bytes.
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: usize,
+    /// Origins whose browser pages may call the API (CORS); none by default.
+    #[serde(default)]
+    pub cors_origins: Vec<String>,
+    /// `Host` header values the API answers (DNS-rebinding protection). Unset: the loopback names when
+    /// listening on loopback, anything otherwise; an empty list turns the check off.
+    pub allowed_hosts: Option<Vec<String>>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: default_max_body_bytes(),
+            cors_origins: Vec::new(),
+            allowed_hosts: None,
+        }
+    }
 }
 
 impl Default for RequestsConfig {
@@ -171,6 +230,7 @@ impl Default for RequestsConfig {
             ttl: default_ttl(),
             apply_defaults: true,
             retention: default_retention(),
+            max_pending: default_max_pending(),
         }
     }
 }
@@ -277,6 +337,8 @@ impl Config {
             log: LogConfig::default(),
             webhooks: Vec::new(),
             auth: AuthConfig::default(),
+            limits: LimitsConfig::default(),
+            http: HttpConfig::default(),
         }
     }
 
@@ -622,6 +684,26 @@ fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::E
     humantime::parse_duration(&text).map_err(|error| {
         serde::de::Error::custom(format!("{text:?} is not a duration like \"10m\" or \"90s\": {error}"))
     })
+}
+
+fn optional_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+    duration(deserializer).map(Some)
+}
+
+fn default_max_pending() -> usize {
+    10_000
+}
+
+fn default_calls_per_principal() -> usize {
+    64
+}
+
+fn default_sessions_per_principal() -> usize {
+    16
+}
+
+fn default_max_body_bytes() -> usize {
+    1024 * 1024
 }
 
 fn default_webhook_timeout() -> Duration {

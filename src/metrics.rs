@@ -33,6 +33,12 @@ const FAMILIES: &[Family] = &[
         buckets: &[],
     },
     Family {
+        name: "toolnexus_requests_rejected_total",
+        kind: "counter",
+        help: "Elicitations answered `cancel` at once because the pending Requests were at their cap.",
+        buckets: &[],
+    },
+    Family {
         name: "toolnexus_requests_resolved_total",
         kind: "counter",
         help: "Requests resolved, by outcome (accept, decline, cancel, expired, cancelled).",

@@ -117,6 +117,8 @@ pub enum AnswerError {
 pub enum SuspendError {
     #[error("{0}")]
     UnusableSchema(String),
+    #[error("{0} Requests are pending already, the most the gateway holds")]
+    Full(usize),
 }
 
 /// Which Requests `list` returns, oldest first.
@@ -138,6 +140,8 @@ pub struct Policy {
     pub ttl: Duration,
     pub retention: Duration,
     pub apply_defaults: bool,
+    /// The most Requests pending at once; past it new elicitations are answered `cancel` at once.
+    pub max_pending: usize,
 }
 
 /// The store of Requests; cheap to clone.
@@ -247,6 +251,12 @@ impl Registry {
         };
         let first_deadline = {
             let mut state = self.lock();
+            if state.deadlines.len() >= self.shared.policy.max_pending {
+                self.shared
+                    .metrics
+                    .inc("toolnexus_requests_rejected_total", &[("server", &view.server)]);
+                return Err(SuspendError::Full(self.shared.policy.max_pending));
+            }
             let seq = state.next_seq;
             state.next_seq += 1;
             state.order.insert(seq, id.clone());
@@ -626,6 +636,7 @@ mod tests {
                 ttl,
                 retention: Duration::from_secs(60),
                 apply_defaults: true,
+                max_pending: 5,
             },
             Changes::default(),
             Events::default(),
@@ -781,6 +792,35 @@ mod tests {
         tokio::time::advance(Duration::from_secs(2)).await;
         registry.reap_due(Instant::now());
         assert!(registry.get(&pending.id).is_none());
+    }
+
+    #[test]
+    fn past_the_cap_a_suspension_is_refused() {
+        let registry = registry(Duration::from_secs(60));
+        let held: Vec<Pending> = (0..5).map(|_| form(&registry, None)).collect();
+        let params = json!({"message": "one too many"});
+        let refused = registry.suspend(Suspension {
+            params,
+            server: "demo".into(),
+            session: "s".into(),
+            call: None,
+            owner: None,
+        });
+        assert!(matches!(refused, Err(SuspendError::Full(5))));
+        registry
+            .answer(&held[0].id, answer(json!({"ok": false})), "tester")
+            .unwrap();
+        assert!(
+            registry
+                .suspend(Suspension {
+                    params: json!({}),
+                    server: "demo".into(),
+                    session: "s".into(),
+                    call: None,
+                    owner: None
+                })
+                .is_ok()
+        );
     }
 
     #[test]

@@ -17,10 +17,11 @@ use tracing::Instrument;
 
 pub use client::SessionCore;
 
+use crate::Background;
 use crate::auth::Principal;
-use crate::calls::{CallView, Calls, Finish, NewCall};
+use crate::calls::{CallStatus, CallView, Calls, Finish, NewCall};
 use crate::changes::Changes;
-use crate::config::{ProtocolChoice, Server};
+use crate::config::{LimitsConfig, ProtocolChoice, Server};
 use crate::ids;
 use crate::registry::Registry;
 use crate::sessions::{Live, SessionStatus, SessionView, Sessions};
@@ -50,6 +51,8 @@ pub enum UpstreamError {
     Unreachable(String),
     #[error("{0}")]
     Forbidden(String),
+    #[error("{0}")]
+    TooMany(String),
 }
 
 /// Where a call runs.
@@ -96,6 +99,7 @@ pub struct Upstreams {
     registry: Registry,
     calls: Calls,
     changes: Changes,
+    limits: LimitsConfig,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 }
@@ -114,9 +118,10 @@ impl Upstreams {
         registry: Registry,
         calls: Calls,
         changes: Changes,
-        shutdown: CancellationToken,
-        tracker: TaskTracker,
+        limits: LimitsConfig,
+        background: Background,
     ) -> Arc<Self> {
+        let Background { shutdown, tracker } = background;
         let servers = servers
             .into_iter()
             .map(|server| Slot {
@@ -142,6 +147,7 @@ impl Upstreams {
             registry,
             calls,
             changes,
+            limits,
             shutdown,
             tracker,
         })
@@ -167,6 +173,17 @@ impl Upstreams {
     /// Opens a private session to a server for `owner`, ready when it returns.
     pub async fn open(self: &Arc<Self>, server: &str, owner: &str) -> Result<SessionView, UpstreamError> {
         let slot = self.slot(server)?;
+        let open = self
+            .sessions
+            .list(false)
+            .iter()
+            .filter(|view| view.owner.as_deref() == Some(owner))
+            .count();
+        if open >= self.limits.sessions_per_principal {
+            return Err(UpstreamError::TooMany(format!(
+                "{owner} has {open} sessions open, the most one principal may hold (limits.sessions_per_principal)"
+            )));
+        }
         self.open_session(&slot.server, Some(owner))
             .await
             .map(|(view, _)| view)
@@ -224,6 +241,13 @@ impl Upstreams {
                 )));
             }
         }
+        let running = self.calls.running_count(&by.name);
+        if running >= self.limits.calls_per_principal {
+            return Err(UpstreamError::TooMany(format!(
+                "{} has {running} calls running, the most one principal may hold (limits.calls_per_principal)",
+                by.name
+            )));
+        }
         let live = self.live(&target)?;
         let (view, cancel) = self.calls.create(NewCall {
             server: live.core.server.clone(),
@@ -235,6 +259,12 @@ impl Upstreams {
         let mut params = CallToolRequestParams::new(tool);
         params.arguments = arguments;
         let (calls, sessions, id) = (self.calls.clone(), self.sessions.clone(), view.id.clone());
+        let budget = work_budget(
+            self.limits.call_timeout,
+            self.calls.clone(),
+            view.id.clone(),
+            self.changes.clone(),
+        );
         let span = tracing::info_span!(parent: None, "call", call = %id, server = %view.server, session = %view.session, tool = %view.tool);
         tracing::info!(parent: &span, "call started");
         let run = async move {
@@ -246,6 +276,10 @@ impl Upstreams {
                     Finish::Failed(format!("the session ended before the call completed: {detail}"))
                 }
                 finish = call::drive(&live.core, &live.peer, &id, params) => finish,
+                limit = budget => Finish::Failed(format!(
+                    "the upstream worked on the call for longer than {}s (limits.call_timeout); it was cancelled",
+                    limit.as_secs_f64()
+                )),
             };
             live.core.settle_withdrawn();
             match &finish {
@@ -426,6 +460,33 @@ impl Upstreams {
             let _ = connection.close_with_timeout(CLOSE_TIMEOUT).await;
         });
         Ok((view, live))
+    }
+}
+
+/// Resolves, with the limit, once a call has run for `limit` without waiting on a Request; never without a limit.
+async fn work_budget(limit: Option<Duration>, calls: Calls, call: String, changes: Changes) -> Duration {
+    let Some(limit) = limit else {
+        return std::future::pending().await;
+    };
+    let mut used = Duration::ZERO;
+    let mut versions = changes.subscribe();
+    loop {
+        let waiting = calls
+            .get(&call)
+            .is_some_and(|view| view.status == CallStatus::InputRequired);
+        let started = tokio::time::Instant::now();
+        if waiting {
+            let _ = versions.changed().await;
+            continue;
+        }
+        tokio::select! {
+            _ = versions.changed() => {}
+            () = tokio::time::sleep(limit - used) => return limit,
+        }
+        used += started.elapsed();
+        if used >= limit {
+            return limit;
+        }
     }
 }
 

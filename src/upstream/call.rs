@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::client::SessionCore;
 use crate::calls::Finish;
-use crate::registry::{Outcome, Pending, SuspendError};
+use crate::registry::{Outcome, Pending};
 
 /// The most `input_required` rounds one call may take.
 const MAX_ROUNDS: usize = 32;
@@ -135,12 +135,11 @@ async fn authorize(core: &SessionCore, call: &str, error: &ErrorData) -> Result<
 }
 
 fn suspend(core: &SessionCore, params: &rmcp::model::ElicitRequestParams, call: &str) -> Result<Pending, Finish> {
-    core.suspend(params, Some(call.to_owned()))
-        .map_err(|SuspendError::UnusableSchema(message)| {
-            Finish::Failed(format!(
-                "the upstream sent an elicitation the gateway cannot show: {message}"
-            ))
-        })
+    core.suspend(params, Some(call.to_owned())).map_err(|error| {
+        Finish::Failed(format!(
+            "the upstream sent an elicitation the gateway cannot show: {error}"
+        ))
+    })
 }
 
 async fn resolved(core: &SessionCore, request: Pending) -> Result<rmcp::model::ElicitResult, Finish> {

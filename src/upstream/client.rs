@@ -95,13 +95,27 @@ impl SessionCore {
             .as_deref()
             .and_then(|call| self.calls.owner(call))
             .or_else(|| self.owner.clone());
-        let pending = self.registry.suspend(Suspension {
+        let suspension = Suspension {
             params,
             server: self.server.clone(),
             session: self.id.clone(),
             call: call.clone(),
             owner,
-        })?;
+        };
+        let pending = match self.registry.suspend(suspension) {
+            Err(SuspendError::Full(cap)) => {
+                tracing::warn!(session = %self.id, call = call.as_deref().unwrap_or(""), cap, "pending Requests at their cap: elicitation answered cancel");
+                let (reply, outcome) = tokio::sync::oneshot::channel();
+                let _ = reply.send(Outcome::Reply(ElicitResult::new(
+                    rmcp::model::ElicitationAction::Cancel,
+                )));
+                return Ok(crate::registry::Pending {
+                    id: String::new(),
+                    outcome,
+                });
+            }
+            other => other?,
+        };
         if let Some(call) = call {
             self.calls.add_request(&call, &pending.id);
         }

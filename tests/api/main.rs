@@ -6,6 +6,7 @@ mod calls;
 mod events;
 mod helpers;
 mod lifecycle;
+mod limits;
 mod openapi;
 mod operations;
 mod sessions;
