@@ -120,26 +120,24 @@ fn main() -> anyhow::Result<()> {
     let wanted = |section: &str| sections.is_empty() || sections.contains(&section);
     let binary = PathBuf::from(env!("CARGO_BIN_EXE_toolnexus-gateway"));
     let runtime = tokio::runtime::Runtime::new()?;
-    let mut report = String::new();
     if !measuring {
-        report += "\n(smoke run: tiny counts to check the harness; these timings are not measurements)\n";
+        println!("\n(smoke run: tiny counts to check the harness; these timings are not measurements)");
     }
     runtime.block_on(async {
         if wanted("latency") {
-            report += &latency(&binary, plan).await?;
+            show(latency(&binary, plan).await?);
         }
         if wanted("throughput") {
-            report += &throughput(&binary, plan).await?;
+            show(throughput(&binary, plan).await?);
         }
         if wanted("scale") {
-            report += &scale_table(&binary, plan).await?;
+            show(scale_table(&binary, plan).await?);
         }
         if wanted("footprint") {
-            report += &footprint(&binary, plan).await?;
+            show(footprint(&binary, plan).await?);
         }
         anyhow::Ok(())
     })?;
-    print!("{report}");
     Ok(())
 }
 
@@ -366,6 +364,12 @@ async fn footprint(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
     );
     let _ = writeln!(table, "\n{} starts; p50 of each.", plan.footprint_runs);
     Ok(table)
+}
+
+/// Prints a finished section at once, so a later failure does not lose it.
+fn show(section: String) {
+    print!("{section}");
+    let _ = std::io::Write::flush(&mut std::io::stdout());
 }
 
 fn verdict(met: bool) -> &'static str {

@@ -9,11 +9,16 @@ use anyhow::{Context, ensure};
 use serde_json::{Value, json};
 
 use crate::process::GatewayProcess;
+use crate::rest::Rest;
 use crate::stats::Samples;
 use crate::{Era, Plan};
 
 /// How many answers are in flight at once while draining.
 pub const DRAIN_CONCURRENCY: usize = 64;
+
+/// The most elicitations one `flood` call raises: a 2026-07-28 `input_required` result carries them all in one
+/// JSON-RPC message, and rmcp's stdio transport discards messages over 16 MiB.
+const FLOOD_CHUNK: usize = 20_000;
 
 /// What one scale run measured.
 pub struct ScaleRun {
@@ -30,7 +35,7 @@ pub struct ScaleRun {
     pub raise_time: Duration,
 }
 
-/// Holds `count` Requests pending on a fresh gateway (one `flood` call), measures, then answers them all.
+/// Holds `count` Requests pending on a fresh gateway (`flood` calls), measures, then answers them all.
 pub async fn run(binary: &Path, era: Era, count: usize, plan: &Plan) -> anyhow::Result<ScaleRun> {
     let gateway = GatewayProcess::spawn(binary, era.config()).await?;
     gateway.ready().await?;
@@ -40,15 +45,17 @@ pub async fn run(binary: &Path, era: Era, count: usize, plan: &Plan) -> anyhow::
     let baseline = gateway.rss()?;
 
     let started = Instant::now();
-    let call = rest
-        .post(
-            "/calls?wait=0",
-            &json!({"server": era.server(), "tool": "flood", "arguments": {"count": count}}),
-        )
-        .await?
-        .1;
-    let call_id = call["id"].as_str().context("no call id")?.to_owned();
-    let ids = pending_ids(&rest, &call_id, count).await?;
+    let mut calls = Vec::new();
+    let mut remaining = count;
+    while remaining > 0 {
+        let chunk = remaining.min(FLOOD_CHUNK);
+        calls.push((start_flood(&rest, era, chunk).await?, chunk));
+        remaining -= chunk;
+    }
+    let mut ids = Vec::with_capacity(count);
+    for (call, chunk) in &calls {
+        ids.extend(pending_ids(&rest, call, *chunk).await?);
+    }
     let raise_time = started.elapsed();
     let rss_per_request = gateway.rss()?.saturating_sub(baseline) as f64 / count as f64;
 
@@ -85,15 +92,17 @@ pub async fn run(binary: &Path, era: Era, count: usize, plan: &Plan) -> anyhow::
     let rest_of = Arc::new(ids[sampled..].to_vec());
     let drain_rate = drain(&rest, rest_of).await?;
 
-    let done = rest.settled(&call_id).await?;
-    let accepted = done
-        .pointer("/result/structuredContent/accepted")
-        .and_then(Value::as_u64);
-    ensure!(
-        accepted == Some(count as u64),
-        "the flood did not complete with every answer accepted: {}",
-        done.get("result").unwrap_or(&done["status"])
-    );
+    for (call, chunk) in &calls {
+        let done = rest.settled(call).await?;
+        let accepted = done
+            .pointer("/result/structuredContent/accepted")
+            .and_then(Value::as_u64);
+        ensure!(
+            accepted == Some(*chunk as u64),
+            "a flood did not complete with every answer accepted: {}",
+            done.get("result").unwrap_or(&done["status"])
+        );
+    }
     Ok(ScaleRun {
         era,
         pending: count,
@@ -107,11 +116,16 @@ pub async fn run(binary: &Path, era: Era, count: usize, plan: &Plan) -> anyhow::
 }
 
 /// The Request ids of a call once `count` of them exist.
-async fn pending_ids(rest: &crate::rest::Rest, call: &str, count: usize) -> anyhow::Result<Vec<String>> {
+async fn pending_ids(rest: &Rest, call: &str, count: usize) -> anyhow::Result<Vec<String>> {
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let (_, view) = rest.get(&format!("/calls/{call}")).await?;
         let ids = view["requests"].as_array().context("no requests")?;
+        ensure!(
+            !matches!(view["status"].as_str(), Some("failed" | "cancelled")),
+            "the flood ended early: {}",
+            view["error"]
+        );
         if ids.len() >= count {
             return Ok(ids.iter().filter_map(Value::as_str).map(str::to_owned).collect());
         }
@@ -125,7 +139,7 @@ async fn pending_ids(rest: &crate::rest::Rest, call: &str, count: usize) -> anyh
 }
 
 /// Answers every id at `DRAIN_CONCURRENCY`; returns answers per second.
-async fn drain(rest: &crate::rest::Rest, ids: Arc<Vec<String>>) -> anyhow::Result<f64> {
+async fn drain(rest: &Rest, ids: Arc<Vec<String>>) -> anyhow::Result<f64> {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
@@ -147,19 +161,20 @@ async fn drain(rest: &crate::rest::Rest, ids: Arc<Vec<String>>) -> anyhow::Resul
     Ok(ids.len() as f64 / started.elapsed().as_secs_f64())
 }
 
+/// `POST /calls` of a `flood`, without waiting; returns the call id.
+async fn start_flood(rest: &Rest, era: Era, count: usize) -> anyhow::Result<String> {
+    let body = json!({"server": era.server(), "tool": "flood", "arguments": {"count": count}});
+    let (status, call) = rest.post("/calls?wait=0", &body).await?;
+    ensure!(status == 201, "POST /calls {body} → {status}: {call}");
+    Ok(call["id"].as_str().context("no call id")?.to_owned())
+}
+
 /// A small flood answered in full, to warm the gateway up.
-async fn flood_and_drain(rest: &crate::rest::Rest, era: Era, count: usize) -> anyhow::Result<()> {
-    let call = rest
-        .post(
-            "/calls?wait=0",
-            &json!({"server": era.server(), "tool": "flood", "arguments": {"count": count}}),
-        )
-        .await?
-        .1;
-    let call_id = call["id"].as_str().context("no call id")?;
-    let ids = pending_ids(rest, call_id, count).await?;
+async fn flood_and_drain(rest: &Rest, era: Era, count: usize) -> anyhow::Result<()> {
+    let call = start_flood(rest, era, count).await?;
+    let ids = pending_ids(rest, &call, count).await?;
     drain(rest, Arc::new(ids)).await?;
-    let done = rest.settled(call_id).await?;
+    let done = rest.settled(&call).await?;
     ensure!(done["status"] == "completed", "warm-up flood: {done}");
     Ok(())
 }
