@@ -37,7 +37,7 @@ builtin = "demo"
 protocol = "2025-11-25"
 "#;
 
-/// A running gateway process, killed on drop (its stdio servers exit when their stdin closes).
+/// A running gateway process, stopped with SIGTERM on drop (killed if it does not exit within 10 s).
 pub struct GatewayProcess {
     child: Child,
     /// The REST client bound to its address.
@@ -115,5 +115,23 @@ impl GatewayProcess {
             .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
             .context("no VmRSS in /proc/<pid>/status")?;
         Ok(kib * 1024)
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let Some(pid) = self.child.id() else { return };
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = self.child.start_kill();
     }
 }
