@@ -18,7 +18,7 @@ use crate::changes::Changes;
 use crate::elicitation::{self, KIND_AUTHORIZATION};
 use crate::suspension::{Answer, Request};
 use crate::time::Timestamp;
-use crate::validation::{self, Violation};
+use crate::validation::{self, Validators, Violation};
 
 /// Where a Request is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,6 +139,7 @@ struct Shared {
     reaper: Notify,
     changes: Changes,
     policy: Policy,
+    validators: Validators,
 }
 
 #[derive(Debug, Default)]
@@ -171,6 +172,7 @@ impl Registry {
             reaper: Notify::new(),
             changes,
             policy,
+            validators: Validators::default(),
         };
         Self {
             shared: Arc::new(shared),
@@ -181,7 +183,10 @@ impl Registry {
     pub fn suspend(&self, suspension: Suspension) -> Result<Pending, SuspendError> {
         let mut request = elicitation::elicitation_to_request(&suspension.params);
         if let Some(schema) = request.data.as_ref().and_then(|data| data.get("schema")) {
-            validation::check_schema(schema).map_err(SuspendError::UnusableSchema)?;
+            self.shared
+                .validators
+                .check(schema)
+                .map_err(SuspendError::UnusableSchema)?;
         }
         let created_at = Timestamp::now();
         request.expires_at = Some(created_at.after(self.shared.policy.ttl).rfc3339());
@@ -272,7 +277,10 @@ impl Registry {
             if answer.ok
                 && let (Some(schema), Some(data)) = (&schema, &answer.data)
             {
-                validation::validate(schema, data).map_err(AnswerError::Invalid)?;
+                self.shared
+                    .validators
+                    .validate(schema, data)
+                    .map_err(AnswerError::Invalid)?;
             }
             let mut result = elicitation::answer_to_elicit_result(&answer);
             if entry.view.request.kind == KIND_AUTHORIZATION {
