@@ -43,6 +43,10 @@ impl Changes {
             if let Some(found) = check() {
                 return Some(found);
             }
+            // A timer for a deadline already due still waits for the next tick (about 1 ms).
+            if Instant::now() >= deadline {
+                return None;
+            }
             tokio::select! {
                 changed = versions.changed() => if changed.is_err() { return None },
                 () = tokio::time::sleep_until(deadline) => return None,

@@ -105,7 +105,10 @@ impl Gateway {
             calls.clone(),
             changes.clone(),
             config.limits.clone(),
-            Background { shutdown: shutdown.clone(), tracker: tracker.clone() },
+            Background {
+                shutdown: shutdown.clone(),
+                tracker: tracker.clone(),
+            },
         );
         let state = AppState {
             registry,

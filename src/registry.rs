@@ -20,7 +20,7 @@ use crate::events::{EventKind, Events, Tags};
 use crate::metrics::Metrics;
 use crate::suspension::{Answer, Request};
 use crate::time::Timestamp;
-use crate::validation::{self, Violation};
+use crate::validation::{self, Validators, Violation};
 
 /// Where a Request is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -162,6 +162,7 @@ struct Shared {
     metrics: Metrics,
     call_hook: std::sync::OnceLock<CallHook>,
     policy: Policy,
+    validators: Validators,
 }
 
 impl std::fmt::Debug for Shared {
@@ -206,6 +207,7 @@ impl Registry {
             metrics,
             call_hook: std::sync::OnceLock::new(),
             policy,
+            validators: Validators::default(),
         };
         Self {
             shared: Arc::new(shared),
@@ -221,7 +223,10 @@ impl Registry {
     pub fn suspend(&self, suspension: Suspension) -> Result<Pending, SuspendError> {
         let mut request = elicitation::elicitation_to_request(&suspension.params);
         if let Some(schema) = request.data.as_ref().and_then(|data| data.get("schema")) {
-            validation::check_schema(schema).map_err(SuspendError::UnusableSchema)?;
+            self.shared
+                .validators
+                .check(schema)
+                .map_err(SuspendError::UnusableSchema)?;
         }
         let created_at = Timestamp::now();
         request.expires_at = Some(created_at.after(self.shared.policy.ttl).rfc3339());
@@ -331,7 +336,10 @@ impl Registry {
         if answer.ok
             && let (Some(schema), Some(data)) = (&schema, &answer.data)
         {
-            validation::validate(schema, data).map_err(AnswerError::Invalid)?;
+            self.shared
+                .validators
+                .validate(schema, data)
+                .map_err(AnswerError::Invalid)?;
         }
         let mut result = elicitation::answer_to_elicit_result(&answer);
         if is_url {
