@@ -4,6 +4,7 @@ mod answers;
 mod calls;
 mod events;
 mod helpers;
+mod hostile;
 mod lifecycle;
 mod openapi;
 mod operations;
