@@ -28,6 +28,11 @@ impl Changes {
         self.0.subscribe()
     }
 
+    /// How many waits are in progress (long-polls held by `wait=`).
+    pub fn waiters(&self) -> usize {
+        self.0.receiver_count()
+    }
+
     /// Re-evaluates `check` after every change until it yields a value, `wait` passes, or `shutdown` fires.
     ///
     /// `check` runs at least once, so a zero `wait` is a plain read.

@@ -13,6 +13,9 @@ use crate::events::EventKind;
 /// Where the built-in default listens.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
+/// How long a server's start-up and MCP handshake may take unless its `startup_timeout` says otherwise.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Why a configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -261,6 +264,9 @@ pub struct ServerConfig {
     /// Which protocol era to speak.
     #[serde(default)]
     pub protocol: ProtocolChoice,
+    /// How long starting the server and its MCP handshake may take (default 30 s).
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub startup_timeout: Option<Duration>,
 }
 
 /// Servers built into this binary.
@@ -321,6 +327,8 @@ pub struct Server {
     pub transport: Transport,
     /// Which protocol era to speak.
     pub protocol: ProtocolChoice,
+    /// How long starting the server and its MCP handshake may take before it counts as failed.
+    pub startup_timeout: Duration,
 }
 
 impl Config {
@@ -403,6 +411,7 @@ impl Config {
                 ProtocolChoice::Modern => "2026-07-28",
             };
             entry.insert("protocol".into(), Value::from(protocol));
+            entry.insert("startup_timeout".into(), duration(server.startup_timeout));
             servers.push(Value::Table(entry));
         }
         root.insert("servers".into(), Value::Array(servers));
@@ -554,7 +563,15 @@ impl Config {
                         server.name
                     ));
                 }
-                Ok(Server { name: server.name.clone(), transport: server.transport(&key)?, protocol: server.protocol })
+                if server.startup_timeout.is_some_and(|timeout| timeout.is_zero()) {
+                    return Err(format!("{key}.startup_timeout must be longer than zero"));
+                }
+                Ok(Server {
+                    name: server.name.clone(),
+                    transport: server.transport(&key)?,
+                    protocol: server.protocol,
+                    startup_timeout: server.startup_timeout.unwrap_or(DEFAULT_STARTUP_TIMEOUT),
+                })
             })
             .collect()
     }
@@ -818,6 +835,15 @@ mod tests {
     fn bad_durations_and_protocols_are_rejected() {
         assert!(parse("[requests]\nttl = \"soon\"\n").unwrap_err().contains("soon"));
         assert!(parse("[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\nprotocol = \"2024\"\n").is_err());
+        assert!(parse("[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\nstartup_timeout = \"0s\"\n").is_err());
+    }
+
+    #[test]
+    fn startup_timeout_defaults_to_thirty_seconds() {
+        let config = parse("[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\n[[servers]]\nname = \"b\"\nbuiltin = \"demo\"\nstartup_timeout = \"1s\"\n").unwrap();
+        let servers = config.servers().unwrap();
+        assert_eq!(servers[0].startup_timeout, DEFAULT_STARTUP_TIMEOUT);
+        assert_eq!(servers[1].startup_timeout, Duration::from_secs(1));
     }
 
     #[test]

@@ -93,6 +93,18 @@ const FAMILIES: &[Family] = &[
         buckets: LATENCY_BUCKETS,
     },
     Family {
+        name: "toolnexus_event_streams",
+        kind: "gauge",
+        help: "Open GET /events streams.",
+        buckets: &[],
+    },
+    Family {
+        name: "toolnexus_long_polls",
+        kind: "gauge",
+        help: "Requests held open by wait=, waiting for a change.",
+        buckets: &[],
+    },
+    Family {
         name: "toolnexus_webhook_deliveries_total",
         kind: "counter",
         help: "Webhook delivery attempts, by webhook and outcome (delivered, failed, dropped).",

@@ -5,6 +5,7 @@ mod auth;
 mod calls;
 mod events;
 mod helpers;
+mod hostile;
 mod lifecycle;
 mod limits;
 mod openapi;
