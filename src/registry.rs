@@ -194,6 +194,8 @@ struct Entry {
     /// `elicitationId` of a URL-mode elicitation, to match `notifications/elicitation/complete`.
     elicitation_id: Option<String>,
     reply: Option<oneshot::Sender<Outcome>>,
+    /// Fired when the upstream withdraws the elicitation; an answer after that is `410`.
+    withdrawn: Option<CancellationToken>,
 }
 
 impl Registry {
@@ -284,6 +286,7 @@ impl Registry {
                 deadline,
                 elicitation_id,
                 reply: Some(reply),
+                withdrawn: None,
             };
             state.entries.insert(id.clone(), entry);
             state.deadlines.first().is_some_and(|(first, _)| *first == deadline)
@@ -344,6 +347,17 @@ impl Registry {
         let mut result = elicitation::answer_to_elicit_result(&answer);
         if is_url {
             result.content = None;
+        }
+        if entry.withdrawn.as_ref().is_some_and(CancellationToken::is_cancelled) {
+            let detail = "the upstream cancelled the elicitation".to_owned();
+            self.retire(&mut state, id, Status::Cancelled, Some(detail));
+            let call = state.entries[id].view.call.clone();
+            drop(state);
+            self.changed([call]);
+            return Err(AnswerError::Gone {
+                id: id.to_owned(),
+                status: Status::Cancelled,
+            });
         }
         let delivered = entry
             .reply
@@ -430,6 +444,13 @@ impl Registry {
             self.shared.changes.notify();
         }
         found
+    }
+
+    /// Ties a Request to the token its upstream exchange is cancelled by, so a late answer is refused.
+    pub fn watch_withdrawal(&self, id: &str, withdrawn: CancellationToken) {
+        if let Some(entry) = self.lock().entries.get_mut(id) {
+            entry.withdrawn = Some(withdrawn);
+        }
     }
 
     /// How many Requests are pending.

@@ -172,6 +172,7 @@ impl ClientHandler for GatewayClient {
             .suspend(&params, call)
             .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
         lock(&core.elicitations).insert(pending.id.clone(), context.ct.clone());
+        core.registry.watch_withdrawal(&pending.id, context.ct.clone());
         let outcome = tokio::select! {
             outcome = pending.outcome => outcome,
             () = context.ct.cancelled() => {

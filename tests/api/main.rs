@@ -10,6 +10,7 @@ mod lifecycle;
 mod limits;
 mod openapi;
 mod operations;
+mod races;
 mod sessions;
 mod ui;
 mod webhooks;
