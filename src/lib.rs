@@ -14,6 +14,7 @@ pub mod events;
 pub mod ids;
 pub mod metrics;
 pub mod registry;
+pub mod retained;
 pub mod sessions;
 pub mod suspension;
 pub mod time;
