@@ -107,3 +107,75 @@ async fn an_answer_racing_the_expiry_has_one_outcome_everywhere() {
         assert_eq!(resolved[id], expected.0, "{id}: the event agrees");
     }
 }
+
+#[tokio::test]
+async fn an_answer_racing_an_upstream_cancellation_has_one_outcome_in_the_gateway() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let mut events = app.events("?server=legacy", None).await;
+    // One session per call: over stdio in 2025-11-25 only a lone call in flight gets its elicitation attributed.
+    let mut sessions = Vec::new();
+    for _ in 0..8 {
+        let session: Value = app
+            .post("/sessions", &json!({"server": "legacy"}))
+            .await
+            .json()
+            .await
+            .unwrap();
+        sessions.push(session["id"].as_str().unwrap().to_owned());
+    }
+    let mut calls = Vec::new();
+    for session in &sessions {
+        let arguments = json!({"action": "hurry", "timeout": 0.4});
+        calls.push(
+            app.call_on(json!({"session": session, "tool": "confirm_action", "arguments": arguments}))
+                .await,
+        );
+    }
+    let answers: Vec<_> = calls
+        .iter()
+        .enumerate()
+        .map(|(n, call)| {
+            let id = first_request(call);
+            let url = format!("{}/requests/{id}/answer", app.address);
+            let client = app.client.clone();
+            // Around the moment the upstream gives up and withdraws its elicitation.
+            let delay = Duration::from_millis(340 + 15 * n as u64);
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let response = client
+                    .post(url)
+                    .json(&json!({"ok": true, "data": {"confirm": true}}))
+                    .send()
+                    .await
+                    .unwrap();
+                (id, response.status().as_u16())
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for answer in answers {
+        outcomes.push(answer.await.unwrap());
+    }
+    let mut resolved = std::collections::HashMap::new();
+    while resolved.len() < outcomes.len() {
+        let event = events.next_of("request.resolved").await;
+        resolved.insert(
+            event.data["id"].as_str().unwrap().to_owned(),
+            event.data["status"].as_str().unwrap().to_owned(),
+        );
+    }
+    for (id, status) in &outcomes {
+        let request = app.get_json(&format!("/requests/{id}")).await;
+        let expected = match status {
+            200 => "answered",
+            410 => "cancelled",
+            other => panic!("an answer got {other}"),
+        };
+        assert_eq!(request["status"], expected, "{id}: {request}");
+        assert_eq!(resolved[id], expected, "{id}: the event agrees");
+    }
+    for call in &calls {
+        let done = app.settled(call["id"].as_str().unwrap()).await;
+        assert_eq!(done["status"], "completed", "every call ends: {done}");
+    }
+}
