@@ -164,7 +164,7 @@ impl TryFrom<f64> for Wait {
         if !seconds.is_finite() || seconds < 0.0 {
             return Err(format!("wait must be a number of seconds >= 0, not {seconds}"));
         }
-        Ok(Wait(Duration::from_secs_f64(seconds).min(MAX_WAIT)))
+        Ok(Wait(Duration::from_secs_f64(seconds.min(MAX_WAIT.as_secs_f64()))))
     }
 }
 
@@ -199,6 +199,16 @@ pub fn page_size(limit: Option<usize>, max: usize) -> Result<usize, ApiError> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn a_huge_wait_is_capped_not_a_panic() {
+        assert_eq!(Wait::try_from(1.8e19).unwrap().duration(), MAX_WAIT);
+        assert_eq!(Wait::try_from(f64::MAX).unwrap().duration(), MAX_WAIT);
+        assert_eq!(Wait::try_from(1.5).unwrap().duration(), Duration::from_millis(1500));
+        assert!(Wait::try_from(-1.0).is_err() && Wait::try_from(f64::NAN).is_err());
+    }
+
     /// Every source file of the API, to check how routes are registered.
     const SOURCES: [(&str, &str); 9] = [
         ("api.rs", include_str!("api.rs")),
