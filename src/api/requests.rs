@@ -180,6 +180,11 @@ pub async fn answer(
     Path(id): Path<String>,
     JsonBody(answer): JsonBody<Answer>,
 ) -> Result<Json<RequestView>, ApiError> {
+    let request = state
+        .registry
+        .get(&id)
+        .ok_or_else(|| ApiError::not_found(format!("no Request with id {id}")))?;
+    visible(&principal, &request)?;
     if !answer.id.is_empty() && answer.id != id {
         return Err(ApiError::bad_request(format!(
             "the answer's id {:?} differs from the path's {id:?}",
@@ -189,11 +194,6 @@ pub async fn answer(
     if answer.ok && answer.reason.is_some() {
         return Err(ApiError::bad_request("reason is only allowed when ok is false"));
     }
-    let request = state
-        .registry
-        .get(&id)
-        .ok_or_else(|| ApiError::not_found(format!("no Request with id {id}")))?;
-    visible(&principal, &request)?;
     Ok(Json(state.registry.answer(&id, answer, &principal.name)?))
 }
 
