@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The project's test entry point: every Rust suite (unit tests and the black-box API tests that drive the
-# real binary over HTTP), then the browser tests of the inbox at /ui (tests/browser, headless Chromium).
+# The project's test entry point: every Rust suite (unit and property tests, and the black-box API tests
+# that drive the real binary over HTTP), then schemathesis against the running gateway's /openapi.json
+# (scripts/schemathesis.sh), then the browser tests of the inbox at /ui (tests/browser, headless Chromium).
 #
+# schemathesis is installed from PyPI into a virtualenv under ~/.cache when missing (needs python3-venv).
 # The browser tests need Node.js 20+ with npm, Debian's chromium (installed here with apt-get when missing
 # and running as root) and tests/browser's npm packages (installed here with `npm ci` when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --locked "$@"
+scripts/schemathesis.sh
 
 fail() {
     echo "scripts/test.sh: $*" >&2

@@ -23,6 +23,7 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tower_http::LatencyUnit;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use utoipa::openapi::schema::{AllOfBuilder, ObjectBuilder, OneOfBuilder, Type};
 use utoipa::{IntoParams, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -106,6 +107,7 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(openapi))
         .split_for_parts();
     let router = router.merge(ui::routes(&mut document));
+    constrain(&mut document);
     state.auth.document(&mut document);
     state.http.document(&mut document);
     let document = OpenApiJson(document.to_json().unwrap_or_default().into());
@@ -146,6 +148,43 @@ pub fn router(state: AppState) -> Router {
     router.with_state(state)
 }
 
+/// Adds to the document the constraints between fields that the derived schemas cannot state.
+fn constrain(document: &mut utoipa::openapi::OpenApi) {
+    let string = |name: &str| {
+        ObjectBuilder::new()
+            .required(name)
+            .property(name, ObjectBuilder::new().schema_type(Type::String))
+    };
+    // `POST /calls` names exactly one of `server` and `session`.
+    one_of(document, "StartCall", [string("server"), string("session")]);
+    let ok = |value: bool| {
+        ObjectBuilder::new().property(
+            "ok",
+            ObjectBuilder::new()
+                .schema_type(Type::Boolean)
+                .enum_values(Some([value])),
+        )
+    };
+    // An Answer gives a `reason` only when `ok` is false.
+    let accept = ok(true).property("reason", ObjectBuilder::new().schema_type(Type::Null));
+    one_of(document, "Answer", [ok(false), accept]);
+}
+
+/// Narrows a component schema: a value must also match exactly one of the branches.
+fn one_of(document: &mut utoipa::openapi::OpenApi, name: &str, branches: impl IntoIterator<Item = ObjectBuilder>) {
+    let Some(schema) = document
+        .components
+        .as_mut()
+        .and_then(|components| components.schemas.get_mut(name))
+    else {
+        return;
+    };
+    let branches = branches
+        .into_iter()
+        .fold(OneOfBuilder::new(), |one_of, branch| one_of.item(branch));
+    *schema = AllOfBuilder::new().item(schema.clone()).item(branches).into();
+}
+
 /// `GET /openapi.json`: this document, OpenAPI 3.1.
 #[utoipa::path(
     get,
@@ -173,7 +212,7 @@ impl TryFrom<f64> for Wait {
         if !seconds.is_finite() || seconds < 0.0 {
             return Err(format!("wait must be a number of seconds >= 0, not {seconds}"));
         }
-        Ok(Wait(Duration::from_secs_f64(seconds).min(MAX_WAIT)))
+        Ok(Wait(Duration::from_secs_f64(seconds.min(MAX_WAIT.as_secs_f64()))))
     }
 }
 
@@ -208,6 +247,16 @@ pub fn page_size(limit: Option<usize>, max: usize) -> Result<usize, ApiError> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn a_huge_wait_is_capped_not_a_panic() {
+        assert_eq!(Wait::try_from(1.8e19).unwrap().duration(), MAX_WAIT);
+        assert_eq!(Wait::try_from(f64::MAX).unwrap().duration(), MAX_WAIT);
+        assert_eq!(Wait::try_from(1.5).unwrap().duration(), Duration::from_millis(1500));
+        assert!(Wait::try_from(-1.0).is_err() && Wait::try_from(f64::NAN).is_err());
+    }
+
     /// Every source file of the API, to check how routes are registered.
     const SOURCES: [(&str, &str); 9] = [
         ("api.rs", include_str!("api.rs")),

@@ -182,4 +182,133 @@ mod tests {
         assert_eq!(accepted.action, ElicitationAction::Accept);
         assert_eq!(accepted.content.unwrap()["name"], "Ada");
     }
+
+    mod properties {
+        use super::*;
+        use crate::suspension::Reason;
+        use proptest::prelude::*;
+        use std::collections::HashSet;
+
+        fn leaf() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::from),
+                any::<i64>().prop_map(Value::from),
+                ".{0,8}".prop_map(Value::from),
+            ]
+        }
+
+        fn json() -> impl Strategy<Value = Value> {
+            leaf().prop_recursive(3, 16, 4, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                    prop::collection::btree_map("[a-z]{1,4}", inner, 0..4)
+                        .prop_map(|map| Value::Object(map.into_iter().collect())),
+                ]
+            })
+        }
+
+        fn object() -> impl Strategy<Value = Map<String, Value>> {
+            prop::collection::btree_map("[a-z]{1,6}", json(), 0..4).prop_map(|map| map.into_iter().collect())
+        }
+
+        /// Elicitation params: each key absent, null, of its type, or of another type.
+        fn params() -> impl Strategy<Value = Value> {
+            let mode = prop_oneof![
+                Just(None),
+                Just(Some(Value::Null)),
+                Just(Some(json!("form"))),
+                Just(Some(json!("url"))),
+                ".{0,6}".prop_map(|mode| Some(json!(mode))),
+                Just(Some(json!(1)))
+            ];
+            let message = prop::option::of(prop_oneof![".{0,12}".prop_map(Value::from), leaf()]);
+            let url = prop::option::of(prop_oneof![
+                Just(json!("")),
+                "https://[a-z]{1,8}\\.example/[a-z]{0,6}".prop_map(Value::from),
+                leaf()
+            ]);
+            let schema = prop::option::of(prop_oneof![Just(Value::Null), object().prop_map(Value::Object)]);
+            (mode, message, url, schema).prop_map(|(mode, message, url, schema)| {
+                let keys = [
+                    ("mode", mode),
+                    ("message", message),
+                    ("url", url),
+                    ("requestedSchema", schema),
+                ];
+                Value::Object(
+                    keys.into_iter()
+                        .filter_map(|(key, value)| Some((key.to_owned(), value?)))
+                        .collect(),
+                )
+            })
+        }
+
+        fn answers() -> impl Strategy<Value = Answer> {
+            let reason = prop::option::of(prop_oneof![
+                Just(Reason::Declined),
+                Just(Reason::Cancelled),
+                Just(Reason::Expired)
+            ]);
+            (
+                "(elc-[a-z0-9]{1,8})?",
+                any::<bool>(),
+                prop::option::of(object()),
+                reason,
+            )
+                .prop_map(|(id, ok, data, reason)| Answer { id, ok, data, reason })
+        }
+
+        /// No top-level key of a serialized value is `null`.
+        fn no_null_keys(value: &Value) -> bool {
+            value
+                .as_object()
+                .is_some_and(|object| object.values().all(|value| !value.is_null()))
+        }
+
+        proptest! {
+            #[test]
+            fn params_map_to_a_request_by_the_documented_rules(params in params()) {
+                let request = elicitation_to_request(&params);
+                let is_url = params.get("mode") == Some(&json!("url"));
+                prop_assert!(request.id.starts_with("elc-"));
+                prop_assert_eq!(request.kind.as_str(), if is_url { "authorization" } else { "input" });
+                let message = params.get("message").and_then(Value::as_str).unwrap_or_default();
+                prop_assert_eq!(request.prompt.as_str(), message);
+                let url = params.get("url").and_then(Value::as_str).filter(|url| is_url && !url.is_empty());
+                prop_assert_eq!(request.url.as_deref(), url);
+                let schema = params.get("requestedSchema").filter(|schema| !is_url && !schema.is_null());
+                prop_assert_eq!(request.data.as_ref().map(|data| &data["schema"]), schema);
+                prop_assert!(request.data.as_ref().is_none_or(|data| data.len() == 1));
+                prop_assert_eq!(&request.expires_at, &None);
+                let wire = serde_json::to_value(&request).unwrap();
+                prop_assert!(no_null_keys(&wire), "{}", wire);
+                prop_assert_eq!(serde_json::from_value::<Request>(wire).unwrap(), request);
+            }
+
+            #[test]
+            fn request_ids_are_unique(params in prop::collection::vec(params(), 1..20)) {
+                let ids: HashSet<String> = params.iter().map(|params| elicitation_to_request(params).id).collect();
+                prop_assert_eq!(ids.len(), params.len());
+            }
+
+            #[test]
+            fn answers_map_to_accept_decline_or_cancel(answer in answers()) {
+                let wire = serde_json::to_value(answer_to_elicit_result(&answer)).unwrap();
+                let expected = match (&answer.ok, answer.reason) {
+                    (true, _) => json!({"action": "accept", "content": answer.data.clone().unwrap_or_default()}),
+                    (false, Some(Reason::Declined)) => json!({"action": "decline"}),
+                    (false, _) => json!({"action": "cancel"}),
+                };
+                prop_assert_eq!(wire, expected);
+            }
+
+            #[test]
+            fn answers_serialize_without_nulls_and_round_trip(answer in answers()) {
+                let wire = serde_json::to_value(&answer).unwrap();
+                prop_assert!(no_null_keys(&wire), "{}", wire);
+                prop_assert_eq!(serde_json::from_value::<Answer>(wire).unwrap(), answer);
+            }
+        }
+    }
 }

@@ -653,6 +653,9 @@ impl Filter {
 }
 
 #[cfg(test)]
+mod properties;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::events::Events;

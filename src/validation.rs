@@ -272,4 +272,200 @@ mod tests {
         assert!(validators.check(&unusable).is_err());
         assert_eq!(check_schema(&unusable), validators.check(&unusable));
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+        use proptest::strategy::BoxedStrategy;
+
+        /// One flat property of a form schema.
+        #[derive(Debug, Clone)]
+        enum Field {
+            Text { min: usize, max: usize },
+            Integer { min: i64, max: i64 },
+            Number { min: i32, max: i32 },
+            Boolean,
+            Choice(Vec<String>),
+            MultiSelect { options: Vec<String>, max: usize },
+        }
+
+        fn options() -> impl Strategy<Value = Vec<String>> {
+            prop::collection::btree_set("[a-z]{1,5}", 1..5).prop_map(|set| set.into_iter().collect())
+        }
+
+        fn field() -> impl Strategy<Value = Field> {
+            prop_oneof![
+                (0..4usize, 0..6usize).prop_map(|(min, extra)| Field::Text { min, max: min + extra }),
+                (-1000..1000i64, 0..1000i64).prop_map(|(min, span)| Field::Integer { min, max: min + span }),
+                (-1000..1000i32, 1..1000i32).prop_map(|(min, span)| Field::Number { min, max: min + span }),
+                Just(Field::Boolean),
+                options().prop_map(Field::Choice),
+                options().prop_flat_map(|options| {
+                    let len = options.len();
+                    (Just(options), 1..=len).prop_map(|(options, max)| Field::MultiSelect { options, max })
+                }),
+            ]
+        }
+
+        impl Field {
+            fn schema(&self) -> Value {
+                match self {
+                    Field::Text { min, max } => json!({"type": "string", "minLength": min, "maxLength": max}),
+                    Field::Integer { min, max } => json!({"type": "integer", "minimum": min, "maximum": max}),
+                    Field::Number { min, max } => json!({"type": "number", "minimum": min, "maximum": max}),
+                    Field::Boolean => json!({"type": "boolean"}),
+                    Field::Choice(options) => json!({"type": "string", "enum": options}),
+                    Field::MultiSelect { options, max } => json!({"type": "array", "maxItems": max,
+                        "items": {"type": "string", "enum": options}}),
+                }
+            }
+
+            fn valid(&self) -> BoxedStrategy<Value> {
+                match self.clone() {
+                    Field::Text { min, max } => text(min..=max),
+                    Field::Integer { min, max } => (min..=max).prop_map(Value::from).boxed(),
+                    Field::Number { min, max } => (f64::from(min)..=f64::from(max)).prop_map(Value::from).boxed(),
+                    Field::Boolean => any::<bool>().prop_map(Value::from).boxed(),
+                    Field::Choice(options) => prop::sample::select(options).prop_map(Value::from).boxed(),
+                    Field::MultiSelect { options, max } => prop::sample::subsequence(options, 0..=max)
+                        .prop_map(Value::from)
+                        .boxed(),
+                }
+            }
+
+            /// A value that breaks this field, and the pointer suffix under the field that names it.
+            fn invalid(&self) -> BoxedStrategy<(Value, String)> {
+                let wrong_type = match self {
+                    Field::Text { .. } | Field::Choice(_) | Field::MultiSelect { .. } => json!(7),
+                    _ => json!("seven"),
+                };
+                let breach = match self.clone() {
+                    Field::Text { min, max } if min > 0 => {
+                        prop_oneof![text(max + 1..=max + 3), text(0..=min - 1)].boxed()
+                    }
+                    Field::Text { max, .. } => text(max + 1..=max + 3),
+                    Field::Integer { min, max } => prop_oneof![max + 1..max + 100, min - 100..min]
+                        .prop_map(Value::from)
+                        .boxed(),
+                    Field::Number { min, max } => prop_oneof![Just(f64::from(max) + 0.5), Just(f64::from(min) - 0.5)]
+                        .prop_map(Value::from)
+                        .boxed(),
+                    Field::Boolean => Just(json!(0)).boxed(),
+                    Field::Choice(options) => Just(Value::from(options.concat() + "!")).boxed(),
+                    Field::MultiSelect { options, max } => {
+                        let too_many: Vec<&String> = options.iter().cycle().take(max + 1).collect();
+                        Just(json!(too_many)).boxed()
+                    }
+                };
+                let mut cases = vec![
+                    Just((wrong_type, String::new())).boxed(),
+                    breach.prop_map(|v| (v, String::new())).boxed(),
+                ];
+                if let Field::MultiSelect { options, .. } = self {
+                    let stranger = options.concat() + "!";
+                    cases.push(Just((json!([stranger]), "/0".to_owned())).boxed());
+                }
+                prop::strategy::Union::new(cases).boxed()
+            }
+        }
+
+        fn text(lengths: std::ops::RangeInclusive<usize>) -> BoxedStrategy<Value> {
+            let chars = prop::sample::select(vec!['a', 'Z', ' ', 'é', '日', '🙂']);
+            prop::collection::vec(chars, lengths)
+                .prop_map(|chars| Value::from(chars.into_iter().collect::<String>()))
+                .boxed()
+        }
+
+        /// A form: property names (some with `/` or `~`, to check pointer escaping), fields and which are required.
+        /// Each property's name, field and whether it is required.
+        type Form = Vec<(String, Field, bool)>;
+
+        fn form() -> impl Strategy<Value = Form> {
+            prop::collection::btree_map("[a-z][a-z0-9_/~]{0,6}", (field(), any::<bool>()), 1..6).prop_map(|map| {
+                map.into_iter()
+                    .map(|(name, (field, required))| (name, field, required))
+                    .collect()
+            })
+        }
+
+        fn schema(form: &[(String, Field, bool)]) -> Value {
+            let properties: Map<String, Value> = form
+                .iter()
+                .map(|(name, field, _)| (name.clone(), field.schema()))
+                .collect();
+            let required: Vec<&String> = form
+                .iter()
+                .filter(|(_, _, required)| *required)
+                .map(|(name, _, _)| name)
+                .collect();
+            json!({"type": "object", "properties": properties, "required": required})
+        }
+
+        /// Valid data: every required property and some optional ones.
+        fn valid_data(form: &[(String, Field, bool)]) -> BoxedStrategy<Map<String, Value>> {
+            let values: Vec<_> = form
+                .iter()
+                .map(|(name, field, required)| {
+                    let name = name.clone();
+                    let present = if *required {
+                        Just(true).boxed()
+                    } else {
+                        any::<bool>().boxed()
+                    };
+                    (present, field.valid()).prop_map(move |(present, value)| present.then(|| (name.clone(), value)))
+                })
+                .collect();
+            values.prop_map(|values| values.into_iter().flatten().collect()).boxed()
+        }
+
+        /// A form, valid data for it, and the index of the property to break.
+        fn case() -> impl Strategy<Value = (Value, Form, Map<String, Value>, usize)> {
+            form().prop_flat_map(|form| {
+                let len = form.len();
+                (Just(schema(&form)), valid_data(&form), 0..len, Just(form))
+                    .prop_map(|(schema, data, index, form)| (schema, form, data, index))
+            })
+        }
+
+        /// A form, valid data for it, and one of its properties with a value that breaks it.
+        fn broken() -> impl Strategy<Value = (Value, Map<String, Value>, String, (Value, String))> {
+            case().prop_flat_map(|(schema, form, data, index)| {
+                let (name, field, _) = form[index].clone();
+                (Just(schema), Just(data), Just(name), field.invalid())
+            })
+        }
+
+        proptest! {
+            #[test]
+            fn valid_data_passes((schema, _form, data, _index) in case()) {
+                prop_assert_eq!(check_schema(&schema), Ok(()));
+                prop_assert_eq!(validate(&schema, &data), Ok(()));
+            }
+
+            #[test]
+            fn one_broken_property_is_named_exactly((schema, mut data, name, (value, suffix)) in broken()) {
+                data.insert(name.clone(), value.clone());
+                let violations = validate(&schema, &data).unwrap_err();
+                let path = format!("/{}{suffix}", pointer_segment(&name));
+                prop_assert!(violations.iter().all(|violation| violation.path == path), "{path} {value}: {violations:?}");
+            }
+
+            #[test]
+            fn a_missing_required_property_is_named((schema, form, mut data, index) in case()) {
+                let (name, _, required) = &form[index];
+                prop_assume!(*required);
+                data.remove(name);
+                let violations = validate(&schema, &data).unwrap_err();
+                prop_assert_eq!(violations, vec![Violation { path: format!("/{}", pointer_segment(name)), message: "is required".into() }]);
+            }
+
+            #[test]
+            fn an_unknown_key_is_named((schema, _form, mut data, _index) in case(), key in "[A-Z][a-z/~]{0,6}", value in any::<i64>()) {
+                data.insert(key.clone(), json!(value));
+                let violations = validate(&schema, &data).unwrap_err();
+                prop_assert_eq!(violations.len(), 1);
+                prop_assert_eq!(&violations[0].path, &format!("/{}", pointer_segment(&key)));
+            }
+        }
+    }
 }

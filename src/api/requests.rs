@@ -51,6 +51,7 @@ pub struct ListQuery {
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
     /// Where the page starts, as given in the previous page's `Link` header.
+    #[param(value_type = Option<i64>, minimum = 0, maximum = 9223372036854775807_i64)]
     cursor: Option<u64>,
 }
 
@@ -88,6 +89,12 @@ pub async fn list(
         owner: (principal.role == Role::Agent).then(|| principal.name.clone()),
     };
     let cursor = query.cursor.unwrap_or(0);
+    if cursor > i64::MAX as u64 {
+        return Err(ApiError::bad_request(format!(
+            "cursor must be between 0 and {}, not {cursor}",
+            i64::MAX
+        )));
+    }
     let list = || Some(state.registry.list(&filter, cursor, limit)).filter(|(page, _)| !page.is_empty());
     let (page, next) = state
         .changes
@@ -173,6 +180,7 @@ pub async fn answer(
     Path(id): Path<String>,
     JsonBody(answer): JsonBody<Answer>,
 ) -> Result<Json<RequestView>, ApiError> {
+    // The body's own faults come first (400), then whether the Request exists (404): DESIGN's check order.
     if !answer.id.is_empty() && answer.id != id {
         return Err(ApiError::bad_request(format!(
             "the answer's id {:?} differs from the path's {id:?}",

@@ -198,6 +198,7 @@ pub async fn server(
     Path(name): Path<String>,
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<ServerView>, ApiError> {
+    state.upstreams.server(&name)?;
     let settled = || {
         state
             .upstreams

@@ -1,0 +1,281 @@
+//! Property tests of the Request state machine: pending, then exactly one terminal status, never changed.
+
+use proptest::prelude::*;
+use serde_json::json;
+use tokio::sync::oneshot::error::TryRecvError;
+
+use super::*;
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// One step of a run; `target` picks a Request by index among those raised so far.
+#[derive(Debug, Clone)]
+enum Op {
+    Suspend {
+        url: bool,
+    },
+    Answer {
+        target: usize,
+        answer: Reply,
+    },
+    /// The answer that resolved the Request, sent again.
+    Replay {
+        target: usize,
+    },
+    Cancel {
+        target: usize,
+        reply_cancel: bool,
+    },
+    /// The upstream stops listening.
+    Drop {
+        target: usize,
+    },
+    Advance {
+        seconds: u64,
+    },
+}
+
+/// What an answer says.
+#[derive(Debug, Clone, Copy)]
+enum Reply {
+    Accept,
+    AcceptInvalid,
+    Declined,
+    Other,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let target = 0..8usize;
+    let reply = prop_oneof![
+        Just(Reply::Accept),
+        Just(Reply::AcceptInvalid),
+        Just(Reply::Declined),
+        Just(Reply::Other)
+    ];
+    prop_oneof![
+        2 => any::<bool>().prop_map(|url| Op::Suspend { url }),
+        3 => (target.clone(), reply).prop_map(|(target, answer)| Op::Answer { target, answer }),
+        1 => target.clone().prop_map(|target| Op::Replay { target }),
+        1 => (target.clone(), any::<bool>()).prop_map(|(target, reply_cancel)| Op::Cancel { target, reply_cancel }),
+        1 => target.prop_map(|target| Op::Drop { target }),
+        1 => (1..40u64).prop_map(|seconds| Op::Advance { seconds }),
+    ]
+}
+
+fn answer(reply: Reply) -> Answer {
+    let value = match reply {
+        Reply::Accept => json!({"ok": true, "data": {"confirm": true}}),
+        Reply::AcceptInvalid => json!({"ok": true, "data": {"confirm": "yes"}}),
+        Reply::Declined => json!({"ok": false, "reason": "declined"}),
+        Reply::Other => json!({"ok": false}),
+    };
+    serde_json::from_value(value).unwrap()
+}
+
+/// What the test knows about one Request.
+struct Tracked {
+    id: String,
+    outcome: Option<oneshot::Receiver<Outcome>>,
+    received: Option<Outcome>,
+    /// The view as it was when it left `pending`.
+    resolved: Option<Value>,
+    /// The answer that resolved it, for replays.
+    answered_with: Option<Answer>,
+    /// When it expires unless resolved before.
+    deadline: Instant,
+}
+
+fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let registry = Registry::new(
+            Policy {
+                ttl: TTL,
+                retention: Duration::from_secs(86_400),
+                apply_defaults: true,
+                max_pending: usize::MAX,
+            },
+            Changes::default(),
+            Events::default(),
+            Metrics::default(),
+        );
+        let mut tracked: Vec<Tracked> = Vec::new();
+        for op in ops {
+            step(&registry, &mut tracked, op).await?;
+            check(&registry, &mut tracked)?;
+        }
+        Ok(())
+    })
+}
+
+async fn step(registry: &Registry, tracked: &mut Vec<Tracked>, op: Op) -> Result<(), TestCaseError> {
+    let pick = |target: usize| (!tracked.is_empty()).then(|| target % tracked.len());
+    match op {
+        Op::Suspend { url } => {
+            let params = if url {
+                json!({"mode": "url", "message": "Log in", "url": "https://example.com/login", "elicitationId": "e"})
+            } else {
+                json!({"message": "Confirm?", "requestedSchema": {"type": "object", "properties": {
+                    "confirm": {"type": "boolean"}, "note": {"type": "string", "default": ""}}, "required": ["confirm"]}})
+            };
+            let pending = registry
+                .suspend(Suspension {
+                    params,
+                    server: "demo".into(),
+                    session: "ses-1".into(),
+                    call: None,
+                    owner: None,
+                })
+                .unwrap();
+            tracked.push(Tracked {
+                id: pending.id,
+                outcome: Some(pending.outcome),
+                received: None,
+                resolved: None,
+                answered_with: None,
+                deadline: Instant::now() + TTL,
+            });
+        }
+        Op::Answer { target, answer: reply } => {
+            let Some(index) = pick(target) else { return Ok(()) };
+            let entry = &mut tracked[index];
+            let before = registry.get(&entry.id).unwrap();
+            let given = answer(reply);
+            let result = registry.answer(&entry.id, given.clone(), "tester");
+            match before.status {
+                Status::Pending if matches!(reply, Reply::AcceptInvalid) && before.request.kind == "input" => {
+                    prop_assert!(matches!(result, Err(AnswerError::Invalid(_))), "{result:?}");
+                }
+                Status::Pending if entry.outcome.is_none() && entry.received.is_none() => {
+                    prop_assert!(
+                        matches!(
+                            result,
+                            Err(AnswerError::Gone {
+                                status: Status::Cancelled,
+                                ..
+                            })
+                        ),
+                        "{result:?}"
+                    );
+                }
+                Status::Pending => {
+                    prop_assert_eq!(result.unwrap().status, Status::Answered);
+                    entry.answered_with = Some(given);
+                }
+                Status::Answered if entry.answered_with.as_ref() == Some(&given) => {
+                    let view = serde_json::to_value(result.unwrap()).unwrap();
+                    prop_assert_eq!(Some(view), entry.resolved.clone());
+                }
+                Status::Answered => prop_assert!(matches!(result, Err(AnswerError::Conflict(_))), "{result:?}"),
+                status => prop_assert!(
+                    matches!(result, Err(AnswerError::Gone { status: gone, .. }) if gone == status),
+                    "{result:?}"
+                ),
+            }
+        }
+        Op::Replay { target } => {
+            let Some(index) = pick(target) else { return Ok(()) };
+            let entry = &tracked[index];
+            if let Some(given) = entry.answered_with.clone() {
+                let view = registry.answer(&entry.id, given, "someone else").unwrap();
+                prop_assert_eq!(Some(serde_json::to_value(view).unwrap()), entry.resolved.clone());
+            }
+        }
+        Op::Cancel { target, reply_cancel } => {
+            let Some(index) = pick(target) else { return Ok(()) };
+            let id = tracked[index].id.clone();
+            let pending = registry.get(&id).unwrap().status == Status::Pending;
+            let cancelled = registry.cancel([id.as_str()], "cancelled by the test", reply_cancel);
+            prop_assert_eq!(cancelled, usize::from(pending));
+            if pending {
+                prop_assert_eq!(registry.get(&id).unwrap().status, Status::Cancelled);
+            }
+        }
+        Op::Drop { target } => {
+            let Some(index) = pick(target) else { return Ok(()) };
+            tracked[index].outcome = None;
+        }
+        Op::Advance { seconds } => {
+            tokio::time::advance(Duration::from_secs(seconds)).await;
+            let now = Instant::now();
+            let due: Vec<&Tracked> = tracked
+                .iter()
+                .filter(|entry| entry.deadline <= now && registry.get(&entry.id).unwrap().status == Status::Pending)
+                .collect();
+            registry.reap_due(now);
+            for entry in due {
+                prop_assert_eq!(registry.get(&entry.id).unwrap().status, Status::Expired);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every Request is pending or has kept the terminal view it first reached, with its one outcome delivered.
+fn check(registry: &Registry, tracked: &mut [Tracked]) -> Result<(), TestCaseError> {
+    let mut pending = 0;
+    for entry in tracked.iter_mut() {
+        if let Some(outcome) = entry.outcome.as_mut() {
+            match outcome.try_recv() {
+                Ok(outcome) => {
+                    prop_assert!(entry.received.is_none());
+                    entry.received = Some(outcome);
+                    entry.outcome = None;
+                }
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Closed) => prop_assert!(false, "{} was dropped without an outcome", entry.id),
+            }
+        }
+        let view = registry.get(&entry.id).unwrap();
+        if view.status == Status::Pending {
+            pending += 1;
+            prop_assert!(entry.resolved.is_none(), "{} went back to pending", entry.id);
+            prop_assert!(entry.received.is_none(), "{} got an outcome while pending", entry.id);
+            prop_assert!(
+                Instant::now() < entry.deadline,
+                "{} is pending past its deadline",
+                entry.id
+            );
+            continue;
+        }
+        let wire = serde_json::to_value(&view).unwrap();
+        match &entry.resolved {
+            Some(resolved) => prop_assert_eq!(resolved, &wire, "{} changed after resolution", &entry.id),
+            None => entry.resolved = Some(wire),
+        }
+        let result = view.result.as_ref().map(|result| serde_json::to_value(result).unwrap());
+        match (&entry.received, view.status) {
+            (Some(Outcome::Reply(sent)), Status::Answered | Status::Expired | Status::Cancelled) => {
+                prop_assert_eq!(&Some(serde_json::to_value(sent).unwrap()), &result);
+            }
+            (Some(Outcome::Withdrawn), Status::Cancelled) => prop_assert_eq!(&result, &None),
+            (None, _) => prop_assert!(entry.outcome.is_none(), "{} is resolved but sent nothing", entry.id),
+            (received, status) => prop_assert!(false, "{status:?} with {received:?}"),
+        }
+        if view.status == Status::Expired {
+            prop_assert_eq!(result, Some(json!({"action": "cancel"})));
+        }
+    }
+    prop_assert_eq!(registry.pending_count(), pending);
+    let (listed, _) = registry.list(
+        &Filter {
+            status: Some(Status::Pending),
+            ..Filter::default()
+        },
+        0,
+        usize::MAX,
+    );
+    prop_assert_eq!(listed.len(), pending);
+    Ok(())
+}
+
+proptest! {
+    #[test]
+    fn requests_resolve_exactly_once_and_stay_resolved(ops in prop::collection::vec(op(), 1..60)) {
+        run(ops)?;
+    }
+}
