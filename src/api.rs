@@ -1,5 +1,6 @@
 //! The REST API: routes, shared state and the query parameters common to several resources.
 
+mod auth;
 mod calls;
 mod error;
 mod events;
@@ -13,17 +14,20 @@ mod ui;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
-use axum::http::StatusCode;
-use axum::middleware;
-use axum::routing::{get, post};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Router, middleware};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tower_http::LatencyUnit;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use utoipa::{IntoParams, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub use error::ApiError;
+pub use auth::AuthPolicy;
+pub use error::{ApiError, Problem};
 
 use crate::calls::Calls;
 use crate::changes::Changes;
@@ -48,29 +52,61 @@ pub struct AppState {
     pub changes: Changes,
     pub events: Events,
     pub metrics: Metrics,
+    /// Who may call which route.
+    pub auth: AuthPolicy,
     /// Fires at shutdown, ending every long-poll.
     pub shutdown: CancellationToken,
 }
 
-/// The router of the whole API.
+/// The OpenAPI document's frame; every path in it comes from the handlers' annotations.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "toolnexus-gateway",
+        description = "Turns MCP elicitations into Requests that can be listed and answered over REST."
+    ),
+    tags(
+        (name = "requests", description = "What upstreams ask of a human, and the answers"),
+        (name = "calls", description = "Tool calls started over REST"),
+        (name = "sessions", description = "MCP client sessions to the upstream servers"),
+        (name = "servers", description = "The configured upstream servers"),
+        (name = "events", description = "Live events"),
+        (name = "operations", description = "Health, readiness, metrics and this document"),
+        (name = "inbox", description = "The approval inbox, a page served from the binary"),
+    )
+)]
+struct ApiDoc;
+
+/// The rendered OpenAPI document, served at `/openapi.json`.
+#[derive(Debug, Clone)]
+struct OpenApiJson(Arc<str>);
+
+/// The router of the whole API, and its OpenAPI document.
+///
+/// Every route is registered through `routes!`, so the document describes each one by construction.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/requests", get(requests::list))
-        .route("/requests/{id}", get(requests::get))
-        .route("/requests/{id}/answer", post(requests::answer))
-        .route("/calls", get(calls::list).post(calls::start))
-        .route("/calls/{id}", get(calls::get).delete(calls::cancel))
-        .route("/sessions", get(sessions::list).post(sessions::open))
-        .route("/sessions/{id}", get(sessions::get).delete(sessions::close))
-        .route("/sessions/{id}/tools", get(sessions::tools))
-        .route("/servers", get(sessions::servers))
-        .route("/servers/{name}", get(sessions::server))
-        .route("/servers/{name}/tools", get(sessions::server_tools))
-        .route("/events", get(events::stream))
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(metrics::render))
-        .merge(ui::routes())
+    let (router, mut document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(requests::list))
+        .routes(routes!(requests::get))
+        .routes(routes!(requests::answer))
+        .routes(routes!(calls::list, calls::start))
+        .routes(routes!(calls::get, calls::cancel))
+        .routes(routes!(sessions::list, sessions::open))
+        .routes(routes!(sessions::get, sessions::close))
+        .routes(routes!(sessions::tools))
+        .routes(routes!(sessions::servers))
+        .routes(routes!(sessions::server))
+        .routes(routes!(sessions::server_tools))
+        .routes(routes!(events::stream))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(metrics::render))
+        .routes(routes!(openapi))
+        .split_for_parts();
+    let router = router.merge(ui::routes(&mut document));
+    state.auth.document(&mut document);
+    let document = OpenApiJson(document.to_json().unwrap_or_default().into());
+    router
         .fallback(|| async { ApiError::not_found("no such resource") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -78,7 +114,9 @@ pub fn router(state: AppState) -> Router {
                 "this resource does not support that method",
             )
         })
+        .layer(Extension(document))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(state.clone(), auth::authenticate))
         .layer(middleware::from_fn_with_state(state.clone(), metrics::record))
         .layer(
             TraceLayer::new_for_http()
@@ -97,6 +135,21 @@ pub fn router(state: AppState) -> Router {
                 ),
         )
         .with_state(state)
+}
+
+/// `GET /openapi.json`: this document, OpenAPI 3.1.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "operations",
+    responses((status = 200, description = "The OpenAPI 3.1 document of this API", body = Object))
+)]
+async fn openapi(Extension(document): Extension<OpenApiJson>) -> Response {
+    let mut response = document.0.to_string().into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
 }
 
 /// The `wait` query parameter: seconds to hold a response, capped at `MAX_WAIT`.
@@ -123,10 +176,13 @@ impl Wait {
 }
 
 /// A query string with only `wait`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct WaitQuery {
+    /// Seconds to hold the response (at most 300).
     #[serde(default)]
+    #[param(value_type = Option<f64>, minimum = 0)]
     pub wait: Wait,
 }
 
@@ -138,5 +194,37 @@ pub fn page_size(limit: Option<usize>, max: usize) -> Result<usize, ApiError> {
         Some(limit) => Err(ApiError::bad_request(format!(
             "limit must be between 1 and {max}, not {limit}"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every source file of the API, to check how routes are registered.
+    const SOURCES: [(&str, &str); 9] = [
+        ("api.rs", include_str!("api.rs")),
+        ("calls.rs", include_str!("api/calls.rs")),
+        ("events.rs", include_str!("api/events.rs")),
+        ("extract.rs", include_str!("api/extract.rs")),
+        ("health.rs", include_str!("api/health.rs")),
+        ("metrics.rs", include_str!("api/metrics.rs")),
+        ("requests.rs", include_str!("api/requests.rs")),
+        ("sessions.rs", include_str!("api/sessions.rs")),
+        ("error.rs", include_str!("api/error.rs")),
+    ];
+
+    /// Handlers join the router only through `routes!`, which documents them; the inbox documents its own.
+    #[test]
+    fn no_route_bypasses_the_openapi_document() {
+        for (file, source) in SOURCES {
+            let source = source.split("#[cfg(test)]").next().unwrap_or_default();
+            for call in [".route(", ".route_service(", ".nest(", ".nest_service("] {
+                assert!(
+                    !source.contains(call),
+                    "{file} registers a route with {call} outside the OpenAPI router"
+                );
+            }
+        }
+        let ui = include_str!("api/ui.rs");
+        assert_eq!(ui.matches(".route(").count(), ui.matches("add_path_operation(").count());
     }
 }

@@ -17,7 +17,7 @@ use crate::registry::Registry;
 use crate::time::Timestamp;
 
 /// Where a Call is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CallStatus {
     /// The upstream is working on it.
@@ -40,23 +40,28 @@ impl CallStatus {
 }
 
 /// Why a call failed or was cancelled.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct CallError {
     pub message: String,
 }
 
 /// A Call as the REST API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CallView {
     pub id: String,
     pub server: String,
     pub session: String,
     pub tool: String,
+    #[schema(value_type = Object)]
     pub arguments: Value,
+    /// The principal that started it.
+    pub owner: String,
     pub status: CallStatus,
     pub requests: Vec<String>,
+    /// The MCP `CallToolResult`, once completed.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub result: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<CallError>,
@@ -78,6 +83,8 @@ pub struct CallFilter {
     pub status: Option<CallStatus>,
     pub server: Option<String>,
     pub session: Option<String>,
+    /// Only calls started by this principal.
+    pub owner: Option<String>,
 }
 
 /// A new call, before it is started.
@@ -87,6 +94,7 @@ pub struct NewCall {
     pub session: String,
     pub tool: String,
     pub arguments: Value,
+    pub owner: String,
 }
 
 /// The store of Calls; cheap to clone.
@@ -149,6 +157,7 @@ impl Calls {
                 server: &view.server,
                 session: &view.session,
                 call: Some(&view.id),
+                owner: Some(&view.owner),
             };
             self.shared.events.publish(EventKind::CallUpdated, &view, tags);
         }
@@ -163,6 +172,7 @@ impl Calls {
             session: call.session,
             tool: call.tool,
             arguments: call.arguments,
+            owner: call.owner,
             status: CallStatus::Running,
             requests: Vec::new(),
             result: None,
@@ -317,6 +327,11 @@ impl Calls {
             .collect()
     }
 
+    /// The principal that started a call.
+    pub fn owner(&self, call: &str) -> Option<String> {
+        self.lock().entries.get(call).map(|entry| entry.view.owner.clone())
+    }
+
     /// How many calls are held in each status.
     pub fn count_by_status(&self) -> BTreeMap<CallStatus, usize> {
         let views: Vec<CallView> = self.lock().entries.values().map(|entry| entry.view.clone()).collect();
@@ -360,5 +375,6 @@ impl CallFilter {
         self.status.is_none_or(|status| status == view.status)
             && self.server.as_ref().is_none_or(|server| *server == view.server)
             && self.session.as_ref().is_none_or(|session| *session == view.session)
+            && self.owner.as_ref().is_none_or(|owner| *owner == view.owner)
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use crate::auth::{self, Role, Token};
 use crate::events::EventKind;
 
 /// Where the built-in default listens.
@@ -49,6 +50,38 @@ pub struct Config {
     /// Where to POST events as they happen.
     #[serde(default)]
     pub webhooks: Vec<WebhookConfig>,
+    /// Who may use the API.
+    #[serde(default)]
+    pub auth: AuthConfig,
+}
+
+/// The `[auth]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// The bearer tokens; with none the gateway serves without authentication (on loopback only, by default).
+    #[serde(default)]
+    pub tokens: Vec<TokenConfig>,
+    /// Serve `/metrics` without a token.
+    #[serde(default)]
+    pub public_metrics: bool,
+    /// Serve `/openapi.json` without a token.
+    #[serde(default = "default_true")]
+    pub public_openapi: bool,
+}
+
+/// One `[[auth.tokens]]` entry: a name, a role, and the token as its SHA-256 or from the environment.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// The principal's name: it owns what the token starts and signs the answers it gives.
+    pub name: String,
+    /// `agent`, `approver` or `admin`.
+    pub role: Role,
+    /// The lowercase hex SHA-256 of the token.
+    pub sha256: Option<String>,
+    /// The environment variable that holds the token itself.
+    pub env: Option<String>,
 }
 
 /// One `[[webhooks]]` entry.
@@ -243,6 +276,7 @@ impl Config {
             }],
             log: LogConfig::default(),
             webhooks: Vec::new(),
+            auth: AuthConfig::default(),
         }
     }
 
@@ -325,13 +359,82 @@ impl Config {
             webhooks.push(Value::Table(entry));
         }
         root.insert("webhooks".into(), Value::Array(webhooks));
+        let mut auth = Table::new();
+        auth.insert("public_metrics".into(), Value::from(self.auth.public_metrics));
+        auth.insert("public_openapi".into(), Value::from(self.auth.public_openapi));
+        let tokens: Vec<Value> = self
+            .auth
+            .tokens
+            .iter()
+            .map(|token| {
+                let mut entry = Table::new();
+                entry.insert("name".into(), Value::from(token.name.clone()));
+                entry.insert("role".into(), Value::from(format!("{:?}", token.role).to_lowercase()));
+                if let Some(variable) = &token.env {
+                    entry.insert("env".into(), Value::from(variable.clone()));
+                } else {
+                    entry.insert("sha256".into(), Value::from(MASK));
+                }
+                Value::Table(entry)
+            })
+            .collect();
+        auth.insert("tokens".into(), Value::Array(tokens));
+        root.insert("auth".into(), Value::Table(auth));
         toml::to_string(&root).map_err(|error| error.to_string())
     }
 
-    /// Checks everything serde cannot: servers, webhooks, the log filter.
+    /// The configured tokens, each reduced to its digest.
+    pub fn tokens(&self) -> Result<Vec<Token>, String> {
+        let tokens = self
+            .auth
+            .tokens
+            .iter()
+            .enumerate()
+            .map(|(index, token)| {
+                let key = format!("auth.tokens[{index}]");
+                if token.name.trim().is_empty() {
+                    return Err(format!("{key}.name must not be empty"));
+                }
+                let digest = match (&token.sha256, &token.env) {
+                    (Some(hex), None) => auth::parse_digest(hex)
+                        .ok_or_else(|| format!("{key}.sha256 must be 64 hex digits: the SHA-256 of the token"))?,
+                    (None, Some(variable)) => match std::env::var(variable) {
+                        Ok(value) if !value.trim().is_empty() => {
+                            auth::parse_digest(&auth::digest_hex(value.trim())).expect("a digest's hex parses")
+                        }
+                        _ => {
+                            return Err(format!(
+                                "{key}.env: environment variable {variable} is not set or empty"
+                            ));
+                        }
+                    },
+                    _ => {
+                        return Err(format!(
+                            "{key} ({:?}) needs exactly one of `sha256` and `env`",
+                            token.name
+                        ));
+                    }
+                };
+                Ok(Token {
+                    name: token.name.clone(),
+                    role: token.role,
+                    digest,
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        if let Some(name) = auth::duplicate_names(&tokens) {
+            return Err(format!(
+                "auth.tokens: the name {name:?} is used twice; give each token its own name"
+            ));
+        }
+        Ok(tokens)
+    }
+
+    /// Checks everything serde cannot: servers, webhooks, tokens, the log filter.
     pub fn validate(&self) -> Result<(), String> {
         self.servers()?;
         self.webhooks()?;
+        self.tokens()?;
         tracing_subscriber::EnvFilter::try_new(&self.log.level).map_err(|error| {
             format!(
                 "log.level = {:?}: not a log filter like \"info\" or \"warn,toolnexus_gateway=debug\": {error}",
@@ -438,6 +541,9 @@ impl ServerConfig {
 /// The line of the `[[servers]]` or `[[webhooks]]` entry a validation message starts with (`servers[2]…`).
 fn entry_line(text: &str, message: &str) -> Option<usize> {
     let (table, rest) = message.split_once('[')?;
+    if table.contains(' ') {
+        return None;
+    }
     let index: usize = rest.split_once(']')?.0.parse().ok()?;
     let header = format!("[[{table}]]");
     text.lines()

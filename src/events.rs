@@ -46,6 +46,7 @@ pub struct Event {
     pub server: String,
     pub session: String,
     pub call: Option<String>,
+    pub owner: Option<String>,
 }
 
 /// Where an event comes from, for filtering.
@@ -54,6 +55,8 @@ pub struct Tags<'a> {
     pub server: &'a str,
     pub session: &'a str,
     pub call: Option<&'a str>,
+    /// The principal that owns the object (`None`: the gateway, as for a shared session).
+    pub owner: Option<&'a str>,
 }
 
 /// A subscription: the events to replay first, then the live feed.
@@ -110,6 +113,7 @@ impl Events {
             server: tags.server.to_owned(),
             session: tags.session.to_owned(),
             call: tags.call.map(str::to_owned),
+            owner: tags.owner.map(str::to_owned),
         });
         if recent.buffer.len() == REPLAY_CAPACITY {
             recent.buffer.pop_front();
@@ -162,6 +166,7 @@ mod tests {
     use super::*;
 
     const TAGS: Tags<'static> = Tags {
+        owner: None,
         server: "demo",
         session: "ses-1",
         call: None,

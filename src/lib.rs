@@ -4,6 +4,7 @@
 #![warn(clippy::await_holding_lock)]
 
 pub mod api;
+pub mod auth;
 pub mod calls;
 pub mod changes;
 pub mod config;
@@ -26,7 +27,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::AppState;
+use crate::api::{AppState, AuthPolicy};
+use crate::auth::Authenticator;
 use crate::calls::Calls;
 use crate::changes::Changes;
 use crate::config::Config;
@@ -49,6 +51,11 @@ impl Gateway {
     pub fn new(config: &Config, listener: TcpListener) -> anyhow::Result<Self> {
         let servers = config.servers().map_err(anyhow::Error::msg)?;
         let webhooks = config.webhooks().map_err(anyhow::Error::msg)?;
+        let auth = AuthPolicy {
+            authenticator: Authenticator::new(config.tokens().map_err(anyhow::Error::msg)?),
+            public_metrics: config.auth.public_metrics,
+            public_openapi: config.auth.public_openapi,
+        };
         let changes = Changes::default();
         let events = Events::default();
         let metrics = Metrics::default();
@@ -87,6 +94,7 @@ impl Gateway {
             changes,
             events,
             metrics,
+            auth,
             shutdown,
         };
         Ok(Self {

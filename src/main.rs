@@ -48,6 +48,9 @@ struct ServeArgs {
     /// The log filter, overriding the config's `log.level` (`RUST_LOG` still wins).
     #[arg(long, env = "TOOLNEXUS_LOG_LEVEL")]
     log_level: Option<String>,
+    /// Serve without tokens on a non-loopback address (something in front of the gateway authenticates).
+    #[arg(long, env = "TOOLNEXUS_ALLOW_UNAUTHENTICATED")]
+    allow_unauthenticated: bool,
 }
 
 #[derive(Debug, Args)]
@@ -178,34 +181,43 @@ fn effective_config(args: &ServeArgs) -> anyhow::Result<Config> {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = effective_config(&args)?;
+    if config.auth.tokens.is_empty() && !config.listen.ip().is_loopback() && !args.allow_unauthenticated {
+        anyhow::bail!(
+            "refusing to listen on {} without authentication: anyone who can reach it could answer every Request. \
+             Add [[auth.tokens]] to the config (see README, \"Authentication\"), listen on a loopback address, \
+             or pass --allow-unauthenticated if something in front of the gateway authenticates",
+            config.listen
+        );
+    }
     init_logs(&config.log, config.log.format);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let gateway = Gateway::new(&config, listener)?;
+    let signal = shutdown_signal()?;
     let address = gateway.local_addr()?;
     tracing::info!(%address, "listening");
     println!("listening on http://{address}");
-    gateway.serve(shutdown_signal()).await
+    gateway.serve(signal).await
 }
 
 async fn demo_server(args: DemoArgs) -> anyhow::Result<()> {
     let demo = Demo::new(args.legacy);
     match args.http {
-        Some(address) => demo::serve_http(demo, address, shutdown_signal()).await,
+        Some(address) => demo::serve_http(demo, address, shutdown_signal()?).await,
         None => demo::serve_stdio(demo).await,
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
+/// Takes over SIGINT and SIGTERM now; the future resolves when one arrives.
+fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()> + Send + 'static> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut interrupt), Ok(mut terminate)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
-    else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = interrupt.recv() => {}
-        _ = terminate.recv() => {}
-    }
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    })
 }

@@ -23,7 +23,7 @@ use crate::time::Timestamp;
 use crate::validation::{self, Violation};
 
 /// Where a Request is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// Waiting for an Answer.
@@ -37,7 +37,7 @@ pub enum Status {
 }
 
 /// A Request as the REST API shows it: the §10 shape plus the gateway's fields.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RequestView {
     #[serde(flatten)]
@@ -47,12 +47,20 @@ pub struct RequestView {
     pub session: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub call: Option<String>,
+    /// The principal that owns the Request's call or session (absent for a shared session's unattributed one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     pub created_at: Timestamp,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resolved_at: Option<Timestamp>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer: Option<Answer>,
+    /// The principal whose answer resolved it.
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
+    /// The MCP `ElicitResult` sent upstream.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub result: Option<ElicitResult>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -80,6 +88,8 @@ pub struct Suspension {
     pub session: String,
     /// The call it belongs to, when the gateway can tell.
     pub call: Option<String>,
+    /// The principal that owns that call, or else the session.
+    pub owner: Option<String>,
 }
 
 /// A Request handed out by `suspend`: its id and the receiver of its outcome.
@@ -118,6 +128,8 @@ pub struct Filter {
     pub session: Option<String>,
     pub call: Option<String>,
     pub kind: Option<String>,
+    /// Only Requests owned by this principal.
+    pub owner: Option<String>,
 }
 
 /// How Requests live and resolve.
@@ -224,6 +236,8 @@ impl Registry {
             server: suspension.server,
             session: suspension.session,
             call: suspension.call,
+            owner: suspension.owner,
+            answered_by: None,
             created_at,
             resolved_at: None,
             answer: None,
@@ -269,8 +283,8 @@ impl Registry {
 
     /// Resolves a pending Request with an Answer and sends the mapped `ElicitResult` upstream.
     ///
-    /// Posting the identical answer again returns the same Request.
-    pub fn answer(&self, id: &str, mut answer: Answer) -> Result<RequestView, AnswerError> {
+    /// Posting the identical answer again returns the same Request. `by` is the principal answering.
+    pub fn answer(&self, id: &str, mut answer: Answer, by: &str) -> Result<RequestView, AnswerError> {
         answer.id = id.to_owned();
         let mut state = self.lock();
         let entry = state
@@ -319,6 +333,7 @@ impl Registry {
             .is_some_and(|reply| reply.send(Outcome::Reply(result.clone())).is_ok());
         let outcome = if delivered {
             entry.view.answer = Some(answer);
+            entry.view.answered_by = Some(by.to_owned());
             entry.view.result = Some(result);
             let view = self.retire(&mut state, id, Status::Answered, None);
             Ok(view)
@@ -541,6 +556,7 @@ impl Registry {
             server: &view.server,
             session: &view.session,
             call: view.call.as_deref(),
+            owner: view.owner.as_deref(),
         };
         self.shared.events.publish(kind, view, tags);
     }
@@ -575,6 +591,7 @@ fn log_resolution(view: &RequestView) {
         call = view.call.as_deref().unwrap_or(""),
         status = ?view.status,
         ok = answer.map(|answer| answer.ok),
+        answered_by = view.answered_by.as_deref().unwrap_or(""),
         reason = ?answer.and_then(|answer| answer.reason),
         data_keys = ?keys,
         detail = view.detail.as_deref().unwrap_or(""),
@@ -589,6 +606,10 @@ impl Filter {
             && self.session.as_ref().is_none_or(|session| *session == view.session)
             && self.call.as_ref().is_none_or(|call| Some(call) == view.call.as_ref())
             && self.kind.as_ref().is_none_or(|kind| *kind == view.request.kind)
+            && self
+                .owner
+                .as_ref()
+                .is_none_or(|owner| Some(owner) == view.owner.as_ref())
     }
 }
 
@@ -621,6 +642,7 @@ mod tests {
                 server: "demo".into(),
                 session: "ses-1".into(),
                 call: call.map(Into::into),
+                owner: None,
             })
             .unwrap()
     }
@@ -641,7 +663,11 @@ mod tests {
         let registry = registry(Duration::from_secs(60));
         let mut pending = form(&registry, Some("call-1"));
         let view = registry
-            .answer(&pending.id, answer(json!({"ok": true, "data": {"confirm": true}})))
+            .answer(
+                &pending.id,
+                answer(json!({"ok": true, "data": {"confirm": true}})),
+                "tester",
+            )
             .unwrap();
         assert_eq!(view.status, Status::Answered);
         assert_eq!(
@@ -650,10 +676,14 @@ mod tests {
         );
 
         let replay = registry
-            .answer(&pending.id, answer(json!({"ok": true, "data": {"confirm": true}})))
+            .answer(
+                &pending.id,
+                answer(json!({"ok": true, "data": {"confirm": true}})),
+                "tester",
+            )
             .unwrap();
         assert_eq!(replay.resolved_at, view.resolved_at);
-        let other = registry.answer(&pending.id, answer(json!({"ok": false})));
+        let other = registry.answer(&pending.id, answer(json!({"ok": false})), "tester");
         assert!(matches!(other, Err(AnswerError::Conflict(_))));
     }
 
@@ -662,7 +692,11 @@ mod tests {
         let registry = registry(Duration::from_secs(60));
         let pending = form(&registry, None);
         let error = registry
-            .answer(&pending.id, answer(json!({"ok": true, "data": {"confirm": "yes"}})))
+            .answer(
+                &pending.id,
+                answer(json!({"ok": true, "data": {"confirm": "yes"}})),
+                "tester",
+            )
             .unwrap_err();
         assert!(
             matches!(error, AnswerError::Invalid(ref v) if v[0].path == "/confirm"),
@@ -681,7 +715,11 @@ mod tests {
         );
         assert_eq!(reply(&mut pending), Value::Null);
         let error = registry
-            .answer(&pending.id, answer(json!({"ok": false, "reason": "declined"})))
+            .answer(
+                &pending.id,
+                answer(json!({"ok": false, "reason": "declined"})),
+                "tester",
+            )
             .unwrap_err();
         assert!(matches!(
             error,
@@ -703,7 +741,7 @@ mod tests {
         let id = pending.id.clone();
         drop(pending);
         assert!(matches!(
-            registry.answer(&id, answer(json!({"ok": false}))),
+            registry.answer(&id, answer(json!({"ok": false})), "tester"),
             Err(AnswerError::Gone { .. })
         ));
         assert_eq!(registry.get(&id).unwrap().status, Status::Cancelled);
@@ -724,7 +762,7 @@ mod tests {
             json!({"id": pending.id, "ok": false, "reason": "expired"})
         );
         assert!(matches!(
-            registry.answer(&pending.id, answer(json!({"ok": true}))),
+            registry.answer(&pending.id, answer(json!({"ok": true})), "tester"),
             Err(AnswerError::Gone { .. })
         ));
         shutdown.cancel();
@@ -734,7 +772,9 @@ mod tests {
     async fn resolved_requests_are_forgotten_after_retention() {
         let registry = registry(Duration::from_secs(10));
         let pending = form(&registry, None);
-        registry.answer(&pending.id, answer(json!({"ok": false}))).unwrap();
+        registry
+            .answer(&pending.id, answer(json!({"ok": false})), "tester")
+            .unwrap();
         tokio::time::advance(Duration::from_secs(59)).await;
         registry.reap_due(Instant::now());
         assert!(registry.get(&pending.id).is_some());

@@ -16,7 +16,7 @@ use crate::time::Timestamp;
 use crate::upstream::SessionCore;
 
 /// Where a Session is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SessionStatus {
     /// Connecting and handshaking.
@@ -30,16 +30,21 @@ pub enum SessionStatus {
 }
 
 /// A Session as the REST API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionView {
     pub id: String,
     pub server: String,
     pub shared: bool,
+    /// The principal that opened it (absent for a shared session, which the gateway owns).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     pub status: SessionStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protocol_version: Option<String>,
+    /// The upstream's `serverInfo` (name, version, …).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub server_info: Option<Implementation>,
     pub created_at: Timestamp,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -106,16 +111,18 @@ impl Sessions {
             server: &view.server,
             session: &view.id,
             call: None,
+            owner: view.owner.as_deref(),
         };
         self.shared.events.publish(EventKind::SessionUpdated, view, tags);
     }
 
     /// Records a session that is connecting.
-    pub fn starting(&self, id: &str, server: &str, shared: bool) {
+    pub fn starting(&self, id: &str, server: &str, owner: Option<&str>) {
         let view = SessionView {
             id: id.to_owned(),
             server: server.to_owned(),
-            shared,
+            shared: owner.is_none(),
+            owner: owner.map(str::to_owned),
             status: SessionStatus::Starting,
             protocol_version: None,
             server_info: None,

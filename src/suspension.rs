@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// What a suspended call asks of a human, in the §10 wire shape.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Request {
     /// Unique per suspension; elicitation ids start with `elc-`.
     pub id: String,
@@ -19,14 +19,16 @@ pub struct Request {
     pub url: Option<String>,
     /// Kind-specific extra; form mode carries `{"schema": requestedSchema}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub data: Option<Map<String, Value>>,
     /// RFC 3339 UTC instant after which the Request is stale.
     #[serde(rename = "expiresAt", default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
     pub expires_at: Option<String>,
 }
 
 /// Why an Answer is not satisfied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Reason {
     /// The human said no.
@@ -38,7 +40,7 @@ pub enum Reason {
 }
 
 /// The resolution of a Request, in the §10 wire shape.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Answer {
     /// Echoes the Request id.
@@ -48,6 +50,7 @@ pub struct Answer {
     pub ok: bool,
     /// The values entered (form mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub data: Option<Map<String, Value>>,
     /// Only when `ok` is false.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -25,6 +25,18 @@ impl Timestamp {
     }
 }
 
+impl utoipa::PartialSchema for Timestamp {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::{KnownFormat, ObjectBuilder, SchemaFormat, schema::Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Timestamp {}
+
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(&humantime::format_rfc3339_millis(self.0))

@@ -17,6 +17,7 @@ use tracing::Instrument;
 
 pub use client::SessionCore;
 
+use crate::auth::Principal;
 use crate::calls::{CallView, Calls, Finish, NewCall};
 use crate::changes::Changes;
 use crate::config::{ProtocolChoice, Server};
@@ -47,6 +48,8 @@ pub enum UpstreamError {
     SharedSession(String),
     #[error("{0}")]
     Unreachable(String),
+    #[error("{0}")]
+    Forbidden(String),
 }
 
 /// Where a call runs.
@@ -59,7 +62,7 @@ pub enum Target {
 }
 
 /// A server's state as `GET /servers` shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ServerStatus {
     Starting,
@@ -68,7 +71,7 @@ pub enum ServerStatus {
 }
 
 /// A server as the REST API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerView {
     pub name: String,
@@ -161,23 +164,26 @@ impl Upstreams {
         Ok(lock(&self.slot(name)?.state).clone())
     }
 
-    /// Opens a private session to a server, ready when it returns.
-    pub async fn open(self: &Arc<Self>, server: &str) -> Result<SessionView, UpstreamError> {
+    /// Opens a private session to a server for `owner`, ready when it returns.
+    pub async fn open(self: &Arc<Self>, server: &str, owner: &str) -> Result<SessionView, UpstreamError> {
         let slot = self.slot(server)?;
-        self.open_session(&slot.server, false)
+        self.open_session(&slot.server, Some(owner))
             .await
             .map(|(view, _)| view)
             .map_err(|detail| UpstreamError::Unreachable(format!("cannot open a session to {server:?}: {detail}")))
     }
 
     /// Closes a private session; its pending Requests are cancelled and the upstream told `cancel`.
-    pub fn close(&self, id: &str, detail: &str) -> Result<SessionView, UpstreamError> {
-        let view = self
-            .sessions
-            .get(id)
-            .ok_or_else(|| UpstreamError::UnknownSession(id.to_owned()))?;
+    pub fn close(&self, id: &str, detail: &str, by: &Principal) -> Result<SessionView, UpstreamError> {
+        let view = self.session(id, by)?;
         if view.shared {
             return Err(UpstreamError::SharedSession(id.to_owned()));
+        }
+        if !by.may_change(view.owner.as_deref()) {
+            return Err(UpstreamError::Forbidden(format!(
+                "{} may not close session {id}",
+                by.name
+            )));
         }
         self.registry.cancel_session(id, detail, true);
         self.sessions.end(id, SessionStatus::Closed, detail);
@@ -186,19 +192,45 @@ impl Upstreams {
             .ok_or_else(|| UpstreamError::UnknownSession(id.to_owned()))
     }
 
-    /// Starts a `tools/call` and returns the running Call.
+    /// A session as `by` may see it.
+    pub fn session(&self, id: &str, by: &Principal) -> Result<SessionView, UpstreamError> {
+        let view = self
+            .sessions
+            .get(id)
+            .ok_or_else(|| UpstreamError::UnknownSession(id.to_owned()))?;
+        if view.shared || by.may_see(view.owner.as_deref()) {
+            Ok(view)
+        } else {
+            Err(UpstreamError::Forbidden(format!(
+                "session {id} belongs to another principal"
+            )))
+        }
+    }
+
+    /// Starts a `tools/call` for `by` and returns the running Call.
     pub fn start_call(
         self: &Arc<Self>,
         target: Target,
         tool: String,
         arguments: Option<Map<String, Value>>,
+        by: &Principal,
     ) -> Result<CallView, UpstreamError> {
+        if let Target::Session(id) = &target {
+            let session = self.session(id, by)?;
+            if !session.shared && !by.may_change(session.owner.as_deref()) {
+                return Err(UpstreamError::Forbidden(format!(
+                    "{} may not call tools on session {id}",
+                    by.name
+                )));
+            }
+        }
         let live = self.live(&target)?;
         let (view, cancel) = self.calls.create(NewCall {
             server: live.core.server.clone(),
             session: live.core.id.clone(),
             tool: tool.clone(),
             arguments: arguments.clone().map_or(Value::Object(Map::new()), Value::Object),
+            owner: by.name.clone(),
         });
         let mut params = CallToolRequestParams::new(tool);
         params.arguments = arguments;
@@ -227,7 +259,10 @@ impl Upstreams {
     }
 
     /// The merged `tools/list` of a target.
-    pub async fn tools(&self, target: &Target) -> Result<Value, UpstreamError> {
+    pub async fn tools(&self, target: &Target, by: &Principal) -> Result<Value, UpstreamError> {
+        if let Target::Session(id) = target {
+            self.session(id, by)?;
+        }
         let live = self.live(target)?;
         let tools = live
             .peer
@@ -295,7 +330,7 @@ impl Upstreams {
         let mut backoff = INITIAL_BACKOFF;
         loop {
             self.update(slot, |state| state.status = ServerStatus::Starting);
-            match self.open_session(&slot.server, true).await {
+            match self.open_session(&slot.server, None).await {
                 Ok((view, live)) => {
                     backoff = INITIAL_BACKOFF;
                     self.update(slot, |state| {
@@ -334,12 +369,18 @@ impl Upstreams {
     }
 
     /// Connects a new session and hands its connection to a task that owns it until it ends.
-    async fn open_session(self: &Arc<Self>, server: &Server, shared: bool) -> Result<(SessionView, Arc<Live>), String> {
+    /// Opens a session: a shared one without `owner`, a private one with it.
+    async fn open_session(
+        self: &Arc<Self>,
+        server: &Server,
+        owner: Option<&str>,
+    ) -> Result<(SessionView, Arc<Live>), String> {
         let id = ids::mint(ids::SESSION);
-        self.sessions.starting(&id, &server.name, shared);
+        self.sessions.starting(&id, &server.name, owner);
         let core = Arc::new(SessionCore::new(
             id.clone(),
             server.name.clone(),
+            owner.map(str::to_owned),
             self.registry.clone(),
             self.calls.clone(),
         ));

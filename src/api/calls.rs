@@ -1,50 +1,93 @@
 //! `/calls`: start, read and cancel tool calls.
 
-use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
-use super::{ApiError, AppState, Wait, WaitQuery, page_size};
+use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size};
+use crate::auth::{Principal, Role};
 use crate::calls::{CallFilter, CallStatus, CallView};
 use crate::upstream::Target;
 
 /// The largest page of `GET /calls`.
 const MAX_PAGE: usize = 1000;
 
-#[derive(Debug, Deserialize)]
+/// What `POST /calls` starts: a tool on a server's shared session, or on a session.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartCall {
+    /// Run on this server's shared session (give this or `session`).
     server: Option<String>,
+    /// Run on this session (give this or `server`).
     session: Option<String>,
+    /// The tool's name.
     tool: String,
+    /// The tool's arguments.
+    #[schema(value_type = Option<Object>)]
     arguments: Option<Map<String, Value>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Only calls in this status.
+    #[param(inline)]
     status: Option<CallStatus>,
+    /// Only calls on this server.
     server: Option<String>,
+    /// Only calls on this session.
     session: Option<String>,
+    /// At most this many, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
 }
 
 /// `POST /calls`: starts a tool call; with `wait`, held until it is no longer running.
+#[utoipa::path(
+    post,
+    path = "/calls",
+    tag = "calls",
+    params(WaitQuery),
+    request_body(content = StartCall, content_type = "application/json"),
+    responses(
+        (status = 201, description = "The call, as it is when it stops running or `wait` passes", body = CallView,
+            headers(("Location" = String, description = "`/calls/{id}`"))),
+        (status = 400, description = "The body is malformed, or names both or neither of `server` and `session`", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "An approver, or a session of another principal", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such server or session", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The session is closed", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The server's shared session is not ready", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before trying again"))),
+    )
+)]
 pub async fn start(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     QueryParams(query): QueryParams<WaitQuery>,
     JsonBody(body): JsonBody<StartCall>,
 ) -> Result<Response, ApiError> {
+    if !principal.may_start() {
+        return Err(ApiError::forbidden(format!(
+            "{} is an approver: it may not start calls",
+            principal.name
+        )));
+    }
     let target = match (body.server, body.session) {
         (Some(server), None) => Target::Server(server),
         (None, Some(session)) => Target::Session(session),
         _ => return Err(ApiError::bad_request("name exactly one of `server` and `session`")),
     };
-    let call = state.upstreams.start_call(target, body.tool, body.arguments)?;
+    let call = state
+        .upstreams
+        .start_call(target, body.tool, body.arguments, &principal)?;
     let call = settled(&state, &call.id, query.wait).await.unwrap_or(call);
     let mut response = (StatusCode::CREATED, Json(&call)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/calls/{}", call.id)) {
@@ -54,8 +97,19 @@ pub async fn start(
 }
 
 /// `GET /calls`: calls, oldest first.
+#[utoipa::path(
+    get,
+    path = "/calls",
+    tag = "calls",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "Calls, oldest first", body = Vec<CallView>),
+        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Json<Vec<CallView>>, ApiError> {
     let limit = page_size(query.limit, MAX_PAGE)?;
@@ -63,16 +117,31 @@ pub async fn list(
         status: query.status,
         server: query.server,
         session: query.session,
+        owner: (principal.role == Role::Agent).then(|| principal.name.clone()),
     };
     Ok(Json(state.calls.list(&filter, limit)))
 }
 
 /// `GET /calls/{id}`: one call; with `wait`, held while it is running.
+#[utoipa::path(
+    get,
+    path = "/calls/{id}",
+    tag = "calls",
+    params(("id" = String, Path, description = "The call id"), WaitQuery),
+    responses(
+        (status = 200, description = "The call", body = CallView),
+        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The call belongs to another principal", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No call with that id", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn get(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<CallView>, ApiError> {
+    owned_by(&state, &id, &principal, Principal::may_see)?;
     settled(&state, &id, query.wait)
         .await
         .map(Json)
@@ -80,12 +149,46 @@ pub async fn get(
 }
 
 /// `DELETE /calls/{id}`: cancels a call; the upstream gets `notifications/cancelled`.
-pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<CallView>, ApiError> {
+#[utoipa::path(
+    delete,
+    path = "/calls/{id}",
+    tag = "calls",
+    params(("id" = String, Path, description = "The call id")),
+    responses(
+        (status = 200, description = "The call, cancelled (or as it ended, if it already had)", body = CallView),
+        (status = 403, description = "The call belongs to another principal, or the principal is an approver", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No call with that id", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn cancel(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Json<CallView>, ApiError> {
+    owned_by(&state, &id, &principal, Principal::may_change)?;
     state
         .calls
         .cancel(&id, "cancelled by a client (DELETE /calls)")
         .map(Json)
         .ok_or_else(|| ApiError::not_found(format!("no call with id {id}")))
+}
+
+/// `404` for an unknown call, `403` when the rule says the principal may not touch it.
+fn owned_by(
+    state: &AppState,
+    id: &str,
+    principal: &Principal,
+    rule: fn(&Principal, Option<&str>) -> bool,
+) -> Result<(), ApiError> {
+    let owner = state
+        .calls
+        .owner(id)
+        .ok_or_else(|| ApiError::not_found(format!("no call with id {id}")))?;
+    if rule(principal, Some(&owner)) {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(format!("call {id} belongs to another principal")))
+    }
 }
 
 /// The call once it is no longer `running`, or as it is when `wait` passes.

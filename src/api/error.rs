@@ -2,7 +2,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
 
 use crate::registry::AnswerError;
 use crate::upstream::UpstreamError;
@@ -34,6 +34,11 @@ impl ApiError {
     /// `400`: the request is malformed.
     pub fn bad_request(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, detail)
+    }
+
+    /// `403`: the principal's role or ownership does not allow it.
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, detail)
     }
 
     /// `404`: nothing by that id or name.
@@ -70,22 +75,38 @@ impl From<UpstreamError> for ApiError {
                 ..Self::new(StatusCode::SERVICE_UNAVAILABLE, detail)
             },
             UpstreamError::Unreachable(_) => Self::new(StatusCode::BAD_GATEWAY, detail),
+            UpstreamError::Forbidden(_) => Self::forbidden(detail),
         }
     }
 }
 
+/// An RFC 9457 problem, as every error response carries it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Problem {
+    /// Always `about:blank`: the status code says what kind of problem it is.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The status code's reason phrase.
+    pub title: &'static str,
+    pub status: u16,
+    /// What went wrong, in human words.
+    pub detail: String,
+    /// For a `422`: every way the answer's data fails the requested schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errors: Option<Vec<Violation>>,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut body = json!({
-            "type": "about:blank",
-            "title": self.status.canonical_reason().unwrap_or("Error"),
-            "status": self.status.as_u16(),
-            "detail": self.detail,
-        });
-        if let Some(errors) = self.errors {
-            body["errors"] = json!(errors);
-        }
-        let mut response = (self.status, body.to_string()).into_response();
+        let body = Problem {
+            kind: "about:blank",
+            title: self.status.canonical_reason().unwrap_or("Error"),
+            status: self.status.as_u16(),
+            detail: self.detail,
+            errors: self.errors,
+        };
+        let body = serde_json::to_string(&body).unwrap_or_default();
+        let mut response = (self.status, body).into_response();
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,

@@ -6,9 +6,15 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use super::extract::QueryParams;
-use super::{AppState, WaitQuery};
+use super::{AppState, Problem, WaitQuery};
 
 /// `GET /healthz`: the process is up.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses((status = 200, description = "The process is up: `{\"status\": \"ok\"}`", body = Object))
+)]
 pub async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
@@ -16,6 +22,17 @@ pub async fn healthz() -> Json<Value> {
 /// `GET /readyz`: `200` once every server's shared session is ready, else `503` naming the ones that are not.
 ///
 /// With `wait`, held until everything is ready or the time passes.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    params(WaitQuery),
+    responses(
+        (status = 200, description = "Every shared session is ready: `{\"status\": \"ready\"}`", body = Object),
+        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Not ready: `{\"status\": \"not ready\", \"notReady\": [server, …]}`", body = Object),
+    )
+)]
 pub async fn readyz(
     State(state): State<AppState>,
     QueryParams(query): QueryParams<WaitQuery>,

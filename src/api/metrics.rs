@@ -11,6 +11,13 @@ use crate::metrics::Gauge;
 use crate::sessions::SessionStatus;
 
 /// `GET /metrics`.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text format", body = String,
+        content_type = "text/plain; version=0.0.4; charset=utf-8"))
+)]
 pub async fn render(State(state): State<AppState>) -> Response {
     let mut gauges = vec![Gauge {
         name: "toolnexus_requests_pending",

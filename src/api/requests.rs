@@ -1,12 +1,14 @@
 //! `/requests`: list, read and answer Requests.
 
-use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, header};
+use axum::{Extension, Json};
 use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
-use super::{ApiError, AppState, Wait, WaitQuery, page_size};
+use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size};
+use crate::auth::{Principal, Role};
 use crate::registry::{Filter, RequestView, Status};
 use crate::suspension::Answer;
 
@@ -14,7 +16,7 @@ use crate::suspension::Answer;
 const MAX_PAGE: usize = 1000;
 
 /// The `status` filter of `GET /requests`.
-#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StatusFilter {
     #[default]
@@ -25,24 +27,48 @@ pub enum StatusFilter {
     All,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Which Requests to list (default `pending`).
     #[serde(default)]
+    #[param(inline)]
     status: StatusFilter,
+    /// Only Requests of this server.
     server: Option<String>,
+    /// Only Requests of this session.
     session: Option<String>,
+    /// Only Requests of this call.
     call: Option<String>,
+    /// Only Requests of this kind (`input`, `authorization`).
     kind: Option<String>,
+    /// Seconds to hold the response while nothing matches (at most 300).
     #[serde(default)]
+    #[param(value_type = Option<f64>, minimum = 0)]
     wait: Wait,
+    /// Page size, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
+    /// Where the page starts, as given in the previous page's `Link` header.
     cursor: Option<u64>,
 }
 
 /// `GET /requests`: matching Requests, oldest first, with the next page in a `Link` header.
+#[utoipa::path(
+    get,
+    path = "/requests",
+    tag = "requests",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "Matching Requests, oldest first", body = Vec<RequestView>,
+            headers(("Link" = String, description = "The next page, as `<…>; rel=\"next\"`"))),
+        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     RawQuery(raw): RawQuery,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<(HeaderMap, Json<Vec<RequestView>>), ApiError> {
@@ -59,6 +85,7 @@ pub async fn list(
         session: query.session,
         call: query.call,
         kind: query.kind,
+        owner: (principal.role == Role::Agent).then(|| principal.name.clone()),
     };
     let cursor = query.cursor.unwrap_or(0);
     let list = || Some(state.registry.list(&filter, cursor, limit)).filter(|(page, _)| !page.is_empty());
@@ -86,13 +113,27 @@ pub async fn list(
 }
 
 /// `GET /requests/{id}`: one Request; with `wait`, held while it is pending.
+#[utoipa::path(
+    get,
+    path = "/requests/{id}",
+    tag = "requests",
+    params(("id" = String, Path, description = "The Request id"), WaitQuery),
+    responses(
+        (status = 200, description = "The Request", body = RequestView),
+        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The Request belongs to another principal", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No Request with that id", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn get(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<RequestView>, ApiError> {
     let unknown = || ApiError::not_found(format!("no Request with id {id}"));
     let current = state.registry.get(&id).ok_or_else(unknown)?;
+    visible(&principal, &current)?;
     if current.status != Status::Pending {
         return Ok(Json(current));
     }
@@ -108,8 +149,27 @@ pub async fn get(
 }
 
 /// `POST /requests/{id}/answer`: resolves a pending Request.
+#[utoipa::path(
+    post,
+    path = "/requests/{id}/answer",
+    tag = "requests",
+    params(("id" = String, Path, description = "The Request id")),
+    request_body(content = Answer, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The resolved Request (also for an identical replay)", body = RequestView),
+        (status = 400, description = "The body is malformed, has unknown keys or wrong types, or its id differs from the path", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The Request belongs to another principal", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No Request with that id", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Already answered with a different answer", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "No longer answerable: expired or cancelled", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The data does not satisfy the requested schema; `errors` lists every violation", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn answer(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     JsonBody(answer): JsonBody<Answer>,
 ) -> Result<Json<RequestView>, ApiError> {
@@ -122,5 +182,22 @@ pub async fn answer(
     if answer.ok && answer.reason.is_some() {
         return Err(ApiError::bad_request("reason is only allowed when ok is false"));
     }
-    Ok(Json(state.registry.answer(&id, answer)?))
+    let request = state
+        .registry
+        .get(&id)
+        .ok_or_else(|| ApiError::not_found(format!("no Request with id {id}")))?;
+    visible(&principal, &request)?;
+    Ok(Json(state.registry.answer(&id, answer, &principal.name)?))
+}
+
+/// `403` unless the principal may see (and so answer) the Request.
+fn visible(principal: &Principal, request: &RequestView) -> Result<(), ApiError> {
+    if principal.may_see(request.owner.as_deref()) {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(format!(
+            "Request {} belongs to another principal",
+            request.request.id
+        )))
+    }
 }

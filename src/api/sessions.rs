@@ -1,24 +1,29 @@
 //! `/sessions` and `/servers`: the upstream sessions and servers, and their tools.
 
-use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
-use super::{ApiError, AppState, WaitQuery};
+use super::{ApiError, AppState, Problem, WaitQuery};
+use crate::auth::Principal;
 use crate::sessions::SessionView;
 use crate::upstream::{ServerStatus, ServerView, Target};
 
-#[derive(Debug, Deserialize)]
+/// What `POST /sessions` opens.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OpenSession {
+    /// The server to open a private session to.
     server: String,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// Which sessions `GET /sessions` lists.
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SessionFilter {
     #[default]
@@ -26,16 +31,45 @@ pub enum SessionFilter {
     All,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// `open` (default) or `all`, which adds closed and failed sessions.
     #[serde(default)]
+    #[param(inline)]
     status: SessionFilter,
 }
 
 /// `POST /sessions`: opens a private session, answering once it is ready.
-pub async fn open(State(state): State<AppState>, JsonBody(body): JsonBody<OpenSession>) -> Result<Response, ApiError> {
-    let session = state.upstreams.open(&body.server).await?;
+#[utoipa::path(
+    post,
+    path = "/sessions",
+    tag = "sessions",
+    request_body(content = OpenSession, content_type = "application/json"),
+    responses(
+        (status = 201, description = "The session, ready", body = SessionView,
+            headers(("Location" = String, description = "`/sessions/{id}`"))),
+        (status = 400, description = "The body is malformed", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "An approver may not open sessions", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such server", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The upstream cannot be reached or refused the session", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn open(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    JsonBody(body): JsonBody<OpenSession>,
+) -> Result<Response, ApiError> {
+    if !principal.may_start() {
+        return Err(ApiError::forbidden(format!(
+            "{} is an approver: it may not open sessions",
+            principal.name
+        )));
+    }
+    let session = state.upstreams.open(&body.server, &principal.name).await?;
     let mut response = (StatusCode::CREATED, Json(&session)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/sessions/{}", session.id)) {
         response.headers_mut().insert(header::LOCATION, location);
@@ -44,37 +78,120 @@ pub async fn open(State(state): State<AppState>, JsonBody(body): JsonBody<OpenSe
 }
 
 /// `GET /sessions`: open sessions (shared ones included); `status=all` adds closed ones.
-pub async fn list(State(state): State<AppState>, QueryParams(query): QueryParams<ListQuery>) -> Json<Vec<SessionView>> {
-    Json(state.sessions.list(matches!(query.status, SessionFilter::All)))
+#[utoipa::path(
+    get,
+    path = "/sessions",
+    tag = "sessions",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "Sessions, oldest first", body = Vec<SessionView>),
+        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    QueryParams(query): QueryParams<ListQuery>,
+) -> Json<Vec<SessionView>> {
+    let sessions = state.sessions.list(matches!(query.status, SessionFilter::All));
+    Json(
+        sessions
+            .into_iter()
+            .filter(|view| view.shared || principal.may_see(view.owner.as_deref()))
+            .collect(),
+    )
 }
 
 /// `GET /sessions/{id}`.
-pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<SessionView>, ApiError> {
-    state
-        .sessions
-        .get(&id)
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("no session {id}")))
+#[utoipa::path(
+    get,
+    path = "/sessions/{id}",
+    tag = "sessions",
+    params(("id" = String, Path, description = "The session id")),
+    responses(
+        (status = 200, description = "The session", body = SessionView),
+        (status = 403, description = "The session belongs to another principal", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No session with that id", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Json<SessionView>, ApiError> {
+    Ok(Json(state.upstreams.session(&id, &principal)?))
 }
 
 /// `DELETE /sessions/{id}`: closes a private session; its pending Requests become `cancelled`.
-pub async fn close(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(
-        state.upstreams.close(&id, "closed by a client (DELETE /sessions)")?,
-    ))
+#[utoipa::path(
+    delete,
+    path = "/sessions/{id}",
+    tag = "sessions",
+    params(("id" = String, Path, description = "The session id")),
+    responses(
+        (status = 200, description = "The session, closed", body = SessionView),
+        (status = 403, description = "The session belongs to another principal", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No session with that id", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A shared session, which the gateway manages", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn close(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Json<SessionView>, ApiError> {
+    Ok(Json(state.upstreams.close(
+        &id,
+        "closed by a client (DELETE /sessions)",
+        &principal,
+    )?))
 }
 
 /// `GET /sessions/{id}/tools`: the session's merged `tools/list`.
-pub async fn tools(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(state.upstreams.tools(&Target::Session(id)).await?))
+#[utoipa::path(
+    get,
+    path = "/sessions/{id}/tools",
+    tag = "sessions",
+    params(("id" = String, Path, description = "The session id")),
+    responses(
+        (status = 200, description = "The upstream's `tools/list` result, every page merged: `{\"tools\": [...]}`", body = Object),
+        (status = 403, description = "The session belongs to another principal", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No session with that id", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The session is closed", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The upstream failed `tools/list`", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn tools(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(state.upstreams.tools(&Target::Session(id), &principal).await?))
 }
 
 /// `GET /servers`: every configured server and the state of its shared session.
+#[utoipa::path(
+    get,
+    path = "/servers",
+    tag = "servers",
+    responses((status = 200, description = "Every configured server", body = Vec<ServerView>))
+)]
 pub async fn servers(State(state): State<AppState>) -> Json<Vec<ServerView>> {
     Json(state.upstreams.servers())
 }
 
 /// `GET /servers/{name}`; with `wait`, held while its shared session is starting.
+#[utoipa::path(
+    get,
+    path = "/servers/{name}",
+    tag = "servers",
+    params(("name" = String, Path, description = "The server's name"), WaitQuery),
+    responses(
+        (status = 200, description = "The server", body = ServerView),
+        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No server with that name", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn server(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -95,6 +212,23 @@ pub async fn server(
 }
 
 /// `GET /servers/{name}/tools`: the merged `tools/list` of the server's shared session.
-pub async fn server_tools(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(state.upstreams.tools(&Target::Server(name)).await?))
+#[utoipa::path(
+    get,
+    path = "/servers/{name}/tools",
+    tag = "servers",
+    params(("name" = String, Path, description = "The server's name")),
+    responses(
+        (status = 200, description = "The upstream's `tools/list` result, every page merged: `{\"tools\": [...]}`", body = Object),
+        (status = 404, description = "No server with that name", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The upstream failed `tools/list`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The server's shared session is not ready", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before trying again"))),
+    )
+)]
+pub async fn server_tools(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(state.upstreams.tools(&Target::Server(name), &principal).await?))
 }

@@ -4,6 +4,9 @@ use axum::Router;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
+use utoipa::PartialSchema;
+use utoipa::openapi::path::{HttpMethod, OperationBuilder};
+use utoipa::openapi::{ContentBuilder, HeaderBuilder, OpenApi, ResponseBuilder};
 
 /// Where the page may load from and talk to: this origin only, nothing inline, never framed.
 const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
@@ -25,10 +28,31 @@ const ASSETS: [(&str, &str, &str); 4] = [
     ("/ui/favicon.svg", "image/svg+xml", include_str!("../../ui/favicon.svg")),
 ];
 
-/// The routes of the inbox, to merge into the API router.
-pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+/// The routes of the inbox, to merge into the API router; each is added to the OpenAPI document too.
+pub fn routes<S: Clone + Send + Sync + 'static>(document: &mut OpenApi) -> Router<S> {
+    let redirect = ResponseBuilder::new()
+        .description("Redirects to `/ui/`")
+        .header("Location", HeaderBuilder::new().schema(Some(String::schema())).build());
+    let operation = OperationBuilder::new()
+        .tag("inbox")
+        .summary(Some("The approval inbox"))
+        .response("308", redirect);
+    document
+        .paths
+        .add_path_operation("/ui", vec![HttpMethod::Get], operation);
     let router = Router::new().route("/ui", get(|| async { Redirect::permanent("/ui/") }));
     ASSETS.into_iter().fold(router, |router, (path, content_type, body)| {
+        let content = ContentBuilder::new().schema(Some(String::schema())).build();
+        let file = ResponseBuilder::new()
+            .description("A file of the inbox, embedded in the binary")
+            .content(content_type, content);
+        let operation = OperationBuilder::new()
+            .tag("inbox")
+            .summary(Some(path))
+            .response("200", file);
+        document
+            .paths
+            .add_path_operation(path, vec![HttpMethod::Get], operation);
         router.route(path, get(move || async move { asset(content_type, body) }))
     })
 }

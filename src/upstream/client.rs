@@ -26,6 +26,8 @@ const ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
 pub struct SessionCore {
     pub id: String,
     pub server: String,
+    /// The principal that opened the session (`None` for a shared one).
+    pub owner: Option<String>,
     pub registry: Registry,
     pub calls: Calls,
     /// Our in-flight `tools/call` JSON-RPC ids, each with the Call it serves.
@@ -36,10 +38,11 @@ pub struct SessionCore {
 
 impl SessionCore {
     /// Creates the shared part of a session that is about to connect.
-    pub fn new(id: String, server: String, registry: Registry, calls: Calls) -> Self {
+    pub fn new(id: String, server: String, owner: Option<String>, registry: Registry, calls: Calls) -> Self {
         Self {
             id,
             server,
+            owner,
             registry,
             calls,
             in_flight: Mutex::default(),
@@ -88,11 +91,16 @@ impl SessionCore {
         call: Option<String>,
     ) -> Result<crate::registry::Pending, SuspendError> {
         let params = serde_json::to_value(params).unwrap_or_default();
+        let owner = call
+            .as_deref()
+            .and_then(|call| self.calls.owner(call))
+            .or_else(|| self.owner.clone());
         let pending = self.registry.suspend(Suspension {
             params,
             server: self.server.clone(),
             session: self.id.clone(),
             call: call.clone(),
+            owner,
         })?;
         if let Some(call) = call {
             self.calls.add_request(&call, &pending.id);

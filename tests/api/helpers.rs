@@ -215,6 +215,18 @@ impl TestApp {
         body
     }
 
+    /// Polls `GET /metrics` until a line starts with `prefix` (counters updated after a response have no other signal).
+    pub async fn metric_reaches(&self, prefix: &str) {
+        for _ in 0..200 {
+            let text = self.get("/metrics").await.text().await.unwrap();
+            if text.lines().any(|l| l.starts_with(prefix)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("/metrics never showed {prefix:?}");
+    }
+
     /// Sends SIGTERM and waits for the process to exit, returning its exit code.
     pub fn terminate(&mut self) -> Option<i32> {
         signal(self.child.id(), "TERM");
@@ -297,6 +309,14 @@ pub struct EventStream {
 }
 
 impl EventStream {
+    /// Reads events from an already opened `GET /events` response.
+    pub fn new(response: reqwest::Response) -> Self {
+        Self {
+            response,
+            buffer: String::new(),
+        }
+    }
+
     /// The next event (keep-alive comments skipped); fails the test after 20 s.
     pub async fn next(&mut self) -> SseEvent {
         tokio::time::timeout(Duration::from_secs(20), self.read())

@@ -1,10 +1,12 @@
 //! Black-box tests: the real binary on port 0 with a temp config, driven over HTTP as curl would.
 
 mod answers;
+mod auth;
 mod calls;
 mod events;
 mod helpers;
 mod lifecycle;
+mod openapi;
 mod operations;
 mod sessions;
 mod ui;

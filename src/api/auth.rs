@@ -1,0 +1,87 @@
+//! Authentication at the edge: every route but the open ones needs a bearer token, and handlers get the
+//! `Principal` it names.
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, OpenApi, RefOr, ResponseBuilder};
+
+use super::{ApiError, AppState};
+use crate::auth::{AuthError, Authenticator};
+
+/// The name of the bearer scheme in the OpenAPI document.
+const BEARER: &str = "bearer";
+
+/// Which routes need a token, and the tokens.
+#[derive(Debug, Clone, Default)]
+pub struct AuthPolicy {
+    pub authenticator: Authenticator,
+    /// Serve `/metrics` without a token.
+    pub public_metrics: bool,
+    /// Serve `/openapi.json` without a token.
+    pub public_openapi: bool,
+}
+
+impl AuthPolicy {
+    /// Whether a path is served without a token.
+    pub fn is_open(&self, path: &str) -> bool {
+        matches!(path, "/healthz" | "/readyz")
+            || path == "/ui"
+            || path.starts_with("/ui/")
+            || (self.public_metrics && path == "/metrics")
+            || (self.public_openapi && path == "/openapi.json")
+    }
+
+    /// Adds the bearer scheme to the document, and to every route that needs it a `401` response.
+    pub fn document(&self, document: &mut OpenApi) {
+        if !self.authenticator.enabled() {
+            return;
+        }
+        let components = document.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(BEARER, SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+        let problem = ContentBuilder::new().schema(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name("Problem"))));
+        let unauthorized = ResponseBuilder::new()
+            .description("No bearer token, or one that is not valid")
+            .content("application/problem+json", problem.build())
+            .build();
+        for (path, item) in document.paths.paths.iter_mut() {
+            if self.is_open(path) {
+                continue;
+            }
+            for operation in [&mut item.get, &mut item.post, &mut item.delete].into_iter().flatten() {
+                operation
+                    .responses
+                    .responses
+                    .insert("401".to_owned(), RefOr::T(unauthorized.clone()));
+                operation.security = Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
+            }
+        }
+    }
+}
+
+/// Authenticates every request to a route that needs it; a missing or bad token is `401`.
+pub async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    let policy = &state.auth;
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok());
+    match policy.authenticator.authenticate(authorization) {
+        Ok(principal) => {
+            request.extensions_mut().insert(principal);
+            next.run(request).await
+        }
+        Err(_) if policy.is_open(request.uri().path()) => next.run(request).await,
+        Err(error) => unauthorized(&error),
+    }
+}
+
+fn unauthorized(error: &AuthError) -> Response {
+    let mut response = ApiError::new(StatusCode::UNAUTHORIZED, error.to_string()).into_response();
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
