@@ -4,8 +4,9 @@
 #   2. the files the Dockerfile COPYs into its build stage (and nothing else) are copied to a clean
 #      directory, and none of them is excluded by .dockerignore;
 #   3. the release binary is built there with the Dockerfile's own cargo command;
-#   4. that binary prints its version, validates config/container.toml, serves it, and its
-#      `healthcheck` (the image's HEALTHCHECK) passes.
+#   4. that binary prints its version, validates config/container.toml, serves it (with a throwaway admin
+#      token), its `healthcheck` (the image's HEALTHCHECK) passes, and the API refuses a request without
+#      a token.
 #
 # It takes a few minutes (a release build). The build's target directory is inside the clean directory
 # unless CARGO_TARGET_DIR is set (set it to a directory of its own to reuse compiled dependencies).
@@ -66,7 +67,8 @@ echo "building in a clean context: $build_command"
 (cd "$scratch/context" && CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$scratch/context/target}" $build_command)
 binary="${CARGO_TARGET_DIR:-$scratch/context/target}/release/toolnexus-gateway"
 
-unset TOOLNEXUS_CONFIG TOOLNEXUS_LISTEN TOOLNEXUS_LOG_LEVEL TOOLNEXUS_LOG_FORMAT
+unset TOOLNEXUS_CONFIG TOOLNEXUS_LISTEN TOOLNEXUS_LOG_LEVEL TOOLNEXUS_LOG_FORMAT TOOLNEXUS_ALLOW_UNAUTHENTICATED
+export TOOLNEXUS_ADMIN_TOKEN="check-container-$RANDOM$RANDOM"   # config/container.toml reads its token here
 "$binary" --version
 "$binary" check-config --config config/container.toml >/dev/null
 echo "check-config: config/container.toml is valid"
@@ -84,6 +86,8 @@ port="$(sed -nE 's/^listening on http:\/\/0\.0\.0\.0:([0-9]+)$/\1/p' "$scratch/s
 [[ -n "$port" ]] || fail "the gateway did not report its address: $(cat "$scratch/stdout" "$scratch/stderr")"
 sed "s/^listen = .*/listen = \"0.0.0.0:$port\"/" config/container.toml >"$scratch/gateway.toml"
 TOOLNEXUS_CONFIG="$scratch/gateway.toml" "$binary" healthcheck
+! "$binary" healthcheck --url "http://127.0.0.1:$port/servers" 2>/dev/null ||
+    fail "GET /servers answered 200 without a token"
 "$binary" healthcheck --url "http://127.0.0.1:$port/readyz?wait=20"
 kill -TERM "$gateway"
 wait "$gateway" || fail "the gateway did not exit cleanly on SIGTERM: $(cat "$scratch/stderr")"
