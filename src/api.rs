@@ -6,6 +6,7 @@ mod error;
 mod events;
 mod extract;
 mod health;
+mod http;
 mod metrics;
 mod requests;
 mod sessions;
@@ -28,6 +29,7 @@ use utoipa_axum::routes;
 
 pub use auth::AuthPolicy;
 pub use error::{ApiError, Problem};
+pub use http::{HttpPolicy, LOOPBACK_HOSTS};
 
 use crate::calls::Calls;
 use crate::changes::Changes;
@@ -37,8 +39,6 @@ use crate::registry::Registry;
 use crate::sessions::Sessions;
 use crate::upstream::Upstreams;
 
-/// The largest request body accepted.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// The longest a `wait` long-poll holds a response.
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
@@ -54,6 +54,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Who may call which route.
     pub auth: AuthPolicy,
+    /// What the API accepts, and from where.
+    pub http: HttpPolicy,
     /// Fires at shutdown, ending every long-poll.
     pub shutdown: CancellationToken,
 }
@@ -105,8 +107,9 @@ pub fn router(state: AppState) -> Router {
         .split_for_parts();
     let router = router.merge(ui::routes(&mut document));
     state.auth.document(&mut document);
+    state.http.document(&mut document);
     let document = OpenApiJson(document.to_json().unwrap_or_default().into());
-    router
+    let router = router
         .fallback(|| async { ApiError::not_found("no such resource") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -115,8 +118,9 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(Extension(document))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(DefaultBodyLimit::max(state.http.max_body_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), auth::authenticate))
+        .layer(middleware::from_fn_with_state(state.clone(), http::check_host))
         .layer(middleware::from_fn_with_state(state.clone(), metrics::record))
         .layer(
             TraceLayer::new_for_http()
@@ -133,8 +137,13 @@ pub fn router(state: AppState) -> Router {
                         .level(tracing::Level::DEBUG)
                         .latency_unit(LatencyUnit::Micros),
                 ),
-        )
-        .with_state(state)
+        );
+    // Outermost, so a preflight is answered before authentication asks for a token it never carries.
+    let router = match http::cors(&state.http) {
+        Some(cors) => router.layer(cors),
+        None => router,
+    };
+    router.with_state(state)
 }
 
 /// `GET /openapi.json`: this document, OpenAPI 3.1.

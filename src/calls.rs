@@ -1,6 +1,6 @@
 //! The Calls: `tools/call`s started over REST, their status and result, kept for the retention window.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use crate::events::{EventKind, Events, Tags};
 use crate::ids;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
+use crate::retained::Retained;
 use crate::time::Timestamp;
 
 /// Where a Call is in its life.
@@ -105,7 +106,7 @@ pub struct Calls {
 
 #[derive(Debug)]
 struct Shared {
-    state: Mutex<State>,
+    state: Mutex<Retained<Entry>>,
     registry: Registry,
     changes: Changes,
     events: Events,
@@ -113,18 +114,8 @@ struct Shared {
     retention: Duration,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    entries: HashMap<String, Entry>,
-    order: BTreeMap<u64, String>,
-    next_seq: u64,
-    /// Finished calls by the time they stop being readable.
-    retired: VecDeque<(Instant, String)>,
-}
-
 #[derive(Debug)]
 struct Entry {
-    seq: u64,
     /// `status` here is never `InputRequired`: that is derived from the pending Requests.
     view: CallView,
     cancel: CancellationToken,
@@ -183,14 +174,10 @@ impl Calls {
         let cancel = CancellationToken::new();
         {
             let mut state = self.lock();
-            Self::purge(&mut state);
-            let seq = state.next_seq;
-            state.next_seq += 1;
-            state.order.insert(seq, view.id.clone());
-            state.entries.insert(
+            state.purge(Instant::now());
+            state.insert(
                 view.id.clone(),
                 Entry {
-                    seq,
                     view: view.clone(),
                     cancel: cancel.clone(),
                 },
@@ -206,7 +193,7 @@ impl Calls {
 
     /// Attributes a Request to a call.
     pub fn add_request(&self, call: &str, request: &str) {
-        if let Some(entry) = self.lock().entries.get_mut(call) {
+        if let Some(entry) = self.lock().get_mut(call) {
             entry.view.requests.push(request.to_owned());
             entry.view.updated_at = Timestamp::now();
         }
@@ -220,7 +207,7 @@ impl Calls {
     pub fn finish(&self, call: &str, finish: Finish) {
         let (pending, detail) = {
             let mut state = self.lock();
-            let Some(entry) = state.entries.get_mut(call) else {
+            let Some(entry) = state.get_mut(call) else {
                 return;
             };
             if entry.view.status.is_final() {
@@ -239,9 +226,7 @@ impl Calls {
             entry.view.error = message.map(|message| CallError { message });
             entry.view.updated_at = Timestamp::now();
             let requests = entry.view.requests.clone();
-            state
-                .retired
-                .push_back((Instant::now() + self.shared.retention, call.to_owned()));
+            state.retire(call, Instant::now() + self.shared.retention);
             (requests, detail)
         };
         self.settled(call, &pending, &detail);
@@ -251,7 +236,7 @@ impl Calls {
     pub fn cancel(&self, call: &str, message: &str) -> Option<CallView> {
         let (requests, token) = {
             let mut state = self.lock();
-            let entry = state.entries.get_mut(call)?;
+            let entry = state.get_mut(call)?;
             if entry.view.status.is_final() {
                 return Some(entry.view.clone());
             }
@@ -261,9 +246,7 @@ impl Calls {
             });
             entry.view.updated_at = Timestamp::now();
             let found = (entry.view.requests.clone(), entry.cancel.clone());
-            state
-                .retired
-                .push_back((Instant::now() + self.shared.retention, call.to_owned()));
+            state.retire(call, Instant::now() + self.shared.retention);
             found
         };
         self.settled(call, &requests, message);
@@ -297,7 +280,6 @@ impl Calls {
     pub fn cancel_all(&self, message: &str) {
         let running: Vec<String> = self
             .lock()
-            .entries
             .values()
             .filter(|entry| !entry.view.status.is_final())
             .map(|entry| entry.view.id.clone())
@@ -309,7 +291,7 @@ impl Calls {
 
     /// One call by id, with its current status.
     pub fn get(&self, call: &str) -> Option<CallView> {
-        let view = self.lock().entries.get(call)?.view.clone();
+        let view = self.lock().get(call)?.view.clone();
         Some(self.with_derived_status(view))
     }
 
@@ -317,7 +299,7 @@ impl Calls {
     pub fn list(&self, filter: &CallFilter, limit: usize) -> Vec<CallView> {
         let views: Vec<CallView> = {
             let state = self.lock();
-            state.order.values().map(|id| state.entries[id].view.clone()).collect()
+            state.values().map(|entry| entry.view.clone()).collect()
         };
         views
             .into_iter()
@@ -327,14 +309,22 @@ impl Calls {
             .collect()
     }
 
+    /// How many calls of this principal have not ended.
+    pub fn running_count(&self, owner: &str) -> usize {
+        self.lock()
+            .values()
+            .filter(|entry| entry.view.owner == owner && !entry.view.status.is_final())
+            .count()
+    }
+
     /// The principal that started a call.
     pub fn owner(&self, call: &str) -> Option<String> {
-        self.lock().entries.get(call).map(|entry| entry.view.owner.clone())
+        self.lock().get(call).map(|entry| entry.view.owner.clone())
     }
 
     /// How many calls are held in each status.
     pub fn count_by_status(&self) -> BTreeMap<CallStatus, usize> {
-        let views: Vec<CallView> = self.lock().entries.values().map(|entry| entry.view.clone()).collect();
+        let views: Vec<CallView> = self.lock().values().map(|entry| entry.view.clone()).collect();
         let mut counts = BTreeMap::new();
         for view in views {
             *counts.entry(self.with_derived_status(view).status).or_default() += 1;
@@ -349,20 +339,7 @@ impl Calls {
         view
     }
 
-    fn purge(state: &mut State) {
-        let now = Instant::now();
-        while let Some((until, id)) = state.retired.front().cloned() {
-            if until > now {
-                break;
-            }
-            state.retired.pop_front();
-            if let Some(entry) = state.entries.remove(&id) {
-                state.order.remove(&entry.seq);
-            }
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, Retained<Entry>> {
         self.shared
             .state
             .lock()

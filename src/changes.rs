@@ -23,6 +23,16 @@ impl Changes {
         self.0.send_modify(|version| *version = version.wrapping_add(1));
     }
 
+    /// A receiver that wakes on every change after now.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.0.subscribe()
+    }
+
+    /// How many waits are in progress (long-polls held by `wait=`).
+    pub fn waiters(&self) -> usize {
+        self.0.receiver_count()
+    }
+
     /// Re-evaluates `check` after every change until it yields a value, `wait` passes, or `shutdown` fires.
     ///
     /// `check` runs at least once, so a zero `wait` is a plain read.
@@ -37,6 +47,10 @@ impl Changes {
         loop {
             if let Some(found) = check() {
                 return Some(found);
+            }
+            // A timer for a deadline already due still waits for the next tick (about 1 ms).
+            if Instant::now() >= deadline {
+                return None;
             }
             tokio::select! {
                 changed = versions.changed() => if changed.is_err() { return None },

@@ -13,6 +13,9 @@ use crate::events::EventKind;
 /// Where the built-in default listens.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
+/// How long a server's start-up and MCP handshake may take unless its `startup_timeout` says otherwise.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Why a configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -53,6 +56,12 @@ pub struct Config {
     /// Who may use the API.
     #[serde(default)]
     pub auth: AuthConfig,
+    /// Per-principal caps and the upstream call timeout.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    /// What the REST API accepts, and from where.
+    #[serde(default)]
+    pub http: HttpConfig,
 }
 
 /// The `[auth]` table.
@@ -163,6 +172,59 @@ pub struct RequestsConfig {
     /// How long resolved Requests, finished Calls and closed Sessions stay readable.
     #[serde(default = "default_retention", deserialize_with = "duration")]
     pub retention: Duration,
+    /// The most Requests pending at once; past it a new elicitation is answered `cancel` at once.
+    #[serde(default = "default_max_pending")]
+    pub max_pending: usize,
+}
+
+/// The `[limits]` table: what one principal may hold at once, and how long upstream work may take.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Calls one principal may have running (or waiting on input) at once.
+    #[serde(default = "default_calls_per_principal")]
+    pub calls_per_principal: usize,
+    /// Private sessions one principal may have open at once.
+    #[serde(default = "default_sessions_per_principal")]
+    pub sessions_per_principal: usize,
+    /// How long the upstream may work on a call, not counting time spent waiting on a human; none by default.
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub call_timeout: Option<Duration>,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            calls_per_principal: default_calls_per_principal(),
+            sessions_per_principal: default_sessions_per_principal(),
+            call_timeout: None,
+        }
+    }
+}
+
+/// The `[http]` table: what the REST API accepts, and from where.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// The largest request body, in bytes.
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: usize,
+    /// Origins whose browser pages may call the API (CORS); none by default.
+    #[serde(default)]
+    pub cors_origins: Vec<String>,
+    /// `Host` header values the API answers (DNS-rebinding protection). Unset: the loopback names when
+    /// listening on loopback, anything otherwise; an empty list turns the check off.
+    pub allowed_hosts: Option<Vec<String>>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: default_max_body_bytes(),
+            cors_origins: Vec::new(),
+            allowed_hosts: None,
+        }
+    }
 }
 
 impl Default for RequestsConfig {
@@ -171,6 +233,7 @@ impl Default for RequestsConfig {
             ttl: default_ttl(),
             apply_defaults: true,
             retention: default_retention(),
+            max_pending: default_max_pending(),
         }
     }
 }
@@ -201,6 +264,9 @@ pub struct ServerConfig {
     /// Which protocol era to speak.
     #[serde(default)]
     pub protocol: ProtocolChoice,
+    /// How long starting the server and its MCP handshake may take (default 30 s).
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub startup_timeout: Option<Duration>,
 }
 
 /// Servers built into this binary.
@@ -261,6 +327,8 @@ pub struct Server {
     pub transport: Transport,
     /// Which protocol era to speak.
     pub protocol: ProtocolChoice,
+    /// How long starting the server and its MCP handshake may take before it counts as failed.
+    pub startup_timeout: Duration,
 }
 
 impl Config {
@@ -277,6 +345,8 @@ impl Config {
             log: LogConfig::default(),
             webhooks: Vec::new(),
             auth: AuthConfig::default(),
+            limits: LimitsConfig::default(),
+            http: HttpConfig::default(),
         }
     }
 
@@ -341,6 +411,7 @@ impl Config {
                 ProtocolChoice::Modern => "2026-07-28",
             };
             entry.insert("protocol".into(), Value::from(protocol));
+            entry.insert("startup_timeout".into(), duration(server.startup_timeout));
             servers.push(Value::Table(entry));
         }
         root.insert("servers".into(), Value::Array(servers));
@@ -492,7 +563,15 @@ impl Config {
                         server.name
                     ));
                 }
-                Ok(Server { name: server.name.clone(), transport: server.transport(&key)?, protocol: server.protocol })
+                if server.startup_timeout.is_some_and(|timeout| timeout.is_zero()) {
+                    return Err(format!("{key}.startup_timeout must be longer than zero"));
+                }
+                Ok(Server {
+                    name: server.name.clone(),
+                    transport: server.transport(&key)?,
+                    protocol: server.protocol,
+                    startup_timeout: server.startup_timeout.unwrap_or(DEFAULT_STARTUP_TIMEOUT),
+                })
             })
             .collect()
     }
@@ -624,6 +703,26 @@ fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::E
     })
 }
 
+fn optional_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+    duration(deserializer).map(Some)
+}
+
+fn default_max_pending() -> usize {
+    10_000
+}
+
+fn default_calls_per_principal() -> usize {
+    64
+}
+
+fn default_sessions_per_principal() -> usize {
+    16
+}
+
+fn default_max_body_bytes() -> usize {
+    1024 * 1024
+}
+
 fn default_webhook_timeout() -> Duration {
     Duration::from_secs(5)
 }
@@ -736,6 +835,15 @@ mod tests {
     fn bad_durations_and_protocols_are_rejected() {
         assert!(parse("[requests]\nttl = \"soon\"\n").unwrap_err().contains("soon"));
         assert!(parse("[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\nprotocol = \"2024\"\n").is_err());
+        assert!(parse("[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\nstartup_timeout = \"0s\"\n").is_err());
+    }
+
+    #[test]
+    fn startup_timeout_defaults_to_thirty_seconds() {
+        let config = parse("[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\n[[servers]]\nname = \"b\"\nbuiltin = \"demo\"\nstartup_timeout = \"1s\"\n").unwrap();
+        let servers = config.servers().unwrap();
+        assert_eq!(servers[0].startup_timeout, DEFAULT_STARTUP_TIMEOUT);
+        assert_eq!(servers[1].startup_timeout, Duration::from_secs(1));
     }
 
     #[test]

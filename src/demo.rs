@@ -26,6 +26,9 @@ const CRASH_DELAY: Duration = Duration::from_millis(50);
 /// JSON-RPC error code of a 2025-11-25 `URLElicitationRequiredError`.
 const URL_ELICITATION_REQUIRED: ErrorCode = ErrorCode(-32042);
 
+/// The most elicitations one `flood` call raises.
+const MAX_FLOOD: u64 = 200_000;
+
 /// The demo server.
 #[derive(Debug, Clone, Default)]
 pub struct Demo {
@@ -119,6 +122,26 @@ impl ServerHandler for Demo {
         };
         match request.name.as_ref() {
             "echo" => Ok(CallToolResult::success(vec![ContentBlock::text(text("text"))]).into()),
+            "flood" => {
+                let count = arguments.get("count").and_then(Value::as_u64).unwrap_or(1);
+                if count > MAX_FLOOD {
+                    return Err(ErrorData::invalid_params(
+                        format!("count must be at most {MAX_FLOOD}"),
+                        None,
+                    ));
+                }
+                if count == 0 {
+                    return Ok(flood_tally(std::iter::empty()));
+                }
+                if context
+                    .protocol_version()
+                    .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
+                {
+                    flood_round(count, &request)
+                } else {
+                    flood_at_once(count, &context).await
+                }
+            }
             "slow" => {
                 slow(
                     arguments.get("seconds").and_then(Value::as_f64).unwrap_or(1.0),
@@ -230,6 +253,14 @@ fn tools() -> Vec<Tool> {
             "slow",
             "Sleeps, reporting progress; no elicitation.",
             object(json!({"seconds": {"type": "number", "minimum": 0}}), &["seconds"]),
+        ),
+        Tool::new(
+            "flood",
+            "Raises `count` form elicitations at once and returns how many were accepted, declined and cancelled.",
+            object(
+                json!({"count": {"type": "integer", "minimum": 0, "maximum": MAX_FLOOD}}),
+                &["count"],
+            ),
         ),
         Tool::new(
             "crash",
@@ -370,6 +401,67 @@ fn next_round(
     )]);
     let state = serde_json::to_string(&results).unwrap_or_default();
     Ok(InputRequiredResult::new(Some(requests), Some(state)).into())
+}
+
+/// The form each `flood` elicitation asks for.
+fn flood_item(index: u64, count: u64) -> Result<ElicitRequestParams, ErrorData> {
+    serde_json::from_value(json!({
+        "mode": "form",
+        "message": format!("Confirm item {index} of {count}?"),
+        "requestedSchema": {"type": "object", "properties": {
+            "confirm": {"type": "boolean", "title": "Confirm"},
+            "note": {"type": "string", "title": "Note", "default": ""}
+        }, "required": ["confirm"]}
+    }))
+    .map_err(|e| ErrorData::internal_error(e.to_string(), None))
+}
+
+/// `{"accepted", "declined", "cancelled"}` counts of the results a `flood` received.
+fn flood_tally<'a>(actions: impl Iterator<Item = &'a Value>) -> CallToolResponse {
+    let mut tally = BTreeMap::from([("accepted", 0u64), ("cancelled", 0), ("declined", 0)]);
+    for action in actions {
+        let key = match action.get("action").and_then(Value::as_str) {
+            Some("accept") => "accepted",
+            Some("decline") => "declined",
+            _ => "cancelled",
+        };
+        *tally.entry(key).or_default() += 1;
+    }
+    CallToolResult::structured(json!(tally)).into()
+}
+
+/// 2025-11-25: sends every elicitation of a `flood` at once and waits for all their results.
+async fn flood_at_once(count: u64, context: &RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {
+    let mut sent = tokio::task::JoinSet::new();
+    for index in 1..=count {
+        let params = flood_item(index, count)?;
+        let peer = context.peer.clone();
+        sent.spawn(async move { peer.create_elicitation(params).await });
+    }
+    let mut results = Vec::with_capacity(sent.len());
+    while let Some(joined) = sent.join_next().await {
+        results.push(match joined {
+            Ok(Ok(result)) => serde_json::to_value(result).unwrap_or_default(),
+            Ok(Err(_)) | Err(_) => json!({"action": "cancel"}),
+        });
+    }
+    Ok(flood_tally(results.iter()))
+}
+
+/// 2026-07-28: asks for every elicitation of a `flood` in one `input_required` result, then counts the responses.
+fn flood_round(count: u64, request: &CallToolRequestParams) -> Result<CallToolResponse, ErrorData> {
+    if let Some(responses) = &request.input_responses {
+        return Ok(flood_tally(responses.values()));
+    }
+    let mut requests = BTreeMap::new();
+    for index in 1..=count {
+        let params = flood_item(index, count)?;
+        requests.insert(
+            format!("item{index:06}"),
+            InputRequest::Elicitation(ElicitRequest::new(params)),
+        );
+    }
+    Ok(InputRequiredResult::new(Some(requests), Some(count.to_string())).into())
 }
 
 async fn slow(seconds: f64, context: &RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {

@@ -122,6 +122,11 @@ impl Events {
         let _ = self.shared.live.send(event);
     }
 
+    /// How many subscriptions are open (one per `GET /events` stream).
+    pub fn subscribers(&self) -> usize {
+        self.shared.live.receiver_count()
+    }
+
     /// Subscribes to events after `last_seen` (all new ones when `None`).
     pub fn subscribe(&self, last_seen: Option<u64>) -> Subscription {
         let recent = self.lock();

@@ -14,6 +14,7 @@ pub mod events;
 pub mod ids;
 pub mod metrics;
 pub mod registry;
+pub mod retained;
 pub mod sessions;
 pub mod suspension;
 pub mod time;
@@ -27,7 +28,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{AppState, AuthPolicy};
+use crate::api::{AppState, AuthPolicy, HttpPolicy};
 use crate::auth::Authenticator;
 use crate::calls::Calls;
 use crate::changes::Changes;
@@ -37,6 +38,13 @@ use crate::metrics::Metrics;
 use crate::registry::{Policy, Registry};
 use crate::sessions::Sessions;
 use crate::upstream::Upstreams;
+
+/// What background work needs: the token that says shut down, and the tracker that waits for it to end.
+#[derive(Debug, Clone)]
+pub struct Background {
+    pub shutdown: CancellationToken,
+    pub tracker: TaskTracker,
+}
 
 /// A gateway bound to its listener, ready to serve.
 #[derive(Debug)]
@@ -51,6 +59,19 @@ impl Gateway {
     pub fn new(config: &Config, listener: TcpListener) -> anyhow::Result<Self> {
         let servers = config.servers().map_err(anyhow::Error::msg)?;
         let webhooks = config.webhooks().map_err(anyhow::Error::msg)?;
+        let allowed_hosts = match &config.http.allowed_hosts {
+            Some(hosts) if hosts.is_empty() => None,
+            Some(hosts) => Some(hosts.clone()),
+            None if config.listen.ip().is_loopback() => {
+                Some(api::LOOPBACK_HOSTS.iter().map(|host| (*host).to_owned()).collect())
+            }
+            None => None,
+        };
+        let http = HttpPolicy {
+            max_body_bytes: config.http.max_body_bytes,
+            allowed_hosts,
+            cors_origins: config.http.cors_origins.clone(),
+        };
         let auth = AuthPolicy {
             authenticator: Authenticator::new(config.tokens().map_err(anyhow::Error::msg)?),
             public_metrics: config.auth.public_metrics,
@@ -63,6 +84,7 @@ impl Gateway {
             ttl: config.requests.ttl,
             retention: config.requests.retention,
             apply_defaults: config.requests.apply_defaults,
+            max_pending: config.requests.max_pending,
         };
         let registry = Registry::new(policy, changes.clone(), events.clone(), metrics.clone());
         let retention = config.requests.retention;
@@ -83,8 +105,11 @@ impl Gateway {
             registry.clone(),
             calls.clone(),
             changes.clone(),
-            shutdown.clone(),
-            tracker.clone(),
+            config.limits.clone(),
+            Background {
+                shutdown: shutdown.clone(),
+                tracker: tracker.clone(),
+            },
         );
         let state = AppState {
             registry,
@@ -95,6 +120,7 @@ impl Gateway {
             events,
             metrics,
             auth,
+            http,
             shutdown,
         };
         Ok(Self {

@@ -33,6 +33,12 @@ const FAMILIES: &[Family] = &[
         buckets: &[],
     },
     Family {
+        name: "toolnexus_requests_rejected_total",
+        kind: "counter",
+        help: "Elicitations answered `cancel` at once because the pending Requests were at their cap.",
+        buckets: &[],
+    },
+    Family {
         name: "toolnexus_requests_resolved_total",
         kind: "counter",
         help: "Requests resolved, by outcome (accept, decline, cancel, expired, cancelled).",
@@ -85,6 +91,18 @@ const FAMILIES: &[Family] = &[
         kind: "histogram",
         help: "HTTP request latency by route (long-polls included).",
         buckets: LATENCY_BUCKETS,
+    },
+    Family {
+        name: "toolnexus_event_streams",
+        kind: "gauge",
+        help: "Open GET /events streams.",
+        buckets: &[],
+    },
+    Family {
+        name: "toolnexus_long_polls",
+        kind: "gauge",
+        help: "Requests held open by wait=, waiting for a change.",
+        buckets: &[],
     },
     Family {
         name: "toolnexus_webhook_deliveries_total",

@@ -20,7 +20,7 @@ use crate::events::{EventKind, Events, Tags};
 use crate::metrics::Metrics;
 use crate::suspension::{Answer, Request};
 use crate::time::Timestamp;
-use crate::validation::{self, Violation};
+use crate::validation::{self, Validators, Violation};
 
 /// Where a Request is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -117,6 +117,8 @@ pub enum AnswerError {
 pub enum SuspendError {
     #[error("{0}")]
     UnusableSchema(String),
+    #[error("{0} Requests are pending already, the most the gateway holds")]
+    Full(usize),
 }
 
 /// Which Requests `list` returns, oldest first.
@@ -138,6 +140,8 @@ pub struct Policy {
     pub ttl: Duration,
     pub retention: Duration,
     pub apply_defaults: bool,
+    /// The most Requests pending at once; past it new elicitations are answered `cancel` at once.
+    pub max_pending: usize,
 }
 
 /// The store of Requests; cheap to clone.
@@ -158,6 +162,7 @@ struct Shared {
     metrics: Metrics,
     call_hook: std::sync::OnceLock<CallHook>,
     policy: Policy,
+    validators: Validators,
 }
 
 impl std::fmt::Debug for Shared {
@@ -189,6 +194,8 @@ struct Entry {
     /// `elicitationId` of a URL-mode elicitation, to match `notifications/elicitation/complete`.
     elicitation_id: Option<String>,
     reply: Option<oneshot::Sender<Outcome>>,
+    /// Fired when the upstream withdraws the elicitation; an answer after that is `410`.
+    withdrawn: Option<CancellationToken>,
 }
 
 impl Registry {
@@ -202,6 +209,7 @@ impl Registry {
             metrics,
             call_hook: std::sync::OnceLock::new(),
             policy,
+            validators: Validators::default(),
         };
         Self {
             shared: Arc::new(shared),
@@ -217,7 +225,10 @@ impl Registry {
     pub fn suspend(&self, suspension: Suspension) -> Result<Pending, SuspendError> {
         let mut request = elicitation::elicitation_to_request(&suspension.params);
         if let Some(schema) = request.data.as_ref().and_then(|data| data.get("schema")) {
-            validation::check_schema(schema).map_err(SuspendError::UnusableSchema)?;
+            self.shared
+                .validators
+                .check(schema)
+                .map_err(SuspendError::UnusableSchema)?;
         }
         let created_at = Timestamp::now();
         request.expires_at = Some(created_at.after(self.shared.policy.ttl).rfc3339());
@@ -247,6 +258,12 @@ impl Registry {
         };
         let first_deadline = {
             let mut state = self.lock();
+            if state.deadlines.len() >= self.shared.policy.max_pending {
+                self.shared
+                    .metrics
+                    .inc("toolnexus_requests_rejected_total", &[("server", &view.server)]);
+                return Err(SuspendError::Full(self.shared.policy.max_pending));
+            }
             let seq = state.next_seq;
             state.next_seq += 1;
             state.order.insert(seq, id.clone());
@@ -269,6 +286,7 @@ impl Registry {
                 deadline,
                 elicitation_id,
                 reply: Some(reply),
+                withdrawn: None,
             };
             state.entries.insert(id.clone(), entry);
             state.deadlines.first().is_some_and(|(first, _)| *first == deadline)
@@ -321,11 +339,25 @@ impl Registry {
         if answer.ok
             && let (Some(schema), Some(data)) = (&schema, &answer.data)
         {
-            validation::validate(schema, data).map_err(AnswerError::Invalid)?;
+            self.shared
+                .validators
+                .validate(schema, data)
+                .map_err(AnswerError::Invalid)?;
         }
         let mut result = elicitation::answer_to_elicit_result(&answer);
         if is_url {
             result.content = None;
+        }
+        if entry.withdrawn.as_ref().is_some_and(CancellationToken::is_cancelled) {
+            let detail = "the upstream cancelled the elicitation".to_owned();
+            self.retire(&mut state, id, Status::Cancelled, Some(detail));
+            let call = state.entries[id].view.call.clone();
+            drop(state);
+            self.changed([call]);
+            return Err(AnswerError::Gone {
+                id: id.to_owned(),
+                status: Status::Cancelled,
+            });
         }
         let delivered = entry
             .reply
@@ -412,6 +444,13 @@ impl Registry {
             self.shared.changes.notify();
         }
         found
+    }
+
+    /// Ties a Request to the token its upstream exchange is cancelled by, so a late answer is refused.
+    pub fn watch_withdrawal(&self, id: &str, withdrawn: CancellationToken) {
+        if let Some(entry) = self.lock().entries.get_mut(id) {
+            entry.withdrawn = Some(withdrawn);
+        }
     }
 
     /// How many Requests are pending.
@@ -626,6 +665,7 @@ mod tests {
                 ttl,
                 retention: Duration::from_secs(60),
                 apply_defaults: true,
+                max_pending: 5,
             },
             Changes::default(),
             Events::default(),
@@ -781,6 +821,35 @@ mod tests {
         tokio::time::advance(Duration::from_secs(2)).await;
         registry.reap_due(Instant::now());
         assert!(registry.get(&pending.id).is_none());
+    }
+
+    #[test]
+    fn past_the_cap_a_suspension_is_refused() {
+        let registry = registry(Duration::from_secs(60));
+        let held: Vec<Pending> = (0..5).map(|_| form(&registry, None)).collect();
+        let params = json!({"message": "one too many"});
+        let refused = registry.suspend(Suspension {
+            params,
+            server: "demo".into(),
+            session: "s".into(),
+            call: None,
+            owner: None,
+        });
+        assert!(matches!(refused, Err(SuspendError::Full(5))));
+        registry
+            .answer(&held[0].id, answer(json!({"ok": false})), "tester")
+            .unwrap();
+        assert!(
+            registry
+                .suspend(Suspension {
+                    params: json!({}),
+                    server: "demo".into(),
+                    session: "s".into(),
+                    call: None,
+                    owner: None
+                })
+                .is_ok()
+        );
     }
 
     #[test]

@@ -1,6 +1,5 @@
 //! The Sessions: every MCP client session the gateway holds or held, kept for the retention window once closed.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -12,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::changes::Changes;
 use crate::events::{EventKind, Events, Tags};
+use crate::retained::Retained;
 use crate::time::Timestamp;
 use crate::upstream::SessionCore;
 
@@ -70,23 +70,14 @@ pub struct Sessions {
 
 #[derive(Debug)]
 struct Shared {
-    state: Mutex<State>,
+    state: Mutex<Retained<Entry>>,
     changes: Changes,
     events: Events,
     retention: Duration,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    entries: HashMap<String, Entry>,
-    order: BTreeMap<u64, String>,
-    next_seq: u64,
-    retired: VecDeque<(Instant, String)>,
-}
-
 #[derive(Debug)]
 struct Entry {
-    seq: u64,
     view: SessionView,
     live: Option<Arc<Live>>,
 }
@@ -132,14 +123,10 @@ impl Sessions {
         };
         {
             let mut state = self.lock();
-            Self::purge(&mut state);
-            let seq = state.next_seq;
-            state.next_seq += 1;
-            state.order.insert(seq, id.to_owned());
-            state.entries.insert(
+            state.purge(Instant::now());
+            state.insert(
                 id.to_owned(),
                 Entry {
-                    seq,
                     view: view.clone(),
                     live: None,
                 },
@@ -158,7 +145,7 @@ impl Sessions {
     ) -> Option<SessionView> {
         let view = {
             let mut state = self.lock();
-            let entry = state.entries.get_mut(id)?;
+            let entry = state.get_mut(id)?;
             entry.view.status = SessionStatus::Ready;
             entry.view.protocol_version = protocol_version;
             entry.view.server_info = server_info;
@@ -173,7 +160,7 @@ impl Sessions {
     pub fn end(&self, id: &str, status: SessionStatus, detail: &str) -> Option<Arc<Live>> {
         let (live, view) = {
             let mut state = self.lock();
-            let entry = state.entries.get_mut(id)?;
+            let entry = state.get_mut(id)?;
             if matches!(entry.view.status, SessionStatus::Closed | SessionStatus::Failed) {
                 return None;
             }
@@ -181,9 +168,7 @@ impl Sessions {
             entry.view.closed_at = Some(Timestamp::now());
             entry.view.detail = Some(detail.to_owned());
             let found = (entry.live.take(), entry.view.clone());
-            state
-                .retired
-                .push_back((Instant::now() + self.shared.retention, id.to_owned()));
+            state.retire(id, Instant::now() + self.shared.retention);
             found
         };
         if let Some(live) = &live {
@@ -195,21 +180,20 @@ impl Sessions {
 
     /// One session by id.
     pub fn get(&self, id: &str) -> Option<SessionView> {
-        self.lock().entries.get(id).map(|entry| entry.view.clone())
+        self.lock().get(id).map(|entry| entry.view.clone())
     }
 
     /// The live handles of a ready session.
     pub fn live(&self, id: &str) -> Option<Arc<Live>> {
-        self.lock().entries.get(id).and_then(|entry| entry.live.clone())
+        self.lock().get(id).and_then(|entry| entry.live.clone())
     }
 
     /// Sessions oldest first; closed and failed ones only with `all`.
     pub fn list(&self, all: bool) -> Vec<SessionView> {
         let state = self.lock();
         state
-            .order
             .values()
-            .map(|id| &state.entries[id].view)
+            .map(|entry| &entry.view)
             .filter(|view| all || matches!(view.status, SessionStatus::Starting | SessionStatus::Ready))
             .cloned()
             .collect()
@@ -220,20 +204,7 @@ impl Sessions {
         self.list(false).into_iter().map(|view| view.id).collect()
     }
 
-    fn purge(state: &mut State) {
-        let now = Instant::now();
-        while let Some((until, id)) = state.retired.front().cloned() {
-            if until > now {
-                break;
-            }
-            state.retired.pop_front();
-            if let Some(entry) = state.entries.remove(&id) {
-                state.order.remove(&entry.seq);
-            }
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, Retained<Entry>> {
         self.shared
             .state
             .lock()

@@ -4,6 +4,7 @@
 mod call;
 mod client;
 mod connect;
+mod stdio;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -17,19 +18,23 @@ use tracing::Instrument;
 
 pub use client::SessionCore;
 
+use crate::Background;
 use crate::auth::Principal;
-use crate::calls::{CallView, Calls, Finish, NewCall};
+use crate::calls::{CallStatus, CallView, Calls, Finish, NewCall};
 use crate::changes::Changes;
-use crate::config::{ProtocolChoice, Server};
+use crate::config::{LimitsConfig, ProtocolChoice, Server};
 use crate::ids;
 use crate::registry::Registry;
 use crate::sessions::{Live, SessionStatus, SessionView, Sessions};
+use crate::time::Timestamp;
 use client::GatewayClient;
 
 /// The first pause before re-opening a shared session; it doubles up to `MAX_BACKOFF`.
 const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
 /// The longest pause between attempts to re-open a shared session.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long a shared session must stay open for the back-off to start again from `INITIAL_BACKOFF`.
+const STABLE_AFTER: Duration = Duration::from_secs(30);
 /// How long closing a session may take before its transport is dropped (which kills a child process).
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -50,6 +55,8 @@ pub enum UpstreamError {
     Unreachable(String),
     #[error("{0}")]
     Forbidden(String),
+    #[error("{0}")]
+    TooMany(String),
 }
 
 /// Where a call runs.
@@ -86,6 +93,13 @@ pub struct ServerView {
     pub detail: Option<String>,
     /// How many times its shared session has been re-opened.
     pub restarts: u32,
+    /// While the gateway waits before the next attempt to open its shared session: when that attempt starts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<Timestamp>,
+    /// While the gateway waits before the next attempt: that pause in milliseconds, doubling from 500 to 30000
+    /// while attempts keep failing or sessions keep ending within 30 s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backoff_ms: Option<u64>,
 }
 
 /// The upstream side of the gateway.
@@ -96,8 +110,11 @@ pub struct Upstreams {
     registry: Registry,
     calls: Calls,
     changes: Changes,
+    limits: LimitsConfig,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    /// The tasks running calls, so shutdown can let them tell their upstreams before the sessions close.
+    call_tasks: TaskTracker,
 }
 
 #[derive(Debug)]
@@ -114,9 +131,10 @@ impl Upstreams {
         registry: Registry,
         calls: Calls,
         changes: Changes,
-        shutdown: CancellationToken,
-        tracker: TaskTracker,
+        limits: LimitsConfig,
+        background: Background,
     ) -> Arc<Self> {
+        let Background { shutdown, tracker } = background;
         let servers = servers
             .into_iter()
             .map(|server| Slot {
@@ -132,6 +150,8 @@ impl Upstreams {
                     session: None,
                     detail: None,
                     restarts: 0,
+                    retry_at: None,
+                    backoff_ms: None,
                 }),
                 server,
             })
@@ -142,8 +162,10 @@ impl Upstreams {
             registry,
             calls,
             changes,
+            limits,
             shutdown,
             tracker,
+            call_tasks: TaskTracker::new(),
         })
     }
 
@@ -167,6 +189,17 @@ impl Upstreams {
     /// Opens a private session to a server for `owner`, ready when it returns.
     pub async fn open(self: &Arc<Self>, server: &str, owner: &str) -> Result<SessionView, UpstreamError> {
         let slot = self.slot(server)?;
+        let open = self
+            .sessions
+            .list(false)
+            .iter()
+            .filter(|view| view.owner.as_deref() == Some(owner))
+            .count();
+        if open >= self.limits.sessions_per_principal {
+            return Err(UpstreamError::TooMany(format!(
+                "{owner} has {open} sessions open, the most one principal may hold (limits.sessions_per_principal)"
+            )));
+        }
         self.open_session(&slot.server, Some(owner))
             .await
             .map(|(view, _)| view)
@@ -224,6 +257,13 @@ impl Upstreams {
                 )));
             }
         }
+        let running = self.calls.running_count(&by.name);
+        if running >= self.limits.calls_per_principal {
+            return Err(UpstreamError::TooMany(format!(
+                "{} has {running} calls running, the most one principal may hold (limits.calls_per_principal)",
+                by.name
+            )));
+        }
         let live = self.live(&target)?;
         let (view, cancel) = self.calls.create(NewCall {
             server: live.core.server.clone(),
@@ -235,17 +275,30 @@ impl Upstreams {
         let mut params = CallToolRequestParams::new(tool);
         params.arguments = arguments;
         let (calls, sessions, id) = (self.calls.clone(), self.sessions.clone(), view.id.clone());
+        let budget = work_budget(
+            self.limits.call_timeout,
+            self.calls.clone(),
+            view.id.clone(),
+            self.changes.clone(),
+        );
         let span = tracing::info_span!(parent: None, "call", call = %id, server = %view.server, session = %view.session, tool = %view.tool);
         tracing::info!(parent: &span, "call started");
         let run = async move {
             let finish = tokio::select! {
                 biased;
-                () = cancel.cancelled() => return,
+                () = cancel.cancelled() => {
+                    tracing::info!("call cancelled");
+                    return;
+                }
                 () = live.closed.cancelled() => {
                     let detail = sessions.get(&live.core.id).and_then(|view| view.detail).unwrap_or_default();
                     Finish::Failed(format!("the session ended before the call completed: {detail}"))
                 }
                 finish = call::drive(&live.core, &live.peer, &id, params) => finish,
+                limit = budget => Finish::Failed(format!(
+                    "the upstream worked on the call for longer than {}s (limits.call_timeout); it was cancelled",
+                    limit.as_secs_f64()
+                )),
             };
             live.core.settle_withdrawn();
             match &finish {
@@ -254,7 +307,7 @@ impl Upstreams {
             }
             calls.finish(&id, finish);
         };
-        self.tracker.spawn(run.instrument(span));
+        self.tracker.spawn(self.call_tasks.track_future(run.instrument(span)));
         Ok(view)
     }
 
@@ -286,6 +339,8 @@ impl Upstreams {
         let detail = "the gateway is shutting down";
         self.calls.cancel_all(detail);
         self.registry.cancel_all(detail);
+        self.call_tasks.close();
+        let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.call_tasks.wait()).await;
         for id in self.sessions.open_ids() {
             self.sessions.end(&id, SessionStatus::Closed, detail);
         }
@@ -325,14 +380,21 @@ impl Upstreams {
     }
 
     /// Keeps a server's shared session open until shutdown, re-opening it with back-off.
+    ///
+    /// The back-off grows while attempts fail or sessions end soon after opening, so a server that dies in a
+    /// loop is not restarted in a tight one.
     async fn supervise(self: Arc<Self>, index: usize) {
         let slot = &self.servers[index];
         let mut backoff = INITIAL_BACKOFF;
         loop {
-            self.update(slot, |state| state.status = ServerStatus::Starting);
+            self.update(slot, |state| {
+                state.status = ServerStatus::Starting;
+                state.retry_at = None;
+                state.backoff_ms = None;
+            });
             match self.open_session(&slot.server, None).await {
                 Ok((view, live)) => {
-                    backoff = INITIAL_BACKOFF;
+                    let opened = tokio::time::Instant::now();
                     self.update(slot, |state| {
                         state.status = ServerStatus::Ready;
                         state.session = Some(view.id);
@@ -341,6 +403,9 @@ impl Upstreams {
                     tokio::select! {
                         () = live.closed.cancelled() => {}
                         () = self.shutdown.cancelled() => return,
+                    }
+                    if opened.elapsed() >= STABLE_AFTER {
+                        backoff = INITIAL_BACKOFF;
                     }
                     let ended = self.sessions.get(&live.core.id).and_then(|view| view.detail);
                     self.update(slot, |state| {
@@ -355,6 +420,10 @@ impl Upstreams {
                     state.detail = Some(format!("{detail} (retrying in {}ms)", backoff.as_millis()));
                 }),
             }
+            self.update(slot, |state| {
+                state.retry_at = Some(Timestamp::now().after(backoff));
+                state.backoff_ms = Some(u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX));
+            });
             tokio::select! {
                 () = tokio::time::sleep(backoff) => {}
                 () = self.shutdown.cancelled() => return,
@@ -412,20 +481,50 @@ impl Upstreams {
             .ok_or_else(|| "the session vanished while connecting".to_owned())?;
         let this = self.clone();
         let closed = live.closed.clone();
+        let sends = live.core.sends.clone();
         self.tracker.spawn(async move {
             let mut connection = connection;
             tokio::select! {
-                _ = eof => {
-                    let detail = "the upstream ended the session (its process exited or its connection closed)";
+                detail = eof => {
+                    let detail = detail.unwrap_or_else(|_| stdio::ENDED.to_owned());
                     // Calls see the session end first, so they fail with its reason rather than a side effect of it.
-                    this.sessions.end(&id, SessionStatus::Failed, detail);
-                    this.registry.cancel_session(&id, detail, false);
+                    this.sessions.end(&id, SessionStatus::Failed, &detail);
+                    this.registry.cancel_session(&id, &detail, false);
                 }
                 () = closed.cancelled() => {}
             }
+            sends.close();
+            let _ = tokio::time::timeout(CLOSE_TIMEOUT, sends.wait()).await;
             let _ = connection.close_with_timeout(CLOSE_TIMEOUT).await;
         });
         Ok((view, live))
+    }
+}
+
+/// Resolves, with the limit, once a call has run for `limit` without waiting on a Request; never without a limit.
+async fn work_budget(limit: Option<Duration>, calls: Calls, call: String, changes: Changes) -> Duration {
+    let Some(limit) = limit else {
+        return std::future::pending().await;
+    };
+    let mut used = Duration::ZERO;
+    let mut versions = changes.subscribe();
+    loop {
+        let waiting = calls
+            .get(&call)
+            .is_some_and(|view| view.status == CallStatus::InputRequired);
+        let started = tokio::time::Instant::now();
+        if waiting {
+            let _ = versions.changed().await;
+            continue;
+        }
+        tokio::select! {
+            _ = versions.changed() => {}
+            () = tokio::time::sleep(limit - used) => return limit,
+        }
+        used += started.elapsed();
+        if used >= limit {
+            return limit;
+        }
     }
 }
 

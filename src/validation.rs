@@ -1,8 +1,14 @@
 //! Validation of form-mode answer data against the elicitation's requested schema, and schema defaults.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use jsonschema::error::ValidationErrorKind;
 use serde::Serialize;
 use serde_json::{Map, Value};
+
+/// The most distinct schemas `Validators` keeps compiled; it starts over when full.
+const MAX_COMPILED: usize = 256;
 
 /// One way an answer's data fails the requested schema.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -36,12 +42,57 @@ pub fn check_schema(schema: &Value) -> Result<(), String> {
 ///
 /// Keys outside `properties` are violations too: the schema describes the whole answer.
 pub fn validate(schema: &Value, data: &Map<String, Value>) -> Result<(), Vec<Violation>> {
-    let validator = build(schema).map_err(|message| {
-        vec![Violation {
-            path: String::new(),
-            message,
-        }]
-    })?;
+    let validator = build(schema).map_err(unusable)?;
+    violations(&validator, data)
+}
+
+/// Compiled validators by schema text: elicitations repeat their schemas, and compiling one costs far more
+/// than validating an answer with it.
+#[derive(Debug, Default)]
+pub struct Validators {
+    compiled: Mutex<HashMap<String, Arc<jsonschema::Validator>>>,
+}
+
+impl Validators {
+    /// Like `check_schema`, compiling each distinct schema once.
+    pub fn check(&self, schema: &Value) -> Result<(), String> {
+        self.compiled(schema).map(drop)
+    }
+
+    /// Like `validate`, compiling each distinct schema once.
+    pub fn validate(&self, schema: &Value, data: &Map<String, Value>) -> Result<(), Vec<Violation>> {
+        let validator = self.compiled(schema).map_err(unusable)?;
+        violations(&validator, data)
+    }
+
+    fn compiled(&self, schema: &Value) -> Result<Arc<jsonschema::Validator>, String> {
+        let key = schema.to_string();
+        if let Some(validator) = self.lock().get(&key) {
+            return Ok(validator.clone());
+        }
+        let validator = Arc::new(build(schema)?);
+        let mut compiled = self.lock();
+        if compiled.len() >= MAX_COMPILED {
+            compiled.clear();
+        }
+        compiled.insert(key, validator.clone());
+        Ok(validator)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<jsonschema::Validator>>> {
+        self.compiled.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn unusable(message: String) -> Vec<Violation> {
+    vec![Violation {
+        path: String::new(),
+        message,
+    }]
+}
+
+/// Every way `data` fails a compiled schema.
+fn violations(validator: &jsonschema::Validator, data: &Map<String, Value>) -> Result<(), Vec<Violation>> {
     let instance = Value::Object(data.clone());
     let mut violations = Vec::new();
     for error in validator.iter_errors(&instance) {
@@ -203,5 +254,22 @@ mod tests {
         let schema = json!({"$schema": "https://example.com/unknown", "type": "object", "properties": {"n": {"type": "integer"}}});
         assert_eq!(paths(validate(&schema, &data(json!({"n": "one"})))), ["/n"]);
         assert_eq!(check_schema(&schema), Ok(()));
+    }
+
+    #[test]
+    fn cached_validators_judge_like_fresh_ones() {
+        let validators = Validators::default();
+        let schema = profile_schema();
+        for _ in 0..2 {
+            assert_eq!(validators.check(&schema), Ok(()));
+            assert_eq!(
+                validators.validate(&schema, &data(json!({"name": ""}))),
+                validate(&schema, &data(json!({"name": ""})))
+            );
+            assert_eq!(validators.validate(&schema, &data(json!({"name": "Ada"}))), Ok(()));
+        }
+        let unusable = json!({"type": "object", "properties": {"x": {"type": 5}}});
+        assert!(validators.check(&unusable).is_err());
+        assert_eq!(check_schema(&unusable), validators.check(&unusable));
     }
 }

@@ -4,11 +4,19 @@
 const API = new URL('../', document.baseURI);
 const NOTICE_MS = 8000;
 const RADIO_LIMIT = 5;
+const RETRY_MS = 3000;
+/** Where the access token is kept: this tab's session storage, never a cookie, local storage or a URL. */
+const TOKEN_KEY = 'toolnexus-gateway.token';
 
 const list = document.getElementById('requests');
 const empty = document.getElementById('empty');
 const notices = document.getElementById('notices');
 const connection = document.getElementById('connection');
+const inbox = document.getElementById('inbox');
+const signin = document.getElementById('signin');
+const tokenInput = document.getElementById('token');
+const signinError = document.getElementById('signin-error');
+const signout = document.getElementById('signout');
 
 /** Pending Requests on the page, by id: `{request, item, clock}`. */
 const shown = new Map();
@@ -18,6 +26,12 @@ const resolved = new Set();
 const calls = new Map();
 /** Server clock minus ours, in milliseconds, from the `Date` header of the last listing. */
 let skew = 0;
+/** Stops the event stream of the current sign-in. */
+let streaming = null;
+/** The id of the last event seen, sent as `Last-Event-ID` when the stream reconnects. */
+let lastEventId = null;
+/** The access token in use: the tab's stored one at start, then whatever signing in or out leaves. */
+let accessToken = readStoredToken();
 
 /** Builds an element: `h('p', {class: 'x'}, 'text', child)`. */
 function h(tag, attrs = {}, ...children) {
@@ -33,13 +47,112 @@ function h(tag, attrs = {}, ...children) {
   return element;
 }
 
+/** The gateway answered 401: the sign-in form has taken over, so the caller has nothing to show. */
+class SignInNeeded extends Error {}
+
+/** Calls the API with the access token, if there is one; a `401` shows the sign-in form and throws. */
 async function api(path, options = {}) {
-  return fetch(new URL(path, API), {
+  const token = storedToken();
+  const response = await fetch(new URL(path, API), {
     cache: 'no-store',
     ...options,
-    headers: { accept: 'application/json', ...(options.headers || {}) },
+    headers: {
+      accept: 'application/json',
+      ...(token ? { authorization: `Bearer ${token}` } : {}),
+      ...(options.headers || {}),
+    },
   });
+  if (response.status === 401) {
+    requireToken(token ? 'That token was not accepted. Check it and try again.' : '');
+    throw new SignInNeeded();
+  }
+  return response;
 }
+
+// ---- the access token -----------------------------------------------------------------------------------
+
+function readStoredToken() {
+  try {
+    return sessionStorage.getItem(TOKEN_KEY);
+  } catch {
+    return null;
+  }
+}
+
+function storedToken() {
+  return accessToken;
+}
+
+function storeToken(token) {
+  accessToken = token;
+  try {
+    if (token) sessionStorage.setItem(TOKEN_KEY, token);
+    else sessionStorage.removeItem(TOKEN_KEY);
+  } catch {
+    // Without session storage the token lasts until the page is reloaded.
+  }
+}
+
+function setConnection(name, text) {
+  connection.dataset.state = name;
+  connection.textContent = text;
+}
+
+/** Stops everything that used the token, forgets it, and shows the sign-in form with `message` (if any). */
+function requireToken(message) {
+  if (streaming) streaming.abort();
+  streaming = null;
+  lastEventId = null;
+  storeToken(null);
+  for (const id of [...shown.keys()]) remove(id);
+  setConnection('signed-out', 'Signed out');
+  signout.hidden = true;
+  inbox.hidden = true;
+  signin.hidden = false;
+  signin.removeAttribute('aria-busy');
+  signin.querySelector('button').disabled = false;
+  signinError.textContent = message;
+  signinError.hidden = !message;
+  tokenInput.setAttribute('aria-describedby', message ? 'signin-hint signin-error' : 'signin-hint');
+  if (message) tokenInput.setAttribute('aria-invalid', 'true');
+  else tokenInput.removeAttribute('aria-invalid');
+  if (message || document.activeElement === document.body) tokenInput.focus();
+  if (message) tokenInput.select();
+}
+
+/** The stream answered with this token (or none was needed): show the inbox. */
+function signedIn() {
+  signout.hidden = !storedToken();
+  if (signin.hidden) return;
+  signin.hidden = true;
+  signin.removeAttribute('aria-busy');
+  signin.querySelector('button').disabled = false;
+  tokenInput.value = '';
+  tokenInput.setAttribute('aria-describedby', 'signin-hint');
+  tokenInput.removeAttribute('aria-invalid');
+  signinError.hidden = true;
+  inbox.hidden = false;
+  if (signin.contains(document.activeElement)) document.getElementById('title').focus();
+}
+
+signin.addEventListener('submit', (event) => {
+  event.preventDefault();
+  const token = tokenInput.value.trim();
+  // A bearer token is visible ASCII; anything else could not even be sent as a header.
+  if (!/^[\x21-\x7e]+$/.test(token)) {
+    requireToken(token ? 'An access token has only letters, digits and punctuation.' : 'Enter an access token.');
+    return;
+  }
+  signin.setAttribute('aria-busy', 'true');
+  signin.querySelector('button').disabled = true;
+  storeToken(token);
+  connect();
+});
+
+signout.addEventListener('click', () => {
+  requireToken('');
+  notify('Signed out.');
+});
 
 // ---- the live list --------------------------------------------------------------------------------------
 
@@ -54,32 +167,96 @@ async function relist() {
     for (const id of [...shown.keys()]) if (!ids.has(id)) remove(id);
     for (const request of pending) add(request);
   } catch (error) {
-    notify(`Could not list the Requests: ${error.message}`, 'error');
+    if (!(error instanceof SignInNeeded)) notify(`Could not list the Requests: ${error.message}`, 'error');
   }
 }
 
+/** What each event of `GET /events` does to the page. */
+const HANDLERS = {
+  resync: () => relist(),
+  'request.created': (data) => add(JSON.parse(data)),
+  'request.resolved': (data) => settle(JSON.parse(data)),
+  'call.updated': (data) => learnCall(JSON.parse(data)),
+};
+
+/** Follows `GET /events` until signed out, reconnecting after a drop from the last event seen. */
 function connect() {
-  const events = new EventSource(new URL('events', API));
-  const state = (name, text) => {
-    connection.dataset.state = name;
-    connection.textContent = text;
-  };
-  events.addEventListener('open', () => {
-    state('live', 'Live');
-    relist();
-  });
-  events.addEventListener('error', () => {
-    if (events.readyState === EventSource.CLOSED) {
-      state('offline', 'Disconnected, retrying…');
-      setTimeout(connect, 3000);
-    } else {
-      state('connecting', 'Reconnecting…');
+  if (streaming) streaming.abort();
+  const controller = new AbortController();
+  streaming = controller;
+  follow(controller.signal);
+}
+
+async function follow(signal) {
+  while (!signal.aborted) {
+    try {
+      const resumeFrom = lastEventId;
+      const headers = { accept: 'text/event-stream' };
+      if (resumeFrom !== null) headers['last-event-id'] = resumeFrom;
+      const response = await api('events', { headers, signal });
+      if (!response.ok || !response.body) throw new Error(`GET /events answered ${response.status}`);
+      signedIn();
+      setConnection('live', 'Live');
+      // Resuming, the gateway replays what was missed (or says `resync`); a fresh stream needs a listing.
+      if (resumeFrom === null) relist();
+      await read(response.body, (event) => {
+        if (event.id !== null) lastEventId = event.id;
+        const handler = HANDLERS[event.type];
+        if (handler && event.data !== null) handler(event.data);
+      });
+    } catch (error) {
+      if (error instanceof SignInNeeded || signal.aborted) return;
     }
-  });
-  events.addEventListener('resync', relist);
-  events.addEventListener('request.created', (event) => add(JSON.parse(event.data)));
-  events.addEventListener('request.resolved', (event) => settle(JSON.parse(event.data)));
-  events.addEventListener('call.updated', (event) => learnCall(JSON.parse(event.data)));
+    setConnection('offline', 'Disconnected, retrying…');
+    await new Promise((done) => setTimeout(done, RETRY_MS));
+  }
+}
+
+/** Reads a `text/event-stream` body to its end, calling `dispatch({id, type, data})` for each event. */
+async function read(body, dispatch) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  const parse = sseParser(dispatch);
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    parse(value);
+  }
+}
+
+/**
+ * A parser of the Server-Sent Events format: feed it text as it arrives. Lines end with CR, LF or CRLF; a
+ * blank line ends an event; `:` starts a comment. `id` persists across events as the spec says, and an
+ * event without `data` still moves it (`data` is then null).
+ */
+function sseParser(dispatch) {
+  let pending = '';
+  let id = null;
+  let type = '';
+  let data = [];
+  const line = (text) => {
+    if (text === '') {
+      dispatch({ id, type: type || 'message', data: data.length ? data.join('\n') : null });
+      type = '';
+      data = [];
+      return;
+    }
+    if (text.startsWith(':')) return;
+    const colon = text.indexOf(':');
+    const field = colon < 0 ? text : text.slice(0, colon);
+    let value = colon < 0 ? '' : text.slice(colon + 1);
+    if (value.startsWith(' ')) value = value.slice(1);
+    if (field === 'data') data.push(value);
+    else if (field === 'event') type = value;
+    else if (field === 'id' && !value.includes('\0')) id = value;
+  };
+  return (chunk) => {
+    pending += chunk;
+    // A CR at the very end may be the first half of a CRLF: keep it until the next chunk.
+    const cut = pending.endsWith('\r') ? pending.length - 1 : pending.length;
+    const lines = pending.slice(0, cut).split(/\r\n|\r|\n/);
+    pending = lines.pop() + pending.slice(cut);
+    for (const text of lines) line(text);
+  };
 }
 
 function add(request) {
@@ -328,9 +505,13 @@ async function answer(request, body, form, invalid) {
     const reply = await response.json().catch(() => ({}));
     if (response.ok) return settle(reply);
     if (response.status === 422 && Array.isArray(reply.errors)) return invalid(reply.errors);
+    if (response.status === 403) {
+      const why = reply.detail ? ` The gateway says: ${reply.detail}` : '';
+      return showProblem(problem, `This token may not answer this Request.${why}`);
+    }
     showProblem(problem, reply.detail || `The gateway answered ${response.status}.`);
   } catch (error) {
-    showProblem(problem, `The answer was not sent: ${error.message}`);
+    if (!(error instanceof SignInNeeded)) showProblem(problem, `The answer was not sent: ${error.message}`);
   } finally {
     form.removeAttribute('aria-busy');
     for (const button of form.querySelectorAll('button')) button.disabled = false;

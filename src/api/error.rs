@@ -76,6 +76,7 @@ impl From<UpstreamError> for ApiError {
             },
             UpstreamError::Unreachable(_) => Self::new(StatusCode::BAD_GATEWAY, detail),
             UpstreamError::Forbidden(_) => Self::forbidden(detail),
+            UpstreamError::TooMany(_) => Self::new(StatusCode::TOO_MANY_REQUESTS, detail),
         }
     }
 }

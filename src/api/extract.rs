@@ -6,17 +6,18 @@ use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use serde::de::DeserializeOwned;
 
-use super::MAX_BODY_BYTES;
+use super::AppState;
 use super::error::ApiError;
 
 /// A JSON object body deserialized into `T`.
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let limit = state.http.max_body_bytes;
         let is_json = request
             .headers()
             .get(header::CONTENT_TYPE)
@@ -37,13 +38,13 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
             .get(header::CONTENT_LENGTH)
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.parse::<usize>().ok());
-        if declared_length.is_some_and(|length| length > MAX_BODY_BYTES) {
-            return Err(too_large());
+        if declared_length.is_some_and(|length| length > limit) {
+            return Err(too_large(limit));
         }
         let bytes = Bytes::from_request(request, state)
             .await
             .map_err(|rejection| match rejection.status() {
-                StatusCode::PAYLOAD_TOO_LARGE => too_large(),
+                StatusCode::PAYLOAD_TOO_LARGE => too_large(limit),
                 status => ApiError::new(status, rejection.body_text()),
             })?;
         let value: serde_json::Value = serde_json::from_slice(&bytes)
@@ -72,9 +73,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T>
     }
 }
 
-fn too_large() -> ApiError {
+fn too_large(limit: usize) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
-        format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+        format!("the body is larger than {limit} bytes (http.max_body_bytes)"),
     )
 }

@@ -57,6 +57,16 @@ pub async fn render(State(state): State<AppState>) -> Response {
             value: f64::from(server.restarts),
         });
     }
+    gauges.push(Gauge {
+        name: "toolnexus_event_streams",
+        labels: Vec::new(),
+        value: state.events.subscribers() as f64,
+    });
+    gauges.push(Gauge {
+        name: "toolnexus_long_polls",
+        labels: Vec::new(),
+        value: state.changes.waiters() as f64,
+    });
     let mut response = state.metrics.render(&gauges).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

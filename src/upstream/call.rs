@@ -6,15 +6,16 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification, CancelledNotificationParam,
-    ClientRequest, ElicitationAction, ErrorCode, ErrorData, InputRequest, InputResponses, RequestId, ServerResult,
+    ClientRequest, ElicitationAction, ErrorCode, ErrorData, InputRequest, InputRequiredResult, InputResponses,
+    RequestId, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use rmcp::{Peer, RoleClient};
 use serde_json::Value;
 
-use super::client::SessionCore;
+use super::client::{SessionCore, UNUSABLE_SCHEMA};
 use crate::calls::Finish;
-use crate::registry::{Outcome, Pending, SuspendError};
+use crate::registry::{Outcome, Pending};
 
 /// The most `input_required` rounds one call may take.
 const MAX_ROUNDS: usize = 32;
@@ -53,17 +54,28 @@ pub async fn drive(
                 };
                 params.request_state = input.request_state;
             }
-            other => {
-                return match serde_json::to_value(&other).and_then(serde_json::from_value::<CallToolResult>) {
-                    Ok(result) => Finish::Completed(serde_json::to_value(result).unwrap_or_default()),
-                    Err(_) => Finish::Failed(
-                        "the upstream answered tools/call with something that is not a CallToolResult".into(),
-                    ),
-                };
-            }
+            other => return completed(other),
         }
     }
     Finish::Failed(format!("the upstream asked for input more than {MAX_ROUNDS} times"))
+}
+
+/// The end of a call whose upstream answered with something other than `input_required` rmcp could read.
+fn completed(response: ServerResult) -> Finish {
+    let value = serde_json::to_value(&response).unwrap_or_default();
+    if value.get("resultType") == Some(&Value::from("input_required")) {
+        let detail = serde_json::from_value::<InputRequiredResult>(value)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        return Finish::Failed(format!(
+            "the upstream asked for input the gateway cannot show: {UNUSABLE_SCHEMA} ({detail})"
+        ));
+    }
+    match serde_json::from_value::<CallToolResult>(value) {
+        Ok(result) => Finish::Completed(serde_json::to_value(result).unwrap_or_default()),
+        Err(_) => Finish::Failed("the upstream answered tools/call with something that is not a CallToolResult".into()),
+    }
 }
 
 /// Sends one `tools/call` and waits for its response; dropping the future tells the upstream it was cancelled.
@@ -135,12 +147,11 @@ async fn authorize(core: &SessionCore, call: &str, error: &ErrorData) -> Result<
 }
 
 fn suspend(core: &SessionCore, params: &rmcp::model::ElicitRequestParams, call: &str) -> Result<Pending, Finish> {
-    core.suspend(params, Some(call.to_owned()))
-        .map_err(|SuspendError::UnusableSchema(message)| {
-            Finish::Failed(format!(
-                "the upstream sent an elicitation the gateway cannot show: {message}"
-            ))
-        })
+    core.suspend(params, Some(call.to_owned())).map_err(|error| {
+        Finish::Failed(format!(
+            "the upstream sent an elicitation the gateway cannot show: {error}"
+        ))
+    })
 }
 
 async fn resolved(core: &SessionCore, request: Pending) -> Result<rmcp::model::ElicitResult, Finish> {
@@ -162,6 +173,9 @@ async fn resolved(core: &SessionCore, request: Pending) -> Result<rmcp::model::E
 
 fn describe(error: &ServiceError) -> String {
     match error {
+        ServiceError::McpError(error) if error.data == Some(Value::from(super::stdio::UNREADABLE)) => {
+            error.message.to_string()
+        }
         ServiceError::McpError(error) => format!("the upstream returned error {}: {}", error.code.0, error.message),
         ServiceError::TransportClosed => "the upstream connection closed".to_owned(),
         other => format!("the upstream call failed: {other}"),
@@ -192,7 +206,7 @@ impl Drop for InFlight<'_> {
             Some(request),
             Some("cancelled by the gateway".to_owned()),
         ));
-        tokio::spawn(async move {
+        self.core.sends.spawn(async move {
             let _ = peer.send_notification(notification.into()).await;
         });
     }

@@ -5,18 +5,24 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, CustomNotification, ElicitRequestParams, ElicitResult, ElicitationCapability,
-    ErrorData, FormElicitationCapability, Implementation, ProtocolVersion, RequestId, UrlElicitationCapability,
+    ClientCapabilities, ClientConfig, CustomNotification, CustomRequest, CustomResult, ElicitRequestParams,
+    ElicitResult, ElicitationCapability, ErrorCode, ErrorData, FormElicitationCapability, Implementation,
+    ProtocolVersion, RequestId, UrlElicitationCapability,
 };
 use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext};
 use rmcp::{ClientHandler, RoleClient};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::calls::Calls;
 use crate::registry::{Outcome, Registry, SuspendError, Suspension};
 
 /// The `detail` of a Request the upstream withdrew.
 const UPSTREAM_CANCELLED: &str = "the upstream cancelled the elicitation";
+
+/// What the gateway answers an elicitation whose schema it cannot read (MCP allows only flat forms).
+pub const UNUSABLE_SCHEMA: &str =
+    "requestedSchema must be a flat object of primitive properties (string, number, integer, boolean or enum)";
 
 /// The MCP method of a URL-mode completion notification (2025-11-25).
 const ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
@@ -34,6 +40,8 @@ pub struct SessionCore {
     in_flight: Mutex<HashMap<RequestId, String>>,
     /// Legacy elicitations waiting on their Request, with the token rmcp cancels when the upstream withdraws one.
     elicitations: Mutex<HashMap<String, CancellationToken>>,
+    /// Messages still being sent to the upstream (cancellations of abandoned calls); closing waits for them.
+    pub sends: TaskTracker,
 }
 
 impl SessionCore {
@@ -47,6 +55,7 @@ impl SessionCore {
             calls,
             in_flight: Mutex::default(),
             elicitations: Mutex::default(),
+            sends: TaskTracker::new(),
         }
     }
 
@@ -95,13 +104,27 @@ impl SessionCore {
             .as_deref()
             .and_then(|call| self.calls.owner(call))
             .or_else(|| self.owner.clone());
-        let pending = self.registry.suspend(Suspension {
+        let suspension = Suspension {
             params,
             server: self.server.clone(),
             session: self.id.clone(),
             call: call.clone(),
             owner,
-        })?;
+        };
+        let pending = match self.registry.suspend(suspension) {
+            Err(SuspendError::Full(cap)) => {
+                tracing::warn!(session = %self.id, call = call.as_deref().unwrap_or(""), cap, "pending Requests at their cap: elicitation answered cancel");
+                let (reply, outcome) = tokio::sync::oneshot::channel();
+                let _ = reply.send(Outcome::Reply(ElicitResult::new(
+                    rmcp::model::ElicitationAction::Cancel,
+                )));
+                return Ok(crate::registry::Pending {
+                    id: String::new(),
+                    outcome,
+                });
+            }
+            other => other?,
+        };
         if let Some(call) = call {
             self.calls.add_request(&call, &pending.id);
         }
@@ -149,6 +172,7 @@ impl ClientHandler for GatewayClient {
             .suspend(&params, call)
             .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
         lock(&core.elicitations).insert(pending.id.clone(), context.ct.clone());
+        core.registry.watch_withdrawal(&pending.id, context.ct.clone());
         let outcome = tokio::select! {
             outcome = pending.outcome => outcome,
             () = context.ct.cancelled() => {
@@ -161,6 +185,27 @@ impl ClientHandler for GatewayClient {
             Ok(Outcome::Reply(result)) => Ok(result),
             Ok(Outcome::Withdrawn) | Err(_) => Err(ErrorData::internal_error("the Request was withdrawn", None)),
         }
+    }
+
+    /// rmcp hands over as a custom request an `elicitation/create` whose params it cannot read (a nested schema,
+    /// say); the upstream gets an error with its request's id, and no Request is raised.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CustomResult, ErrorData> {
+        if request.method != "elicitation/create" {
+            return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, request.method, None));
+        }
+        let detail = match request.params_as::<ElicitRequestParams>() {
+            Err(error) => error.to_string(),
+            Ok(_) => "unreadable params".to_owned(),
+        };
+        tracing::warn!(server = %self.core.server, session = %self.core.id, detail, "refused an elicitation the gateway cannot show");
+        Err(ErrorData::invalid_params(
+            UNUSABLE_SCHEMA,
+            Some(serde_json::json!({ "detail": detail })),
+        ))
     }
 
     async fn on_custom_notification(

@@ -1,34 +1,46 @@
 //! Opening the MCP connection of a session: the transport, the protocol era, and prompt end-of-stream detection.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use axum::http::{HeaderName, HeaderValue};
 use rmcp::model::ProtocolVersion;
 use rmcp::service::{RunningService, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess, Transport};
+use rmcp::transport::{StreamableHttpClientTransport, Transport};
 use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
 use tokio::sync::oneshot;
 
 use super::client::GatewayClient;
+use super::stdio::{self, ChildTransport};
 use crate::config::{ProtocolChoice, Server, Transport as ServerTransport};
-
-/// How long the MCP handshake may take before the session counts as failed.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A live MCP client connection.
 pub type Connection = RunningService<RoleClient, GatewayClient>;
 
-/// Connects to a server and completes the handshake in the era its config asks for.
+/// Connects to a server and completes the handshake in the era its config asks for, within its `startup_timeout`.
 ///
 /// `auto` tries 2026-07-28 first; when that handshake fails it connects afresh with 2025-11-25.
-/// The receiver fires when the upstream's stream ends (a stdio child's EOF), well before rmcp gives up on
-/// in-flight handlers.
+/// The receiver fires with the reason when the upstream's stream ends (a stdio child's EOF), well before rmcp
+/// gives up on in-flight handlers.
 pub async fn connect(
     server: &Server,
     handler: impl Fn(ProtocolVersion) -> GatewayClient,
-) -> Result<(Connection, oneshot::Receiver<()>), String> {
+) -> Result<(Connection, oneshot::Receiver<String>), String> {
+    let timeout = server.startup_timeout;
+    tokio::time::timeout(timeout, connect_in_era(server, handler))
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "the server did not finish starting and its MCP handshake within {} (startup_timeout)",
+                humantime::format_duration(timeout)
+            ))
+        })
+}
+
+async fn connect_in_era(
+    server: &Server,
+    handler: impl Fn(ProtocolVersion) -> GatewayClient,
+) -> Result<(Connection, oneshot::Receiver<String>), String> {
     match server.protocol {
         ProtocolChoice::Auto => match attempt(server, &handler, ProtocolChoice::Auto).await {
             Ok(connected) => Ok(connected),
@@ -44,7 +56,7 @@ async fn attempt(
     server: &Server,
     handler: &impl Fn(ProtocolVersion) -> GatewayClient,
     protocol: ProtocolChoice,
-) -> Result<(Connection, oneshot::Receiver<()>), String> {
+) -> Result<(Connection, oneshot::Receiver<String>), String> {
     let (eof, ended) = oneshot::channel();
     let handler = handler(match protocol {
         ProtocolChoice::Legacy | ProtocolChoice::Auto => ProtocolVersion::V_2025_11_25,
@@ -52,22 +64,9 @@ async fn attempt(
     });
     let connection = match &server.transport {
         ServerTransport::Stdio { command, args, env } => {
-            let mut command_line = tokio::process::Command::new(command);
-            command_line.args(args).envs(env);
-            // Its own process group: a Ctrl-C at the terminal reaches the gateway, which then shuts it down in order.
-            command_line.process_group(0);
-            let (child, _) = TokioChildProcess::builder(command_line)
-                .spawn()
+            let child = ChildTransport::spawn(&server.name, command, args, env, eof)
                 .map_err(|error| format!("cannot start {}: {error}", command.display()))?;
-            handshake(
-                EofWatch {
-                    inner: child,
-                    eof: Some(eof),
-                },
-                handler,
-                protocol,
-            )
-            .await?
+            handshake(child, handler, protocol).await?
         }
         ServerTransport::Http { url, headers } => {
             let headers = headers
@@ -117,23 +116,19 @@ where
             }
         }
     };
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, serving).await {
-        Ok(Ok(connection)) => Ok(connection),
-        Ok(Err(error)) if protocol == ProtocolChoice::Modern => Err(format!(
+    match serving.await {
+        Ok(connection) => Ok(connection),
+        Err(error) if protocol == ProtocolChoice::Modern => Err(format!(
             "the server does not speak protocol 2026-07-28, which its config pins: {error}"
         )),
-        Ok(Err(error)) => Err(format!("the MCP handshake failed: {error}")),
-        Err(_) => Err(format!(
-            "the MCP handshake did not finish within {}s",
-            HANDSHAKE_TIMEOUT.as_secs()
-        )),
+        Err(error) => Err(format!("the MCP handshake failed: {error}")),
     }
 }
 
 /// A transport that reports the end of the upstream's stream the moment it is read.
 struct EofWatch<T> {
     inner: T,
-    eof: Option<oneshot::Sender<()>>,
+    eof: Option<oneshot::Sender<String>>,
 }
 
 impl<T: Transport<RoleClient>> Transport<RoleClient> for EofWatch<T> {
@@ -151,7 +146,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for EofWatch<T> {
         if message.is_none()
             && let Some(eof) = self.eof.take()
         {
-            let _ = eof.send(());
+            let _ = eof.send(stdio::ENDED.to_owned());
         }
         message
     }

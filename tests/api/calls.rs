@@ -187,6 +187,33 @@ async fn an_unanswered_request_expires_and_the_upstream_gets_cancel() {
 }
 
 #[tokio::test]
+async fn flood_raises_many_requests_at_once_and_counts_the_answers() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for era in ERAS {
+        let mut call = app.call(era, "flood", json!({"count": 5})).await;
+        let id = call["id"].as_str().unwrap().to_owned();
+        while call["status"] != "completed" {
+            assert_eq!(call["status"], "input_required", "{era}: {call}");
+            for request in app.get_json(&format!("/requests?call={id}")).await.as_array().unwrap() {
+                let answer = if request["prompt"] == "Confirm item 2 of 5?" {
+                    json!({"ok": false, "reason": "declined"})
+                } else {
+                    json!({"ok": true, "data": {"confirm": true}})
+                };
+                app.answer_ok(request["id"].as_str().unwrap(), answer).await;
+            }
+            call = app.settled(&id).await;
+        }
+        assert_eq!(call["requests"].as_array().unwrap().len(), 5, "{era}: {call}");
+        assert_eq!(
+            call["result"]["structuredContent"],
+            json!({"accepted": 4, "cancelled": 0, "declined": 1}),
+            "{era}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn slow_reports_progress_and_completes() {
     let app = spawn_app(BOTH_ERAS).await;
     for era in ERAS {

@@ -60,19 +60,23 @@ impl Output {
 
     /// Waits until a line containing `needle` has been written, and returns it.
     pub fn wait_for(&self, needle: &str) -> String {
+        self.wait_for_all(&[needle])
+    }
+
+    /// Waits until one line containing every needle has been written, and returns it.
+    pub fn wait_for_all(&self, needles: &[&str]) -> String {
+        let matches = |line: &String| needles.iter().all(|needle| line.contains(needle));
         let lines = self.lines.lock().unwrap();
         let (lines, timeout) = self
             .grew
-            .wait_timeout_while(lines, Duration::from_secs(20), |lines| {
-                !lines.iter().any(|l| l.contains(needle))
-            })
+            .wait_timeout_while(lines, Duration::from_secs(20), |lines| !lines.iter().any(matches))
             .unwrap();
         assert!(
             !timeout.timed_out(),
-            "no line containing {needle:?} in:\n{}",
+            "no line containing {needles:?} in:\n{}",
             lines.join("\n")
         );
-        lines.iter().find(|l| l.contains(needle)).unwrap().clone()
+        lines.iter().find(|l| matches(l)).unwrap().clone()
     }
 
     /// Every line so far that starts with `prefix`.

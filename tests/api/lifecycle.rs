@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::helpers::{BOTH_ERAS, alive, children, signal, spawn_app};
+use crate::hostile::python_server;
 
 #[tokio::test]
 async fn sigterm_cancels_pending_requests_upstream_and_reaps_every_child() {
@@ -46,4 +47,82 @@ async fn sigkill_leaves_no_child_running() {
     for kid in kids {
         assert!(!alive(kid), "child {kid} outlived the killed gateway");
     }
+}
+
+#[tokio::test]
+async fn sigterm_cancels_running_calls_and_tells_each_upstream() {
+    let servers = [
+        python_server("slow-a", "slow.py", "protocol = \"2025-11-25\""),
+        python_server("slow-b", "slow.py", "protocol = \"2026-07-28\""),
+    ]
+    .concat();
+    let mut app = spawn_app(&servers).await;
+    let mut calls = Vec::new();
+    for server in ["slow-a", "slow-b"] {
+        let call = app.post("/calls", &json!({"server": server, "tool": "wait"})).await;
+        assert_eq!(call.status(), 201);
+        calls.push(
+            call.json::<serde_json::Value>().await.unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let kids = children(app.pid());
+    assert_eq!(kids.len(), 2, "{kids:?}");
+    for kid in &kids {
+        app.stderr().wait_for_all(&[&format!("[slow {kid}]"), "waiting"]);
+    }
+
+    assert_eq!(app.terminate(), Some(0));
+
+    for call in &calls {
+        app.stderr().wait_for_all(&[call, "call cancelled"]);
+    }
+    for kid in &kids {
+        app.stderr()
+            .wait_for_all(&[&format!("[slow {kid}] got"), "\"method\": \"notifications/cancelled\""]);
+    }
+    for kid in kids {
+        assert!(!alive(kid), "child {kid} outlived the gateway");
+    }
+}
+
+#[tokio::test]
+async fn clients_that_disconnect_from_long_polls_and_streams_leave_nothing_behind() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        held.push(app.events("", None).await);
+    }
+    let polls: Vec<_> = (0..20)
+        .map(|_| {
+            let request = app.client.get(format!("{}/requests?wait=30&server=none", app.address));
+            tokio::spawn(request.send())
+        })
+        .collect();
+    metric_is(&app, "toolnexus_event_streams 20").await;
+    metric_is(&app, "toolnexus_long_polls 20").await;
+
+    drop(held);
+    for poll in polls {
+        poll.abort();
+    }
+
+    metric_is(&app, "toolnexus_event_streams 0").await;
+    metric_is(&app, "toolnexus_long_polls 0").await;
+    let call = app.call("legacy", "echo", json!({"text": "still here"})).await;
+    assert_eq!(call["status"], "completed");
+}
+
+/// Polls `GET /metrics` until it has the line `line` (disconnects are noticed asynchronously).
+async fn metric_is(app: &crate::helpers::TestApp, line: &str) {
+    for _ in 0..400 {
+        let text = app.get("/metrics").await.text().await.unwrap();
+        if text.lines().any(|l| l == line) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("/metrics never showed {line:?}");
 }

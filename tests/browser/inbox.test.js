@@ -6,6 +6,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -19,13 +20,29 @@ const GATEWAY_BIN =
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const SCREENSHOT_DIR = process.env.SCREENSHOT_DIR || tmpdir();
 
+/** The tokens of the gateway with authentication: an approver's and an agent's. */
+const LEAD_TOKEN = 'lead-token-0f4c9b2e';
+const AGENT_TOKEN = 'agent-token-7d1e3a58';
+const TOKENS = [
+  ['lead', 'approver', LEAD_TOKEN],
+  ['ci-agent', 'agent', AGENT_TOKEN],
+]
+  .map(([name, role, token]) => {
+    const sha256 = createHash('sha256').update(token).digest('hex');
+    return `[[auth.tokens]]\nname = "${name}"\nrole = "${role}"\nsha256 = "${sha256}"\n`;
+  })
+  .join('\n');
+
+/** The gateway without tokens, and the one with them. */
 let gateway;
+let secured;
 let browser;
 
 before(async () => {
   assert.ok(existsSync(GATEWAY_BIN), `no gateway binary at ${GATEWAY_BIN}: run cargo build or set GATEWAY_BIN`);
   assert.ok(existsSync(CHROMIUM), `no browser at ${CHROMIUM}: apt-get install chromium, or set CHROMIUM`);
   gateway = await startGateway();
+  secured = await startGateway(TOKENS);
   browser = await chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
@@ -45,14 +62,16 @@ before(async () => {
 after(async () => {
   await browser?.close();
   await gateway?.stop();
+  await secured?.stop();
 });
 
 // ---- the gateway ----------------------------------------------------------------------------------------
 
-async function startGateway() {
+/** Starts the gateway with the demo server and `extra` config, and waits until it is ready. */
+async function startGateway(extra = '') {
   const dir = mkdtempSync(join(tmpdir(), 'toolnexus-ui-'));
   const config = join(dir, 'gateway.toml');
-  writeFileSync(config, 'listen = "127.0.0.1:0"\n\n[[servers]]\nname = "demo"\nbuiltin = "demo"\n');
+  writeFileSync(config, `listen = "127.0.0.1:0"\n\n[[servers]]\nname = "demo"\nbuiltin = "demo"\n\n${extra}`);
   const child = spawn(GATEWAY_BIN, ['--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
   const log = [];
   createInterface({ input: child.stderr }).on('line', (line) => {
@@ -81,10 +100,13 @@ async function startGateway() {
   };
 }
 
-async function json(path, init = {}) {
-  const response = await fetch(`${gateway.base}${path}`, {
+const bearer = (token) => (token ? { authorization: `Bearer ${token}` } : {});
+
+/** Calls the API of `base` (the plain gateway by default), with `token` if given, and expects a 2xx. */
+async function json(path, { base = gateway.base, token, ...init } = {}) {
+  const response = await fetch(`${base}${path}`, {
     ...init,
-    headers: { 'content-type': 'application/json', ...(init.headers || {}) },
+    headers: { 'content-type': 'application/json', ...bearer(token), ...(init.headers || {}) },
   });
   const body = await response.json();
   assert.ok(response.ok, `${init.method || 'GET'} ${path} answered ${response.status}: ${JSON.stringify(body)}`);
@@ -92,8 +114,9 @@ async function json(path, init = {}) {
 }
 
 /** Starts a tool call over REST and returns it once it waits on its Request. */
-async function startCall(tool, args = {}) {
+async function startCall(tool, args = {}, as = {}) {
   const call = await json('/calls?wait=20', {
+    ...as,
     method: 'POST',
     body: JSON.stringify({ server: 'demo', tool, arguments: args }),
   });
@@ -103,21 +126,28 @@ async function startCall(tool, args = {}) {
 }
 
 /** The `results` the demo tool returned once its call completed. */
-async function resultsOf(call) {
-  const settled = await json(`/calls/${call}?wait=20`);
+async function resultsOf(call, as = {}) {
+  const settled = await json(`/calls/${call}?wait=20`, as);
   assert.equal(settled.status, 'completed', JSON.stringify(settled));
   return settled.result.structuredContent.results;
 }
 
 // ---- the page -------------------------------------------------------------------------------------------
 
-/** Opens the inbox in a fresh context, recording every URL the browser asks for and every console error. */
-async function openInbox(t, viewport = { width: 1024, height: 800 }) {
+/**
+ * Opens the inbox in a fresh context, recording every request the browser makes and every console error, and
+ * unless told not to waits until it is live (or, with `signIn`, until it asks for a token).
+ */
+async function openInbox(t, { viewport = { width: 1024, height: 800 }, base = gateway.base, signIn = false, route, ready = true } = {}) {
   const context = await browser.newContext({ viewport });
   t.after(() => context.close());
   const requested = [];
   const problems = [];
-  context.on('request', (request) => requested.push(request.url()));
+  const sent = [];
+  context.on('request', (request) => {
+    requested.push(request.url());
+    sent.push(request);
+  });
   const page = await context.newPage();
   page.on('console', (message) => {
     // Failed responses are recorded below with their URL; the console only says that one failed.
@@ -125,9 +155,10 @@ async function openInbox(t, viewport = { width: 1024, height: 800 }) {
   });
   page.on('response', (response) => response.status() >= 400 && problems.push(`${response.status()} ${response.url()}`));
   page.on('pageerror', (error) => problems.push(String(error)));
-  await page.goto(`${gateway.base}/ui`);
-  await page.locator('#connection[data-state="live"]').waitFor();
-  return { page, requested, problems };
+  if (route) await route(page);
+  await page.goto(`${base}/ui`);
+  if (ready) await page.locator(signIn ? '#signin' : '#connection[data-state="live"]').waitFor();
+  return { page, requested, problems, sent };
 }
 
 function card(page, request) {
@@ -140,8 +171,8 @@ async function expectResolved(page, request, outcome) {
   await page.locator('#notices .notice', { hasText: outcome }).first().waitFor();
 }
 
-function assertStayedHome(requested, problems, expected = []) {
-  const foreign = requested.filter((url) => new URL(url).origin !== gateway.base);
+function assertStayedHome(requested, problems, expected = [], base = gateway.base) {
+  const foreign = requested.filter((url) => new URL(url).origin !== base);
   assert.deepEqual(foreign, [], 'the page requested something outside the gateway');
   assert.deepEqual(problems, expected, 'the page logged errors or got error responses');
 }
@@ -274,7 +305,7 @@ test('a Request can be answered with the keyboard alone', { timeout: 60_000 }, a
 test('the inbox fits a 360px-wide screen, and Cancel sends cancel', { timeout: 60_000 }, async (t) => {
   const first = await startCall('authorize', { service: 'a-service-with-a-rather-long-name-that-must-wrap' });
   const second = await startCall('collect_profile');
-  const { page, requested, problems } = await openInbox(t, { width: 360, height: 740 });
+  const { page, requested, problems } = await openInbox(t, { viewport: { width: 360, height: 740 } });
   await card(page, first.request).waitFor();
   await card(page, second.request).waitFor();
   const order = await page.locator('li[data-request]').evaluateAll((items) => items.map((i) => i.dataset.request));
@@ -290,4 +321,154 @@ test('the inbox fits a 360px-wide screen, and Cancel sends cancel', { timeout: 6
   await expectResolved(page, first.request, 'Cancelled');
   assert.deepEqual(await resultsOf(first.call), [{ action: 'cancel' }]);
   assertStayedHome(requested, problems);
+});
+
+test('after the event stream drops, the page resumes with Last-Event-ID and lists again on resync', { timeout: 60_000 }, async (t) => {
+  // The first stream ends after one event (split over CRLF lines and two data lines); the second is the real one.
+  const first = ': hello\r\nid: 999999\r\nevent: call.updated\r\ndata: {"id": "call-elsewhere",\r\ndata: "tool": "elsewhere"}\r\n\r\n';
+  const resumed = [];
+  let release;
+  let listed;
+  const callStarted = new Promise((done) => (release = done));
+  const route = (page) => {
+    listed = page.waitForResponse((response) => new URL(response.url()).pathname === '/requests');
+    return page.route('**/events', async (intercepted) => {
+      if (resumed.length === 0 && !intercepted.request().headers()['last-event-id']) {
+        return intercepted.fulfill({ status: 200, contentType: 'text/event-stream', body: first });
+      }
+      resumed.push(await intercepted.request().allHeaders());
+      await callStarted;
+      return intercepted.continue();
+    });
+  };
+  const { page, requested, problems } = await openInbox(t, { route, ready: false });
+  await listed;
+
+  // Started while the page is between streams: only the resync that answers the stale id can bring it in.
+  const { call, request } = await startCall('confirm_action', { action: 'resume' });
+  release();
+  const form = card(page, request);
+  await form.waitFor();
+  assert.equal(resumed.length, 1);
+  assert.equal(resumed[0]['last-event-id'], '999999');
+  assert.equal(resumed[0].accept, 'text/event-stream');
+  await form.getByRole('button', { name: 'Decline' }).click();
+  await expectResolved(page, request, 'Declined');
+  assert.deepEqual(await resultsOf(call), [{ action: 'decline' }]);
+  assertStayedHome(requested, problems);
+});
+
+// ---- with tokens ----------------------------------------------------------------------------------------
+
+/** Signs in on the inbox's form and waits until the inbox is live. */
+async function signIn(page, token) {
+  await page.getByLabel('Access token').fill(token);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.locator('#connection[data-state="live"]').waitFor();
+}
+
+test('with tokens, the inbox asks for one, keeps it in the tab, and answers as its principal', { timeout: 90_000 }, async (t) => {
+  const base = secured.base;
+  const agent = { base, token: AGENT_TOKEN };
+  const { page, requested, problems, sent } = await openInbox(t, { base, signIn: true });
+  const field = page.getByLabel('Access token');
+  assert.equal(await field.getAttribute('type'), 'password');
+  assert.ok(await field.evaluate((element) => element === document.activeElement), 'the token field has focus');
+  assert.match(await page.locator('#signin-hint').innerText(), /access token.*kept only in this browser tab/s);
+  assert.equal(await page.getByRole('button', { name: 'Sign out' }).count(), 0);
+  assert.equal(await page.locator('#empty').isVisible(), false, 'no inbox before signing in');
+
+  // A wrong token: an error on the form, which stays, and nothing is kept.
+  await page.keyboard.type('not-the-token');
+  await page.keyboard.press('Enter');
+  const error = page.locator('#signin-error');
+  await error.waitFor();
+  assert.match(await error.innerText(), /not accepted/);
+  assert.equal(await field.getAttribute('aria-invalid'), 'true');
+  assert.ok((await field.getAttribute('aria-describedby')).split(' ').includes('signin-error'));
+  assert.ok(await page.locator('#signin').isVisible());
+  assert.equal(await page.evaluate(() => sessionStorage.length), 0);
+  await page.screenshot({ path: join(SCREENSHOT_DIR, 'toolnexus-inbox-signin.png'), fullPage: true });
+
+  // The approver's token, with the keyboard: the inbox appears, and the token lives in session storage only.
+  await field.fill('');
+  await page.keyboard.type(LEAD_TOKEN);
+  await page.keyboard.press('Enter');
+  await page.locator('#connection[data-state="live"]').waitFor();
+  assert.equal(await page.locator('#signin').isVisible(), false);
+  assert.ok(await page.getByRole('button', { name: 'Sign out' }).isVisible());
+  const kept = await page.evaluate(() => ({
+    session: Object.values(sessionStorage),
+    local: localStorage.length,
+    cookie: document.cookie,
+  }));
+  assert.deepEqual(kept, { session: [LEAD_TOKEN], local: 0, cookie: '' });
+
+  // The agent starts a call over REST; the approver answers it in the page.
+  const { call, request } = await startCall('confirm_action', { action: 'release' }, agent);
+  const form = card(page, request);
+  await form.getByRole('checkbox', { name: /^Confirm/ }).check();
+  await form.getByRole('textbox', { name: /^Note/ }).pressSequentially('approved by the lead');
+  await form.getByRole('button', { name: 'Accept' }).click();
+  await expectResolved(page, request, 'Accepted');
+  assert.deepEqual(await resultsOf(call, agent), [
+    { action: 'accept', content: { confirm: true, note: 'approved by the lead' } },
+  ]);
+  const answered = await json(`/requests/${request}`, agent);
+  assert.equal(answered.answeredBy, 'lead');
+
+  // A reload keeps the tab signed in.
+  await page.reload();
+  await page.locator('#connection[data-state="live"]').waitFor();
+  assert.ok(await page.getByRole('button', { name: 'Sign out' }).isVisible());
+  assert.equal(await page.locator('#signin').isVisible(), false);
+
+  // Every API request sent the token as a header, none in its URL.
+  const calls = [];
+  for (const sentRequest of sent) {
+    const url = new URL(sentRequest.url());
+    if (url.pathname.startsWith('/ui')) continue;
+    calls.push([url.pathname, (await sentRequest.allHeaders()).authorization]);
+  }
+  assert.deepEqual(calls.slice(0, 3), [
+    ['/events', undefined],
+    ['/events', 'Bearer not-the-token'],
+    ['/events', `Bearer ${LEAD_TOKEN}`],
+  ]);
+  for (const [path, authorization] of calls.slice(3)) assert.equal(authorization, `Bearer ${LEAD_TOKEN}`, path);
+  const paths = calls.map(([path]) => path);
+  for (const path of ['/requests', `/requests/${request}/answer`]) assert.ok(paths.includes(path), path);
+  for (const url of requested) assert.ok(!url.includes(LEAD_TOKEN) && !url.includes('not-the-token'), url);
+
+  // Sign out: the token is forgotten and the form is back.
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await page.locator('#signin').waitFor();
+  assert.equal(await page.evaluate(() => sessionStorage.length), 0);
+  assert.equal(await page.locator('#connection').innerText(), 'Signed out');
+  assertStayedHome(requested, problems, [`401 ${base}/events`, `401 ${base}/events`], base);
+});
+
+test('a 403 on an answer is shown next to its Request, which stays pending', { timeout: 60_000 }, async (t) => {
+  const base = secured.base;
+  const agent = { base, token: AGENT_TOKEN };
+  const { request } = await startCall('confirm_action', { action: 'rollback' }, agent);
+  const { page, requested, problems } = await openInbox(t, { base, signIn: true });
+  await signIn(page, LEAD_TOKEN);
+  const form = card(page, request);
+  await form.waitFor();
+  // Stands in for a gateway whose policy does not let this principal answer this Request.
+  const forbidden = { type: 'about:blank', title: 'Forbidden', status: 403, detail: 'lead may not answer this Request' };
+  await page.route(`**/requests/${request}/answer`, (route) =>
+    route.fulfill({ status: 403, contentType: 'application/problem+json', body: JSON.stringify(forbidden) }),
+  );
+
+  await form.getByRole('button', { name: 'Decline' }).click();
+
+  const problem = form.locator('.problem');
+  await problem.waitFor();
+  assert.match(await problem.innerText(), /^This token may not answer this Request\./);
+  assert.ok(await form.isVisible(), 'the Request stays in the list');
+  assert.equal(await page.locator('#signin').isVisible(), false, 'a 403 does not sign out');
+  assert.equal((await json(`/requests/${request}`, agent)).status, 'pending');
+  assertStayedHome(requested, problems, [`401 ${base}/events`, `403 ${base}/requests/${request}/answer`], base);
 });

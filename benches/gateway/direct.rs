@@ -1,0 +1,112 @@
+//! The direct path: an in-process rmcp client of the same demo server, whose handler answers every
+//! elicitation at once with what the gateway path sends.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use anyhow::{Context, ensure};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
+    ElicitationAction, ElicitationCapability, ErrorData, FormElicitationCapability, Implementation, JsonObject,
+    ProtocolVersion, UrlElicitationCapability,
+};
+use rmcp::service::{RequestContext, RunningService};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+use crate::Era;
+use crate::rest::check_confirmed;
+
+/// Answers every elicitation at once: accept, `confirm: true` and the schema's default `note`.
+#[derive(Debug, Clone)]
+struct Answerer {
+    protocol: ProtocolVersion,
+}
+
+impl ClientHandler for Answerer {
+    fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(
+            ElicitationCapability::new()
+                .with_form(FormElicitationCapability::new())
+                .with_url(UrlElicitationCapability::new()),
+        );
+        ClientConfig::new(capabilities, Implementation::new("bench-direct", "0.1.0"))
+            .with_protocol_version(self.protocol.clone())
+    }
+
+    async fn create_elicitation(
+        &self,
+        _params: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        Ok(ElicitResult::new(ElicitationAction::Accept).with_content(json!({"confirm": true, "note": ""})))
+    }
+}
+
+/// A direct MCP client session to a demo server it spawned.
+pub struct Direct {
+    service: RunningService<RoleClient, Answerer>,
+}
+
+impl Direct {
+    /// Spawns `binary demo-server` and completes the handshake in `era`.
+    pub async fn connect(binary: &Path, era: Era) -> anyhow::Result<Self> {
+        let mut command = tokio::process::Command::new(binary);
+        command.arg("demo-server");
+        let (transport, _) = TokioChildProcess::builder(command)
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start the demo server")?;
+        let service = match era {
+            Era::Legacy => {
+                Answerer {
+                    protocol: ProtocolVersion::V_2025_11_25,
+                }
+                .serve(transport)
+                .await?
+            }
+            Era::Modern => {
+                let lifecycle = ClientLifecycleMode::Discover {
+                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                };
+                Answerer {
+                    protocol: ProtocolVersion::V_2026_07_28,
+                }
+                .serve_with_lifecycle(transport, lifecycle)
+                .await?
+            }
+        };
+        Ok(Self { service })
+    }
+
+    async fn call(&self, tool: &'static str, arguments: Value) -> anyhow::Result<CallToolResult> {
+        let arguments: JsonObject = serde_json::from_value(arguments)?;
+        let params = CallToolRequestParams::new(tool).with_arguments(arguments);
+        Ok(self.service.call_tool(params).await?)
+    }
+
+    /// One elicitation round trip: `confirm_action`, answered by the handler.
+    pub async fn confirm(&self) -> anyhow::Result<()> {
+        let result = self.call("confirm_action", json!({"action": "bench"})).await?;
+        check_confirmed(result.structured_content.as_ref())
+    }
+
+    /// One plain tool call: `echo`.
+    pub async fn echo(&self) -> anyhow::Result<()> {
+        let result = self.call("echo", json!({"text": "bench"})).await?;
+        let text = result
+            .content
+            .first()
+            .and_then(|c| c.as_text())
+            .map(|t| t.text.as_str());
+        ensure!(text == Some("bench"), "echo returned {result:?}");
+        Ok(())
+    }
+
+    /// Closes the session; the demo server exits.
+    pub async fn close(mut self) {
+        let _ = self.service.close().await;
+    }
+}

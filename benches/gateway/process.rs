@@ -1,0 +1,137 @@
+//! The gateway as a user runs it: the real binary with a temp config on `127.0.0.1:0`.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStdout, Command};
+
+use crate::rest::Rest;
+
+/// Both protocol eras of the demo server, named after the era they speak.
+pub const BOTH_ERAS: &str = r#"
+[[servers]]
+name = "modern"
+builtin = "demo"
+
+[[servers]]
+name = "legacy"
+builtin = "demo"
+protocol = "2025-11-25"
+"#;
+
+/// The demo server alone, in the default era (auto, which reaches 2026-07-28).
+pub const MODERN_ONLY: &str = r#"
+[[servers]]
+name = "modern"
+builtin = "demo"
+"#;
+
+/// The demo server alone, pinned to 2025-11-25.
+pub const LEGACY_ONLY: &str = r#"
+[[servers]]
+name = "legacy"
+builtin = "demo"
+protocol = "2025-11-25"
+"#;
+
+/// A running gateway process, stopped with SIGTERM on drop (killed if it does not exit within 10 s).
+pub struct GatewayProcess {
+    child: Child,
+    /// The REST client bound to its address.
+    pub rest: Rest,
+    /// When the process was spawned.
+    pub spawned: Instant,
+    /// From spawn to the `listening on` line.
+    pub listening_after: Duration,
+    _stdout: BufReader<ChildStdout>,
+    _dir: tempfile::TempDir,
+}
+
+impl GatewayProcess {
+    /// Spawns the binary with `servers` (TOML) and waits for its `listening on` line.
+    pub async fn spawn(binary: &Path, servers: &str) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let config = dir.path().join("gateway.toml");
+        std::fs::write(&config, format!("listen = \"127.0.0.1:0\"\n{servers}"))?;
+        let log = std::env::var_os("BENCH_LOG").is_some();
+        let spawned = Instant::now();
+        // `BENCH_WRAP="valgrind --tool=callgrind"` runs the gateway under a profiler.
+        let wrap = std::env::var("BENCH_WRAP").unwrap_or_default();
+        let mut words = wrap.split_whitespace();
+        let mut command = match words.next() {
+            Some(program) => {
+                let mut command = Command::new(program);
+                command.args(words).arg(binary);
+                command
+            }
+            None => Command::new(binary),
+        };
+        let mut child = command
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(if log { Stdio::inherit() } else { Stdio::null() })
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {}", binary.display()))?;
+        let mut stdout = BufReader::new(child.stdout.take().context("no stdout")?);
+        let mut line = String::new();
+        stdout.read_line(&mut line).await?;
+        let listening_after = spawned.elapsed();
+        let Some(address) = line.trim().strip_prefix("listening on ") else {
+            bail!("the gateway's first line was {line:?}, not `listening on …`");
+        };
+        Ok(Self {
+            child,
+            rest: Rest::new(address),
+            spawned,
+            listening_after,
+            _stdout: stdout,
+            _dir: dir,
+        })
+    }
+
+    /// Waits until `GET /readyz` answers `200`; returns the time since spawn.
+    pub async fn ready(&self) -> anyhow::Result<Duration> {
+        let (status, body) = self.rest.get("/readyz?wait=30").await?;
+        if status != 200 {
+            bail!("not ready: {body}");
+        }
+        Ok(self.spawned.elapsed())
+    }
+
+    /// The gateway's resident set size in bytes (`VmRSS`).
+    pub fn rss(&self) -> anyhow::Result<u64> {
+        let pid = self.child.id().context("the gateway has exited")?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let kib = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .context("no VmRSS in /proc/<pid>/status")?;
+        Ok(kib * 1024)
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let Some(pid) = self.child.id() else { return };
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = self.child.start_kill();
+    }
+}

@@ -1,0 +1,108 @@
+//! The gateway path: a keep-alive HTTP client doing exactly what a REST client of the gateway does.
+
+use anyhow::{Context, bail, ensure};
+use serde_json::{Value, json};
+
+/// The answer every benchmark gives to a `confirm` form.
+pub fn confirm_answer() -> Value {
+    json!({"ok": true, "data": {"confirm": true}})
+}
+
+/// A REST client of one gateway; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Rest {
+    base: String,
+    client: reqwest::Client,
+}
+
+impl Rest {
+    /// A client of the gateway at `base` (`http://host:port`), keeping connections alive.
+    pub fn new(base: &str) -> Self {
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(usize::MAX)
+            .tcp_nodelay(true)
+            .build()
+            .expect("a plain HTTP client builds");
+        Self {
+            base: base.to_owned(),
+            client,
+        }
+    }
+
+    /// `GET path` → status and JSON body.
+    pub async fn get(&self, path: &str) -> anyhow::Result<(u16, Value)> {
+        let response = self.client.get(format!("{}{path}", self.base)).send().await?;
+        let status = response.status().as_u16();
+        Ok((status, response.json().await?))
+    }
+
+    /// `POST path` with a JSON body → status and JSON body.
+    pub async fn post(&self, path: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await?;
+        let status = response.status().as_u16();
+        Ok((status, response.json().await?))
+    }
+
+    /// `POST /calls?wait=30`, expecting `201`; returns the Call.
+    pub async fn start_call(&self, server: &str, tool: &str, arguments: Value) -> anyhow::Result<Value> {
+        let body = json!({"server": server, "tool": tool, "arguments": arguments});
+        let (status, call) = self.post("/calls?wait=30", &body).await?;
+        ensure!(status == 201, "POST /calls {body} → {status}: {call}");
+        Ok(call)
+    }
+
+    /// `GET /calls/{id}?wait=30`, expecting `200`.
+    pub async fn settled(&self, call: &str) -> anyhow::Result<Value> {
+        let (status, call) = self.get(&format!("/calls/{call}?wait=30")).await?;
+        ensure!(status == 200, "GET /calls → {status}: {call}");
+        Ok(call)
+    }
+
+    /// `POST /requests/{id}/answer` with the confirm answer, expecting `200` and `answered`.
+    pub async fn answer(&self, request: &str) -> anyhow::Result<()> {
+        let (status, view) = self
+            .post(&format!("/requests/{request}/answer"), &confirm_answer())
+            .await?;
+        ensure!(
+            status == 200 && view["status"] == "answered",
+            "answer {request} → {status}: {view}"
+        );
+        Ok(())
+    }
+
+    /// One elicitation round trip: `POST /calls?wait` → the Request id → answer → `GET /calls/{id}?wait` → completed.
+    pub async fn confirm(&self, server: &str) -> anyhow::Result<()> {
+        let call = self
+            .start_call(server, "confirm_action", json!({"action": "bench"}))
+            .await?;
+        ensure!(call["status"] == "input_required", "not waiting on a Request: {call}");
+        let request = call["requests"][0].as_str().context("no Request id")?;
+        self.answer(request).await?;
+        let done = self.settled(call["id"].as_str().context("no call id")?).await?;
+        check_confirmed(done.pointer("/result/structuredContent"))
+    }
+
+    /// One plain tool call: `POST /calls?wait` on `echo` → completed.
+    pub async fn echo(&self, server: &str) -> anyhow::Result<()> {
+        let call = self.start_call(server, "echo", json!({"text": "bench"})).await?;
+        ensure!(
+            call["status"] == "completed" && call["result"]["content"][0]["text"] == "bench",
+            "echo did not complete: {call}"
+        );
+        Ok(())
+    }
+}
+
+/// Checks a `confirm_action` result: one accepted elicitation with the defaults filled in.
+pub fn check_confirmed(structured: Option<&Value>) -> anyhow::Result<()> {
+    let expected = json!({"results": [{"action": "accept", "content": {"confirm": true, "note": ""}}]});
+    if structured != Some(&expected) {
+        bail!("unexpected result {structured:?}");
+    }
+    Ok(())
+}

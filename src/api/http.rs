@@ -1,0 +1,111 @@
+//! What the API accepts and from where: body size, the `Host` allow-list (DNS-rebinding protection) and CORS.
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, HeaderValue, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr, ResponseBuilder};
+
+use super::{ApiError, AppState};
+
+/// The `Host` names answered by default when the gateway listens on loopback.
+pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// The HTTP-level settings of the API.
+#[derive(Debug, Clone)]
+pub struct HttpPolicy {
+    /// The largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Host names (without port) the API answers; `None` answers any.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// Origins whose pages may call the API; empty turns CORS off.
+    pub cors_origins: Vec<String>,
+}
+
+impl HttpPolicy {
+    /// Documents the `403` every route answers to a `Host` off the allow-list.
+    pub fn document(&self, document: &mut OpenApi) {
+        if self.allowed_hosts.is_none() {
+            return;
+        }
+        let problem = ContentBuilder::new()
+            .schema(Some(RefOr::Ref(Ref::from_schema_name("Problem"))))
+            .build();
+        let forbidden = ResponseBuilder::new()
+            .description("Forbidden: the role or owner does not fit, or the Host is not on http.allowed_hosts")
+            .content("application/problem+json", problem)
+            .build();
+        for item in document.paths.paths.values_mut() {
+            for operation in [&mut item.get, &mut item.post, &mut item.delete].into_iter().flatten() {
+                operation
+                    .responses
+                    .responses
+                    .entry("403".to_owned())
+                    .or_insert_with(|| RefOr::T(forbidden.clone()));
+            }
+        }
+    }
+}
+
+/// `403` for a request whose `Host` is not on the allow-list: a page on another name, rebound to this
+/// address, cannot reach the API.
+pub async fn check_host(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some(allowed) = &state.http.allowed_hosts {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|value| value.to_str().ok())
+            .or_else(|| request.uri().host())
+            .map(host_name)
+            .unwrap_or_default();
+        if !allowed.iter().any(|name| name.eq_ignore_ascii_case(&host)) {
+            let detail = format!("the Host {host:?} is not one this gateway answers (http.allowed_hosts)");
+            return ApiError::forbidden(detail).into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// The CORS layer, when origins are listed; without it the API sends no CORS headers at all.
+pub fn cors(policy: &HttpPolicy) -> Option<CorsLayer> {
+    if policy.cors_origins.is_empty() {
+        return None;
+    }
+    let origins: Vec<HeaderValue> = policy
+        .cors_origins
+        .iter()
+        .filter_map(|origin| HeaderValue::from_str(origin).ok())
+        .collect();
+    let layer = CorsLayer::new()
+        .allow_origin(AllowOrigin::list(origins))
+        .allow_methods([Method::GET, Method::POST, Method::DELETE])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            HeaderName::from_static("last-event-id"),
+        ])
+        .expose_headers([header::LINK, header::LOCATION, header::RETRY_AFTER]);
+    Some(layer)
+}
+
+/// The name in a `Host` value, without port or IPv6 brackets, lowercased.
+fn host_name(host: &str) -> String {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.to_ascii_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_names_lose_their_port_and_brackets() {
+        assert_eq!(host_name("localhost:8080"), "localhost");
+        assert_eq!(host_name("[::1]:8080"), "::1");
+        assert_eq!(host_name("Example.COM"), "example.com");
+    }
+}

@@ -1,0 +1,239 @@
+//! The transport of a stdio server: newline-delimited JSON-RPC over its child process's pipes, with bounded
+//! messages, and messages rmcp cannot read answered or failed by their id instead of dropped.
+
+use std::io;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use rmcp::RoleClient;
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::sync::{Mutex, oneshot};
+
+use super::client::UNUSABLE_SCHEMA;
+
+/// The largest message an upstream may send; a longer line ends its session (the same bound rmcp puts on HTTP).
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// How long a closing server gets after its stdin closes, and again after `SIGTERM`, before it is killed.
+const EXIT_GRACE: Duration = Duration::from_secs(3);
+/// The session detail when the upstream's stdout ends.
+pub const ENDED: &str = "the upstream ended the session (its process exited or its connection closed)";
+/// The `data` of an error the gateway puts in place of an upstream response it cannot read.
+pub const UNREADABLE: &str = "unreadable-response";
+
+/// A child process spoken to over its stdin and stdout.
+pub struct ChildTransport {
+    server: String,
+    child: Child,
+    stdout: BufReader<ChildStdout>,
+    /// The line being read; it survives a cancelled `receive`, which rmcp polls inside a `select!`.
+    line: Vec<u8>,
+    stdin: Arc<Mutex<Option<ChildStdin>>>,
+    /// Fires with the reason once the stream ends.
+    ended: Option<oneshot::Sender<String>>,
+}
+
+/// How reading one line ended.
+enum Line {
+    Whole,
+    Oversized,
+    Eof,
+    Failed(io::Error),
+}
+
+impl ChildTransport {
+    /// Starts a server in its own process group (a Ctrl-C at the terminal reaches only the gateway, which
+    /// then shuts it down in order); its stderr is the gateway's.
+    pub fn spawn(
+        server: &str,
+        program: &Path,
+        args: &[String],
+        env: &std::collections::BTreeMap<String, String>,
+        ended: oneshot::Sender<String>,
+    ) -> io::Result<Self> {
+        let mut child = tokio::process::Command::new(program)
+            .args(args)
+            .envs(env)
+            .process_group(0)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = child.stdin.take().ok_or_else(|| io::Error::other("no stdin pipe"))?;
+        let stdout = child.stdout.take().ok_or_else(|| io::Error::other("no stdout pipe"))?;
+        Ok(Self {
+            server: server.to_owned(),
+            child,
+            stdout: BufReader::new(stdout),
+            line: Vec::new(),
+            stdin: Arc::new(Mutex::new(Some(stdin))),
+            ended: Some(ended),
+        })
+    }
+
+    /// Reads into `self.line` up to a newline without letting it grow past `MAX_MESSAGE_BYTES`; cancel-safe.
+    async fn read_line(&mut self) -> Line {
+        loop {
+            let available = match self.stdout.fill_buf().await {
+                Ok([]) => return Line::Eof,
+                Ok(available) => available,
+                Err(error) => return Line::Failed(error),
+            };
+            let newline = available.iter().position(|byte| *byte == b'\n');
+            let take = newline.map_or(available.len(), |index| index + 1);
+            if self.line.len() + take > MAX_MESSAGE_BYTES + 1 {
+                return Line::Oversized;
+            }
+            self.line.extend_from_slice(&available[..take]);
+            self.stdout.consume(take);
+            if newline.is_some() {
+                return Line::Whole;
+            }
+        }
+    }
+
+    fn end(&mut self, detail: String) -> Option<RxJsonRpcMessage<RoleClient>> {
+        if let Some(ended) = self.ended.take() {
+            let _ = ended.send(detail);
+        }
+        None
+    }
+
+    /// The message a line carries; `None` when there is nothing for rmcp (garbage, or a request answered here).
+    fn interpret(&self, line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        let error = match serde_json::from_slice(line) {
+            Ok(message) => return Some(message),
+            Err(error) => error,
+        };
+        let Ok(value) = serde_json::from_slice::<Value>(line) else {
+            let preview = String::from_utf8_lossy(&line[..line.len().min(80)]).into_owned();
+            tracing::warn!(server = %self.server, preview, "ignoring a line from the upstream that is not JSON");
+            return None;
+        };
+        let id = value.get("id").filter(|id| id.is_string() || id.is_number());
+        match (id, value.get("method").and_then(Value::as_str)) {
+            (Some(id), Some(method)) => {
+                tracing::warn!(server = %self.server, method, %error, "the upstream sent a request the gateway cannot read; answering it with an error");
+                let reply = if method == "elicitation/create" {
+                    json!({"code": -32602, "message": UNUSABLE_SCHEMA, "data": {"detail": error.to_string()}})
+                } else {
+                    json!({"code": -32600, "message": format!("the gateway cannot read this {method} request: {error}")})
+                };
+                let reply = json!({"jsonrpc": "2.0", "id": id, "error": reply});
+                tokio::spawn(write(self.stdin.clone(), line_of(&reply)));
+                None
+            }
+            (Some(id), None) if value.get("result").is_some() || value.get("error").is_some() => {
+                tracing::warn!(server = %self.server, %error, "the upstream sent a response the gateway cannot read; failing its request");
+                let message = if value.pointer("/result/resultType") == Some(&json!("input_required")) {
+                    format!("the upstream asked for input the gateway cannot show: {UNUSABLE_SCHEMA} ({error})")
+                } else {
+                    format!("the upstream sent a response the gateway cannot read: {error}")
+                };
+                let failed = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": message, "data": UNREADABLE}});
+                serde_json::from_value(failed).ok()
+            }
+            _ => {
+                tracing::debug!(server = %self.server, %error, "ignoring a message from the upstream the gateway cannot read");
+                None
+            }
+        }
+    }
+}
+
+impl Transport<RoleClient> for ChildTransport {
+    type Error = io::Error;
+
+    fn send(
+        &mut self,
+        message: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let line = serde_json::to_vec(&message).map(|mut line| {
+            line.push(b'\n');
+            line
+        });
+        let stdin = self.stdin.clone();
+        async move { write(stdin, line?).await }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            match self.read_line().await {
+                Line::Whole => {}
+                Line::Oversized => {
+                    return self.end(format!(
+                        "the upstream sent a message larger than {} MiB, so the gateway ended the session",
+                        MAX_MESSAGE_BYTES >> 20
+                    ));
+                }
+                Line::Eof => return self.end(ENDED.to_owned()),
+                Line::Failed(error) => return self.end(format!("reading from the upstream failed: {error}")),
+            }
+            let line = std::mem::take(&mut self.line);
+            if let Some(message) = self.interpret(&line) {
+                return Some(message);
+            }
+        }
+    }
+
+    /// Closes stdin and waits for the process to exit, then sends its group `SIGTERM`, then kills it.
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        drop(self.stdin.lock().await.take());
+        if tokio::time::timeout(EXIT_GRACE, self.child.wait()).await.is_ok() {
+            return Ok(());
+        }
+        self.signal_group(Signal::SIGTERM);
+        if tokio::time::timeout(EXIT_GRACE, self.child.wait()).await.is_ok() {
+            return Ok(());
+        }
+        self.signal_group(Signal::SIGKILL);
+        self.child.wait().await.map(|_| ())
+    }
+}
+
+impl ChildTransport {
+    /// Signals the child's process group while the child has not been reaped (after that its id may be reused).
+    fn signal_group(&mut self, signal: Signal) {
+        if let (Ok(None), Some(id)) = (self.child.try_wait(), self.child.id())
+            && let Ok(id) = i32::try_from(id)
+        {
+            let _ = killpg(Pid::from_raw(id), signal);
+        }
+    }
+}
+
+impl Drop for ChildTransport {
+    fn drop(&mut self) {
+        // `kill_on_drop` then kills and reaps the child itself.
+        self.signal_group(Signal::SIGKILL);
+    }
+}
+
+fn line_of(message: &Value) -> Vec<u8> {
+    let mut line = serde_json::to_vec(message).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+async fn write(stdin: Arc<Mutex<Option<ChildStdin>>>, line: Vec<u8>) -> io::Result<()> {
+    let mut stdin = stdin.lock().await;
+    let pipe = stdin
+        .as_mut()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "the upstream's stdin is closed"))?;
+    pipe.write_all(&line).await?;
+    pipe.flush().await
+}

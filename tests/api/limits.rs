@@ -1,0 +1,139 @@
+//! Bounded resources and browser-facing safety: caps, timeouts, body size, Host allow-list, CORS.
+
+use serde_json::{Value, json};
+
+use crate::helpers::{BOTH_ERAS, results, spawn_app, spawn_app_with};
+
+#[tokio::test]
+async fn past_the_pending_cap_an_elicitation_is_answered_cancel_at_once() {
+    let app = spawn_app_with(BOTH_ERAS, "max_pending = 1").await;
+    let first = app.call("modern", "confirm_action", json!({"action": "held"})).await;
+    assert_eq!(first["status"], "input_required");
+    for era in ["modern", "legacy"] {
+        let refused = app.call(era, "confirm_action", json!({"action": "refused"})).await;
+        assert_eq!(results(&refused), json!([{"action": "cancel"}]), "{era}: {refused}");
+        assert_eq!(refused["requests"], json!([]));
+    }
+    assert_eq!(app.get_json("/requests").await.as_array().unwrap().len(), 1);
+    app.metric_reaches("toolnexus_requests_rejected_total{server=\"legacy\"} 1")
+        .await;
+}
+
+#[tokio::test]
+async fn one_principal_holds_a_bounded_number_of_calls_and_sessions() {
+    let app = spawn_app(&format!(
+        "{BOTH_ERAS}\n[limits]\ncalls_per_principal = 1\nsessions_per_principal = 1\n"
+    ))
+    .await;
+    let held = app.call("modern", "confirm_action", json!({"action": "one"})).await;
+    assert_eq!(held["status"], "input_required");
+    let second = app
+        .post(
+            "/calls",
+            &json!({"server": "modern", "tool": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(second.status(), 429);
+    app.delete(&format!("/calls/{}", held["id"].as_str().unwrap())).await;
+    let after = app.call("modern", "echo", json!({"text": "again"})).await;
+    assert_eq!(after["status"], "completed");
+
+    assert_eq!(app.post("/sessions", &json!({"server": "legacy"})).await.status(), 201);
+    assert_eq!(app.post("/sessions", &json!({"server": "legacy"})).await.status(), 429);
+}
+
+#[tokio::test]
+async fn the_call_timeout_counts_upstream_work_not_human_waiting() {
+    let app = spawn_app(&format!("{BOTH_ERAS}\n[limits]\ncall_timeout = \"1s\"\n")).await;
+    let slow = app.call("modern", "slow", json!({"seconds": 5})).await;
+    assert_eq!(slow["status"], "failed", "{slow}");
+    assert!(
+        slow["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limits.call_timeout"),
+        "{slow}"
+    );
+
+    let call = app
+        .call("legacy", "confirm_action", json!({"action": "take your time"}))
+        .await;
+    let id = crate::helpers::first_request(&call);
+    // Hold a human-sized pause longer than the timeout: the Request stays pending through it.
+    let still = app.get_json(&format!("/requests/{id}?wait=1.5")).await;
+    assert_eq!(still["status"], "pending");
+    app.answer_ok(&id, json!({"ok": true, "data": {"confirm": true}})).await;
+    let done = app.settled(call["id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "completed", "{done}");
+}
+
+#[tokio::test]
+async fn bodies_over_the_configured_limit_are_413() {
+    let app = spawn_app(&format!("{BOTH_ERAS}\n[http]\nmax_body_bytes = 64\n")).await;
+    let big = json!({"server": "legacy", "tool": "echo", "arguments": {"text": "x".repeat(100)}});
+    assert_eq!(app.post("/calls", &big).await.status(), 413);
+    let small = json!({"server": "legacy", "tool": "echo"});
+    assert_eq!(app.post("/calls", &small).await.status(), 201);
+}
+
+#[tokio::test]
+async fn on_loopback_only_loopback_host_names_are_answered() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let port = app.address.rsplit(':').next().unwrap().to_owned();
+    for (host, status) in [
+        ("evil.example", 403),
+        ("localhost", 200),
+        ("127.0.0.1", 200),
+        ("[::1]", 200),
+    ] {
+        let response = app
+            .client
+            .get(format!("{}/servers", app.address))
+            .header("host", format!("{host}:{port}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{host}");
+    }
+}
+
+#[tokio::test]
+async fn cors_is_off_by_default_and_follows_the_allow_list() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let plain = app
+        .client
+        .get(format!("{}/servers", app.address))
+        .header("origin", "https://app.example")
+        .send()
+        .await
+        .unwrap();
+    assert!(plain.headers().get("access-control-allow-origin").is_none());
+
+    let app = spawn_app(&format!(
+        "{BOTH_ERAS}\n[http]\ncors_origins = [\"https://app.example\"]\n"
+    ))
+    .await;
+    let preflight = |origin: &'static str| {
+        app.client
+            .request(reqwest::Method::OPTIONS, format!("{}/requests", app.address))
+            .header("origin", origin)
+            .header("access-control-request-method", "GET")
+            .header("access-control-request-headers", "authorization")
+            .send()
+    };
+    let allowed = preflight("https://app.example").await.unwrap();
+    assert_eq!(allowed.headers()["access-control-allow-origin"], "https://app.example");
+    let other = preflight("https://evil.example").await.unwrap();
+    assert!(other.headers().get("access-control-allow-origin").is_none());
+    let listed: Value = app
+        .client
+        .get(format!("{}/requests", app.address))
+        .header("origin", "https://app.example")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed, json!([]));
+}

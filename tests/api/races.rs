@@ -1,0 +1,109 @@
+//! Races: many answers to one Request, and answers racing an expiry: exactly one outcome, seen the same
+//! way by the answerer, the Request, the call, the event stream and the upstream.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::helpers::{BOTH_ERAS, ERAS, first_request, results, spawn_app, spawn_app_with};
+
+#[tokio::test]
+async fn of_two_hundred_different_answers_exactly_one_wins() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for (round, era) in ERAS.iter().enumerate() {
+        let call = app.call(era, "confirm_action", json!({"action": "race"})).await;
+        let id = first_request(&call);
+        let url = format!("{}/requests/{id}/answer", app.address);
+        let answers: Vec<_> = (0..200)
+            .map(|n| {
+                let (client, url) = (app.client.clone(), url.clone());
+                tokio::spawn(async move {
+                    let body = json!({"ok": true, "data": {"confirm": true, "note": format!("answer-{n}")}});
+                    let response = client.post(url).json(&body).send().await.unwrap();
+                    (response.status().as_u16(), response.json::<Value>().await.unwrap())
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for answer in answers {
+            let (status, body) = answer.await.unwrap();
+            match status {
+                200 => winners.push(body),
+                409 => {}
+                other => panic!("{era}: an answer got {other}: {body}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "{era}: exactly one answer wins");
+        let note = winners[0]["answer"]["data"]["note"].clone();
+        let done = app.settled(call["id"].as_str().unwrap()).await;
+        assert_eq!(
+            results(&done)[0]["content"]["note"],
+            note,
+            "{era}: the upstream got the winning answer"
+        );
+        app.stderr().wait_for(&format!("\"note\":{note}"));
+        let delivered = app
+            .stderr()
+            .lines_starting_with("demo-server: confirm_action received")
+            .len();
+        assert_eq!(delivered, round + 1, "{era}: the upstream received exactly one result");
+    }
+}
+
+#[tokio::test]
+async fn an_answer_racing_the_expiry_has_one_outcome_everywhere() {
+    let app = spawn_app_with(BOTH_ERAS, "ttl = \"1s\"").await;
+    let mut events = app.events("?server=modern", None).await;
+    let mut calls = Vec::new();
+    for _ in 0..12 {
+        calls.push(
+            app.call("modern", "confirm_action", json!({"action": "close call"}))
+                .await,
+        );
+    }
+    let answers: Vec<_> = calls
+        .iter()
+        .enumerate()
+        .map(|(n, call)| {
+            let id = first_request(call);
+            let url = format!("{}/requests/{id}/answer", app.address);
+            let client = app.client.clone();
+            // Spread the answers across the moment of expiry: some land before it, some after.
+            let delay = Duration::from_millis(880 + 20 * n as u64);
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let response = client
+                    .post(url)
+                    .json(&json!({"ok": true, "data": {"confirm": true}}))
+                    .send()
+                    .await
+                    .unwrap();
+                (id, response.status().as_u16())
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for answer in answers {
+        outcomes.push(answer.await.unwrap());
+    }
+    let mut resolved = std::collections::HashMap::new();
+    while resolved.len() < outcomes.len() {
+        let event = events.next_of("request.resolved").await;
+        resolved.insert(
+            event.data["id"].as_str().unwrap().to_owned(),
+            event.data["status"].as_str().unwrap().to_owned(),
+        );
+    }
+    for ((id, status), call) in outcomes.iter().zip(&calls) {
+        let request = app.get_json(&format!("/requests/{id}")).await;
+        let done = app.settled(call["id"].as_str().unwrap()).await;
+        let action = results(&done)[0]["action"].as_str().unwrap().to_owned();
+        let expected = match status {
+            200 => ("answered", "accept"),
+            410 => ("expired", "cancel"),
+            other => panic!("an answer got {other}"),
+        };
+        assert_eq!((request["status"].as_str().unwrap(), action.as_str()), expected, "{id}");
+        assert_eq!(resolved[id], expected.0, "{id}: the event agrees");
+    }
+}
