@@ -4,9 +4,11 @@
 
 FROM rust:1.95.0-slim-bookworm AS build
 WORKDIR /src
-# Everything the build reads, and nothing else: the web inbox in ui/ is compiled into the binary.
+# Everything the build reads, and nothing else: the web inbox in ui/ is compiled into the binary, and
+# cargo refuses a manifest whose [[bench]] has no source, so benches/ comes along unbuilt.
 COPY Cargo.toml Cargo.lock ./
 COPY .cargo .cargo
+COPY benches benches
 COPY src src
 COPY ui ui
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
