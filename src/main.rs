@@ -1,8 +1,9 @@
-//! The `toolnexus-gateway` command: `serve` (the default) and `demo-server`.
+//! The `toolnexus-gateway` command: `serve` (the default), `demo-server`, `check-config` and `healthcheck`.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -29,6 +30,8 @@ enum Command {
     DemoServer(DemoArgs),
     /// Validate the configuration and print it as the gateway would run it, secrets masked.
     CheckConfig(ServeArgs),
+    /// Exit 0 when a running gateway answers `GET /healthz` with 200, 1 otherwise (for a container HEALTHCHECK).
+    Healthcheck(HealthcheckArgs),
 }
 
 #[derive(Debug, Args)]
@@ -60,6 +63,22 @@ struct DemoArgs {
     legacy: bool,
 }
 
+#[derive(Debug, Args)]
+struct HealthcheckArgs {
+    /// The URL to probe; by default /healthz at the listen address of --listen, else of the config.
+    #[arg(long)]
+    url: Option<String>,
+    /// The config file whose `listen` is probed.
+    #[arg(long, env = "TOOLNEXUS_CONFIG")]
+    config: Option<PathBuf>,
+    /// The address the gateway listens on, overriding the config's `listen`.
+    #[arg(long, env = "TOOLNEXUS_LISTEN")]
+    listen: Option<SocketAddr>,
+}
+
+/// How long `healthcheck` waits for the answer, connection included.
+const HEALTHCHECK_TIMEOUT: Duration = Duration::from_secs(3);
+
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
@@ -79,6 +98,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Some(Command::Serve(args)) => runtime.block_on(serve(args)),
         Some(Command::CheckConfig(args)) => check_config(&args),
+        Some(Command::Healthcheck(args)) => runtime.block_on(healthcheck(args)),
         None => runtime.block_on(serve(cli.serve)),
     }
 }
@@ -87,6 +107,43 @@ fn check_config(args: &ServeArgs) -> anyhow::Result<()> {
     let config = effective_config(args)?;
     print!("{}", config.masked_toml().map_err(anyhow::Error::msg)?);
     Ok(())
+}
+
+/// Probes `GET /healthz` of a running gateway; any answer but 200 is an error.
+async fn healthcheck(args: HealthcheckArgs) -> anyhow::Result<()> {
+    let url = match args.url.clone() {
+        Some(url) => url,
+        None => format!("http://{}/healthz", probed_address(&args)?),
+    };
+    let client = reqwest::Client::builder()
+        .timeout(HEALTHCHECK_TIMEOUT)
+        .no_proxy()
+        .build()
+        .context("cannot build an HTTP client")?;
+    let response = client
+        .get(&url)
+        .send()
+        .await
+        .map_err(reqwest::Error::without_url)
+        .with_context(|| format!("GET {url}"))?;
+    anyhow::ensure!(response.status() == 200, "GET {url}: {}", response.status());
+    println!("GET {url}: {}", response.status());
+    Ok(())
+}
+
+/// The address `healthcheck` probes: --listen, else the config's `listen`, with 0.0.0.0 or :: as loopback.
+fn probed_address(args: &HealthcheckArgs) -> anyhow::Result<SocketAddr> {
+    let mut address = match (args.listen, &args.config) {
+        (Some(listen), _) => listen,
+        (None, Some(path)) => Config::load(path)?.listen,
+        (None, None) => Config::builtin().listen,
+    };
+    match address.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => address.set_ip(Ipv4Addr::LOCALHOST.into()),
+        IpAddr::V6(ip) if ip.is_unspecified() => address.set_ip(Ipv6Addr::LOCALHOST.into()),
+        _ => {}
+    }
+    Ok(address)
 }
 
 /// Sends logs to stderr (stdout is the MCP channel of `demo-server`); `RUST_LOG` overrides the level.

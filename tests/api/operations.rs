@@ -142,3 +142,45 @@ fn config_errors_name_the_file_line_and_key() {
         );
     }
 }
+
+#[test]
+fn healthcheck_exits_0_while_the_gateway_is_up_and_1_when_nothing_answers() {
+    let app = crate::helpers::start(BOTH_ERAS, "");
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let healthcheck = |url: Option<String>, listen: &str| {
+        let mut command = std::process::Command::new(crate::helpers::BINARY);
+        command
+            .arg("healthcheck")
+            .env_remove("TOOLNEXUS_CONFIG")
+            .env("TOOLNEXUS_LISTEN", listen);
+        if let Some(url) = url {
+            command.args(["--url", &url]);
+        }
+        command.output().unwrap()
+    };
+    let listen = app.address.trim_start_matches("http://");
+
+    let up = healthcheck(Some(format!("{}/healthz", app.address)), &closed.to_string());
+    let from_listen = healthcheck(None, listen);
+    let down = healthcheck(Some(format!("http://{closed}/healthz")), listen);
+    let not_found = healthcheck(Some(format!("{}/nothing-here", app.address)), listen);
+
+    assert_eq!(up.status.code(), Some(0), "{}", String::from_utf8_lossy(&up.stderr));
+    assert_eq!(
+        from_listen.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&from_listen.stderr)
+    );
+    for failed in [down, not_found] {
+        assert_eq!(failed.status.code(), Some(1));
+        let stderr = String::from_utf8(failed.stderr).unwrap();
+        assert!(
+            stderr.starts_with("error: GET http://") && stderr.lines().count() == 1,
+            "{stderr}"
+        );
+    }
+}
