@@ -5,7 +5,7 @@
 //! (`latency`, `throughput`, `scale`, `footprint`) run only those sections. Under `cargo test` it runs
 //! every code path once with tiny counts and checks only that everything completed correctly.
 //!
-//! `BENCH_ITERATIONS=N` overrides the round trips per latency cell, `BENCH_WRAP="valgrind --tool=callgrind"`
+//! `BENCH_ITERATIONS=N` overrides the round trips per latency cell, `BENCH_SCALE=N` runs only the scale rows of N, `BENCH_WRAP="valgrind --tool=callgrind"`
 //! runs the gateway under a profiler, and `BENCH_LOG=1` shows the gateway's stderr.
 
 mod direct;
@@ -306,7 +306,12 @@ async fn scale_table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
          | protocol | pending N | raised in (s) | RSS per Request (B) | GET /requests?limit=100 p50 / p99 | GET /requests/{id} p50 / p99 | answer p50 / p99 | answers/s draining (c=64) |\n\
          |---|---|---|---|---|---|---|---|\n",
     );
-    for &(era, count) in plan.scale {
+    let only: Option<usize> = std::env::var("BENCH_SCALE").ok().and_then(|n| n.parse().ok());
+    for &(era, count) in plan
+        .scale
+        .iter()
+        .filter(|(_, count)| only.is_none_or(|only| only == *count))
+    {
         eprintln!("scale: {} N={count}", era.protocol());
         let run = scale::run(binary, era, count, plan).await?;
         let _ = writeln!(
