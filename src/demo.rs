@@ -223,9 +223,9 @@ fn tools() -> Vec<Tool> {
         ),
         Tool::new(
             "confirm_action",
-            "Asks to confirm an action (one form elicitation). With `timeout`, gives up after that many seconds and cancels the elicitation.",
+            "Asks to confirm an action (one form elicitation). With `timeout`, gives up after that many seconds and cancels the elicitation. With `stamp`, the prompt ends with the wall-clock time the elicitation was sent, in nanoseconds since the Unix epoch.",
             object(
-                json!({"action": {"type": "string"}, "timeout": {"type": "number", "minimum": 0}}),
+                json!({"action": {"type": "string"}, "timeout": {"type": "number", "minimum": 0}, "stamp": {"type": "boolean"}}),
                 &["action"],
             ),
         ),
@@ -270,6 +270,17 @@ fn tools() -> Vec<Tool> {
     ]
 }
 
+/// The `confirm_action` prompt; with `stamp`, it ends with ` @<ns since the Unix epoch>`, for latency measurements.
+fn confirm_message(action: &str, arguments: &JsonObject) -> String {
+    if arguments.get("stamp").and_then(Value::as_bool) != Some(true) {
+        return format!("Confirm: {action}?");
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("Confirm: {action}? @{}", now.as_nanos())
+}
+
 /// The elicitations a tool raises, in order, as `elicitation/create` params.
 fn steps(tool: &str, arguments: &JsonObject) -> Result<Vec<Value>, ErrorData> {
     let text = |name: &str| {
@@ -282,7 +293,7 @@ fn steps(tool: &str, arguments: &JsonObject) -> Result<Vec<Value>, ErrorData> {
     let steps = match tool {
         "confirm_action" => vec![json!({
             "mode": "form",
-            "message": format!("Confirm: {}?", text("action")),
+            "message": confirm_message(&text("action"), arguments),
             "requestedSchema": {"type": "object", "properties": {
                 "confirm": {"type": "boolean", "title": "Confirm"},
                 "note": {"type": "string", "title": "Note", "default": ""}

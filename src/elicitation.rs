@@ -1,6 +1,8 @@
 //! The toolnexus §2 elicitation bridge: MCP `elicitation/create` params to a §10 Request, and an Answer back
 //! to the MCP `ElicitResult`.
 
+use std::sync::Arc;
+
 use rmcp::model::{ElicitResult, ElicitationAction};
 use serde_json::{Map, Value};
 
@@ -32,7 +34,7 @@ pub fn elicitation_to_request(params: &Value) -> Request {
         .then(|| params.get("requestedSchema"))
         .flatten()
         .filter(|schema| !schema.is_null())
-        .map(|schema| Map::from_iter([("schema".to_owned(), schema.clone())]));
+        .map(|schema| Arc::new(Map::from_iter([("schema".to_owned(), schema.clone())])));
     Request {
         id: ids::mint(ids::REQUEST),
         kind: if is_url { KIND_AUTHORIZATION } else { KIND_INPUT }.to_owned(),
@@ -77,7 +79,10 @@ mod tests {
         let request = elicitation_to_request(&params);
         assert_eq!(request.kind, "input");
         assert_eq!(request.prompt, "What is your shipping postal code?");
-        assert_eq!(Value::Object(request.data.unwrap()), json!({"schema": schema}));
+        assert_eq!(
+            Value::Object(Arc::unwrap_or_clone(request.data.unwrap())),
+            json!({"schema": schema})
+        );
         assert_eq!(request.url, None);
         assert!(request.id.starts_with("elc-"));
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rmcp::model::{ElicitResult, ElicitationAction};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -163,6 +163,31 @@ struct Shared {
     call_hook: std::sync::OnceLock<CallHook>,
     policy: Policy,
     validators: Validators,
+    data: SharedData,
+}
+
+/// The most distinct `data` objects `SharedData` keeps; it starts over when full.
+const MAX_SHARED_DATA: usize = 256;
+
+/// One copy of each distinct Request `data` (a form's schema), held by every Request that carries it:
+/// elicitations repeat their schemas, and a schema is most of a pending Request's memory.
+#[derive(Debug, Default)]
+struct SharedData(Mutex<HashMap<String, Arc<Map<String, Value>>>>);
+
+impl SharedData {
+    /// The copy of `data` already held, or `data` itself, now held.
+    fn share(&self, data: Arc<Map<String, Value>>) -> Arc<Map<String, Value>> {
+        let key = serde_json::to_string(&data).unwrap_or_default();
+        let mut held = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(copy) = held.get(&key) {
+            return copy.clone();
+        }
+        if held.len() >= MAX_SHARED_DATA {
+            held.clear();
+        }
+        held.insert(key, data.clone());
+        data
+    }
 }
 
 impl std::fmt::Debug for Shared {
@@ -176,7 +201,8 @@ impl std::fmt::Debug for Shared {
 
 #[derive(Debug, Default)]
 struct State {
-    entries: HashMap<String, Entry>,
+    /// Boxed: a table slot stays small, and the table is over-allocated by up to half as it grows.
+    entries: HashMap<String, Box<Entry>>,
     /// Creation order, for oldest-first listing and stable pagination.
     order: BTreeMap<u64, String>,
     next_seq: u64,
@@ -210,6 +236,7 @@ impl Registry {
             call_hook: std::sync::OnceLock::new(),
             policy,
             validators: Validators::default(),
+            data: SharedData::default(),
         };
         Self {
             shared: Arc::new(shared),
@@ -230,6 +257,7 @@ impl Registry {
                 .check(schema)
                 .map_err(SuspendError::UnusableSchema)?;
         }
+        request.data = request.data.take().map(|data| self.shared.data.share(data));
         let created_at = Timestamp::now();
         request.expires_at = Some(created_at.after(self.shared.policy.ttl).rfc3339());
         let deadline = Instant::now() + self.shared.policy.ttl;
@@ -288,7 +316,7 @@ impl Registry {
                 reply: Some(reply),
                 withdrawn: None,
             };
-            state.entries.insert(id.clone(), entry);
+            state.entries.insert(id.clone(), Box::new(entry));
             state.deadlines.first().is_some_and(|(first, _)| *first == deadline)
         };
         if first_deadline {
@@ -309,17 +337,12 @@ impl Registry {
             .entries
             .get_mut(id)
             .ok_or_else(|| AnswerError::NotFound(id.to_owned()))?;
-        let schema = entry
-            .view
-            .request
-            .data
-            .as_ref()
-            .and_then(|data| data.get("schema"))
-            .cloned();
+        let request_data = entry.view.request.data.clone();
+        let schema = request_data.as_ref().and_then(|data| data.get("schema"));
         let is_url = entry.view.request.kind == KIND_AUTHORIZATION;
         if answer.ok && !is_url {
             let data = answer.data.get_or_insert_with(Default::default);
-            if let Some(schema) = &schema
+            if let Some(schema) = schema
                 && self.shared.policy.apply_defaults
             {
                 validation::apply_defaults(schema, data);
@@ -337,7 +360,7 @@ impl Registry {
             }
         }
         if answer.ok
-            && let (Some(schema), Some(data)) = (&schema, &answer.data)
+            && let (Some(schema), Some(data)) = (schema, &answer.data)
         {
             self.shared
                 .validators

@@ -2,6 +2,8 @@
 //!
 //! Wire keys are pinned exactly; optional keys are omitted when unset, never `null`.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -18,9 +20,11 @@ pub struct Request {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// Kind-specific extra; form mode carries `{"schema": requestedSchema}`.
+    ///
+    /// Shared: Requests with the same schema hold one copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    pub data: Option<Map<String, Value>>,
+    pub data: Option<Arc<Map<String, Value>>>,
     /// RFC 3339 UTC instant after which the Request is stale.
     #[serde(rename = "expiresAt", default, skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime)]
@@ -101,7 +105,7 @@ mod tests {
             kind: "input".into(),
             prompt: "Pick".into(),
             url: Some("u".into()),
-            data: Some(object(json!({"k": "v"}))),
+            data: Some(Arc::new(object(json!({"k": "v"})))),
             expires_at: Some("2026-01-01T00:00:00Z".into()),
         };
         assert_eq!(

@@ -3,6 +3,8 @@
 
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, ensure};
 use rmcp::model::{
@@ -16,12 +18,14 @@ use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, Ser
 use serde_json::{Value, json};
 
 use crate::Era;
-use crate::rest::check_confirmed;
+use crate::rest::{check_confirmed, since_stamp};
 
 /// Answers every elicitation at once: accept, `confirm: true` and the schema's default `note`.
 #[derive(Debug, Clone)]
 struct Answerer {
     protocol: ProtocolVersion,
+    /// For prompts with a send time (`stamp`): how long after it the handler got the elicitation.
+    discovered: Arc<Mutex<Option<Duration>>>,
 }
 
 impl ClientHandler for Answerer {
@@ -38,9 +42,14 @@ impl ClientHandler for Answerer {
 
     async fn create_elicitation(
         &self,
-        _params: ElicitRequestParams,
+        params: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
+        let arrived = SystemTime::now();
+        let params = serde_json::to_value(&params).unwrap_or_default();
+        if let Some(prompt) = params["message"].as_str().filter(|prompt| prompt.contains(" @")) {
+            *self.discovered.lock().unwrap_or_else(|p| p.into_inner()) = since_stamp(prompt, arrived).ok();
+        }
         Ok(ElicitResult::new(ElicitationAction::Accept).with_content(json!({"confirm": true, "note": ""})))
     }
 }
@@ -48,6 +57,7 @@ impl ClientHandler for Answerer {
 /// A direct MCP client session to a demo server it spawned.
 pub struct Direct {
     service: RunningService<RoleClient, Answerer>,
+    discovered: Arc<Mutex<Option<Duration>>>,
 }
 
 impl Direct {
@@ -59,10 +69,12 @@ impl Direct {
             .stderr(Stdio::null())
             .spawn()
             .context("cannot start the demo server")?;
+        let discovered = Arc::new(Mutex::new(None));
         let service = match era {
             Era::Legacy => {
                 Answerer {
                     protocol: ProtocolVersion::V_2025_11_25,
+                    discovered: discovered.clone(),
                 }
                 .serve(transport)
                 .await?
@@ -73,12 +85,13 @@ impl Direct {
                 };
                 Answerer {
                     protocol: ProtocolVersion::V_2026_07_28,
+                    discovered: discovered.clone(),
                 }
                 .serve_with_lifecycle(transport, lifecycle)
                 .await?
             }
         };
-        Ok(Self { service })
+        Ok(Self { service, discovered })
     }
 
     async fn call(&self, tool: &'static str, arguments: Value) -> anyhow::Result<CallToolResult> {
@@ -91,6 +104,17 @@ impl Direct {
     pub async fn confirm(&self) -> anyhow::Result<()> {
         let result = self.call("confirm_action", json!({"action": "bench"})).await?;
         check_confirmed(result.structured_content.as_ref())
+    }
+
+    /// The discovery time of one elicitation: `confirm_action` with `stamp`, from the upstream's send time to
+    /// the handler receiving it.
+    pub async fn discover(&self) -> anyhow::Result<Duration> {
+        let result = self
+            .call("confirm_action", json!({"action": "bench", "stamp": true}))
+            .await?;
+        check_confirmed(result.structured_content.as_ref())?;
+        let discovered = self.discovered.lock().unwrap_or_else(|p| p.into_inner()).take();
+        discovered.context("the elicitation carried no send time")
     }
 
     /// One plain tool call: `echo`.

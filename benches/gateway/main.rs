@@ -5,7 +5,7 @@
 //! (`latency`, `throughput`, `scale`, `footprint`) run only those sections. Under `cargo test` it runs
 //! every code path once with tiny counts and checks only that everything completed correctly.
 //!
-//! `BENCH_ITERATIONS=N` overrides the round trips per latency cell, `BENCH_WRAP="valgrind --tool=callgrind"`
+//! `BENCH_ITERATIONS=N` overrides the round trips per latency cell, `BENCH_SCALE=N` runs only the scale rows of N, `BENCH_WRAP="valgrind --tool=callgrind"`
 //! runs the gateway under a profiler, and `BENCH_LOG=1` shows the gateway's stderr.
 
 mod direct;
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use direct::Direct;
 use process::{BOTH_ERAS, GatewayProcess, MODERN_ONLY};
-use rest::Rest;
+use rest::{EventStream, Rest};
 use stats::{Samples, millis, overhead, p50_p99};
 
 /// A protocol era of the upstream session, on both paths.
@@ -141,7 +141,11 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Section 1 and 2: elicitation round trip and plain tool call, direct vs gateway, alternating.
+/// Section 1: elicitation round trip, plain tool call and elicitation discovery, direct vs gateway, alternating.
+///
+/// Discovery runs `confirm_action` with `stamp`: the demo server ends the prompt with its wall-clock send time, and
+/// the time is taken when the elicitation reaches the direct client's handler, or when the `request.created` event's
+/// bytes reach a client subscribed to `GET /events` (same machine, same clock).
 async fn latency(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
     let gateway = GatewayProcess::spawn(binary, BOTH_ERAS).await?;
     gateway.ready().await?;
@@ -163,6 +167,19 @@ async fn latency(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
             record(measured, &mut direct_echo, direct.echo()).await?;
             record(measured, &mut gateway_echo, rest.echo(era.server())).await?;
         }
+        let mut events = EventStream::open(rest, &format!("?server={}", era.server())).await?;
+        let (mut direct_discovery, mut gateway_discovery) = (Samples::default(), Samples::default());
+        for round in 0..plan.warmup + plan.iterations {
+            let (direct_took, gateway_took) = (
+                direct.discover().await?,
+                rest.discover(era.server(), &mut events).await?,
+            );
+            if round >= plan.warmup {
+                direct_discovery.push(direct_took);
+                gateway_discovery.push(gateway_took);
+            }
+        }
+        drop(events);
         direct.close().await;
         let (added, ratio) = overhead(&direct_confirm, &gateway_confirm);
         let met = verdict(
@@ -184,6 +201,15 @@ async fn latency(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
             era.protocol(),
             p50_p99(&direct_echo),
             p50_p99(&gateway_echo),
+        );
+        let (added, ratio) = overhead(&direct_discovery, &gateway_discovery);
+        let met = verdict(gateway_discovery.p50() <= Duration::from_micros(100));
+        let _ = writeln!(
+            table,
+            "| discovery: upstream sends → client has it (gateway: `request.created` on `/events`) | {} | {} | {} | {added} | {ratio} | ≤ 100 p50: {met} |",
+            era.protocol(),
+            p50_p99(&direct_discovery),
+            p50_p99(&gateway_discovery),
         );
     }
     let _ = writeln!(
@@ -280,7 +306,12 @@ async fn scale_table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
          | protocol | pending N | raised in (s) | RSS per Request (B) | GET /requests?limit=100 p50 / p99 | GET /requests/{id} p50 / p99 | answer p50 / p99 | answers/s draining (c=64) |\n\
          |---|---|---|---|---|---|---|---|\n",
     );
-    for &(era, count) in plan.scale {
+    let only: Option<usize> = std::env::var("BENCH_SCALE").ok().and_then(|n| n.parse().ok());
+    for &(era, count) in plan
+        .scale
+        .iter()
+        .filter(|(_, count)| only.is_none_or(|only| only == *count))
+    {
         eprintln!("scale: {} N={count}", era.protocol());
         let run = scale::run(binary, era, count, plan).await?;
         let _ = writeln!(

@@ -1,5 +1,7 @@
 //! The gateway path: a keep-alive HTTP client doing exactly what a REST client of the gateway does.
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 use anyhow::{Context, bail, ensure};
 use serde_json::{Value, json};
 
@@ -87,6 +89,33 @@ impl Rest {
         check_confirmed(done.pointer("/result/structuredContent"))
     }
 
+    /// The discovery time of one elicitation: `confirm_action` with `stamp` started without waiting, then from the
+    /// upstream's send time to the `request.created` event on `events`; then it is answered and settled.
+    pub async fn discover(&self, server: &str, events: &mut EventStream) -> anyhow::Result<Duration> {
+        let body = json!({"server": server, "tool": "confirm_action", "arguments": {"action": "bench", "stamp": true}});
+        let (status, call) = self.post("/calls?wait=0", &body).await?;
+        ensure!(status == 201, "POST /calls {body} → {status}: {call}");
+        let call = call["id"].as_str().context("no call id")?;
+        let (request, discovered) = loop {
+            let event = events.next().await?;
+            if event.event != "request.created" {
+                continue;
+            }
+            let request: Value = serde_json::from_str(&event.data)?;
+            if request["call"] == call {
+                let prompt = request["prompt"].as_str().context("no prompt")?;
+                break (
+                    request["id"].as_str().context("no id")?.to_owned(),
+                    since_stamp(prompt, event.arrived)?,
+                );
+            }
+        };
+        self.answer(&request).await?;
+        let done = self.settled(call).await?;
+        check_confirmed(done.pointer("/result/structuredContent"))?;
+        Ok(discovered)
+    }
+
     /// One plain tool call: `POST /calls?wait` on `echo` → completed.
     pub async fn echo(&self, server: &str) -> anyhow::Result<()> {
         let call = self.start_call(server, "echo", json!({"text": "bench"})).await?;
@@ -105,4 +134,72 @@ pub fn check_confirmed(structured: Option<&Value>) -> anyhow::Result<()> {
         bail!("unexpected result {structured:?}");
     }
     Ok(())
+}
+
+/// A subscribed `GET /events` stream, read event by event.
+pub struct EventStream {
+    response: reqwest::Response,
+    buffer: String,
+    /// When the chunk holding the start of `buffer`'s first unread event arrived.
+    arrived: SystemTime,
+}
+
+/// One Server-Sent Event and the wall-clock time its bytes reached the client.
+pub struct SseEvent {
+    pub event: String,
+    pub data: String,
+    pub arrived: SystemTime,
+}
+
+impl EventStream {
+    /// Opens `GET /events{query}`, expecting `200`.
+    pub async fn open(rest: &Rest, query: &str) -> anyhow::Result<Self> {
+        let response = rest.client.get(format!("{}/events{query}", rest.base)).send().await?;
+        ensure!(response.status() == 200, "GET /events → {}", response.status());
+        Ok(Self {
+            response,
+            buffer: String::new(),
+            arrived: SystemTime::now(),
+        })
+    }
+
+    /// The next event (keep-alive comments skipped).
+    pub async fn next(&mut self) -> anyhow::Result<SseEvent> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let (mut event, mut data) = (String::new(), String::new());
+                for line in block.lines() {
+                    if let Some(name) = line.strip_prefix("event:") {
+                        event = name.trim_start().to_owned();
+                    } else if let Some(text) = line.strip_prefix("data:") {
+                        data.push_str(text.strip_prefix(' ').unwrap_or(text));
+                    }
+                }
+                if !event.is_empty() {
+                    return Ok(SseEvent {
+                        event,
+                        data,
+                        arrived: self.arrived,
+                    });
+                }
+                continue;
+            }
+            let chunk = self.response.chunk().await?.context("the event stream ended")?;
+            if self.buffer.is_empty() {
+                self.arrived = SystemTime::now();
+            }
+            self.buffer.push_str(std::str::from_utf8(&chunk)?);
+        }
+    }
+}
+
+/// How long ago a `confirm_action` with `stamp` sent its elicitation, from the ` @<ns>` ending of its prompt.
+pub fn since_stamp(prompt: &str, at: SystemTime) -> anyhow::Result<Duration> {
+    let nanos: u64 = prompt
+        .rsplit_once(" @")
+        .and_then(|(_, nanos)| nanos.parse().ok())
+        .with_context(|| format!("no send time in {prompt:?}"))?;
+    let sent = UNIX_EPOCH + Duration::from_nanos(nanos);
+    Ok(at.duration_since(sent).unwrap_or_default())
 }
