@@ -1,6 +1,6 @@
 //! The Calls: `tools/call`s started over REST, their status and result, kept for the retention window.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -116,9 +116,32 @@ struct Shared {
 
 #[derive(Debug)]
 struct Entry {
-    /// `status` here is never `InputRequired`: that is derived from the pending Requests.
+    /// `status` here is never `InputRequired`: that is derived from `pending`.
     view: CallView,
     cancel: CancellationToken,
+    /// The call's Requests still pending.
+    pending: HashSet<String>,
+    /// The status last published in `call.updated`.
+    published: Option<CallStatus>,
+}
+
+impl Entry {
+    /// The status as the API shows it.
+    fn status(&self) -> CallStatus {
+        if self.view.status == CallStatus::Running && !self.pending.is_empty() {
+            CallStatus::InputRequired
+        } else {
+            self.view.status
+        }
+    }
+
+    /// The view as the API shows it.
+    fn current(&self) -> CallView {
+        CallView {
+            status: self.status(),
+            ..self.view.clone()
+        }
+    }
 }
 
 impl Calls {
@@ -133,17 +156,30 @@ impl Calls {
             retention,
         });
         let calls = Arc::downgrade(&shared);
-        registry.on_call_change(Box::new(move |call| {
+        registry.on_call_change(Box::new(move |call, request| {
             if let Some(shared) = calls.upgrade() {
-                Calls { shared }.updated(call);
+                let calls = Calls { shared };
+                if let Some(entry) = calls.lock().get_mut(call) {
+                    entry.pending.remove(request);
+                }
+                calls.updated(call);
             }
         }));
         Self { shared }
     }
 
-    /// Publishes `call.updated` with the call's current state.
+    /// Publishes `call.updated` when the call's status has changed since it was last published.
     fn updated(&self, call: &str) {
-        if let Some(view) = self.get(call) {
+        let changed = {
+            let mut state = self.lock();
+            let Some(entry) = state.get_mut(call) else { return };
+            let status = entry.status();
+            (entry.published != Some(status)).then(|| {
+                entry.published = Some(status);
+                entry.current()
+            })
+        };
+        if let Some(view) = changed {
             let tags = Tags {
                 server: &view.server,
                 session: &view.session,
@@ -180,6 +216,8 @@ impl Calls {
                 Entry {
                     view: view.clone(),
                     cancel: cancel.clone(),
+                    pending: HashSet::new(),
+                    published: None,
                 },
             );
         }
@@ -196,6 +234,11 @@ impl Calls {
         if let Some(entry) = self.lock().get_mut(call) {
             entry.view.requests.push(request.to_owned());
             entry.view.updated_at = Timestamp::now();
+            // A Request resolved before it was attributed is not pending; the registry is asked under this lock,
+            // so a resolution cannot slip between the check and the insert unseen.
+            if self.shared.registry.any_pending([&request.to_owned()]) {
+                entry.pending.insert(request.to_owned());
+            }
         }
         self.shared.changes.notify();
         self.updated(call);
@@ -264,15 +307,10 @@ impl Calls {
             ];
             self.shared.metrics.inc("toolnexus_calls_finished_total", &labels);
         }
-        // Cancelling Requests of the call publishes `call.updated` through the registry's hook.
-        if self
-            .shared
+        self.shared
             .registry
-            .cancel(requests.iter().map(String::as_str), detail, true)
-            == 0
-        {
-            self.updated(call);
-        }
+            .cancel(requests.iter().map(String::as_str), detail, true);
+        self.updated(call);
         self.shared.changes.notify();
     }
 
@@ -291,19 +329,20 @@ impl Calls {
 
     /// One call by id, with its current status.
     pub fn get(&self, call: &str) -> Option<CallView> {
-        let view = self.lock().get(call)?.view.clone();
-        Some(self.with_derived_status(view))
+        self.lock().get(call).map(Entry::current)
+    }
+
+    /// A call's status, without copying the call.
+    pub fn status(&self, call: &str) -> Option<CallStatus> {
+        self.lock().get(call).map(Entry::status)
     }
 
     /// The calls matching the filter, oldest first.
     pub fn list(&self, filter: &CallFilter, limit: usize) -> Vec<CallView> {
-        let views: Vec<CallView> = {
-            let state = self.lock();
-            state.values().map(|entry| entry.view.clone()).collect()
-        };
-        views
-            .into_iter()
-            .map(|view| self.with_derived_status(view))
+        let state = self.lock();
+        state
+            .values()
+            .map(Entry::current)
             .filter(|view| filter.matches(view))
             .take(limit)
             .collect()
@@ -324,19 +363,11 @@ impl Calls {
 
     /// How many calls are held in each status.
     pub fn count_by_status(&self) -> BTreeMap<CallStatus, usize> {
-        let views: Vec<CallView> = self.lock().values().map(|entry| entry.view.clone()).collect();
         let mut counts = BTreeMap::new();
-        for view in views {
-            *counts.entry(self.with_derived_status(view).status).or_default() += 1;
+        for entry in self.lock().values() {
+            *counts.entry(entry.status()).or_default() += 1;
         }
         counts
-    }
-
-    fn with_derived_status(&self, mut view: CallView) -> CallView {
-        if view.status == CallStatus::Running && self.shared.registry.any_pending(&view.requests) {
-            view.status = CallStatus::InputRequired;
-        }
-        view
     }
 
     fn lock(&self) -> MutexGuard<'_, Retained<Entry>> {

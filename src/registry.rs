@@ -151,7 +151,7 @@ pub struct Registry {
 }
 
 /// Told the id of a Call whenever one of its Requests is raised or resolved.
-pub type CallHook = Box<dyn Fn(&str) + Send + Sync>;
+pub type CallHook = Box<dyn Fn(&str, &str) + Send + Sync>;
 
 struct Shared {
     state: Mutex<State>,
@@ -323,7 +323,7 @@ impl Registry {
             self.shared.reaper.notify_one();
         }
         // The call lists the Request (and publishes its new state) once the caller attributes it.
-        self.changed([None]);
+        self.changed([]);
         Ok(Pending { id, outcome })
     }
 
@@ -376,7 +376,7 @@ impl Registry {
             self.retire(&mut state, id, Status::Cancelled, Some(detail));
             let call = state.entries[id].view.call.clone();
             drop(state);
-            self.changed([call]);
+            self.changed([(call, id.to_owned())]);
             return Err(AnswerError::Gone {
                 id: id.to_owned(),
                 status: Status::Cancelled,
@@ -402,7 +402,7 @@ impl Registry {
         };
         let call = state.entries[id].view.call.clone();
         drop(state);
-        self.changed([call]);
+        self.changed([(call, id.to_owned())]);
         outcome
     }
 
@@ -419,7 +419,8 @@ impl Registry {
                     .get(id)
                     .is_some_and(|entry| entry.view.status == Status::Pending)
                 {
-                    calls.push(self.withdraw(&mut state, id, detail, reply_cancel).call);
+                    let view = self.withdraw(&mut state, id, detail, reply_cancel);
+                    calls.push((view.call, view.request.id));
                 }
             }
         }
@@ -546,7 +547,8 @@ impl Registry {
             if let Some(reply) = entry.reply.take() {
                 let _ = reply.send(Outcome::Reply(result));
             }
-            expired.push(self.retire(&mut state, &id, Status::Expired, None).call);
+            let view = self.retire(&mut state, &id, Status::Expired, None);
+            expired.push((view.call, id));
         }
         while let Some((until, id)) = state.retired.front().cloned() {
             if until > now {
@@ -623,11 +625,15 @@ impl Registry {
         self.shared.events.publish(kind, view, tags);
     }
 
-    /// Wakes long-polls and tells the call hook about the calls whose Requests changed.
-    fn changed(&self, calls: impl IntoIterator<Item = Option<String>>) {
+    /// Wakes long-polls and tells the call hook which Requests of which calls were resolved.
+    fn changed(&self, resolved: impl IntoIterator<Item = (Option<String>, String)>) {
         self.shared.changes.notify();
         if let Some(hook) = self.shared.call_hook.get() {
-            calls.into_iter().flatten().for_each(|call| hook(&call));
+            for (call, request) in resolved {
+                if let Some(call) = call {
+                    hook(&call, &request);
+                }
+            }
         }
     }
 

@@ -509,9 +509,7 @@ async fn work_budget(limit: Option<Duration>, calls: Calls, call: String, change
     let mut used = Duration::ZERO;
     let mut versions = changes.subscribe();
     loop {
-        let waiting = calls
-            .get(&call)
-            .is_some_and(|view| view.status == CallStatus::InputRequired);
+        let waiting = calls.status(&call) == Some(CallStatus::InputRequired);
         let started = tokio::time::Instant::now();
         if waiting {
             let _ = versions.changed().await;

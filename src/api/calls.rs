@@ -194,13 +194,10 @@ fn owned_by(
 
 /// The call once it is no longer `running`, or as it is when `wait` passes.
 async fn settled(state: &AppState, id: &str, wait: Wait) -> Option<CallView> {
-    let not_running = || state.calls.get(id).filter(|call| call.status != CallStatus::Running);
-    match state
+    let not_running = || state.calls.status(id).filter(|status| *status != CallStatus::Running);
+    let _ = state
         .changes
         .wait_for(wait.duration(), &state.shutdown, not_running)
-        .await
-    {
-        Some(call) => Some(call),
-        None => state.calls.get(id),
-    }
+        .await;
+    state.calls.get(id)
 }
