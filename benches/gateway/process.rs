@@ -55,7 +55,9 @@ impl GatewayProcess {
     pub async fn spawn(binary: &Path, servers: &str) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("gateway.toml");
-        std::fs::write(&config, format!("listen = \"127.0.0.1:0\"\n{servers}"))?;
+        // The scale rows hold more Requests than the default `requests.max_pending`.
+        let requests = "[requests]\nmax_pending = 1000000\n";
+        std::fs::write(&config, format!("listen = \"127.0.0.1:0\"\n{requests}{servers}"))?;
         let log = std::env::var_os("BENCH_LOG").is_some();
         let spawned = Instant::now();
         // `BENCH_WRAP="valgrind --tool=callgrind"` runs the gateway under a profiler.
