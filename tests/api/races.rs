@@ -1,11 +1,12 @@
 //! Races: many answers to one Request, and answers racing an expiry: exactly one outcome, seen the same
 //! way by the answerer, the Request, the call, the event stream and the upstream.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{BOTH_ERAS, ERAS, first_request, results, spawn_app, spawn_app_with};
+use crate::helpers::{BOTH_ERAS, ERAS, EventStream, TestApp, first_request, results, spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn of_two_hundred_different_answers_exactly_one_wins() {
@@ -61,39 +62,9 @@ async fn an_answer_racing_the_expiry_has_one_outcome_everywhere() {
                 .await,
         );
     }
-    let answers: Vec<_> = calls
-        .iter()
-        .enumerate()
-        .map(|(n, call)| {
-            let id = first_request(call);
-            let url = format!("{}/requests/{id}/answer", app.address);
-            let client = app.client.clone();
-            // Spread the answers across the moment of expiry: some land before it, some after.
-            let delay = Duration::from_millis(880 + 20 * n as u64);
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let response = client
-                    .post(url)
-                    .json(&json!({"ok": true, "data": {"confirm": true}}))
-                    .send()
-                    .await
-                    .unwrap();
-                (id, response.status().as_u16())
-            })
-        })
-        .collect();
-    let mut outcomes = Vec::new();
-    for answer in answers {
-        outcomes.push(answer.await.unwrap());
-    }
-    let mut resolved = std::collections::HashMap::new();
-    while resolved.len() < outcomes.len() {
-        let event = events.next_of("request.resolved").await;
-        resolved.insert(
-            event.data["id"].as_str().unwrap().to_owned(),
-            event.data["status"].as_str().unwrap().to_owned(),
-        );
-    }
+    // Spread the answers across the moment of expiry: some land before it, some after.
+    let outcomes = answer_at(&app, &calls, |n| Duration::from_millis(880 + 20 * n as u64)).await;
+    let resolved = resolutions(&mut events, outcomes.len()).await;
     for ((id, status), call) in outcomes.iter().zip(&calls) {
         let request = app.get_json(&format!("/requests/{id}")).await;
         let done = app.settled(call["id"].as_str().unwrap()).await;
@@ -131,39 +102,9 @@ async fn an_answer_racing_an_upstream_cancellation_has_one_outcome_in_the_gatewa
                 .await,
         );
     }
-    let answers: Vec<_> = calls
-        .iter()
-        .enumerate()
-        .map(|(n, call)| {
-            let id = first_request(call);
-            let url = format!("{}/requests/{id}/answer", app.address);
-            let client = app.client.clone();
-            // Around the moment the upstream gives up and withdraws its elicitation.
-            let delay = Duration::from_millis(340 + 15 * n as u64);
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let response = client
-                    .post(url)
-                    .json(&json!({"ok": true, "data": {"confirm": true}}))
-                    .send()
-                    .await
-                    .unwrap();
-                (id, response.status().as_u16())
-            })
-        })
-        .collect();
-    let mut outcomes = Vec::new();
-    for answer in answers {
-        outcomes.push(answer.await.unwrap());
-    }
-    let mut resolved = std::collections::HashMap::new();
-    while resolved.len() < outcomes.len() {
-        let event = events.next_of("request.resolved").await;
-        resolved.insert(
-            event.data["id"].as_str().unwrap().to_owned(),
-            event.data["status"].as_str().unwrap().to_owned(),
-        );
-    }
+    // Around the moment the upstream gives up and withdraws its elicitation.
+    let outcomes = answer_at(&app, &calls, |n| Duration::from_millis(340 + 15 * n as u64)).await;
+    let resolved = resolutions(&mut events, outcomes.len()).await;
     for (id, status) in &outcomes {
         let request = app.get_json(&format!("/requests/{id}")).await;
         let expected = match status {
@@ -178,4 +119,41 @@ async fn an_answer_racing_an_upstream_cancellation_has_one_outcome_in_the_gatewa
         let done = app.settled(call["id"].as_str().unwrap()).await;
         assert_eq!(done["status"], "completed", "every call ends: {done}");
     }
+}
+
+/// Accepts each call's first Request after its own delay, all at once; the Request ids with the HTTP statuses.
+async fn answer_at(app: &TestApp, calls: &[Value], delay: impl Fn(usize) -> Duration) -> Vec<(String, u16)> {
+    let answers: Vec<_> = calls
+        .iter()
+        .enumerate()
+        .map(|(n, call)| {
+            let id = first_request(call);
+            let url = format!("{}/requests/{id}/answer", app.address);
+            let (client, delay) = (app.client.clone(), delay(n));
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let body = json!({"ok": true, "data": {"confirm": true}});
+                let response = client.post(url).json(&body).send().await.unwrap();
+                (id, response.status().as_u16())
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for answer in answers {
+        outcomes.push(answer.await.unwrap());
+    }
+    outcomes
+}
+
+/// The status of each of the next `count` Requests resolved on the stream, by id.
+async fn resolutions(events: &mut EventStream, count: usize) -> HashMap<String, String> {
+    let mut resolved = HashMap::new();
+    while resolved.len() < count {
+        let event = events.next_of("request.resolved").await;
+        resolved.insert(
+            event.data["id"].as_str().unwrap().to_owned(),
+            event.data["status"].as_str().unwrap().to_owned(),
+        );
+    }
+    resolved
 }
