@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-pub use client::SessionCore;
+pub use client::{SessionCore, capabilities};
 
 use crate::Background;
 use crate::auth::Principal;

@@ -8,9 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, ensure};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
-    ElicitationAction, ElicitationCapability, ErrorData, FormElicitationCapability, Implementation, JsonObject,
-    ProtocolVersion, UrlElicitationCapability,
+    CallToolRequestParams, CallToolResult, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
+    ErrorData, Implementation, JsonObject, ProtocolVersion,
 };
 use rmcp::service::{RequestContext, RunningService};
 use rmcp::transport::TokioChildProcess;
@@ -30,14 +29,12 @@ struct Answerer {
 
 impl ClientHandler for Answerer {
     fn get_info(&self) -> ClientConfig {
-        let mut capabilities = ClientCapabilities::default();
-        capabilities.elicitation = Some(
-            ElicitationCapability::new()
-                .with_form(FormElicitationCapability::new())
-                .with_url(UrlElicitationCapability::new()),
-        );
-        ClientConfig::new(capabilities, Implementation::new("bench-direct", "0.1.0"))
-            .with_protocol_version(self.protocol.clone())
+        // The same declaration as the gateway's, so both paths ask the upstream for the same thing.
+        ClientConfig::new(
+            toolnexus_gateway::upstream::capabilities(),
+            Implementation::new("bench-direct", "0.1.0"),
+        )
+        .with_protocol_version(self.protocol.clone())
     }
 
     async fn create_elicitation(

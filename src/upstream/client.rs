@@ -132,6 +132,17 @@ impl SessionCore {
     }
 }
 
+/// What the gateway declares to upstreams: elicitation in form and URL mode, nothing else.
+pub fn capabilities() -> ClientCapabilities {
+    let mut capabilities = ClientCapabilities::default();
+    capabilities.elicitation = Some(
+        ElicitationCapability::new()
+            .with_form(FormElicitationCapability::new())
+            .with_url(UrlElicitationCapability::new()),
+    );
+    capabilities
+}
+
 /// The `ClientHandler` of every upstream session.
 #[derive(Debug, Clone)]
 pub struct GatewayClient {
@@ -148,14 +159,8 @@ impl GatewayClient {
 
 impl ClientHandler for GatewayClient {
     fn get_info(&self) -> ClientConfig {
-        let mut capabilities = ClientCapabilities::default();
-        capabilities.elicitation = Some(
-            ElicitationCapability::new()
-                .with_form(FormElicitationCapability::new())
-                .with_url(UrlElicitationCapability::new()),
-        );
         ClientConfig::new(
-            capabilities,
+            capabilities(),
             Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(self.protocol.clone())
