@@ -449,12 +449,7 @@ function urlForm(request) {
     problem,
     buttons(request, 'Done'),
   );
-  form.addEventListener('submit', async (event) => {
-    event.preventDefault();
-    clearErrors([], problem);
-    await answer(request, { ok: true }, form, (errors) => showErrors(errors, [], problem));
-  });
-  wireButtons(request, form, problem);
+  acceptOnSubmit(request, form, problem);
   return form;
 }
 
@@ -463,13 +458,18 @@ function plainForm(request) {
   const form = h('form', { novalidate: true, 'aria-labelledby': `h-${request.id}` });
   const problem = h('p', { class: 'problem', role: 'alert', hidden: true });
   form.append(problem, buttons(request, 'Accept'));
+  acceptOnSubmit(request, form, problem);
+  return form;
+}
+
+/** Submitting a form without fields accepts with no data; its other buttons decline or cancel. */
+function acceptOnSubmit(request, form, problem) {
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
     clearErrors([], problem);
     await answer(request, { ok: true }, form, (errors) => showErrors(errors, [], problem));
   });
   wireButtons(request, form, problem);
-  return form;
 }
 
 function buttons(request, accept) {
