@@ -34,5 +34,7 @@ if [[ ! -d tests/browser/node_modules/playwright-core ]]; then
         fail "cannot install the browser tests' packages: run 'npm ci' in tests/browser"
 fi
 
-cargo build --locked
+# The binary `cargo test` built: a plain `cargo build` would compile the dependencies again without the
+# dev-dependencies' features, doubling the size of target/.
+cargo test --locked --no-run
 (cd tests/browser && node --test --test-concurrency=1 inbox.test.js)
