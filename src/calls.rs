@@ -190,8 +190,9 @@ impl Calls {
         }
     }
 
-    /// Records a new running call; the token fires when it is cancelled.
-    pub fn create(&self, call: NewCall) -> (CallView, CancellationToken) {
+    /// Records a new running call, unless its owner already has `max_running` calls that have not ended
+    /// (then that count is the error); the token fires when the call is cancelled.
+    pub fn create(&self, call: NewCall, max_running: usize) -> Result<(CallView, CancellationToken), usize> {
         let now = Timestamp::now();
         let view = CallView {
             id: ids::mint(ids::CALL),
@@ -211,8 +212,12 @@ impl Calls {
         {
             let mut state = self.lock();
             state.purge(Instant::now());
+            let running = state.live().filter(|entry| entry.view.owner == view.owner).count();
+            if running >= max_running {
+                return Err(running);
+            }
             state.insert(
-                view.id.clone(),
+                &view.id,
                 Entry {
                     view: view.clone(),
                     cancel: cancel.clone(),
@@ -226,7 +231,7 @@ impl Calls {
             .metrics
             .inc("toolnexus_calls_started_total", &[("server", &view.server)]);
         self.updated(&view.id);
-        (view, cancel)
+        Ok((view, cancel))
     }
 
     /// Attributes a Request to a call.
@@ -316,12 +321,7 @@ impl Calls {
 
     /// Cancels every running call (used at shutdown).
     pub fn cancel_all(&self, message: &str) {
-        let running: Vec<String> = self
-            .lock()
-            .values()
-            .filter(|entry| !entry.view.status.is_final())
-            .map(|entry| entry.view.id.clone())
-            .collect();
+        let running: Vec<String> = self.lock().live().map(|entry| entry.view.id.clone()).collect();
         for call in running {
             self.cancel(&call, message);
         }
@@ -346,14 +346,6 @@ impl Calls {
             .filter(|view| filter.matches(view))
             .take(limit)
             .collect()
-    }
-
-    /// How many calls of this principal have not ended.
-    pub fn running_count(&self, owner: &str) -> usize {
-        self.lock()
-            .values()
-            .filter(|entry| entry.view.owner == owner && !entry.view.status.is_final())
-            .count()
     }
 
     /// The principal that started a call.

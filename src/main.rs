@@ -90,7 +90,12 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let runtime = if std::env::var_os("XRT_CURRENT").is_some() {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Runtime::new()
+    }
+    .context("cannot start the async runtime")?;
     match cli.command {
         Some(Command::DemoServer(args)) => {
             init_logs(&LogConfig::default(), LogFormat::Text);

@@ -3,7 +3,7 @@
 //! The registry owns every state transition of a Request (pending → answered, expired or cancelled,
 //! exactly once) and delivers the resulting `ElicitResult` to whoever suspended.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -18,6 +18,7 @@ use crate::changes::Changes;
 use crate::elicitation::{self, KIND_AUTHORIZATION};
 use crate::events::{EventKind, Events, Tags};
 use crate::metrics::Metrics;
+use crate::retained::Retained;
 use crate::suspension::{Answer, Request};
 use crate::time::Timestamp;
 use crate::validation::{self, Validators, Violation};
@@ -199,22 +200,14 @@ impl std::fmt::Debug for Shared {
     }
 }
 
-#[derive(Debug, Default)]
-struct State {
-    /// Boxed: a table slot stays small, and the table is over-allocated by up to half as it grows.
-    entries: HashMap<String, Box<Entry>>,
-    /// Creation order, for oldest-first listing and stable pagination.
-    order: BTreeMap<u64, String>,
-    next_seq: u64,
-    /// Pending Requests by deadline.
-    deadlines: BTreeSet<(Instant, String)>,
-    /// Resolved Requests by the time they stop being readable (in resolution order).
-    retired: VecDeque<(Instant, String)>,
-}
+/// Every Request kept, in creation order; the live ones are the pending ones. Every Request lives for the
+/// same TTL, so the oldest pending Request is also the first to expire.
+///
+/// Boxed: a table slot stays small, and the table is over-allocated by up to half as it grows.
+type State = Retained<Box<Entry>>;
 
 #[derive(Debug)]
 struct Entry {
-    seq: u64,
     view: RequestView,
     deadline: Instant,
     /// `elicitationId` of a URL-mode elicitation, to match `notifications/elicitation/complete`.
@@ -260,7 +253,6 @@ impl Registry {
         request.data = request.data.take().map(|data| self.shared.data.share(data));
         let created_at = Timestamp::now();
         request.expires_at = Some(created_at.after(self.shared.policy.ttl).rfc3339());
-        let deadline = Instant::now() + self.shared.policy.ttl;
         let id = request.id.clone();
         let elicitation_id = suspension
             .params
@@ -286,16 +278,14 @@ impl Registry {
         };
         let first_deadline = {
             let mut state = self.lock();
-            if state.deadlines.len() >= self.shared.policy.max_pending {
+            if state.live_count() >= self.shared.policy.max_pending {
                 self.shared
                     .metrics
                     .inc("toolnexus_requests_rejected_total", &[("server", &view.server)]);
                 return Err(SuspendError::Full(self.shared.policy.max_pending));
             }
-            let seq = state.next_seq;
-            state.next_seq += 1;
-            state.order.insert(seq, id.clone());
-            state.deadlines.insert((deadline, id.clone()));
+            // Taken under the lock, so that deadlines follow creation order.
+            let deadline = Instant::now() + self.shared.policy.ttl;
             self.publish(EventKind::RequestCreated, &view);
             self.shared
                 .metrics
@@ -309,15 +299,14 @@ impl Registry {
                 "request created"
             );
             let entry = Entry {
-                seq,
                 view,
                 deadline,
                 elicitation_id,
                 reply: Some(reply),
                 withdrawn: None,
             };
-            state.entries.insert(id.clone(), Box::new(entry));
-            state.deadlines.first().is_some_and(|(first, _)| *first == deadline)
+            state.insert(&id, Box::new(entry));
+            state.live_count() == 1
         };
         if first_deadline {
             self.shared.reaper.notify_one();
@@ -333,10 +322,7 @@ impl Registry {
     pub fn answer(&self, id: &str, mut answer: Answer, by: &str) -> Result<RequestView, AnswerError> {
         answer.id = id.to_owned();
         let mut state = self.lock();
-        let entry = state
-            .entries
-            .get_mut(id)
-            .ok_or_else(|| AnswerError::NotFound(id.to_owned()))?;
+        let entry = state.get_mut(id).ok_or_else(|| AnswerError::NotFound(id.to_owned()))?;
         let request_data = entry.view.request.data.clone();
         let schema = request_data.as_ref().and_then(|data| data.get("schema"));
         let is_url = entry.view.request.kind == KIND_AUTHORIZATION;
@@ -374,7 +360,7 @@ impl Registry {
         if entry.withdrawn.as_ref().is_some_and(CancellationToken::is_cancelled) {
             let detail = "the upstream cancelled the elicitation".to_owned();
             self.retire(&mut state, id, Status::Cancelled, Some(detail));
-            let call = state.entries[id].view.call.clone();
+            let call = state.get(id).and_then(|entry| entry.view.call.clone());
             drop(state);
             self.changed([(call, id.to_owned())]);
             return Err(AnswerError::Gone {
@@ -400,7 +386,7 @@ impl Registry {
                 status: Status::Cancelled,
             })
         };
-        let call = state.entries[id].view.call.clone();
+        let call = state.get(id).and_then(|entry| entry.view.call.clone());
         drop(state);
         self.changed([(call, id.to_owned())]);
         outcome
@@ -414,11 +400,7 @@ impl Registry {
         {
             let mut state = self.lock();
             for id in ids {
-                if state
-                    .entries
-                    .get(id)
-                    .is_some_and(|entry| entry.view.status == Status::Pending)
-                {
+                if state.get(id).is_some_and(|entry| entry.view.status == Status::Pending) {
                     let view = self.withdraw(&mut state, id, detail, reply_cancel);
                     calls.push((view.call, view.request.id));
                 }
@@ -434,10 +416,9 @@ impl Registry {
         let ids: Vec<String> = {
             let state = self.lock();
             state
-                .deadlines
-                .iter()
-                .filter(|(_, id)| state.entries[id].view.session == session)
-                .map(|(_, id)| id.clone())
+                .live()
+                .filter(|entry| entry.view.session == session)
+                .map(|entry| entry.view.request.id.clone())
                 .collect()
         };
         self.cancel(ids.iter().map(String::as_str), detail, reply_cancel)
@@ -445,7 +426,7 @@ impl Registry {
 
     /// Cancels every pending Request, telling each upstream `cancel` (used at shutdown).
     pub fn cancel_all(&self, detail: &str) -> usize {
-        let ids: Vec<String> = self.lock().deadlines.iter().map(|(_, id)| id.clone()).collect();
+        let ids: Vec<String> = self.lock().live().map(|entry| entry.view.request.id.clone()).collect();
         self.cancel(ids.iter().map(String::as_str), detail, true)
     }
 
@@ -454,7 +435,6 @@ impl Registry {
         let found = {
             let mut state = self.lock();
             state
-                .entries
                 .values_mut()
                 .find(|entry| {
                     entry.view.session == session
@@ -472,43 +452,45 @@ impl Registry {
 
     /// Ties a Request to the token its upstream exchange is cancelled by, so a late answer is refused.
     pub fn watch_withdrawal(&self, id: &str, withdrawn: CancellationToken) {
-        if let Some(entry) = self.lock().entries.get_mut(id) {
+        if let Some(entry) = self.lock().get_mut(id) {
             entry.withdrawn = Some(withdrawn);
         }
     }
 
     /// How many Requests are pending.
     pub fn pending_count(&self) -> usize {
-        self.lock().deadlines.len()
+        self.lock().live_count()
     }
 
     /// One Request by id.
     pub fn get(&self, id: &str) -> Option<RequestView> {
-        self.lock().entries.get(id).map(|entry| entry.view.clone())
+        self.lock().get(id).map(|entry| entry.view.clone())
     }
 
     /// Whether any of these Requests is still pending.
     pub fn any_pending<'a>(&self, ids: impl IntoIterator<Item = &'a String>) -> bool {
         let state = self.lock();
-        ids.into_iter().any(|id| {
-            state
-                .entries
-                .get(id)
-                .is_some_and(|entry| entry.view.status == Status::Pending)
-        })
+        ids.into_iter()
+            .any(|id| state.get(id).is_some_and(|entry| entry.view.status == Status::Pending))
     }
 
     /// Up to `limit` Requests matching the filter, oldest first, starting at `cursor`; and the next page's cursor.
+    ///
+    /// Listing pending Requests walks only those, however many resolved ones are kept.
     pub fn list(&self, filter: &Filter, cursor: u64, limit: usize) -> (Vec<RequestView>, Option<u64>) {
         let state = self.lock();
+        let candidates: Box<dyn Iterator<Item = (u64, &Box<Entry>)>> = if filter.status == Some(Status::Pending) {
+            Box::new(state.live_range(cursor..))
+        } else {
+            Box::new(state.range(cursor..))
+        };
         let mut page = Vec::new();
-        for (seq, id) in state.order.range(cursor..) {
-            let view = &state.entries[id].view;
-            if filter.matches(view) {
+        for (seq, entry) in candidates {
+            if filter.matches(&entry.view) {
                 if page.len() == limit {
-                    return (page, Some(*seq));
+                    return (page, Some(seq));
                 }
-                page.push(view.clone());
+                page.push(entry.view.clone());
             }
         }
         (page, None)
@@ -536,11 +518,12 @@ impl Registry {
     fn reap_due(&self, now: Instant) -> Option<Instant> {
         let mut expired = Vec::new();
         let mut state = self.lock();
-        while let Some((deadline, id)) = state.deadlines.first().cloned() {
-            if deadline > now {
-                break;
-            }
-            let entry = state.entries.get_mut(&id).expect("a deadline has its entry");
+        let first_due = |state: &State| {
+            let first = state.live().next()?;
+            (first.deadline <= now).then(|| first.view.request.id.clone())
+        };
+        while let Some(id) = first_due(&state) {
+            let entry = state.get_mut(&id).expect("a live Request has its entry");
             entry.view.answer = Some(Answer::expired(&id));
             let result = ElicitResult::new(ElicitationAction::Cancel);
             entry.view.result = Some(result.clone());
@@ -550,17 +533,9 @@ impl Registry {
             let view = self.retire(&mut state, &id, Status::Expired, None);
             expired.push((view.call, id));
         }
-        while let Some((until, id)) = state.retired.front().cloned() {
-            if until > now {
-                break;
-            }
-            state.retired.pop_front();
-            if let Some(entry) = state.entries.remove(&id) {
-                state.order.remove(&entry.seq);
-            }
-        }
-        let next_deadline = state.deadlines.first().map(|(when, _)| *when);
-        let next_purge = state.retired.front().map(|(when, _)| *when);
+        state.purge(now);
+        let next_deadline = state.live().next().map(|entry| entry.deadline);
+        let next_purge = state.next_purge();
         drop(state);
         if !expired.is_empty() {
             self.changed(expired);
@@ -570,7 +545,7 @@ impl Registry {
 
     /// Cancels a pending entry, replying `cancel` upstream or withdrawing it.
     fn withdraw(&self, state: &mut State, id: &str, detail: &str, reply_cancel: bool) -> RequestView {
-        let entry = state.entries.get_mut(id).expect("caller checked the entry");
+        let entry = state.get_mut(id).expect("caller checked the entry");
         let reply = entry.reply.take();
         if reply_cancel {
             let result = ElicitResult::new(ElicitationAction::Cancel);
@@ -585,7 +560,7 @@ impl Registry {
 
     /// Moves a pending entry to a terminal status, schedules its purge and publishes `request.resolved`.
     fn retire(&self, state: &mut State, id: &str, status: Status, detail: Option<String>) -> RequestView {
-        let entry = state.entries.get_mut(id).expect("caller checked the entry");
+        let entry = state.get_mut(id).expect("caller checked the entry");
         debug_assert_eq!(entry.view.status, Status::Pending);
         entry.view.status = status;
         entry.view.resolved_at = Some(Timestamp::now());
@@ -606,11 +581,7 @@ impl Registry {
         );
         let age = (entry.deadline - self.shared.policy.ttl).elapsed().as_secs_f64();
         metrics.observe("toolnexus_request_resolution_seconds", &[("server", &view.server)], age);
-        let deadline = entry.deadline;
-        state.deadlines.remove(&(deadline, id.to_owned()));
-        state
-            .retired
-            .push_back((Instant::now() + self.shared.policy.retention, id.to_owned()));
+        state.retire(id, Instant::now() + self.shared.policy.retention);
         self.publish(EventKind::RequestResolved, &view);
         view
     }

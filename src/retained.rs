@@ -1,17 +1,26 @@
-//! An id-keyed store that keeps insertion order and forgets an entry a while after it ends.
+//! An id-keyed store that keeps insertion order, indexes the entries still live, and forgets an entry a
+//! while after it is retired.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::ops::RangeFrom;
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
 /// Entries by id, listed oldest first; a retired entry is forgotten once its time is up.
+///
+/// Every listing of live entries walks the live index only, so its cost does not grow with the entries
+/// retired and still kept.
 #[derive(Debug)]
 pub struct Retained<V> {
-    entries: HashMap<String, (u64, V)>,
-    order: BTreeMap<u64, String>,
+    entries: HashMap<Arc<str>, (u64, V)>,
+    /// Every entry by insertion sequence number.
+    order: BTreeMap<u64, Arc<str>>,
+    /// The sequence numbers of the entries not yet retired.
+    live: BTreeSet<u64>,
     next_seq: u64,
     /// Retired entries by the time they are forgotten, in retirement order.
-    retired: VecDeque<(Instant, String)>,
+    retired: VecDeque<(Instant, Arc<str>)>,
 }
 
 impl<V> Default for Retained<V> {
@@ -19,6 +28,7 @@ impl<V> Default for Retained<V> {
         Self {
             entries: HashMap::new(),
             order: BTreeMap::new(),
+            live: BTreeSet::new(),
             next_seq: 0,
             retired: VecDeque::new(),
         }
@@ -26,11 +36,13 @@ impl<V> Default for Retained<V> {
 }
 
 impl<V> Retained<V> {
-    /// Adds an entry after every other.
-    pub fn insert(&mut self, id: String, value: V) {
+    /// Adds a live entry after every other.
+    pub fn insert(&mut self, id: &str, value: V) {
+        let id: Arc<str> = id.into();
         let seq = self.next_seq;
         self.next_seq += 1;
         self.order.insert(seq, id.clone());
+        self.live.insert(seq);
         self.entries.insert(id, (seq, value));
     }
 
@@ -44,14 +56,51 @@ impl<V> Retained<V> {
         self.entries.get_mut(id).map(|(_, value)| value)
     }
 
-    /// Every entry, oldest first.
-    pub fn values(&self) -> impl Iterator<Item = &V> {
-        self.order.values().map(|id| &self.entries[id].1)
+    /// Every entry, to change, in no particular order.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.entries.values_mut().map(|(_, value)| value)
     }
 
-    /// Forgets the entry at `until` (retire each entry once, with non-decreasing times).
+    /// Every entry with its sequence number, oldest first, from sequence number `from`.
+    pub fn range(&self, from: RangeFrom<u64>) -> impl Iterator<Item = (u64, &V)> {
+        self.order.range(from).map(|(seq, id)| (*seq, &self.entries[id].1))
+    }
+
+    /// The live entries with their sequence numbers, oldest first, from sequence number `from`.
+    pub fn live_range(&self, from: RangeFrom<u64>) -> impl Iterator<Item = (u64, &V)> {
+        self.live
+            .range(from)
+            .map(|seq| (*seq, &self.entries[&self.order[seq]].1))
+    }
+
+    /// Every entry, oldest first.
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.range(0..).map(|(_, value)| value)
+    }
+
+    /// The live entries, oldest first.
+    pub fn live(&self) -> impl Iterator<Item = &V> {
+        self.live_range(0..).map(|(_, value)| value)
+    }
+
+    /// How many entries are live.
+    pub fn live_count(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Retires a live entry: it leaves the live index and is forgotten at `until` (retire with
+    /// non-decreasing times). Retiring an entry again, or an unknown one, does nothing.
     pub fn retire(&mut self, id: &str, until: Instant) {
-        self.retired.push_back((until, id.to_owned()));
+        if let Some((id, (seq, _))) = self.entries.get_key_value(id)
+            && self.live.remove(seq)
+        {
+            self.retired.push_back((until, id.clone()));
+        }
+    }
+
+    /// When the next retired entry is due to be forgotten.
+    pub fn next_purge(&self) -> Option<Instant> {
+        self.retired.front().map(|(until, _)| *until)
     }
 
     /// Forgets the retired entries whose time has come.
@@ -77,15 +126,36 @@ mod tests {
     fn entries_list_oldest_first_and_go_once_retired_and_due() {
         let mut store = Retained::default();
         for id in ["a", "b", "c"] {
-            store.insert(id.to_owned(), id.to_uppercase());
+            store.insert(id, id.to_uppercase());
         }
         let now = Instant::now();
         store.retire("b", now);
         store.retire("c", now + Duration::from_secs(60));
+        assert_eq!(store.next_purge(), Some(now));
         store.purge(now);
         assert_eq!(store.values().cloned().collect::<Vec<_>>(), ["A", "C"]);
+        assert_eq!(store.next_purge(), Some(now + Duration::from_secs(60)));
         assert!(store.get("b").is_none());
         *store.get_mut("a").unwrap() = "Z".to_owned();
         assert_eq!(store.get("a").map(String::as_str), Some("Z"));
+    }
+
+    #[test]
+    fn the_live_index_holds_what_is_not_retired() {
+        let mut store = Retained::default();
+        for id in ["a", "b", "c", "d"] {
+            store.insert(id, id);
+        }
+        let later = Instant::now() + Duration::from_secs(60);
+        store.retire("b", later);
+        store.retire("b", later);
+        store.retire("nobody", later);
+        assert_eq!(store.live().copied().collect::<Vec<_>>(), ["a", "c", "d"]);
+        assert_eq!(store.live_count(), 3);
+        assert_eq!(store.live_range(2..).collect::<Vec<_>>(), [(2, &"c"), (3, &"d")]);
+        assert_eq!(store.range(1..).map(|(seq, _)| seq).collect::<Vec<_>>(), [1, 2, 3]);
+        store.purge(later);
+        assert_eq!(store.values().copied().collect::<Vec<_>>(), ["a", "c", "d"]);
+        assert_eq!(store.next_purge(), None);
     }
 }

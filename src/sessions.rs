@@ -125,7 +125,7 @@ impl Sessions {
             let mut state = self.lock();
             state.purge(Instant::now());
             state.insert(
-                id.to_owned(),
+                id,
                 Entry {
                     view: view.clone(),
                     live: None,
@@ -191,12 +191,11 @@ impl Sessions {
     /// Sessions oldest first; closed and failed ones only with `all`.
     pub fn list(&self, all: bool) -> Vec<SessionView> {
         let state = self.lock();
-        state
-            .values()
-            .map(|entry| &entry.view)
-            .filter(|view| all || matches!(view.status, SessionStatus::Starting | SessionStatus::Ready))
-            .cloned()
-            .collect()
+        if all {
+            state.values().map(|entry| entry.view.clone()).collect()
+        } else {
+            state.live().map(|entry| entry.view.clone()).collect()
+        }
     }
 
     /// The ids of every session that is still open.

@@ -257,21 +257,23 @@ impl Upstreams {
                 )));
             }
         }
-        let running = self.calls.running_count(&by.name);
-        if running >= self.limits.calls_per_principal {
-            return Err(UpstreamError::TooMany(format!(
-                "{} has {running} calls running, the most one principal may hold (limits.calls_per_principal)",
-                by.name
-            )));
-        }
         let live = self.live(&target)?;
-        let (view, cancel) = self.calls.create(NewCall {
+        let call = NewCall {
             server: live.core.server.clone(),
             session: live.core.id.clone(),
             tool: tool.clone(),
             arguments: arguments.clone().map_or(Value::Object(Map::new()), Value::Object),
             owner: by.name.clone(),
-        });
+        };
+        let (view, cancel) = self
+            .calls
+            .create(call, self.limits.calls_per_principal)
+            .map_err(|running| {
+                UpstreamError::TooMany(format!(
+                    "{} has {running} calls running, the most one principal may hold (limits.calls_per_principal)",
+                    by.name
+                ))
+            })?;
         let mut params = CallToolRequestParams::new(tool);
         params.arguments = arguments;
         let (calls, sessions, id) = (self.calls.clone(), self.sessions.clone(), view.id.clone());

@@ -270,6 +270,14 @@ fn check(registry: &Registry, tracked: &mut [Tracked]) -> Result<(), TestCaseErr
         usize::MAX,
     );
     prop_assert_eq!(listed.len(), pending);
+    // The pending index lists exactly the Requests whose status is pending, in the same order.
+    let (every, _) = registry.list(&Filter::default(), 0, usize::MAX);
+    let ids = |views: &[RequestView]| views.iter().map(|view| view.request.id.clone()).collect::<Vec<_>>();
+    let pending_in_full: Vec<RequestView> = every
+        .into_iter()
+        .filter(|view| view.status == Status::Pending)
+        .collect();
+    prop_assert_eq!(ids(&listed), ids(&pending_in_full));
     Ok(())
 }
 
