@@ -43,9 +43,27 @@ use crate::upstream::Upstreams;
 /// The longest a `wait` long-poll holds a response.
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
-/// What every handler can reach.
+/// What every handler can reach; cloned for each request by each layer, so it is one shared pointer.
 #[derive(Debug, Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Services>);
+
+impl AppState {
+    pub fn new(services: Services) -> Self {
+        Self(Arc::new(services))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Services;
+
+    fn deref(&self) -> &Services {
+        &self.0
+    }
+}
+
+/// The stores, upstreams and policies behind the API.
+#[derive(Debug)]
+pub struct Services {
     pub registry: Registry,
     pub calls: Calls,
     pub sessions: Sessions,

@@ -28,7 +28,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{AppState, AuthPolicy, HttpPolicy};
+use crate::api::{AppState, AuthPolicy, HttpPolicy, Services};
 use crate::auth::Authenticator;
 use crate::calls::Calls;
 use crate::changes::Changes;
@@ -111,7 +111,7 @@ impl Gateway {
                 tracker: tracker.clone(),
             },
         );
-        let state = AppState {
+        let state = AppState::new(Services {
             registry,
             calls,
             sessions,
@@ -122,7 +122,7 @@ impl Gateway {
             auth,
             http,
             shutdown,
-        };
+        });
         Ok(Self {
             listener,
             state,

@@ -62,6 +62,10 @@ pub async fn drive(
 
 /// The end of a call whose upstream answered with something other than `input_required` rmcp could read.
 fn completed(response: ServerResult) -> Finish {
+    if let ServerResult::CallToolResult(result) = response {
+        return Finish::Completed(serde_json::to_value(result).unwrap_or_default());
+    }
+    // rmcp reads results through an untagged enum, so a result may arrive as another variant.
     let value = serde_json::to_value(&response).unwrap_or_default();
     if value.get("resultType") == Some(&Value::from("input_required")) {
         let detail = serde_json::from_value::<InputRequiredResult>(value)
