@@ -12,6 +12,8 @@ use crate::events::EventKind;
 
 /// Where the built-in default listens.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// The most threads `workers` may ask for.
+pub const MAX_WORKERS: usize = 64;
 
 /// How long a server's start-up and MCP handshake may take unless its `startup_timeout` says otherwise.
 pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -41,6 +43,10 @@ pub struct Config {
     /// The address the REST API listens on.
     #[serde(default = "default_listen", deserialize_with = "expanded_parse")]
     pub listen: SocketAddr,
+    /// The threads that run the gateway: 1 runs everything on one thread, which on a small machine shared
+    /// with its upstreams uses the least CPU and memory; more spread the work over that many threads.
+    #[serde(default = "default_workers", deserialize_with = "worker_count")]
+    pub workers: usize,
     /// How Requests live and resolve.
     #[serde(default)]
     pub requests: RequestsConfig,
@@ -336,6 +342,7 @@ impl Config {
     pub fn builtin() -> Self {
         Self {
             listen: default_listen(),
+            workers: default_workers(),
             requests: RequestsConfig::default(),
             servers: vec![ServerConfig {
                 name: "demo".to_owned(),
@@ -378,6 +385,7 @@ impl Config {
         let duration = |duration: Duration| Value::from(humantime::format_duration(duration).to_string());
         let mut root = Table::new();
         root.insert("listen".into(), Value::from(self.listen.to_string()));
+        root.insert("workers".into(), Value::from(self.workers as i64));
         let mut requests = Table::new();
         requests.insert("ttl".into(), duration(self.requests.ttl));
         requests.insert("apply_defaults".into(), Value::from(self.requests.apply_defaults));
@@ -733,6 +741,21 @@ fn default_webhook_attempts() -> u32 {
 
 fn default_log_level() -> String {
     "info".to_owned()
+}
+
+fn default_workers() -> usize {
+    1
+}
+
+fn worker_count<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> {
+    let workers = usize::deserialize(deserializer)?;
+    if (1..=MAX_WORKERS).contains(&workers) {
+        Ok(workers)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "workers must be between 1 and {MAX_WORKERS}, not {workers}"
+        )))
+    }
 }
 
 fn default_listen() -> SocketAddr {

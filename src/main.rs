@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use toolnexus_gateway::Gateway;
-use toolnexus_gateway::config::{Config, LogConfig, LogFormat};
+use toolnexus_gateway::config::{Config, LogConfig, LogFormat, MAX_WORKERS};
 use toolnexus_gateway::demo::{self, Demo};
 use tracing_subscriber::EnvFilter;
 
@@ -42,6 +42,9 @@ struct ServeArgs {
     /// The address to listen on, overriding the config's `listen`.
     #[arg(long, env = "TOOLNEXUS_LISTEN")]
     listen: Option<SocketAddr>,
+    /// The threads that run the gateway, overriding the config's `workers`.
+    #[arg(long, env = "TOOLNEXUS_WORKERS", value_parser = clap::value_parser!(u16).range(1..=MAX_WORKERS as i64))]
+    workers: Option<u16>,
     /// How log lines are written, overriding the config's `log.format`.
     #[arg(long, env = "TOOLNEXUS_LOG_FORMAT", value_enum)]
     log_format: Option<LogFormat>,
@@ -90,22 +93,30 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let runtime = if std::env::var_os("XRT_CURRENT").is_some() {
-        tokio::runtime::Builder::new_current_thread().enable_all().build()
-    } else {
-        tokio::runtime::Runtime::new()
-    }
-    .context("cannot start the async runtime")?;
     match cli.command {
         Some(Command::DemoServer(args)) => {
             init_logs(&LogConfig::default(), LogFormat::Text);
-            runtime.block_on(demo_server(args))
+            runtime(None)?.block_on(demo_server(args))
         }
-        Some(Command::Serve(args)) => runtime.block_on(serve(args)),
+        Some(Command::Serve(args)) => serve(&args),
         Some(Command::CheckConfig(args)) => check_config(&args),
-        Some(Command::Healthcheck(args)) => runtime.block_on(healthcheck(args)),
-        None => runtime.block_on(serve(cli.serve)),
+        Some(Command::Healthcheck(args)) => runtime(Some(1))?.block_on(healthcheck(args)),
+        None => serve(&cli.serve),
     }
+}
+
+/// An async runtime on one thread, on `workers` threads, or (`None`) on one thread per core.
+fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = match workers {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(workers) => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(workers);
+            builder
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
+    builder.enable_all().build().context("cannot start the async runtime")
 }
 
 fn check_config(args: &ServeArgs) -> anyhow::Result<()> {
@@ -174,6 +185,9 @@ fn effective_config(args: &ServeArgs) -> anyhow::Result<Config> {
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
+    if let Some(workers) = args.workers {
+        config.workers = workers.into();
+    }
     if let Some(format) = args.log_format {
         config.log.format = format;
     }
@@ -184,8 +198,8 @@ fn effective_config(args: &ServeArgs) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let config = effective_config(&args)?;
+fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    let config = effective_config(args)?;
     if config.auth.tokens.is_empty() && !config.listen.ip().is_loopback() && !args.allow_unauthenticated {
         anyhow::bail!(
             "refusing to listen on {} without authentication: anyone who can reach it could answer every Request. \
@@ -195,15 +209,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     init_logs(&config.log, config.log.format);
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let gateway = Gateway::new(&config, listener)?;
-    let signal = shutdown_signal()?;
-    let address = gateway.local_addr()?;
-    tracing::info!(%address, "listening");
-    println!("listening on http://{address}");
-    gateway.serve(signal).await
+    runtime(Some(config.workers))?.block_on(async {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let gateway = Gateway::new(&config, listener)?;
+        let signal = shutdown_signal()?;
+        let address = gateway.local_addr()?;
+        tracing::info!(%address, workers = config.workers, "listening");
+        println!("listening on http://{address}");
+        gateway.serve(signal).await
+    })
 }
 
 async fn demo_server(args: DemoArgs) -> anyhow::Result<()> {

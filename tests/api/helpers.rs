@@ -106,11 +106,16 @@ pub async fn spawn_app_with(servers: &str, requests: &str) -> TestApp {
 
 /// Starts the gateway without waiting for its upstreams.
 pub fn start(servers: &str, requests: &str) -> TestApp {
+    start_with("", servers, requests)
+}
+
+/// Like `start`, with extra top-level settings (e.g. `workers = 2`).
+pub fn start_with(settings: &str, servers: &str, requests: &str) -> TestApp {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("gateway.toml");
     std::fs::write(
         &config,
-        format!("listen = \"127.0.0.1:0\"\n[requests]\n{requests}\n{servers}"),
+        format!("listen = \"127.0.0.1:0\"\n{settings}\n[requests]\n{requests}\n{servers}"),
     )
     .unwrap();
     let mut child = Command::new(BINARY)

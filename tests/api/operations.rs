@@ -1,8 +1,8 @@
-//! What operators see: metrics and logs.
+//! What operators see and set: metrics, logs, config errors and the worker threads.
 
 use serde_json::{Value, json};
 
-use crate::helpers::{BOTH_ERAS, spawn_app};
+use crate::helpers::{BOTH_ERAS, first_request, results, spawn_app, start_with};
 
 #[tokio::test]
 async fn metrics_count_requests_calls_sessions_and_http() {
@@ -121,6 +121,7 @@ fn config_errors_name_the_file_line_and_key() {
             "line 7",
         ),
         ("[requests]\nttl = \"10m\"\nttl_max = \"1h\"\n", "line 3"),
+        ("listen = \"127.0.0.1:0\"\nworkers = 0\n", "line 2"),
         (
             "[[servers]]\nname = \"x\"\ncommand = \"${TOOLNEXUS_TEST_UNSET}\"\n",
             "TOOLNEXUS_TEST_UNSET",
@@ -182,5 +183,34 @@ fn healthcheck_exits_0_while_the_gateway_is_up_and_1_when_nothing_answers() {
             stderr.starts_with("error: GET http://") && stderr.lines().count() == 1,
             "{stderr}"
         );
+    }
+}
+
+#[tokio::test]
+async fn workers_spread_the_gateway_over_that_many_threads() {
+    let app = start_with("workers = 3", BOTH_ERAS, "");
+    assert_eq!(app.get("/readyz?wait=30").await.status(), 200);
+    let threads = std::fs::read_dir(format!("/proc/{}/task", app.pid())).unwrap().count();
+    assert!(threads > 3, "workers = 3 runs on {threads} threads");
+    let call = app.call("modern", "confirm_action", json!({"action": "spread"})).await;
+    app.answer_ok(&first_request(&call), json!({"ok": true, "data": {"confirm": true}}))
+        .await;
+    let done = app.settled(call["id"].as_str().unwrap()).await;
+    assert_eq!(
+        results(&done),
+        json!([{"action": "accept", "content": {"confirm": true, "note": ""}}])
+    );
+}
+
+#[test]
+fn a_worker_count_out_of_range_is_refused() {
+    for workers in ["0", "65"] {
+        let output = std::process::Command::new(crate::helpers::BINARY)
+            .args(["--workers", workers])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(stderr.contains("--workers") && stderr.contains("1..=64"), "{stderr}");
     }
 }
