@@ -1,6 +1,7 @@
 //! The transport of a stdio server: newline-delimited JSON-RPC over its child process's pipes, with bounded
 //! messages, and messages rmcp cannot read answered or failed by their id instead of dropped.
 
+use std::collections::HashSet;
 use std::io;
 use std::path::Path;
 use std::process::Stdio;
@@ -10,8 +11,13 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use rmcp::RoleClient;
+use rmcp::model::{
+    ClientNotification, ClientRequest, JsonRpcMessage, JsonRpcResponse, JsonRpcVersion2_0, RequestId, ServerResult,
+};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
@@ -38,6 +44,9 @@ pub struct ChildTransport {
     stdin: Arc<Mutex<Option<ChildStdin>>>,
     /// Fires with the reason once the stream ends.
     ended: Option<oneshot::Sender<String>>,
+    /// The `tools/call` requests sent and not yet answered or cancelled. Their responses are read straight
+    /// as the two results a `tools/call` can have, instead of being tried against every result type.
+    tool_calls: HashSet<RequestId>,
 }
 
 /// How reading one line ended.
@@ -76,6 +85,7 @@ impl ChildTransport {
             line: Vec::new(),
             stdin: Arc::new(Mutex::new(Some(stdin))),
             ended: Some(ended),
+            tool_calls: HashSet::new(),
         })
     }
 
@@ -108,15 +118,28 @@ impl ChildTransport {
     }
 
     /// The message a line carries; `None` when there is nothing for rmcp (garbage, or a request answered here).
-    fn interpret(&self, line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
+    fn interpret(&mut self, line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
         let line = line.strip_suffix(b"\n").unwrap_or(line);
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
         if line.iter().all(u8::is_ascii_whitespace) {
             return None;
         }
+        if let Some(message) = self.tool_call_response(line) {
+            return Some(message);
+        }
         let error = match serde_json::from_slice(line) {
-            Ok(message) => return Some(message),
+            Ok(message) => {
+                let answered = match &message {
+                    JsonRpcMessage::Response(response) => Some(&response.id),
+                    JsonRpcMessage::Error(error) => error.id.as_ref(),
+                    _ => None,
+                };
+                if let Some(id) = answered {
+                    self.tool_calls.remove(id);
+                }
+                return Some(message);
+            }
             Err(error) => error,
         };
         let Ok(value) = serde_json::from_slice::<Value>(line) else {
@@ -138,6 +161,9 @@ impl ChildTransport {
                 None
             }
             (Some(id), None) if value.get("result").is_some() || value.get("error").is_some() => {
+                if let Ok(id) = serde_json::from_value(id.clone()) {
+                    self.tool_calls.remove(&id);
+                }
                 tracing::warn!(server = %self.server, %error, "the upstream sent a response the gateway cannot read; failing its request");
                 let message = if value.pointer("/result/resultType") == Some(&json!("input_required")) {
                     format!("the upstream asked for input the gateway cannot show: {UNUSABLE_SCHEMA} ({error})")
@@ -155,6 +181,41 @@ impl ChildTransport {
     }
 }
 
+impl ChildTransport {
+    /// The response to a pending `tools/call`, read as `input_required` or a `CallToolResult`; `None` sends the
+    /// line down the general path (any other message, or a result of neither shape).
+    fn tool_call_response(&mut self, line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
+        /// Only a response: a line that also names a method or an error is left to the general path.
+        #[derive(Deserialize)]
+        struct Response {
+            #[serde(rename = "jsonrpc")]
+            _version: JsonRpcVersion2_0,
+            id: RequestId,
+            result: Value,
+            method: Option<IgnoredAny>,
+            error: Option<IgnoredAny>,
+        }
+        if self.tool_calls.is_empty() || !line.windows(8).any(|window| window == b"\"result\"") {
+            return None;
+        }
+        let response: Response = serde_json::from_slice(line).ok()?;
+        if response.method.is_some() || response.error.is_some() || !self.tool_calls.contains(&response.id) {
+            return None;
+        }
+        let result = if response.result.get("resultType") == Some(&Value::from("input_required")) {
+            ServerResult::InputRequiredResult(serde_json::from_value(response.result).ok()?)
+        } else {
+            ServerResult::CallToolResult(serde_json::from_value(response.result).ok()?)
+        };
+        self.tool_calls.remove(&response.id);
+        Some(JsonRpcMessage::Response(JsonRpcResponse {
+            jsonrpc: JsonRpcVersion2_0,
+            id: response.id,
+            result,
+        }))
+    }
+}
+
 impl Transport<RoleClient> for ChildTransport {
     type Error = io::Error;
 
@@ -162,6 +223,19 @@ impl Transport<RoleClient> for ChildTransport {
         &mut self,
         message: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        match &message {
+            JsonRpcMessage::Request(request) if matches!(request.request, ClientRequest::CallToolRequest(_)) => {
+                self.tool_calls.insert(request.id.clone());
+            }
+            JsonRpcMessage::Notification(notification) => {
+                if let ClientNotification::CancelledNotification(cancelled) = &notification.notification
+                    && let Some(id) = &cancelled.params.request_id
+                {
+                    self.tool_calls.remove(id);
+                }
+            }
+            _ => {}
+        }
         let line = serde_json::to_vec(&message).map(|mut line| {
             line.push(b'\n');
             line
