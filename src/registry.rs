@@ -176,18 +176,28 @@ const MAX_SHARED_DATA: usize = 256;
 struct SharedData(Mutex<HashMap<String, Arc<Map<String, Value>>>>);
 
 impl SharedData {
-    /// The copy of `data` already held, or `data` itself, now held.
-    fn share(&self, data: Arc<Map<String, Value>>) -> Arc<Map<String, Value>> {
+    /// The copy of `data` already held, or `data` itself, now held once `usable` accepts it (a copy already
+    /// held was accepted when it was first seen).
+    fn share(
+        &self,
+        data: Arc<Map<String, Value>>,
+        usable: impl FnOnce(&Map<String, Value>) -> Result<(), String>,
+    ) -> Result<Arc<Map<String, Value>>, String> {
         let key = serde_json::to_string(&data).unwrap_or_default();
-        let mut held = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(copy) = held.get(&key) {
-            return copy.clone();
+        if let Some(copy) = self.lock().get(&key) {
+            return Ok(copy.clone());
         }
+        usable(&data)?;
+        let mut held = self.lock();
         if held.len() >= MAX_SHARED_DATA {
             held.clear();
         }
         held.insert(key, data.clone());
-        data
+        Ok(data)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Map<String, Value>>>> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -244,13 +254,18 @@ impl Registry {
     /// Turns an upstream elicitation into a pending Request.
     pub fn suspend(&self, suspension: Suspension) -> Result<Pending, SuspendError> {
         let mut request = elicitation::elicitation_to_request(&suspension.params);
-        if let Some(schema) = request.data.as_ref().and_then(|data| data.get("schema")) {
-            self.shared
-                .validators
-                .check(schema)
-                .map_err(SuspendError::UnusableSchema)?;
+        if let Some(data) = request.data.take() {
+            let usable = |data: &Map<String, Value>| match data.get("schema") {
+                Some(schema) => self.shared.validators.check(schema),
+                None => Ok(()),
+            };
+            request.data = Some(
+                self.shared
+                    .data
+                    .share(data, usable)
+                    .map_err(SuspendError::UnusableSchema)?,
+            );
         }
-        request.data = request.data.take().map(|data| self.shared.data.share(data));
         let created_at = Timestamp::now();
         request.expires_at = Some(created_at.after(self.shared.policy.ttl).rfc3339());
         let id = request.id.clone();
@@ -853,6 +868,33 @@ mod tests {
                 })
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn a_schema_is_checked_once_and_its_data_shared() {
+        let registry = registry(Duration::from_secs(60));
+        let suspend = |schema: Value| {
+            registry.suspend(Suspension {
+                params: json!({"message": "Pick", "requestedSchema": schema}),
+                server: "demo".into(),
+                session: "ses-1".into(),
+                call: None,
+                owner: None,
+            })
+        };
+        let unusable = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": "one"}}});
+        for _ in 0..2 {
+            assert!(matches!(
+                suspend(unusable.clone()),
+                Err(SuspendError::UnusableSchema(_))
+            ));
+        }
+        let usable = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}});
+        let first = suspend(usable.clone()).unwrap();
+        let second = suspend(usable).unwrap();
+        let data = |pending: &Pending| registry.get(&pending.id).unwrap().request.data.unwrap();
+        assert!(Arc::ptr_eq(&data(&first), &data(&second)));
+        assert_eq!(registry.pending_count(), 2);
     }
 
     #[test]

@@ -173,14 +173,17 @@ impl ClientHandler for GatewayClient {
     ) -> Result<ElicitResult, ErrorData> {
         let core = &self.core;
         let call = core.attribute(context.extensions.get::<InboundStreamOrigin>());
+        let withdrawn = context.ct.clone();
         let pending = core
             .suspend(&params, call)
             .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
-        lock(&core.elicitations).insert(pending.id.clone(), context.ct.clone());
-        core.registry.watch_withdrawal(&pending.id, context.ct.clone());
+        // The Request holds what it needs; this future may wait for a human for as long as the TTL.
+        drop((params, context));
+        lock(&core.elicitations).insert(pending.id.clone(), withdrawn.clone());
+        core.registry.watch_withdrawal(&pending.id, withdrawn.clone());
         let outcome = tokio::select! {
             outcome = pending.outcome => outcome,
-            () = context.ct.cancelled() => {
+            () = withdrawn.cancelled() => {
                 core.registry.cancel([pending.id.as_str()], UPSTREAM_CANCELLED, false);
                 Ok(Outcome::Withdrawn)
             }
