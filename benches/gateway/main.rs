@@ -88,6 +88,7 @@ const FULL: Plan = Plan {
         (Era::Modern, 100_000),
         (Era::Legacy, 1_000),
         (Era::Legacy, 10_000),
+        (Era::Legacy, 100_000),
     ],
     scale_samples: 500,
     footprint_runs: 7,

@@ -16,8 +16,10 @@ use crate::{Era, Plan};
 /// How many answers are in flight at once while draining.
 pub const DRAIN_CONCURRENCY: usize = 64;
 
-/// The most elicitations one `flood` call raises: a 2026-07-28 `input_required` result carries them all in one
-/// JSON-RPC message, and rmcp's stdio transport discards messages over 16 MiB.
+/// The most elicitations one 2026-07-28 `flood` call raises: its `input_required` result carries them all in
+/// one JSON-RPC message, and a stdio message may be at most 16 MiB. A 2025-11-25 flood sends one message per
+/// elicitation, and must stay one call: over stdio the gateway attributes a legacy elicitation to a call only
+/// while that call is the session's only one in flight.
 const FLOOD_CHUNK: usize = 20_000;
 
 /// What one scale run measured.
@@ -48,7 +50,10 @@ pub async fn run(binary: &Path, era: Era, count: usize, plan: &Plan) -> anyhow::
     let mut calls = Vec::new();
     let mut remaining = count;
     while remaining > 0 {
-        let chunk = remaining.min(FLOOD_CHUNK);
+        let chunk = match era {
+            Era::Modern => remaining.min(FLOOD_CHUNK),
+            Era::Legacy => remaining,
+        };
         calls.push((start_flood(&rest, era, chunk).await?, chunk));
         remaining -= chunk;
     }
