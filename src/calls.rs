@@ -38,6 +38,17 @@ impl CallStatus {
     pub fn is_final(self) -> bool {
         matches!(self, CallStatus::Completed | CallStatus::Failed | CallStatus::Cancelled)
     }
+
+    /// The status as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallStatus::Running => "running",
+            CallStatus::InputRequired => "input_required",
+            CallStatus::Completed => "completed",
+            CallStatus::Failed => "failed",
+            CallStatus::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// Why a call failed or was cancelled.
@@ -170,24 +181,24 @@ impl Calls {
 
     /// Publishes `call.updated` when the call's status has changed since it was last published.
     fn updated(&self, call: &str) {
-        let changed = {
-            let mut state = self.lock();
-            let Some(entry) = state.get_mut(call) else { return };
-            let status = entry.status();
-            (entry.published != Some(status)).then(|| {
-                entry.published = Some(status);
-                entry.current()
-            })
-        };
-        if let Some(view) = changed {
-            let tags = Tags {
-                server: &view.server,
-                session: &view.session,
-                call: Some(&view.id),
-                owner: Some(&view.owner),
-            };
-            self.shared.events.publish(EventKind::CallUpdated, &view, tags);
+        let mut state = self.lock();
+        let Some(entry) = state.get_mut(call) else { return };
+        let status = entry.status();
+        if entry.published == Some(status) {
+            return;
         }
+        entry.published = Some(status);
+        // Serialized in place, showing the derived status, rather than from a copy of the whole call.
+        let stored = std::mem::replace(&mut entry.view.status, status);
+        let view = &entry.view;
+        let tags = Tags {
+            server: &view.server,
+            session: &view.session,
+            call: Some(&view.id),
+            owner: Some(&view.owner),
+        };
+        self.shared.events.publish(EventKind::CallUpdated, view, tags);
+        entry.view.status = stored;
     }
 
     /// Records a new running call, unless its owner already has `max_running` calls that have not ended
@@ -304,12 +315,12 @@ impl Calls {
 
     /// After a call ended: cancels its pending Requests and publishes its final state once.
     fn settled(&self, call: &str, requests: &[String], detail: &str) {
-        if let Some(view) = self.get(call) {
-            let status = serde_json::to_value(view.status).unwrap_or_default();
-            let labels = [
-                ("server", view.server.as_str()),
-                ("status", status.as_str().unwrap_or_default()),
-            ];
+        let ended = self
+            .lock()
+            .get(call)
+            .map(|entry| (entry.view.server.clone(), entry.status()));
+        if let Some((server, status)) = ended {
+            let labels = [("server", server.as_str()), ("status", status.as_str())];
             self.shared.metrics.inc("toolnexus_calls_finished_total", &labels);
         }
         self.shared
@@ -376,5 +387,23 @@ impl CallFilter {
             && self.server.as_ref().is_none_or(|server| *server == view.server)
             && self.session.as_ref().is_none_or(|session| *session == view.session)
             && self.owner.as_ref().is_none_or(|owner| *owner == view.owner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_names_match_the_wire() {
+        for status in [
+            CallStatus::Running,
+            CallStatus::InputRequired,
+            CallStatus::Completed,
+            CallStatus::Failed,
+            CallStatus::Cancelled,
+        ] {
+            assert_eq!(serde_json::to_value(status).unwrap(), status.as_str());
+        }
     }
 }

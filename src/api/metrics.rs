@@ -25,11 +25,7 @@ pub async fn render(State(state): State<AppState>) -> Response {
         value: state.registry.pending_count() as f64,
     }];
     for (status, count) in state.calls.count_by_status() {
-        let status = serde_json::to_value(status)
-            .unwrap_or_default()
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let status = status.as_str().to_owned();
         gauges.push(Gauge {
             name: "toolnexus_calls",
             labels: vec![("status", status)],
