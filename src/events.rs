@@ -101,8 +101,8 @@ impl Default for Events {
 }
 
 impl Events {
-    /// Publishes an event about `object`.
-    pub fn publish(&self, kind: EventKind, object: &impl Serialize, tags: Tags<'_>) {
+    /// Publishes an event about `object`; the event holds the object's JSON.
+    pub fn publish(&self, kind: EventKind, object: &impl Serialize, tags: Tags<'_>) -> Arc<Event> {
         let data = serde_json::to_string(object).unwrap_or_default();
         let mut recent = self.lock();
         recent.last_id += 1;
@@ -119,7 +119,8 @@ impl Events {
             recent.buffer.pop_front();
         }
         recent.buffer.push_back(event.clone());
-        let _ = self.shared.live.send(event);
+        let _ = self.shared.live.send(event.clone());
+        event
     }
 
     /// How many subscriptions are open (one per `GET /events` stream).

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::changes::Changes;
 use crate::elicitation::{self, KIND_AUTHORIZATION};
-use crate::events::{EventKind, Events, Tags};
+use crate::events::{Event, EventKind, Events, Tags};
 use crate::metrics::Metrics;
 use crate::retained::Retained;
 use crate::suspension::{Answer, Request};
@@ -67,6 +67,14 @@ pub struct RequestView {
     pub detail: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<Timestamp>,
+}
+
+/// A Request an answer resolved, or had already resolved (an identical answer posted again).
+#[derive(Debug)]
+pub struct Answered {
+    pub view: RequestView,
+    /// The `request.resolved` event of this answer, whose data is the view as JSON; `None` for a repeat.
+    pub event: Option<Arc<Event>>,
 }
 
 /// What a suspended upstream exchange receives once its Request is resolved.
@@ -334,7 +342,7 @@ impl Registry {
     /// Resolves a pending Request with an Answer and sends the mapped `ElicitResult` upstream.
     ///
     /// Posting the identical answer again returns the same Request. `by` is the principal answering.
-    pub fn answer(&self, id: &str, mut answer: Answer, by: &str) -> Result<RequestView, AnswerError> {
+    pub fn answer(&self, id: &str, mut answer: Answer, by: &str) -> Result<Answered, AnswerError> {
         answer.id = id.to_owned();
         let mut state = self.lock();
         let entry = state.get_mut(id).ok_or_else(|| AnswerError::NotFound(id.to_owned()))?;
@@ -351,7 +359,12 @@ impl Registry {
         }
         match entry.view.status {
             Status::Pending => {}
-            Status::Answered if entry.view.answer.as_ref() == Some(&answer) => return Ok(entry.view.clone()),
+            Status::Answered if entry.view.answer.as_ref() == Some(&answer) => {
+                return Ok(Answered {
+                    view: entry.view.clone(),
+                    event: None,
+                });
+            }
             Status::Answered => return Err(AnswerError::Conflict(id.to_owned())),
             status => {
                 return Err(AnswerError::Gone {
@@ -391,8 +404,11 @@ impl Registry {
             entry.view.answer = Some(answer);
             entry.view.answered_by = Some(by.to_owned());
             entry.view.result = Some(result);
-            let view = self.retire(&mut state, id, Status::Answered, None);
-            Ok(view)
+            let (view, event) = self.retire(&mut state, id, Status::Answered, None);
+            Ok(Answered {
+                view,
+                event: Some(event),
+            })
         } else {
             let detail = "withdrawn by the upstream before the answer arrived".to_owned();
             self.retire(&mut state, id, Status::Cancelled, Some(detail));
@@ -482,6 +498,16 @@ impl Registry {
         self.lock().get(id).map(|entry| entry.view.clone())
     }
 
+    /// The status of one Request, without copying it.
+    pub fn status(&self, id: &str) -> Option<Status> {
+        self.lock().get(id).map(|entry| entry.view.status)
+    }
+
+    /// The owner of one Request (`Some(None)`: it has none), without copying the Request.
+    pub fn owner(&self, id: &str) -> Option<Option<String>> {
+        self.lock().get(id).map(|entry| entry.view.owner.clone())
+    }
+
     /// Whether any of these Requests is still pending.
     pub fn any_pending<'a>(&self, ids: impl IntoIterator<Item = &'a String>) -> bool {
         let state = self.lock();
@@ -545,7 +571,7 @@ impl Registry {
             if let Some(reply) = entry.reply.take() {
                 let _ = reply.send(Outcome::Reply(result));
             }
-            let view = self.retire(&mut state, &id, Status::Expired, None);
+            let (view, _) = self.retire(&mut state, &id, Status::Expired, None);
             expired.push((view.call, id));
         }
         state.purge(now);
@@ -570,11 +596,11 @@ impl Registry {
         } else if let Some(reply) = reply {
             let _ = reply.send(Outcome::Withdrawn);
         }
-        self.retire(state, id, Status::Cancelled, Some(detail.to_owned()))
+        self.retire(state, id, Status::Cancelled, Some(detail.to_owned())).0
     }
 
     /// Moves a pending entry to a terminal status, schedules its purge and publishes `request.resolved`.
-    fn retire(&self, state: &mut State, id: &str, status: Status, detail: Option<String>) -> RequestView {
+    fn retire(&self, state: &mut State, id: &str, status: Status, detail: Option<String>) -> (RequestView, Arc<Event>) {
         let entry = state.get_mut(id).expect("caller checked the entry");
         debug_assert_eq!(entry.view.status, Status::Pending);
         entry.view.status = status;
@@ -597,18 +623,18 @@ impl Registry {
         let age = (entry.deadline - self.shared.policy.ttl).elapsed().as_secs_f64();
         metrics.observe("toolnexus_request_resolution_seconds", &[("server", &view.server)], age);
         state.retire(id, Instant::now() + self.shared.policy.retention);
-        self.publish(EventKind::RequestResolved, &view);
-        view
+        let event = self.publish(EventKind::RequestResolved, &view);
+        (view, event)
     }
 
-    fn publish(&self, kind: EventKind, view: &RequestView) {
+    fn publish(&self, kind: EventKind, view: &RequestView) -> Arc<Event> {
         let tags = Tags {
             server: &view.server,
             session: &view.session,
             call: view.call.as_deref(),
             owner: view.owner.as_deref(),
         };
-        self.shared.events.publish(kind, view, tags);
+        self.shared.events.publish(kind, view, tags)
     }
 
     /// Wakes long-polls and tells the call hook which Requests of which calls were resolved.
@@ -726,7 +752,8 @@ mod tests {
                 answer(json!({"ok": true, "data": {"confirm": true}})),
                 "tester",
             )
-            .unwrap();
+            .unwrap()
+            .view;
         assert_eq!(view.status, Status::Answered);
         assert_eq!(
             reply(&mut pending),
@@ -739,7 +766,8 @@ mod tests {
                 answer(json!({"ok": true, "data": {"confirm": true}})),
                 "tester",
             )
-            .unwrap();
+            .unwrap()
+            .view;
         assert_eq!(replay.resolved_at, view.resolved_at);
         let other = registry.answer(&pending.id, answer(json!({"ok": false})), "tester");
         assert!(matches!(other, Err(AnswerError::Conflict(_))));

@@ -2,6 +2,7 @@
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
@@ -140,11 +141,14 @@ pub async fn get(
 ) -> Result<Json<RequestView>, ApiError> {
     let unknown = || ApiError::not_found(format!("no Request with id {id}"));
     let current = state.registry.get(&id).ok_or_else(unknown)?;
-    visible(&principal, &current)?;
+    visible(&principal, &id, current.owner.as_deref())?;
     if current.status != Status::Pending {
         return Ok(Json(current));
     }
-    let resolved = || state.registry.get(&id).filter(|view| view.status != Status::Pending);
+    let resolved = || {
+        let pending = state.registry.status(&id)? == Status::Pending;
+        if pending { None } else { state.registry.get(&id) }
+    };
     match state
         .changes
         .wait_for(query.wait.duration(), &state.shutdown, resolved)
@@ -179,7 +183,7 @@ pub async fn answer(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     JsonBody(answer): JsonBody<Answer>,
-) -> Result<Json<RequestView>, ApiError> {
+) -> Result<Response, ApiError> {
     // The body's own faults come first (400), then whether the Request exists (404): DESIGN's check order.
     if !answer.id.is_empty() && answer.id != id {
         return Err(ApiError::bad_request(format!(
@@ -190,22 +194,26 @@ pub async fn answer(
     if answer.ok && answer.reason.is_some() {
         return Err(ApiError::bad_request("reason is only allowed when ok is false"));
     }
-    let request = state
+    let owner = state
         .registry
-        .get(&id)
+        .owner(&id)
         .ok_or_else(|| ApiError::not_found(format!("no Request with id {id}")))?;
-    visible(&principal, &request)?;
-    Ok(Json(state.registry.answer(&id, answer, &principal.name)?))
+    visible(&principal, &id, owner.as_deref())?;
+    let answered = state.registry.answer(&id, answer, &principal.name)?;
+    Ok(match answered.event {
+        // The bytes of the `request.resolved` event, rather than serializing the same view again.
+        Some(event) => ([(header::CONTENT_TYPE, "application/json")], event.data.clone()).into_response(),
+        None => Json(answered.view).into_response(),
+    })
 }
 
-/// `403` unless the principal may see (and so answer) the Request.
-fn visible(principal: &Principal, request: &RequestView) -> Result<(), ApiError> {
-    if principal.may_see(request.owner.as_deref()) {
+/// `403` unless the principal may see (and so answer) the Request `id` owned by `owner`.
+fn visible(principal: &Principal, id: &str, owner: Option<&str>) -> Result<(), ApiError> {
+    if principal.may_see(owner) {
         Ok(())
     } else {
         Err(ApiError::forbidden(format!(
-            "Request {} belongs to another principal",
-            request.request.id
+            "Request {id} belongs to another principal"
         )))
     }
 }

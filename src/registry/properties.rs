@@ -163,11 +163,19 @@ async fn step(registry: &Registry, tracked: &mut Vec<Tracked>, op: Op) -> Result
                     );
                 }
                 Status::Pending => {
-                    prop_assert_eq!(result.unwrap().status, Status::Answered);
+                    let answered = result.unwrap();
+                    prop_assert_eq!(answered.view.status, Status::Answered);
+                    // The answer's response is its event's data, so that must be the view, byte for byte.
+                    let event = answered
+                        .event
+                        .expect("an answer that resolves publishes request.resolved");
+                    prop_assert_eq!(&event.data, &serde_json::to_string(&answered.view).unwrap());
                     entry.answered_with = Some(given);
                 }
                 Status::Answered if entry.answered_with.as_ref() == Some(&given) => {
-                    let view = serde_json::to_value(result.unwrap()).unwrap();
+                    let answered = result.unwrap();
+                    prop_assert!(answered.event.is_none());
+                    let view = serde_json::to_value(answered.view).unwrap();
                     prop_assert_eq!(Some(view), entry.resolved.clone());
                 }
                 Status::Answered => prop_assert!(matches!(result, Err(AnswerError::Conflict(_))), "{result:?}"),
@@ -181,7 +189,7 @@ async fn step(registry: &Registry, tracked: &mut Vec<Tracked>, op: Op) -> Result
             let Some(index) = pick(target) else { return Ok(()) };
             let entry = &tracked[index];
             if let Some(given) = entry.answered_with.clone() {
-                let view = registry.answer(&entry.id, given, "someone else").unwrap();
+                let view = registry.answer(&entry.id, given, "someone else").unwrap().view;
                 prop_assert_eq!(Some(serde_json::to_value(view).unwrap()), entry.resolved.clone());
             }
         }
