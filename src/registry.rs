@@ -178,33 +178,42 @@ struct Shared {
 /// The most distinct `data` objects `SharedData` keeps; it starts over when full.
 const MAX_SHARED_DATA: usize = 256;
 
-/// One copy of each distinct Request `data` (a form's schema), held by every Request that carries it:
-/// elicitations repeat their schemas, and a schema is most of a pending Request's memory.
+/// One copy of each distinct Request `data` (a form's schema) and of its compiled validator, held by every
+/// Request that carries it: elicitations repeat their schemas, and a schema is most of a pending Request's
+/// memory.
 #[derive(Debug, Default)]
-struct SharedData(Mutex<HashMap<String, Arc<Map<String, Value>>>>);
+struct SharedData(Mutex<HashMap<String, Held>>);
+
+/// A Request's `data` and the validator of its schema (`None` without a schema).
+#[derive(Debug, Clone)]
+struct Held {
+    data: Arc<Map<String, Value>>,
+    validator: Option<Arc<jsonschema::Validator>>,
+}
 
 impl SharedData {
-    /// The copy of `data` already held, or `data` itself, now held once `usable` accepts it (a copy already
-    /// held was accepted when it was first seen).
+    /// The copy of `data` already held, or `data` itself with what `compile` makes of it, now held (a copy
+    /// already held was compiled when it was first seen).
     fn share(
         &self,
         data: Arc<Map<String, Value>>,
-        usable: impl FnOnce(&Map<String, Value>) -> Result<(), String>,
-    ) -> Result<Arc<Map<String, Value>>, String> {
+        compile: impl FnOnce(&Map<String, Value>) -> Result<Option<Arc<jsonschema::Validator>>, String>,
+    ) -> Result<Held, String> {
         let key = serde_json::to_string(&data).unwrap_or_default();
         if let Some(copy) = self.lock().get(&key) {
             return Ok(copy.clone());
         }
-        usable(&data)?;
+        let validator = compile(&data)?;
+        let fresh = Held { data, validator };
         let mut held = self.lock();
         if held.len() >= MAX_SHARED_DATA {
             held.clear();
         }
-        held.insert(key, data.clone());
-        Ok(data)
+        held.insert(key, fresh.clone());
+        Ok(fresh)
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Map<String, Value>>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Held>> {
         self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
@@ -227,6 +236,8 @@ type State = Retained<Box<Entry>>;
 #[derive(Debug)]
 struct Entry {
     view: RequestView,
+    /// The compiled schema its answers are validated with (shared with every Request of the same data).
+    validator: Option<Arc<jsonschema::Validator>>,
     deadline: Instant,
     /// `elicitationId` of a URL-mode elicitation, to match `notifications/elicitation/complete`.
     elicitation_id: Option<String>,
@@ -262,17 +273,20 @@ impl Registry {
     /// Turns an upstream elicitation into a pending Request.
     pub fn suspend(&self, suspension: Suspension) -> Result<Pending, SuspendError> {
         let mut request = elicitation::elicitation_to_request(&suspension.params);
+        let mut validator = None;
         if let Some(data) = request.data.take() {
-            let usable = |data: &Map<String, Value>| match data.get("schema") {
-                Some(schema) => self.shared.validators.check(schema),
-                None => Ok(()),
+            let compile = |data: &Map<String, Value>| {
+                data.get("schema")
+                    .map(|schema| self.shared.validators.compile(schema))
+                    .transpose()
             };
-            request.data = Some(
-                self.shared
-                    .data
-                    .share(data, usable)
-                    .map_err(SuspendError::UnusableSchema)?,
-            );
+            let shared = self
+                .shared
+                .data
+                .share(data, compile)
+                .map_err(SuspendError::UnusableSchema)?;
+            request.data = Some(shared.data);
+            validator = shared.validator;
         }
         let created_at = Timestamp::now();
         request.expires_at = Some(created_at.after(self.shared.policy.ttl).rfc3339());
@@ -323,6 +337,7 @@ impl Registry {
             );
             let entry = Entry {
                 view,
+                validator,
                 deadline,
                 elicitation_id,
                 reply: Some(reply),
@@ -374,12 +389,9 @@ impl Registry {
             }
         }
         if answer.ok
-            && let (Some(schema), Some(data)) = (schema, &answer.data)
+            && let (Some(validator), Some(data)) = (&entry.validator, &answer.data)
         {
-            self.shared
-                .validators
-                .validate(schema, data)
-                .map_err(AnswerError::Invalid)?;
+            validation::violations(validator, data).map_err(AnswerError::Invalid)?;
         }
         let mut result = elicitation::answer_to_elicit_result(&answer);
         if is_url {

@@ -56,16 +56,18 @@ pub struct Validators {
 impl Validators {
     /// Like `check_schema`, compiling each distinct schema once.
     pub fn check(&self, schema: &Value) -> Result<(), String> {
-        self.compiled(schema).map(drop)
+        self.compile(schema).map(drop)
     }
 
     /// Like `validate`, compiling each distinct schema once.
     pub fn validate(&self, schema: &Value, data: &Map<String, Value>) -> Result<(), Vec<Violation>> {
-        let validator = self.compiled(schema).map_err(unusable)?;
+        let validator = self.compile(schema).map_err(unusable)?;
         violations(&validator, data)
     }
 
-    fn compiled(&self, schema: &Value) -> Result<Arc<jsonschema::Validator>, String> {
+    /// The compiled validator of a requested schema (compiled once per distinct schema); the error says why
+    /// the schema cannot validate answers.
+    pub fn compile(&self, schema: &Value) -> Result<Arc<jsonschema::Validator>, String> {
         let key = schema.to_string();
         if let Some(validator) = self.lock().get(&key) {
             return Ok(validator.clone());
@@ -91,8 +93,8 @@ fn unusable(message: String) -> Vec<Violation> {
     }]
 }
 
-/// Every way `data` fails a compiled schema.
-fn violations(validator: &jsonschema::Validator, data: &Map<String, Value>) -> Result<(), Vec<Violation>> {
+/// Validates answer data with a validator from `Validators::compile`, listing every violation.
+pub fn violations(validator: &jsonschema::Validator, data: &Map<String, Value>) -> Result<(), Vec<Violation>> {
     let instance = Value::Object(data.clone());
     let mut violations = Vec::new();
     for error in validator.iter_errors(&instance) {
