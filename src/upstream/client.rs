@@ -166,32 +166,34 @@ impl ClientHandler for GatewayClient {
         .with_protocol_version(self.protocol.clone())
     }
 
-    async fn create_elicitation(
+    /// Raises the Request at once and returns a small future that only waits for its outcome: rmcp keeps each
+    /// pending elicitation's handler future alive until the human answers, so it holds nothing it no longer needs
+    /// (not rmcp's typed params nor the request context).
+    fn create_elicitation(
         &self,
         params: ElicitRequestParams,
         context: RequestContext<RoleClient>,
-    ) -> Result<ElicitResult, ErrorData> {
+    ) -> impl Future<Output = Result<ElicitResult, ErrorData>> + Send + '_ {
         let core = &self.core;
         let call = core.attribute(context.extensions.get::<InboundStreamOrigin>());
-        let withdrawn = context.ct.clone();
-        let pending = core
-            .suspend(&params, call)
-            .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
-        // The Request holds what it needs; this future may wait for a human for as long as the TTL.
-        drop((params, context));
-        lock(&core.elicitations).insert(pending.id.clone(), withdrawn.clone());
-        core.registry.watch_withdrawal(&pending.id, withdrawn.clone());
-        let outcome = tokio::select! {
-            outcome = pending.outcome => outcome,
-            () = withdrawn.cancelled() => {
-                core.registry.cancel([pending.id.as_str()], UPSTREAM_CANCELLED, false);
-                Ok(Outcome::Withdrawn)
+        let withdrawn = context.ct;
+        let raised = core.suspend(&params, call);
+        async move {
+            let pending = raised.map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
+            lock(&core.elicitations).insert(pending.id.clone(), withdrawn.clone());
+            core.registry.watch_withdrawal(&pending.id, withdrawn.clone());
+            let outcome = tokio::select! {
+                outcome = pending.outcome => outcome,
+                () = withdrawn.cancelled() => {
+                    core.registry.cancel([pending.id.as_str()], UPSTREAM_CANCELLED, false);
+                    Ok(Outcome::Withdrawn)
+                }
+            };
+            lock(&core.elicitations).remove(&pending.id);
+            match outcome {
+                Ok(Outcome::Reply(result)) => Ok(result),
+                Ok(Outcome::Withdrawn) | Err(_) => Err(ErrorData::internal_error("the Request was withdrawn", None)),
             }
-        };
-        lock(&core.elicitations).remove(&pending.id);
-        match outcome {
-            Ok(Outcome::Reply(result)) => Ok(result),
-            Ok(Outcome::Withdrawn) | Err(_) => Err(ErrorData::internal_error("the Request was withdrawn", None)),
         }
     }
 
