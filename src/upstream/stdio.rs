@@ -179,9 +179,7 @@ impl ChildTransport {
             }
         }
     }
-}
 
-impl ChildTransport {
     /// The response to a pending `tools/call`, read as `input_required` or a `CallToolResult`; `None` sends the
     /// line down the general path (any other message, or a result of neither shape).
     fn tool_call_response(&mut self, line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
@@ -310,4 +308,77 @@ async fn write(stdin: Arc<Mutex<Option<ChildStdin>>>, line: Vec<u8>) -> io::Resu
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "the upstream's stdin is closed"))?;
     pipe.write_all(&line).await?;
     pipe.flush().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::{CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam};
+
+    fn transport() -> ChildTransport {
+        let (ended, _) = oneshot::channel();
+        ChildTransport::spawn("test", Path::new("cat"), &[], &Default::default(), ended).unwrap()
+    }
+
+    fn tool_call(id: i64) -> TxJsonRpcMessage<RoleClient> {
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("echo")));
+        JsonRpcMessage::request(request, RequestId::Number(id))
+    }
+
+    fn response(message: Option<RxJsonRpcMessage<RoleClient>>) -> ServerResult {
+        match message {
+            Some(JsonRpcMessage::Response(response)) => response.result,
+            other => panic!("not a response: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn tool_call_responses_are_read_as_their_own_results_until_answered() {
+        let mut transport = transport();
+        drop(transport.send(tool_call(7)));
+        drop(transport.send(tool_call(8)));
+        assert_eq!(transport.tool_calls.len(), 2);
+        let done = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"hi"}]}}"#;
+        assert!(matches!(
+            response(transport.interpret(done)),
+            ServerResult::CallToolResult(_)
+        ));
+        assert!(!transport.tool_calls.contains(&RequestId::Number(7)));
+        let asking = br#"{"jsonrpc":"2.0","id":8,"result":{"resultType":"input_required","inputRequests":{"a":
+            {"method":"elicitation/create","params":{"message":"Sure?","requestedSchema":{"type":"object",
+            "properties":{"ok":{"type":"boolean"}}}}}}}}"#;
+        let asking: Vec<u8> = asking.iter().copied().filter(|byte| *byte != b'\n').collect();
+        assert!(matches!(
+            response(transport.interpret(&asking)),
+            ServerResult::InputRequiredResult(_)
+        ));
+        assert!(transport.tool_calls.is_empty());
+    }
+
+    #[tokio::test]
+    async fn other_lines_take_the_general_path_and_settle_their_ids() {
+        let mut transport = transport();
+        drop(transport.send(tool_call(1)));
+        drop(transport.send(tool_call(2)));
+        drop(transport.send(tool_call(3)));
+        assert_eq!(transport.tool_calls.len(), 3);
+        // Not a tools/call of ours: read by rmcp's own rules.
+        let other = br#"{"jsonrpc":"2.0","id":99,"result":{"tools":[]}}"#;
+        assert!(matches!(
+            response(transport.interpret(other)),
+            ServerResult::ListToolsResult(_)
+        ));
+        // An error response settles its id.
+        let failed = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"unknown tool"}}"#;
+        assert!(matches!(transport.interpret(failed), Some(JsonRpcMessage::Error(_))));
+        assert!(!transport.tool_calls.contains(&RequestId::Number(1)));
+        // A result and an error at once is not a response: the request is failed with its id.
+        let both = br#"{"jsonrpc":"2.0","id":2,"result":{"content":[]},"error":{"code":1,"message":"x"}}"#;
+        assert!(matches!(transport.interpret(both), Some(JsonRpcMessage::Error(_))));
+        assert!(!transport.tool_calls.contains(&RequestId::Number(2)));
+        // Cancelling a call forgets it.
+        let cancelled = CancelledNotification::new(CancelledNotificationParam::new(Some(RequestId::Number(3)), None));
+        drop(transport.send(JsonRpcMessage::notification(cancelled.into())));
+        assert!(transport.tool_calls.is_empty());
+    }
 }
