@@ -173,6 +173,9 @@ struct Shared {
     policy: Policy,
     validators: Validators,
     data: SharedData,
+    /// URL-mode Requests by session and `elicitationId`, to match `notifications/elicitation/complete`
+    /// without looking through every Request kept.
+    completions: Mutex<HashMap<(String, String), String>>,
 }
 
 /// The most distinct `data` objects `SharedData` keeps; it starts over when full.
@@ -259,6 +262,7 @@ impl Registry {
             policy,
             validators: Validators::default(),
             data: SharedData::default(),
+            completions: Mutex::default(),
         };
         Self {
             shared: Arc::new(shared),
@@ -297,6 +301,9 @@ impl Registry {
             .and_then(Value::as_str)
             .filter(|id| !id.is_empty())
             .map(str::to_owned);
+        let completion = elicitation_id
+            .clone()
+            .map(|elicitation_id| (suspension.session.clone(), elicitation_id));
         let (reply, outcome) = oneshot::channel();
         let view = RequestView {
             request,
@@ -348,6 +355,9 @@ impl Registry {
         };
         if first_deadline {
             self.shared.reaper.notify_one();
+        }
+        if let Some(key) = completion {
+            self.completions().insert(key, id.clone());
         }
         // The call lists the Request (and publishes its new state) once the caller attributes it.
         self.changed([]);
@@ -475,18 +485,16 @@ impl Registry {
 
     /// Records `notifications/elicitation/complete` on the matching URL-mode Request of a session.
     pub fn complete(&self, session: &str, elicitation_id: &str) -> bool {
-        let found = {
-            let mut state = self.lock();
-            state
-                .values_mut()
-                .find(|entry| {
-                    entry.view.session == session
-                        && entry.elicitation_id.as_deref() == Some(elicitation_id)
-                        && entry.view.completed_at.is_none()
-                })
-                .map(|entry| entry.view.completed_at = Some(Timestamp::now()))
-                .is_some()
+        let key = (session.to_owned(), elicitation_id.to_owned());
+        let Some(id) = self.completions().remove(&key) else {
+            return false;
         };
+        let found = self
+            .lock()
+            .get_mut(&id)
+            .filter(|entry| entry.view.completed_at.is_none())
+            .map(|entry| entry.view.completed_at = Some(Timestamp::now()))
+            .is_some();
         if found {
             self.shared.changes.notify();
         }
@@ -586,7 +594,8 @@ impl Registry {
             let (view, _) = self.retire(&mut state, &id, Status::Expired, None);
             expired.push((view.call, id));
         }
-        state.purge(now);
+        let purged = state.purge(now);
+        self.forget_completions(&purged);
         let next_deadline = state.live().next().map(|entry| entry.deadline);
         let next_purge = state.next_purge();
         drop(state);
@@ -659,6 +668,27 @@ impl Registry {
                 }
             }
         }
+    }
+
+    /// Drops the completion keys of purged Requests (unless a newer Request took the key over).
+    fn forget_completions(&self, purged: &[Box<Entry>]) {
+        let mut completions = None;
+        for entry in purged {
+            if let Some(elicitation_id) = &entry.elicitation_id {
+                let completions = completions.get_or_insert_with(|| self.completions());
+                let key = (entry.view.session.clone(), elicitation_id.clone());
+                if completions.get(&key) == Some(&entry.view.request.id) {
+                    completions.remove(&key);
+                }
+            }
+        }
+    }
+
+    fn completions(&self) -> MutexGuard<'_, HashMap<(String, String), String>> {
+        self.shared
+            .completions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -935,6 +965,41 @@ mod tests {
         let data = |pending: &Pending| registry.get(&pending.id).unwrap().request.data.unwrap();
         assert!(Arc::ptr_eq(&data(&first), &data(&second)));
         assert_eq!(registry.pending_count(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_completion_marks_its_url_request_once_until_it_is_purged() {
+        let registry = registry(Duration::from_secs(60));
+        let url = |elicitation_id: &str| {
+            registry
+                .suspend(Suspension {
+                    params: json!({"mode": "url", "message": "Sign in", "url": "https://example.com/a",
+                        "elicitationId": elicitation_id}),
+                    server: "demo".into(),
+                    session: "ses-1".into(),
+                    call: None,
+                    owner: None,
+                })
+                .unwrap()
+        };
+        let first = url("e1");
+        url("e2");
+        assert!(!registry.complete("ses-2", "e1") && !registry.complete("ses-1", "nobody"));
+        assert!(registry.complete("ses-1", "e1"));
+        assert!(registry.get(&first.id).unwrap().completed_at.is_some());
+        assert!(!registry.complete("ses-1", "e1"), "a second completion changes nothing");
+        // Expired after the TTL, then purged after the retention: its key goes with it.
+        tokio::time::advance(Duration::from_secs(61)).await;
+        registry.reap_due(Instant::now());
+        assert_eq!(
+            registry.completions().len(),
+            1,
+            "e2's key stays while its Request is kept"
+        );
+        tokio::time::advance(Duration::from_secs(61)).await;
+        registry.reap_due(Instant::now());
+        assert!(registry.get(&first.id).is_none());
+        assert!(registry.completions().is_empty());
     }
 
     #[test]

@@ -56,11 +56,6 @@ impl<V> Retained<V> {
         self.entries.get_mut(id).map(|(_, value)| value)
     }
 
-    /// Every entry, to change, in no particular order.
-    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
-        self.entries.values_mut().map(|(_, value)| value)
-    }
-
     /// Every entry with its sequence number, oldest first, from sequence number `from`.
     pub fn range(&self, from: RangeFrom<u64>) -> impl Iterator<Item = (u64, &V)> {
         self.order.range(from).map(|(seq, id)| (*seq, &self.entries[id].1))
@@ -103,17 +98,20 @@ impl<V> Retained<V> {
         self.retired.front().map(|(until, _)| *until)
     }
 
-    /// Forgets the retired entries whose time has come.
-    pub fn purge(&mut self, now: Instant) {
+    /// Forgets the retired entries whose time has come, and returns them.
+    pub fn purge(&mut self, now: Instant) -> Vec<V> {
+        let mut purged = Vec::new();
         while let Some((until, id)) = self.retired.front() {
             if *until > now {
                 break;
             }
-            if let Some((seq, _)) = self.entries.remove(id) {
+            if let Some((seq, value)) = self.entries.remove(id) {
                 self.order.remove(&seq);
+                purged.push(value);
             }
             self.retired.pop_front();
         }
+        purged
     }
 }
 
@@ -132,7 +130,7 @@ mod tests {
         store.retire("b", now);
         store.retire("c", now + Duration::from_secs(60));
         assert_eq!(store.next_purge(), Some(now));
-        store.purge(now);
+        assert_eq!(store.purge(now), ["B"]);
         assert_eq!(store.values().cloned().collect::<Vec<_>>(), ["A", "C"]);
         assert_eq!(store.next_purge(), Some(now + Duration::from_secs(60)));
         assert!(store.get("b").is_none());
