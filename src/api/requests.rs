@@ -140,23 +140,14 @@ pub async fn get(
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<RequestView>, ApiError> {
     let unknown = || ApiError::not_found(format!("no Request with id {id}"));
-    let current = state.registry.get(&id).ok_or_else(unknown)?;
-    visible(&principal, &id, current.owner.as_deref())?;
-    if current.status != Status::Pending {
-        return Ok(Json(current));
-    }
-    let resolved = || {
-        let pending = state.registry.status(&id)? == Status::Pending;
-        if pending { None } else { state.registry.get(&id) }
-    };
-    match state
+    let owner = state.registry.owner(&id).ok_or_else(unknown)?;
+    visible(&principal, &id, owner.as_deref())?;
+    let resolved = || state.registry.status(&id).filter(|status| *status != Status::Pending);
+    let _ = state
         .changes
         .wait_for(query.wait.duration(), &state.shutdown, resolved)
-        .await
-    {
-        Some(view) => Ok(Json(view)),
-        None => state.registry.get(&id).map(Json).ok_or_else(unknown),
-    }
+        .await;
+    state.registry.get(&id).map(Json).ok_or_else(unknown)
 }
 
 /// `POST /requests/{id}/answer`: resolves a pending Request.
