@@ -1,5 +1,6 @@
 //! The `toolnexus-gateway` command: `serve` (the default), `demo-server`, `check-config` and `healthcheck`.
 
+use std::io::IsTerminal;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -162,14 +163,16 @@ fn probed_address(args: &HealthcheckArgs) -> anyhow::Result<SocketAddr> {
     Ok(address)
 }
 
-/// Sends logs to stderr (stdout is the MCP channel of `demo-server`); `RUST_LOG` overrides the level.
+/// Sends logs to stderr (stdout is the MCP channel of `demo-server`), coloured only on a terminal; `RUST_LOG`
+/// overrides the level.
 fn init_logs(log: &LogConfig, format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(format!("{},rmcp=warn", log.level)))
         .unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     match format {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().flatten_event(true).init(),

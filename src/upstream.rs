@@ -284,7 +284,7 @@ impl Upstreams {
             self.changes.clone(),
         );
         let span = tracing::info_span!(parent: None, "call", call = %id, server = %view.server, session = %view.session, tool = %view.tool);
-        tracing::info!(parent: &span, "call started");
+        tracing::debug!(parent: &span, "call started");
         let run = async move {
             let finish = tokio::select! {
                 biased;
