@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::ids;
 use crate::suspension::{Answer, Reason, Request};
+use crate::validation::UNUSABLE_SCHEMA;
 
 /// `kind` of a form-mode Request.
 pub const KIND_INPUT: &str = "input";
@@ -42,6 +43,33 @@ pub fn elicitation_to_request(params: &Value) -> Request {
         url,
         data,
         expires_at: None,
+    }
+}
+
+/// Checks that elicitation params are what MCP defines: an object with a `message`, and a `url` in URL mode or
+/// a `requestedSchema` in form mode (whose shape is checked where it is compiled); the error says what is not.
+pub fn check_params(params: &Value) -> Result<(), String> {
+    let Some(params) = params.as_object() else {
+        return Err("the elicitation params are not an object".to_owned());
+    };
+    if !params.get("message").is_some_and(Value::is_string) {
+        return Err("the elicitation has no message".to_owned());
+    }
+    match params.get("mode") {
+        Some(Value::String(mode)) if mode == "url" => match params.get("url") {
+            Some(Value::String(_)) => Ok(()),
+            _ => Err("the URL-mode elicitation has no url".to_owned()),
+        },
+        None | Some(Value::Null) => form_schema(params),
+        Some(Value::String(mode)) if mode == "form" => form_schema(params),
+        Some(mode) => Err(format!("the elicitation has an unknown mode {mode}")),
+    }
+}
+
+fn form_schema(params: &Map<String, Value>) -> Result<(), String> {
+    match params.get("requestedSchema") {
+        Some(Value::Object(_)) => Ok(()),
+        _ => Err(format!("{UNUSABLE_SCHEMA}: it is missing")),
     }
 }
 
@@ -143,6 +171,40 @@ mod tests {
         assert_eq!(request.url, None);
         let form = elicitation_to_request(&json!({}));
         assert_eq!((form.kind.as_str(), form.data), ("input", None));
+    }
+
+    #[test]
+    fn params_need_a_message_and_the_url_or_schema_of_their_mode() {
+        let schema = json!({"type": "object", "properties": {}});
+        assert_eq!(
+            check_params(&json!({"message": "m", "requestedSchema": schema})),
+            Ok(())
+        );
+        assert_eq!(
+            check_params(&json!({"mode": "form", "message": "m", "requestedSchema": schema})),
+            Ok(())
+        );
+        assert_eq!(
+            check_params(&json!({"mode": "url", "message": "m", "url": "https://x"})),
+            Ok(())
+        );
+        for (params, says) in [
+            (json!("m"), "not an object"),
+            (json!({"requestedSchema": schema}), "no message"),
+            (json!({"mode": "url", "message": "m"}), "no url"),
+            (json!({"message": "m"}), "flat object"),
+            (
+                json!({"mode": "form", "message": "m", "requestedSchema": "s"}),
+                "flat object",
+            ),
+            (
+                json!({"mode": "voice", "message": "m", "requestedSchema": schema}),
+                "unknown mode \"voice\"",
+            ),
+        ] {
+            let error = check_params(&params).unwrap_err();
+            assert!(error.contains(says), "{params}: {error}");
+        }
     }
 
     #[test]

@@ -7,6 +7,10 @@ use jsonschema::error::ValidationErrorKind;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+/// What the gateway answers an elicitation whose schema it cannot show (MCP allows only flat forms).
+pub const UNUSABLE_SCHEMA: &str =
+    "requestedSchema must be a flat object of primitive properties (string, number, integer, boolean or enum)";
+
 /// The most distinct schemas `Validators` keeps compiled; it starts over when full.
 const MAX_COMPILED: usize = 256;
 
@@ -108,8 +112,37 @@ pub fn violations(validator: &jsonschema::Validator, data: &Map<String, Value>) 
     if violations.is_empty() { Ok(()) } else { Err(violations) }
 }
 
+/// Checks that a requested schema is an MCP form: an object whose properties are each a string, number,
+/// integer, boolean, single-select enum or multi-select enum (an array of enumerated strings). The keywords'
+/// values are left to the JSON Schema compiler.
+fn check_flat(schema: &Value) -> Result<(), String> {
+    let unusable = |why: String| format!("{UNUSABLE_SCHEMA}: {why}");
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Err(unusable("its type is not \"object\"".to_owned()));
+    }
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return Err(unusable("it has no properties object".to_owned()));
+    };
+    for (name, property) in properties {
+        let primitive = match property.get("type").and_then(Value::as_str) {
+            Some("string" | "number" | "integer" | "boolean") => true,
+            Some("array") => property.get("items").is_some_and(|items| {
+                let strings =
+                    items.get("type").and_then(Value::as_str) == Some("string") && items.get("enum").is_some();
+                strings || items.get("anyOf").is_some() || items.get("oneOf").is_some()
+            }),
+            _ => false,
+        };
+        if !primitive {
+            return Err(unusable(format!("property {name:?} is not one")));
+        }
+    }
+    Ok(())
+}
+
 /// Compiles the schema as draft 2020-12 with format checks, closed to unknown properties.
 fn build(schema: &Value) -> Result<jsonschema::Validator, String> {
+    check_flat(schema)?;
     let mut schema = schema.clone();
     if let Some(object) = schema.as_object_mut() {
         // The dialect is always 2020-12 (MCP's default); a `$schema` must not make the validator fetch anything.
@@ -161,6 +194,36 @@ mod tests {
         let mut paths: Vec<_> = result.unwrap_err().into_iter().map(|v| v.path).collect();
         paths.sort();
         paths
+    }
+
+    #[test]
+    fn every_mcp_primitive_makes_a_usable_schema() {
+        assert_eq!(check_schema(&profile_schema()), Ok(()));
+        let legacy = json!({"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+            "properties": {"c": {"type": "string", "enum": ["a", "b"], "enumNames": ["A", "B"]},
+                "t": {"type": "array", "items": {"oneOf": [{"const": "x", "title": "X"}]}}}});
+        assert_eq!(check_schema(&legacy), Ok(()));
+        assert_eq!(check_schema(&json!({"type": "object", "properties": {}})), Ok(()));
+    }
+
+    #[test]
+    fn schemas_that_are_not_flat_forms_are_unusable() {
+        for schema in [
+            json!({"type": "object", "properties": {"address": {"type": "object", "properties": {}}}}),
+            json!({"type": "object", "properties": {"rows": {"type": "array", "items": {"type": "object"}}}}),
+            json!({"type": "object", "properties": {"free": {"type": "array", "items": {"type": "string"}}}}),
+            json!({"type": "object", "properties": {"any": {}}}),
+            json!({"type": "object", "properties": {"union": {"type": ["string", "null"]}}}),
+            json!({"type": "object"}),
+            json!({"type": "string"}),
+            json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": "one"}}}),
+        ] {
+            let error = check_schema(&schema).unwrap_err();
+            assert!(
+                error.contains("requestedSchema") || error.contains("not usable"),
+                "{schema}: {error}"
+            );
+        }
     }
 
     #[test]

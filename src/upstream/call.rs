@@ -6,14 +6,13 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification, CancelledNotificationParam,
-    ClientRequest, ElicitationAction, ErrorCode, ErrorData, InputRequest, InputRequiredResult, InputResponses,
-    RequestId, ServerResult,
+    ClientRequest, CustomResult, ElicitationAction, ErrorCode, ErrorData, InputResponses, RequestId, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use rmcp::{Peer, RoleClient};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use super::client::{SessionCore, UNUSABLE_SCHEMA};
+use super::client::{ELICITATION_CREATE, SessionCore};
 use crate::calls::Finish;
 use crate::registry::{Outcome, Pending};
 
@@ -42,40 +41,57 @@ pub async fn drive(
             }
             Err(error) => return Finish::Failed(describe(&error)),
         };
-        match response {
-            ServerResult::InputRequiredResult(input) => {
-                let requests = input.input_requests.unwrap_or_default();
-                if requests.is_empty() {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                params.input_responses = match fulfil(core, call, requests).await {
-                    Ok(responses) => (!responses.is_empty()).then_some(responses),
-                    Err(finish) => return finish,
-                };
-                params.request_state = input.request_state;
-            }
+        let input = match response {
+            ServerResult::CustomResult(CustomResult(result)) if is_input_required(&result) => result,
+            ServerResult::InputRequiredResult(input) => serde_json::to_value(input).unwrap_or_default(),
             other => return completed(other),
+        };
+        let (requests, state) = match read_input_required(input) {
+            Ok(round) => round,
+            Err(detail) => {
+                return Finish::Failed(format!(
+                    "the upstream asked for input the gateway cannot show: {detail}"
+                ));
+            }
+        };
+        if requests.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        params.input_responses = match fulfil(core, call, requests).await {
+            Ok(responses) => (!responses.is_empty()).then_some(responses),
+            Err(finish) => return finish,
+        };
+        params.request_state = state;
     }
     Finish::Failed(format!("the upstream asked for input more than {MAX_ROUNDS} times"))
 }
 
-/// The end of a call whose upstream answered with something other than `input_required` rmcp could read.
+fn is_input_required(result: &Value) -> bool {
+    result.get("resultType").and_then(Value::as_str) == Some("input_required")
+}
+
+/// The `inputRequests` of an `input_required` result and its `requestState`, to be echoed byte for byte.
+fn read_input_required(mut result: Value) -> Result<(Map<String, Value>, Option<String>), String> {
+    let requests = match result.get_mut("inputRequests").map(Value::take) {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(requests)) => requests,
+        Some(_) => return Err("inputRequests is not an object".to_owned()),
+    };
+    let state = match result.get_mut("requestState").map(Value::take) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(state)) => Some(state),
+        Some(_) => return Err("requestState is not a string".to_owned()),
+    };
+    Ok((requests, state))
+}
+
+/// The end of a call whose upstream answered with something other than `input_required`.
 fn completed(response: ServerResult) -> Finish {
     if let ServerResult::CallToolResult(result) = response {
         return Finish::Completed(serde_json::to_value(result).unwrap_or_default());
     }
     // rmcp reads results through an untagged enum, so a result may arrive as another variant.
     let value = serde_json::to_value(&response).unwrap_or_default();
-    if value.get("resultType") == Some(&Value::from("input_required")) {
-        let detail = serde_json::from_value::<InputRequiredResult>(value)
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        return Finish::Failed(format!(
-            "the upstream asked for input the gateway cannot show: {UNUSABLE_SCHEMA} ({detail})"
-        ));
-    }
     match serde_json::from_value::<CallToolResult>(value) {
         Ok(result) => Finish::Completed(serde_json::to_value(result).unwrap_or_default()),
         Err(_) => Finish::Failed("the upstream answered tools/call with something that is not a CallToolResult".into()),
@@ -105,19 +121,16 @@ async fn send(
 }
 
 /// Answers the elicitations of an `input_required` result through Requests, keyed as the upstream keyed them.
-async fn fulfil(
-    core: &SessionCore,
-    call: &str,
-    requests: std::collections::BTreeMap<String, InputRequest>,
-) -> Result<InputResponses, Finish> {
+async fn fulfil(core: &SessionCore, call: &str, requests: Map<String, Value>) -> Result<InputResponses, Finish> {
     let mut pending = Vec::with_capacity(requests.len());
-    for (key, request) in requests {
-        let InputRequest::Elicitation(elicitation) = request else {
+    for (key, mut request) in requests {
+        if request.get("method").and_then(Value::as_str) != Some(ELICITATION_CREATE) {
             return Err(Finish::Failed(format!(
                 "the upstream asked for input {key:?} of a kind the gateway does not provide (only elicitation is)"
             )));
-        };
-        pending.push((key, suspend(core, &elicitation.params, call)?));
+        }
+        let params = request.get_mut("params").map(Value::take).unwrap_or_default();
+        pending.push((key, suspend(core, params, call)?));
     }
     let mut responses = InputResponses::new();
     for (key, request) in pending {
@@ -137,10 +150,8 @@ async fn authorize(core: &SessionCore, call: &str, error: &ErrorData) -> Result<
         .cloned()
         .unwrap_or_default();
     let mut pending = Vec::with_capacity(elicitations.len());
-    for elicitation in &elicitations {
-        let params = serde_json::from_value(elicitation.clone())
-            .map_err(|e| Finish::Failed(format!("the upstream sent an unreadable URL elicitation: {e}")))?;
-        pending.push(suspend(core, &params, call)?);
+    for params in elicitations {
+        pending.push(suspend(core, params, call)?);
     }
     for request in pending {
         if resolved(core, request).await?.action != ElicitationAction::Accept {
@@ -150,7 +161,7 @@ async fn authorize(core: &SessionCore, call: &str, error: &ErrorData) -> Result<
     Ok(())
 }
 
-fn suspend(core: &SessionCore, params: &rmcp::model::ElicitRequestParams, call: &str) -> Result<Pending, Finish> {
+fn suspend(core: &SessionCore, params: Value, call: &str) -> Result<Pending, Finish> {
     core.suspend(params, Some(call.to_owned())).map_err(|error| {
         Finish::Failed(format!(
             "the upstream sent an elicitation the gateway cannot show: {error}"

@@ -11,19 +11,19 @@ use rmcp::model::{
 };
 use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext};
 use rmcp::{ClientHandler, RoleClient};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::calls::Calls;
+use crate::elicitation;
 use crate::registry::{Outcome, Registry, SuspendError, Suspension};
 
 /// The `detail` of a Request the upstream withdrew.
 const UPSTREAM_CANCELLED: &str = "the upstream cancelled the elicitation";
 
-/// What the gateway answers an elicitation whose schema it cannot read (MCP allows only flat forms).
-pub const UNUSABLE_SCHEMA: &str =
-    "requestedSchema must be a flat object of primitive properties (string, number, integer, boolean or enum)";
-
+/// The MCP method of a 2025-11-25 elicitation request.
+pub const ELICITATION_CREATE: &str = "elicitation/create";
 /// The MCP method of a URL-mode completion notification (2025-11-25).
 const ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
 
@@ -94,12 +94,8 @@ impl SessionCore {
     }
 
     /// Raises a Request for elicitation params; the Call, when known, lists it.
-    pub fn suspend(
-        &self,
-        params: &ElicitRequestParams,
-        call: Option<String>,
-    ) -> Result<crate::registry::Pending, SuspendError> {
-        let params = serde_json::to_value(params).unwrap_or_default();
+    pub fn suspend(&self, params: Value, call: Option<String>) -> Result<crate::registry::Pending, SuspendError> {
+        elicitation::check_params(&params).map_err(SuspendError::UnusableSchema)?;
         let owner = call
             .as_deref()
             .and_then(|call| self.calls.owner(call))
@@ -155,29 +151,19 @@ impl GatewayClient {
     pub fn new(core: Arc<SessionCore>, protocol: ProtocolVersion) -> Self {
         Self { core, protocol }
     }
-}
-
-impl ClientHandler for GatewayClient {
-    fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(
-            capabilities(),
-            Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
-        )
-        .with_protocol_version(self.protocol.clone())
-    }
 
     /// Raises the Request at once and returns a small future that only waits for its outcome: rmcp keeps each
     /// pending elicitation's handler future alive until the human answers, so it holds nothing it no longer needs
-    /// (not rmcp's typed params nor the request context).
-    fn create_elicitation(
+    /// (not the params nor the request context). Params the gateway cannot show are refused with `-32602`.
+    fn elicit(
         &self,
-        params: ElicitRequestParams,
+        params: Value,
         context: RequestContext<RoleClient>,
     ) -> impl Future<Output = Result<ElicitResult, ErrorData>> + Send + '_ {
         let core = &self.core;
         let call = core.attribute(context.extensions.get::<InboundStreamOrigin>());
         let withdrawn = context.ct;
-        let raised = core.suspend(&params, call);
+        let raised = core.suspend(params, call);
         async move {
             let pending = raised.map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
             lock(&core.elicitations).insert(pending.id.clone(), withdrawn.clone());
@@ -196,26 +182,40 @@ impl ClientHandler for GatewayClient {
             }
         }
     }
+}
 
-    /// rmcp hands over as a custom request an `elicitation/create` whose params it cannot read (a nested schema,
-    /// say); the upstream gets an error with its request's id, and no Request is raised.
-    async fn on_custom_request(
+impl ClientHandler for GatewayClient {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            capabilities(),
+            Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(self.protocol.clone())
+    }
+
+    /// An elicitation rmcp read (over streamable HTTP).
+    fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> impl Future<Output = Result<ElicitResult, ErrorData>> + Send + '_ {
+        self.elicit(serde_json::to_value(params).unwrap_or_default(), context)
+    }
+
+    /// An `elicitation/create` the stdio transport passes on unread, or one whose params rmcp could not read; any
+    /// other method is not one the gateway serves.
+    fn on_custom_request(
         &self,
         request: CustomRequest,
-        _context: RequestContext<RoleClient>,
-    ) -> Result<CustomResult, ErrorData> {
-        if request.method != "elicitation/create" {
-            return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, request.method, None));
+        context: RequestContext<RoleClient>,
+    ) -> impl Future<Output = Result<CustomResult, ErrorData>> + Send + '_ {
+        let elicited = (request.method == ELICITATION_CREATE)
+            .then(|| self.elicit(request.params.unwrap_or_default(), context))
+            .ok_or_else(|| ErrorData::new(ErrorCode::METHOD_NOT_FOUND, request.method, None));
+        async move {
+            let result = elicited?.await?;
+            Ok(CustomResult(serde_json::to_value(result).unwrap_or_default()))
         }
-        let detail = match request.params_as::<ElicitRequestParams>() {
-            Err(error) => error.to_string(),
-            Ok(_) => "unreadable params".to_owned(),
-        };
-        tracing::warn!(server = %self.core.server, session = %self.core.id, detail, "refused an elicitation the gateway cannot show");
-        Err(ErrorData::invalid_params(
-            UNUSABLE_SCHEMA,
-            Some(serde_json::json!({ "detail": detail })),
-        ))
     }
 
     async fn on_custom_notification(

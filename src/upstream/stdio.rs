@@ -12,7 +12,8 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use rmcp::RoleClient;
 use rmcp::model::{
-    ClientNotification, ClientRequest, JsonRpcMessage, JsonRpcResponse, JsonRpcVersion2_0, RequestId, ServerResult,
+    ClientNotification, ClientRequest, CustomRequest, CustomResult, JsonRpcMessage, JsonRpcRequest, JsonRpcResponse,
+    JsonRpcVersion2_0, RequestId, ServerRequest, ServerResult,
 };
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -23,7 +24,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::{Mutex, oneshot};
 
-use super::client::UNUSABLE_SCHEMA;
+use super::client::ELICITATION_CREATE;
+use crate::validation::UNUSABLE_SCHEMA;
 
 /// The largest message an upstream may send; a longer line ends its session (the same bound rmcp puts on HTTP).
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -125,7 +127,7 @@ impl ChildTransport {
         if line.iter().all(u8::is_ascii_whitespace) {
             return None;
         }
-        if let Some(message) = self.tool_call_response(line) {
+        if let Some(message) = self.tool_call_response(line).or_else(|| elicitation_request(line)) {
             return Some(message);
         }
         let error = match serde_json::from_slice(line) {
@@ -180,7 +182,8 @@ impl ChildTransport {
         }
     }
 
-    /// The response to a pending `tools/call`, read as `input_required` or a `CallToolResult`; `None` sends the
+    /// The response to a pending `tools/call`: an `input_required` result passed on as JSON (the call reads its
+    /// elicitations as JSON, as the §2 mapping does), anything else read as a `CallToolResult`. `None` sends the
     /// line down the general path (any other message, or a result of neither shape).
     fn tool_call_response(&mut self, line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
         /// Only a response: a line that also names a method or an error is left to the general path.
@@ -201,7 +204,7 @@ impl ChildTransport {
             return None;
         }
         let result = if response.result.get("resultType") == Some(&Value::from("input_required")) {
-            ServerResult::InputRequiredResult(serde_json::from_value(response.result).ok()?)
+            ServerResult::CustomResult(CustomResult(response.result))
         } else {
             ServerResult::CallToolResult(serde_json::from_value(response.result).ok()?)
         };
@@ -212,6 +215,36 @@ impl ChildTransport {
             result,
         }))
     }
+}
+
+/// A 2025-11-25 `elicitation/create` request, passed on with its params unread: the gateway reads them as JSON
+/// (rmcp would parse the schema into its own types only for the gateway to turn it back into JSON).
+fn elicitation_request(line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
+    /// Only a request: a line that also carries a result or an error is left to the general path.
+    #[derive(Deserialize)]
+    struct Request {
+        jsonrpc: JsonRpcVersion2_0,
+        id: RequestId,
+        method: String,
+        params: Option<Value>,
+        result: Option<IgnoredAny>,
+        error: Option<IgnoredAny>,
+    }
+    if !line
+        .windows(ELICITATION_CREATE.len())
+        .any(|window| window == ELICITATION_CREATE.as_bytes())
+    {
+        return None;
+    }
+    let request: Request = serde_json::from_slice(line).ok()?;
+    if request.method != ELICITATION_CREATE || request.result.is_some() || request.error.is_some() {
+        return None;
+    }
+    Some(JsonRpcMessage::Request(JsonRpcRequest {
+        jsonrpc: request.jsonrpc,
+        id: request.id,
+        request: ServerRequest::CustomRequest(CustomRequest::new(request.method, request.params)),
+    }))
 }
 
 impl Transport<RoleClient> for ChildTransport {
@@ -348,11 +381,44 @@ mod tests {
             {"method":"elicitation/create","params":{"message":"Sure?","requestedSchema":{"type":"object",
             "properties":{"ok":{"type":"boolean"}}}}}}}}"#;
         let asking: Vec<u8> = asking.iter().copied().filter(|byte| *byte != b'\n').collect();
-        assert!(matches!(
-            response(transport.interpret(&asking)),
-            ServerResult::InputRequiredResult(_)
-        ));
+        match response(transport.interpret(&asking)) {
+            ServerResult::CustomResult(CustomResult(result)) => {
+                assert_eq!(result["inputRequests"]["a"]["params"]["message"], "Sure?");
+            }
+            other => panic!("not passed on as JSON: {other:?}"),
+        }
         assert!(transport.tool_calls.is_empty());
+    }
+
+    #[tokio::test]
+    async fn elicitation_requests_are_passed_on_with_their_params_unread() {
+        let mut transport = transport();
+        let line = br#"{"jsonrpc":"2.0","id":"e1","method":"elicitation/create","params":{"message":"Sure?",
+            "requestedSchema":{"type":"object","properties":{"where":{"type":"object"}}}}}"#;
+        let line: Vec<u8> = line.iter().copied().filter(|byte| *byte != b'\n').collect();
+        match transport.interpret(&line) {
+            Some(JsonRpcMessage::Request(request)) => {
+                assert_eq!(request.id, RequestId::String("e1".into()));
+                let ServerRequest::CustomRequest(custom) = request.request else {
+                    panic!("not passed on unread: {:?}", request.request);
+                };
+                assert_eq!(custom.method, "elicitation/create");
+                assert_eq!(
+                    custom.params.unwrap()["requestedSchema"]["properties"]["where"]["type"],
+                    "object"
+                );
+            }
+            other => panic!("not a request: {other:?}"),
+        }
+        // Any other request takes rmcp's path.
+        let ping = br#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
+        assert!(matches!(
+            transport.interpret(ping),
+            Some(JsonRpcMessage::Request(JsonRpcRequest {
+                request: ServerRequest::PingRequest(_),
+                ..
+            }))
+        ));
     }
 
     #[tokio::test]
