@@ -12,13 +12,14 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use rmcp::RoleClient;
 use rmcp::model::{
-    ClientNotification, ClientRequest, CustomRequest, CustomResult, JsonRpcMessage, JsonRpcRequest, JsonRpcResponse,
-    JsonRpcVersion2_0, RequestId, ServerRequest, ServerResult,
+    CallToolRequest, CallToolRequestMethod, ClientNotification, ClientRequest, CustomRequest, CustomResult,
+    JsonRpcMessage, JsonRpcRequest, JsonRpcResponse, JsonRpcVersion2_0, MetaObject, RequestId, RequestMetaObject,
+    ServerRequest, ServerResult,
 };
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
-use serde::Deserialize;
 use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
@@ -217,6 +218,52 @@ impl ChildTransport {
     }
 }
 
+/// A `tools/call` request as rmcp would write it, params `_meta` included, without rmcp's generic request
+/// serializer: to merge the `_meta` it turns the params into a JSON tree first, the arguments and any
+/// `inputResponses` copied along (a tenth of the gateway's instructions per call). For params without `_meta`
+/// of their own; the request's comes from its extensions, the typed one over the legacy one, as in rmcp.
+fn tool_call_line(id: &RequestId, call: &CallToolRequest) -> serde_json::Result<Vec<u8>> {
+    #[derive(Serialize)]
+    struct Head<'a> {
+        jsonrpc: JsonRpcVersion2_0,
+        id: &'a RequestId,
+        method: &'a CallToolRequestMethod,
+    }
+    let typed = call.extensions.get::<RequestMetaObject>().map(|meta| &meta.0.0);
+    let legacy = call.extensions.get::<MetaObject>().map(|meta| &meta.0);
+    let merged;
+    let meta = match (typed, legacy) {
+        (Some(typed), Some(legacy)) => {
+            let mut both = legacy.clone();
+            both.extend(typed.iter().map(|(key, value)| (key.clone(), value.clone())));
+            merged = both;
+            Some(&merged)
+        }
+        (typed, legacy) => typed.or(legacy),
+    };
+    let mut line = serde_json::to_vec(&Head {
+        jsonrpc: JsonRpcVersion2_0,
+        id,
+        method: &call.method,
+    })?;
+    line.pop();
+    line.extend_from_slice(b",\"params\":");
+    let params = serde_json::to_vec(&call.params)?;
+    match (meta, params.split_first()) {
+        (Some(meta), Some((b'{', rest))) => {
+            line.extend_from_slice(b"{\"_meta\":");
+            serde_json::to_writer(&mut line, meta)?;
+            if rest != b"}" {
+                line.push(b',');
+            }
+            line.extend_from_slice(rest);
+        }
+        _ => line.extend_from_slice(&params),
+    }
+    line.push(b'}');
+    Ok(line)
+}
+
 /// A 2025-11-25 `elicitation/create` request, passed on with its params unread: the gateway reads them as JSON
 /// (rmcp would parse the schema into its own types only for the gateway to turn it back into JSON).
 fn elicitation_request(line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
@@ -267,7 +314,15 @@ impl Transport<RoleClient> for ChildTransport {
             }
             _ => {}
         }
-        let line = serde_json::to_vec(&message).map(|mut line| {
+        let line = match &message {
+            JsonRpcMessage::Request(JsonRpcRequest {
+                id,
+                request: ClientRequest::CallToolRequest(call),
+                ..
+            }) if call.params.meta.is_none() => tool_call_line(id, call),
+            _ => serde_json::to_vec(&message),
+        }
+        .map(|mut line| {
             line.push(b'\n');
             line
         });
@@ -388,6 +443,39 @@ mod tests {
             other => panic!("not passed on as JSON: {other:?}"),
         }
         assert!(transport.tool_calls.is_empty());
+    }
+
+    #[test]
+    fn tool_calls_are_written_as_rmcp_writes_them() {
+        let object = |value: Value| value.as_object().cloned().unwrap();
+        let mut retry = CallToolRequestParams::new("confirm_action")
+            .with_arguments(object(json!({"action": "deploy", "n": [1, {"deep": null}]})))
+            .with_input_responses([("k".to_owned(), json!({"action": "accept", "content": {"ok": true}}))].into());
+        retry.request_state = Some("st\"ate".to_owned());
+        let typed = RequestMetaObject(MetaObject(object(
+            json!({"progressToken": 3, "io.modelcontextprotocol/protocolVersion": "2026-07-28"}),
+        )));
+        let legacy = MetaObject(object(json!({"progressToken": 1, "trace": "t"})));
+        let cases = [
+            (CallToolRequestParams::new("echo"), None, None),
+            (retry.clone(), Some(typed.clone()), None),
+            (retry.clone(), None, Some(legacy.clone())),
+            (retry, Some(typed), Some(legacy)),
+        ];
+        for (params, typed, legacy) in cases {
+            let mut request = CallToolRequest::new(params);
+            if let Some(meta) = typed {
+                request.extensions.insert(meta);
+            }
+            if let Some(meta) = legacy {
+                request.extensions.insert(meta);
+            }
+            let id = RequestId::Number(42);
+            let ours: Value = serde_json::from_slice(&tool_call_line(&id, &request).unwrap()).unwrap();
+            let message: TxJsonRpcMessage<RoleClient> =
+                JsonRpcMessage::request(ClientRequest::CallToolRequest(request), id);
+            assert_eq!(ours, serde_json::to_value(&message).unwrap());
+        }
     }
 
     #[tokio::test]
