@@ -107,8 +107,9 @@ impl Sessions {
         self.shared.events.publish(EventKind::SessionUpdated, view, tags);
     }
 
-    /// Records a session that is connecting.
-    pub fn starting(&self, id: &str, server: &str, owner: Option<&str>) {
+    /// Records a session that is connecting, unless its owner already holds `max_open` open sessions (then
+    /// `Err` with how many); the count and the insert happen under one lock.
+    pub fn starting(&self, id: &str, server: &str, owner: Option<&str>, max_open: usize) -> Result<(), usize> {
         let view = SessionView {
             id: id.to_owned(),
             server: server.to_owned(),
@@ -124,6 +125,10 @@ impl Sessions {
         {
             let mut state = self.lock();
             state.purge(Instant::now());
+            let open = state.live().filter(|entry| entry.view.owner == view.owner).count();
+            if open >= max_open {
+                return Err(open);
+            }
             state.insert(
                 id,
                 Entry {
@@ -133,6 +138,7 @@ impl Sessions {
             );
         }
         self.changed(&view);
+        Ok(())
     }
 
     /// Marks a session ready with what its handshake negotiated.
@@ -208,5 +214,23 @@ impl Sessions {
             .state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_holds_at_most_the_cap_of_open_sessions() {
+        let sessions = Sessions::new(Changes::default(), Events::default(), Duration::from_secs(60));
+        assert_eq!(sessions.starting("s1", "demo", Some("ada"), 2), Ok(()));
+        assert_eq!(sessions.starting("s2", "demo", Some("ada"), 2), Ok(()));
+        assert_eq!(sessions.starting("s3", "demo", Some("ada"), 2), Err(2));
+        assert_eq!(sessions.starting("s4", "demo", Some("bob"), 2), Ok(()));
+        assert_eq!(sessions.starting("s5", "demo", None, usize::MAX), Ok(()));
+        sessions.end("s1", SessionStatus::Closed, "done");
+        assert_eq!(sessions.starting("s6", "demo", Some("ada"), 2), Ok(()));
+        assert_eq!(sessions.list(false).len(), 4);
     }
 }

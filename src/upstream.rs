@@ -189,18 +189,15 @@ impl Upstreams {
     /// Opens a private session to a server for `owner`, ready when it returns.
     pub async fn open(self: &Arc<Self>, server: &str, owner: &str) -> Result<SessionView, UpstreamError> {
         let slot = self.slot(server)?;
-        let open = self
-            .sessions
-            .list(false)
-            .iter()
-            .filter(|view| view.owner.as_deref() == Some(owner))
-            .count();
-        if open >= self.limits.sessions_per_principal {
-            return Err(UpstreamError::TooMany(format!(
-                "{owner} has {open} sessions open, the most one principal may hold (limits.sessions_per_principal)"
-            )));
-        }
-        self.open_session(&slot.server, Some(owner))
+        let id = ids::mint(ids::SESSION);
+        self.sessions
+            .starting(&id, &slot.server.name, Some(owner), self.limits.sessions_per_principal)
+            .map_err(|open| {
+                UpstreamError::TooMany(format!(
+                    "{owner} has {open} sessions open, the most one principal may hold (limits.sessions_per_principal)"
+                ))
+            })?;
+        self.open_session(id, &slot.server, Some(owner))
             .await
             .map(|(view, _)| view)
             .map_err(|detail| UpstreamError::Unreachable(format!("cannot open a session to {server:?}: {detail}")))
@@ -394,7 +391,10 @@ impl Upstreams {
                 state.retry_at = None;
                 state.backoff_ms = None;
             });
-            match self.open_session(&slot.server, None).await {
+            let id = ids::mint(ids::SESSION);
+            // Shared sessions have no cap, so this cannot be refused.
+            let _ = self.sessions.starting(&id, &slot.server.name, None, usize::MAX);
+            match self.open_session(id, &slot.server, None).await {
                 Ok((view, live)) => {
                     let opened = tokio::time::Instant::now();
                     self.update(slot, |state| {
@@ -441,13 +441,13 @@ impl Upstreams {
 
     /// Connects a new session and hands its connection to a task that owns it until it ends.
     /// Opens a session: a shared one without `owner`, a private one with it.
+    /// Connects a session recorded as starting.
     async fn open_session(
         self: &Arc<Self>,
+        id: String,
         server: &Server,
         owner: Option<&str>,
     ) -> Result<(SessionView, Arc<Live>), String> {
-        let id = ids::mint(ids::SESSION);
-        self.sessions.starting(&id, &server.name, owner);
         let core = Arc::new(SessionCore::new(
             id.clone(),
             server.name.clone(),
