@@ -156,6 +156,7 @@ async fn latency(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
          | operation | protocol | direct p50 / p99 | gateway p50 / p99 | added p50 | ratio p50 | target |\n\
          |---|---|---|---|---|---|---|\n",
     );
+    let mut floor = Samples::default();
     for era in [Era::Modern, Era::Legacy] {
         eprintln!("latency: {}", era.protocol());
         let direct = Direct::connect(binary, era).await?;
@@ -167,6 +168,7 @@ async fn latency(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
             record(measured, &mut gateway_confirm, rest.confirm(era.server())).await?;
             record(measured, &mut direct_echo, direct.echo()).await?;
             record(measured, &mut gateway_echo, rest.echo(era.server())).await?;
+            record(measured, &mut floor, rest.healthz()).await?;
         }
         let mut events = EventStream::open(rest, &format!("?server={}", era.server())).await?;
         let (mut direct_discovery, mut gateway_discovery) = (Samples::default(), Samples::default());
@@ -213,6 +215,11 @@ async fn latency(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
             p50_p99(&gateway_discovery),
         );
     }
+    let _ = writeln!(
+        table,
+        "| floor: one HTTP exchange that does no work (`GET /healthz`) | both | | {} | | | a round trip is three exchanges, echo one |",
+        p50_p99(&floor),
+    );
     let _ = writeln!(
         table,
         "\n{} measured round trips per cell after {} warm-up ones; direct and gateway alternate.",

@@ -116,6 +116,13 @@ impl Rest {
         Ok(discovered)
     }
 
+    /// `GET /healthz`, expecting `200`: an exchange with the gateway that does no work.
+    pub async fn healthz(&self) -> anyhow::Result<()> {
+        let (status, body) = self.get("/healthz").await?;
+        ensure!(status == 200, "GET /healthz → {status}: {body}");
+        Ok(())
+    }
+
     /// One plain tool call: `POST /calls?wait` on `echo` → completed.
     pub async fn echo(&self, server: &str) -> anyhow::Result<()> {
         let call = self.start_call(server, "echo", json!({"text": "bench"})).await?;
