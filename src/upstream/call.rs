@@ -43,6 +43,7 @@ pub async fn drive(
         };
         let input = match response {
             ServerResult::CustomResult(CustomResult(result)) if is_input_required(&result) => result,
+            ServerResult::CustomResult(CustomResult(result)) => return completed_json(result),
             ServerResult::InputRequiredResult(input) => serde_json::to_value(input).unwrap_or_default(),
             other => return completed(other),
         };
@@ -85,6 +86,35 @@ fn read_input_required(mut result: Value) -> Result<(Map<String, Value>, Option<
     Ok((requests, state))
 }
 
+/// The end of a call whose result arrived as JSON: passed on as the upstream wrote it if it is a
+/// `CallToolResult` as MCP defines it, with `content` defaulting to `[]` as it does when rmcp reads one.
+fn completed_json(mut result: Value) -> Finish {
+    let Some(fields) = result.as_object_mut() else {
+        return not_a_call_tool_result();
+    };
+    let complete = fields.get("resultType").is_none_or(|kind| kind == "complete");
+    let content = match fields.get("content") {
+        None => true,
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .all(|block| block.get("type").is_some_and(Value::is_string)),
+        Some(_) => false,
+    };
+    let flag = fields.get("isError").is_none_or(Value::is_boolean);
+    let known = ["content", "structuredContent", "isError"]
+        .iter()
+        .any(|key| fields.contains_key(*key));
+    if !(complete && content && flag && known) {
+        return not_a_call_tool_result();
+    }
+    fields.entry("content").or_insert_with(|| Value::Array(Vec::new()));
+    Finish::Completed(result)
+}
+
+fn not_a_call_tool_result() -> Finish {
+    Finish::Failed("the upstream answered tools/call with something that is not a CallToolResult".into())
+}
+
 /// The end of a call whose upstream answered with something other than `input_required`.
 fn completed(response: ServerResult) -> Finish {
     if let ServerResult::CallToolResult(result) = response {
@@ -94,7 +124,7 @@ fn completed(response: ServerResult) -> Finish {
     let value = serde_json::to_value(&response).unwrap_or_default();
     match serde_json::from_value::<CallToolResult>(value) {
         Ok(result) => Finish::Completed(serde_json::to_value(result).unwrap_or_default()),
-        Err(_) => Finish::Failed("the upstream answered tools/call with something that is not a CallToolResult".into()),
+        Err(_) => not_a_call_tool_result(),
     }
 }
 
@@ -224,5 +254,51 @@ impl Drop for InFlight<'_> {
         self.core.sends.spawn(async move {
             let _ = peer.send_notification(notification.into()).await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn result(finish: Finish) -> Result<Value, String> {
+        match finish {
+            Finish::Completed(result) => Ok(result),
+            Finish::Failed(message) | Finish::Cancelled(message) => Err(message),
+        }
+    }
+
+    #[test]
+    fn call_tool_results_pass_through_as_the_upstream_wrote_them() {
+        let text = json!({"content": [{"type": "text", "text": "hi", "annotations": {"x": 1}}], "isError": false,
+            "resultType": "complete", "_meta": {"k": "v"}});
+        assert_eq!(result(completed_json(text.clone())), Ok(text));
+        let structured = json!({"structuredContent": {"n": 1}});
+        assert_eq!(
+            result(completed_json(structured)),
+            Ok(json!({"structuredContent": {"n": 1}, "content": []}))
+        );
+        assert_eq!(
+            result(completed_json(json!({"isError": true}))),
+            Ok(json!({"isError": true, "content": []}))
+        );
+    }
+
+    #[test]
+    fn results_that_are_not_call_tool_results_fail_the_call() {
+        for other in [
+            json!("text"),
+            json!({}),
+            json!({"_meta": {}}),
+            json!({"tools": []}),
+            json!({"content": "hi"}),
+            json!({"content": [{"text": "no type"}]}),
+            json!({"content": [], "isError": "yes"}),
+            json!({"content": [], "resultType": "task"}),
+        ] {
+            let message = result(completed_json(other.clone())).unwrap_err();
+            assert!(message.contains("not a CallToolResult"), "{other}: {message}");
+        }
     }
 }

@@ -183,9 +183,9 @@ impl ChildTransport {
         }
     }
 
-    /// The response to a pending `tools/call`: an `input_required` result passed on as JSON (the call reads its
-    /// elicitations as JSON, as the §2 mapping does), anything else read as a `CallToolResult`. `None` sends the
-    /// line down the general path (any other message, or a result of neither shape).
+    /// The response to a pending `tools/call`, its result passed on as JSON: the call reads an `input_required`
+    /// result's elicitations as JSON, as the §2 mapping does, and a `CallToolResult` goes to the REST client as
+    /// it is. `None` sends the line down the general path (any other message).
     fn tool_call_response(&mut self, line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
         /// Only a response: a line that also names a method or an error is left to the general path.
         #[derive(Deserialize)]
@@ -204,11 +204,7 @@ impl ChildTransport {
         if response.method.is_some() || response.error.is_some() || !self.tool_calls.contains(&response.id) {
             return None;
         }
-        let result = if response.result.get("resultType") == Some(&Value::from("input_required")) {
-            ServerResult::CustomResult(CustomResult(response.result))
-        } else {
-            ServerResult::CallToolResult(serde_json::from_value(response.result).ok()?)
-        };
+        let result = ServerResult::CustomResult(CustomResult(response.result));
         self.tool_calls.remove(&response.id);
         Some(JsonRpcMessage::Response(JsonRpcResponse {
             jsonrpc: JsonRpcVersion2_0,
@@ -421,16 +417,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn tool_call_responses_are_read_as_their_own_results_until_answered() {
+    async fn tool_call_responses_are_passed_on_as_json_until_answered() {
         let mut transport = transport();
         drop(transport.send(tool_call(7)));
         drop(transport.send(tool_call(8)));
         assert_eq!(transport.tool_calls.len(), 2);
         let done = br#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"hi"}]}}"#;
-        assert!(matches!(
-            response(transport.interpret(done)),
-            ServerResult::CallToolResult(_)
-        ));
+        match response(transport.interpret(done)) {
+            ServerResult::CustomResult(CustomResult(result)) => assert_eq!(result["content"][0]["text"], "hi"),
+            other => panic!("not passed on as JSON: {other:?}"),
+        }
         assert!(!transport.tool_calls.contains(&RequestId::Number(7)));
         let asking = br#"{"jsonrpc":"2.0","id":8,"result":{"resultType":"input_required","inputRequests":{"a":
             {"method":"elicitation/create","params":{"message":"Sure?","requestedSchema":{"type":"object",
