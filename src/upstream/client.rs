@@ -38,7 +38,7 @@ pub struct SessionCore {
     pub calls: Calls,
     /// Our in-flight `tools/call` JSON-RPC ids, each with the Call it serves.
     in_flight: Mutex<HashMap<RequestId, String>>,
-    /// Legacy elicitations waiting on their Request, with the token rmcp cancels when the upstream withdraws one.
+    /// Legacy elicitations waiting on their Request, with the token fired when the upstream withdraws one.
     elicitations: Mutex<HashMap<String, CancellationToken>>,
     /// Messages still being sent to the upstream (cancellations of abandoned calls); closing waits for them.
     pub sends: TaskTracker,
@@ -70,7 +70,7 @@ impl SessionCore {
     }
 
     /// The call an inbound elicitation belongs to: the one whose HTTP stream carried it, or the only call in flight.
-    fn attribute(&self, origin: Option<&InboundStreamOrigin>) -> Option<String> {
+    pub fn attribute(&self, origin: Option<&InboundStreamOrigin>) -> Option<String> {
         let in_flight = lock(&self.in_flight);
         match origin {
             Some(InboundStreamOrigin::OutboundRequest(request)) => in_flight.get(request).cloned(),
@@ -126,6 +126,37 @@ impl SessionCore {
         }
         Ok(pending)
     }
+
+    /// Answers a 2025-11-25 `elicitation/create` through a Request: raises it at once and returns a small future
+    /// that only waits for its outcome (a pending elicitation's future lives until the human answers, so it holds
+    /// nothing it no longer needs). `withdrawn` fires if the upstream cancels the elicitation. Params the gateway
+    /// cannot show are refused with `-32602`.
+    pub fn elicit(
+        self: &Arc<Self>,
+        params: Value,
+        call: Option<String>,
+        withdrawn: CancellationToken,
+    ) -> impl Future<Output = Result<ElicitResult, ErrorData>> + Send + 'static {
+        let core = self.clone();
+        let raised = self.suspend(params, call);
+        async move {
+            let pending = raised.map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
+            lock(&core.elicitations).insert(pending.id.clone(), withdrawn.clone());
+            core.registry.watch_withdrawal(&pending.id, withdrawn.clone());
+            let outcome = tokio::select! {
+                outcome = pending.outcome => outcome,
+                () = withdrawn.cancelled() => {
+                    core.registry.cancel([pending.id.as_str()], UPSTREAM_CANCELLED, false);
+                    Ok(Outcome::Withdrawn)
+                }
+            };
+            lock(&core.elicitations).remove(&pending.id);
+            match outcome {
+                Ok(Outcome::Reply(result)) => Ok(result),
+                Ok(Outcome::Withdrawn) | Err(_) => Err(ErrorData::internal_error("the Request was withdrawn", None)),
+            }
+        }
+    }
 }
 
 /// What the gateway declares to upstreams: elicitation in form and URL mode, nothing else.
@@ -152,35 +183,9 @@ impl GatewayClient {
         Self { core, protocol }
     }
 
-    /// Raises the Request at once and returns a small future that only waits for its outcome: rmcp keeps each
-    /// pending elicitation's handler future alive until the human answers, so it holds nothing it no longer needs
-    /// (not the params nor the request context). Params the gateway cannot show are refused with `-32602`.
-    fn elicit(
-        &self,
-        params: Value,
-        context: RequestContext<RoleClient>,
-    ) -> impl Future<Output = Result<ElicitResult, ErrorData>> + Send + '_ {
-        let core = &self.core;
-        let call = core.attribute(context.extensions.get::<InboundStreamOrigin>());
-        let withdrawn = context.ct;
-        let raised = core.suspend(params, call);
-        async move {
-            let pending = raised.map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
-            lock(&core.elicitations).insert(pending.id.clone(), withdrawn.clone());
-            core.registry.watch_withdrawal(&pending.id, withdrawn.clone());
-            let outcome = tokio::select! {
-                outcome = pending.outcome => outcome,
-                () = withdrawn.cancelled() => {
-                    core.registry.cancel([pending.id.as_str()], UPSTREAM_CANCELLED, false);
-                    Ok(Outcome::Withdrawn)
-                }
-            };
-            lock(&core.elicitations).remove(&pending.id);
-            match outcome {
-                Ok(Outcome::Reply(result)) => Ok(result),
-                Ok(Outcome::Withdrawn) | Err(_) => Err(ErrorData::internal_error("the Request was withdrawn", None)),
-            }
-        }
+    /// The session this handler serves.
+    pub fn core(&self) -> &Arc<SessionCore> {
+        &self.core
     }
 }
 
@@ -193,24 +198,27 @@ impl ClientHandler for GatewayClient {
         .with_protocol_version(self.protocol.clone())
     }
 
-    /// An elicitation rmcp read (over streamable HTTP).
+    /// An elicitation rmcp read (over streamable HTTP; the stdio transport answers its own).
     fn create_elicitation(
         &self,
         params: ElicitRequestParams,
         context: RequestContext<RoleClient>,
     ) -> impl Future<Output = Result<ElicitResult, ErrorData>> + Send + '_ {
-        self.elicit(serde_json::to_value(params).unwrap_or_default(), context)
+        let call = self.core.attribute(context.extensions.get::<InboundStreamOrigin>());
+        self.core
+            .elicit(serde_json::to_value(params).unwrap_or_default(), call, context.ct)
     }
 
-    /// An `elicitation/create` the stdio transport passes on unread, or one whose params rmcp could not read; any
-    /// other method is not one the gateway serves.
+    /// An `elicitation/create` whose params rmcp could not read, or one a stdio transport without a session passes
+    /// on unread; any other method is not one the gateway serves.
     fn on_custom_request(
         &self,
         request: CustomRequest,
         context: RequestContext<RoleClient>,
     ) -> impl Future<Output = Result<CustomResult, ErrorData>> + Send + '_ {
+        let call = self.core.attribute(context.extensions.get::<InboundStreamOrigin>());
         let elicited = (request.method == ELICITATION_CREATE)
-            .then(|| self.elicit(request.params.unwrap_or_default(), context))
+            .then(|| self.core.elicit(request.params.unwrap_or_default(), call, context.ct))
             .ok_or_else(|| ErrorData::new(ErrorCode::METHOD_NOT_FOUND, request.method, None));
         async move {
             let result = elicited?.await?;

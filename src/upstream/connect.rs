@@ -65,7 +65,8 @@ async fn attempt(
     let connection = match &server.transport {
         ServerTransport::Stdio { command, args, env } => {
             let child = ChildTransport::spawn(&server.name, command, args, env, eof)
-                .map_err(|error| format!("cannot start {}: {error}", command.display()))?;
+                .map_err(|error| format!("cannot start {}: {error}", command.display()))?
+                .answering(handler.core().clone());
             handshake(child, handler, protocol).await?
         }
         ServerTransport::Http { url, headers } => {

@@ -1,7 +1,8 @@
 //! The transport of a stdio server: newline-delimited JSON-RPC over its child process's pipes, with bounded
-//! messages, and messages rmcp cannot read answered or failed by their id instead of dropped.
+//! messages, and messages rmcp cannot read answered or failed by their id instead of dropped. The upstream's
+//! `elicitation/create` requests are answered here, through the session's Requests.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::Path;
 use std::process::Stdio;
@@ -24,8 +25,10 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::{Mutex, oneshot};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
-use super::client::ELICITATION_CREATE;
+use super::client::{ELICITATION_CREATE, SessionCore};
 use crate::validation::UNUSABLE_SCHEMA;
 
 /// The largest message an upstream may send; a longer line ends its session (the same bound rmcp puts on HTTP).
@@ -34,6 +37,8 @@ pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 const EXIT_GRACE: Duration = Duration::from_secs(3);
 /// The session detail when the upstream's stdout ends.
 pub const ENDED: &str = "the upstream ended the session (its process exited or its connection closed)";
+/// The MCP method by which either side cancels a request it sent.
+const CANCELLED: &str = "notifications/cancelled";
 /// The `data` of an error the gateway puts in place of an upstream response it cannot read.
 pub const UNREADABLE: &str = "unreadable-response";
 
@@ -50,6 +55,12 @@ pub struct ChildTransport {
     /// The `tools/call` requests sent and not yet answered or cancelled. Their responses are read straight
     /// as the two results a `tools/call` can have, instead of being tried against every result type.
     tool_calls: HashSet<RequestId>,
+    /// The session whose Requests answer the upstream's `elicitation/create` requests; without one they go to rmcp.
+    session: Option<Arc<SessionCore>>,
+    /// Elicitations waiting on their Request, by JSON-RPC id, each with the token fired if the upstream cancels it.
+    elicitations: HashMap<RequestId, CancellationToken>,
+    /// Their waits, each ending with its response written; aborted when the transport goes.
+    waits: JoinSet<RequestId>,
 }
 
 /// How reading one line ended.
@@ -89,7 +100,61 @@ impl ChildTransport {
             stdin: Arc::new(Mutex::new(Some(stdin))),
             ended: Some(ended),
             tool_calls: HashSet::new(),
+            session: None,
+            elicitations: HashMap::new(),
+            waits: JoinSet::new(),
         })
+    }
+
+    /// Answers the upstream's `elicitation/create` requests here, through the session's Requests, rather than
+    /// handing them to rmcp, which would keep a task with its request context alive per pending elicitation.
+    pub fn answering(mut self, session: Arc<SessionCore>) -> Self {
+        self.session = Some(session);
+        self
+    }
+
+    /// Raises the Request of an `elicitation/create` and waits for it on a task that writes the response.
+    fn elicit(&mut self, session: &Arc<SessionCore>, id: RequestId, params: Value) {
+        while let Some(done) = self.waits.try_join_next() {
+            if let Ok(done) = done {
+                self.elicitations.remove(&done);
+            }
+        }
+        let withdrawn = CancellationToken::new();
+        let waiting = session.elicit(params, session.attribute(None), withdrawn.clone());
+        self.elicitations.insert(id.clone(), withdrawn);
+        let stdin = self.stdin.clone();
+        self.waits.spawn(async move {
+            let response = match waiting.await {
+                Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
+            };
+            let _ = write(stdin, line_of(&response)).await;
+            id
+        });
+    }
+
+    /// Fires the token of an elicitation the upstream cancels; the notification still goes on to rmcp.
+    fn cancelled(&mut self, line: &[u8]) {
+        #[derive(Deserialize)]
+        struct Notification {
+            method: String,
+            params: Params,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Params {
+            request_id: RequestId,
+        }
+        if self.elicitations.is_empty() || !contains(line, CANCELLED) {
+            return;
+        }
+        if let Ok(notification) = serde_json::from_slice::<Notification>(line)
+            && notification.method == CANCELLED
+            && let Some(withdrawn) = self.elicitations.remove(&notification.params.request_id)
+        {
+            withdrawn.cancel();
+        }
     }
 
     /// Reads into `self.line` up to a newline without letting it grow past `MAX_MESSAGE_BYTES`; cancel-safe.
@@ -128,9 +193,18 @@ impl ChildTransport {
         if line.iter().all(u8::is_ascii_whitespace) {
             return None;
         }
-        if let Some(message) = self.tool_call_response(line).or_else(|| elicitation_request(line)) {
+        if let Some(message) = self.tool_call_response(line) {
             return Some(message);
         }
+        if let Some((id, params)) = elicitation_request(line) {
+            let Some(session) = self.session.clone() else {
+                let request = CustomRequest::new(ELICITATION_CREATE, Some(params));
+                return Some(JsonRpcMessage::request(ServerRequest::CustomRequest(request), id));
+            };
+            self.elicit(&session, id, params);
+            return None;
+        }
+        self.cancelled(line);
         let error = match serde_json::from_slice(line) {
             Ok(message) => {
                 let answered = match &message {
@@ -197,7 +271,7 @@ impl ChildTransport {
             method: Option<IgnoredAny>,
             error: Option<IgnoredAny>,
         }
-        if self.tool_calls.is_empty() || !line.windows(8).any(|window| window == b"\"result\"") {
+        if self.tool_calls.is_empty() || !contains(line, "\"result\"") {
             return None;
         }
         let response: Response = serde_json::from_slice(line).ok()?;
@@ -260,34 +334,33 @@ fn tool_call_line(id: &RequestId, call: &CallToolRequest) -> serde_json::Result<
     Ok(line)
 }
 
-/// A 2025-11-25 `elicitation/create` request, passed on with its params unread: the gateway reads them as JSON
-/// (rmcp would parse the schema into its own types only for the gateway to turn it back into JSON).
-fn elicitation_request(line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
+/// The id and params of a 2025-11-25 `elicitation/create` request, its params unread: the gateway reads them
+/// as JSON (rmcp would parse the schema into its own types only for the gateway to turn it back into JSON).
+fn elicitation_request(line: &[u8]) -> Option<(RequestId, Value)> {
     /// Only a request: a line that also carries a result or an error is left to the general path.
     #[derive(Deserialize)]
     struct Request {
-        jsonrpc: JsonRpcVersion2_0,
+        #[serde(rename = "jsonrpc")]
+        _version: JsonRpcVersion2_0,
         id: RequestId,
         method: String,
-        params: Option<Value>,
+        #[serde(default)]
+        params: Value,
         result: Option<IgnoredAny>,
         error: Option<IgnoredAny>,
     }
-    if !line
-        .windows(ELICITATION_CREATE.len())
-        .any(|window| window == ELICITATION_CREATE.as_bytes())
-    {
+    if !contains(line, ELICITATION_CREATE) {
         return None;
     }
     let request: Request = serde_json::from_slice(line).ok()?;
     if request.method != ELICITATION_CREATE || request.result.is_some() || request.error.is_some() {
         return None;
     }
-    Some(JsonRpcMessage::Request(JsonRpcRequest {
-        jsonrpc: request.jsonrpc,
-        id: request.id,
-        request: ServerRequest::CustomRequest(CustomRequest::new(request.method, request.params)),
-    }))
+    Some((request.id, request.params))
+}
+
+fn contains(line: &[u8], text: &str) -> bool {
+    line.windows(text.len()).any(|window| window == text.as_bytes())
 }
 
 impl Transport<RoleClient> for ChildTransport {
@@ -472,6 +545,28 @@ mod tests {
                 JsonRpcMessage::request(ClientRequest::CallToolRequest(request), id);
             assert_eq!(ours, serde_json::to_value(&message).unwrap());
         }
+    }
+
+    #[tokio::test]
+    async fn an_upstream_cancellation_fires_its_elicitations_token() {
+        let mut transport = transport();
+        let (first, second) = (CancellationToken::new(), CancellationToken::new());
+        transport.elicitations.insert(RequestId::Number(1), first.clone());
+        transport
+            .elicitations
+            .insert(RequestId::String("two".into()), second.clone());
+        let cancel = |id: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id},"reason":"x"}}}}"#
+            )
+        };
+        // Not ours: nothing fires, and the notification still goes on to rmcp.
+        let unknown = cancel("7");
+        assert!(transport.interpret(unknown.as_bytes()).is_some());
+        assert!(!first.is_cancelled() && !second.is_cancelled());
+        transport.interpret(cancel("\"two\"").as_bytes());
+        assert!(second.is_cancelled() && !first.is_cancelled());
+        assert_eq!(transport.elicitations.len(), 1);
     }
 
     #[tokio::test]
