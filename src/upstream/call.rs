@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification, CancelledNotificationParam,
-    ClientRequest, CustomResult, ElicitationAction, ErrorCode, ErrorData, InputResponses, RequestId, ServerResult,
+    CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientRequest,
+    CustomResult, ElicitationAction, ErrorCode, ErrorData, InputResponses, RequestId, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use rmcp::{Peer, RoleClient};
@@ -45,7 +45,8 @@ pub async fn drive(
             ServerResult::CustomResult(CustomResult(result)) if is_input_required(&result) => result,
             ServerResult::CustomResult(CustomResult(result)) => return completed_json(result),
             ServerResult::InputRequiredResult(input) => serde_json::to_value(input).unwrap_or_default(),
-            other => return completed(other),
+            // What rmcp read over HTTP, through an untagged enum: a result may arrive as another variant.
+            other => return completed_json(serde_json::to_value(other).unwrap_or_default()),
         };
         let (requests, state) = match read_input_required(input) {
             Ok(round) => round,
@@ -86,8 +87,8 @@ fn read_input_required(mut result: Value) -> Result<(Map<String, Value>, Option<
     Ok((requests, state))
 }
 
-/// The end of a call whose result arrived as JSON: passed on as the upstream wrote it if it is a
-/// `CallToolResult` as MCP defines it, with `content` defaulting to `[]` as it does when rmcp reads one.
+/// The end of a call: its result passed on as the upstream wrote it if it is a `CallToolResult` as MCP defines
+/// it, with `content` defaulting to `[]` as it does when rmcp reads one.
 fn completed_json(mut result: Value) -> Finish {
     let Some(fields) = result.as_object_mut() else {
         return not_a_call_tool_result();
@@ -113,19 +114,6 @@ fn completed_json(mut result: Value) -> Finish {
 
 fn not_a_call_tool_result() -> Finish {
     Finish::Failed("the upstream answered tools/call with something that is not a CallToolResult".into())
-}
-
-/// The end of a call whose upstream answered with something other than `input_required`.
-fn completed(response: ServerResult) -> Finish {
-    if let ServerResult::CallToolResult(result) = response {
-        return Finish::Completed(serde_json::to_value(result).unwrap_or_default());
-    }
-    // rmcp reads results through an untagged enum, so a result may arrive as another variant.
-    let value = serde_json::to_value(&response).unwrap_or_default();
-    match serde_json::from_value::<CallToolResult>(value) {
-        Ok(result) => Finish::Completed(serde_json::to_value(result).unwrap_or_default()),
-        Err(_) => not_a_call_tool_result(),
-    }
 }
 
 /// Sends one `tools/call` and waits for its response; dropping the future tells the upstream it was cancelled.

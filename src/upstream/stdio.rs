@@ -115,11 +115,6 @@ impl ChildTransport {
 
     /// Raises the Request of an `elicitation/create` and waits for it on a task that writes the response.
     fn elicit(&mut self, session: &Arc<SessionCore>, id: RequestId, params: Value) {
-        while let Some(done) = self.waits.try_join_next() {
-            if let Ok(done) = done {
-                self.elicitations.remove(&done);
-            }
-        }
         let withdrawn = CancellationToken::new();
         let waiting = session.elicit(params, session.attribute(None), withdrawn.clone());
         self.elicitations.insert(id.clone(), withdrawn);
@@ -132,6 +127,15 @@ impl ChildTransport {
             let _ = write(stdin, line_of(&response)).await;
             id
         });
+    }
+
+    /// Forgets the elicitations whose response has been written.
+    fn reap(&mut self) {
+        while let Some(done) = self.waits.try_join_next() {
+            if let Ok(id) = done {
+                self.elicitations.remove(&id);
+            }
+        }
     }
 
     /// Fires the token of an elicitation the upstream cancels; the notification still goes on to rmcp.
@@ -412,6 +416,7 @@ impl Transport<RoleClient> for ChildTransport {
                 Line::Eof => return self.end(ENDED.to_owned()),
                 Line::Failed(error) => return self.end(format!("reading from the upstream failed: {error}")),
             }
+            self.reap();
             let line = std::mem::take(&mut self.line);
             if let Some(message) = self.interpret(&line) {
                 return Some(message);
