@@ -17,9 +17,10 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && cp target/release/toolnexus-gateway /usr/local/bin/toolnexus-gateway
 
 FROM debian:bookworm-20251117-slim
-# ca-certificates: for https upstreams and webhooks.
+# ca-certificates: for https upstreams and webhooks. tini: process 1, so that the exited grandchildren of
+# stdio servers that start processes of their own (npx does) are reaped; it passes signals on to the gateway.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates=20230311* \
+    && apt-get install -y --no-install-recommends ca-certificates=20230311* tini=0.19.0* \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 gateway \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin gateway
@@ -31,4 +32,4 @@ EXPOSE 8080
 # Probes GET /healthz at the config's listen address (TOOLNEXUS_LISTEN overrides it); no curl needed.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
     CMD ["/usr/local/bin/toolnexus-gateway", "healthcheck"]
-ENTRYPOINT ["/usr/local/bin/toolnexus-gateway"]
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/toolnexus-gateway"]
