@@ -1,14 +1,13 @@
 //! Authentication at the edge: every route but the open ones needs a bearer token, and handlers get the
 //! `Principal` it names.
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, OpenApi, RefOr, ResponseBuilder};
 
-use super::{ApiError, AppState};
+use super::ApiError;
 use crate::auth::{AuthError, Authenticator};
 
 /// The name of the bearer scheme in the OpenAPI document.
@@ -61,9 +60,9 @@ impl AuthPolicy {
     }
 }
 
-/// Authenticates every request to a route that needs it; a missing or bad token is `401`.
-pub async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    let policy = &state.auth;
+/// Authenticates a request to a route that needs it, recording its `Principal` for the handler; a missing or
+/// bad token is the error (answered with [`unauthorized`]).
+pub fn authenticate(policy: &AuthPolicy, request: &mut Request) -> Result<(), AuthError> {
     let authorization = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -71,14 +70,15 @@ pub async fn authenticate(State(state): State<AppState>, mut request: Request, n
     match policy.authenticator.authenticate(authorization) {
         Ok(principal) => {
             request.extensions_mut().insert(principal);
-            next.run(request).await
+            Ok(())
         }
-        Err(_) if policy.is_open(request.uri().path()) => next.run(request).await,
-        Err(error) => unauthorized(&error),
+        Err(_) if policy.is_open(request.uri().path()) => Ok(()),
+        Err(error) => Err(error),
     }
 }
 
-fn unauthorized(error: &AuthError) -> Response {
+/// `401` with the bearer challenge.
+pub fn unauthorized(error: &AuthError) -> Response {
     let mut response = ApiError::new(StatusCode::UNAUTHORIZED, error.to_string()).into_response();
     response
         .headers_mut()

@@ -1,13 +1,11 @@
 //! What the API accepts and from where: body size, the `Host` allow-list (DNS-rebinding protection) and CORS.
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue, Method, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr, ResponseBuilder};
 
-use super::{ApiError, AppState};
+use super::ApiError;
 
 /// The `Host` names answered by default when the gateway listens on loopback.
 pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
@@ -50,8 +48,8 @@ impl HttpPolicy {
 
 /// `403` for a request whose `Host` is not on the allow-list: a page on another name, rebound to this
 /// address, cannot reach the API.
-pub async fn check_host(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if let Some(allowed) = &state.http.allowed_hosts {
+pub fn check_host(policy: &HttpPolicy, request: &Request) -> Result<(), ApiError> {
+    if let Some(allowed) = &policy.allowed_hosts {
         let host = request
             .headers()
             .get(header::HOST)
@@ -61,10 +59,10 @@ pub async fn check_host(State(state): State<AppState>, request: Request, next: N
             .unwrap_or_default();
         if !allowed.iter().any(|name| name.eq_ignore_ascii_case(&host)) {
             let detail = format!("the Host {host:?} is not one this gateway answers (http.allowed_hosts)");
-            return ApiError::forbidden(detail).into_response();
+            return Err(ApiError::forbidden(detail));
         }
     }
-    next.run(request).await
+    Ok(())
 }
 
 /// The CORS layer, when origins are listed; without it the API sends no CORS headers at all.

@@ -1,13 +1,12 @@
-//! `GET /metrics` in Prometheus text format, and the middleware that measures every HTTP request.
+//! `GET /metrics` in Prometheus text format, and the measurement of every HTTP request.
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderValue, header};
-use axum::middleware::Next;
+use axum::http::{HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
 use tokio::time::Instant;
 
 use super::AppState;
-use crate::metrics::Gauge;
+use crate::metrics::{Gauge, Metrics};
 use crate::sessions::SessionStatus;
 
 /// `GET /metrics`.
@@ -71,28 +70,57 @@ pub async fn render(State(state): State<AppState>) -> Response {
     response
 }
 
-/// Counts every HTTP request by route, method and status, and times it by route.
-pub async fn record(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", MatchedPath::as_str)
-        .to_owned();
-    let method = request.method().as_str().to_owned();
-    let started = Instant::now();
-    let response = next.run(request).await;
-    let status = response.status().as_u16().to_string();
-    let labels = [
-        ("route", route.as_str()),
-        ("method", method.as_str()),
-        ("status", status.as_str()),
-    ];
-    state.metrics.inc("toolnexus_http_requests_total", &labels);
-    let elapsed = started.elapsed().as_secs_f64();
-    state.metrics.observe(
-        "toolnexus_http_request_duration_seconds",
-        &[("route", route.as_str())],
-        elapsed,
-    );
-    response
+/// One HTTP request being measured: counted by route, method and status, and timed by route.
+pub struct Measured {
+    route: String,
+    method: &'static str,
+    started: Instant,
+}
+
+impl Measured {
+    /// Starts measuring a request (after routing, so its route is known).
+    pub fn start(request: &Request) -> Self {
+        let route = request
+            .extensions()
+            .get::<MatchedPath>()
+            .map_or("unmatched", MatchedPath::as_str)
+            .to_owned();
+        Self {
+            route,
+            method: method_name(request.method()),
+            started: Instant::now(),
+        }
+    }
+
+    /// Records the request with the status of its response.
+    pub fn finish(self, metrics: &Metrics, response: &Response) {
+        let status = response.status();
+        let labels = [
+            ("route", self.route.as_str()),
+            ("method", self.method),
+            ("status", status.as_str()),
+        ];
+        metrics.inc("toolnexus_http_requests_total", &labels);
+        metrics.observe(
+            "toolnexus_http_request_duration_seconds",
+            &[("route", self.route.as_str())],
+            self.started.elapsed().as_secs_f64(),
+        );
+    }
+}
+
+/// The method's name, for the methods HTTP defines (extension methods are counted as `other`).
+fn method_name(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "other",
+    }
 }
