@@ -124,8 +124,9 @@ pub enum AnswerError {
 /// Why a suspension could not become a Request.
 #[derive(Debug, thiserror::Error)]
 pub enum SuspendError {
+    /// The elicitation is not one the gateway can show (its params, or a schema that is not a flat form).
     #[error("{0}")]
-    UnusableSchema(String),
+    Unusable(String),
     #[error("{0} Requests are pending already, the most the gateway holds")]
     Full(usize),
 }
@@ -284,11 +285,7 @@ impl Registry {
                     .map(|schema| self.shared.validators.compile(schema))
                     .transpose()
             };
-            let shared = self
-                .shared
-                .data
-                .share(data, compile)
-                .map_err(SuspendError::UnusableSchema)?;
+            let shared = self.shared.data.share(data, compile).map_err(SuspendError::Unusable)?;
             request.data = Some(shared.data);
             validator = shared.validator;
         }
@@ -954,10 +951,7 @@ mod tests {
         };
         let unusable = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": "one"}}});
         for _ in 0..2 {
-            assert!(matches!(
-                suspend(unusable.clone()),
-                Err(SuspendError::UnusableSchema(_))
-            ));
+            assert!(matches!(suspend(unusable.clone()), Err(SuspendError::Unusable(_))));
         }
         let usable = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}});
         let first = suspend(usable.clone()).unwrap();

@@ -95,7 +95,7 @@ impl SessionCore {
 
     /// Raises a Request for elicitation params; the Call, when known, lists it.
     pub fn suspend(&self, params: Value, call: Option<String>) -> Result<crate::registry::Pending, SuspendError> {
-        elicitation::check_params(&params).map_err(SuspendError::UnusableSchema)?;
+        elicitation::check_params(&params).map_err(SuspendError::Unusable)?;
         let owner = call
             .as_deref()
             .and_then(|call| self.calls.owner(call))
