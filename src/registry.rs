@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::retained::Retained;
 use crate::suspension::{Answer, Request};
 use crate::time::Timestamp;
-use crate::validation::{self, Validators, Violation};
+use crate::validation::{self, Violation};
 
 /// Where a Request is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -172,7 +172,6 @@ struct Shared {
     metrics: Metrics,
     call_hook: std::sync::OnceLock<CallHook>,
     policy: Policy,
-    validators: Validators,
     data: SharedData,
     /// URL-mode Requests by session and `elicitationId`, to match `notifications/elicitation/complete`
     /// without looking through every Request kept.
@@ -261,7 +260,6 @@ impl Registry {
             metrics,
             call_hook: std::sync::OnceLock::new(),
             policy,
-            validators: Validators::default(),
             data: SharedData::default(),
             completions: Mutex::default(),
         };
@@ -282,7 +280,7 @@ impl Registry {
         if let Some(data) = request.data.take() {
             let compile = |data: &Map<String, Value>| {
                 data.get("schema")
-                    .map(|schema| self.shared.validators.compile(schema))
+                    .map(|schema| validation::compile(schema).map(Arc::new))
                     .transpose()
             };
             let shared = self.shared.data.share(data, compile).map_err(SuspendError::Unusable)?;

@@ -1,8 +1,5 @@
 //! Validation of form-mode answer data against the elicitation's requested schema, and schema defaults.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
 use jsonschema::error::ValidationErrorKind;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -10,9 +7,6 @@ use serde_json::{Map, Value};
 /// What the gateway answers an elicitation whose schema it cannot show (MCP allows only flat forms).
 pub const UNUSABLE_SCHEMA: &str =
     "requestedSchema must be a flat object of primitive properties (string, number, integer, boolean or enum)";
-
-/// The most distinct schemas `Validators` keeps compiled; it starts over when full.
-const MAX_COMPILED: usize = 256;
 
 /// One way an answer's data fails the requested schema.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -37,56 +31,9 @@ pub fn apply_defaults(schema: &Value, data: &mut Map<String, Value>) {
     }
 }
 
-/// Checks that a requested schema can validate answers; the error says why not.
-pub fn check_schema(schema: &Value) -> Result<(), String> {
-    build(schema).map(drop)
-}
-
-/// Validates answer data against the requested schema, listing every violation.
+/// Validates answer data with a validator from [`compile`], listing every violation.
 ///
 /// Keys outside `properties` are violations too: the schema describes the whole answer.
-pub fn validate(schema: &Value, data: &Map<String, Value>) -> Result<(), Vec<Violation>> {
-    let validator = build(schema).map_err(unusable)?;
-    violations(&validator, data)
-}
-
-/// Compiled validators by schema text: elicitations repeat their schemas, and compiling one costs far more
-/// than validating an answer with it.
-#[derive(Debug, Default)]
-pub struct Validators {
-    compiled: Mutex<HashMap<String, Arc<jsonschema::Validator>>>,
-}
-
-impl Validators {
-    /// The compiled validator of a requested schema (compiled once per distinct schema); the error says why
-    /// the schema cannot validate answers.
-    pub fn compile(&self, schema: &Value) -> Result<Arc<jsonschema::Validator>, String> {
-        let key = schema.to_string();
-        if let Some(validator) = self.lock().get(&key) {
-            return Ok(validator.clone());
-        }
-        let validator = Arc::new(build(schema)?);
-        let mut compiled = self.lock();
-        if compiled.len() >= MAX_COMPILED {
-            compiled.clear();
-        }
-        compiled.insert(key, validator.clone());
-        Ok(validator)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<jsonschema::Validator>>> {
-        self.compiled.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-fn unusable(message: String) -> Vec<Violation> {
-    vec![Violation {
-        path: String::new(),
-        message,
-    }]
-}
-
-/// Validates answer data with a validator from `Validators::compile`, listing every violation.
 pub fn violations(validator: &jsonschema::Validator, data: &Map<String, Value>) -> Result<(), Vec<Violation>> {
     let instance = Value::Object(data.clone());
     let mut violations = Vec::new();
@@ -140,8 +87,9 @@ fn check_flat(schema: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// Compiles the schema as draft 2020-12 with format checks, closed to unknown properties.
-fn build(schema: &Value) -> Result<jsonschema::Validator, String> {
+/// Compiles a requested schema as draft 2020-12 with format checks, closed to unknown properties; the error
+/// says why the schema cannot validate answers.
+pub fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
     check_flat(schema)?;
     let mut schema = schema.clone();
     if let Some(object) = schema.as_object_mut() {
@@ -164,6 +112,21 @@ fn pointer_segment(name: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn check_schema(schema: &Value) -> Result<(), String> {
+        compile(schema).map(drop)
+    }
+
+    /// Compiles and validates in one step; an unusable schema is one violation at the root.
+    fn validate(schema: &Value, data: &Map<String, Value>) -> Result<(), Vec<Violation>> {
+        let validator = compile(schema).map_err(|message| {
+            vec![Violation {
+                path: String::new(),
+                message,
+            }]
+        })?;
+        violations(&validator, data)
+    }
 
     fn profile_schema() -> Value {
         json!({
@@ -308,23 +271,6 @@ mod tests {
         let schema = json!({"$schema": "https://example.com/unknown", "type": "object", "properties": {"n": {"type": "integer"}}});
         assert_eq!(paths(validate(&schema, &data(json!({"n": "one"})))), ["/n"]);
         assert_eq!(check_schema(&schema), Ok(()));
-    }
-
-    #[test]
-    fn cached_validators_judge_like_fresh_ones() {
-        let validators = Validators::default();
-        let schema = profile_schema();
-        for _ in 0..2 {
-            let compiled = validators.compile(&schema).unwrap();
-            assert_eq!(
-                violations(&compiled, &data(json!({"name": ""}))),
-                validate(&schema, &data(json!({"name": ""})))
-            );
-            assert_eq!(violations(&compiled, &data(json!({"name": "Ada"}))), Ok(()));
-        }
-        let unusable = json!({"type": "object", "properties": {"x": {"type": 5}}});
-        assert!(validators.compile(&unusable).is_err());
-        assert_eq!(check_schema(&unusable), validators.compile(&unusable).map(drop));
     }
 
     mod properties {
