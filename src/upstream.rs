@@ -439,9 +439,8 @@ impl Upstreams {
         self.changes.notify();
     }
 
-    /// Connects a new session and hands its connection to a task that owns it until it ends.
-    /// Opens a session: a shared one without `owner`, a private one with it.
-    /// Connects a session recorded as starting.
+    /// Connects a session recorded as starting (a shared one without `owner`, a private one with it) and hands
+    /// its connection to a task that owns it until it ends.
     async fn open_session(
         self: &Arc<Self>,
         id: String,
