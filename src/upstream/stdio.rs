@@ -29,7 +29,6 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::client::{ELICITATION_CREATE, SessionCore};
-use crate::validation::UNUSABLE_SCHEMA;
 
 /// The largest message an upstream may send; a longer line ends its session (the same bound rmcp puts on HTTP).
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -232,11 +231,7 @@ impl ChildTransport {
         match (id, value.get("method").and_then(Value::as_str)) {
             (Some(id), Some(method)) => {
                 tracing::warn!(server = %self.server, method, %error, "the upstream sent a request the gateway cannot read; answering it with an error");
-                let reply = if method == "elicitation/create" {
-                    json!({"code": -32602, "message": UNUSABLE_SCHEMA, "data": {"detail": error.to_string()}})
-                } else {
-                    json!({"code": -32600, "message": format!("the gateway cannot read this {method} request: {error}")})
-                };
+                let reply = json!({"code": -32600, "message": format!("the gateway cannot read this {method} request: {error}")});
                 let reply = json!({"jsonrpc": "2.0", "id": id, "error": reply});
                 tokio::spawn(write(self.stdin.clone(), line_of(&reply)));
                 None
@@ -246,11 +241,7 @@ impl ChildTransport {
                     self.tool_calls.remove(&id);
                 }
                 tracing::warn!(server = %self.server, %error, "the upstream sent a response the gateway cannot read; failing its request");
-                let message = if value.pointer("/result/resultType") == Some(&json!("input_required")) {
-                    format!("the upstream asked for input the gateway cannot show: {UNUSABLE_SCHEMA} ({error})")
-                } else {
-                    format!("the upstream sent a response the gateway cannot read: {error}")
-                };
+                let message = format!("the upstream sent a response the gateway cannot read: {error}");
                 let failed = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": message, "data": UNREADABLE}});
                 serde_json::from_value(failed).ok()
             }
