@@ -1,5 +1,6 @@
-//! Driving one `tools/call` to its end: legacy elicitations arrive through the session's handler, while
-//! 2026-07-28 `input_required` rounds and `-32042` URL elicitations are turned into Requests here.
+//! Driving one `tools/call` to its end: legacy elicitations arrive through the session (its stdio transport or
+//! its rmcp handler), while 2026-07-28 `input_required` rounds and `-32042` URL elicitations are turned into
+//! Requests here.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,6 @@
-//! The MCP client side of a session: the capabilities the gateway declares and the handler that turns
-//! legacy `elicitation/create` requests into Requests.
+//! The MCP client side of a session: the capabilities the gateway declares, how a legacy `elicitation/create`
+//! becomes a Request and its answer (`SessionCore::elicit`, for the stdio transport and the rmcp handler
+//! alike), and the handler rmcp calls.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
