@@ -37,6 +37,18 @@ pub enum Status {
     Cancelled,
 }
 
+impl Status {
+    /// The status as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Answered => "answered",
+            Status::Expired => "expired",
+            Status::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// A Request as the REST API shows it: the §10 shape plus the gateway's fields.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -115,7 +127,7 @@ pub enum AnswerError {
     NotFound(String),
     #[error("Request {0} was already answered with a different answer")]
     Conflict(String),
-    #[error("Request {id} is no longer answerable: it is {status:?}")]
+    #[error("Request {id} is no longer answerable: it is {}", status.as_str())]
     Gone { id: String, status: Status },
     #[error("the answer data does not satisfy the requested schema")]
     Invalid(Vec<Violation>),
@@ -629,7 +641,7 @@ impl Registry {
                 .ok()
                 .and_then(|action| action.as_str().map(str::to_owned))
                 .unwrap_or_default(),
-            _ => format!("{status:?}").to_lowercase(),
+            _ => status.as_str().to_owned(),
         };
         let metrics = &self.shared.metrics;
         metrics.inc(
@@ -739,6 +751,13 @@ mod tests {
     use crate::events::Events;
     use crate::metrics::Metrics;
     use serde_json::json;
+
+    #[test]
+    fn status_names_match_the_wire() {
+        for status in [Status::Pending, Status::Answered, Status::Expired, Status::Cancelled] {
+            assert_eq!(serde_json::to_value(status).unwrap(), status.as_str());
+        }
+    }
 
     fn registry(ttl: Duration) -> Registry {
         Registry::new(
