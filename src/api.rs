@@ -35,6 +35,7 @@ pub use http::{HttpPolicy, LOOPBACK_HOSTS};
 
 use crate::calls::Calls;
 use crate::changes::Changes;
+use crate::connections::Connections;
 use crate::events::Events;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
@@ -72,6 +73,8 @@ pub struct Services {
     pub changes: Changes,
     pub events: Events,
     pub metrics: Metrics,
+    /// The open connections to the API.
+    pub connections: Connections,
     /// Who may call which route.
     pub auth: AuthPolicy,
     /// What the API accepts, and from where.

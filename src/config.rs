@@ -221,6 +221,12 @@ pub struct HttpConfig {
     /// `Host` header values the API answers (DNS-rebinding protection). Unset: the loopback names when
     /// listening on loopback, anything otherwise; an empty list turns the check off.
     pub allowed_hosts: Option<Vec<String>>,
+    /// The most connections open at once; unset, half the open-file limit (raised to its hard limit at start).
+    pub max_connections: Option<usize>,
+    /// How long a client may take to send a request's headers, and to start the next request on a kept-alive
+    /// connection; then the connection is closed.
+    #[serde(default = "default_header_timeout", deserialize_with = "duration")]
+    pub header_timeout: Duration,
 }
 
 impl Default for HttpConfig {
@@ -229,6 +235,8 @@ impl Default for HttpConfig {
             max_body_bytes: default_max_body_bytes(),
             cors_origins: Vec::new(),
             allowed_hosts: None,
+            max_connections: None,
+            header_timeout: default_header_timeout(),
         }
     }
 }
@@ -514,6 +522,12 @@ impl Config {
         self.servers()?;
         self.webhooks()?;
         self.tokens()?;
+        if self.http.max_connections == Some(0) {
+            return Err("http.max_connections must be at least 1".to_owned());
+        }
+        if self.http.header_timeout.is_zero() {
+            return Err("http.header_timeout must be longer than zero".to_owned());
+        }
         tracing_subscriber::EnvFilter::try_new(&self.log.level).map_err(|error| {
             format!(
                 "log.level = {:?}: not a log filter like \"info\" or \"warn,toolnexus_gateway=debug\": {error}",
@@ -729,6 +743,10 @@ fn default_sessions_per_principal() -> usize {
 
 fn default_max_body_bytes() -> usize {
     1024 * 1024
+}
+
+fn default_header_timeout() -> Duration {
+    Duration::from_secs(10)
 }
 
 fn default_webhook_timeout() -> Duration {

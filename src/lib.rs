@@ -8,6 +8,7 @@ pub mod auth;
 pub mod calls;
 pub mod changes;
 pub mod config;
+pub mod connections;
 pub mod demo;
 pub mod elicitation;
 pub mod events;
@@ -33,6 +34,7 @@ use crate::auth::Authenticator;
 use crate::calls::Calls;
 use crate::changes::Changes;
 use crate::config::Config;
+use crate::connections::{Connections, Limits};
 use crate::events::Events;
 use crate::metrics::Metrics;
 use crate::registry::{Policy, Registry};
@@ -51,6 +53,7 @@ pub struct Background {
 pub struct Gateway {
     listener: TcpListener,
     state: AppState,
+    limits: Limits,
     tracker: TaskTracker,
 }
 
@@ -76,6 +79,14 @@ impl Gateway {
             authenticator: Authenticator::new(config.tokens().map_err(anyhow::Error::msg)?),
             public_metrics: config.auth.public_metrics,
             public_openapi: config.auth.public_openapi,
+        };
+        let file_limit = connections::raise_file_limit();
+        let limits = Limits {
+            max_connections: config
+                .http
+                .max_connections
+                .unwrap_or_else(|| connections::default_max_connections(file_limit)),
+            header_timeout: config.http.header_timeout,
         };
         let changes = Changes::default();
         let events = Events::default();
@@ -119,6 +130,7 @@ impl Gateway {
             changes,
             events,
             metrics,
+            connections: Connections::default(),
             auth,
             http,
             shutdown,
@@ -126,6 +138,7 @@ impl Gateway {
         Ok(Self {
             listener,
             state,
+            limits,
             tracker,
         })
     }
@@ -141,20 +154,28 @@ impl Gateway {
         let Gateway {
             listener,
             state,
+            limits,
             tracker,
         } = self;
         tracker.spawn(state.registry.clone().reap(state.shutdown.clone()));
         state.upstreams.start();
         let shutdown = state.shutdown.clone();
         let upstreams = state.upstreams.clone();
-        let stopping = async move {
+        tokio::spawn(async move {
             signal.await;
             tracing::info!("shutting down");
             shutdown.cancel();
-        };
-        axum::serve(listener, api::router(state))
-            .with_graceful_shutdown(stopping)
-            .await?;
+        });
+        tracing::info!(
+            max_connections = limits.max_connections,
+            header_timeout = ?limits.header_timeout,
+            "serving"
+        );
+        let (connections, metrics, shutdown) =
+            (state.connections.clone(), state.metrics.clone(), state.shutdown.clone());
+        connections
+            .serve(listener, api::router(state), limits, metrics, shutdown)
+            .await;
         upstreams.shut_down().await;
         tracker.close();
         tracker.wait().await;

@@ -105,6 +105,30 @@ const FAMILIES: &[Family] = &[
         buckets: &[],
     },
     Family {
+        name: "toolnexus_connections",
+        kind: "gauge",
+        help: "Open connections to the API.",
+        buckets: &[],
+    },
+    Family {
+        name: "toolnexus_connections_evicted_total",
+        kind: "counter",
+        help: "Idle connections closed to make room for a new one at http.max_connections.",
+        buckets: &[],
+    },
+    Family {
+        name: "toolnexus_connections_refused_total",
+        kind: "counter",
+        help: "Connections closed at once because every open one had a request in progress at http.max_connections.",
+        buckets: &[],
+    },
+    Family {
+        name: "toolnexus_connections_timed_out_total",
+        kind: "counter",
+        help: "Connections closed because a request's headers did not arrive within http.header_timeout.",
+        buckets: &[],
+    },
+    Family {
         name: "toolnexus_webhook_deliveries_total",
         kind: "counter",
         help: "Webhook delivery attempts, by webhook and outcome (delivered, failed, dropped).",

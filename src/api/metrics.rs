@@ -58,6 +58,11 @@ pub async fn render(State(state): State<AppState>) -> Response {
         value: state.events.subscribers() as f64,
     });
     gauges.push(Gauge {
+        name: "toolnexus_connections",
+        labels: Vec::new(),
+        value: state.connections.open() as f64,
+    });
+    gauges.push(Gauge {
         name: "toolnexus_long_polls",
         labels: Vec::new(),
         value: state.changes.waiters() as f64,

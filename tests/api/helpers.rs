@@ -111,6 +111,23 @@ pub fn start(servers: &str, requests: &str) -> TestApp {
 
 /// Like `start`, with extra top-level settings (e.g. `workers = 2`).
 pub fn start_with(settings: &str, servers: &str, requests: &str) -> TestApp {
+    launch(Command::new(BINARY), settings, servers, requests)
+}
+
+/// Like `start_with`, in a process whose open-file limit (soft and hard) is `files`.
+pub fn start_under_file_limit(files: u32, settings: &str, servers: &str) -> TestApp {
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg(format!(
+            "ulimit -Sn {files} && ulimit -Hn {files} && exec \"$0\" \"$@\""
+        ))
+        .arg(BINARY);
+    launch(command, settings, servers, "")
+}
+
+/// Runs `command` (the gateway, or what execs it) with `--config` and a temp config, until it listens.
+fn launch(mut command: Command, settings: &str, servers: &str, requests: &str) -> TestApp {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("gateway.toml");
     std::fs::write(
@@ -118,7 +135,7 @@ pub fn start_with(settings: &str, servers: &str, requests: &str) -> TestApp {
         format!("listen = \"127.0.0.1:0\"\n{settings}\n[requests]\n{requests}\n{servers}"),
     )
     .unwrap();
-    let mut child = Command::new(BINARY)
+    let mut child = command
         .arg("--config")
         .arg(&config)
         .env("RUST_LOG", "info,rmcp=warn")

@@ -3,6 +3,7 @@
 mod answers;
 mod auth;
 mod calls;
+mod connections;
 mod events;
 mod helpers;
 mod hostile;
