@@ -34,12 +34,12 @@ pub use error::{ApiError, Problem};
 pub use http::{HttpPolicy, LOOPBACK_HOSTS};
 
 use crate::calls::Calls;
-use crate::changes::Changes;
 use crate::connections::Connections;
-use crate::events::Events;
+use crate::feed::Feed;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::sessions::Sessions;
+use crate::store::Store;
 use crate::upstream::Upstreams;
 
 /// The longest a `wait` long-poll holds a response.
@@ -70,8 +70,9 @@ pub struct Services {
     pub calls: Calls,
     pub sessions: Sessions,
     pub upstreams: Arc<Upstreams>,
-    pub changes: Changes,
-    pub events: Events,
+    /// Every change as it happens: long-polls wait on it, event streams follow it.
+    pub feed: Feed,
+    pub store: Store,
     pub metrics: Metrics,
     /// The open connections to the API.
     pub connections: Connections,

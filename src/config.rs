@@ -8,7 +8,8 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use crate::auth::{self, Role, Token};
-use crate::events::EventKind;
+use crate::records::EventKind;
+use crate::store::Location;
 
 /// Where the built-in default listens.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -68,6 +69,18 @@ pub struct Config {
     /// What the REST API accepts, and from where.
     #[serde(default)]
     pub http: HttpConfig,
+    /// Where the gateway keeps its state.
+    #[serde(default)]
+    pub store: StoreConfig,
+}
+
+/// The `[store]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `"sqlite:PATH"` or `"memory"`; unset, a SQLite file in the user's state directory.
+    #[serde(default, deserialize_with = "expanded_option")]
+    pub url: Option<String>,
 }
 
 /// The `[auth]` table.
@@ -175,9 +188,10 @@ pub struct RequestsConfig {
     /// Whether schema defaults fill properties a form answer leaves out.
     #[serde(default = "default_true")]
     pub apply_defaults: bool,
-    /// How long resolved Requests, finished Calls and closed Sessions stay readable.
-    #[serde(default = "default_retention", deserialize_with = "duration")]
-    pub retention: Duration,
+    /// How long resolved Requests, finished Calls, closed Sessions and events stay readable; unset, 7 days
+    /// with a SQLite store and 1 hour in memory.
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub retention: Option<Duration>,
     /// The most Requests pending at once; past it a new elicitation is answered `cancel` at once.
     #[serde(default = "default_max_pending")]
     pub max_pending: usize,
@@ -246,7 +260,7 @@ impl Default for RequestsConfig {
         Self {
             ttl: default_ttl(),
             apply_defaults: true,
-            retention: default_retention(),
+            retention: None,
             max_pending: default_max_pending(),
         }
     }
@@ -362,7 +376,26 @@ impl Config {
             auth: AuthConfig::default(),
             limits: LimitsConfig::default(),
             http: HttpConfig::default(),
+            store: StoreConfig::default(),
         }
+    }
+
+    /// Where the store keeps its state: `store.url`, else `toolnexus-gateway/gateway.sqlite3` in the state
+    /// directory (`$XDG_STATE_HOME`, else `~/.local/state`; the working directory without a home).
+    pub fn store_location(&self) -> Result<Location, String> {
+        match &self.store.url {
+            Some(url) => Location::parse(url).map_err(|error| format!("store.url: {error}")),
+            None => Ok(Location::Sqlite(default_store_path())),
+        }
+    }
+
+    /// How long ended records stay readable: `requests.retention`, else 7 days in a SQLite store (an audit
+    /// trail on disk) and 1 hour in memory.
+    pub fn retention(&self) -> Duration {
+        self.requests.retention.unwrap_or(match self.store_location() {
+            Ok(Location::Memory) => MEMORY_RETENTION,
+            _ => DURABLE_RETENTION,
+        })
     }
 
     /// Reads and validates a config file.
@@ -397,7 +430,7 @@ impl Config {
         let mut requests = Table::new();
         requests.insert("ttl".into(), duration(self.requests.ttl));
         requests.insert("apply_defaults".into(), Value::from(self.requests.apply_defaults));
-        requests.insert("retention".into(), duration(self.requests.retention));
+        requests.insert("retention".into(), duration(self.retention()));
         root.insert("requests".into(), Value::Table(requests));
         let mut log = Table::new();
         log.insert("level".into(), Value::from(self.log.level.clone()));
@@ -467,6 +500,9 @@ impl Config {
             .collect();
         auth.insert("tokens".into(), Value::Array(tokens));
         root.insert("auth".into(), Value::Table(auth));
+        let mut store = Table::new();
+        store.insert("url".into(), Value::from(self.store_location()?.url()));
+        root.insert("store".into(), Value::Table(store));
         toml::to_string(&root).map_err(|error| error.to_string())
     }
 
@@ -517,9 +553,10 @@ impl Config {
         Ok(tokens)
     }
 
-    /// Checks everything serde cannot: servers, webhooks, tokens, the log filter.
+    /// Checks everything serde cannot: servers, webhooks, tokens, the store, the log filter.
     pub fn validate(&self) -> Result<(), String> {
         self.servers()?;
+        self.store_location()?;
         self.webhooks()?;
         self.tokens()?;
         if self.http.max_connections == Some(0) {
@@ -784,8 +821,26 @@ fn default_ttl() -> Duration {
     Duration::from_secs(600)
 }
 
-fn default_retention() -> Duration {
-    Duration::from_secs(3600)
+/// How long ended records stay readable in a SQLite store unless `requests.retention` says otherwise.
+pub const DURABLE_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How long ended records stay readable in memory unless `requests.retention` says otherwise.
+pub const MEMORY_RETENTION: Duration = Duration::from_secs(3600);
+
+/// `toolnexus-gateway/gateway.sqlite3` in `$XDG_STATE_HOME`, else in `~/.local/state`, else in the working
+/// directory.
+fn default_store_path() -> PathBuf {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|dir| !dir.is_empty())
+                .map(|home| PathBuf::from(home).join(".local/state"))
+        });
+    match state {
+        Some(state) => state.join("toolnexus-gateway/gateway.sqlite3"),
+        None => PathBuf::from("toolnexus-gateway.sqlite3"),
+    }
 }
 
 fn default_true() -> bool {
@@ -835,7 +890,7 @@ mod tests {
         .unwrap();
         assert_eq!(config.requests.ttl, Duration::from_secs(90));
         assert!(!config.requests.apply_defaults);
-        assert_eq!(config.requests.retention, Duration::from_secs(7200));
+        assert_eq!(config.retention(), Duration::from_secs(7200));
         let servers = config.servers().unwrap();
         assert_eq!(servers[1].protocol, ProtocolChoice::Modern);
         assert_eq!(servers[1].transport.kind(), "http");

@@ -6,17 +6,18 @@
 pub mod api;
 pub mod auth;
 pub mod calls;
-pub mod changes;
 pub mod config;
 pub mod connections;
 pub mod demo;
 pub mod elicitation;
-pub mod events;
+pub mod feed;
 pub mod ids;
 pub mod metrics;
+pub mod records;
 pub mod registry;
 pub mod retained;
 pub mod sessions;
+pub mod store;
 pub mod suspension;
 pub mod time;
 pub mod upstream;
@@ -24,22 +25,28 @@ pub mod validation;
 pub mod webhooks;
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::api::{AppState, AuthPolicy, HttpPolicy, Services};
 use crate::auth::Authenticator;
 use crate::calls::Calls;
-use crate::changes::Changes;
 use crate::config::Config;
 use crate::connections::{Connections, Limits};
-use crate::events::Events;
+use crate::feed::Feed;
 use crate::metrics::Metrics;
 use crate::registry::{Policy, Registry};
 use crate::sessions::Sessions;
-use crate::upstream::Upstreams;
+use crate::store::Store;
+use crate::time::Timestamp;
+use crate::upstream::{Domain, Upstreams};
+
+/// The most time between two prunings of ended records.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
 /// What background work needs: the token that says shut down, and the tracker that waits for it to end.
 #[derive(Debug, Clone)]
@@ -53,15 +60,20 @@ pub struct Background {
 pub struct Gateway {
     listener: TcpListener,
     state: AppState,
+    store: Store,
     limits: Limits,
+    retention: Duration,
+    resumes: mpsc::UnboundedReceiver<String>,
     tracker: TaskTracker,
 }
 
 impl Gateway {
-    /// Builds the gateway's services from the config, serving on an already bound listener.
+    /// Builds the gateway's services from the config, serving on an already bound listener; opens the store
+    /// (a start-up error names the store and the cause).
     pub fn new(config: &Config, listener: TcpListener) -> anyhow::Result<Self> {
         let servers = config.servers().map_err(anyhow::Error::msg)?;
         let webhooks = config.webhooks().map_err(anyhow::Error::msg)?;
+        let location = config.store_location().map_err(anyhow::Error::msg)?;
         let allowed_hosts = match &config.http.allowed_hosts {
             Some(hosts) if hosts.is_empty() => None,
             Some(hosts) => Some(hosts.clone()),
@@ -88,47 +100,44 @@ impl Gateway {
                 .unwrap_or_else(|| connections::default_max_connections(file_limit)),
             header_timeout: config.http.header_timeout,
         };
-        let changes = Changes::default();
-        let events = Events::default();
+        let feed = Feed::default();
         let metrics = Metrics::default();
+        let retention = config.retention();
+        let store = Store::open(&location, feed.clone(), retention)?;
+        match &location {
+            store::Location::Memory => tracing::info!("store: in memory (nothing is kept across restarts)"),
+            store::Location::Sqlite(path) => tracing::info!(path = %path.display(), "store: SQLite file"),
+        }
         let policy = Policy {
             ttl: config.requests.ttl,
-            retention: config.requests.retention,
             apply_defaults: config.requests.apply_defaults,
             max_pending: config.requests.max_pending,
         };
-        let registry = Registry::new(policy, changes.clone(), events.clone(), metrics.clone());
-        let retention = config.requests.retention;
-        let calls = Calls::new(
-            registry.clone(),
-            changes.clone(),
-            events.clone(),
-            metrics.clone(),
-            retention,
-        );
-        let sessions = Sessions::new(changes.clone(), events.clone(), config.requests.retention);
+        let (resume, resumes) = mpsc::unbounded_channel();
+        let registry = Registry::new(store.clone(), policy, metrics.clone(), resume);
+        let calls = Calls::new(store.clone(), registry.clone(), metrics.clone());
+        let sessions = Sessions::new(store.clone());
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
-        webhooks::start(webhooks, &events, &metrics, &shutdown, &tracker);
-        let upstreams = Upstreams::new(
-            servers,
-            sessions.clone(),
-            registry.clone(),
-            calls.clone(),
-            changes.clone(),
-            config.limits.clone(),
-            Background {
-                shutdown: shutdown.clone(),
-                tracker: tracker.clone(),
-            },
-        );
+        webhooks::start(webhooks, &store, &feed, &metrics, &shutdown, &tracker);
+        let domain = Domain {
+            sessions: sessions.clone(),
+            registry: registry.clone(),
+            calls: calls.clone(),
+            feed: feed.clone(),
+        };
+        let background = Background {
+            shutdown: shutdown.clone(),
+            tracker: tracker.clone(),
+        };
+        let upstreams = Upstreams::new(servers, domain, config.limits.clone(), store.is_durable(), background);
         let state = AppState::new(Services {
             registry,
             calls,
             sessions,
             upstreams,
-            changes,
-            events,
+            feed,
+            store: store.clone(),
             metrics,
             connections: Connections::default(),
             auth,
@@ -138,7 +147,10 @@ impl Gateway {
         Ok(Self {
             listener,
             state,
+            store,
             limits,
+            retention,
+            resumes,
             tracker,
         })
     }
@@ -148,17 +160,38 @@ impl Gateway {
         self.listener.local_addr()
     }
 
-    /// Serves until `signal` resolves, then drains: long-polls end, pending Requests are answered `cancel`
-    /// upstream, calls are cancelled, sessions closed and child processes reaped.
+    /// Serves until `signal` resolves, then drains: long-polls end, calls that cannot outlive the process are
+    /// cancelled (their upstreams told), 2025-11-25 Requests answered `cancel`, sessions closed and child
+    /// processes reaped. With a durable store, 2026-07-28 Requests stay pending for the next start.
     pub async fn serve(self, signal: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let Gateway {
             listener,
             state,
+            store,
             limits,
+            retention,
+            resumes,
             tracker,
         } = self;
+        let recovered = store
+            .recover("the gateway restarted")
+            .await
+            .map_err(|error| anyhow::anyhow!("cannot recover the previous run's state: {error}"))?;
+        if recovered.ended_requests + recovered.ended_calls + recovered.resumes.len() + recovered.pending > 0 {
+            tracing::info!(
+                pending = recovered.pending,
+                retried = recovered.resumes.len(),
+                ended_requests = recovered.ended_requests,
+                ended_calls = recovered.ended_calls,
+                "recovered the previous run's state"
+            );
+        }
         tracker.spawn(state.registry.clone().reap(state.shutdown.clone()));
-        state.upstreams.start();
+        tracker.spawn(prune(store.clone(), retention, state.shutdown.clone()));
+        state.upstreams.start(resumes);
+        for call in recovered.resumes {
+            state.registry.resume(call);
+        }
         let shutdown = state.shutdown.clone();
         let upstreams = state.upstreams.clone();
         tokio::spawn(async move {
@@ -179,7 +212,24 @@ impl Gateway {
         upstreams.shut_down().await;
         tracker.close();
         tracker.wait().await;
+        if let store::Store::Sqlite(sqlite) = &store {
+            sqlite.close();
+        }
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// Forgets ended records and events past the retention, every minute (or sooner with a short retention).
+async fn prune(store: Store, retention: Duration, shutdown: CancellationToken) {
+    let every = (retention / 4).clamp(Duration::from_secs(1), PRUNE_EVERY);
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = shutdown.cancelled() => return,
+        }
+        if let Err(error) = store.prune(Timestamp::now().before(retention)).await {
+            tracing::warn!(%error, "pruning ended records failed");
+        }
     }
 }

@@ -43,6 +43,9 @@ struct ServeArgs {
     /// The address to listen on, overriding the config's `listen`.
     #[arg(long, env = "TOOLNEXUS_LISTEN")]
     listen: Option<SocketAddr>,
+    /// Where the gateway keeps its state (`sqlite:PATH` or `memory`), overriding the config's `store.url`.
+    #[arg(long, env = "TOOLNEXUS_STORE")]
+    store: Option<String>,
     /// The threads that run the gateway, overriding the config's `workers`.
     #[arg(long, env = "TOOLNEXUS_WORKERS", value_parser = clap::value_parser!(u16).range(1..=MAX_WORKERS as i64))]
     workers: Option<u16>,
@@ -187,6 +190,9 @@ fn effective_config(args: &ServeArgs) -> anyhow::Result<Config> {
     };
     if let Some(listen) = args.listen {
         config.listen = listen;
+    }
+    if let Some(store) = &args.store {
+        config.store.url = Some(store.clone());
     }
     if let Some(workers) = args.workers {
         config.workers = workers.into();

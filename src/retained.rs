@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ops::RangeFrom;
 use std::sync::Arc;
 
-use tokio::time::Instant;
+use crate::time::Timestamp;
 
 /// Entries by id, listed oldest first; a retired entry is forgotten once its time is up.
 ///
@@ -20,7 +20,7 @@ pub struct Retained<V> {
     live: BTreeSet<u64>,
     next_seq: u64,
     /// Retired entries by the time they are forgotten, in retirement order.
-    retired: VecDeque<(Instant, Arc<str>)>,
+    retired: VecDeque<(Timestamp, Arc<str>)>,
 }
 
 impl<V> Default for Retained<V> {
@@ -85,7 +85,7 @@ impl<V> Retained<V> {
 
     /// Retires a live entry: it leaves the live index and is forgotten at `until` (retire with
     /// non-decreasing times). Retiring an entry again, or an unknown one, does nothing.
-    pub fn retire(&mut self, id: &str, until: Instant) {
+    pub fn retire(&mut self, id: &str, until: Timestamp) {
         if let Some((id, (seq, _))) = self.entries.get_key_value(id)
             && self.live.remove(seq)
         {
@@ -94,12 +94,12 @@ impl<V> Retained<V> {
     }
 
     /// When the next retired entry is due to be forgotten.
-    pub fn next_purge(&self) -> Option<Instant> {
+    pub fn next_purge(&self) -> Option<Timestamp> {
         self.retired.front().map(|(until, _)| *until)
     }
 
     /// Forgets the retired entries whose time has come, and returns them.
-    pub fn purge(&mut self, now: Instant) -> Vec<V> {
+    pub fn purge(&mut self, now: Timestamp) -> Vec<V> {
         let mut purged = Vec::new();
         while let Some((until, id)) = self.retired.front() {
             if *until > now {
@@ -120,19 +120,24 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// Test instants: `Timestamp::now()` does not repeat, so tests build theirs from a fixed one.
+    fn now() -> Timestamp {
+        Timestamp::from_millis(1_000_000)
+    }
+
     #[test]
     fn entries_list_oldest_first_and_go_once_retired_and_due() {
         let mut store = Retained::default();
         for id in ["a", "b", "c"] {
             store.insert(id, id.to_uppercase());
         }
-        let now = Instant::now();
+        let now = now();
         store.retire("b", now);
-        store.retire("c", now + Duration::from_secs(60));
+        store.retire("c", now.after(Duration::from_secs(60)));
         assert_eq!(store.next_purge(), Some(now));
         assert_eq!(store.purge(now), ["B"]);
         assert_eq!(store.values().cloned().collect::<Vec<_>>(), ["A", "C"]);
-        assert_eq!(store.next_purge(), Some(now + Duration::from_secs(60)));
+        assert_eq!(store.next_purge(), Some(now.after(Duration::from_secs(60))));
         assert!(store.get("b").is_none());
         *store.get_mut("a").unwrap() = "Z".to_owned();
         assert_eq!(store.get("a").map(String::as_str), Some("Z"));
@@ -144,7 +149,7 @@ mod tests {
         for id in ["a", "b", "c", "d"] {
             store.insert(id, id);
         }
-        let later = Instant::now() + Duration::from_secs(60);
+        let later = now().after(Duration::from_secs(60));
         store.retire("b", later);
         store.retire("b", later);
         store.retire("nobody", later);

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Serialize, Serializer};
 
 /// A wall-clock instant that serializes as RFC 3339 UTC with millisecond precision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(SystemTime);
 
 impl Timestamp {
@@ -17,6 +17,33 @@ impl Timestamp {
     /// This instant moved forward by `duration`.
     pub fn after(self, duration: Duration) -> Self {
         Self(self.0 + duration)
+    }
+
+    /// This instant moved back by `duration` (the epoch at the earliest).
+    pub fn before(self, duration: Duration) -> Self {
+        Self(self.0.checked_sub(duration).unwrap_or(SystemTime::UNIX_EPOCH))
+    }
+
+    /// Milliseconds since the Unix epoch, as the store keeps instants.
+    pub fn millis(self) -> i64 {
+        let since = self.0.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// The instant `millis` milliseconds after the Unix epoch.
+    pub fn from_millis(millis: i64) -> Self {
+        let millis = u64::try_from(millis).unwrap_or(0);
+        Self(SystemTime::UNIX_EPOCH + Duration::from_millis(millis))
+    }
+
+    /// How long from now until this instant (zero once it has passed).
+    pub fn until(self) -> Duration {
+        self.0.duration_since(SystemTime::now()).unwrap_or_default()
+    }
+
+    /// How long since this instant (zero if it is in the future).
+    pub fn elapsed(self) -> Duration {
+        SystemTime::now().duration_since(self.0).unwrap_or_default()
     }
 
     /// RFC 3339 UTC text, e.g. `2026-01-01T00:00:00.000Z`.

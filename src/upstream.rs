@@ -1,17 +1,20 @@
-//! The upstream MCP servers: their shared sessions (re-opened with back-off), private sessions, and the
-//! calls that run on them.
+//! The upstream MCP servers: their shared sessions (re-opened with back-off), private sessions, the live
+//! connections behind them, and the calls that run on them.
 
 mod call;
 mod client;
 mod connect;
 mod stdio;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rmcp::model::CallToolRequestParams;
+use rmcp::{Peer, RoleClient};
 use serde::Serialize;
 use serde_json::{Map, Value};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -20,12 +23,14 @@ pub use client::{SessionCore, capabilities};
 
 use crate::Background;
 use crate::auth::Principal;
-use crate::calls::{CallStatus, CallView, Calls, Finish, NewCall};
-use crate::changes::Changes;
+use crate::calls::Calls;
 use crate::config::{LimitsConfig, ProtocolChoice, Server};
+use crate::feed::Feed;
 use crate::ids;
-use crate::registry::Registry;
-use crate::sessions::{Live, SessionStatus, SessionView, Sessions};
+use crate::records::{CallStatus, CallView, Finish, SessionStatus, SessionView};
+use crate::registry::{Registry, Tell};
+use crate::sessions::Sessions;
+use crate::store::{InsertCallError, InsertSessionError, NewCall, Pending, Retry, StoreError};
 use crate::time::Timestamp;
 use client::GatewayClient;
 
@@ -37,6 +42,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const STABLE_AFTER: Duration = Duration::from_secs(30);
 /// How long closing a session may take before its transport is dropped (which kills a child process).
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The first protocol version whose `tools/call` suspends as an `input_required` result the gateway keeps.
+const ROUNDS_PROTOCOL: &str = "2026-07-28";
 
 /// Why an upstream operation could not be done.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +52,8 @@ pub enum UpstreamError {
     UnknownServer(String),
     #[error("no session {0}")]
     UnknownSession(String),
+    #[error("no call with id {0}")]
+    UnknownCall(String),
     #[error("session {0} is not ready")]
     SessionNotReady(String),
     #[error("the shared session of server {server:?} is not ready: {detail}")]
@@ -57,6 +66,8 @@ pub enum UpstreamError {
     Forbidden(String),
     #[error("{0}")]
     TooMany(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// Where a call runs.
@@ -102,6 +113,49 @@ pub struct ServerView {
     pub backoff_ms: Option<u64>,
 }
 
+/// A ready session's connection, which calls use.
+#[derive(Debug)]
+pub struct Live {
+    pub core: Arc<SessionCore>,
+    pub peer: Peer<RoleClient>,
+    /// The protocol version the handshake settled on.
+    pub protocol_version: Option<String>,
+    /// Fires when the session ends, for whatever reason.
+    pub closed: CancellationToken,
+    /// Why it ended, once it has.
+    ended: std::sync::OnceLock<String>,
+}
+
+impl Live {
+    /// Ends the session's calls in flight with `detail` (the first reason given counts).
+    fn end(&self, detail: &str) {
+        let _ = self.ended.set(detail.to_owned());
+        self.closed.cancel();
+    }
+
+    /// Why the session ended.
+    fn ended(&self) -> &str {
+        self.ended.get().map_or("", String::as_str)
+    }
+
+    /// Whether its calls suspend as 2026-07-28 rounds, which the gateway keeps, rather than as requests in
+    /// flight.
+    fn keeps_rounds(&self) -> bool {
+        self.protocol_version
+            .as_deref()
+            .is_some_and(|version| version >= ROUNDS_PROTOCOL)
+    }
+}
+
+/// What the upstream side records its sessions, Requests and calls in.
+#[derive(Debug, Clone)]
+pub struct Domain {
+    pub sessions: Sessions,
+    pub registry: Registry,
+    pub calls: Calls,
+    pub feed: Feed,
+}
+
 /// The upstream side of the gateway.
 #[derive(Debug)]
 pub struct Upstreams {
@@ -109,8 +163,16 @@ pub struct Upstreams {
     sessions: Sessions,
     registry: Registry,
     calls: Calls,
-    changes: Changes,
+    feed: Feed,
     limits: LimitsConfig,
+    /// Whether the store keeps what it holds across restarts (then 2026-07-28 rounds outlive a shutdown).
+    durable: bool,
+    /// The connections of the sessions that are ready, by session id.
+    live: Mutex<HashMap<String, Arc<Live>>>,
+    /// The calls with a `tools/call` in flight, each with the token that abandons it.
+    legs: Mutex<HashMap<String, CancellationToken>>,
+    /// How long the upstream has worked on each call (for `limits.call_timeout`).
+    worked: Mutex<HashMap<String, Duration>>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
     /// The tasks running calls, so shutdown can let them tell their upstreams before the sessions close.
@@ -124,17 +186,22 @@ struct Slot {
 }
 
 impl Upstreams {
-    /// Creates the upstream side; `start` opens the shared sessions.
+    /// Creates the upstream side; `start` opens the shared sessions. With a `durable` store, 2026-07-28
+    /// rounds outlive a shutdown.
     pub fn new(
         servers: Vec<Server>,
-        sessions: Sessions,
-        registry: Registry,
-        calls: Calls,
-        changes: Changes,
+        domain: Domain,
         limits: LimitsConfig,
+        durable: bool,
         background: Background,
     ) -> Arc<Self> {
         let Background { shutdown, tracker } = background;
+        let Domain {
+            sessions,
+            registry,
+            calls,
+            feed,
+        } = domain;
         let servers = servers
             .into_iter()
             .map(|server| Slot {
@@ -161,19 +228,35 @@ impl Upstreams {
             sessions,
             registry,
             calls,
-            changes,
+            feed,
             limits,
+            durable,
+            live: Mutex::default(),
+            legs: Mutex::default(),
+            worked: Mutex::default(),
             shutdown,
             tracker,
             call_tasks: TaskTracker::new(),
         })
     }
 
-    /// Opens each server's shared session, and keeps re-opening it when it ends.
-    pub fn start(self: &Arc<Self>) {
+    /// Opens each server's shared session, keeps re-opening it when it ends, and retries each call `resumes`
+    /// names (2026-07-28 calls whose round was answered).
+    pub fn start(self: &Arc<Self>, mut resumes: mpsc::UnboundedReceiver<String>) {
         for index in 0..self.servers.len() {
             self.tracker.spawn(self.clone().supervise(index));
         }
+        let this = self.clone();
+        self.tracker.spawn(async move {
+            loop {
+                let call = tokio::select! {
+                    call = resumes.recv() => call,
+                    () = this.shutdown.cancelled() => return,
+                };
+                let Some(call) = call else { return };
+                this.clone().resume(call);
+            }
+        });
     }
 
     /// Every server with its state.
@@ -192,10 +275,12 @@ impl Upstreams {
         let id = ids::mint(ids::SESSION);
         self.sessions
             .starting(&id, &slot.server.name, Some(owner), self.limits.sessions_per_principal)
-            .map_err(|open| {
-                UpstreamError::TooMany(format!(
+            .await
+            .map_err(|error| match error {
+                InsertSessionError::TooMany(open) => UpstreamError::TooMany(format!(
                     "{owner} has {open} sessions open, the most one principal may hold (limits.sessions_per_principal)"
-                ))
+                )),
+                InsertSessionError::Store(error) => UpstreamError::Store(error),
             })?;
         self.open_session(id, &slot.server, Some(owner))
             .await
@@ -203,8 +288,9 @@ impl Upstreams {
             .map_err(|detail| UpstreamError::Unreachable(format!("cannot open a session to {server:?}: {detail}")))
     }
 
-    /// Closes a private session; its pending Requests are cancelled and the upstream told `cancel`.
-    pub fn close(&self, id: &str, detail: &str, by: &Principal) -> Result<SessionView, UpstreamError> {
+    /// Closes a private session; its pending Requests are cancelled (the upstream is told `cancel`) and its
+    /// calls fail.
+    pub async fn close(&self, id: &str, detail: &str, by: &Principal) -> Result<SessionView, UpstreamError> {
         let view = self.session(id, by)?;
         if view.shared {
             return Err(UpstreamError::SharedSession(id.to_owned()));
@@ -215,10 +301,14 @@ impl Upstreams {
                 by.name
             )));
         }
-        self.registry.cancel_session(id, detail, true);
-        self.sessions.end(id, SessionStatus::Closed, detail);
+        // Taken first, so that a call whose round this completes is not retried on it.
+        let live = lock(&self.live).remove(id);
+        self.registry
+            .cancel(Pending::Session(id.to_owned()), detail, Tell::Cancel)
+            .await?;
+        self.close_live(id, live, SessionStatus::Closed, detail).await;
         self.sessions
-            .get(id)
+            .get(id)?
             .ok_or_else(|| UpstreamError::UnknownSession(id.to_owned()))
     }
 
@@ -226,7 +316,7 @@ impl Upstreams {
     pub fn session(&self, id: &str, by: &Principal) -> Result<SessionView, UpstreamError> {
         let view = self
             .sessions
-            .get(id)
+            .get(id)?
             .ok_or_else(|| UpstreamError::UnknownSession(id.to_owned()))?;
         if view.shared || by.may_see(view.owner.as_deref()) {
             Ok(view)
@@ -238,7 +328,7 @@ impl Upstreams {
     }
 
     /// Starts a `tools/call` for `by` and returns the running Call.
-    pub fn start_call(
+    pub async fn start_call(
         self: &Arc<Self>,
         target: Target,
         tool: String,
@@ -258,56 +348,43 @@ impl Upstreams {
         let call = NewCall {
             server: live.core.server.clone(),
             session: live.core.id.clone(),
+            shared: live.core.owner.is_none(),
             tool: tool.clone(),
             arguments: arguments.clone().map_or(Value::Object(Map::new()), Value::Object),
             owner: by.name.clone(),
+            protocol_version: live.protocol_version.clone(),
+            capabilities: serde_json::to_value(capabilities()).unwrap_or_default(),
         };
-        let (view, cancel) = self
+        let view = self
             .calls
             .create(call, self.limits.calls_per_principal)
-            .map_err(|running| {
-                UpstreamError::TooMany(format!(
+            .await
+            .map_err(|error| match error {
+                InsertCallError::TooMany(running) => UpstreamError::TooMany(format!(
                     "{} has {running} calls running, the most one principal may hold (limits.calls_per_principal)",
                     by.name
-                ))
+                )),
+                InsertCallError::Store(error) => UpstreamError::Store(error),
             })?;
         let mut params = CallToolRequestParams::new(tool);
         params.arguments = arguments;
-        let (calls, sessions, id) = (self.calls.clone(), self.sessions.clone(), view.id.clone());
-        let budget = work_budget(
-            self.limits.call_timeout,
-            self.calls.clone(),
-            view.id.clone(),
-            self.changes.clone(),
-        );
-        let span = tracing::info_span!(parent: None, "call", call = %id, server = %view.server, session = %view.session, tool = %view.tool);
-        tracing::debug!(parent: &span, "call started");
-        let run = async move {
-            let finish = tokio::select! {
-                biased;
-                () = cancel.cancelled() => {
-                    tracing::info!("call cancelled");
-                    return;
-                }
-                () = live.closed.cancelled() => {
-                    let detail = sessions.get(&live.core.id).and_then(|view| view.detail).unwrap_or_default();
-                    Finish::Failed(format!("the session ended before the call completed: {detail}"))
-                }
-                finish = call::drive(&live.core, &live.peer, &id, params) => finish,
-                limit = budget => Finish::Failed(format!(
-                    "the upstream worked on the call for longer than {}s (limits.call_timeout); it was cancelled",
-                    limit.as_secs_f64()
-                )),
-            };
-            live.core.settle_withdrawn();
-            match &finish {
-                Finish::Completed(_) => tracing::info!("call completed"),
-                Finish::Failed(message) | Finish::Cancelled(message) => tracing::info!(message, "call ended"),
-            }
-            calls.finish(&id, finish);
-        };
-        self.tracker.spawn(self.call_tasks.track_future(run.instrument(span)));
+        tracing::debug!(call = %view.id, server = %view.server, tool = %view.tool, "call started");
+        self.clone()
+            .spawn_leg(view.id.clone(), view.tool.clone(), live, params, 0);
         Ok(view)
+    }
+
+    /// Cancels a call: its pending Requests become `cancelled` and the upstream is told.
+    pub async fn cancel_call(&self, id: &str, message: &str) -> Result<CallView, UpstreamError> {
+        let cancelled = self.calls.finish(id, Finish::Cancelled(message.to_owned())).await?;
+        if cancelled.is_some()
+            && let Some(leg) = lock(&self.legs).get(id)
+        {
+            leg.cancel();
+        }
+        self.calls
+            .get(id)?
+            .ok_or_else(|| UpstreamError::UnknownCall(id.to_owned()))
     }
 
     /// The merged `tools/list` of a target.
@@ -333,18 +410,51 @@ impl Upstreams {
             .collect()
     }
 
-    /// Cancels every call and Request (the upstreams get `cancel`), closes every session and waits for them.
+    /// Ends what cannot outlive the process — calls with a request in flight that will not be sent again,
+    /// and 2025-11-25 Requests (the upstreams get `cancel`) — then closes every session and waits for them.
+    /// With a durable store, 2026-07-28 Requests stay pending and their calls are retried at the next start;
+    /// in memory everything ends.
     pub async fn shut_down(&self) {
         let detail = "the gateway is shutting down";
-        self.calls.cancel_all(detail);
-        self.registry.cancel_all(detail);
+        for call in self.calls.running(None).unwrap_or_default() {
+            let resumable = self.durable && self.calls.retry(&call.id).ok().flatten().is_some();
+            let waiting = self.durable && call.status == CallStatus::InputRequired && self.keeps_rounds(&call);
+            if resumable || waiting {
+                continue;
+            }
+            if let Err(error) = self.cancel_call(&call.id, detail).await {
+                tracing::warn!(call = %call.id, %error, "cancelling a call at shutdown failed");
+            }
+        }
+        let requests = if self.durable {
+            Pending::Elicitations
+        } else {
+            Pending::All
+        };
+        if let Err(error) = self.registry.cancel(requests, detail, Tell::Cancel).await {
+            tracing::warn!(%error, "cancelling Requests at shutdown failed");
+        }
+        for leg in lock(&self.legs).values() {
+            leg.cancel();
+        }
         self.call_tasks.close();
         let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.call_tasks.wait()).await;
-        for id in self.sessions.open_ids() {
-            self.sessions.end(&id, SessionStatus::Closed, detail);
+        let open: Vec<String> = lock(&self.live).keys().cloned().collect();
+        for id in open {
+            self.end_session(&id, SessionStatus::Closed, detail).await;
         }
         self.tracker.close();
         self.tracker.wait().await;
+    }
+
+    /// Whether a call started on a session that suspends as 2026-07-28 rounds.
+    fn keeps_rounds(&self, call: &CallView) -> bool {
+        self.sessions
+            .get(&call.session)
+            .ok()
+            .flatten()
+            .and_then(|session| session.protocol_version)
+            .is_some_and(|version| version.as_str() >= ROUNDS_PROTOCOL)
     }
 
     fn live(&self, target: &Target) -> Result<Arc<Live>, UpstreamError> {
@@ -354,7 +464,7 @@ impl Upstreams {
                 state
                     .session
                     .filter(|_| state.status == ServerStatus::Ready)
-                    .and_then(|session| self.sessions.live(&session))
+                    .and_then(|session| lock(&self.live).get(&session).cloned())
                     .ok_or_else(|| UpstreamError::ServerNotReady {
                         server: name.clone(),
                         detail: state.detail.unwrap_or_else(|| "it is starting".to_owned()),
@@ -362,10 +472,11 @@ impl Upstreams {
             }
             Target::Session(id) => {
                 self.sessions
-                    .get(id)
+                    .get(id)?
                     .ok_or_else(|| UpstreamError::UnknownSession(id.clone()))?;
-                self.sessions
-                    .live(id)
+                lock(&self.live)
+                    .get(id)
+                    .cloned()
                     .ok_or_else(|| UpstreamError::SessionNotReady(id.clone()))
             }
         }
@@ -376,6 +487,143 @@ impl Upstreams {
             .iter()
             .find(|slot| slot.server.name == name)
             .ok_or_else(|| UpstreamError::UnknownServer(name.to_owned()))
+    }
+
+    /// Sends one `tools/call` of a call on a task of its own, and acts on how it ends: the call ends, or
+    /// waits on a round of Requests (then the answer that completes the round resumes it).
+    fn spawn_leg(
+        self: Arc<Self>,
+        call: String,
+        tool: String,
+        live: Arc<Live>,
+        params: CallToolRequestParams,
+        round: u32,
+    ) {
+        let leg = CancellationToken::new();
+        lock(&self.legs).insert(call.clone(), leg.clone());
+        let span = tracing::info_span!(parent: None, "call", call = %call, server = %live.core.server,
+            session = %live.core.id, tool = %tool);
+        let this = self.clone();
+        let run = async move {
+            let ended = this.drive(&call, &live, params, round, &leg).await;
+            lock(&this.legs).remove(&call);
+            live.core.settle_withdrawn().await;
+            let Some(finish) = ended else { return };
+            match &finish {
+                Finish::Completed(_) => tracing::info!("call completed"),
+                Finish::Failed(error) => tracing::info!(message = %error.message, "call ended"),
+                Finish::Cancelled(message) => tracing::info!(message, "call ended"),
+            }
+            lock(&this.worked).remove(&call);
+            if let Err(error) = this.calls.finish(&call, finish).await {
+                tracing::error!(%error, "the call's end could not be recorded");
+            }
+        };
+        self.tracker.spawn(self.call_tasks.track_future(run.instrument(span)));
+    }
+
+    /// Drives one leg; `None` when the call goes on without it (it waits on a round, it was cancelled, or
+    /// the gateway is shutting down and will send it again at the next start).
+    async fn drive(
+        &self,
+        call: &str,
+        live: &Arc<Live>,
+        params: CallToolRequestParams,
+        round: u32,
+        leg: &CancellationToken,
+    ) -> Option<Finish> {
+        let started = tokio::time::Instant::now();
+        let budget = self.budget(call);
+        let ended = tokio::select! {
+            biased;
+            () = leg.cancelled() => {
+                tracing::info!("call cancelled");
+                return None;
+            }
+            () = live.closed.cancelled() => {
+                Some(Finish::failed(format!("the session ended before the call completed: {}", live.ended())))
+            }
+            ended = call::drive(&live.core, &live.peer, call, params, round) => ended,
+            limit = budget => Some(Finish::failed(format!(
+                "the upstream worked on the call for longer than {}s (limits.call_timeout); it was cancelled",
+                limit.as_secs_f64()
+            ))),
+        };
+        if !live.keeps_rounds() {
+            return ended;
+        }
+        *lock(&self.worked).entry(call.to_owned()).or_default() += started.elapsed();
+        ended
+    }
+
+    /// Resolves, with the limit, once a call has used up `limits.call_timeout` of upstream work; never
+    /// without a limit. Time the call spends waiting on a Request does not count.
+    fn budget(&self, call: &str) -> impl Future<Output = Duration> + Send + 'static {
+        let limit = self.limits.call_timeout;
+        let used = lock(&self.worked).get(call).copied().unwrap_or_default();
+        let (calls, call, feed) = (self.calls.clone(), call.to_owned(), self.feed.clone());
+        async move {
+            let Some(limit) = limit else {
+                return std::future::pending().await;
+            };
+            work_budget(limit, used, calls, call, feed).await
+        }
+    }
+
+    /// Retries a call whose round was answered, on its session or, if that was the server's shared one,
+    /// on the shared session open now.
+    fn resume(self: Arc<Self>, call: String) {
+        let this = self.clone();
+        self.tracker.spawn(async move {
+            let retry = match this.calls.retry(&call) {
+                Ok(Some(retry)) => retry,
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::error!(%call, %error, "a call ready to retry could not be read");
+                    return;
+                }
+            };
+            let live = match this.session_for(&retry).await {
+                Ok(live) => live,
+                Err(detail) => {
+                    let failed = this.calls.finish(&call, Finish::failed(detail)).await;
+                    if let Err(error) = failed {
+                        tracing::error!(%call, %error, "the call's end could not be recorded");
+                    }
+                    return;
+                }
+            };
+            let mut params = CallToolRequestParams::new(retry.tool.clone());
+            params.arguments = match retry.arguments {
+                Value::Object(arguments) => Some(arguments),
+                _ => None,
+            };
+            params.input_responses = Some(retry.input_responses.into_iter().collect());
+            params.request_state = retry.request_state;
+            this.spawn_leg(call, retry.tool, live, params, retry.round);
+        });
+    }
+
+    /// The session a retry goes to: the call's own while it is open; else the server's shared session (once
+    /// it is ready, within the server's `startup_timeout`) if the call ran on a shared one.
+    async fn session_for(&self, retry: &Retry) -> Result<Arc<Live>, String> {
+        if let Some(live) = lock(&self.live).get(&retry.session).cloned() {
+            return Ok(live);
+        }
+        if !retry.shared {
+            return Err("the session ended before the call completed".to_owned());
+        }
+        let slot = self.slot(&retry.server).map_err(|error| error.to_string())?;
+        let target = Target::Server(retry.server.clone());
+        let ready = || self.live(&target).ok();
+        let wait = slot.server.startup_timeout;
+        self.feed
+            .wait_for(wait, &self.shutdown, ready)
+            .await
+            .ok_or_else(|| match self.live(&target) {
+                Err(error) => format!("the call could not be retried: {error}"),
+                Ok(_) => "the gateway is shutting down".to_owned(),
+            })
     }
 
     /// Keeps a server's shared session open until shutdown, re-opening it with back-off.
@@ -392,9 +640,11 @@ impl Upstreams {
                 state.backoff_ms = None;
             });
             let id = ids::mint(ids::SESSION);
-            // Shared sessions have no cap, so this cannot be refused.
-            let _ = self.sessions.starting(&id, &slot.server.name, None, usize::MAX);
-            match self.open_session(id, &slot.server, None).await {
+            let opened = match self.sessions.starting(&id, &slot.server.name, None, usize::MAX).await {
+                Ok(_) => self.open_session(id, &slot.server, None).await,
+                Err(error) => Err(format!("the store cannot record its session: {error}")),
+            };
+            match opened {
                 Ok((view, live)) => {
                     let opened = tokio::time::Instant::now();
                     self.update(slot, |state| {
@@ -409,11 +659,11 @@ impl Upstreams {
                     if opened.elapsed() >= STABLE_AFTER {
                         backoff = INITIAL_BACKOFF;
                     }
-                    let ended = self.sessions.get(&live.core.id).and_then(|view| view.detail);
+                    let ended = live.ended().to_owned();
                     self.update(slot, |state| {
                         state.status = ServerStatus::Starting;
                         state.session = None;
-                        state.detail = ended.map(|detail| format!("re-opening: the previous session ended: {detail}"));
+                        state.detail = Some(format!("re-opening: the previous session ended: {ended}"));
                         state.restarts += 1;
                     });
                 }
@@ -436,7 +686,7 @@ impl Upstreams {
 
     fn update(&self, slot: &Slot, change: impl FnOnce(&mut ServerView)) {
         change(&mut lock(&slot.state));
-        self.changes.notify();
+        self.feed.notify();
     }
 
     /// Connects a session recorded as starting (a shared one without `owner`, a private one with it) and hands
@@ -461,25 +711,29 @@ impl Upstreams {
         let (connection, eof) = match connected {
             Ok(connected) => connected,
             Err(detail) => {
-                self.sessions.end(&id, SessionStatus::Failed, &detail);
+                self.record_end(&id, SessionStatus::Failed, &detail).await;
                 return Err(detail);
             }
         };
         let info = connection.peer_info();
+        let protocol_version = info.as_ref().map(|info| info.protocol_version.to_string());
         let live = Arc::new(Live {
             core,
             peer: connection.peer().clone(),
+            protocol_version: protocol_version.clone(),
             closed: CancellationToken::new(),
+            ended: std::sync::OnceLock::new(),
         });
-        let view = self
-            .sessions
-            .ready(
-                &id,
-                live.clone(),
-                info.as_ref().map(|info| info.protocol_version.to_string()),
-                info.as_ref().and_then(|info| info.server_info.clone()),
-            )
-            .ok_or_else(|| "the session vanished while connecting".to_owned())?;
+        lock(&self.live).insert(id.clone(), live.clone());
+        let server_info = info.as_ref().and_then(|info| info.server_info.clone());
+        let view = match self.sessions.ready(&id, protocol_version, server_info).await {
+            Ok(Some(view)) => view,
+            Ok(None) | Err(_) => {
+                self.end_session(&id, SessionStatus::Failed, "the session could not be recorded as ready")
+                    .await;
+                return Err("the session vanished while connecting".to_owned());
+            }
+        };
         let this = self.clone();
         let closed = live.closed.clone();
         let sends = live.core.sends.clone();
@@ -489,8 +743,15 @@ impl Upstreams {
                 detail = eof => {
                     let detail = detail.unwrap_or_else(|_| stdio::ENDED.to_owned());
                     // Calls see the session end first, so they fail with its reason rather than a side effect of it.
-                    this.sessions.end(&id, SessionStatus::Failed, &detail);
-                    this.registry.cancel_session(&id, &detail, false);
+                    let live = lock(&this.live).remove(&id);
+                    if let Some(live) = &live {
+                        live.end(&detail);
+                    }
+                    this.close_live(&id, live, SessionStatus::Failed, &detail).await;
+                    let cancelled = this.registry.cancel(Pending::Session(id.clone()), &detail, Tell::Nothing).await;
+                    if let Err(error) = cancelled {
+                        tracing::error!(session = %id, %error, "the session's Requests could not be cancelled");
+                    }
                 }
                 () = closed.cancelled() => {}
             }
@@ -500,17 +761,55 @@ impl Upstreams {
         });
         Ok((view, live))
     }
+
+    /// Ends a session: its connection closes, and its 2026-07-28 calls waiting on Requests fail unless it is a
+    /// shared session, whose successor takes their retries.
+    async fn end_session(&self, id: &str, status: SessionStatus, detail: &str) {
+        let live = lock(&self.live).remove(id);
+        self.close_live(id, live, status, detail).await;
+    }
+
+    /// Records a session's end and closes its connection, taken off the live ones already.
+    async fn close_live(&self, id: &str, live: Option<Arc<Live>>, status: SessionStatus, detail: &str) {
+        if let Some(live) = &live {
+            live.end(detail);
+        }
+        self.record_end(id, status, detail).await;
+        let Some(live) = live else { return };
+        if live.core.owner.is_none() {
+            return;
+        }
+        for call in self.calls.running(Some(id)).unwrap_or_default() {
+            if lock(&self.legs).contains_key(&call.id) {
+                continue;
+            }
+            let message = format!("the session ended before the call completed: {detail}");
+            if let Err(error) = self.calls.finish(&call.id, Finish::failed(message)).await {
+                tracing::error!(call = %call.id, %error, "the call's end could not be recorded");
+            }
+        }
+    }
+
+    async fn record_end(&self, id: &str, status: SessionStatus, detail: &str) {
+        if let Err(error) = self.sessions.end(id, status, detail).await {
+            tracing::error!(session = %id, %error, "the session's end could not be recorded");
+        }
+    }
 }
 
-/// Resolves, with the limit, once a call has run for `limit` without waiting on a Request; never without a limit.
-async fn work_budget(limit: Option<Duration>, calls: Calls, call: String, changes: Changes) -> Duration {
-    let Some(limit) = limit else {
-        return std::future::pending().await;
-    };
-    let mut used = Duration::ZERO;
-    let mut versions = changes.subscribe();
+/// Resolves, with the limit, once a call has worked for `limit` (having used `used` already) without
+/// waiting on a Request.
+async fn work_budget(limit: Duration, mut used: Duration, calls: Calls, call: String, feed: Feed) -> Duration {
+    let mut versions = feed.versions();
     loop {
-        let waiting = calls.status(&call) == Some(CallStatus::InputRequired);
+        if used >= limit {
+            return limit;
+        }
+        let waiting = calls
+            .status(&call)
+            .ok()
+            .flatten()
+            .is_some_and(|(status, _)| status == CallStatus::InputRequired);
         let started = tokio::time::Instant::now();
         if waiting {
             let _ = versions.changed().await;
@@ -521,9 +820,6 @@ async fn work_budget(limit: Option<Duration>, calls: Calls, call: String, change
             () = tokio::time::sleep(limit - used) => return limit,
         }
         used += started.elapsed();
-        if used >= limit {
-            return limit;
-        }
     }
 }
 

@@ -1,31 +1,35 @@
-//! Webhooks: every event a webhook asks for is POSTed to it, signed, with retries and a bounded queue so a
-//! slow or dead receiver never slows the gateway or grows its memory.
+//! Webhooks: each webhook follows the event log from where it left off and POSTs every event it asks for,
+//! signed, in order, with retries. A receiver that is down holds up only its own webhook; its events wait in
+//! the log (and with a durable store, across restarts), never in memory.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
-use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Webhook;
-use crate::events::{Event, Events};
+use crate::feed::Feed;
 use crate::metrics::Metrics;
+use crate::records::Event;
+use crate::store::Store;
 
-/// How many events may wait for one webhook; past that new ones are dropped (and counted).
-pub const QUEUE_CAPACITY: usize = 1024;
+/// How many events a webhook reads from the log at a time.
+const PAGE: usize = 256;
 /// The pause before the first retry; it doubles after each failed attempt.
 const FIRST_RETRY: Duration = Duration::from_millis(500);
+/// How long a webhook waits before reading the log again after the store failed a read.
+const READ_RETRY: Duration = Duration::from_secs(1);
 /// The header carrying `sha256=<hex HMAC of the body>`.
 pub const SIGNATURE_HEADER: &str = "x-toolnexus-signature";
 
-/// Starts one delivery task per webhook and the task that feeds them from the event feed.
+/// Starts one delivery task per webhook. A webhook goes on from the last event it was given; one the store
+/// has never seen starts with the events recorded from now on.
 pub fn start(
     webhooks: Vec<Webhook>,
-    events: &Events,
+    store: &Store,
+    feed: &Feed,
     metrics: &Metrics,
     shutdown: &CancellationToken,
     tracker: &TaskTracker,
@@ -34,80 +38,72 @@ pub fn start(
         return;
     }
     let client = reqwest::Client::new();
-    let mut queues = Vec::with_capacity(webhooks.len());
     for webhook in webhooks {
-        let webhook = Arc::new(webhook);
-        let (queue, pending) = mpsc::channel(QUEUE_CAPACITY);
-        queues.push((webhook.clone(), queue));
+        let cursor = match store.webhook_cursor(&webhook.name) {
+            Ok(Some(cursor)) => cursor,
+            _ => store.last_event_id().unwrap_or(0),
+        };
         let delivery = Delivery {
             webhook,
             client: client.clone(),
+            store: store.clone(),
+            feed: feed.clone(),
             metrics: metrics.clone(),
         };
-        tracker.spawn(delivery.run(pending, shutdown.clone()));
-    }
-    let live = events.subscribe(None).live;
-    tracker.spawn(dispatch(live, queues, metrics.clone(), shutdown.clone()));
-}
-
-/// Hands each event to the queue of every webhook that wants it, without ever waiting on one.
-async fn dispatch(
-    mut live: broadcast::Receiver<Arc<Event>>,
-    queues: Vec<(Arc<Webhook>, mpsc::Sender<Arc<Event>>)>,
-    metrics: Metrics,
-    shutdown: CancellationToken,
-) {
-    loop {
-        let event = tokio::select! {
-            event = live.recv() => event,
-            () = shutdown.cancelled() => return,
-        };
-        match event {
-            Ok(event) => {
-                for (webhook, queue) in &queues {
-                    if (webhook.events.is_empty() || webhook.events.contains(&event.kind))
-                        && queue.try_send(event.clone()).is_err()
-                    {
-                        metrics.inc(
-                            "toolnexus_webhook_deliveries_total",
-                            &[("webhook", &webhook.name), ("outcome", "dropped")],
-                        );
-                        tracing::warn!(webhook = %webhook.name, event = event.id, "webhook queue full: event dropped");
-                    }
-                }
-            }
-            Err(RecvError::Lagged(missed)) => {
-                for (webhook, _) in &queues {
-                    metrics.inc(
-                        "toolnexus_webhook_deliveries_total",
-                        &[("webhook", &webhook.name), ("outcome", "dropped")],
-                    );
-                }
-                tracing::warn!(missed, "webhooks fell behind the event feed: events dropped");
-            }
-            Err(RecvError::Closed) => return,
-        }
+        tracker.spawn(delivery.run(cursor, shutdown.clone()));
     }
 }
 
 /// Delivers one webhook's events in order.
 struct Delivery {
-    webhook: Arc<Webhook>,
+    webhook: Webhook,
     client: reqwest::Client,
+    store: Store,
+    feed: Feed,
     metrics: Metrics,
 }
 
 impl Delivery {
-    async fn run(self, mut pending: mpsc::Receiver<Arc<Event>>, shutdown: CancellationToken) {
+    /// Delivers every event after `cursor`, then each new one as it is recorded, until `shutdown`.
+    async fn run(self, mut cursor: u64, shutdown: CancellationToken) {
+        let mut versions = self.feed.versions();
         loop {
-            let event = tokio::select! {
-                event = pending.recv() => event,
-                () = shutdown.cancelled() => return,
+            let page = match self.store.events_after(cursor, PAGE) {
+                Ok(page) => page,
+                Err(error) => {
+                    tracing::warn!(webhook = %self.webhook.name, %error, "the event log could not be read");
+                    tokio::select! {
+                        () = tokio::time::sleep(READ_RETRY) => continue,
+                        () = shutdown.cancelled() => return,
+                    }
+                }
             };
-            let Some(event) = event else { return };
-            tokio::select! {
-                () = self.deliver(&event) => {}
-                () = shutdown.cancelled() => return,
+            if page.gap {
+                let missed = page.resume_after.saturating_sub(cursor);
+                for _ in 0..missed {
+                    self.count("dropped");
+                }
+                tracing::warn!(webhook = %self.webhook.name, missed, "events left the log before this webhook got them");
+                cursor = page.resume_after;
+                self.store.save_webhook_cursor(&self.webhook.name, cursor);
+                continue;
+            }
+            if page.events.is_empty() {
+                tokio::select! {
+                    changed = versions.changed() => if changed.is_err() { return },
+                    () = shutdown.cancelled() => return,
+                }
+                continue;
+            }
+            for event in page.events {
+                if self.webhook.events.is_empty() || self.webhook.events.contains(&event.kind) {
+                    tokio::select! {
+                        () = self.deliver(&event) => {}
+                        () = shutdown.cancelled() => return,
+                    }
+                }
+                cursor = event.id;
+                self.store.save_webhook_cursor(&self.webhook.name, cursor);
             }
         }
     }
@@ -143,11 +139,7 @@ impl Delivery {
                 Ok(response) => Some(format!("the receiver answered {}", response.status())),
                 Err(error) => Some(format!("the request failed: {error}")),
             };
-            let labels = [
-                ("webhook", self.webhook.name.as_str()),
-                ("outcome", if failure.is_none() { "delivered" } else { "failed" }),
-            ];
-            self.metrics.inc("toolnexus_webhook_deliveries_total", &labels);
+            self.count(if failure.is_none() { "delivered" } else { "failed" });
             let Some(failure) = failure else { return };
             tracing::warn!(webhook = %self.webhook.name, event = event.id, attempt, failure, "webhook delivery failed");
             if attempt < self.webhook.attempts {
@@ -156,6 +148,11 @@ impl Delivery {
             }
         }
         tracing::warn!(webhook = %self.webhook.name, event = event.id, "webhook delivery given up");
+    }
+
+    fn count(&self, outcome: &str) {
+        let labels = [("webhook", self.webhook.name.as_str()), ("outcome", outcome)];
+        self.metrics.inc("toolnexus_webhook_deliveries_total", &labels);
     }
 }
 

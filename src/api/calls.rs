@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size};
 use crate::auth::{Principal, Role};
-use crate::calls::{CallFilter, CallStatus, CallView};
+use crate::records::{CallFilter, CallStatus, CallView};
 use crate::upstream::Target;
 
 /// The largest page of `GET /calls`.
@@ -88,8 +88,9 @@ pub async fn start(
     };
     let call = state
         .upstreams
-        .start_call(target, body.tool, body.arguments, &principal)?;
-    let call = settled(&state, &call.id, query.wait).await.unwrap_or(call);
+        .start_call(target, body.tool, body.arguments, &principal)
+        .await?;
+    let call = settled(&state, &call.id, query.wait).await?.unwrap_or(call);
     let mut response = (StatusCode::CREATED, Json(&call)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/calls/{}", call.id)) {
         response.headers_mut().insert(header::LOCATION, location);
@@ -120,7 +121,7 @@ pub async fn list(
         session: query.session,
         owner: (principal.role == Role::Agent).then(|| principal.name.clone()),
     };
-    Ok(Json(state.calls.list(&filter, limit)))
+    Ok(Json(state.calls.list(&filter, limit)?))
 }
 
 /// `GET /calls/{id}`: one call; with `wait`, held while it is running.
@@ -144,7 +145,7 @@ pub async fn get(
 ) -> Result<Json<CallView>, ApiError> {
     owned_by(&state, &id, &principal, Principal::may_see)?;
     settled(&state, &id, query.wait)
-        .await
+        .await?
         .map(Json)
         .ok_or_else(|| ApiError::not_found(format!("no call with id {id}")))
 }
@@ -167,11 +168,11 @@ pub async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Json<CallView>, ApiError> {
     owned_by(&state, &id, &principal, Principal::may_change)?;
-    state
-        .calls
-        .cancel(&id, "cancelled by a client (DELETE /calls)")
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("no call with id {id}")))
+    let call = state
+        .upstreams
+        .cancel_call(&id, "cancelled by a client (DELETE /calls)")
+        .await?;
+    Ok(Json(call))
 }
 
 /// `404` for an unknown call, `403` when the rule says the principal may not touch it.
@@ -181,9 +182,9 @@ fn owned_by(
     principal: &Principal,
     rule: fn(&Principal, Option<&str>) -> bool,
 ) -> Result<(), ApiError> {
-    let owner = state
+    let (_, owner) = state
         .calls
-        .owner(id)
+        .status(id)?
         .ok_or_else(|| ApiError::not_found(format!("no call with id {id}")))?;
     if rule(principal, Some(&owner)) {
         Ok(())
@@ -193,11 +194,11 @@ fn owned_by(
 }
 
 /// The call once it is no longer `running`, or as it is when `wait` passes.
-async fn settled(state: &AppState, id: &str, wait: Wait) -> Option<CallView> {
-    let not_running = || state.calls.status(id).filter(|status| *status != CallStatus::Running);
-    let _ = state
-        .changes
-        .wait_for(wait.duration(), &state.shutdown, not_running)
-        .await;
-    state.calls.get(id)
+async fn settled(state: &AppState, id: &str, wait: Wait) -> Result<Option<CallView>, ApiError> {
+    let not_running = || match state.calls.status(id) {
+        Ok(Some((CallStatus::Running, _))) => None,
+        read => Some(read),
+    };
+    let _ = state.feed.wait_for(wait.duration(), &state.shutdown, not_running).await;
+    Ok(state.calls.get(id)?)
 }

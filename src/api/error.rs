@@ -5,10 +5,12 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::registry::AnswerError;
+use crate::store::StoreError;
 use crate::upstream::UpstreamError;
 use crate::validation::Violation;
 
-/// Seconds a client should wait before retrying a call on a server that is not ready.
+/// Seconds a client should wait before retrying a call on a server that is not ready, or a change the store
+/// could not keep.
 const RETRY_AFTER_SECS: u64 = 1;
 
 /// A problem to report to the HTTP client.
@@ -58,6 +60,17 @@ impl From<AnswerError> for ApiError {
                 errors: Some(violations),
                 ..Self::new(StatusCode::UNPROCESSABLE_ENTITY, detail)
             },
+            AnswerError::Store(error) => error.into(),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    /// `503` with `Retry-After`: the store could not keep or read the change (nothing was changed).
+    fn from(error: StoreError) -> Self {
+        Self {
+            retry_after: Some(RETRY_AFTER_SECS),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, error.to_string())
         }
     }
 }
@@ -66,7 +79,9 @@ impl From<UpstreamError> for ApiError {
     fn from(error: UpstreamError) -> Self {
         let detail = error.to_string();
         match error {
-            UpstreamError::UnknownServer(_) | UpstreamError::UnknownSession(_) => Self::not_found(detail),
+            UpstreamError::UnknownServer(_) | UpstreamError::UnknownSession(_) | UpstreamError::UnknownCall(_) => {
+                Self::not_found(detail)
+            }
             UpstreamError::SessionNotReady(_) | UpstreamError::SharedSession(_) => {
                 Self::new(StatusCode::CONFLICT, detail)
             }
@@ -77,6 +92,7 @@ impl From<UpstreamError> for ApiError {
             UpstreamError::Unreachable(_) => Self::new(StatusCode::BAD_GATEWAY, detail),
             UpstreamError::Forbidden(_) => Self::forbidden(detail),
             UpstreamError::TooMany(_) => Self::new(StatusCode::TOO_MANY_REQUESTS, detail),
+            UpstreamError::Store(error) => error.into(),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! `GET /events`: Server-Sent Events for every change to Requests, Calls and Sessions.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,18 +12,23 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::Stream;
 use futures::stream::{self, StreamExt};
 use serde::Deserialize;
+use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 use utoipa::IntoParams;
 
 use super::extract::QueryParams;
 use super::{ApiError, AppState, Problem};
 use crate::auth::{Principal, Role};
-use crate::events::Event;
+use crate::feed::Counted;
+use crate::records::Event;
+use crate::store::Store;
 
 /// How often an idle stream sends a keep-alive comment.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// The event that tells a client it missed events and must list the resources again.
 const RESYNC: &str = "resync";
+/// How many events a stream reads from the log at a time while it catches up.
+const PAGE: usize = 512;
 
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -42,7 +48,7 @@ pub struct EventsQuery {
     owner: Option<String>,
 }
 
-/// `GET /events`: the live feed, resumed after `Last-Event-ID` from the replay buffer when it can be.
+/// `GET /events`: the live feed, resumed after `Last-Event-ID` from the event log when it can be.
 #[utoipa::path(
     get,
     path = "/events",
@@ -52,9 +58,10 @@ pub struct EventsQuery {
         ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this event id"),
     ),
     responses(
-        (status = 200, description = "Server-Sent Events: `request.created`, `request.resolved`, `call.updated`, \
-            `session.updated` (data: the whole object) and `resync`", body = String, content_type = "text/event-stream"),
+        (status = 200, description = "Server-Sent Events: `request.created`, `request.resolved`, `request.updated`, \
+            `call.updated`, `session.updated` (data: the whole object) and `resync`", body = String, content_type = "text/event-stream"),
         (status = 400, description = "A query parameter or Last-Event-ID is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The event log cannot be read", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn stream(
@@ -72,39 +79,95 @@ pub async fn stream(
             .ok_or_else(|| ApiError::bad_request("Last-Event-ID must be an event id (a number)"))
     });
     let last_seen = header.transpose()?.or(query.last_event_id);
-    let subscription = state.events.subscribe(last_seen);
-    let events = state.events.clone();
-    let resync = subscription
-        .gap
-        .then(|| resync_event(events.last_id(), "events were missed"));
-    let filter = Arc::new(query);
-    let replay_filter = filter.clone();
-    let replay = subscription
-        .replay
-        .into_iter()
-        .filter(move |event| replay_filter.matches(event))
-        .map(|event| to_sse(&event));
-    let live = stream::unfold(subscription.live, move |mut live| {
-        let (events, filter) = (events.clone(), filter.clone());
-        async move {
-            loop {
-                match live.recv().await {
-                    Ok(event) if filter.matches(&event) => return Some((to_sse(&event), live)),
-                    Ok(_) => {}
-                    Err(RecvError::Lagged(_)) => {
-                        return Some((resync_event(events.last_id(), "this stream fell behind"), live));
+    // Subscribed before the log is read, so that nothing recorded in between is missed.
+    let (live, counted) = state.feed.stream();
+    let after = match last_seen {
+        Some(id) => id,
+        None => state.store.last_event_id()?,
+    };
+    let follow = Follow {
+        store: state.store.clone(),
+        live,
+        after,
+        catching_up: last_seen.is_some(),
+        ready: VecDeque::new(),
+        filter: query,
+        _counted: counted,
+    };
+    let shutdown = state.shutdown.clone();
+    let events = stream::unfold(follow, |mut follow| async move {
+        let event = follow.next().await?;
+        Some((event, follow))
+    })
+    .take_until(async move { shutdown.cancelled().await })
+    .map(Ok);
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+}
+
+/// One stream's place in the event log: it reads the log until it has caught up, then follows the live
+/// events, and goes back to the log when it falls behind them.
+struct Follow {
+    store: Store,
+    live: broadcast::Receiver<Arc<Event>>,
+    /// The id of the last event this stream has passed.
+    after: u64,
+    catching_up: bool,
+    /// SSE events read and not yet sent.
+    ready: VecDeque<SseEvent>,
+    filter: EventsQuery,
+    _counted: Counted,
+}
+
+impl Follow {
+    /// The next SSE event of the stream; `None` when the gateway stops publishing.
+    async fn next(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(event) = self.ready.pop_front() {
+                return Some(event);
+            }
+            if self.catching_up {
+                self.catch_up();
+                continue;
+            }
+            match self.live.recv().await {
+                Ok(event) if event.id <= self.after => {}
+                Ok(event) if event.id == self.after + 1 => {
+                    self.after = event.id;
+                    if self.filter.matches(&event) {
+                        return Some(to_sse(&event));
                     }
-                    Err(RecvError::Closed) => return None,
                 }
+                Ok(_) | Err(RecvError::Lagged(_)) => self.catching_up = true,
+                Err(RecvError::Closed) => return None,
             }
         }
-    });
-    let shutdown = state.shutdown.clone();
-    let events = stream::iter(resync.into_iter().chain(replay))
-        .chain(live)
-        .take_until(async move { shutdown.cancelled().await })
-        .map(Ok);
-    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+    }
+
+    /// Reads the next page of the log into `ready`, or a `resync` when the log no longer has what was missed.
+    fn catch_up(&mut self) {
+        match self.store.events_after(self.after, PAGE) {
+            Ok(page) if page.gap => {
+                self.after = page.resume_after;
+                self.ready.push_back(resync_event(self.after, "events were missed"));
+                self.catching_up = false;
+            }
+            Ok(page) => {
+                self.catching_up = page.events.len() == PAGE;
+                for event in page.events {
+                    self.after = event.id;
+                    if self.filter.matches(&event) {
+                        self.ready.push_back(to_sse(&event));
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "an event stream could not read the event log");
+                self.ready
+                    .push_back(resync_event(self.after, "the event log could not be read"));
+                self.catching_up = false;
+            }
+        }
+    }
 }
 
 impl EventsQuery {

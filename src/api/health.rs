@@ -38,10 +38,7 @@ pub async fn readyz(
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> (StatusCode, Json<Value>) {
     let ready = || state.upstreams.not_ready().is_empty().then_some(());
-    let _ = state
-        .changes
-        .wait_for(query.wait.duration(), &state.shutdown, ready)
-        .await;
+    let _ = state.feed.wait_for(query.wait.duration(), &state.shutdown, ready).await;
     let not_ready = state.upstreams.not_ready();
     if not_ready.is_empty() {
         (StatusCode::OK, Json(json!({ "status": "ready" })))

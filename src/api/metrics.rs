@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::AppState;
 use crate::metrics::{Gauge, Metrics};
-use crate::sessions::SessionStatus;
+use crate::records::SessionStatus;
 
 /// `GET /metrics`.
 #[utoipa::path(
@@ -21,9 +21,9 @@ pub async fn render(State(state): State<AppState>) -> Response {
     let mut gauges = vec![Gauge {
         name: "toolnexus_requests_pending",
         labels: Vec::new(),
-        value: state.registry.pending_count() as f64,
+        value: state.registry.pending_count().unwrap_or_default() as f64,
     }];
-    for (status, count) in state.calls.count_by_status() {
+    for (status, count) in state.calls.count_by_status().unwrap_or_default() {
         let status = status.as_str().to_owned();
         gauges.push(Gauge {
             name: "toolnexus_calls",
@@ -32,12 +32,11 @@ pub async fn render(State(state): State<AppState>) -> Response {
         });
     }
     let mut sessions = std::collections::BTreeMap::<(String, SessionStatus), usize>::new();
-    for session in state.sessions.list(false) {
+    for session in state.sessions.list(false).unwrap_or_default() {
         *sessions.entry((session.server, session.status)).or_default() += 1;
     }
     for ((server, status), count) in sessions {
-        let status = format!("{status:?}").to_lowercase();
-        let labels = vec![("server", server), ("state", status)];
+        let labels = vec![("server", server), ("state", status.as_str().to_owned())];
         gauges.push(Gauge {
             name: "toolnexus_sessions",
             labels,
@@ -55,7 +54,7 @@ pub async fn render(State(state): State<AppState>) -> Response {
     gauges.push(Gauge {
         name: "toolnexus_event_streams",
         labels: Vec::new(),
-        value: state.events.subscribers() as f64,
+        value: state.feed.streams() as f64,
     });
     gauges.push(Gauge {
         name: "toolnexus_connections",
@@ -65,7 +64,7 @@ pub async fn render(State(state): State<AppState>) -> Response {
     gauges.push(Gauge {
         name: "toolnexus_long_polls",
         labels: Vec::new(),
-        value: state.changes.waiters() as f64,
+        value: state.feed.long_polls() as f64,
     });
     let mut response = state.metrics.render(&gauges).into_response();
     response.headers_mut().insert(

@@ -10,7 +10,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size};
 use crate::auth::{Principal, Role};
-use crate::registry::{Filter, RequestView, Status};
+use crate::records::{Filter, RequestView, Status};
 use crate::suspension::Answer;
 
 /// The largest page of `GET /requests`.
@@ -96,12 +96,15 @@ pub async fn list(
             i64::MAX
         )));
     }
-    let list = || Some(state.registry.list(&filter, cursor, limit)).filter(|(page, _)| !page.is_empty());
+    let list = || match state.registry.list(&filter, cursor, limit) {
+        Ok((page, _)) if page.is_empty() => None,
+        listed => Some(listed),
+    };
     let (page, next) = state
-        .changes
+        .feed
         .wait_for(query.wait.duration(), &state.shutdown, list)
         .await
-        .unwrap_or_default();
+        .unwrap_or_else(|| Ok((Vec::new(), None)))?;
     let mut headers = HeaderMap::new();
     if let Some(next) = next {
         let mut params: Vec<&str> = raw
@@ -140,14 +143,17 @@ pub async fn get(
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<RequestView>, ApiError> {
     let unknown = || ApiError::not_found(format!("no Request with id {id}"));
-    let owner = state.registry.owner(&id).ok_or_else(unknown)?;
+    let (_, owner) = state.registry.status(&id)?.ok_or_else(unknown)?;
     visible(&principal, &id, owner.as_deref())?;
-    let resolved = || state.registry.status(&id).filter(|status| *status != Status::Pending);
+    let resolved = || match state.registry.status(&id) {
+        Ok(Some((Status::Pending, _))) => None,
+        read => Some(read),
+    };
     let _ = state
-        .changes
+        .feed
         .wait_for(query.wait.duration(), &state.shutdown, resolved)
         .await;
-    state.registry.get(&id).map(Json).ok_or_else(unknown)
+    state.registry.get(&id)?.map(Json).ok_or_else(unknown)
 }
 
 /// `POST /requests/{id}/answer`: resolves a pending Request.
@@ -185,12 +191,12 @@ pub async fn answer(
     if answer.ok && answer.reason.is_some() {
         return Err(ApiError::bad_request("reason is only allowed when ok is false"));
     }
-    let owner = state
+    let (_, owner) = state
         .registry
-        .owner(&id)
+        .status(&id)?
         .ok_or_else(|| ApiError::not_found(format!("no Request with id {id}")))?;
     visible(&principal, &id, owner.as_deref())?;
-    let answered = state.registry.answer(&id, answer, &principal.name)?;
+    let answered = state.registry.answer(&id, answer, &principal.name).await?;
     Ok(match answered.event {
         // The bytes of the `request.resolved` event, rather than serializing the same view again.
         Some(event) => ([(header::CONTENT_TYPE, "application/json")], event.data.clone()).into_response(),

@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, Problem, WaitQuery};
 use crate::auth::Principal;
-use crate::sessions::SessionView;
+use crate::records::SessionView;
 use crate::upstream::{ServerStatus, ServerView, Target};
 
 /// What `POST /sessions` opens.
@@ -93,14 +93,14 @@ pub async fn list(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
     QueryParams(query): QueryParams<ListQuery>,
-) -> Json<Vec<SessionView>> {
-    let sessions = state.sessions.list(matches!(query.status, SessionFilter::All));
-    Json(
+) -> Result<Json<Vec<SessionView>>, ApiError> {
+    let sessions = state.sessions.list(matches!(query.status, SessionFilter::All))?;
+    Ok(Json(
         sessions
             .into_iter()
             .filter(|view| view.shared || principal.may_see(view.owner.as_deref()))
             .collect(),
-    )
+    ))
 }
 
 /// `GET /sessions/{id}`.
@@ -141,11 +141,11 @@ pub async fn close(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(state.upstreams.close(
-        &id,
-        "closed by a client (DELETE /sessions)",
-        &principal,
-    )?))
+    let closed = state
+        .upstreams
+        .close(&id, "closed by a client (DELETE /sessions)", &principal)
+        .await?;
+    Ok(Json(closed))
 }
 
 /// `GET /sessions/{id}/tools`: the session's merged `tools/list`.
@@ -207,7 +207,7 @@ pub async fn server(
             .filter(|server| server.status != ServerStatus::Starting)
     };
     let _ = state
-        .changes
+        .feed
         .wait_for(query.wait.duration(), &state.shutdown, settled)
         .await;
     Ok(Json(state.upstreams.server(&name)?))

@@ -1,72 +1,142 @@
-//! Driving one `tools/call` to its end: legacy elicitations arrive through the session (its stdio transport or
-//! its rmcp handler), while 2026-07-28 `input_required` rounds and `-32042` URL elicitations are turned into
-//! Requests here.
+//! Driving one `tools/call` of a call to its end: legacy elicitations arrive through the session (its stdio
+//! transport or its rmcp handler) while the request is in flight; a 2026-07-28 `input_required` round becomes
+//! Requests kept by the store, and the call waits on them with nothing in flight; `-32042` URL elicitations
+//! are answered here.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientRequest,
-    CustomResult, ElicitationAction, ErrorCode, ErrorData, InputResponses, RequestId, ServerResult,
+    CustomResult, ElicitResult, ElicitationAction, ErrorCode, ErrorData, InputResponses, RequestId, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use rmcp::{Peer, RoleClient};
 use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
 
 use super::client::{ELICITATION_CREATE, SessionCore};
-use crate::calls::Finish;
-use crate::registry::{Outcome, Pending};
+use crate::records::{CallError, CallFailure, Finish};
+use crate::registry::{AskError, Outcome};
+use crate::store::NewRound;
 
 /// The most `input_required` rounds one call may take.
-const MAX_ROUNDS: usize = 32;
+const MAX_ROUNDS: u32 = 32;
 /// JSON-RPC error code of a 2025-11-25 `URLElicitationRequiredError`.
 const URL_ELICITATION_REQUIRED: ErrorCode = ErrorCode(-32042);
 
-/// Runs a call on a session until the upstream returns its result or fails it.
+/// Sends a call's `tools/call` (after `round` answered rounds) and follows it: returns how the call ended,
+/// or `None` when it waits on a round of Requests.
 pub async fn drive(
     core: &Arc<SessionCore>,
     peer: &Peer<RoleClient>,
     call: &str,
     mut params: CallToolRequestParams,
-) -> Finish {
+    mut round: u32,
+) -> Option<Finish> {
     let mut url_retry_used = false;
-    for _ in 0..MAX_ROUNDS {
+    while round <= MAX_ROUNDS {
+        let retrying = params.request_state.is_some() || params.input_responses.is_some();
         let response = match send(core, peer, call, params.clone()).await {
             Ok(response) => response,
             Err(ServiceError::McpError(error)) if error.code == URL_ELICITATION_REQUIRED && !url_retry_used => {
                 url_retry_used = true;
                 match authorize(core, call, &error).await {
                     Ok(()) => continue,
-                    Err(finish) => return finish,
+                    Err(finish) => return Some(finish),
                 }
             }
-            Err(error) => return Finish::Failed(describe(&error)),
+            Err(ServiceError::McpError(error)) if retrying && error.code == ErrorCode::INVALID_PARAMS => {
+                return Some(state_rejected(core, call, &error).await);
+            }
+            Err(error) => return Some(Finish::failed(describe(&error))),
         };
         let input = match response {
             ServerResult::CustomResult(CustomResult(result)) if is_input_required(&result) => result,
-            ServerResult::CustomResult(CustomResult(result)) => return completed_json(result),
+            ServerResult::CustomResult(CustomResult(result)) => return Some(completed_json(result)),
             ServerResult::InputRequiredResult(input) => serde_json::to_value(input).unwrap_or_default(),
             // What rmcp read over HTTP, through an untagged enum: a result may arrive as another variant.
-            other => return completed_json(serde_json::to_value(other).unwrap_or_default()),
+            other => return Some(completed_json(serde_json::to_value(other).unwrap_or_default())),
         };
         let (requests, state) = match read_input_required(input) {
             Ok(round) => round,
             Err(detail) => {
-                return Finish::Failed(format!(
+                return Some(Finish::failed(format!(
                     "the upstream asked for input the gateway cannot show: {detail}"
-                ));
+                )));
             }
         };
-        if requests.is_empty() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        round += 1;
+        if let Some((key, _)) = requests
+            .iter()
+            .find(|(_, request)| request.get("method").and_then(Value::as_str) != Some(ELICITATION_CREATE))
+        {
+            return Some(Finish::failed(format!(
+                "the upstream asked for input {key:?} of a kind the gateway does not provide (only elicitation is)"
+            )));
         }
-        params.input_responses = match fulfil(core, call, requests).await {
-            Ok(responses) => (!responses.is_empty()).then_some(responses),
-            Err(finish) => return finish,
+        params.input_responses = None;
+        params.request_state = state.clone();
+        if requests.is_empty() {
+            continue;
+        }
+        let keys: Vec<String> = requests.keys().cloned().collect();
+        let new_round = NewRound {
+            call: call.to_owned(),
+            number: round,
+            request_state: state,
+            input_requests: requests,
         };
-        params.request_state = state;
+        match core
+            .registry
+            .ask_round(new_round, &core.origin(Some(call.to_owned())))
+            .await
+        {
+            Ok(_) => return None,
+            Err(AskError::Full(cap)) => {
+                tracing::warn!(
+                    call,
+                    cap,
+                    "pending Requests at their cap: the round's input requests answered cancel"
+                );
+                let cancel = serde_json::to_value(ElicitResult::new(ElicitationAction::Cancel)).unwrap_or_default();
+                let responses: InputResponses = keys.into_iter().map(|key| (key, cancel.clone())).collect();
+                params.input_responses = Some(responses);
+            }
+            Err(AskError::Unusable(detail)) => {
+                return Some(Finish::failed(format!(
+                    "the upstream sent an elicitation the gateway cannot show: {detail}"
+                )));
+            }
+            Err(AskError::Store(error)) => {
+                return Some(Finish::failed(format!(
+                    "the gateway could not record the round: {error}"
+                )));
+            }
+        }
     }
-    Finish::Failed(format!("the upstream asked for input more than {MAX_ROUNDS} times"))
+    Some(Finish::failed(format!(
+        "the upstream asked for input more than {MAX_ROUNDS} times"
+    )))
+}
+
+/// The end of a call whose retry the upstream refused: the `requestState` the gateway echoed is not one it
+/// accepts any more. The Requests that answered the round say so too.
+async fn state_rejected(core: &SessionCore, call: &str, error: &ErrorData) -> Finish {
+    let detail = format!(
+        "the upstream refused this round's answers when the call was retried: {}",
+        error.message
+    );
+    if let Err(failure) = core.calls.annotate_round(call, &detail).await {
+        tracing::warn!(call, %failure, "the refused round could not be noted on its Requests");
+    }
+    Finish::Failed(CallError {
+        message: format!(
+            "the upstream refused the call's requestState with its answers (error {}: {}): it may have \
+             restarted with a new key, or the state expired; start the call again",
+            error.code.0, error.message
+        ),
+        reason: Some(CallFailure::StateRejected),
+    })
 }
 
 fn is_input_required(result: &Value) -> bool {
@@ -114,7 +184,7 @@ fn completed_json(mut result: Value) -> Finish {
 }
 
 fn not_a_call_tool_result() -> Finish {
-    Finish::Failed("the upstream answered tools/call with something that is not a CallToolResult".into())
+    Finish::failed("the upstream answered tools/call with something that is not a CallToolResult")
 }
 
 /// Sends one `tools/call` and waits for its response; dropping the future tells the upstream it was cancelled.
@@ -139,28 +209,8 @@ async fn send(
     response
 }
 
-/// Answers the elicitations of an `input_required` result through Requests, keyed as the upstream keyed them.
-async fn fulfil(core: &SessionCore, call: &str, requests: Map<String, Value>) -> Result<InputResponses, Finish> {
-    let mut pending = Vec::with_capacity(requests.len());
-    for (key, mut request) in requests {
-        if request.get("method").and_then(Value::as_str) != Some(ELICITATION_CREATE) {
-            return Err(Finish::Failed(format!(
-                "the upstream asked for input {key:?} of a kind the gateway does not provide (only elicitation is)"
-            )));
-        }
-        let params = request.get_mut("params").map(Value::take).unwrap_or_default();
-        pending.push((key, suspend(core, params, call)?));
-    }
-    let mut responses = InputResponses::new();
-    for (key, request) in pending {
-        let result = resolved(core, request).await?;
-        responses.insert(key, serde_json::to_value(result).unwrap_or_default());
-    }
-    Ok(responses)
-}
-
 /// Turns the URL elicitations of a `-32042` error into Requests; `Ok` when every one was accepted.
-async fn authorize(core: &SessionCore, call: &str, error: &ErrorData) -> Result<(), Finish> {
+async fn authorize(core: &Arc<SessionCore>, call: &str, error: &ErrorData) -> Result<(), Finish> {
     let elicitations = error
         .data
         .as_ref()
@@ -168,41 +218,30 @@ async fn authorize(core: &SessionCore, call: &str, error: &ErrorData) -> Result<
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let mut pending = Vec::with_capacity(elicitations.len());
+    let origin = core.origin(Some(call.to_owned()));
+    let mut waiting = Vec::with_capacity(elicitations.len());
     for params in elicitations {
-        pending.push(suspend(core, params, call)?);
+        let asked = core.registry.ask(params, &origin, CancellationToken::new()).await;
+        match asked {
+            Ok(asked) => waiting.push(asked),
+            Err(AskError::Full(_)) => return Err(Finish::failed(error.message.to_string())),
+            Err(error) => {
+                return Err(Finish::failed(format!(
+                    "the upstream sent an elicitation the gateway cannot show: {error}"
+                )));
+            }
+        }
     }
-    for request in pending {
-        if resolved(core, request).await?.action != ElicitationAction::Accept {
-            return Err(Finish::Failed(error.message.to_string()));
+    for mut asked in waiting {
+        match asked.outcome().await {
+            Outcome::Reply(result) if result.action == ElicitationAction::Accept => {}
+            Outcome::Reply(_) => return Err(Finish::failed(error.message.to_string())),
+            Outcome::Withdrawn(detail) => {
+                return Err(Finish::failed(format!("Request {} was cancelled: {detail}", asked.id)));
+            }
         }
     }
     Ok(())
-}
-
-fn suspend(core: &SessionCore, params: Value, call: &str) -> Result<Pending, Finish> {
-    core.suspend(params, Some(call.to_owned())).map_err(|error| {
-        Finish::Failed(format!(
-            "the upstream sent an elicitation the gateway cannot show: {error}"
-        ))
-    })
-}
-
-async fn resolved(core: &SessionCore, request: Pending) -> Result<rmcp::model::ElicitResult, Finish> {
-    match request.outcome.await {
-        Ok(Outcome::Reply(result)) => Ok(result),
-        Ok(Outcome::Withdrawn) | Err(_) => {
-            let detail = core
-                .registry
-                .get(&request.id)
-                .and_then(|view| view.detail)
-                .unwrap_or_default();
-            Err(Finish::Failed(format!(
-                "Request {} was cancelled: {detail}",
-                request.id
-            )))
-        }
-    }
 }
 
 fn describe(error: &ServiceError) -> String {
@@ -254,7 +293,8 @@ mod tests {
     fn result(finish: Finish) -> Result<Value, String> {
         match finish {
             Finish::Completed(result) => Ok(result),
-            Finish::Failed(message) | Finish::Cancelled(message) => Err(message),
+            Finish::Failed(error) => Err(error.message),
+            Finish::Cancelled(message) => Err(message),
         }
     }
 

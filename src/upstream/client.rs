@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CustomNotification, CustomRequest, CustomResult, ElicitRequestParams,
-    ElicitResult, ElicitationCapability, ErrorCode, ErrorData, FormElicitationCapability, Implementation,
-    ProtocolVersion, RequestId, UrlElicitationCapability,
+    ElicitResult, ElicitationAction, ElicitationCapability, ErrorCode, ErrorData, FormElicitationCapability,
+    Implementation, ProtocolVersion, RequestId, UrlElicitationCapability,
 };
 use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext};
 use rmcp::{ClientHandler, RoleClient};
@@ -17,11 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::calls::Calls;
-use crate::elicitation;
-use crate::registry::{Outcome, Registry, SuspendError, Suspension};
-
-/// The `detail` of a Request the upstream withdrew.
-const UPSTREAM_CANCELLED: &str = "the upstream cancelled the elicitation";
+use crate::registry::{AskError, Origin, Outcome, Registry};
 
 /// The MCP method of a 2025-11-25 elicitation request.
 pub const ELICITATION_CREATE: &str = "elicitation/create";
@@ -80,58 +76,40 @@ impl SessionCore {
         }
     }
 
-    /// Cancels the Requests of elicitations the upstream has withdrawn but whose handler has not yet woken.
+    /// Where a Request raised on this session for `call` comes from: owned by the call's principal, or else
+    /// the session's.
+    pub fn origin(&self, call: Option<String>) -> Origin {
+        let owner = call
+            .as_deref()
+            .and_then(|call| self.calls.status(call).ok().flatten())
+            .map(|(_, owner)| owner)
+            .or_else(|| self.owner.clone());
+        Origin {
+            server: self.server.clone(),
+            session: self.id.clone(),
+            call,
+            owner,
+        }
+    }
+
+    /// Cancels the Requests of elicitations the upstream has withdrawn but whose wait has not yet woken.
     ///
     /// rmcp cancels a handler's token before it routes the response that follows, so a call that just ended
     /// runs this to record the upstream's withdrawal rather than its own ending.
-    pub fn settle_withdrawn(&self) {
+    pub async fn settle_withdrawn(&self) {
         let withdrawn: Vec<String> = lock(&self.elicitations)
             .iter()
             .filter(|(_, token)| token.is_cancelled())
             .map(|(id, _)| id.clone())
             .collect();
-        self.registry
-            .cancel(withdrawn.iter().map(String::as_str), UPSTREAM_CANCELLED, false);
-    }
-
-    /// Raises a Request for elicitation params; the Call, when known, lists it.
-    pub fn suspend(&self, params: Value, call: Option<String>) -> Result<crate::registry::Pending, SuspendError> {
-        elicitation::check_params(&params).map_err(SuspendError::Unusable)?;
-        let owner = call
-            .as_deref()
-            .and_then(|call| self.calls.owner(call))
-            .or_else(|| self.owner.clone());
-        let suspension = Suspension {
-            params,
-            server: self.server.clone(),
-            session: self.id.clone(),
-            call: call.clone(),
-            owner,
-        };
-        let pending = match self.registry.suspend(suspension) {
-            Err(SuspendError::Full(cap)) => {
-                tracing::warn!(session = %self.id, call = call.as_deref().unwrap_or(""), cap, "pending Requests at their cap: elicitation answered cancel");
-                let (reply, outcome) = tokio::sync::oneshot::channel();
-                let _ = reply.send(Outcome::Reply(ElicitResult::new(
-                    rmcp::model::ElicitationAction::Cancel,
-                )));
-                return Ok(crate::registry::Pending {
-                    id: String::new(),
-                    outcome,
-                });
-            }
-            other => other?,
-        };
-        if let Some(call) = call {
-            self.calls.add_request(&call, &pending.id);
+        for id in withdrawn {
+            self.registry.withdraw(&id).await;
         }
-        Ok(pending)
     }
 
-    /// Answers a 2025-11-25 `elicitation/create` through a Request: raises it at once and returns a small future
-    /// that only waits for its outcome (a pending elicitation's future lives until the human answers, so it holds
-    /// nothing it no longer needs). `withdrawn` fires if the upstream cancels the elicitation. Params the gateway
-    /// cannot show are refused with `-32602`.
+    /// Answers a 2025-11-25 `elicitation/create` through a Request, waiting for its outcome; `withdrawn` fires if
+    /// the upstream cancels the elicitation. Params the gateway cannot show are refused with `-32602`; past the
+    /// pending cap the upstream gets `cancel` at once.
     pub fn elicit(
         self: &Arc<Self>,
         params: Value,
@@ -139,22 +117,39 @@ impl SessionCore {
         withdrawn: CancellationToken,
     ) -> impl Future<Output = Result<ElicitResult, ErrorData>> + Send + 'static {
         let core = self.clone();
-        let raised = self.suspend(params, call);
+        // Boxed, so that a pending elicitation's future keeps only a pointer to what raising it took.
+        let asked = Box::pin(async move {
+            let origin = core.origin(call);
+            let asked = core.registry.ask(params, &origin, withdrawn.clone()).await;
+            (core, asked, withdrawn)
+        });
         async move {
-            let pending = raised.map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
-            lock(&core.elicitations).insert(pending.id.clone(), withdrawn.clone());
-            core.registry.watch_withdrawal(&pending.id, withdrawn.clone());
+            let (core, asked, withdrawn) = asked.await;
+            let mut waiting = match asked {
+                Ok(waiting) => waiting,
+                Err(AskError::Full(cap)) => {
+                    tracing::warn!(session = %core.id, cap, "pending Requests at their cap: elicitation answered cancel");
+                    return Ok(ElicitResult::new(ElicitationAction::Cancel));
+                }
+                Err(AskError::Unusable(detail)) => return Err(ErrorData::invalid_params(detail, None)),
+                Err(AskError::Store(error)) => return Err(ErrorData::internal_error(error.to_string(), None)),
+            };
+            lock(&core.elicitations).insert(waiting.id.clone(), withdrawn.clone());
             let outcome = tokio::select! {
-                outcome = pending.outcome => outcome,
+                outcome = waiting.outcome() => outcome,
                 () = withdrawn.cancelled() => {
-                    core.registry.cancel([pending.id.as_str()], UPSTREAM_CANCELLED, false);
-                    Ok(Outcome::Withdrawn)
+                    // Unless an answer resolved it first, in which case that answer is sent.
+                    core.registry.withdraw(&waiting.id).await;
+                    waiting.outcome().await
                 }
             };
-            lock(&core.elicitations).remove(&pending.id);
+            lock(&core.elicitations).remove(&waiting.id);
             match outcome {
-                Ok(Outcome::Reply(result)) => Ok(result),
-                Ok(Outcome::Withdrawn) | Err(_) => Err(ErrorData::internal_error("the Request was withdrawn", None)),
+                Outcome::Reply(result) => Ok(result),
+                Outcome::Withdrawn(detail) => Err(ErrorData::internal_error(
+                    format!("the Request was withdrawn: {detail}"),
+                    None,
+                )),
             }
         }
     }
@@ -241,7 +236,7 @@ impl ClientHandler for GatewayClient {
             .and_then(|params| params.get("elicitationId"))
             .and_then(|id| id.as_str())
         {
-            self.core.registry.complete(&self.core.id, elicitation_id);
+            self.core.registry.complete(&self.core.id, elicitation_id).await;
         }
     }
 }

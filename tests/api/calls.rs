@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{BINARY, BOTH_ERAS, ERAS, Output, first_request, results, spawn_app, spawn_app_with};
+use crate::helpers::{BINARY, BOTH_ERAS, ERAS, Output, TestApp, first_request, results, spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn echo_completes_without_a_request() {
@@ -348,36 +348,60 @@ async fn an_upstream_cancellation_cancels_the_request() {
 #[tokio::test]
 async fn an_upstream_crash_mid_elicitation_cancels_the_request_fails_the_call_and_reopens() {
     let app = spawn_app(BOTH_ERAS).await;
-    for era in ERAS {
-        let call = app.call(era, "crash", json!({})).await;
-        // The process exits 50 ms after eliciting, so the Request may already be cancelled: read it by id.
-        let id = first_request(&call);
-        let request = app.get_json(&format!("/requests/{id}?wait=20")).await;
-        assert_eq!(request["status"], "cancelled");
-        assert!(
-            request["detail"]
-                .as_str()
-                .unwrap()
-                .contains("upstream ended the session"),
-            "{request}"
-        );
-        let failed = app.settled(call["id"].as_str().unwrap()).await;
-        assert_eq!(failed["status"], "failed");
-        assert!(
-            failed["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("upstream ended the session"),
-            "{failed}"
-        );
-        let ready = app.get("/readyz?wait=30").await;
-        assert_eq!(ready.status(), 200);
-        let server = app.get_json(&format!("/servers/{era}")).await;
-        assert_eq!(server["restarts"], 1, "{server}");
-        assert_ne!(server["session"], call["session"]);
-        let again = app.call(era, "echo", json!({"text": "back"})).await;
-        assert_eq!(again["status"], "completed");
+    let call = app.call("legacy", "crash", json!({})).await;
+    // The process exits 50 ms after eliciting, so the Request may already be cancelled: read it by id.
+    let id = first_request(&call);
+    let request = app.get_json(&format!("/requests/{id}?wait=20")).await;
+    assert_eq!(request["status"], "cancelled");
+    assert!(
+        request["detail"]
+            .as_str()
+            .unwrap()
+            .contains("upstream ended the session"),
+        "{request}"
+    );
+    let failed = app.settled(call["id"].as_str().unwrap()).await;
+    assert_eq!(failed["status"], "failed");
+    assert!(
+        failed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("upstream ended the session"),
+        "{failed}"
+    );
+    reopened(&app, "legacy", &call).await;
+}
+
+#[tokio::test]
+async fn a_round_outlives_the_crash_of_its_upstream_and_completes_on_the_new_session() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let call = app.call("modern", "crash", json!({})).await;
+    let id = first_request(&call);
+
+    // The round is the gateway's: the Request stays pending while the server is re-opened.
+    reopened(&app, "modern", &call).await;
+    assert_eq!(app.get_json(&format!("/requests/{id}")).await["status"], "pending");
+    app.answer_ok(&id, json!({"ok": true, "data": {"ok": true}})).await;
+
+    let done = app.settled(call["id"].as_str().unwrap()).await;
+    assert_eq!(results(&done), json!([{"action": "accept", "content": {"ok": true}}]));
+}
+
+/// Waits until a server's shared session was re-opened after `call`'s session ended, and checks it works.
+async fn reopened(app: &TestApp, server: &str, call: &Value) {
+    let mut events = app.events(&format!("?server={server}"), Some("0")).await;
+    loop {
+        let session = events.next_of("session.updated").await.data;
+        if session["status"] == "ready" && session["id"] != call["session"] {
+            break;
+        }
     }
+    let ready = app.get("/readyz?wait=30").await;
+    assert_eq!(ready.status(), 200);
+    let view = app.get_json(&format!("/servers/{server}")).await;
+    assert_eq!(view["restarts"], 1, "{view}");
+    let again = app.call(server, "echo", json!({"text": "back"})).await;
+    assert_eq!(again["status"], "completed");
 }
 
 #[tokio::test]

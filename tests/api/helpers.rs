@@ -130,9 +130,17 @@ pub fn start_under_file_limit(files: u32, settings: &str, servers: &str) -> Test
 fn launch(mut command: Command, settings: &str, servers: &str, requests: &str) -> TestApp {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("gateway.toml");
+    let store = if settings.contains("[store]") {
+        String::new()
+    } else {
+        format!(
+            "[store]\nurl = \"sqlite:{}\"\n",
+            dir.path().join("gateway.sqlite3").display()
+        )
+    };
     std::fs::write(
         &config,
-        format!("listen = \"127.0.0.1:0\"\n{settings}\n[requests]\n{requests}\n{servers}"),
+        format!("listen = \"127.0.0.1:0\"\n{settings}\n[requests]\n{requests}\n{servers}\n{store}"),
     )
     .unwrap();
     let mut child = command

@@ -1,0 +1,191 @@
+//! A Call as the REST API shows it, where it is in its life, and how it ends.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::time::Timestamp;
+
+/// Where a Call is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStatus {
+    /// The upstream is working on it.
+    Running,
+    /// It waits on at least one pending Request.
+    InputRequired,
+    /// The upstream returned a `CallToolResult` (a tool-level `isError` included).
+    Completed,
+    /// The transport, the protocol or the upstream failed it.
+    Failed,
+    /// A client or the gateway cancelled it.
+    Cancelled,
+}
+
+impl CallStatus {
+    /// Whether the call has ended.
+    pub fn is_final(self) -> bool {
+        matches!(self, CallStatus::Completed | CallStatus::Failed | CallStatus::Cancelled)
+    }
+
+    /// The status as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallStatus::Running => "running",
+            CallStatus::InputRequired => "input_required",
+            CallStatus::Completed => "completed",
+            CallStatus::Failed => "failed",
+            CallStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// The status the API spells `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        [
+            CallStatus::Running,
+            CallStatus::InputRequired,
+            CallStatus::Completed,
+            CallStatus::Failed,
+            CallStatus::Cancelled,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == name)
+    }
+}
+
+/// Why a call failed, where a program may want to act on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CallFailure {
+    /// The upstream refused the `requestState` the gateway echoed after a round of answers (it restarted
+    /// with a new key, or the state outlived its lifetime): start the call again.
+    StateRejected,
+    /// The gateway restarted while the upstream worked on the call, so its result was lost.
+    GatewayRestarted,
+}
+
+impl CallFailure {
+    /// The reason as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallFailure::StateRejected => "state_rejected",
+            CallFailure::GatewayRestarted => "gateway_restarted",
+        }
+    }
+
+    /// The reason the API spells `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        [CallFailure::StateRejected, CallFailure::GatewayRestarted]
+            .into_iter()
+            .find(|reason| reason.as_str() == name)
+    }
+}
+
+/// Why a call failed or was cancelled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct CallError {
+    pub message: String,
+    /// Set where the failure has a name a program can act on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<CallFailure>,
+}
+
+impl CallError {
+    /// An error with a message and no named reason.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            reason: None,
+        }
+    }
+}
+
+/// A Call as the REST API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CallView {
+    pub id: String,
+    pub server: String,
+    pub session: String,
+    pub tool: String,
+    #[schema(value_type = Object)]
+    pub arguments: Value,
+    /// The principal that started it.
+    pub owner: String,
+    pub status: CallStatus,
+    pub requests: Vec<String>,
+    /// The MCP `CallToolResult`, once completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<CallError>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// How a call ended.
+#[derive(Debug, Clone)]
+pub enum Finish {
+    Completed(Value),
+    Failed(CallError),
+    Cancelled(String),
+}
+
+impl Finish {
+    /// A failure with a message and no named reason.
+    pub fn failed(message: impl Into<String>) -> Self {
+        Finish::Failed(CallError::new(message))
+    }
+
+    /// The status a call ends in.
+    pub fn status(&self) -> CallStatus {
+        match self {
+            Finish::Completed(_) => CallStatus::Completed,
+            Finish::Failed(_) => CallStatus::Failed,
+            Finish::Cancelled(_) => CallStatus::Cancelled,
+        }
+    }
+}
+
+/// Which Calls a listing returns, oldest first.
+#[derive(Debug, Clone, Default)]
+pub struct CallFilter {
+    pub status: Option<CallStatus>,
+    pub server: Option<String>,
+    pub session: Option<String>,
+    /// Only calls started by this principal.
+    pub owner: Option<String>,
+}
+
+impl CallFilter {
+    /// Whether a call is one the filter lets through.
+    pub fn matches(&self, view: &CallView) -> bool {
+        self.status.is_none_or(|status| status == view.status)
+            && self.server.as_ref().is_none_or(|server| *server == view.server)
+            && self.session.as_ref().is_none_or(|session| *session == view.session)
+            && self.owner.as_ref().is_none_or(|owner| *owner == view.owner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_and_reason_names_match_the_wire() {
+        for status in [
+            CallStatus::Running,
+            CallStatus::InputRequired,
+            CallStatus::Completed,
+            CallStatus::Failed,
+            CallStatus::Cancelled,
+        ] {
+            assert_eq!(serde_json::to_value(status).unwrap(), status.as_str());
+            assert_eq!(CallStatus::parse(status.as_str()), Some(status));
+        }
+        for reason in [CallFailure::StateRejected, CallFailure::GatewayRestarted] {
+            assert_eq!(serde_json::to_value(reason).unwrap(), reason.as_str());
+            assert_eq!(CallFailure::parse(reason.as_str()), Some(reason));
+        }
+    }
+}

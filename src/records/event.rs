@@ -1,0 +1,133 @@
+//! An event: one change to a Request, Call or Session, numbered in the order the changes were made.
+
+use serde::{Deserialize, Serialize};
+
+use super::{CallView, RequestView, SessionView};
+
+/// What an event reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventKind {
+    #[serde(rename = "request.created")]
+    RequestCreated,
+    #[serde(rename = "request.resolved")]
+    RequestResolved,
+    /// A Request changed without being resolved: the upstream reported a URL-mode elicitation complete, or a
+    /// resolved one learnt why its call ended.
+    #[serde(rename = "request.updated")]
+    RequestUpdated,
+    #[serde(rename = "call.updated")]
+    CallUpdated,
+    #[serde(rename = "session.updated")]
+    SessionUpdated,
+}
+
+impl EventKind {
+    /// Every kind.
+    pub const ALL: [EventKind; 5] = [
+        EventKind::RequestCreated,
+        EventKind::RequestResolved,
+        EventKind::RequestUpdated,
+        EventKind::CallUpdated,
+        EventKind::SessionUpdated,
+    ];
+
+    /// The SSE `event:` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::RequestCreated => "request.created",
+            EventKind::RequestResolved => "request.resolved",
+            EventKind::RequestUpdated => "request.updated",
+            EventKind::CallUpdated => "call.updated",
+            EventKind::SessionUpdated => "session.updated",
+        }
+    }
+
+    /// The kind named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+}
+
+/// One event: its number, kind, the full JSON object, and the tags `GET /events` filters on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// Its place in the order of every event; set when it is recorded.
+    pub id: u64,
+    pub kind: EventKind,
+    pub data: String,
+    pub server: String,
+    pub session: String,
+    pub call: Option<String>,
+    /// The principal that owns the object (`None`: the gateway, as for a shared session).
+    pub owner: Option<String>,
+}
+
+/// Where an event comes from, for filtering.
+#[derive(Debug, Clone, Copy)]
+pub struct Tags<'a> {
+    pub server: &'a str,
+    pub session: &'a str,
+    pub call: Option<&'a str>,
+    pub owner: Option<&'a str>,
+}
+
+impl Event {
+    /// An event about `object`, not yet numbered.
+    pub fn new(kind: EventKind, object: &impl Serialize, tags: Tags<'_>) -> Self {
+        Self {
+            id: 0,
+            kind,
+            data: serde_json::to_string(object).unwrap_or_default(),
+            server: tags.server.to_owned(),
+            session: tags.session.to_owned(),
+            call: tags.call.map(str::to_owned),
+            owner: tags.owner.map(str::to_owned),
+        }
+    }
+
+    /// An event about a Request.
+    pub fn request(kind: EventKind, view: &RequestView) -> Self {
+        let tags = Tags {
+            server: &view.server,
+            session: &view.session,
+            call: view.call.as_deref(),
+            owner: view.owner.as_deref(),
+        };
+        Self::new(kind, view, tags)
+    }
+
+    /// A `call.updated` event.
+    pub fn call(view: &CallView) -> Self {
+        let tags = Tags {
+            server: &view.server,
+            session: &view.session,
+            call: Some(&view.id),
+            owner: Some(&view.owner),
+        };
+        Self::new(EventKind::CallUpdated, view, tags)
+    }
+
+    /// A `session.updated` event.
+    pub fn session(view: &SessionView) -> Self {
+        let tags = Tags {
+            server: &view.server,
+            session: &view.id,
+            call: None,
+            owner: view.owner.as_deref(),
+        };
+        Self::new(EventKind::SessionUpdated, view, tags)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_names_match_the_wire() {
+        for kind in EventKind::ALL {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.name());
+            assert_eq!(EventKind::parse(kind.name()), Some(kind));
+        }
+    }
+}

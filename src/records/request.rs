@@ -1,0 +1,113 @@
+//! A Request as the REST API shows it, and where it is in its life.
+
+use rmcp::model::ElicitResult;
+use serde::{Deserialize, Serialize};
+
+use crate::suspension::{Answer, Request};
+use crate::time::Timestamp;
+
+/// Where a Request is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Waiting for an Answer.
+    Pending,
+    /// Resolved by an Answer (accept, decline or cancel).
+    Answered,
+    /// Nobody answered in time; the upstream got `cancel`.
+    Expired,
+    /// Withdrawn by the upstream, or ended with its session or call.
+    Cancelled,
+}
+
+impl Status {
+    /// The status as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Answered => "answered",
+            Status::Expired => "expired",
+            Status::Cancelled => "cancelled",
+        }
+    }
+
+    /// The status the API spells `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Status::Pending, Status::Answered, Status::Expired, Status::Cancelled]
+            .into_iter()
+            .find(|status| status.as_str() == name)
+    }
+}
+
+/// A Request as the REST API shows it: the §10 shape plus the gateway's fields.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestView {
+    #[serde(flatten)]
+    pub request: Request,
+    pub status: Status,
+    pub server: String,
+    pub session: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call: Option<String>,
+    /// The principal that owns the Request's call or session (absent for a shared session's unattributed one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    pub created_at: Timestamp,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Answer>,
+    /// The principal whose answer resolved it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
+    /// The MCP `ElicitResult` sent upstream.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<ElicitResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Timestamp>,
+}
+
+/// Which Requests a listing returns, oldest first.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// `None` means every status.
+    pub status: Option<Status>,
+    pub server: Option<String>,
+    pub session: Option<String>,
+    pub call: Option<String>,
+    pub kind: Option<String>,
+    /// Only Requests owned by this principal.
+    pub owner: Option<String>,
+}
+
+impl Filter {
+    /// Whether a Request is one the filter lets through.
+    pub fn matches(&self, view: &RequestView) -> bool {
+        self.status.is_none_or(|status| status == view.status)
+            && self.server.as_ref().is_none_or(|server| *server == view.server)
+            && self.session.as_ref().is_none_or(|session| *session == view.session)
+            && self.call.as_ref().is_none_or(|call| Some(call) == view.call.as_ref())
+            && self.kind.as_ref().is_none_or(|kind| *kind == view.request.kind)
+            && self
+                .owner
+                .as_ref()
+                .is_none_or(|owner| Some(owner) == view.owner.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_names_match_the_wire() {
+        for status in [Status::Pending, Status::Answered, Status::Expired, Status::Cancelled] {
+            assert_eq!(serde_json::to_value(status).unwrap(), status.as_str());
+            assert_eq!(Status::parse(status.as_str()), Some(status));
+        }
+    }
+}

@@ -1,0 +1,536 @@
+//! Where the gateway's state lives and is decided: Requests, Calls, Sessions, the 2026-07-28 rounds and the
+//! event log, in process memory or in a SQLite file.
+//!
+//! Every change is one verb here, decided by the store alone (one answer wins, a call ends once), and the
+//! events it records are published to the [`Feed`] once the change is kept, in the order they were
+//! recorded. Reads see only what is kept.
+
+mod memory;
+pub mod sqlite;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rmcp::model::{ElicitResult, Implementation};
+use serde_json::{Map, Value};
+
+use crate::feed::Feed;
+use crate::records::{
+    CallFilter, CallStatus, CallView, Event, Filter, Finish, RequestView, SessionStatus, SessionView, Status,
+};
+use crate::suspension::{Answer, Request};
+use crate::time::Timestamp;
+
+pub use memory::Memory;
+pub use sqlite::Sqlite;
+
+/// Where the store keeps its state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// In process memory: lost when the process ends.
+    Memory,
+    /// In a SQLite database file.
+    Sqlite(PathBuf),
+}
+
+impl Location {
+    /// Parses `memory` or `sqlite:PATH`.
+    pub fn parse(url: &str) -> Result<Self, String> {
+        match url {
+            "memory" => Ok(Location::Memory),
+            _ => match url.strip_prefix("sqlite:") {
+                Some(path) if !path.is_empty() => Ok(Location::Sqlite(PathBuf::from(path))),
+                _ => Err(format!(
+                    "store url {url:?}: expected \"memory\" or \"sqlite:PATH\" (a database file)"
+                )),
+            },
+        }
+    }
+
+    /// The URL that parses back to this location.
+    pub fn url(&self) -> String {
+        match self {
+            Location::Memory => "memory".to_owned(),
+            Location::Sqlite(path) => format!("sqlite:{}", path.display()),
+        }
+    }
+}
+
+/// Why the store could not keep a change, or read what it holds.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The database refused the write or the read (disk full, I/O error); nothing was changed.
+    #[error("the store cannot be used right now: {0}")]
+    Unavailable(String),
+}
+
+/// Why a store cannot be opened.
+#[derive(Debug, thiserror::Error)]
+#[error("store {path}: {cause}")]
+pub struct OpenError {
+    pub path: String,
+    pub cause: String,
+}
+
+/// A Request about to be raised.
+#[derive(Debug, Clone)]
+pub struct NewRequest {
+    /// The §10 Request, with its id and `expiresAt`.
+    pub request: Request,
+    pub created_at: Timestamp,
+    /// When it expires (its `expiresAt`).
+    pub deadline: Timestamp,
+    pub server: String,
+    pub session: String,
+    pub call: Option<String>,
+    pub owner: Option<String>,
+    /// The `elicitationId` of a URL-mode elicitation, to match the upstream's completion notification.
+    pub elicitation_id: Option<String>,
+    /// Its key in the `inputRequests` of its call's latest round (2026-07-28); `None` for an elicitation
+    /// request, which lives only as long as the upstream's request does.
+    pub input_key: Option<String>,
+}
+
+/// A 2026-07-28 round: what an `input_required` result asked, to be answered and echoed back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRound {
+    pub call: String,
+    /// 1 for the call's first `input_required` result, and so on.
+    pub number: u32,
+    /// The `requestState` as the upstream sent it, to be echoed byte for byte.
+    pub request_state: Option<String>,
+    /// The `inputRequests` as the upstream sent them.
+    pub input_requests: Map<String, Value>,
+}
+
+/// Why Requests were not raised.
+#[derive(Debug, thiserror::Error)]
+pub enum RaiseError {
+    #[error("{0} Requests are pending already, the most the gateway holds")]
+    Full(usize),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// An answer the gateway has checked and mapped, to be decided.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    pub answer: Answer,
+    /// The `ElicitResult` the answer maps to.
+    pub result: ElicitResult,
+    /// The principal answering.
+    pub by: String,
+}
+
+/// Says, at the moment an answer is decided, why the Request can no longer take one (its upstream withdrew
+/// the elicitation or stopped listening), or `None` while it can.
+pub type Withdrawal = Box<dyn Fn() -> Option<String> + Send>;
+
+/// What deciding an answer came to.
+#[derive(Debug)]
+pub enum Answered {
+    /// This answer resolved the Request.
+    Won {
+        view: RequestView,
+        /// The `request.resolved` event it recorded.
+        event: Arc<Event>,
+        /// The call whose round this answer completed, to be retried.
+        resumes: Option<String>,
+    },
+    /// The upstream had withdrawn the elicitation: the Request is now `cancelled`.
+    Withdrawn(RequestView),
+    /// The Request was resolved already (by this same answer, perhaps).
+    Lost(RequestView),
+    NotFound,
+}
+
+/// How pending Requests end without an answer.
+#[derive(Debug, Clone)]
+pub enum Resolution {
+    /// Their time ran out: the answer recorded is `expired` and the upstream gets `cancel`.
+    Expired,
+    /// They were cancelled, for `detail`; with `told_cancel` the upstream gets `cancel`, otherwise nothing.
+    Cancelled { detail: String, told_cancel: bool },
+}
+
+/// Which pending Requests a resolution applies to.
+#[derive(Debug, Clone)]
+pub enum Pending {
+    Ids(Vec<String>),
+    /// The elicitation requests (2025-11-25) raised on a session, which cannot outlive it.
+    Session(String),
+    /// Elicitation requests (2025-11-25), which cannot outlive the upstream request they answer.
+    Elicitations,
+    /// Every one.
+    All,
+}
+
+/// Requests resolved without an answer.
+#[derive(Debug, Default)]
+pub struct Resolved {
+    pub views: Vec<RequestView>,
+    /// Calls whose round this completed, to be retried.
+    pub resumes: Vec<String>,
+}
+
+/// A call about to start.
+#[derive(Debug, Clone)]
+pub struct NewCall {
+    pub server: String,
+    pub session: String,
+    /// Whether the session is the server's shared one, which a retry after a restart may replace.
+    pub shared: bool,
+    pub tool: String,
+    /// The arguments exactly as they are sent upstream.
+    pub arguments: Value,
+    pub owner: String,
+    /// The protocol version of the session it starts on.
+    pub protocol_version: Option<String>,
+    /// The client capabilities the gateway declared on that session.
+    pub capabilities: Value,
+}
+
+/// Why a call was not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum InsertCallError {
+    /// Its owner already has this many calls that have not ended.
+    #[error("{0} calls running")]
+    TooMany(usize),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A call that just ended, and its Requests that were still pending.
+#[derive(Debug)]
+pub struct Finished {
+    pub view: CallView,
+    pub cancelled: Vec<RequestView>,
+}
+
+/// What a 2026-07-28 call needs to be retried after its latest round was answered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retry {
+    pub call: String,
+    pub server: String,
+    pub session: String,
+    pub shared: bool,
+    pub tool: String,
+    pub arguments: Value,
+    pub round: u32,
+    pub request_state: Option<String>,
+    /// The `ElicitResult` of every input request, under the key the upstream gave it.
+    pub input_responses: Map<String, Value>,
+}
+
+/// A session about to connect.
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    pub id: String,
+    pub server: String,
+    /// The principal that opens it; `None` for a server's shared session.
+    pub owner: Option<String>,
+}
+
+/// Why a session was not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum InsertSessionError {
+    /// Its owner already has this many sessions open.
+    #[error("{0} sessions open")]
+    TooMany(usize),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Recorded events after some event id.
+#[derive(Debug, Default)]
+pub struct EventPage {
+    pub events: Vec<Arc<Event>>,
+    /// Some events after the id are no longer kept (or the id was never given out): the reader must re-list.
+    pub gap: bool,
+    /// After a gap: the id to read on from (the event before the oldest kept, or the newest of all).
+    pub resume_after: u64,
+}
+
+/// What a start found of the previous run, once it was put right.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// 2026-07-28 calls whose latest round is answered, to be retried.
+    pub resumes: Vec<String>,
+    /// How many Requests and calls could not survive and were ended.
+    pub ended_requests: usize,
+    pub ended_calls: usize,
+    /// How many Requests are still pending.
+    pub pending: usize,
+}
+
+/// The store; cheap to clone.
+#[derive(Debug, Clone)]
+pub enum Store {
+    Memory(Memory),
+    Sqlite(Sqlite),
+}
+
+/// Calls `$verb` on whichever backend the store is.
+macro_rules! dispatch {
+    ($store:expr, $backend:ident => $call:expr) => {
+        match $store {
+            Store::Memory($backend) => $call,
+            Store::Sqlite($backend) => $call,
+        }
+    };
+}
+
+impl Store {
+    /// Opens the store at `location`, publishing what it records to `feed`; `retention` is how long ended
+    /// records are kept (the memory store forgets them then, the SQLite store deletes them when it prunes).
+    pub fn open(location: &Location, feed: Feed, retention: std::time::Duration) -> Result<Self, OpenError> {
+        Ok(match location {
+            Location::Memory => Store::Memory(Memory::new(feed, retention)),
+            Location::Sqlite(path) => Store::Sqlite(Sqlite::open(path, feed)?),
+        })
+    }
+
+    /// Whether what it keeps survives the process.
+    pub fn is_durable(&self) -> bool {
+        matches!(self, Store::Sqlite(_))
+    }
+
+    /// Raises pending Requests, with the round they answer (2026-07-28), unless that would make more than
+    /// `max_pending` pending; their call, if they have one, waits on them.
+    pub async fn raise(
+        &self,
+        requests: Vec<NewRequest>,
+        round: Option<NewRound>,
+        max_pending: usize,
+    ) -> Result<Vec<RequestView>, RaiseError> {
+        dispatch!(self, store => store.raise(requests, round, max_pending).await)
+    }
+
+    /// Decides an answer: it resolves the Request if the Request is still pending and `withdrawal` says
+    /// nothing against it.
+    pub async fn answer(&self, id: &str, decision: Decision, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
+        dispatch!(self, store => store.answer(id, decision, withdrawal).await)
+    }
+
+    /// Resolves pending Requests without an answer.
+    pub async fn resolve(&self, which: Pending, resolution: Resolution) -> Result<Resolved, StoreError> {
+        dispatch!(self, store => store.resolve(which, resolution).await)
+    }
+
+    /// Expires the pending Requests due at `now`, at most `limit` of them.
+    pub async fn expire_due(&self, now: Timestamp, limit: usize) -> Result<Resolved, StoreError> {
+        dispatch!(self, store => store.expire_due(now, limit).await)
+    }
+
+    /// When the next pending Request expires.
+    pub fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
+        dispatch!(self, store => store.next_deadline())
+    }
+
+    /// Records the upstream's completion of a URL-mode elicitation; `false` if no Request matches or it was
+    /// recorded already.
+    pub async fn complete(&self, session: &str, elicitation_id: &str) -> Result<bool, StoreError> {
+        dispatch!(self, store => store.complete(session, elicitation_id).await)
+    }
+
+    /// Records a running call, unless its owner has `max_running` calls that have not ended.
+    pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<CallView, InsertCallError> {
+        dispatch!(self, store => store.insert_call(call, max_running).await)
+    }
+
+    /// Ends a call that has not ended, cancelling its pending Requests; `None` if it had ended already.
+    pub async fn finish_call(&self, id: &str, finish: Finish) -> Result<Option<Finished>, StoreError> {
+        dispatch!(self, store => store.finish_call(id, finish).await)
+    }
+
+    /// Records why the upstream refused a call's latest round, on the Requests that answered it.
+    pub async fn annotate_round(&self, call: &str, detail: &str) -> Result<(), StoreError> {
+        dispatch!(self, store => store.annotate_round(call, detail).await)
+    }
+
+    /// What retrying a call takes, if its latest round is answered and it has not ended.
+    pub fn retry(&self, call: &str) -> Result<Option<Retry>, StoreError> {
+        dispatch!(self, store => store.retry(call))
+    }
+
+    /// Records a session that is connecting, unless its owner holds `max_open` open sessions.
+    pub async fn insert_session(
+        &self,
+        session: NewSession,
+        max_open: usize,
+    ) -> Result<SessionView, InsertSessionError> {
+        dispatch!(self, store => store.insert_session(session, max_open).await)
+    }
+
+    /// Marks a session ready with what its handshake negotiated.
+    pub async fn session_ready(
+        &self,
+        id: &str,
+        protocol_version: Option<String>,
+        server_info: Option<Implementation>,
+    ) -> Result<Option<SessionView>, StoreError> {
+        dispatch!(self, store => store.session_ready(id, protocol_version, server_info).await)
+    }
+
+    /// Ends a session that is open; `None` if it had ended already.
+    pub async fn end_session(
+        &self,
+        id: &str,
+        status: SessionStatus,
+        detail: &str,
+    ) -> Result<Option<SessionView>, StoreError> {
+        dispatch!(self, store => store.end_session(id, status, detail).await)
+    }
+
+    /// One Request.
+    pub fn request(&self, id: &str) -> Result<Option<RequestView>, StoreError> {
+        dispatch!(self, store => store.request(id))
+    }
+
+    /// A Request's status and owner, without reading the rest.
+    pub fn request_status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
+        dispatch!(self, store => store.request_status(id))
+    }
+
+    /// Up to `limit` Requests matching the filter, oldest first, from `cursor`; and the next page's cursor.
+    pub fn requests(
+        &self,
+        filter: &Filter,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<(Vec<RequestView>, Option<u64>), StoreError> {
+        dispatch!(self, store => store.requests(filter, cursor, limit))
+    }
+
+    /// How many Requests are pending.
+    pub fn pending_count(&self) -> Result<usize, StoreError> {
+        dispatch!(self, store => store.pending_count())
+    }
+
+    /// One call.
+    pub fn call(&self, id: &str) -> Result<Option<CallView>, StoreError> {
+        dispatch!(self, store => store.call(id))
+    }
+
+    /// A call's status and owner, without reading the rest.
+    pub fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
+        dispatch!(self, store => store.call_status(id))
+    }
+
+    /// Up to `limit` calls matching the filter, oldest first.
+    pub fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
+        dispatch!(self, store => store.calls(filter, limit))
+    }
+
+    /// The calls that have not ended and run on a session (all of them with `None`).
+    pub fn running_calls(&self, session: Option<&str>) -> Result<Vec<CallView>, StoreError> {
+        dispatch!(self, store => store.running_calls(session))
+    }
+
+    /// How many calls are kept in each status.
+    pub fn count_calls(&self) -> Result<Vec<(CallStatus, usize)>, StoreError> {
+        dispatch!(self, store => store.count_calls())
+    }
+
+    /// One session.
+    pub fn session(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
+        dispatch!(self, store => store.session(id))
+    }
+
+    /// Sessions oldest first; closed and failed ones only with `all`.
+    pub fn sessions(&self, all: bool) -> Result<Vec<SessionView>, StoreError> {
+        dispatch!(self, store => store.sessions(all))
+    }
+
+    /// Up to `limit` events recorded after event `after`, oldest first.
+    pub fn events_after(&self, after: u64, limit: usize) -> Result<EventPage, StoreError> {
+        dispatch!(self, store => store.events_after(after, limit))
+    }
+
+    /// The id of the newest event.
+    pub fn last_event_id(&self) -> Result<u64, StoreError> {
+        dispatch!(self, store => store.last_event_id())
+    }
+
+    /// The id of the last event delivered to a webhook, as last recorded.
+    pub fn webhook_cursor(&self, webhook: &str) -> Result<Option<u64>, StoreError> {
+        dispatch!(self, store => store.webhook_cursor(webhook))
+    }
+
+    /// Records that a webhook has had every event up to `event`; kept with the next change, not waited for.
+    pub fn save_webhook_cursor(&self, webhook: &str, event: u64) {
+        dispatch!(self, store => store.save_webhook_cursor(webhook, event))
+    }
+
+    /// Puts right what the previous run left: what could not survive it ends, and the calls ready to retry
+    /// are returned. `restarted` says why, in the records it ends.
+    pub async fn recover(&self, restarted: &str) -> Result<Recovered, StoreError> {
+        dispatch!(self, store => store.recover(restarted).await)
+    }
+
+    /// Forgets ended records and events older than `before`.
+    pub async fn prune(&self, before: Timestamp) -> Result<(), StoreError> {
+        dispatch!(self, store => store.prune(before).await)
+    }
+
+    /// How large the store is, in bytes (`None` in memory).
+    pub fn size(&self) -> Option<u64> {
+        dispatch!(self, store => store.size())
+    }
+}
+
+/// The view of a Request just raised.
+pub(crate) fn raised_view(new: &NewRequest) -> RequestView {
+    RequestView {
+        request: new.request.clone(),
+        status: Status::Pending,
+        server: new.server.clone(),
+        session: new.session.clone(),
+        call: new.call.clone(),
+        owner: new.owner.clone(),
+        created_at: new.created_at,
+        resolved_at: None,
+        answer: None,
+        answered_by: None,
+        result: None,
+        detail: None,
+        completed_at: None,
+    }
+}
+
+/// Applies a resolution to a pending Request's view.
+pub(crate) fn resolve_view(view: &mut RequestView, resolution: &Resolution, now: Timestamp) {
+    view.resolved_at = Some(now);
+    match resolution {
+        Resolution::Expired => {
+            view.status = Status::Expired;
+            view.answer = Some(Answer::expired(&view.request.id));
+            view.result = Some(ElicitResult::new(rmcp::model::ElicitationAction::Cancel));
+        }
+        Resolution::Cancelled { detail, told_cancel } => {
+            view.status = Status::Cancelled;
+            view.detail = Some(detail.clone());
+            if *told_cancel {
+                view.result = Some(ElicitResult::new(rmcp::model::ElicitationAction::Cancel));
+            }
+        }
+    }
+}
+
+/// Applies a winning answer to a pending Request's view.
+pub(crate) fn answer_view(view: &mut RequestView, decision: Decision, now: Timestamp) {
+    view.status = Status::Answered;
+    view.resolved_at = Some(now);
+    view.answer = Some(decision.answer);
+    view.answered_by = Some(decision.by);
+    view.result = Some(decision.result);
+}
+
+/// The detail of the Requests of a call that ended while they were pending.
+pub(crate) fn ended_call_detail(finish: &Finish) -> String {
+    match finish {
+        Finish::Completed(_) => "the call completed before the Request was answered".to_owned(),
+        Finish::Failed(error) => error.message.clone(),
+        Finish::Cancelled(message) => message.clone(),
+    }
+}

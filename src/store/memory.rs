@@ -1,0 +1,713 @@
+//! The store in process memory: every record under one lock, ended ones forgotten after the retention, and
+//! the last events kept for streams that reconnect.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rmcp::model::Implementation;
+use serde_json::Map;
+
+use super::{
+    Answered, Decision, EventPage, Finished, InsertCallError, InsertSessionError, NewCall, NewRequest, NewRound,
+    NewSession, Pending, RaiseError, Recovered, Resolution, Resolved, Retry, StoreError, Withdrawal,
+};
+use crate::feed::Feed;
+use crate::ids;
+use crate::records::{
+    CallError, CallFilter, CallStatus, CallView, Event, EventKind, Filter, Finish, RequestView, SessionStatus,
+    SessionView, Status,
+};
+use crate::retained::Retained;
+use crate::time::Timestamp;
+
+/// How many past events a reconnecting stream (or a webhook that fell behind) can catch up on.
+pub const REPLAY_CAPACITY: usize = 4096;
+
+/// The memory store; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Memory {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    feed: Feed,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Every Request kept, in creation order; the live ones are the pending ones. Every Request lives for
+    /// the same TTL, so the oldest pending Request is also the first to expire.
+    ///
+    /// Boxed: a table slot stays small, and the table is over-allocated by up to half as it grows.
+    requests: Retained<Box<RequestEntry>>,
+    /// Every call kept; the live ones have not ended.
+    calls: Retained<CallEntry>,
+    /// Every session kept; the live ones are open.
+    sessions: Retained<SessionView>,
+    /// URL-mode Requests by session and `elicitationId`, to match `notifications/elicitation/complete`
+    /// without looking through every Request kept.
+    completions: HashMap<(String, String), String>,
+    events: VecDeque<Arc<Event>>,
+    last_event: u64,
+    webhook_cursors: HashMap<String, u64>,
+    /// How long ended records are kept.
+    retention: Duration,
+}
+
+#[derive(Debug)]
+struct RequestEntry {
+    view: RequestView,
+    deadline: Timestamp,
+    elicitation_id: Option<String>,
+    /// Its key in its call's round (2026-07-28).
+    input_key: Option<String>,
+}
+
+#[derive(Debug)]
+struct CallEntry {
+    view: CallView,
+    /// How many of its Requests are pending.
+    pending: usize,
+    shared: bool,
+    /// Its latest round (2026-07-28): the number, the state to echo, and the Requests that answer it.
+    round: Option<(u32, Option<String>, Vec<String>)>,
+}
+
+/// The changes one verb makes: the events to record, in order.
+#[derive(Default)]
+struct Changes {
+    events: Vec<Event>,
+}
+
+impl Memory {
+    /// An empty store publishing to `feed`.
+    pub fn new(feed: Feed, retention: Duration) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    retention,
+                    ..State::default()
+                }),
+                feed,
+            }),
+        }
+    }
+
+    pub async fn raise(
+        &self,
+        requests: Vec<NewRequest>,
+        round: Option<NewRound>,
+        max_pending: usize,
+    ) -> Result<Vec<RequestView>, RaiseError> {
+        let mut state = self.lock();
+        if state.requests.live_count() + requests.len() > max_pending {
+            return Err(RaiseError::Full(max_pending));
+        }
+        let mut changes = Changes::default();
+        if let Some(round) = &round
+            && let Some(call) = state.calls.get_mut(&round.call)
+        {
+            let ids = requests.iter().map(|new| new.request.id.clone()).collect();
+            call.round = Some((round.number, round.request_state.clone(), ids));
+        }
+        let mut views = Vec::with_capacity(requests.len());
+        let mut calls = Vec::new();
+        for new in requests {
+            let view = super::raised_view(&new);
+            changes.events.push(Event::request(EventKind::RequestCreated, &view));
+            if let Some(elicitation_id) = &new.elicitation_id {
+                let key = (new.session.clone(), elicitation_id.clone());
+                state.completions.insert(key, new.request.id.clone());
+            }
+            if let Some(call) = new.call.as_deref()
+                && let Some(entry) = state.calls.get_mut(call)
+            {
+                entry.view.requests.push(new.request.id.clone());
+                entry.view.updated_at = new.created_at;
+                entry.pending += 1;
+                if !calls.iter().any(|id| id == call) {
+                    calls.push(call.to_owned());
+                }
+            }
+            let entry = RequestEntry {
+                view: view.clone(),
+                deadline: new.deadline,
+                elicitation_id: new.elicitation_id,
+                input_key: new.input_key,
+            };
+            state.requests.insert(&new.request.id, Box::new(entry));
+            views.push(view);
+        }
+        for call in calls {
+            state.call_changed(&call, &mut changes);
+        }
+        self.publish(&mut state, changes);
+        Ok(views)
+    }
+
+    pub async fn answer(&self, id: &str, decision: Decision, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
+        let mut state = self.lock();
+        let Some(entry) = state.requests.get_mut(id) else {
+            return Ok(Answered::NotFound);
+        };
+        if entry.view.status != Status::Pending {
+            return Ok(Answered::Lost(entry.view.clone()));
+        }
+        let mut changes = Changes::default();
+        let now = Timestamp::now();
+        if let Some(detail) = withdrawal() {
+            let resolution = Resolution::Cancelled {
+                detail,
+                told_cancel: false,
+            };
+            let (view, _) = state.resolve_one(id, &resolution, now, &mut changes);
+            self.publish(&mut state, changes);
+            return Ok(Answered::Withdrawn(view));
+        }
+        super::answer_view(&mut entry.view, decision, now);
+        let view = entry.view.clone();
+        let event = Arc::new(Event::request(EventKind::RequestResolved, &view));
+        let resumes = state.retire_request(id, now, &mut changes);
+        let event = self.publish_with(&mut state, event, changes);
+        Ok(Answered::Won { view, event, resumes })
+    }
+
+    pub async fn resolve(&self, which: Pending, resolution: Resolution) -> Result<Resolved, StoreError> {
+        let mut state = self.lock();
+        let ids: Vec<String> = match which {
+            Pending::Ids(ids) => ids,
+            Pending::Session(session) => state
+                .requests
+                .live()
+                .filter(|entry| entry.view.session == session && entry.input_key.is_none())
+                .map(|entry| entry.view.request.id.clone())
+                .collect(),
+            Pending::Elicitations => state
+                .requests
+                .live()
+                .filter(|entry| entry.input_key.is_none())
+                .map(|entry| entry.view.request.id.clone())
+                .collect(),
+            Pending::All => state
+                .requests
+                .live()
+                .map(|entry| entry.view.request.id.clone())
+                .collect(),
+        };
+        let mut changes = Changes::default();
+        let mut resolved = Resolved::default();
+        let now = Timestamp::now();
+        for id in ids {
+            if state
+                .requests
+                .get(&id)
+                .is_some_and(|entry| entry.view.status == Status::Pending)
+            {
+                let (view, resumes) = state.resolve_one(&id, &resolution, now, &mut changes);
+                resolved.views.push(view);
+                resolved.resumes.extend(resumes);
+            }
+        }
+        self.publish(&mut state, changes);
+        Ok(resolved)
+    }
+
+    pub async fn expire_due(&self, now: Timestamp, limit: usize) -> Result<Resolved, StoreError> {
+        let mut state = self.lock();
+        let due: Vec<String> = state
+            .requests
+            .live()
+            .take_while(|entry| entry.deadline <= now)
+            .take(limit)
+            .map(|entry| entry.view.request.id.clone())
+            .collect();
+        let mut changes = Changes::default();
+        let mut resolved = Resolved::default();
+        for id in due {
+            let (view, resumes) = state.resolve_one(&id, &Resolution::Expired, Timestamp::now(), &mut changes);
+            resolved.views.push(view);
+            resolved.resumes.extend(resumes);
+        }
+        self.publish(&mut state, changes);
+        Ok(resolved)
+    }
+
+    pub fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
+        Ok(self.lock().requests.live().next().map(|entry| entry.deadline))
+    }
+
+    pub async fn complete(&self, session: &str, elicitation_id: &str) -> Result<bool, StoreError> {
+        let mut state = self.lock();
+        let key = (session.to_owned(), elicitation_id.to_owned());
+        let Some(id) = state.completions.remove(&key) else {
+            return Ok(false);
+        };
+        let Some(entry) = state
+            .requests
+            .get_mut(&id)
+            .filter(|entry| entry.view.completed_at.is_none())
+        else {
+            return Ok(false);
+        };
+        entry.view.completed_at = Some(Timestamp::now());
+        let event = Event::request(EventKind::RequestUpdated, &entry.view);
+        self.publish(&mut state, Changes { events: vec![event] });
+        Ok(true)
+    }
+
+    pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<CallView, InsertCallError> {
+        let now = Timestamp::now();
+        let view = CallView {
+            id: ids::mint(ids::CALL),
+            server: call.server,
+            session: call.session,
+            tool: call.tool,
+            arguments: call.arguments,
+            owner: call.owner,
+            status: CallStatus::Running,
+            requests: Vec::new(),
+            result: None,
+            error: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let mut state = self.lock();
+        state.purge(now);
+        let running = state
+            .calls
+            .live()
+            .filter(|entry| entry.view.owner == view.owner)
+            .count();
+        if running >= max_running {
+            return Err(InsertCallError::TooMany(running));
+        }
+        let entry = CallEntry {
+            view: view.clone(),
+            pending: 0,
+            shared: call.shared,
+            round: None,
+        };
+        state.calls.insert(&view.id, entry);
+        let event = Event::call(&view);
+        self.publish(&mut state, Changes { events: vec![event] });
+        Ok(view)
+    }
+
+    pub async fn finish_call(&self, id: &str, finish: Finish) -> Result<Option<Finished>, StoreError> {
+        let mut state = self.lock();
+        let now = Timestamp::now();
+        let Some(entry) = state.calls.get_mut(id).filter(|entry| !entry.view.status.is_final()) else {
+            return Ok(None);
+        };
+        let detail = super::ended_call_detail(&finish);
+        entry.view.status = finish.status();
+        entry.view.updated_at = now;
+        match finish {
+            Finish::Completed(result) => entry.view.result = Some(result),
+            Finish::Failed(error) => entry.view.error = Some(error),
+            Finish::Cancelled(message) => entry.view.error = Some(CallError::new(message)),
+        }
+        let requests = entry.view.requests.clone();
+        let view = entry.view.clone();
+        let until = now.after(state.retention);
+        state.calls.retire(id, until);
+        let mut changes = Changes::default();
+        let resolution = Resolution::Cancelled {
+            detail,
+            told_cancel: true,
+        };
+        let mut cancelled = Vec::new();
+        for request in requests {
+            if state
+                .requests
+                .get(&request)
+                .is_some_and(|entry| entry.view.status == Status::Pending)
+            {
+                cancelled.push(state.resolve_one(&request, &resolution, now, &mut changes).0);
+            }
+        }
+        changes.events.push(Event::call(&view));
+        self.publish(&mut state, changes);
+        Ok(Some(Finished { view, cancelled }))
+    }
+
+    pub async fn annotate_round(&self, call: &str, detail: &str) -> Result<(), StoreError> {
+        let mut state = self.lock();
+        let Some((_, _, requests)) = state.calls.get(call).and_then(|entry| entry.round.clone()) else {
+            return Ok(());
+        };
+        let mut changes = Changes::default();
+        for request in requests {
+            if let Some(entry) = state.requests.get_mut(&request) {
+                entry.view.detail = Some(detail.to_owned());
+                changes
+                    .events
+                    .push(Event::request(EventKind::RequestUpdated, &entry.view));
+            }
+        }
+        self.publish(&mut state, changes);
+        Ok(())
+    }
+
+    pub fn retry(&self, call: &str) -> Result<Option<Retry>, StoreError> {
+        let state = self.lock();
+        let Some(entry) = state.calls.get(call).filter(|entry| !entry.view.status.is_final()) else {
+            return Ok(None);
+        };
+        let Some((round, request_state, requests)) = &entry.round else {
+            return Ok(None);
+        };
+        let mut input_responses = Map::new();
+        for request in requests {
+            let Some(request) = state.requests.get(request) else {
+                return Ok(None);
+            };
+            let (Some(key), Some(result)) = (&request.input_key, &request.view.result) else {
+                return Ok(None);
+            };
+            input_responses.insert(key.clone(), serde_json::to_value(result).unwrap_or_default());
+        }
+        Ok(Some(Retry {
+            call: call.to_owned(),
+            server: entry.view.server.clone(),
+            session: entry.view.session.clone(),
+            shared: entry.shared,
+            tool: entry.view.tool.clone(),
+            arguments: entry.view.arguments.clone(),
+            round: *round,
+            request_state: request_state.clone(),
+            input_responses,
+        }))
+    }
+
+    pub async fn insert_session(
+        &self,
+        session: NewSession,
+        max_open: usize,
+    ) -> Result<SessionView, InsertSessionError> {
+        let now = Timestamp::now();
+        let view = SessionView {
+            id: session.id,
+            server: session.server,
+            shared: session.owner.is_none(),
+            owner: session.owner,
+            status: SessionStatus::Starting,
+            protocol_version: None,
+            server_info: None,
+            created_at: now,
+            closed_at: None,
+            detail: None,
+        };
+        let mut state = self.lock();
+        state.purge(now);
+        let open = state.sessions.live().filter(|open| open.owner == view.owner).count();
+        if open >= max_open {
+            return Err(InsertSessionError::TooMany(open));
+        }
+        state.sessions.insert(&view.id, view.clone());
+        let event = Event::session(&view);
+        self.publish(&mut state, Changes { events: vec![event] });
+        Ok(view)
+    }
+
+    pub async fn session_ready(
+        &self,
+        id: &str,
+        protocol_version: Option<String>,
+        server_info: Option<Implementation>,
+    ) -> Result<Option<SessionView>, StoreError> {
+        let mut state = self.lock();
+        let Some(view) = state.sessions.get_mut(id).filter(|view| !view.status.is_final()) else {
+            return Ok(None);
+        };
+        view.status = SessionStatus::Ready;
+        view.protocol_version = protocol_version;
+        view.server_info = server_info;
+        let view = view.clone();
+        self.publish(
+            &mut state,
+            Changes {
+                events: vec![Event::session(&view)],
+            },
+        );
+        Ok(Some(view))
+    }
+
+    pub async fn end_session(
+        &self,
+        id: &str,
+        status: SessionStatus,
+        detail: &str,
+    ) -> Result<Option<SessionView>, StoreError> {
+        let mut state = self.lock();
+        let now = Timestamp::now();
+        let Some(view) = state.sessions.get_mut(id).filter(|view| !view.status.is_final()) else {
+            return Ok(None);
+        };
+        view.status = status;
+        view.closed_at = Some(now);
+        view.detail = Some(detail.to_owned());
+        let view = view.clone();
+        let until = now.after(state.retention);
+        state.sessions.retire(id, until);
+        self.publish(
+            &mut state,
+            Changes {
+                events: vec![Event::session(&view)],
+            },
+        );
+        Ok(Some(view))
+    }
+
+    pub fn request(&self, id: &str) -> Result<Option<RequestView>, StoreError> {
+        Ok(self.lock().requests.get(id).map(|entry| entry.view.clone()))
+    }
+
+    pub fn request_status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
+        Ok(self
+            .lock()
+            .requests
+            .get(id)
+            .map(|entry| (entry.view.status, entry.view.owner.clone())))
+    }
+
+    /// Listing pending Requests walks only those, however many resolved ones are kept.
+    pub fn requests(
+        &self,
+        filter: &Filter,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<(Vec<RequestView>, Option<u64>), StoreError> {
+        let state = self.lock();
+        let candidates: Box<dyn Iterator<Item = (u64, &Box<RequestEntry>)>> = if filter.status == Some(Status::Pending)
+        {
+            Box::new(state.requests.live_range(cursor..))
+        } else {
+            Box::new(state.requests.range(cursor..))
+        };
+        let mut page = Vec::new();
+        for (seq, entry) in candidates {
+            if filter.matches(&entry.view) {
+                if page.len() == limit {
+                    return Ok((page, Some(seq)));
+                }
+                page.push(entry.view.clone());
+            }
+        }
+        Ok((page, None))
+    }
+
+    pub fn pending_count(&self) -> Result<usize, StoreError> {
+        Ok(self.lock().requests.live_count())
+    }
+
+    pub fn call(&self, id: &str) -> Result<Option<CallView>, StoreError> {
+        Ok(self.lock().calls.get(id).map(|entry| entry.view.clone()))
+    }
+
+    pub fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
+        Ok(self
+            .lock()
+            .calls
+            .get(id)
+            .map(|entry| (entry.view.status, entry.view.owner.clone())))
+    }
+
+    pub fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
+        Ok(self
+            .lock()
+            .calls
+            .values()
+            .filter(|entry| filter.matches(&entry.view))
+            .take(limit)
+            .map(|entry| entry.view.clone())
+            .collect())
+    }
+
+    pub fn running_calls(&self, session: Option<&str>) -> Result<Vec<CallView>, StoreError> {
+        Ok(self
+            .lock()
+            .calls
+            .live()
+            .filter(|entry| session.is_none_or(|session| entry.view.session == session))
+            .map(|entry| entry.view.clone())
+            .collect())
+    }
+
+    pub fn count_calls(&self) -> Result<Vec<(CallStatus, usize)>, StoreError> {
+        let mut counts = std::collections::BTreeMap::new();
+        for entry in self.lock().calls.values() {
+            *counts.entry(entry.view.status).or_default() += 1;
+        }
+        Ok(counts.into_iter().collect())
+    }
+
+    pub fn session(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
+        Ok(self.lock().sessions.get(id).cloned())
+    }
+
+    pub fn sessions(&self, all: bool) -> Result<Vec<SessionView>, StoreError> {
+        let state = self.lock();
+        Ok(if all {
+            state.sessions.values().cloned().collect()
+        } else {
+            state.sessions.live().cloned().collect()
+        })
+    }
+
+    pub fn events_after(&self, after: u64, limit: usize) -> Result<EventPage, StoreError> {
+        let state = self.lock();
+        let oldest = state.events.front().map_or(state.last_event + 1, |event| event.id);
+        if after > state.last_event || after + 1 < oldest {
+            let resume_after = if after > state.last_event {
+                state.last_event
+            } else {
+                oldest - 1
+            };
+            return Ok(EventPage {
+                events: Vec::new(),
+                gap: true,
+                resume_after,
+            });
+        }
+        let skip = usize::try_from(after + 1 - oldest).unwrap_or(usize::MAX);
+        Ok(EventPage {
+            events: state.events.iter().skip(skip).take(limit).cloned().collect(),
+            gap: false,
+            resume_after: after,
+        })
+    }
+
+    pub fn last_event_id(&self) -> Result<u64, StoreError> {
+        Ok(self.lock().last_event)
+    }
+
+    pub fn webhook_cursor(&self, webhook: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self.lock().webhook_cursors.get(webhook).copied())
+    }
+
+    pub fn save_webhook_cursor(&self, webhook: &str, event: u64) {
+        self.lock().webhook_cursors.insert(webhook.to_owned(), event);
+    }
+
+    /// Nothing survives a previous run in memory.
+    pub async fn recover(&self, _restarted: &str) -> Result<Recovered, StoreError> {
+        Ok(Recovered::default())
+    }
+
+    pub async fn prune(&self, before: Timestamp) -> Result<(), StoreError> {
+        // Ended records are retired with their own deadline; `before` is when the oldest may still be kept.
+        let _ = before;
+        self.lock().purge(Timestamp::now());
+        Ok(())
+    }
+
+    pub fn size(&self) -> Option<u64> {
+        None
+    }
+
+    /// Numbers the changes' events, keeps them for replay and publishes them, under the lock so that they
+    /// reach subscribers in order.
+    fn publish(&self, state: &mut State, changes: Changes) {
+        let events: Vec<Arc<Event>> = changes.events.into_iter().map(|event| state.record(event)).collect();
+        self.shared.feed.publish(events);
+    }
+
+    /// Like `publish`, with one event already built (to be returned numbered) before the changes.
+    fn publish_with(&self, state: &mut State, event: Arc<Event>, changes: Changes) -> Arc<Event> {
+        let event = state.record(Arc::unwrap_or_clone(event));
+        let mut events = vec![event.clone()];
+        events.extend(changes.events.into_iter().map(|event| state.record(event)));
+        self.shared.feed.publish(events);
+        event
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl State {
+    /// Numbers an event and keeps it for replay.
+    fn record(&mut self, mut event: Event) -> Arc<Event> {
+        self.last_event += 1;
+        event.id = self.last_event;
+        let event = Arc::new(event);
+        if self.events.len() == REPLAY_CAPACITY {
+            self.events.pop_front();
+        }
+        self.events.push_back(event.clone());
+        event
+    }
+
+    /// Resolves one pending Request without an answer and records its event; returns its view and the call
+    /// whose round it completed.
+    fn resolve_one(
+        &mut self,
+        id: &str,
+        resolution: &Resolution,
+        now: Timestamp,
+        changes: &mut Changes,
+    ) -> (RequestView, Option<String>) {
+        let entry = self.requests.get_mut(id).expect("the caller found it pending");
+        super::resolve_view(&mut entry.view, resolution, now);
+        let view = entry.view.clone();
+        changes.events.push(Event::request(EventKind::RequestResolved, &view));
+        let resumes = self.retire_request(id, now, changes);
+        (view, resumes)
+    }
+
+    /// Takes a Request that was just resolved off the pending ones, and updates its call: returns the call
+    /// if its round is now complete.
+    fn retire_request(&mut self, id: &str, now: Timestamp, changes: &mut Changes) -> Option<String> {
+        let retention = {
+            let entry = self.requests.get(id)?;
+            entry.view.call.clone().map(|call| (call, entry.input_key.is_some()))
+        };
+        self.requests.retire(id, now.after(self.retention));
+        let (call, in_round) = retention?;
+        let entry = self.calls.get_mut(&call)?;
+        entry.pending = entry.pending.saturating_sub(1);
+        let complete = entry.pending == 0 && in_round && !entry.view.status.is_final();
+        self.call_changed(&call, changes);
+        complete.then_some(call)
+    }
+
+    /// Publishes `call.updated` when a call that has not ended starts or stops waiting on Requests.
+    fn call_changed(&mut self, call: &str, changes: &mut Changes) {
+        let Some(entry) = self.calls.get_mut(call) else { return };
+        if entry.view.status.is_final() {
+            return;
+        }
+        let status = if entry.pending > 0 {
+            CallStatus::InputRequired
+        } else {
+            CallStatus::Running
+        };
+        if entry.view.status != status {
+            entry.view.status = status;
+            changes.events.push(Event::call(&entry.view));
+        }
+    }
+
+    /// Forgets ended records whose time has come.
+    fn purge(&mut self, now: Timestamp) {
+        let purged = self.requests.purge(now);
+        for entry in purged {
+            if let Some(elicitation_id) = &entry.elicitation_id {
+                let key = (entry.view.session.clone(), elicitation_id.clone());
+                if self.completions.get(&key) == Some(&entry.view.request.id) {
+                    self.completions.remove(&key);
+                }
+            }
+        }
+        self.calls.purge(now);
+        self.sessions.purge(now);
+    }
+}

@@ -1,0 +1,275 @@
+//! The store in a SQLite database file: WAL, a sync to disk before a change counts as kept, one writer
+//! thread that commits every change waiting in one transaction, and read-only connections for reads.
+
+mod calls;
+mod maintenance;
+mod requests;
+mod rows;
+mod schema;
+mod writer;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use nix::fcntl::{Flock, FlockArg};
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::oneshot;
+
+use super::{OpenError, StoreError};
+use crate::feed::Feed;
+use writer::{Applied, Job, Tx};
+
+/// How long a statement waits for a lock another process holds (a backup copying the file).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many idle read connections are kept.
+const MAX_IDLE_READERS: usize = 8;
+
+/// The SQLite store; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Sqlite {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    path: PathBuf,
+    /// Changes for the writer; `None` once the store is closed.
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    readers: Mutex<Vec<Connection>>,
+    /// Held while the store is open, so that a second gateway cannot open the same file.
+    _lock: Flock<File>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sqlite {
+    /// Opens (or creates) the database at `path`, brings its schema up to date and starts its writer.
+    ///
+    /// A file that another gateway holds, that cannot be written, that is not a SQLite database, or whose
+    /// schema is newer than this build is an error naming the cause; it is never replaced.
+    pub fn open(path: &Path, feed: Feed) -> Result<Self, OpenError> {
+        let failed = |cause: String| OpenError {
+            path: path.display().to_string(),
+            cause,
+        };
+        if let Some(directory) = path.parent().filter(|directory| !directory.as_os_str().is_empty()) {
+            std::fs::create_dir_all(directory)
+                .map_err(|error| failed(format!("cannot create its directory {}: {error}", directory.display())))?;
+        }
+        let lock = lock(path).map_err(failed)?;
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(|error| failed(describe(&error)))?;
+        configure(&conn).map_err(failed)?;
+        migrate(&conn).map_err(failed)?;
+        let (jobs, receiver) = mpsc::channel();
+        let writer = std::thread::Builder::new()
+            .name("store-writer".to_owned())
+            .spawn(move || writer::run(conn, receiver, feed))
+            .map_err(|error| failed(format!("cannot start its writer thread: {error}")))?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                path: path.to_owned(),
+                jobs: Mutex::new(Some(jobs)),
+                writer: Mutex::new(Some(writer)),
+                readers: Mutex::default(),
+                _lock: lock,
+            }),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// Lets the writer finish the changes it has, and stops it; later changes fail.
+    pub fn close(&self) {
+        drop(lock_mutex(&self.shared.jobs).take());
+        if let Some(writer) = lock_mutex(&self.shared.writer).take() {
+            let _ = writer.join();
+        }
+    }
+
+    /// Applies a change in the writer and waits until it is kept; `work` returns what the caller gets.
+    async fn write<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Tx<'_>) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (sender, receiver) = oneshot::channel();
+        let job: Job = Box::new(move |tx| match work(tx) {
+            Ok(value) => Ok(Applied {
+                reply: Box::new(move |kept| {
+                    let _ = sender.send(kept.map(|()| value));
+                }),
+            }),
+            Err(error) => {
+                tracing::error!(%error, "the store could not apply a change");
+                let _ = sender.send(Err(unavailable(&error)));
+                Err(())
+            }
+        });
+        self.submit(job)?;
+        receiver.await.unwrap_or_else(|_| {
+            Err(StoreError::Unavailable(
+                "the store could not apply the change".to_owned(),
+            ))
+        })
+    }
+
+    /// Applies a change in the writer without waiting for it.
+    fn write_behind(&self, work: impl FnOnce(&mut Tx<'_>) -> rusqlite::Result<()> + Send + 'static) {
+        let job: Job = Box::new(move |tx| match work(tx) {
+            Ok(()) => Ok(Applied {
+                reply: Box::new(|_| {}),
+            }),
+            Err(error) => {
+                tracing::warn!(%error, "the store could not apply a change");
+                Err(())
+            }
+        });
+        let _ = self.submit(job);
+    }
+
+    fn submit(&self, job: Job) -> Result<(), StoreError> {
+        let jobs = lock_mutex(&self.shared.jobs);
+        let sent = jobs.as_ref().is_some_and(|jobs| jobs.send(job).is_ok());
+        if sent {
+            Ok(())
+        } else {
+            Err(StoreError::Unavailable("the store is closed".to_owned()))
+        }
+    }
+
+    /// Runs a read on a read-only connection; it sees every change kept so far.
+    fn read<T>(&self, read: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, StoreError> {
+        let idle = lock_mutex(&self.shared.readers).pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => open_reader(&self.shared.path).map_err(|error| unavailable(&error))?,
+        };
+        let result = read(&conn).map_err(|error| {
+            tracing::error!(%error, "the store could not be read");
+            unavailable(&error)
+        });
+        let mut readers = lock_mutex(&self.shared.readers);
+        if readers.len() < MAX_IDLE_READERS {
+            readers.push(conn);
+        }
+        result
+    }
+
+    /// How large the database is, in bytes.
+    pub fn size(&self) -> Option<u64> {
+        self.read(|conn| {
+            conn.query_row(
+                "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
+                [],
+                |row| row.get::<_, i64>(0),
+            )
+        })
+        .ok()
+        .and_then(|size| u64::try_from(size).ok())
+    }
+}
+
+/// Takes the lock that makes a database file one gateway's: an exclusive `flock` on `PATH.lock`.
+fn lock(path: &Path) -> Result<Flock<File>, String> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&name)
+        .map_err(|error| format!("cannot open its lock file {}: {error}", Path::new(&name).display()))?;
+    Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+        if errno == nix::errno::Errno::EWOULDBLOCK {
+            "another process is using it (its lock file is held): stop that gateway, or give this one another \
+             store"
+                .to_owned()
+        } else {
+            format!("cannot lock it: {errno}")
+        }
+    })
+}
+
+/// WAL, a sync to disk before a commit returns, and a wait for locks other processes hold briefly.
+fn configure(conn: &Connection) -> Result<(), String> {
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(|error| describe(&error))?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .map_err(|error| describe(&error))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(format!("it cannot be put in WAL mode (it stays in {mode} mode)"));
+    }
+    conn.execute_batch("PRAGMA synchronous = FULL;")
+        .map_err(|error| describe(&error))
+}
+
+/// Brings the schema up to date, refusing a database written by a newer build.
+fn migrate(conn: &Connection) -> Result<(), String> {
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(|error| describe(&error))?;
+    let known = schema::version();
+    if version > known {
+        return Err(format!(
+            "its schema is version {version}, newer than this build knows ({known}): it was written by a newer \
+             toolnexus-gateway; run that version, or give this one another store"
+        ));
+    }
+    for (from, migration) in schema::MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(version).unwrap_or(0))
+    {
+        let to = from + 1;
+        conn.execute_batch(&format!(
+            "BEGIN IMMEDIATE; {migration}; PRAGMA user_version = {to}; COMMIT;"
+        ))
+        .map_err(|error| {
+            let _ = conn.execute_batch("ROLLBACK");
+            format!("cannot bring its schema to version {to}: {}", describe(&error))
+        })?;
+    }
+    Ok(())
+}
+
+fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
+/// A SQLite error in words a person can act on.
+fn describe(error: &rusqlite::Error) -> String {
+    use rusqlite::ErrorCode;
+    match error.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => "it is not a SQLite database (or it is corrupt)".to_owned(),
+        Some(ErrorCode::DatabaseCorrupt) => format!("the database is corrupt: {error}"),
+        Some(ErrorCode::ReadOnly | ErrorCode::PermissionDenied | ErrorCode::CannotOpen) => {
+            format!("it cannot be written: {error} (check the permissions of the file and its directory)")
+        }
+        Some(ErrorCode::DiskFull) => format!("the disk is full: {error}"),
+        _ => error.to_string(),
+    }
+}
+
+/// A runtime failure of the database, for callers.
+fn unavailable(error: &rusqlite::Error) -> StoreError {
+    StoreError::Unavailable(describe(error))
+}
+
+fn lock_mutex<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

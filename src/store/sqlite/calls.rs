@@ -1,0 +1,341 @@
+//! Calls, their rounds, and Sessions in SQLite.
+
+use rmcp::model::Implementation;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::Map;
+
+use super::requests::{resolve_ids, select_ids};
+use super::writer::Tx;
+use super::{Sqlite, rows};
+use crate::ids;
+use crate::records::{CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionStatus, SessionView, Status};
+use crate::store::{Finished, InsertCallError, InsertSessionError, NewCall, NewSession, Resolution, Retry, StoreError};
+use crate::time::Timestamp;
+
+impl Sqlite {
+    pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<CallView, InsertCallError> {
+        self.write(move |tx| {
+            let running: i64 = tx
+                .conn
+                .prepare_cached(
+                    "SELECT count(*) FROM calls WHERE owner = ?1 AND status IN ('running', 'input_required')",
+                )?
+                .query_row([&call.owner], |row| row.get(0))?;
+            let running = usize::try_from(running).unwrap_or(usize::MAX);
+            if running >= max_running {
+                return Ok(Err(InsertCallError::TooMany(running)));
+            }
+            let id = ids::mint(ids::CALL);
+            let now = Timestamp::now().millis();
+            tx.conn
+                .prepare_cached(
+                    "INSERT INTO calls (id, server, session, shared, tool, arguments, owner, protocol_version, \
+                         capabilities, status, created_at, updated_at) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'running', ?10, ?10)",
+                )?
+                .execute(params![
+                    id,
+                    call.server,
+                    call.session,
+                    call.shared,
+                    call.tool,
+                    rows::to_json(&call.arguments),
+                    call.owner,
+                    call.protocol_version,
+                    rows::to_json(&call.capabilities),
+                    now,
+                ])?;
+            let view = self::call(tx.conn, &id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+            tx.record(Event::call(&view))?;
+            Ok(Ok(view))
+        })
+        .await?
+    }
+
+    pub async fn finish_call(&self, id: &str, finish: Finish) -> Result<Option<Finished>, StoreError> {
+        let id = id.to_owned();
+        self.write(move |tx| finish_in(tx, &id, finish)).await
+    }
+
+    pub fn retry(&self, call: &str) -> Result<Option<Retry>, StoreError> {
+        self.read(|conn| retry(conn, call))
+    }
+
+    pub async fn insert_session(
+        &self,
+        session: NewSession,
+        max_open: usize,
+    ) -> Result<SessionView, InsertSessionError> {
+        self.write(move |tx| {
+            let open: i64 = tx
+                .conn
+                .prepare_cached("SELECT count(*) FROM sessions WHERE owner IS ?1 AND status IN ('starting', 'ready')")?
+                .query_row([&session.owner], |row| row.get(0))?;
+            let open = usize::try_from(open).unwrap_or(usize::MAX);
+            if open >= max_open {
+                return Ok(Err(InsertSessionError::TooMany(open)));
+            }
+            tx.conn
+                .prepare_cached(
+                    "INSERT INTO sessions (id, server, owner, status, created_at) VALUES (?1, ?2, ?3, 'starting', ?4)",
+                )?
+                .execute(params![
+                    session.id,
+                    session.server,
+                    session.owner,
+                    Timestamp::now().millis()
+                ])?;
+            let view = self::session(tx.conn, &session.id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+            tx.record(Event::session(&view))?;
+            Ok(Ok(view))
+        })
+        .await?
+    }
+
+    pub async fn session_ready(
+        &self,
+        id: &str,
+        protocol_version: Option<String>,
+        server_info: Option<Implementation>,
+    ) -> Result<Option<SessionView>, StoreError> {
+        let id = id.to_owned();
+        self.write(move |tx| {
+            let changed = tx
+                .conn
+                .prepare_cached(
+                    "UPDATE sessions SET status = 'ready', protocol_version = ?2, server_info = ?3 \
+                     WHERE id = ?1 AND status IN ('starting', 'ready')",
+                )?
+                .execute(params![id, protocol_version, rows::to_json_opt(server_info.as_ref())])?;
+            if changed == 0 {
+                return Ok(None);
+            }
+            let view = self::session(tx.conn, &id)?;
+            if let Some(view) = &view {
+                tx.record(Event::session(view))?;
+            }
+            Ok(view)
+        })
+        .await
+    }
+
+    pub async fn end_session(
+        &self,
+        id: &str,
+        status: SessionStatus,
+        detail: &str,
+    ) -> Result<Option<SessionView>, StoreError> {
+        let (id, detail) = (id.to_owned(), detail.to_owned());
+        self.write(move |tx| {
+            let changed = tx
+                .conn
+                .prepare_cached(
+                    "UPDATE sessions SET status = ?2, closed_at = ?3, detail = ?4 \
+                     WHERE id = ?1 AND status IN ('starting', 'ready')",
+                )?
+                .execute(params![id, status.as_str(), Timestamp::now().millis(), detail])?;
+            if changed == 0 {
+                return Ok(None);
+            }
+            let view = self::session(tx.conn, &id)?;
+            if let Some(view) = &view {
+                tx.record(Event::session(view))?;
+            }
+            Ok(view)
+        })
+        .await
+    }
+
+    pub fn call(&self, id: &str) -> Result<Option<CallView>, StoreError> {
+        self.read(|conn| call(conn, id))
+    }
+
+    pub fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
+        self.read(|conn| {
+            conn.prepare_cached("SELECT status, owner FROM calls WHERE id = ?1")?
+                .query_row([id], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
+                .optional()
+                .map(|found| found.and_then(|(status, owner)| CallStatus::parse(&status).map(|status| (status, owner))))
+        })
+    }
+
+    pub fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(|conn| {
+            let sql = format!(
+                "SELECT {} FROM calls AS c WHERE (?1 IS NULL OR c.status = ?1) AND (?2 IS NULL OR c.server = ?2) \
+                 AND (?3 IS NULL OR c.session = ?3) AND (?4 IS NULL OR c.owner = ?4) ORDER BY c.seq LIMIT ?5",
+                rows::CALL
+            );
+            let mut statement = conn.prepare_cached(&sql)?;
+            let calls = statement.query_map(
+                params![
+                    filter.status.map(CallStatus::as_str),
+                    filter.server,
+                    filter.session,
+                    filter.owner,
+                    limit
+                ],
+                rows::call,
+            )?;
+            calls.collect()
+        })
+    }
+
+    pub fn running_calls(&self, session: Option<&str>) -> Result<Vec<CallView>, StoreError> {
+        self.read(|conn| {
+            let sql = format!(
+                "SELECT {} FROM calls AS c WHERE c.status IN ('running', 'input_required') \
+                 AND (?1 IS NULL OR c.session = ?1) ORDER BY c.seq",
+                rows::CALL
+            );
+            let mut statement = conn.prepare_cached(&sql)?;
+            let calls = statement.query_map([session], rows::call)?;
+            calls.collect()
+        })
+    }
+
+    pub fn count_calls(&self) -> Result<Vec<(CallStatus, usize)>, StoreError> {
+        self.read(|conn| {
+            let mut statement =
+                conn.prepare_cached("SELECT status, count(*) FROM calls GROUP BY status ORDER BY status")?;
+            let counts = statement.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)))?;
+            let mut found = Vec::new();
+            for count in counts {
+                let (status, count) = count?;
+                if let Some(status) = CallStatus::parse(&status) {
+                    found.push((status, usize::try_from(count).unwrap_or(0)));
+                }
+            }
+            found.sort();
+            Ok(found)
+        })
+    }
+
+    pub fn session(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
+        self.read(|conn| session(conn, id))
+    }
+
+    pub fn sessions(&self, all: bool) -> Result<Vec<SessionView>, StoreError> {
+        self.read(|conn| {
+            let sql = format!(
+                "SELECT {} FROM sessions WHERE ?1 OR status IN ('starting', 'ready') ORDER BY seq",
+                rows::SESSION
+            );
+            let mut statement = conn.prepare_cached(&sql)?;
+            let sessions = statement.query_map([all], rows::session)?;
+            sessions.collect()
+        })
+    }
+}
+
+/// One call.
+pub(super) fn call(conn: &Connection, id: &str) -> rusqlite::Result<Option<CallView>> {
+    let sql = format!("SELECT {} FROM calls AS c WHERE c.id = ?1", rows::CALL);
+    conn.prepare_cached(&sql)?.query_row([id], rows::call).optional()
+}
+
+/// One session.
+pub(super) fn session(conn: &Connection, id: &str) -> rusqlite::Result<Option<SessionView>> {
+    let sql = format!("SELECT {} FROM sessions WHERE id = ?1", rows::SESSION);
+    conn.prepare_cached(&sql)?.query_row([id], rows::session).optional()
+}
+
+/// Ends a call that has not ended, cancelling its pending Requests.
+pub(super) fn finish_in(tx: &mut Tx<'_>, id: &str, finish: Finish) -> rusqlite::Result<Option<Finished>> {
+    let now = Timestamp::now().millis();
+    let detail = crate::store::ended_call_detail(&finish);
+    let status = finish.status();
+    let (result, error) = match finish {
+        Finish::Completed(result) => (Some(result), None),
+        Finish::Failed(error) => (None, Some(error)),
+        Finish::Cancelled(message) => (None, Some(CallError::new(message))),
+    };
+    let changed = tx
+        .conn
+        .prepare_cached(
+            "UPDATE calls SET status = ?2, result = ?3, error_message = ?4, error_reason = ?5, \
+             updated_at = ?6, ended_at = ?6 WHERE id = ?1 AND status IN ('running', 'input_required')",
+        )?
+        .execute(params![
+            id,
+            status.as_str(),
+            rows::to_json_opt(result.as_ref()),
+            error.as_ref().map(|error| error.message.as_str()),
+            error
+                .as_ref()
+                .and_then(|error| error.reason)
+                .map(|reason| reason.as_str()),
+            now,
+        ])?;
+    if changed == 0 {
+        return Ok(None);
+    }
+    let pending = select_ids(tx.conn, "call_id = ?1 AND status = 'pending'", [id])?;
+    let resolution = Resolution::Cancelled {
+        detail,
+        told_cancel: true,
+    };
+    let cancelled = resolve_ids(tx, &pending, &resolution)?.views;
+    let view = call(tx.conn, id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+    tx.record(Event::call(&view))?;
+    Ok(Some(Finished { view, cancelled }))
+}
+
+/// What retrying a call takes, if its latest round is answered and it has not ended.
+pub(super) fn retry(conn: &Connection, id: &str) -> rusqlite::Result<Option<Retry>> {
+    let found = conn
+        .prepare_cached(
+            "SELECT c.server, c.session, c.shared, c.tool, c.arguments, r.round, r.request_state \
+             FROM calls AS c JOIN rounds AS r ON r.call_id = c.id \
+             WHERE c.id = ?1 AND c.status IN ('running', 'input_required') ORDER BY r.round DESC LIMIT 1",
+        )?
+        .query_row([id], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, bool>(2)?,
+                row.get::<_, String>(3)?,
+                row.get::<_, String>(4)?,
+                row.get::<_, u32>(5)?,
+                row.get::<_, Option<String>>(6)?,
+            ))
+        })
+        .optional()?;
+    let Some((server, session, shared, tool, arguments, round, request_state)) = found else {
+        return Ok(None);
+    };
+    let mut statement =
+        conn.prepare_cached("SELECT input_key, status, result FROM requests WHERE call_id = ?1 AND round = ?2")?;
+    let answers = statement.query_map(params![id, round], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, String>(1)?,
+            row.get::<_, Option<String>>(2)?,
+        ))
+    })?;
+    let mut input_responses = Map::new();
+    for answer in answers {
+        let (key, status, result) = answer?;
+        if status == Status::Pending.as_str() {
+            return Ok(None);
+        }
+        let result = result
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_else(|| serde_json::json!({"action": "cancel"}));
+        input_responses.insert(key, result);
+    }
+    let arguments = serde_json::from_str(&arguments)
+        .map_err(|error| rusqlite::Error::FromSqlConversionFailure(4, rusqlite::types::Type::Text, Box::new(error)))?;
+    Ok(Some(Retry {
+        call: id.to_owned(),
+        server,
+        session,
+        shared,
+        tool,
+        arguments,
+        round,
+        request_state,
+        input_responses,
+    }))
+}

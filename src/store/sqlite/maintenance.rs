@@ -1,0 +1,172 @@
+//! The event log read back, webhook cursors, what a start puts right, and pruning by retention.
+
+use std::sync::Arc;
+
+use rusqlite::{OptionalExtension, params};
+
+use super::requests::{resolve_ids, select_ids};
+use super::{Sqlite, rows};
+use crate::records::{CallError, CallFailure, Event, Finish, SessionStatus};
+use crate::store::{EventPage, Recovered, Resolution, StoreError};
+use crate::time::Timestamp;
+
+/// How many rows one pruning statement deletes, so that the writer never stops for long.
+const PRUNE_BATCH: i64 = 5000;
+
+/// The first protocol version whose suspensions are data the gateway keeps (`input_required`).
+const ROUNDS_PROTOCOL: &str = "2026-07-28";
+
+impl Sqlite {
+    pub fn events_after(&self, after: u64, limit: usize) -> Result<EventPage, StoreError> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(|conn| {
+            let last = last_event_id(conn)?;
+            let oldest: Option<i64> = conn
+                .prepare_cached("SELECT min(seq) FROM events")?
+                .query_row([], |row| row.get(0))?;
+            let oldest = oldest.unwrap_or(last + 1);
+            if after > last || after + 1 < oldest {
+                let resume_after = if after > last { last } else { oldest - 1 };
+                return Ok(EventPage {
+                    events: Vec::new(),
+                    gap: true,
+                    resume_after: u64::try_from(resume_after).unwrap_or(0),
+                });
+            }
+            let sql = format!(
+                "SELECT {} FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+                rows::EVENT
+            );
+            let mut statement = conn.prepare_cached(&sql)?;
+            let events = statement.query_map(params![after, limit], rows::event)?;
+            let events = events
+                .map(|event| event.map(Arc::new))
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(EventPage {
+                events,
+                gap: false,
+                resume_after: u64::try_from(after).unwrap_or(0),
+            })
+        })
+    }
+
+    pub fn last_event_id(&self) -> Result<u64, StoreError> {
+        self.read(|conn| last_event_id(conn).map(|id| u64::try_from(id).unwrap_or(0)))
+    }
+
+    pub fn webhook_cursor(&self, webhook: &str) -> Result<Option<u64>, StoreError> {
+        self.read(|conn| {
+            conn.prepare_cached("SELECT delivered FROM webhook_cursors WHERE name = ?1")?
+                .query_row([webhook], |row| row.get::<_, i64>(0))
+                .optional()
+                .map(|found| found.and_then(|id| u64::try_from(id).ok()))
+        })
+    }
+
+    pub fn save_webhook_cursor(&self, webhook: &str, event: u64) {
+        let webhook = webhook.to_owned();
+        let event = i64::try_from(event).unwrap_or(i64::MAX);
+        self.write_behind(move |tx| {
+            tx.conn
+                .prepare_cached(
+                    "INSERT INTO webhook_cursors (name, delivered) VALUES (?1, ?2) \
+                     ON CONFLICT (name) DO UPDATE SET delivered = max(delivered, excluded.delivered)",
+                )?
+                .execute(params![webhook, event])?;
+            Ok(())
+        });
+    }
+
+    /// Sessions of the last run are closed; elicitation requests, and calls whose upstream request died with
+    /// the process, end with `restarted` as their reason; 2026-07-28 calls whose round is answered are
+    /// returned to be retried.
+    pub async fn recover(&self, restarted: &str) -> Result<Recovered, StoreError> {
+        let restarted = restarted.to_owned();
+        self.write(move |tx| {
+            let now = Timestamp::now().millis();
+            let sessions: Vec<String> = {
+                let mut statement = tx
+                    .conn
+                    .prepare_cached("SELECT id FROM sessions WHERE status IN ('starting', 'ready')")?;
+                let ids = statement.query_map([], |row| row.get(0))?;
+                ids.collect::<rusqlite::Result<_>>()?
+            };
+            for id in sessions {
+                tx.conn
+                    .prepare_cached("UPDATE sessions SET status = ?2, closed_at = ?3, detail = ?4 WHERE id = ?1")?
+                    .execute(params![id, SessionStatus::Closed.as_str(), now, restarted])?;
+                if let Some(view) = super::calls::session(tx.conn, &id)? {
+                    tx.record(Event::session(&view))?;
+                }
+            }
+            let mut recovered = Recovered::default();
+            let elicitations = select_ids(tx.conn, "status = 'pending' AND round IS NULL", [])?;
+            let detail = format!("{restarted}: the upstream request this Request answered ended with the previous run");
+            let resolution = Resolution::Cancelled {
+                detail,
+                told_cancel: false,
+            };
+            recovered.ended_requests += resolve_ids(tx, &elicitations, &resolution)?.views.len();
+            let calls: Vec<(String, Option<String>, bool)> = {
+                let mut statement = tx.conn.prepare_cached(
+                    "SELECT c.id, c.protocol_version, EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id) \
+                     FROM calls AS c WHERE c.status IN ('running', 'input_required') ORDER BY c.seq",
+                )?;
+                let calls = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+                calls.collect::<rusqlite::Result<_>>()?
+            };
+            for (call, protocol, has_rounds) in calls {
+                let keeps_rounds = protocol.as_deref().is_some_and(|version| version >= ROUNDS_PROTOCOL);
+                if keeps_rounds && has_rounds {
+                    if super::calls::retry(tx.conn, &call)?.is_some() {
+                        recovered.resumes.push(call);
+                    }
+                    continue;
+                }
+                let error = CallError {
+                    message: format!("{restarted} while the upstream worked on the call, so its result was lost"),
+                    reason: Some(CallFailure::GatewayRestarted),
+                };
+                super::calls::finish_in(tx, &call, Finish::Failed(error))?;
+                recovered.ended_calls += 1;
+            }
+            recovered.pending = super::requests::pending_count(tx.conn)?;
+            Ok(recovered)
+        })
+        .await
+    }
+
+    pub async fn prune(&self, before: Timestamp) -> Result<(), StoreError> {
+        let before = before.millis();
+        let statements = [
+            "DELETE FROM requests WHERE seq IN \
+             (SELECT seq FROM requests WHERE resolved_at < ?1 AND status != 'pending' LIMIT ?2)",
+            "DELETE FROM rounds WHERE call_id IN \
+             (SELECT id FROM calls WHERE ended_at < ?1 LIMIT ?2)",
+            "DELETE FROM calls WHERE seq IN (SELECT seq FROM calls WHERE ended_at < ?1 LIMIT ?2)",
+            "DELETE FROM sessions WHERE seq IN (SELECT seq FROM sessions WHERE closed_at < ?1 LIMIT ?2)",
+            "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE at < ?1 LIMIT ?2)",
+        ];
+        for statement in statements {
+            loop {
+                let deleted = self
+                    .write(move |tx| tx.conn.prepare_cached(statement)?.execute(params![before, PRUNE_BATCH]))
+                    .await?;
+                if i64::try_from(deleted).unwrap_or(i64::MAX) < PRUNE_BATCH {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The id of the newest event ever recorded (kept by SQLite even once its row is pruned).
+fn last_event_id(conn: &rusqlite::Connection) -> rusqlite::Result<i64> {
+    let last: Option<i64> = conn
+        .prepare_cached("SELECT seq FROM sqlite_sequence WHERE name = 'events'")?
+        .query_row([], |row| row.get(0))
+        .optional()?;
+    Ok(last.unwrap_or(0))
+}

@@ -1,0 +1,381 @@
+//! The Requests in SQLite: raising them with their round, deciding answers, resolving them otherwise, and
+//! reading them.
+
+use std::collections::BTreeSet;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::writer::Tx;
+use super::{Sqlite, rows};
+use crate::records::{CallStatus, CallView, Event, EventKind, Filter, RequestView, Status};
+use crate::store::{
+    Answered, Decision, NewRequest, NewRound, Pending, RaiseError, Resolution, Resolved, StoreError, Withdrawal,
+};
+use crate::time::Timestamp;
+
+impl Sqlite {
+    pub async fn raise(
+        &self,
+        requests: Vec<NewRequest>,
+        round: Option<NewRound>,
+        max_pending: usize,
+    ) -> Result<Vec<RequestView>, RaiseError> {
+        self.write(move |tx| {
+            let pending = pending_count(tx.conn)?;
+            if pending + requests.len() > max_pending {
+                return Ok(Err(RaiseError::Full(max_pending)));
+            }
+            let now = Timestamp::now();
+            if let Some(round) = &round {
+                tx.conn
+                    .prepare_cached(
+                        "INSERT INTO rounds (call_id, round, request_state, input_requests, created_at) \
+                             VALUES (?1, ?2, ?3, ?4, ?5)",
+                    )?
+                    .execute(params![
+                        round.call,
+                        round.number,
+                        round.request_state,
+                        rows::to_json(&round.input_requests),
+                        now.millis()
+                    ])?;
+            }
+            let mut views = Vec::with_capacity(requests.len());
+            let mut calls = BTreeSet::new();
+            for new in requests {
+                insert_request(tx.conn, &new, round.as_ref().map(|round| round.number))?;
+                let view = crate::store::raised_view(&new);
+                tx.record(Event::request(EventKind::RequestCreated, &view))?;
+                if let Some(call) = &new.call {
+                    calls.insert(call.clone());
+                }
+                views.push(view);
+            }
+            for call in calls {
+                call_changed(tx, &call, now)?;
+            }
+            Ok(Ok(views))
+        })
+        .await?
+    }
+
+    pub async fn answer(&self, id: &str, decision: Decision, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
+        let id = id.to_owned();
+        self.write(move |tx| {
+            let Some(mut view) = request(tx.conn, &id)? else {
+                return Ok(Answered::NotFound);
+            };
+            if view.status != Status::Pending {
+                return Ok(Answered::Lost(view));
+            }
+            let now = Timestamp::now();
+            if let Some(detail) = withdrawal() {
+                let resolution = Resolution::Cancelled {
+                    detail,
+                    told_cancel: false,
+                };
+                let (view, _) = resolve_one(tx, view, &resolution, now)?;
+                return Ok(Answered::Withdrawn(view));
+            }
+            crate::store::answer_view(&mut view, decision, now);
+            let changed = tx
+                .conn
+                .prepare_cached(
+                    "UPDATE requests SET status = 'answered', resolved_at = ?2, answer = ?3, answered_by = ?4, \
+                     result = ?5 WHERE id = ?1 AND status = 'pending'",
+                )?
+                .execute(params![
+                    id,
+                    now.millis(),
+                    rows::to_json_opt(view.answer.as_ref()),
+                    view.answered_by,
+                    rows::to_json_opt(view.result.as_ref()),
+                ])?;
+            debug_assert_eq!(changed, 1, "the writer read it pending in this transaction");
+            let event = tx.record(Event::request(EventKind::RequestResolved, &view))?;
+            let resumes = after_resolution(tx, &id, now)?;
+            Ok(Answered::Won { view, event, resumes })
+        })
+        .await
+    }
+
+    pub async fn resolve(&self, which: Pending, resolution: Resolution) -> Result<Resolved, StoreError> {
+        self.write(move |tx| {
+            let ids: Vec<String> = match which {
+                Pending::Ids(ids) => ids,
+                Pending::Session(session) => select_ids(
+                    tx.conn,
+                    "status = 'pending' AND session = ?1 AND round IS NULL",
+                    params![session],
+                )?,
+                Pending::Elicitations => select_ids(tx.conn, "status = 'pending' AND round IS NULL", [])?,
+                Pending::All => select_ids(tx.conn, "status = 'pending'", [])?,
+            };
+            resolve_ids(tx, &ids, &resolution)
+        })
+        .await
+    }
+
+    pub async fn expire_due(&self, now: Timestamp, limit: usize) -> Result<Resolved, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.write(move |tx| {
+            let ids = select_ids(
+                tx.conn,
+                "status = 'pending' AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2",
+                params![now.millis(), limit],
+            )?;
+            resolve_ids(tx, &ids, &Resolution::Expired)
+        })
+        .await
+    }
+
+    pub fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.read(|conn| {
+            conn.prepare_cached("SELECT min(expires_at) FROM requests WHERE status = 'pending'")?
+                .query_row([], |row| row.get::<_, Option<i64>>(0))
+                .map(|millis| millis.map(Timestamp::from_millis))
+        })
+    }
+
+    pub async fn complete(&self, session: &str, elicitation_id: &str) -> Result<bool, StoreError> {
+        let (session, elicitation_id) = (session.to_owned(), elicitation_id.to_owned());
+        self.write(move |tx| {
+            let id: Option<String> = tx
+                .conn
+                .prepare_cached(
+                    "SELECT id FROM requests WHERE session = ?1 AND elicitation_id = ?2 ORDER BY seq DESC LIMIT 1",
+                )?
+                .query_row(params![session, elicitation_id], |row| row.get(0))
+                .optional()?;
+            let Some(id) = id else { return Ok(false) };
+            let changed = tx
+                .conn
+                .prepare_cached("UPDATE requests SET completed_at = ?2 WHERE id = ?1 AND completed_at IS NULL")?
+                .execute(params![id, Timestamp::now().millis()])?;
+            if changed == 0 {
+                return Ok(false);
+            }
+            if let Some(view) = request(tx.conn, &id)? {
+                tx.record(Event::request(EventKind::RequestUpdated, &view))?;
+            }
+            Ok(true)
+        })
+        .await
+    }
+
+    pub async fn annotate_round(&self, call: &str, detail: &str) -> Result<(), StoreError> {
+        let (call, detail) = (call.to_owned(), detail.to_owned());
+        self.write(move |tx| {
+            let ids = select_ids(
+                tx.conn,
+                "call_id = ?1 AND round = (SELECT max(round) FROM rounds WHERE call_id = ?1)",
+                params![call],
+            )?;
+            for id in ids {
+                tx.conn
+                    .prepare_cached("UPDATE requests SET detail = ?2 WHERE id = ?1")?
+                    .execute(params![id, detail])?;
+                if let Some(view) = request(tx.conn, &id)? {
+                    tx.record(Event::request(EventKind::RequestUpdated, &view))?;
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    pub fn request(&self, id: &str) -> Result<Option<RequestView>, StoreError> {
+        self.read(|conn| request(conn, id))
+    }
+
+    pub fn request_status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
+        self.read(|conn| {
+            conn.prepare_cached("SELECT status, owner FROM requests WHERE id = ?1")?
+                .query_row([id], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
+                .optional()
+                .map(|found| found.and_then(|(status, owner)| Status::parse(&status).map(|status| (status, owner))))
+        })
+    }
+
+    pub fn requests(
+        &self,
+        filter: &Filter,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<(Vec<RequestView>, Option<u64>), StoreError> {
+        let cursor = i64::try_from(cursor).unwrap_or(i64::MAX);
+        let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
+        self.read(|conn| {
+            let sql = format!(
+                "SELECT seq, {} FROM requests WHERE seq >= ?1 AND (?2 IS NULL OR status = ?2) \
+                 AND (?3 IS NULL OR server = ?3) AND (?4 IS NULL OR session = ?4) AND (?5 IS NULL OR call_id = ?5) \
+                 AND (?6 IS NULL OR kind = ?6) AND (?7 IS NULL OR owner = ?7) ORDER BY seq LIMIT ?8",
+                rows::REQUEST
+            );
+            let mut statement = conn.prepare_cached(&sql)?;
+            let mut found = statement.query(params![
+                cursor,
+                filter.status.map(Status::as_str),
+                filter.server,
+                filter.session,
+                filter.call,
+                filter.kind,
+                filter.owner,
+                fetch
+            ])?;
+            let mut page = Vec::new();
+            while let Some(row) = found.next()? {
+                let seq: i64 = row.get(0)?;
+                if page.len() == limit {
+                    return Ok((page, u64::try_from(seq).ok()));
+                }
+                page.push(rows::request_at(row, 1)?);
+            }
+            Ok((page, None))
+        })
+    }
+
+    pub fn pending_count(&self) -> Result<usize, StoreError> {
+        self.read(pending_count)
+    }
+}
+
+/// How many Requests are pending.
+pub(super) fn pending_count(conn: &Connection) -> rusqlite::Result<usize> {
+    conn.prepare_cached("SELECT count(*) FROM requests WHERE status = 'pending'")?
+        .query_row([], |row| row.get::<_, i64>(0))
+        .map(|count| usize::try_from(count).unwrap_or(0))
+}
+
+/// One Request.
+pub(super) fn request(conn: &Connection, id: &str) -> rusqlite::Result<Option<RequestView>> {
+    let sql = format!("SELECT {} FROM requests WHERE id = ?1", rows::REQUEST);
+    conn.prepare_cached(&sql)?.query_row([id], rows::request).optional()
+}
+
+/// The ids of the Requests matching a condition on the `requests` table.
+pub(super) fn select_ids(
+    conn: &Connection,
+    condition: &str,
+    params: impl rusqlite::Params,
+) -> rusqlite::Result<Vec<String>> {
+    let sql = format!("SELECT id FROM requests WHERE {condition}");
+    let mut statement = conn.prepare_cached(&sql)?;
+    let ids = statement.query_map(params, |row| row.get(0))?;
+    ids.collect()
+}
+
+fn insert_request(conn: &Connection, new: &NewRequest, round: Option<u32>) -> rusqlite::Result<()> {
+    let request = &new.request;
+    conn.prepare_cached(
+        "INSERT INTO requests (id, kind, prompt, url, data, expires_at, status, server, session, call_id, round, \
+         input_key, elicitation_id, owner, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+    )?
+    .execute(params![
+        request.id,
+        request.kind,
+        request.prompt,
+        request.url,
+        rows::to_json_opt(request.data.as_deref()),
+        new.deadline.millis(),
+        new.server,
+        new.session,
+        new.call,
+        round.filter(|_| new.input_key.is_some()),
+        new.input_key,
+        new.elicitation_id,
+        new.owner,
+        new.created_at.millis(),
+    ])?;
+    Ok(())
+}
+
+/// Resolves the Requests still pending among `ids`.
+pub(super) fn resolve_ids(tx: &mut Tx<'_>, ids: &[String], resolution: &Resolution) -> rusqlite::Result<Resolved> {
+    let now = Timestamp::now();
+    let mut resolved = Resolved::default();
+    for id in ids {
+        let Some(view) = request(tx.conn, id)?.filter(|view| view.status == Status::Pending) else {
+            continue;
+        };
+        let (view, resumes) = resolve_one(tx, view, resolution, now)?;
+        resolved.views.push(view);
+        resolved.resumes.extend(resumes);
+    }
+    Ok(resolved)
+}
+
+/// Resolves one pending Request without an answer; returns it and the call whose round it completed.
+fn resolve_one(
+    tx: &mut Tx<'_>,
+    mut view: RequestView,
+    resolution: &Resolution,
+    now: Timestamp,
+) -> rusqlite::Result<(RequestView, Option<String>)> {
+    crate::store::resolve_view(&mut view, resolution, now);
+    tx.conn
+        .prepare_cached(
+            "UPDATE requests SET status = ?2, resolved_at = ?3, answer = ?4, result = ?5, detail = ?6 \
+             WHERE id = ?1 AND status = 'pending'",
+        )?
+        .execute(params![
+            view.request.id,
+            view.status.as_str(),
+            now.millis(),
+            rows::to_json_opt(view.answer.as_ref()),
+            rows::to_json_opt(view.result.as_ref()),
+            view.detail,
+        ])?;
+    tx.record(Event::request(EventKind::RequestResolved, &view))?;
+    let resumes = after_resolution(tx, &view.request.id, now)?;
+    Ok((view, resumes))
+}
+
+/// Updates the call of a Request just resolved; returns the call if this completed its round.
+fn after_resolution(tx: &mut Tx<'_>, id: &str, now: Timestamp) -> rusqlite::Result<Option<String>> {
+    let found: Option<(Option<String>, Option<i64>)> = tx
+        .conn
+        .prepare_cached("SELECT call_id, round FROM requests WHERE id = ?1")?
+        .query_row([id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    let Some((Some(call), round)) = found else {
+        return Ok(None);
+    };
+    let Some(view) = call_changed(tx, &call, now)? else {
+        return Ok(None);
+    };
+    let complete = round.is_some() && view.status == CallStatus::Running;
+    Ok(complete.then_some(call))
+}
+
+/// Sets a call that has not ended to `input_required` or `running` as its pending Requests say, recording
+/// `call.updated` when that changes it; returns the call unless it has ended.
+pub(super) fn call_changed(tx: &mut Tx<'_>, call: &str, now: Timestamp) -> rusqlite::Result<Option<CallView>> {
+    let before: Option<String> = tx
+        .conn
+        .prepare_cached("SELECT status FROM calls WHERE id = ?1 AND status IN ('running', 'input_required')")?
+        .query_row([call], |row| row.get(0))
+        .optional()?;
+    let Some(before) = before else { return Ok(None) };
+    let waiting: bool = tx
+        .conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM requests WHERE call_id = ?1 AND status = 'pending')")?
+        .query_row([call], |row| row.get(0))?;
+    let status = if waiting {
+        CallStatus::InputRequired
+    } else {
+        CallStatus::Running
+    };
+    if before == status.as_str() {
+        return super::calls::call(tx.conn, call);
+    }
+    tx.conn
+        .prepare_cached("UPDATE calls SET status = ?2, updated_at = ?3 WHERE id = ?1")?
+        .execute(params![call, status.as_str(), now.millis()])?;
+    let view = super::calls::call(tx.conn, call)?;
+    if let Some(view) = &view {
+        tx.record(Event::call(view))?;
+    }
+    Ok(view)
+}

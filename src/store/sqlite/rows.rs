@@ -1,0 +1,154 @@
+//! Records as rows: the columns each read selects, and how a row becomes a record.
+
+use std::sync::Arc;
+
+use rusqlite::Row;
+use rusqlite::types::Type;
+use serde::de::DeserializeOwned;
+
+use crate::records::{
+    CallError, CallFailure, CallStatus, CallView, Event, EventKind, RequestView, SessionStatus, SessionView, Status,
+};
+use crate::suspension::Request;
+use crate::time::Timestamp;
+
+/// The columns `request` reads, in order.
+pub const REQUEST: &str = "id, kind, prompt, url, data, expires_at, status, server, session, call_id, owner, \
+     created_at, resolved_at, answer, answered_by, result, detail, completed_at";
+
+/// The columns `call` reads, in order (from `calls AS c`).
+pub const CALL: &str = "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, \
+     c.error_message, c.error_reason, c.created_at, c.updated_at, \
+     (SELECT json_group_array(r.id ORDER BY r.seq) FROM requests AS r WHERE r.call_id = c.id)";
+
+/// The columns `session` reads, in order.
+pub const SESSION: &str = "id, server, owner, status, protocol_version, server_info, created_at, closed_at, detail";
+
+/// The columns `event` reads, in order.
+pub const EVENT: &str = "seq, kind, server, session, call_id, owner, data";
+
+/// A Request read with the `REQUEST` columns.
+pub fn request(row: &Row<'_>) -> rusqlite::Result<RequestView> {
+    request_at(row, 0)
+}
+
+/// A Request read with the `REQUEST` columns, starting at column `at`.
+pub fn request_at(row: &Row<'_>, at: usize) -> rusqlite::Result<RequestView> {
+    Ok(RequestView {
+        request: Request {
+            id: row.get(at)?,
+            kind: row.get(at + 1)?,
+            prompt: row.get(at + 2)?,
+            url: row.get(at + 3)?,
+            data: json_opt::<serde_json::Map<String, serde_json::Value>>(row, at + 4)?.map(Arc::new),
+            expires_at: Some(timestamp(row, at + 5)?.rfc3339()),
+        },
+        status: parsed(row, at + 6, Status::parse)?,
+        server: row.get(at + 7)?,
+        session: row.get(at + 8)?,
+        call: row.get(at + 9)?,
+        owner: row.get(at + 10)?,
+        created_at: timestamp(row, at + 11)?,
+        resolved_at: timestamp_opt(row, at + 12)?,
+        answer: json_opt(row, at + 13)?,
+        answered_by: row.get(at + 14)?,
+        result: json_opt(row, at + 15)?,
+        detail: row.get(at + 16)?,
+        completed_at: timestamp_opt(row, at + 17)?,
+    })
+}
+
+/// A call read with the `CALL` columns.
+pub fn call(row: &Row<'_>) -> rusqlite::Result<CallView> {
+    let message: Option<String> = row.get(8)?;
+    let reason: Option<String> = row.get(9)?;
+    let error = message.map(|message| CallError {
+        message,
+        reason: reason.as_deref().and_then(CallFailure::parse),
+    });
+    Ok(CallView {
+        id: row.get(0)?,
+        server: row.get(1)?,
+        session: row.get(2)?,
+        tool: row.get(3)?,
+        arguments: json(row, 4)?,
+        owner: row.get(5)?,
+        status: parsed(row, 6, CallStatus::parse)?,
+        requests: json(row, 12)?,
+        result: json_opt(row, 7)?,
+        error,
+        created_at: timestamp(row, 10)?,
+        updated_at: timestamp(row, 11)?,
+    })
+}
+
+/// A session read with the `SESSION` columns.
+pub fn session(row: &Row<'_>) -> rusqlite::Result<SessionView> {
+    let owner: Option<String> = row.get(2)?;
+    Ok(SessionView {
+        id: row.get(0)?,
+        server: row.get(1)?,
+        shared: owner.is_none(),
+        owner,
+        status: parsed(row, 3, SessionStatus::parse)?,
+        protocol_version: row.get(4)?,
+        server_info: json_opt(row, 5)?,
+        created_at: timestamp(row, 6)?,
+        closed_at: timestamp_opt(row, 7)?,
+        detail: row.get(8)?,
+    })
+}
+
+/// An event read with the `EVENT` columns.
+pub fn event(row: &Row<'_>) -> rusqlite::Result<Event> {
+    Ok(Event {
+        id: u64::try_from(row.get::<_, i64>(0)?).unwrap_or_default(),
+        kind: parsed(row, 1, EventKind::parse)?,
+        server: row.get(2)?,
+        session: row.get(3)?,
+        call: row.get(4)?,
+        owner: row.get(5)?,
+        data: row.get(6)?,
+    })
+}
+
+/// A value as the JSON text the store keeps.
+pub fn to_json(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// An optional value as JSON text, or NULL.
+pub fn to_json_opt<T: serde::Serialize>(value: Option<&T>) -> Option<String> {
+    value.map(to_json)
+}
+
+fn json<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> rusqlite::Result<T> {
+    let text: String = row.get(index)?;
+    serde_json::from_str(&text)
+        .map_err(|error| rusqlite::Error::FromSqlConversionFailure(index, Type::Text, Box::new(error)))
+}
+
+fn json_opt<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<T>> {
+    let text: Option<String> = row.get(index)?;
+    text.map(|text| {
+        serde_json::from_str(&text)
+            .map_err(|error| rusqlite::Error::FromSqlConversionFailure(index, Type::Text, Box::new(error)))
+    })
+    .transpose()
+}
+
+fn timestamp(row: &Row<'_>, index: usize) -> rusqlite::Result<Timestamp> {
+    row.get::<_, i64>(index).map(Timestamp::from_millis)
+}
+
+fn timestamp_opt(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Timestamp>> {
+    Ok(row.get::<_, Option<i64>>(index)?.map(Timestamp::from_millis))
+}
+
+fn parsed<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
+    let text: String = row.get(index)?;
+    parse(&text).ok_or_else(|| {
+        let message = format!("unknown value {text:?}");
+        rusqlite::Error::FromSqlConversionFailure(index, Type::Text, message.into())
+    })
+}

@@ -1,0 +1,112 @@
+//! The database schema, as the migrations that build it: migration `n` takes a database from schema
+//! version `n` to `n + 1` (SQLite's `user_version`).
+
+/// The migrations, oldest first.
+pub const MIGRATIONS: &[&str] = &[r"
+CREATE TABLE sessions (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    server TEXT NOT NULL,
+    owner TEXT,
+    status TEXT NOT NULL,
+    protocol_version TEXT,
+    server_info TEXT,
+    created_at INTEGER NOT NULL,
+    closed_at INTEGER,
+    detail TEXT
+);
+CREATE INDEX sessions_open ON sessions (owner) WHERE status IN ('starting', 'ready');
+CREATE INDEX sessions_closed ON sessions (closed_at) WHERE closed_at IS NOT NULL;
+
+CREATE TABLE calls (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    server TEXT NOT NULL,
+    session TEXT NOT NULL,
+    -- 1 when it runs on its server's shared session, which a retry after a restart may replace.
+    shared INTEGER NOT NULL,
+    tool TEXT NOT NULL,
+    -- The arguments exactly as sent upstream: a retry echoes them.
+    arguments TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    -- The protocol version of the session it started on, and the capabilities declared on it.
+    protocol_version TEXT,
+    capabilities TEXT NOT NULL,
+    status TEXT NOT NULL,
+    result TEXT,
+    error_message TEXT,
+    error_reason TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    ended_at INTEGER
+);
+CREATE INDEX calls_live ON calls (owner) WHERE status IN ('running', 'input_required');
+CREATE INDEX calls_ended ON calls (ended_at) WHERE ended_at IS NOT NULL;
+
+-- What each 2026-07-28 input_required result asked, to be answered and echoed back.
+CREATE TABLE rounds (
+    call_id TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    -- Byte for byte as the upstream sent it; NULL when it sent none.
+    request_state TEXT,
+    input_requests TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (call_id, round)
+) WITHOUT ROWID;
+
+CREATE TABLE requests (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL,
+    prompt TEXT NOT NULL,
+    url TEXT,
+    data TEXT,
+    expires_at INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    server TEXT NOT NULL,
+    session TEXT NOT NULL,
+    call_id TEXT,
+    -- The round and key it answers (2026-07-28); NULL for an elicitation request, which cannot outlive
+    -- the upstream request it answers.
+    round INTEGER,
+    input_key TEXT,
+    elicitation_id TEXT,
+    owner TEXT,
+    created_at INTEGER NOT NULL,
+    resolved_at INTEGER,
+    answer TEXT,
+    answered_by TEXT,
+    result TEXT,
+    detail TEXT,
+    completed_at INTEGER
+);
+CREATE INDEX requests_status ON requests (status, seq);
+CREATE INDEX requests_pending ON requests (expires_at) WHERE status = 'pending';
+CREATE INDEX requests_call ON requests (call_id, round) WHERE call_id IS NOT NULL;
+CREATE INDEX requests_resolved ON requests (resolved_at) WHERE resolved_at IS NOT NULL;
+CREATE INDEX requests_completion ON requests (session, elicitation_id) WHERE elicitation_id IS NOT NULL;
+
+-- Every change, in order: the audit trail, what event streams replay, and what webhooks deliver.
+CREATE TABLE events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    server TEXT NOT NULL,
+    session TEXT NOT NULL,
+    call_id TEXT,
+    owner TEXT,
+    data TEXT NOT NULL
+);
+CREATE INDEX events_at ON events (at);
+
+-- The last event each webhook has had.
+CREATE TABLE webhook_cursors (
+    name TEXT PRIMARY KEY,
+    delivered INTEGER NOT NULL
+) WITHOUT ROWID;
+"];
+
+/// The schema version this build writes.
+pub fn version() -> i64 {
+    i64::try_from(MIGRATIONS.len()).expect("a handful of migrations")
+}
