@@ -42,6 +42,9 @@ listen = "127.0.0.1:0"
 calls_per_principal = 100000
 sessions_per_principal = 100000
 
+[store]
+url = "sqlite:$work/gateway.sqlite3"
+
 [[servers]]
 name = "demo"
 builtin = "demo"

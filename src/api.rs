@@ -131,6 +131,7 @@ pub fn router(state: AppState) -> Router {
         .split_for_parts();
     let router = router.merge(ui::routes(&mut document));
     constrain(&mut document);
+    document_unavailable(&mut document);
     state.auth.document(&mut document);
     state.http.document(&mut document);
     let document = OpenApiJson(document.to_json().unwrap_or_default().into());
@@ -205,6 +206,43 @@ fn constrain(document: &mut utoipa::openapi::OpenApi) {
     // An Answer gives a `reason` only when `ok` is false.
     let accept = ok(true).property("reason", ObjectBuilder::new().schema_type(Type::Null));
     one_of(document, "Answer", [ok(false), accept]);
+}
+
+/// The routes that never use the store (they answer without it, or swallow its errors).
+const WITHOUT_STORE: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/openapi.json"];
+
+/// Documents the `503` every route that reads or changes the store answers when the store cannot be used.
+fn document_unavailable(document: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, HeaderBuilder, Ref, RefOr, ResponseBuilder};
+    let problem = ContentBuilder::new()
+        .schema(Some(RefOr::Ref(Ref::from_schema_name("Problem"))))
+        .build();
+    let unavailable = ResponseBuilder::new()
+        .description(
+            "The store cannot keep or read this right now (a full disk, an I/O error); nothing was changed: try \
+             again after Retry-After",
+        )
+        .content("application/problem+json", problem)
+        .header(
+            "Retry-After",
+            HeaderBuilder::new()
+                .schema(Some(ObjectBuilder::new().schema_type(Type::Integer)))
+                .description(Some("Seconds to wait before trying again"))
+                .build(),
+        )
+        .build();
+    for (path, item) in document.paths.paths.iter_mut() {
+        if WITHOUT_STORE.contains(&path.as_str()) || path.starts_with("/ui") || path.starts_with("/servers") {
+            continue;
+        }
+        for operation in [&mut item.get, &mut item.post, &mut item.delete].into_iter().flatten() {
+            operation
+                .responses
+                .responses
+                .entry("503".to_owned())
+                .or_insert_with(|| RefOr::T(unavailable.clone()));
+        }
+    }
 }
 
 /// Narrows a component schema: a value must also match exactly one of the branches.

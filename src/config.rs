@@ -275,7 +275,7 @@ pub struct ServerConfig {
     /// The program to start for a stdio server.
     #[serde(default, deserialize_with = "expanded_option")]
     pub command: Option<String>,
-    /// Its arguments.
+    /// Its arguments (for `builtin = "demo"`, flags of `demo-server` such as `--seal-state`).
     #[serde(default, deserialize_with = "expanded_list")]
     pub args: Vec<String>,
     /// Extra environment for the child process.
@@ -658,9 +658,11 @@ impl ServerConfig {
             (None, None, Some(Builtin::Demo)) => {
                 let command = std::env::current_exe()
                     .map_err(|error| format!("{key}.builtin: cannot locate this executable: {error}"))?;
+                let mut args = vec!["demo-server".to_owned()];
+                args.extend(self.args.iter().cloned());
                 Ok(Transport::Stdio {
                     command,
-                    args: vec!["demo-server".to_owned()],
+                    args,
                     env: self.env.clone(),
                 })
             }

@@ -34,18 +34,66 @@ const MAX_FLOOD: u64 = 200_000;
 pub struct Demo {
     /// Speak only protocol 2025-11-25 and earlier, like a server that predates `server/discover`.
     pub legacy_only: bool,
+    /// The key `requestState` is sealed with (2026-07-28), made when the process starts; without one the
+    /// state is plain JSON that any process accepts.
+    state_key: Option<[u8; 32]>,
     /// Services `connect_account` has already sent to authorization (2025-11-25 only).
     connecting: Arc<Mutex<HashSet<String>>>,
 }
 
 impl Demo {
-    /// A demo server; `legacy_only` makes it refuse `server/discover`.
-    pub fn new(legacy_only: bool) -> Self {
+    /// A demo server; `legacy_only` makes it refuse `server/discover`, `seal_state` makes it seal
+    /// `requestState` with a key of this process, as SDK servers do by default, so that a later process (or
+    /// a tampered state) is refused with `-32602`.
+    pub fn new(legacy_only: bool, seal_state: bool) -> Self {
         Self {
             legacy_only,
+            state_key: seal_state.then(process_key),
             connecting: Arc::default(),
         }
     }
+
+    /// `requestState` for the results so far: their JSON, after an HMAC of it when the state is sealed.
+    fn seal(&self, results: &[Value]) -> String {
+        let state = serde_json::to_string(results).unwrap_or_default();
+        match &self.state_key {
+            Some(key) => format!("{}.{state}", mac(key, &state)),
+            None => state,
+        }
+    }
+
+    /// The results a `requestState` carries; an error when a sealed state does not verify.
+    fn unseal(&self, state: Option<&str>) -> Result<Vec<Value>, ErrorData> {
+        let Some(state) = state else { return Ok(Vec::new()) };
+        let state = match &self.state_key {
+            Some(key) => match state.split_once('.') {
+                Some((tag, state)) if tag == mac(key, state) => state,
+                _ => {
+                    return Err(ErrorData::invalid_params(
+                        "Invalid or expired requestState",
+                        Some(json!({"reason": "invalid_request_state"})),
+                    ));
+                }
+            },
+            None => state,
+        };
+        Ok(serde_json::from_str(state).unwrap_or_default())
+    }
+}
+
+/// A key no other process has.
+fn process_key() -> [u8; 32] {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(uuid::Uuid::now_v7().as_bytes());
+    hasher.update(std::process::id().to_le_bytes());
+    hasher.update(uuid::Uuid::now_v7().as_bytes());
+    hasher.finalize().into()
+}
+
+/// The hex HMAC-SHA256 of `text` under `key`.
+fn mac(key: &[u8; 32], text: &str) -> String {
+    crate::webhooks::sign_hex(key, text.as_bytes())
 }
 
 /// Serves the demo over stdin/stdout until the client goes away.
@@ -163,7 +211,7 @@ impl ServerHandler for Demo {
                     .map(Duration::from_secs_f64);
                 let crash = name == "crash";
                 if modern {
-                    next_round(name, steps, &request, crash)
+                    self.next_round(name, steps, &request, crash)
                 } else {
                     elicit_in_turn(name, steps, &context, crash, timeout).await
                 }
@@ -373,45 +421,43 @@ async fn elicit_in_turn(
     Ok(CallToolResult::structured(json!({ "results": results })).into())
 }
 
-/// 2026-07-28: returns the next elicitation as `input_required`, carrying the results so far in `requestState`.
-///
-/// The state is not sealed: this is a demo, and a real server must protect it (HMAC or AEAD).
-fn next_round(
-    tool: &str,
-    steps: Vec<Value>,
-    request: &CallToolRequestParams,
-    crash: bool,
-) -> Result<CallToolResponse, ErrorData> {
-    let mut results: Vec<Value> = request
-        .request_state
-        .as_deref()
-        .and_then(|state| serde_json::from_str(state).ok())
-        .unwrap_or_default();
-    let key = |round: usize| format!("step{round}");
-    if let Some(result) = request
-        .input_responses
-        .as_ref()
-        .and_then(|r| r.get(&key(results.len())))
-    {
-        if let Ok(parsed) = serde_json::from_value::<ElicitResult>(result.clone()) {
-            log_received(tool, &parsed);
+impl Demo {
+    /// 2026-07-28: returns the next elicitation as `input_required`, carrying the results so far in `requestState`.
+    ///
+    /// The state is sealed only with `--seal-state`: a real server must protect it (HMAC or AEAD).
+    fn next_round(
+        &self,
+        tool: &str,
+        steps: Vec<Value>,
+        request: &CallToolRequestParams,
+        crash: bool,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let mut results = self.unseal(request.request_state.as_deref())?;
+        let key = |round: usize| format!("step{round}");
+        if let Some(result) = request
+            .input_responses
+            .as_ref()
+            .and_then(|r| r.get(&key(results.len())))
+        {
+            if let Ok(parsed) = serde_json::from_value::<ElicitResult>(result.clone()) {
+                log_received(tool, &parsed);
+            }
+            results.push(result.clone());
         }
-        results.push(result.clone());
+        let Some(step) = steps.get(results.len()) else {
+            return Ok(CallToolResult::structured(json!({ "results": results })).into());
+        };
+        let params: ElicitRequestParams =
+            serde_json::from_value(step.clone()).map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        if crash {
+            exit_soon();
+        }
+        let requests = BTreeMap::from([(
+            key(results.len()),
+            InputRequest::Elicitation(ElicitRequest::new(params)),
+        )]);
+        Ok(InputRequiredResult::new(Some(requests), Some(self.seal(&results))).into())
     }
-    let Some(step) = steps.get(results.len()) else {
-        return Ok(CallToolResult::structured(json!({ "results": results })).into());
-    };
-    let params: ElicitRequestParams =
-        serde_json::from_value(step.clone()).map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-    if crash {
-        exit_soon();
-    }
-    let requests = BTreeMap::from([(
-        key(results.len()),
-        InputRequest::Elicitation(ElicitRequest::new(params)),
-    )]);
-    let state = serde_json::to_string(&results).unwrap_or_default();
-    Ok(InputRequiredResult::new(Some(requests), Some(state)).into())
 }
 
 /// The form each `flood` elicitation asks for.

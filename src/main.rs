@@ -68,6 +68,10 @@ struct DemoArgs {
     /// Speak only protocol 2025-11-25, like a server that predates `server/discover`.
     #[arg(long)]
     legacy: bool,
+    /// Seal `requestState` with a key made at start, as SDK servers do by default: a state from another
+    /// process (before a restart) is refused with -32602.
+    #[arg(long)]
+    seal_state: bool,
 }
 
 #[derive(Debug, Args)]
@@ -224,6 +228,7 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         let gateway = Gateway::new(&config, listener)?;
         let signal = shutdown_signal()?;
+        survive_file_size_limit()?;
         let address = gateway.local_addr()?;
         tracing::info!(%address, workers = config.workers, "listening");
         println!("listening on http://{address}");
@@ -232,11 +237,21 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
 }
 
 async fn demo_server(args: DemoArgs) -> anyhow::Result<()> {
-    let demo = Demo::new(args.legacy);
+    let demo = Demo::new(args.legacy, args.seal_state);
     match args.http {
         Some(address) => demo::serve_http(demo, address, shutdown_signal()?).await,
         None => demo::serve_stdio(demo).await,
     }
+}
+
+/// Takes over SIGXFSZ, which a file-size limit would kill the process with when the store grows past it:
+/// the write fails instead, as on a full disk, and the gateway answers `503` until there is room again.
+fn survive_file_size_limit() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let limit = nix::sys::signal::Signal::SIGXFSZ as i32;
+    let mut exceeded = signal(SignalKind::from_raw(limit)).context("cannot handle SIGXFSZ")?;
+    tokio::spawn(async move { while exceeded.recv().await.is_some() {} });
+    Ok(())
 }
 
 /// Takes over SIGINT and SIGTERM now; the future resolves when one arrives.

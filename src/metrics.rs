@@ -129,6 +129,12 @@ const FAMILIES: &[Family] = &[
         buckets: &[],
     },
     Family {
+        name: "toolnexus_store_bytes",
+        kind: "gauge",
+        help: "Size of the SQLite store's database file (absent for the memory store).",
+        buckets: &[],
+    },
+    Family {
         name: "toolnexus_webhook_deliveries_total",
         kind: "counter",
         help: "Webhook delivery attempts, by webhook and outcome (delivered, failed, dropped).",

@@ -433,8 +433,13 @@ impl Registry {
 
     /// Expires what is due now; returns when the next Request is due.
     async fn expire_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.expire_at(Timestamp::now()).await
+    }
+
+    /// Expires what is due at `now`; returns when the next Request is due.
+    async fn expire_at(&self, now: Timestamp) -> Result<Option<Timestamp>, StoreError> {
         loop {
-            let resolved = self.shared.store.expire_due(Timestamp::now(), EXPIRY_BATCH).await?;
+            let resolved = self.shared.store.expire_due(now, EXPIRY_BATCH).await?;
             let more = resolved.views.len() == EXPIRY_BATCH;
             self.deliver(resolved, Tell::Cancel);
             if !more {
@@ -580,3 +585,6 @@ impl SharedData {
         self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
+
+#[cfg(test)]
+mod properties;

@@ -534,3 +534,6 @@ pub(crate) fn ended_call_detail(finish: &Finish) -> String {
         Finish::Cancelled(message) => message.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,9 +9,9 @@ use serde::{Serialize, Serializer};
 pub struct Timestamp(SystemTime);
 
 impl Timestamp {
-    /// The current instant.
+    /// The current instant, to the millisecond: as precise as the API shows it and the store keeps it.
     pub fn now() -> Self {
-        Self(SystemTime::now())
+        Self::from_millis(Self(SystemTime::now()).millis())
     }
 
     /// This instant moved forward by `duration`.

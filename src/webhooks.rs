@@ -158,11 +158,18 @@ impl Delivery {
 
 /// `sha256=<hex HMAC-SHA256 of body under secret>`.
 pub fn sign(secret: &str, body: &[u8]) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length");
+    format!("sha256={}", sign_hex(secret.as_bytes(), body))
+}
+
+/// The hex HMAC-SHA256 of `body` under `key`.
+pub fn sign_hex(key: &[u8], body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any length");
     mac.update(body);
-    let digest = mac.finalize().into_bytes();
-    let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
-    format!("sha256={hex}")
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
 }
 
 #[cfg(test)]

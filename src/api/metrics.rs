@@ -61,6 +61,13 @@ pub async fn render(State(state): State<AppState>) -> Response {
         labels: Vec::new(),
         value: state.connections.open() as f64,
     });
+    if let Some(bytes) = state.store.size() {
+        gauges.push(Gauge {
+            name: "toolnexus_store_bytes",
+            labels: Vec::new(),
+            value: bytes as f64,
+        });
+    }
     gauges.push(Gauge {
         name: "toolnexus_long_polls",
         labels: Vec::new(),

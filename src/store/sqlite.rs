@@ -10,6 +10,7 @@ mod writer;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -39,6 +40,8 @@ struct Shared {
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     readers: Mutex<Vec<Connection>>,
+    /// How many Requests are pending, as last committed (the writer keeps it).
+    pending: Arc<AtomicUsize>,
     /// Held while the store is open, so that a second gateway cannot open the same file.
     _lock: Flock<File>,
 }
@@ -70,10 +73,13 @@ impl Sqlite {
         let conn = Connection::open_with_flags(path, flags).map_err(|error| failed(describe(&error)))?;
         configure(&conn).map_err(failed)?;
         migrate(&conn).map_err(failed)?;
+        let pending = requests::pending_count(&conn).map_err(|error| failed(describe(&error)))?;
+        let pending = Arc::new(AtomicUsize::new(pending));
         let (jobs, receiver) = mpsc::channel();
+        let counted = pending.clone();
         let writer = std::thread::Builder::new()
             .name("store-writer".to_owned())
-            .spawn(move || writer::run(conn, receiver, feed))
+            .spawn(move || writer::run(conn, receiver, feed, counted))
             .map_err(|error| failed(format!("cannot start its writer thread: {error}")))?;
         Ok(Self {
             shared: Arc::new(Shared {
@@ -81,6 +87,7 @@ impl Sqlite {
                 jobs: Mutex::new(Some(jobs)),
                 writer: Mutex::new(Some(writer)),
                 readers: Mutex::default(),
+                pending,
                 _lock: lock,
             }),
         })
@@ -165,6 +172,11 @@ impl Sqlite {
             readers.push(conn);
         }
         result
+    }
+
+    /// How many Requests are pending.
+    pub fn pending_count(&self) -> Result<usize, StoreError> {
+        Ok(self.shared.pending.load(Ordering::Relaxed))
     }
 
     /// How large the database is, in bytes.

@@ -169,7 +169,7 @@ async fn a_second_answer_is_409_unless_it_is_identical() {
 
 #[tokio::test]
 async fn answers_to_expired_or_cancelled_requests_are_410() {
-    let app = spawn_app_with(BOTH_ERAS, "ttl = \"1s\"").await;
+    let app = spawn_app_with(BOTH_ERAS, "ttl = \"2s\"").await;
     let (expired, _) = pending_request(&app, "confirm_action").await;
     assert_eq!(
         app.get_json(&format!("/requests/{expired}?wait=20")).await["status"],

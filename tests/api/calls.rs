@@ -173,7 +173,7 @@ async fn decline_and_cancel_reach_the_upstream() {
 
 #[tokio::test]
 async fn an_unanswered_request_expires_and_the_upstream_gets_cancel() {
-    let app = spawn_app_with(BOTH_ERAS, "ttl = \"1s\"").await;
+    let app = spawn_app_with(BOTH_ERAS, "ttl = \"2s\"").await;
     for era in ERAS {
         let call = app.call(era, "confirm_action", json!({"action": "wait"})).await;
         let id = first_request(&call);

@@ -31,7 +31,8 @@ pub struct TestApp {
     pub client: reqwest::Client,
     child: Child,
     stderr: Arc<Output>,
-    _dir: tempfile::TempDir,
+    /// The directory of its config and store, when the app owns it.
+    _dir: Option<tempfile::TempDir>,
 }
 
 /// Lines a child process wrote, with a signal for each new one.
@@ -127,22 +128,41 @@ pub fn start_under_file_limit(files: u32, settings: &str, servers: &str) -> Test
 }
 
 /// Runs `command` (the gateway, or what execs it) with `--config` and a temp config, until it listens.
-fn launch(mut command: Command, settings: &str, servers: &str, requests: &str) -> TestApp {
+fn launch(command: Command, settings: &str, servers: &str, requests: &str) -> TestApp {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("gateway.toml");
+    let mut app = launch_in(command, dir.path(), settings, servers, requests);
+    app._dir = Some(dir);
+    app
+}
+
+/// Starts the gateway with its config and its SQLite store in `dir`, which outlives it: a gateway started
+/// there again finds what this one kept.
+pub fn start_in(dir: &std::path::Path, settings: &str, servers: &str, requests: &str) -> TestApp {
+    launch_in(Command::new(BINARY), dir, settings, servers, requests)
+}
+
+/// Like `start_in`, waiting until every server is ready.
+pub async fn spawn_in(dir: &std::path::Path, settings: &str, servers: &str, requests: &str) -> TestApp {
+    let app = start_in(dir, settings, servers, requests);
+    let ready = app.get("/readyz?wait=30").await;
+    assert_eq!(ready.status(), 200, "not ready: {}", ready.text().await.unwrap());
+    app
+}
+
+/// The config of a test gateway: port 0, the settings, Requests and servers given, and a SQLite store in
+/// `dir` unless the settings name one.
+pub fn config_text(dir: &std::path::Path, settings: &str, servers: &str, requests: &str) -> String {
     let store = if settings.contains("[store]") {
         String::new()
     } else {
-        format!(
-            "[store]\nurl = \"sqlite:{}\"\n",
-            dir.path().join("gateway.sqlite3").display()
-        )
+        format!("[store]\nurl = \"sqlite:{}\"\n", dir.join("gateway.sqlite3").display())
     };
-    std::fs::write(
-        &config,
-        format!("listen = \"127.0.0.1:0\"\n{settings}\n[requests]\n{requests}\n{servers}\n{store}"),
-    )
-    .unwrap();
+    format!("listen = \"127.0.0.1:0\"\n{settings}\n[requests]\n{requests}\n{servers}\n{store}")
+}
+
+fn launch_in(mut command: Command, dir: &std::path::Path, settings: &str, servers: &str, requests: &str) -> TestApp {
+    let config = dir.join("gateway.toml");
+    std::fs::write(&config, config_text(dir, settings, servers, requests)).unwrap();
     let mut child = command
         .arg("--config")
         .arg(&config)
@@ -161,7 +181,7 @@ fn launch(mut command: Command, settings: &str, servers: &str, requests: &str) -
         client: reqwest::Client::new(),
         child,
         stderr,
-        _dir: dir,
+        _dir: None,
     }
 }
 
@@ -266,6 +286,12 @@ impl TestApp {
         signal(self.child.id(), "TERM");
         self.child.wait().unwrap().code()
     }
+
+    /// Kills the process with SIGKILL, as a crash or an OOM kill would, and waits until it is gone.
+    pub fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
 }
 
 impl Drop for TestApp {
@@ -316,10 +342,13 @@ pub fn alive(pid: u32) -> bool {
     })
 }
 
-/// The id of the first Request a call raised, read from the call itself (for Requests that may end quickly).
+/// The id of the first Request a call raised, read from the call itself (for Requests that may end quickly,
+/// even before the call's response was written).
 pub fn first_request(call: &Value) -> String {
-    assert_eq!(call["status"], "input_required", "{call}");
-    call["requests"][0].as_str().unwrap().to_owned()
+    let first = call["requests"][0].as_str();
+    first
+        .unwrap_or_else(|| panic!("the call raised no Request: {call}"))
+        .to_owned()
 }
 
 /// The `structuredContent.results` of a completed call.

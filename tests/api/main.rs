@@ -12,6 +12,8 @@ mod limits;
 mod openapi;
 mod operations;
 mod races;
+mod restart;
 mod sessions;
+mod store;
 mod ui;
 mod webhooks;

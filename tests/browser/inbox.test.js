@@ -71,7 +71,8 @@ after(async () => {
 async function startGateway(extra = '') {
   const dir = mkdtempSync(join(tmpdir(), 'toolnexus-ui-'));
   const config = join(dir, 'gateway.toml');
-  writeFileSync(config, `listen = "127.0.0.1:0"\n\n[[servers]]\nname = "demo"\nbuiltin = "demo"\n\n${extra}`);
+  const store = `[store]\nurl = "sqlite:${join(dir, 'gateway.sqlite3')}"\n`;
+  writeFileSync(config, `listen = "127.0.0.1:0"\n\n${store}\n[[servers]]\nname = "demo"\nbuiltin = "demo"\n\n${extra}`);
   const child = spawn(GATEWAY_BIN, ['--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
   const log = [];
   createInterface({ input: child.stderr }).on('line', (line) => {

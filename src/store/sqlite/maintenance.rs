@@ -131,7 +131,7 @@ impl Sqlite {
                 super::calls::finish_in(tx, &call, Finish::Failed(error))?;
                 recovered.ended_calls += 1;
             }
-            recovered.pending = super::requests::pending_count(tx.conn)?;
+            recovered.pending = tx.pending();
             Ok(recovered)
         })
         .await

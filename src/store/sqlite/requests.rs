@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::writer::Tx;
 use super::{Sqlite, rows};
-use crate::records::{CallStatus, CallView, Event, EventKind, Filter, RequestView, Status};
+use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
 use crate::store::{
     Answered, Decision, NewRequest, NewRound, Pending, RaiseError, Resolution, Resolved, StoreError, Withdrawal,
 };
@@ -21,8 +21,7 @@ impl Sqlite {
         max_pending: usize,
     ) -> Result<Vec<RequestView>, RaiseError> {
         self.write(move |tx| {
-            let pending = pending_count(tx.conn)?;
-            if pending + requests.len() > max_pending {
+            if tx.pending() + requests.len() > max_pending {
                 return Ok(Err(RaiseError::Full(max_pending)));
             }
             let now = Timestamp::now();
@@ -42,6 +41,7 @@ impl Sqlite {
             }
             let mut views = Vec::with_capacity(requests.len());
             let mut calls = BTreeSet::new();
+            tx.count_pending(isize::try_from(requests.len()).unwrap_or(isize::MAX));
             for new in requests {
                 insert_request(tx.conn, &new, round.as_ref().map(|round| round.number))?;
                 let view = crate::store::raised_view(&new);
@@ -92,6 +92,7 @@ impl Sqlite {
                     rows::to_json_opt(view.result.as_ref()),
                 ])?;
             debug_assert_eq!(changed, 1, "the writer read it pending in this transaction");
+            tx.count_pending(-1);
             let event = tx.record(Event::request(EventKind::RequestResolved, &view))?;
             let resumes = after_resolution(tx, &id, now)?;
             Ok(Answered::Won { view, event, resumes })
@@ -234,10 +235,6 @@ impl Sqlite {
             Ok((page, None))
         })
     }
-
-    pub fn pending_count(&self) -> Result<usize, StoreError> {
-        self.read(pending_count)
-    }
 }
 
 /// How many Requests are pending.
@@ -327,6 +324,7 @@ fn resolve_one(
             rows::to_json_opt(view.result.as_ref()),
             view.detail,
         ])?;
+    tx.count_pending(-1);
     tx.record(Event::request(EventKind::RequestResolved, &view))?;
     let resumes = after_resolution(tx, &view.request.id, now)?;
     Ok((view, resumes))
@@ -342,16 +340,14 @@ fn after_resolution(tx: &mut Tx<'_>, id: &str, now: Timestamp) -> rusqlite::Resu
     let Some((Some(call), round)) = found else {
         return Ok(None);
     };
-    let Some(view) = call_changed(tx, &call, now)? else {
-        return Ok(None);
-    };
-    let complete = round.is_some() && view.status == CallStatus::Running;
+    let status = call_changed(tx, &call, now)?;
+    let complete = round.is_some() && status == Some(CallStatus::Running);
     Ok(complete.then_some(call))
 }
 
 /// Sets a call that has not ended to `input_required` or `running` as its pending Requests say, recording
-/// `call.updated` when that changes it; returns the call unless it has ended.
-pub(super) fn call_changed(tx: &mut Tx<'_>, call: &str, now: Timestamp) -> rusqlite::Result<Option<CallView>> {
+/// `call.updated` when that changes it; returns that status, or `None` if the call has ended.
+pub(super) fn call_changed(tx: &mut Tx<'_>, call: &str, now: Timestamp) -> rusqlite::Result<Option<CallStatus>> {
     let before: Option<String> = tx
         .conn
         .prepare_cached("SELECT status FROM calls WHERE id = ?1 AND status IN ('running', 'input_required')")?
@@ -367,15 +363,13 @@ pub(super) fn call_changed(tx: &mut Tx<'_>, call: &str, now: Timestamp) -> rusql
     } else {
         CallStatus::Running
     };
-    if before == status.as_str() {
-        return super::calls::call(tx.conn, call);
+    if before != status.as_str() {
+        tx.conn
+            .prepare_cached("UPDATE calls SET status = ?2, updated_at = ?3 WHERE id = ?1")?
+            .execute(params![call, status.as_str(), now.millis()])?;
+        if let Some(view) = super::calls::call(tx.conn, call)? {
+            tx.record(Event::call(&view))?;
+        }
     }
-    tx.conn
-        .prepare_cached("UPDATE calls SET status = ?2, updated_at = ?3 WHERE id = ?1")?
-        .execute(params![call, status.as_str(), now.millis()])?;
-    let view = super::calls::call(tx.conn, call)?;
-    if let Some(view) = &view {
-        tx.record(Event::call(view))?;
-    }
-    Ok(view)
+    Ok(Some(status))
 }

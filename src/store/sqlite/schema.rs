@@ -82,7 +82,7 @@ CREATE TABLE requests (
 );
 CREATE INDEX requests_status ON requests (status, seq);
 CREATE INDEX requests_pending ON requests (expires_at) WHERE status = 'pending';
-CREATE INDEX requests_call ON requests (call_id, round) WHERE call_id IS NOT NULL;
+CREATE INDEX requests_call ON requests (call_id, status) WHERE call_id IS NOT NULL;
 CREATE INDEX requests_resolved ON requests (resolved_at) WHERE resolved_at IS NOT NULL;
 CREATE INDEX requests_completion ON requests (session, elicitation_id) WHERE elicitation_id IS NOT NULL;
 

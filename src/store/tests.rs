@@ -1,0 +1,302 @@
+//! The store's verbs, each checked against both backends: what they decide must not depend on where the
+//! state lives.
+
+use std::time::Duration;
+
+use rmcp::model::{ElicitResult, ElicitationAction};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::records::{CallStatus, EventKind, Finish, SessionStatus, Status};
+use crate::suspension::Answer;
+
+/// Runs a scenario on a memory store and on a SQLite file in a temp dir.
+async fn on_both<F, Fut>(scenario: F)
+where
+    F: Fn(Store) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    scenario(Store::open(&Location::Memory, Feed::default(), Duration::from_secs(3600)).unwrap()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let location = Location::Sqlite(dir.path().join("store.sqlite3"));
+    let store = Store::open(&location, Feed::default(), Duration::from_secs(3600)).unwrap();
+    scenario(store.clone()).await;
+    if let Store::Sqlite(sqlite) = store {
+        sqlite.close();
+    }
+}
+
+fn new_call(owner: &str) -> NewCall {
+    NewCall {
+        server: "demo".into(),
+        session: "ses-1".into(),
+        shared: true,
+        tool: "two_step".into(),
+        arguments: json!({"b": 1, "a": [2]}),
+        owner: owner.into(),
+        protocol_version: Some("2026-07-28".into()),
+        capabilities: json!({"elicitation": {}}),
+    }
+}
+
+fn new_request(call: Option<&str>, input_key: Option<&str>) -> NewRequest {
+    let created_at = Timestamp::now();
+    let deadline = created_at.after(Duration::from_secs(60));
+    NewRequest {
+        request: Request {
+            id: crate::ids::mint(crate::ids::REQUEST),
+            kind: "input".into(),
+            prompt: "Go on?".into(),
+            url: None,
+            data: None,
+            expires_at: Some(deadline.rfc3339()),
+        },
+        created_at,
+        deadline,
+        server: "demo".into(),
+        session: "ses-1".into(),
+        call: call.map(str::to_owned),
+        owner: Some("ada".into()),
+        elicitation_id: None,
+        input_key: input_key.map(str::to_owned),
+    }
+}
+
+fn decision(confirm: bool) -> Decision {
+    let data = json!({"confirm": confirm}).as_object().cloned();
+    Decision {
+        answer: Answer {
+            id: String::new(),
+            ok: true,
+            data: data.clone(),
+            reason: None,
+        },
+        result: ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(data.unwrap_or_default())),
+        by: "tester".into(),
+    }
+}
+
+fn still_wanted() -> Withdrawal {
+    Box::new(|| None)
+}
+
+#[tokio::test]
+async fn a_round_answered_in_full_gives_what_its_retry_sends() {
+    on_both(|store| async move {
+        let call = store.insert_call(new_call("ada"), 10).await.unwrap();
+        let round = NewRound {
+            call: call.id.clone(),
+            number: 1,
+            request_state: Some("opaque \"state\"".into()),
+            input_requests: json!({"a": {"method": "elicitation/create"}, "b": {"method": "elicitation/create"}})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        };
+        let requests = vec![
+            new_request(Some(&call.id), Some("a")),
+            new_request(Some(&call.id), Some("b")),
+        ];
+        let raised = store.raise(requests, Some(round), 100).await.unwrap();
+        let waiting = store.call(&call.id).unwrap().unwrap();
+        assert_eq!(waiting.status, CallStatus::InputRequired);
+        assert_eq!(waiting.requests.len(), 2);
+        assert_eq!(
+            store.retry(&call.id).unwrap(),
+            None,
+            "a round with Requests pending is not retried"
+        );
+
+        let first = store
+            .answer(&raised[0].request.id, decision(true), still_wanted())
+            .await
+            .unwrap();
+        assert!(matches!(first, Answered::Won { resumes: None, .. }), "{first:?}");
+        let resolved = store
+            .resolve(Pending::Ids(vec![raised[1].request.id.clone()]), Resolution::Expired)
+            .await
+            .unwrap();
+        assert_eq!(resolved.resumes, std::slice::from_ref(&call.id));
+        assert_eq!(store.call(&call.id).unwrap().unwrap().status, CallStatus::Running);
+
+        let retry = store.retry(&call.id).unwrap().unwrap();
+        assert_eq!(retry.round, 1);
+        assert_eq!(retry.request_state.as_deref(), Some("opaque \"state\""));
+        assert_eq!(retry.arguments, json!({"b": 1, "a": [2]}));
+        assert_eq!(
+            Value::Object(retry.input_responses),
+            json!({"a": {"action": "accept", "content": {"confirm": true}}, "b": {"action": "cancel"}})
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn of_two_answers_one_wins_and_the_other_sees_it() {
+    on_both(|store| async move {
+        let raised = store.raise(vec![new_request(None, None)], None, 100).await.unwrap();
+        let id = raised[0].request.id.clone();
+        let (first, second) = tokio::join!(
+            store.answer(&id, decision(true), still_wanted()),
+            store.answer(&id, decision(false), still_wanted())
+        );
+        let outcomes = [first.unwrap(), second.unwrap()];
+        let won: Vec<_> = outcomes
+            .iter()
+            .filter(|outcome| matches!(outcome, Answered::Won { .. }))
+            .collect();
+        assert_eq!(won.len(), 1, "{outcomes:?}");
+        let kept = store.request(&id).unwrap().unwrap();
+        for outcome in &outcomes {
+            match outcome {
+                Answered::Won { view, .. } | Answered::Lost(view) => assert_eq!(view.answer, kept.answer),
+                other => panic!("{other:?}"),
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_withdrawn_elicitation_takes_no_answer() {
+    on_both(|store| async move {
+        let raised = store.raise(vec![new_request(None, None)], None, 100).await.unwrap();
+        let id = raised[0].request.id.clone();
+        let withdrawn: Withdrawal = Box::new(|| Some("the upstream cancelled the elicitation".into()));
+        let outcome = store.answer(&id, decision(true), withdrawn).await.unwrap();
+        let Answered::Withdrawn(view) = outcome else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!(view.status, Status::Cancelled);
+        assert_eq!(view.result, None, "nothing was sent upstream");
+        assert_eq!(store.request(&id).unwrap().unwrap(), view);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn past_the_cap_nothing_of_a_round_is_raised() {
+    on_both(|store| async move {
+        store.raise(vec![new_request(None, None)], None, 2).await.unwrap();
+        let two = vec![new_request(None, None), new_request(None, None)];
+        assert!(matches!(store.raise(two, None, 2).await, Err(RaiseError::Full(2))));
+        assert_eq!(store.pending_count().unwrap(), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_call_that_ends_cancels_its_pending_requests_once() {
+    on_both(|store| async move {
+        let call = store.insert_call(new_call("ada"), 10).await.unwrap();
+        assert!(matches!(
+            store.insert_call(new_call("ada"), 1).await,
+            Err(InsertCallError::TooMany(1))
+        ));
+        let raised = store
+            .raise(vec![new_request(Some(&call.id), None)], None, 100)
+            .await
+            .unwrap();
+        let finished = store
+            .finish_call(&call.id, Finish::Cancelled("stop".into()))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(finished.view.status, CallStatus::Cancelled);
+        assert_eq!(finished.cancelled.len(), 1);
+        assert_eq!(finished.cancelled[0].request.id, raised[0].request.id);
+        assert_eq!(finished.cancelled[0].detail.as_deref(), Some("stop"));
+        assert!(
+            store
+                .finish_call(&call.id, Finish::failed("again"))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(store.call(&call.id).unwrap().unwrap().error.unwrap().message, "stop");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn events_are_numbered_in_order_and_a_reader_past_the_end_is_told_to_relist() {
+    on_both(|store| async move {
+        let before = store.last_event_id().unwrap();
+        let session = NewSession {
+            id: "ses-1".into(),
+            server: "demo".into(),
+            owner: Some("ada".into()),
+        };
+        store.insert_session(session, 4).await.unwrap();
+        store
+            .session_ready("ses-1", Some("2026-07-28".into()), None)
+            .await
+            .unwrap();
+        store.end_session("ses-1", SessionStatus::Closed, "done").await.unwrap();
+        let page = store.events_after(before, 10).unwrap();
+        assert!(!page.gap);
+        let ids: Vec<u64> = page.events.iter().map(|event| event.id).collect();
+        assert_eq!(ids, [before + 1, before + 2, before + 3]);
+        assert!(page.events.iter().all(|event| event.kind == EventKind::SessionUpdated));
+        let last: Value = serde_json::from_str(&page.events[2].data).unwrap();
+        assert_eq!(last["status"], "closed");
+        assert!(store.events_after(before + 99, 10).unwrap().gap);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_restart_ends_what_cannot_survive_it_and_keeps_the_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let location = Location::Sqlite(dir.path().join("store.sqlite3"));
+    let store = Store::open(&location, Feed::default(), Duration::from_secs(3600)).unwrap();
+    let legacy = NewCall {
+        protocol_version: Some("2025-11-25".into()),
+        ..new_call("ada")
+    };
+    let legacy = store.insert_call(legacy, 10).await.unwrap();
+    let elicitation = store
+        .raise(vec![new_request(Some(&legacy.id), None)], None, 100)
+        .await
+        .unwrap();
+    let waiting = store.insert_call(new_call("ada"), 10).await.unwrap();
+    let round = NewRound {
+        call: waiting.id.clone(),
+        number: 1,
+        request_state: None,
+        input_requests: Default::default(),
+    };
+    let kept = store
+        .raise(vec![new_request(Some(&waiting.id), Some("k"))], Some(round), 100)
+        .await
+        .unwrap();
+    let Store::Sqlite(sqlite) = &store else { unreachable!() };
+    sqlite.close();
+    drop(store);
+
+    let store = Store::open(&location, Feed::default(), Duration::from_secs(3600)).unwrap();
+    let recovered = store.recover("the gateway restarted").await.unwrap();
+    assert_eq!(
+        (recovered.ended_requests, recovered.ended_calls, recovered.pending),
+        (1, 1, 1)
+    );
+    let ended = store.request(&elicitation[0].request.id).unwrap().unwrap();
+    assert_eq!(ended.status, Status::Cancelled);
+    assert!(ended.detail.unwrap().starts_with("the gateway restarted"));
+    let failed = store.call(&legacy.id).unwrap().unwrap();
+    assert_eq!(failed.status, CallStatus::Failed);
+    assert_eq!(
+        failed.error.unwrap().reason,
+        Some(crate::records::CallFailure::GatewayRestarted)
+    );
+    assert_eq!(
+        store.request(&kept[0].request.id).unwrap().unwrap().status,
+        Status::Pending
+    );
+    assert_eq!(
+        store.call(&waiting.id).unwrap().unwrap().status,
+        CallStatus::InputRequired
+    );
+    let Store::Sqlite(sqlite) = &store else { unreachable!() };
+    sqlite.close();
+}

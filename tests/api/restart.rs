@@ -1,0 +1,239 @@
+//! What a restart keeps: the same SQLite store in a temp dir, a gateway stopped with SIGTERM or killed with
+//! SIGKILL, and a new one started on it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::helpers::{BOTH_ERAS, TestApp, first_request, results, spawn_in};
+
+/// How a gateway stops.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    Terminate,
+    Kill,
+}
+
+fn stop(app: &mut TestApp, how: Stop) {
+    match how {
+        Stop::Terminate => assert_eq!(app.terminate(), Some(0)),
+        Stop::Kill => app.kill(),
+    }
+}
+
+/// A gateway on `dir`'s store with the demo server in both eras.
+async fn gateway(dir: &tempfile::TempDir) -> TestApp {
+    spawn_in(dir.path(), "", BOTH_ERAS, "").await
+}
+
+#[tokio::test]
+async fn a_round_stays_answerable_across_restarts_and_the_call_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = gateway(&dir).await;
+    let call = app.call("modern", "two_step", json!({})).await;
+    let id = call["id"].as_str().unwrap().to_owned();
+    let first = first_request(&call);
+
+    for (how, answer) in [
+        (Stop::Terminate, json!({"ok": true, "data": {"name": "Ada"}})),
+        (Stop::Kill, json!({"ok": true, "data": {"confirm": true}})),
+    ] {
+        stop(&mut app, how);
+        app = gateway(&dir).await;
+        let waiting = app.get_json(&format!("/calls/{id}")).await;
+        assert_eq!(waiting["status"], "input_required", "after {how:?}: {waiting}");
+        let request = app.request_of(&waiting).await;
+        assert_eq!(request["status"], "pending");
+        app.answer_ok(request["id"].as_str().unwrap(), answer).await;
+        let next = app.settled(&id).await;
+        assert_ne!(next["status"], "failed", "{next}");
+    }
+
+    let done = app.get_json(&format!("/calls/{id}")).await;
+    assert_eq!(
+        results(&done),
+        json!([{"action": "accept", "content": {"name": "Ada"}}, {"action": "accept", "content": {"confirm": true}}])
+    );
+    let answered = app.get_json(&format!("/requests/{first}")).await;
+    assert_eq!(answered["answer"]["data"], json!({"name": "Ada"}), "{answered}");
+}
+
+#[tokio::test]
+async fn an_elicitation_in_flight_ends_with_the_process_and_says_why() {
+    for how in [Stop::Terminate, Stop::Kill] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut app = gateway(&dir).await;
+        let call = app.call("legacy", "confirm_action", json!({"action": "deploy"})).await;
+        let request = first_request(&call);
+        let merely_running = app.call("modern", "slow", json!({"seconds": 60})).await;
+        assert_eq!(merely_running["status"], "running");
+
+        stop(&mut app, how);
+        app = gateway(&dir).await;
+
+        let view = app.get_json(&format!("/requests/{request}")).await;
+        assert_eq!(view["status"], "cancelled", "after {how:?}: {view}");
+        let answer = app
+            .answer(&request, json!({"ok": true, "data": {"confirm": true}}))
+            .await;
+        assert_eq!(answer.status(), 410);
+        for call in [&call, &merely_running] {
+            let ended = app.get_json(&format!("/calls/{}", call["id"].as_str().unwrap())).await;
+            match how {
+                Stop::Terminate => assert_eq!(ended["status"], "cancelled", "{ended}"),
+                Stop::Kill => {
+                    assert_eq!(ended["status"], "failed", "{ended}");
+                    assert_eq!(ended["error"]["reason"], "gateway_restarted", "{ended}");
+                    assert!(view["detail"].as_str().unwrap().contains("restarted"), "{view}");
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_answer_that_got_200_holds_after_a_kill_in_the_middle_of_a_burst() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = gateway(&dir).await;
+    let call = app.call("modern", "flood", json!({"count": 150})).await;
+    let requests = app
+        .get_json(&format!("/requests?call={}&limit=1000", call["id"].as_str().unwrap()))
+        .await;
+    let ids: Vec<String> = requests
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|request| request["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 150);
+
+    // Two different answers race for each Request; the gateway is killed once some have been taken.
+    let (taken, mut first_taken) = tokio::sync::mpsc::unbounded_channel();
+    let mut racing = tokio::task::JoinSet::new();
+    for id in &ids {
+        for confirm in [true, false] {
+            let (client, address, id, taken) = (app.client.clone(), app.address.clone(), id.clone(), taken.clone());
+            racing.spawn(async move {
+                let answer = json!({"ok": true, "data": {"confirm": confirm}});
+                let response = client
+                    .post(format!("{address}/requests/{id}/answer"))
+                    .json(&answer)
+                    .send()
+                    .await;
+                let ok = response.is_ok_and(|response| response.status() == 200);
+                if ok {
+                    let _ = taken.send(());
+                }
+                (id, confirm, ok)
+            });
+        }
+    }
+    for _ in 0..20 {
+        first_taken.recv().await.unwrap();
+    }
+    app.kill();
+    let mut accepted: HashMap<String, Vec<bool>> = HashMap::new();
+    while let Some(raced) = racing.join_next().await {
+        let (id, confirm, ok) = raced.unwrap();
+        if ok {
+            accepted.entry(id).or_default().push(confirm);
+        }
+    }
+
+    let app = gateway(&dir).await;
+    assert!(accepted.len() >= 20);
+    for (id, confirms) in &accepted {
+        assert_eq!(confirms.len(), 1, "{id} was answered twice: {confirms:?}");
+        let view = app.get_json(&format!("/requests/{id}")).await;
+        assert_eq!(view["status"], "answered", "{view}");
+        assert_eq!(view["answer"]["data"]["confirm"], confirms[0], "{view}");
+    }
+    for id in ids.iter().filter(|id| !accepted.contains_key(*id)) {
+        let view = app.get_json(&format!("/requests/{id}")).await;
+        assert!(
+            ["pending", "answered"].contains(&view["status"].as_str().unwrap()),
+            "{view}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_event_id_from_before_a_restart_resumes_the_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = gateway(&dir).await;
+    let call = app.call("modern", "confirm_action", json!({"action": "resume"})).await;
+    let request = first_request(&call);
+    let mut events = app.events("?server=modern", Some("0")).await;
+    let created = loop {
+        let event = events.next_of("request.created").await;
+        if event.data["id"] == request.as_str() {
+            break event;
+        }
+    };
+    drop(events);
+    app.terminate();
+
+    let app = gateway(&dir).await;
+    app.answer_ok(&request, json!({"ok": false, "reason": "declined"}))
+        .await;
+    let mut resumed = app.events("?server=modern", Some(&created.id)).await;
+    let next = resumed.next().await;
+    assert_ne!(next.event, "resync", "{next:?}");
+    let resolved = resumed.next_of("request.resolved").await;
+    assert_eq!(resolved.data["id"], request.as_str());
+    assert!(resolved.id.parse::<u64>().unwrap() > created.id.parse::<u64>().unwrap());
+
+    let mut future = app.events("", Some("999999999")).await;
+    assert_eq!(future.next().await.event, "resync");
+}
+
+#[tokio::test]
+async fn a_round_whose_state_the_upstream_refuses_fails_the_call_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let sealed =
+        "[[servers]]\nname = \"sealed\"\nbuiltin = \"demo\"\nargs = [\"--seal-state\"]\nprotocol = \"2026-07-28\"\n";
+    let mut app = spawn_in(dir.path(), "", sealed, "").await;
+    let call = app.call("sealed", "two_step", json!({})).await;
+    let request = first_request(&call);
+
+    // The demo server is started afresh with the gateway, with a new key.
+    app.terminate();
+    let app = spawn_in(dir.path(), "", sealed, "").await;
+    app.answer_ok(&request, json!({"ok": true, "data": {"name": "Ada"}}))
+        .await;
+
+    let failed = app.settled(call["id"].as_str().unwrap()).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(failed["error"]["reason"], "state_rejected", "{failed}");
+    let answered = app.get_json(&format!("/requests/{request}?wait=5")).await;
+    assert_eq!(answered["status"], "answered");
+    assert!(
+        answered["detail"].as_str().unwrap_or_default().contains("refused"),
+        "{answered}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_due_while_the_gateway_was_down_expires_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = spawn_in(dir.path(), "", BOTH_ERAS, "ttl = \"2s\"").await;
+    let call = app.call("modern", "confirm_action", json!({"action": "late"})).await;
+    let request = app.request_of(&call).await;
+    app.terminate();
+
+    // What is under test is the wall clock: the gateway is down when the Request's time runs out.
+    let expires = request["expiresAt"].as_str().unwrap();
+    let due = humantime::parse_rfc3339(expires).unwrap();
+    if let Ok(left) = due.duration_since(std::time::SystemTime::now()) {
+        tokio::time::sleep(left + Duration::from_millis(100)).await;
+    }
+    let app = spawn_in(dir.path(), "", BOTH_ERAS, "ttl = \"2s\"").await;
+
+    let id = request["id"].as_str().unwrap();
+    let expired = app.get_json(&format!("/requests/{id}?wait=10")).await;
+    assert_eq!(expired["status"], "expired", "{expired}");
+    let done = app.settled(call["id"].as_str().unwrap()).await;
+    assert_eq!(results(&done), json!([{"action": "cancel"}]));
+    let _: Value = done;
+}

@@ -1,0 +1,202 @@
+//! The SQLite store under faults: files it must refuse at start, a disk that fills up and frees again,
+//! webhook deliveries that outlive a crash, and pruning that keeps the file bounded.
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::helpers::{BINARY, BOTH_ERAS, TestApp, config_text, first_request, results, spawn_app_with, spawn_in};
+
+/// Runs the gateway on `dir` and expects it to refuse to start; returns what it wrote to stderr.
+fn refused_start(dir: &std::path::Path, settings: &str) -> String {
+    let config = dir.join("gateway.toml");
+    std::fs::write(&config, config_text(dir, settings, BOTH_ERAS, "")).unwrap();
+    let output = Command::new(BINARY)
+        .arg("--config")
+        .arg(&config)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "it started: {stderr}");
+    stderr
+}
+
+#[tokio::test]
+async fn a_store_it_cannot_use_is_a_start_up_error_naming_the_file_and_the_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gateway.sqlite3");
+    let path = file.display().to_string();
+
+    std::fs::write(&file, b"this is not a database, and it must stay as it is").unwrap();
+    let stderr = refused_start(dir.path(), "");
+    assert!(
+        stderr.contains(&path) && stderr.contains("not a SQLite database"),
+        "{stderr}"
+    );
+    assert!(std::fs::read(&file).unwrap().starts_with(b"this is not a database"));
+
+    std::fs::remove_file(&file).unwrap();
+    let newer = rusqlite::Connection::open(&file).unwrap();
+    newer.execute_batch("PRAGMA user_version = 99").unwrap();
+    drop(newer);
+    let stderr = refused_start(dir.path(), "");
+    assert!(stderr.contains(&path) && stderr.contains("newer"), "{stderr}");
+
+    std::fs::remove_file(&file).unwrap();
+    let holder = spawn_in(dir.path(), "", BOTH_ERAS, "").await;
+    let stderr = refused_start(dir.path(), "");
+    assert!(stderr.contains(&path) && stderr.contains("another process"), "{stderr}");
+    drop(holder);
+
+    let unwritable = "[store]\nurl = \"sqlite:/proc/toolnexus-gateway/gateway.sqlite3\"\n";
+    let stderr = refused_start(dir.path(), unwritable);
+    assert!(stderr.contains("/proc/toolnexus-gateway/gateway.sqlite3"), "{stderr}");
+}
+
+/// Sets the gateway's soft limit on the size of a file it writes (`unlimited`, or bytes).
+fn limit_file_size(app: &TestApp, soft: &str) {
+    let status = Command::new("prlimit")
+        .arg("--pid")
+        .arg(app.pid().to_string())
+        .arg(format!("--fsize={soft}:unlimited"))
+        .status()
+        .expect("prlimit (util-linux) runs");
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn a_write_the_disk_refuses_is_503_and_the_gateway_recovers_when_there_is_room() {
+    let app = spawn_app_with(BOTH_ERAS, "").await;
+    let call = app.call("modern", "confirm_action", json!({"action": "full"})).await;
+    let request = first_request(&call);
+
+    // No file of the gateway may grow past 1 KiB: every write to the store's log fails, as on a full disk.
+    limit_file_size(&app, "1024");
+    let refused = app
+        .answer(&request, json!({"ok": true, "data": {"confirm": true}}))
+        .await;
+    assert_eq!(refused.status(), 503);
+    assert!(refused.headers().contains_key("retry-after"));
+    assert_eq!(app.get_json(&format!("/requests/{request}")).await["status"], "pending");
+
+    limit_file_size(&app, "unlimited");
+    app.answer_ok(&request, json!({"ok": true, "data": {"confirm": true}}))
+        .await;
+    let done = app.settled(call["id"].as_str().unwrap()).await;
+    assert_eq!(
+        results(&done),
+        json!([{"action": "accept", "content": {"confirm": true, "note": ""}}])
+    );
+}
+
+/// One delivery a receiver got: its headers, its body, and whether the receiver took it.
+type Delivery = (HeaderMap, Value, bool);
+
+/// A webhook receiver that refuses every delivery until `accepting` is set.
+async fn receiver(accepting: Arc<AtomicBool>) -> (String, mpsc::UnboundedReceiver<Delivery>) {
+    let (record, deliveries) = mpsc::unbounded_channel();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: HeaderMap, body: Bytes| {
+            let (record, accepting) = (record.clone(), accepting.clone());
+            async move {
+                let taken = accepting.load(Ordering::SeqCst);
+                let _ = record.send((headers, serde_json::from_slice(&body).unwrap(), taken));
+                if taken {
+                    StatusCode::OK
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, deliveries)
+}
+
+#[tokio::test]
+async fn a_delivery_not_acknowledged_before_a_crash_is_made_after_the_restart() {
+    let accepting = Arc::new(AtomicBool::new(false));
+    let (url, mut deliveries) = receiver(accepting.clone()).await;
+    let webhook =
+        format!("[[webhooks]]\nname = \"audit\"\nurl = \"{url}\"\nevents = [\"request.created\"]\nattempts = 100\n");
+    let servers = format!("{BOTH_ERAS}\n{webhook}");
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = spawn_in(dir.path(), "", &servers, "").await;
+    let call = app.call("modern", "confirm_action", json!({"action": "audit"})).await;
+    let request = first_request(&call);
+    let refused = tokio::time::timeout(Duration::from_secs(20), deliveries.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(refused.1["data"]["id"], request.as_str());
+
+    app.kill();
+    accepting.store(true, Ordering::SeqCst);
+    let _app = spawn_in(dir.path(), "", &servers, "").await;
+    let delivered = loop {
+        let delivery = tokio::time::timeout(Duration::from_secs(20), deliveries.recv())
+            .await
+            .expect("the delivery is made again after the restart")
+            .unwrap();
+        if delivery.1["data"]["id"] == request.as_str() && delivery.2 {
+            break delivery;
+        }
+    };
+    assert_eq!(
+        delivered.0["x-toolnexus-delivery"], refused.0["x-toolnexus-delivery"],
+        "the same delivery id, for the receiver to deduplicate"
+    );
+    assert_eq!(delivered.1, refused.1);
+}
+
+#[tokio::test]
+async fn ended_records_are_pruned_after_the_retention_and_the_file_stays_bounded() {
+    let app = spawn_app_with(BOTH_ERAS, "retention = \"2s\"").await;
+    let mut first = None;
+    let mut sizes = Vec::new();
+    for _ in 0..6 {
+        let mut wave = Vec::new();
+        for _ in 0..20 {
+            let call = app.call("modern", "echo", json!({"text": "x".repeat(2000)})).await;
+            wave.push(call["id"].as_str().unwrap().to_owned());
+        }
+        // Pruning runs every second and is signalled by nothing: poll until the wave is gone.
+        let last = wave.last().unwrap().clone();
+        let gone = async {
+            while app.get(&format!("/calls/{last}")).await.status() != 404 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), gone)
+            .await
+            .expect("the wave was pruned");
+        first.get_or_insert(wave[0].clone());
+        sizes.push(store_bytes(&app).await);
+    }
+
+    assert_eq!(app.get(&format!("/calls/{}", first.unwrap())).await.status(), 404);
+    assert!(app.get_json("/calls?limit=1000").await.as_array().unwrap().len() < 20);
+    let mut events = app.events("", Some("1")).await;
+    assert_eq!(events.next().await.event, "resync", "the first events were pruned");
+    assert!(sizes[5] <= sizes[1] * 2, "the file grew wave after wave: {sizes:?}");
+}
+
+/// `toolnexus_store_bytes` from `/metrics`.
+async fn store_bytes(app: &TestApp) -> u64 {
+    let text = app.get("/metrics").await.text().await.unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix("toolnexus_store_bytes "))
+        .expect("the store's size is exported")
+        .parse::<f64>()
+        .unwrap() as u64
+}
