@@ -75,7 +75,9 @@ echo "check-config: config/container.toml is valid"
 
 # Serve the container config on a free port, then probe it the way the HEALTHCHECK does: from a config
 # whose listen address is the unspecified 0.0.0.0.
-TOOLNEXUS_LISTEN=0.0.0.0:0 "$binary" --config config/container.toml >"$scratch/stdout" 2>"$scratch/stderr" &
+# Its store goes to the scratch directory: /var/lib/toolnexus-gateway exists only in the image.
+TOOLNEXUS_LISTEN=0.0.0.0:0 TOOLNEXUS_STORE="sqlite:$scratch/gateway.sqlite3" "$binary" --config config/container.toml \
+    >"$scratch/stdout" 2>"$scratch/stderr" &
 gateway=$!
 for _ in $(seq 100); do
     grep -q '^listening on ' "$scratch/stdout" && break

@@ -3,7 +3,7 @@
 use crate::metrics::Metrics;
 use crate::records::{CallFilter, CallStatus, CallView, Finish};
 use crate::registry::{Registry, Tell};
-use crate::store::{InsertCallError, NewCall, Retry, Store, StoreError};
+use crate::store::{InsertCallError, NewCall, Retry, Started, Store, StoreError};
 
 /// The Calls; cheap to clone.
 #[derive(Debug, Clone)]
@@ -23,12 +23,13 @@ impl Calls {
         }
     }
 
-    /// Records a new running call, unless its owner already has `max_running` calls that have not ended.
-    pub async fn create(&self, call: NewCall, max_running: usize) -> Result<CallView, InsertCallError> {
-        let view = self.store.insert_call(call, max_running).await?;
+    /// Records a new running call, unless its owner already has `max_running` calls that have not ended;
+    /// returns once the store has decided, with what says when the call is kept.
+    pub async fn create(&self, call: NewCall, max_running: usize) -> Result<Started, InsertCallError> {
+        let started = self.store.insert_call(call, max_running).await?;
         self.metrics
-            .inc("toolnexus_calls_started_total", &[("server", &view.server)]);
-        Ok(view)
+            .inc("toolnexus_calls_started_total", &[("server", &started.view.server)]);
+        Ok(started)
     }
 
     /// Ends a call that has not ended; its Requests still pending are cancelled with the reason it ended (the

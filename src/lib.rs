@@ -63,7 +63,7 @@ pub struct Gateway {
     store: Store,
     limits: Limits,
     retention: Duration,
-    resumes: mpsc::UnboundedReceiver<String>,
+    resumes: mpsc::UnboundedReceiver<store::Retry>,
     tracker: TaskTracker,
 }
 
@@ -190,7 +190,11 @@ impl Gateway {
         tracker.spawn(prune(store.clone(), retention, state.shutdown.clone()));
         state.upstreams.start(resumes);
         for call in recovered.resumes {
-            state.registry.resume(call);
+            match store.retry(&call) {
+                Ok(Some(retry)) => state.registry.resume(retry),
+                Ok(None) => {}
+                Err(error) => tracing::error!(%call, %error, "a call to retry could not be read"),
+            }
         }
         let shutdown = state.shutdown.clone();
         let upstreams = state.upstreams.clone();

@@ -18,7 +18,7 @@ use crate::elicitation::{self, KIND_AUTHORIZATION};
 use crate::metrics::Metrics;
 use crate::records::{Event, Filter, RequestView, Status};
 use crate::store::{
-    Answered, Decision, NewRequest, NewRound, Pending, RaiseError, Resolution, Resolved, Store, StoreError,
+    Answered, Decision, NewRequest, NewRound, Pending, RaiseError, Resolution, Resolved, Retry, Store, StoreError,
 };
 use crate::suspension::Answer;
 use crate::time::Timestamp;
@@ -134,10 +134,12 @@ struct Shared {
     data: SharedData,
     /// The 2025-11-25 elicitations waiting in this process, by Request id.
     waiters: Mutex<HashMap<String, Waiter>>,
-    /// Told the calls whose round was just completed.
-    resumes: mpsc::UnboundedSender<String>,
+    /// Told the calls whose round was just completed, with what retrying each takes.
+    resumes: mpsc::UnboundedSender<Retry>,
     /// Wakes the reaper when a Request may expire sooner than it planned.
     reaper: Notify,
+    /// When the reaper plans to look next (`None`: not until woken).
+    reaper_at: Mutex<Option<Timestamp>>,
 }
 
 #[derive(Debug)]
@@ -149,7 +151,7 @@ struct Waiter {
 
 impl Registry {
     /// The Requests kept in `store`; each call whose 2026-07-28 round is completed is sent to `resumes`.
-    pub fn new(store: Store, policy: Policy, metrics: Metrics, resumes: mpsc::UnboundedSender<String>) -> Self {
+    pub fn new(store: Store, policy: Policy, metrics: Metrics, resumes: mpsc::UnboundedSender<Retry>) -> Self {
         Self {
             shared: Arc::new(Shared {
                 store,
@@ -159,6 +161,7 @@ impl Registry {
                 waiters: Mutex::default(),
                 resumes,
                 reaper: Notify::new(),
+                reaper_at: Mutex::new(None),
             }),
         }
     }
@@ -200,7 +203,7 @@ impl Registry {
         server: &str,
     ) -> Result<Vec<RequestView>, AskError> {
         let count = requests.len();
-        let first = self.shared.store.next_deadline().ok().flatten().is_none();
+        let soonest = requests.iter().map(|request| request.deadline).min();
         let views = match self
             .shared
             .store
@@ -218,7 +221,8 @@ impl Registry {
             }
             Err(RaiseError::Store(error)) => return Err(AskError::Store(error)),
         };
-        if first {
+        let planned = *lock(&self.shared.reaper_at);
+        if soonest.is_some_and(|soonest| planned.is_none_or(|planned| soonest < planned)) {
             self.shared.reaper.notify_one();
         }
         for view in &views {
@@ -303,11 +307,11 @@ impl Registry {
             result,
             by: by.to_owned(),
         };
-        let answered = self.shared.store.answer(id, decision, self.withdrawal(id)).await?;
+        let answered = self.shared.store.answer(view, decision, self.withdrawal(id)).await?;
         match answered {
             Answered::Won { view, event, resumes } => {
                 self.settled(std::slice::from_ref(&view), Tell::Cancel);
-                self.resume_all(resumes);
+                self.resume_all(resumes.map(|retry| *retry));
                 Ok(AnswerAccepted {
                     view,
                     event: Some(event),
@@ -417,6 +421,7 @@ impl Registry {
                     Some(Timestamp::now().after(Duration::from_secs(1)))
                 }
             };
+            *lock(&self.shared.reaper_at) = next;
             let sleep = async {
                 match next {
                     Some(when) => tokio::time::sleep(when.until()).await,
@@ -476,22 +481,23 @@ impl Registry {
     }
 
     /// Hands on a call whose round is answered, to be retried.
-    pub fn resume(&self, call: String) {
-        let _ = self.shared.resumes.send(call);
+    pub fn resume(&self, retry: Retry) {
+        let _ = self.shared.resumes.send(retry);
     }
 
-    fn resume_all(&self, calls: impl IntoIterator<Item = String>) {
-        for call in calls {
-            let _ = self.shared.resumes.send(call);
+    fn resume_all(&self, retries: impl IntoIterator<Item = Retry>) {
+        for retry in retries {
+            self.resume(retry);
         }
     }
 
     fn waiters(&self) -> MutexGuard<'_, HashMap<String, Waiter>> {
-        self.shared
-            .waiters
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.shared.waiters)
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The `detail` of a Request whose upstream withdrew its elicitation.
@@ -547,7 +553,15 @@ const MAX_SHARED_DATA: usize = 256;
 /// One copy of each distinct Request `data` (a form's schema) and of its compiled validator: elicitations
 /// repeat their schemas, and a schema is most of a pending Request's memory.
 #[derive(Debug, Default)]
-struct SharedData(Mutex<HashMap<String, Held>>);
+struct SharedData(Mutex<Copies>);
+
+#[derive(Debug, Default)]
+struct Copies {
+    /// By the data's JSON text.
+    by_text: HashMap<String, Held>,
+    /// By the address of a copy held here (a copy held cannot be freed, so its address names it alone).
+    by_address: HashMap<usize, Held>,
+}
 
 /// A Request's `data` and the validator of its schema (`None` without a schema).
 #[derive(Debug, Clone)]
@@ -559,8 +573,11 @@ struct Held {
 impl SharedData {
     /// The copy of `data` already held, or `data` itself with its schema compiled (which must succeed), now held.
     fn share(&self, data: Arc<Map<String, Value>>) -> Result<Held, String> {
+        if let Some(copy) = self.lock().by_address.get(&address(&data)) {
+            return Ok(copy.clone());
+        }
         let key = serde_json::to_string(&data).unwrap_or_default();
-        if let Some(copy) = self.lock().get(&key) {
+        if let Some(copy) = self.lock().by_text.get(&key) {
             return Ok(copy.clone());
         }
         let validator = data
@@ -568,11 +585,13 @@ impl SharedData {
             .map(|schema| validation::compile(schema).map(Arc::new))
             .transpose()?;
         let fresh = Held { data, validator };
-        let mut held = self.lock();
-        if held.len() >= MAX_SHARED_DATA {
-            held.clear();
+        let mut copies = self.lock();
+        if copies.by_text.len() >= MAX_SHARED_DATA {
+            copies.by_text.clear();
+            copies.by_address.clear();
         }
-        held.insert(key, fresh.clone());
+        copies.by_address.insert(address(&fresh.data), fresh.clone());
+        copies.by_text.insert(key, fresh.clone());
         Ok(fresh)
     }
 
@@ -581,9 +600,14 @@ impl SharedData {
         self.share(data.clone()).ok().and_then(|held| held.validator)
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Held>> {
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Copies> {
+        lock(&self.0)
     }
+}
+
+/// Where a copy of some data lives.
+fn address(data: &Arc<Map<String, Value>>) -> usize {
+    Arc::as_ptr(data) as usize
 }
 
 #[cfg(test)]

@@ -135,7 +135,7 @@ pub enum Answered {
         /// The `request.resolved` event it recorded.
         event: Arc<Event>,
         /// The call whose round this answer completed, to be retried.
-        resumes: Option<String>,
+        resumes: Option<Box<Retry>>,
     },
     /// The upstream had withdrawn the elicitation: the Request is now `cancelled`.
     Withdrawn(RequestView),
@@ -170,7 +170,7 @@ pub enum Pending {
 pub struct Resolved {
     pub views: Vec<RequestView>,
     /// Calls whose round this completed, to be retried.
-    pub resumes: Vec<String>,
+    pub resumes: Vec<Retry>,
 }
 
 /// A call about to start.
@@ -200,6 +200,24 @@ pub enum InsertCallError {
     Store(#[from] StoreError),
 }
 
+/// A call the store has decided to record.
+pub struct Started {
+    pub view: CallView,
+    /// Resolves once the call is kept, or with why it could not be.
+    pub kept: Kept,
+}
+
+impl std::fmt::Debug for Started {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Started")
+            .field("view", &self.view)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a change the store decided was kept.
+pub type Kept = std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
+
 /// A call that just ended, and its Requests that were still pending.
 #[derive(Debug)]
 pub struct Finished {
@@ -211,6 +229,8 @@ pub struct Finished {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Retry {
     pub call: String,
+    /// The principal that started the call.
+    pub owner: String,
     pub server: String,
     pub session: String,
     pub shared: bool,
@@ -306,10 +326,15 @@ impl Store {
         dispatch!(self, store => store.raise(requests, round, max_pending).await)
     }
 
-    /// Decides an answer: it resolves the Request if the Request is still pending and `withdrawal` says
-    /// nothing against it.
-    pub async fn answer(&self, id: &str, decision: Decision, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
-        dispatch!(self, store => store.answer(id, decision, withdrawal).await)
+    /// Decides an answer to `pending`, a Request the caller read while it was pending: it resolves the
+    /// Request if it is still pending and `withdrawal` says nothing against it.
+    pub async fn answer(
+        &self,
+        pending: RequestView,
+        decision: Decision,
+        withdrawal: Withdrawal,
+    ) -> Result<Answered, StoreError> {
+        dispatch!(self, store => store.answer(pending, decision, withdrawal).await)
     }
 
     /// Resolves pending Requests without an answer.
@@ -333,8 +358,10 @@ impl Store {
         dispatch!(self, store => store.complete(session, elicitation_id).await)
     }
 
-    /// Records a running call, unless its owner has `max_running` calls that have not ended.
-    pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<CallView, InsertCallError> {
+    /// Records a running call, unless its owner has `max_running` calls that have not ended. It returns once
+    /// the store has decided; the call is kept when [`Started::kept`] says so, so that the caller can start
+    /// its work meanwhile.
+    pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<Started, InsertCallError> {
         dispatch!(self, store => store.insert_call(call, max_running).await)
     }
 

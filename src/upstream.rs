@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-pub use client::{SessionCore, capabilities};
+pub use client::{CallRef, SessionCore, capabilities};
 
 use crate::Background;
 use crate::auth::Principal;
@@ -242,19 +242,19 @@ impl Upstreams {
 
     /// Opens each server's shared session, keeps re-opening it when it ends, and retries each call `resumes`
     /// names (2026-07-28 calls whose round was answered).
-    pub fn start(self: &Arc<Self>, mut resumes: mpsc::UnboundedReceiver<String>) {
+    pub fn start(self: &Arc<Self>, mut resumes: mpsc::UnboundedReceiver<Retry>) {
         for index in 0..self.servers.len() {
             self.tracker.spawn(self.clone().supervise(index));
         }
         let this = self.clone();
         self.tracker.spawn(async move {
             loop {
-                let call = tokio::select! {
-                    call = resumes.recv() => call,
+                let retry = tokio::select! {
+                    retry = resumes.recv() => retry,
                     () = this.shutdown.cancelled() => return,
                 };
-                let Some(call) = call else { return };
-                this.clone().resume(call);
+                let Some(retry) = retry else { return };
+                this.clone().resume(retry);
             }
         });
     }
@@ -355,7 +355,7 @@ impl Upstreams {
             protocol_version: live.protocol_version.clone(),
             capabilities: serde_json::to_value(capabilities()).unwrap_or_default(),
         };
-        let view = self
+        let started = self
             .calls
             .create(call, self.limits.calls_per_principal)
             .await
@@ -366,11 +366,25 @@ impl Upstreams {
                 )),
                 InsertCallError::Store(error) => UpstreamError::Store(error),
             })?;
+        let view = started.view;
         let mut params = CallToolRequestParams::new(tool);
         params.arguments = arguments;
         tracing::debug!(call = %view.id, server = %view.server, tool = %view.tool, "call started");
-        self.clone()
-            .spawn_leg(view.id.clone(), view.tool.clone(), live, params, 0);
+        // The upstream starts on it while the store writes the call down; if that fails, the call is abandoned.
+        let leg = self.clone().spawn_leg(
+            CallRef {
+                id: view.id.clone(),
+                owner: view.owner.clone(),
+            },
+            view.tool.clone(),
+            live,
+            params,
+            0,
+        );
+        if let Err(error) = started.kept.await {
+            leg.cancel();
+            return Err(UpstreamError::Store(error));
+        }
         Ok(view)
     }
 
@@ -493,20 +507,21 @@ impl Upstreams {
     /// waits on a round of Requests (then the answer that completes the round resumes it).
     fn spawn_leg(
         self: Arc<Self>,
-        call: String,
+        call: CallRef,
         tool: String,
         live: Arc<Live>,
         params: CallToolRequestParams,
         round: u32,
-    ) {
+    ) -> CancellationToken {
         let leg = CancellationToken::new();
-        lock(&self.legs).insert(call.clone(), leg.clone());
-        let span = tracing::info_span!(parent: None, "call", call = %call, server = %live.core.server,
+        lock(&self.legs).insert(call.id.clone(), leg.clone());
+        let span = tracing::info_span!(parent: None, "call", call = %call.id, server = %live.core.server,
             session = %live.core.id, tool = %tool);
         let this = self.clone();
+        let token = leg.clone();
         let run = async move {
-            let ended = this.drive(&call, &live, params, round, &leg).await;
-            lock(&this.legs).remove(&call);
+            let ended = this.drive(&call, &live, params, round, &token).await;
+            lock(&this.legs).remove(&call.id);
             live.core.settle_withdrawn().await;
             let Some(finish) = ended else { return };
             match &finish {
@@ -514,26 +529,27 @@ impl Upstreams {
                 Finish::Failed(error) => tracing::info!(message = %error.message, "call ended"),
                 Finish::Cancelled(message) => tracing::info!(message, "call ended"),
             }
-            lock(&this.worked).remove(&call);
-            if let Err(error) = this.calls.finish(&call, finish).await {
+            lock(&this.worked).remove(&call.id);
+            if let Err(error) = this.calls.finish(&call.id, finish).await {
                 tracing::error!(%error, "the call's end could not be recorded");
             }
         };
         self.tracker.spawn(self.call_tasks.track_future(run.instrument(span)));
+        leg
     }
 
     /// Drives one leg; `None` when the call goes on without it (it waits on a round, it was cancelled, or
     /// the gateway is shutting down and will send it again at the next start).
     async fn drive(
         &self,
-        call: &str,
+        call: &CallRef,
         live: &Arc<Live>,
         params: CallToolRequestParams,
         round: u32,
         leg: &CancellationToken,
     ) -> Option<Finish> {
         let started = tokio::time::Instant::now();
-        let budget = self.budget(call);
+        let budget = self.budget(&call.id);
         let ended = tokio::select! {
             biased;
             () = leg.cancelled() => {
@@ -552,7 +568,7 @@ impl Upstreams {
         if !live.keeps_rounds() {
             return ended;
         }
-        *lock(&self.worked).entry(call.to_owned()).or_default() += started.elapsed();
+        *lock(&self.worked).entry(call.id.clone()).or_default() += started.elapsed();
         ended
     }
 
@@ -572,17 +588,10 @@ impl Upstreams {
 
     /// Retries a call whose round was answered, on its session or, if that was the server's shared one,
     /// on the shared session open now.
-    fn resume(self: Arc<Self>, call: String) {
+    fn resume(self: Arc<Self>, retry: Retry) {
         let this = self.clone();
         self.tracker.spawn(async move {
-            let retry = match this.calls.retry(&call) {
-                Ok(Some(retry)) => retry,
-                Ok(None) => return,
-                Err(error) => {
-                    tracing::error!(%call, %error, "a call ready to retry could not be read");
-                    return;
-                }
-            };
+            let call = retry.call.clone();
             let live = match this.session_for(&retry).await {
                 Ok(live) => live,
                 Err(detail) => {
@@ -600,7 +609,11 @@ impl Upstreams {
             };
             params.input_responses = Some(retry.input_responses.into_iter().collect());
             params.request_state = retry.request_state;
-            this.spawn_leg(call, retry.tool, live, params, retry.round);
+            let call = CallRef {
+                id: call,
+                owner: retry.owner,
+            };
+            let _ = this.spawn_leg(call, retry.tool, live, params, retry.round);
         });
     }
 

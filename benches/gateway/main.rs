@@ -2,7 +2,8 @@
 //! with a direct in-process MCP client of the same demo server.
 //!
 //! `cargo bench --bench gateway` builds in release mode and prints a markdown table; names after `--`
-//! (`latency`, `throughput`, `scale`, `footprint`) run only those sections. Under `cargo test` it runs
+//! (`latency`, `throughput`, `scale`, `footprint`, `store`) run only those sections. Every section but
+//! `store` runs the gateway with its state in memory; `store` compares that with a SQLite file. Under `cargo test` it runs
 //! every code path once with tiny counts and checks only that everything completed correctly.
 //!
 //! `BENCH_ITERATIONS=N` overrides the round trips per latency cell, `BENCH_SCALE=N` runs only the scale rows of N, `BENCH_WRAP="valgrind --tool=callgrind"`
@@ -13,6 +14,7 @@ mod process;
 mod rest;
 mod scale;
 mod stats;
+mod store;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -75,6 +77,8 @@ pub struct Plan {
     pub scale_samples: usize,
     /// Gateway starts measured for the footprint.
     pub footprint_runs: usize,
+    /// Requests held pending in the store comparison.
+    pub store_pending: usize,
 }
 
 const FULL: Plan = Plan {
@@ -92,6 +96,7 @@ const FULL: Plan = Plan {
     ],
     scale_samples: 500,
     footprint_runs: 7,
+    store_pending: 100_000,
 };
 
 const SMOKE: Plan = Plan {
@@ -102,6 +107,7 @@ const SMOKE: Plan = Plan {
     scale: &[(Era::Modern, 20), (Era::Legacy, 20)],
     scale_samples: 3,
     footprint_runs: 1,
+    store_pending: 20,
 };
 
 fn main() -> anyhow::Result<()> {
@@ -136,6 +142,9 @@ fn main() -> anyhow::Result<()> {
         }
         if wanted("footprint") {
             show(footprint(&binary, plan).await?);
+        }
+        if wanted("store") {
+            show(store::table(&binary, plan).await?);
         }
         anyhow::Ok(())
     })?;
@@ -228,7 +237,7 @@ async fn latency(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
     Ok(table)
 }
 
-async fn record(
+pub async fn record(
     measured: bool,
     samples: &mut Samples,
     operation: impl Future<Output = anyhow::Result<()>>,
@@ -411,6 +420,6 @@ fn show(section: String) {
     let _ = std::io::Write::flush(&mut std::io::stdout());
 }
 
-fn verdict(met: bool) -> &'static str {
+pub fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "**missed**" }
 }

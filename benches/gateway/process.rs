@@ -37,6 +37,24 @@ builtin = "demo"
 protocol = "2025-11-25"
 "#;
 
+/// Where a benchmarked gateway keeps its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Memory,
+    /// A SQLite file in the gateway's temp dir.
+    Sqlite,
+}
+
+impl Backend {
+    /// Its name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Sqlite => "sqlite",
+        }
+    }
+}
+
 /// A running gateway process, stopped with SIGTERM on drop (killed if it does not exit within 10 s).
 pub struct GatewayProcess {
     child: Child,
@@ -47,17 +65,33 @@ pub struct GatewayProcess {
     /// From spawn to the `listening on` line.
     pub listening_after: Duration,
     _stdout: BufReader<ChildStdout>,
-    _dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
 }
 
 impl GatewayProcess {
-    /// Spawns the binary with `servers` (TOML) and waits for its `listening on` line.
+    /// Spawns the binary with `servers` (TOML) and its state in memory, and waits for its `listening on` line.
     pub async fn spawn(binary: &Path, servers: &str) -> anyhow::Result<Self> {
-        let dir = tempfile::tempdir()?;
+        Self::spawn_in(binary, servers, Backend::Memory, tempfile::tempdir()?).await
+    }
+
+    /// Spawns the binary with `servers` and the `backend` store, with its config (and SQLite file) in `dir`.
+    pub async fn spawn_in(
+        binary: &Path,
+        servers: &str,
+        backend: Backend,
+        dir: tempfile::TempDir,
+    ) -> anyhow::Result<Self> {
         let config = dir.path().join("gateway.toml");
         // The scale rows hold more Requests than the default `requests.max_pending`.
         let requests = "[requests]\nmax_pending = 1000000\n";
-        std::fs::write(&config, format!("listen = \"127.0.0.1:0\"\n{requests}{servers}"))?;
+        let store = match backend {
+            Backend::Memory => "memory".to_owned(),
+            Backend::Sqlite => format!("sqlite:{}", dir.path().join("gateway.sqlite3").display()),
+        };
+        std::fs::write(
+            &config,
+            format!("listen = \"127.0.0.1:0\"\n{requests}{servers}\n[store]\nurl = \"{store}\"\n"),
+        )?;
         let log = std::env::var_os("BENCH_LOG").is_some();
         let spawned = Instant::now();
         // `BENCH_WRAP="valgrind --tool=callgrind"` runs the gateway under a profiler.
@@ -94,8 +128,20 @@ impl GatewayProcess {
             spawned,
             listening_after,
             _stdout: stdout,
-            _dir: dir,
+            dir: Some(dir),
         })
+    }
+
+    /// Stops the gateway with SIGTERM, waits for it to exit, and hands back its directory (and store).
+    pub async fn stop(mut self) -> anyhow::Result<tempfile::TempDir> {
+        if let Some(pid) = self.child.id() {
+            std::process::Command::new("kill")
+                .arg("-TERM")
+                .arg(pid.to_string())
+                .status()?;
+        }
+        self.child.wait().await?;
+        self.dir.take().context("the gateway's directory is gone")
     }
 
     /// Waits until `GET /readyz` answers `200`; returns the time since spawn.

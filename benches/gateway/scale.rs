@@ -47,20 +47,7 @@ pub async fn run(binary: &Path, era: Era, count: usize, plan: &Plan) -> anyhow::
     let baseline = gateway.rss()?;
 
     let started = Instant::now();
-    let mut calls = Vec::new();
-    let mut remaining = count;
-    while remaining > 0 {
-        let chunk = match era {
-            Era::Modern => remaining.min(FLOOD_CHUNK),
-            Era::Legacy => remaining,
-        };
-        calls.push((start_flood(&rest, era, chunk).await?, chunk));
-        remaining -= chunk;
-    }
-    let mut ids = Vec::with_capacity(count);
-    for (call, chunk) in &calls {
-        ids.extend(pending_ids(&rest, call, *chunk).await?);
-    }
+    let (calls, ids) = hold(&rest, era, count).await?;
     let raise_time = started.elapsed();
     let rss_per_request = gateway.rss()?.saturating_sub(baseline) as f64 / count as f64;
 
@@ -96,18 +83,7 @@ pub async fn run(binary: &Path, era: Era, count: usize, plan: &Plan) -> anyhow::
     }
     let rest_of = Arc::new(ids[sampled..].to_vec());
     let drain_rate = drain(&rest, rest_of).await?;
-
-    for (call, chunk) in &calls {
-        let done = rest.settled(call).await?;
-        let accepted = done
-            .pointer("/result/structuredContent/accepted")
-            .and_then(Value::as_u64);
-        ensure!(
-            accepted == Some(*chunk as u64),
-            "a flood did not complete with every answer accepted: {}",
-            done.get("result").unwrap_or(&done["status"])
-        );
-    }
+    completed(&rest, &calls).await?;
     Ok(ScaleRun {
         era,
         pending: count,
@@ -118,6 +94,42 @@ pub async fn run(binary: &Path, era: Era, count: usize, plan: &Plan) -> anyhow::
         drain_rate,
         raise_time,
     })
+}
+
+/// Holds `count` Requests pending with `flood` calls; returns the calls (with how many each raised) and the
+/// Requests.
+pub async fn hold(rest: &Rest, era: Era, count: usize) -> anyhow::Result<(Vec<(String, usize)>, Vec<String>)> {
+    let mut calls = Vec::new();
+    let mut remaining = count;
+    while remaining > 0 {
+        let chunk = match era {
+            Era::Modern => remaining.min(FLOOD_CHUNK),
+            Era::Legacy => remaining,
+        };
+        calls.push((start_flood(rest, era, chunk).await?, chunk));
+        remaining -= chunk;
+    }
+    let mut ids = Vec::with_capacity(count);
+    for (call, chunk) in &calls {
+        ids.extend(pending_ids(rest, call, *chunk).await?);
+    }
+    Ok((calls, ids))
+}
+
+/// Checks that every flood completed with all its answers accepted.
+pub async fn completed(rest: &Rest, calls: &[(String, usize)]) -> anyhow::Result<()> {
+    for (call, chunk) in calls {
+        let done = rest.settled(call).await?;
+        let accepted = done
+            .pointer("/result/structuredContent/accepted")
+            .and_then(Value::as_u64);
+        ensure!(
+            accepted == Some(*chunk as u64),
+            "a flood did not complete with every answer accepted: {}",
+            done.get("result").unwrap_or(&done["status"])
+        );
+    }
+    Ok(())
 }
 
 /// The Request ids of a call once `count` of them exist.
@@ -144,7 +156,7 @@ async fn pending_ids(rest: &Rest, call: &str, count: usize) -> anyhow::Result<Ve
 }
 
 /// Answers every id at `DRAIN_CONCURRENCY`; returns answers per second.
-async fn drain(rest: &Rest, ids: Arc<Vec<String>>) -> anyhow::Result<f64> {
+pub async fn drain(rest: &Rest, ids: Arc<Vec<String>>) -> anyhow::Result<f64> {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
@@ -175,7 +187,7 @@ async fn start_flood(rest: &Rest, era: Era, count: usize) -> anyhow::Result<Stri
 }
 
 /// A small flood answered in full, to warm the gateway up.
-async fn flood_and_drain(rest: &Rest, era: Era, count: usize) -> anyhow::Result<()> {
+pub async fn flood_and_drain(rest: &Rest, era: Era, count: usize) -> anyhow::Result<()> {
     let call = start_flood(rest, era, count).await?;
     let ids = pending_ids(rest, &call, count).await?;
     drain(rest, Arc::new(ids)).await?;

@@ -10,7 +10,7 @@ use serde_json::Map;
 
 use super::{
     Answered, Decision, EventPage, Finished, InsertCallError, InsertSessionError, NewCall, NewRequest, NewRound,
-    NewSession, Pending, RaiseError, Recovered, Resolution, Resolved, Retry, StoreError, Withdrawal,
+    NewSession, Pending, RaiseError, Recovered, Resolution, Resolved, Retry, Started, StoreError, Withdrawal,
 };
 use crate::feed::Feed;
 use crate::ids;
@@ -148,7 +148,13 @@ impl Memory {
         Ok(views)
     }
 
-    pub async fn answer(&self, id: &str, decision: Decision, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
+    pub async fn answer(
+        &self,
+        pending: RequestView,
+        decision: Decision,
+        withdrawal: Withdrawal,
+    ) -> Result<Answered, StoreError> {
+        let id = pending.request.id.as_str();
         let mut state = self.lock();
         let Some(entry) = state.requests.get_mut(id) else {
             return Ok(Answered::NotFound);
@@ -172,7 +178,11 @@ impl Memory {
         let event = Arc::new(Event::request(EventKind::RequestResolved, &view));
         let resumes = state.retire_request(id, now, &mut changes);
         let event = self.publish_with(&mut state, event, changes);
-        Ok(Answered::Won { view, event, resumes })
+        Ok(Answered::Won {
+            view,
+            event,
+            resumes: resumes.map(Box::new),
+        })
     }
 
     pub async fn resolve(&self, which: Pending, resolution: Resolution) -> Result<Resolved, StoreError> {
@@ -258,7 +268,7 @@ impl Memory {
         Ok(true)
     }
 
-    pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<CallView, InsertCallError> {
+    pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<Started, InsertCallError> {
         let now = Timestamp::now();
         let view = CallView {
             id: ids::mint(ids::CALL),
@@ -293,7 +303,10 @@ impl Memory {
         state.calls.insert(&view.id, entry);
         let event = Event::call(&view);
         self.publish(&mut state, Changes { events: vec![event] });
-        Ok(view)
+        Ok(Started {
+            view,
+            kept: Box::pin(std::future::ready(Ok(()))),
+        })
     }
 
     pub async fn finish_call(&self, id: &str, finish: Finish) -> Result<Option<Finished>, StoreError> {
@@ -353,34 +366,7 @@ impl Memory {
     }
 
     pub fn retry(&self, call: &str) -> Result<Option<Retry>, StoreError> {
-        let state = self.lock();
-        let Some(entry) = state.calls.get(call).filter(|entry| !entry.view.status.is_final()) else {
-            return Ok(None);
-        };
-        let Some((round, request_state, requests)) = &entry.round else {
-            return Ok(None);
-        };
-        let mut input_responses = Map::new();
-        for request in requests {
-            let Some(request) = state.requests.get(request) else {
-                return Ok(None);
-            };
-            let (Some(key), Some(result)) = (&request.input_key, &request.view.result) else {
-                return Ok(None);
-            };
-            input_responses.insert(key.clone(), serde_json::to_value(result).unwrap_or_default());
-        }
-        Ok(Some(Retry {
-            call: call.to_owned(),
-            server: entry.view.server.clone(),
-            session: entry.view.session.clone(),
-            shared: entry.shared,
-            tool: entry.view.tool.clone(),
-            arguments: entry.view.arguments.clone(),
-            round: *round,
-            request_state: request_state.clone(),
-            input_responses,
-        }))
+        Ok(self.lock().retry(call))
     }
 
     pub async fn insert_session(
@@ -654,7 +640,7 @@ impl State {
         resolution: &Resolution,
         now: Timestamp,
         changes: &mut Changes,
-    ) -> (RequestView, Option<String>) {
+    ) -> (RequestView, Option<Retry>) {
         let entry = self.requests.get_mut(id).expect("the caller found it pending");
         super::resolve_view(&mut entry.view, resolution, now);
         let view = entry.view.clone();
@@ -663,9 +649,39 @@ impl State {
         (view, resumes)
     }
 
-    /// Takes a Request that was just resolved off the pending ones, and updates its call: returns the call
-    /// if its round is now complete.
-    fn retire_request(&mut self, id: &str, now: Timestamp, changes: &mut Changes) -> Option<String> {
+    /// What retrying a call takes, if its latest round is answered and it has not ended.
+    fn retry(&self, call: &str) -> Option<Retry> {
+        let entry = self.calls.get(call).filter(|entry| !entry.view.status.is_final())?;
+        let (round, request_state, requests) = entry.round.as_ref()?;
+        let mut input_responses = Map::new();
+        for request in requests {
+            let request = self.requests.get(request)?;
+            if request.view.status == Status::Pending {
+                return None;
+            }
+            let result = request.view.result.as_ref().map_or_else(
+                || serde_json::json!({"action": "cancel"}),
+                |result| serde_json::to_value(result).unwrap_or_default(),
+            );
+            input_responses.insert(request.input_key.clone()?, result);
+        }
+        Some(Retry {
+            call: call.to_owned(),
+            owner: entry.view.owner.clone(),
+            server: entry.view.server.clone(),
+            session: entry.view.session.clone(),
+            shared: entry.shared,
+            tool: entry.view.tool.clone(),
+            arguments: entry.view.arguments.clone(),
+            round: *round,
+            request_state: request_state.clone(),
+            input_responses,
+        })
+    }
+
+    /// Takes a Request that was just resolved off the pending ones, and updates its call: returns what
+    /// retrying the call takes if its round is now complete.
+    fn retire_request(&mut self, id: &str, now: Timestamp, changes: &mut Changes) -> Option<Retry> {
         let retention = {
             let entry = self.requests.get(id)?;
             entry.view.call.clone().map(|call| (call, entry.input_key.is_some()))
@@ -676,7 +692,7 @@ impl State {
         entry.pending = entry.pending.saturating_sub(1);
         let complete = entry.pending == 0 && in_round && !entry.view.status.is_final();
         self.call_changed(&call, changes);
-        complete.then_some(call)
+        complete.then(|| self.retry(&call)).flatten()
     }
 
     /// Publishes `call.updated` when a call that has not ended starts or stops waiting on Requests.

@@ -2,6 +2,7 @@
 //! thread that commits every change waiting in one transaction, and read-only connections for reads.
 
 mod calls;
+mod live;
 mod maintenance;
 mod requests;
 mod rows;
@@ -10,7 +11,6 @@ mod writer;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -27,6 +27,8 @@ use writer::{Applied, Job, Tx};
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How many idle read connections are kept.
 const MAX_IDLE_READERS: usize = 8;
+/// How many prepared statements each connection keeps: more than the store has, so none is prepared twice.
+const STATEMENT_CACHE: usize = 128;
 
 /// The SQLite store; cheap to clone.
 #[derive(Debug, Clone)]
@@ -40,8 +42,8 @@ struct Shared {
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     readers: Mutex<Vec<Connection>>,
-    /// How many Requests are pending, as last committed (the writer keeps it).
-    pending: Arc<AtomicUsize>,
+    /// The status and owner of the live records, as last kept (the writer keeps it).
+    live: Arc<Mutex<live::Live>>,
     /// Held while the store is open, so that a second gateway cannot open the same file.
     _lock: Flock<File>,
 }
@@ -73,13 +75,13 @@ impl Sqlite {
         let conn = Connection::open_with_flags(path, flags).map_err(|error| failed(describe(&error)))?;
         configure(&conn).map_err(failed)?;
         migrate(&conn).map_err(failed)?;
-        let pending = requests::pending_count(&conn).map_err(|error| failed(describe(&error)))?;
-        let pending = Arc::new(AtomicUsize::new(pending));
+        let live = live::Live::load(&conn).map_err(|error| failed(describe(&error)))?;
+        let live = Arc::new(Mutex::new(live));
         let (jobs, receiver) = mpsc::channel();
-        let counted = pending.clone();
+        let kept = live.clone();
         let writer = std::thread::Builder::new()
             .name("store-writer".to_owned())
-            .spawn(move || writer::run(conn, receiver, feed, counted))
+            .spawn(move || writer::run(conn, receiver, feed, kept))
             .map_err(|error| failed(format!("cannot start its writer thread: {error}")))?;
         Ok(Self {
             shared: Arc::new(Shared {
@@ -87,7 +89,7 @@ impl Sqlite {
                 jobs: Mutex::new(Some(jobs)),
                 writer: Mutex::new(Some(writer)),
                 readers: Mutex::default(),
-                pending,
+                live,
                 _lock: lock,
             }),
         })
@@ -106,11 +108,11 @@ impl Sqlite {
         }
     }
 
-    /// Applies a change in the writer and waits until it is kept; `work` returns what the caller gets.
-    async fn write<T: Send + 'static>(
+    /// Applies a change in the writer; the future resolves once it is kept, with what `work` returned.
+    fn write<T: Send + 'static>(
         &self,
         work: impl FnOnce(&mut Tx<'_>) -> rusqlite::Result<T> + Send + 'static,
-    ) -> Result<T, StoreError> {
+    ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
         let (sender, receiver) = oneshot::channel();
         let job: Job = Box::new(move |tx| match work(tx) {
             Ok(value) => Ok(Applied {
@@ -124,12 +126,15 @@ impl Sqlite {
                 Err(())
             }
         });
-        self.submit(job)?;
-        receiver.await.unwrap_or_else(|_| {
-            Err(StoreError::Unavailable(
-                "the store could not apply the change".to_owned(),
-            ))
-        })
+        let submitted = self.submit(job);
+        async move {
+            submitted?;
+            receiver.await.unwrap_or_else(|_| {
+                Err(StoreError::Unavailable(
+                    "the store could not apply the change".to_owned(),
+                ))
+            })
+        }
     }
 
     /// Applies a change in the writer without waiting for it.
@@ -176,7 +181,7 @@ impl Sqlite {
 
     /// How many Requests are pending.
     pub fn pending_count(&self) -> Result<usize, StoreError> {
-        Ok(self.shared.pending.load(Ordering::Relaxed))
+        Ok(lock_mutex(&self.shared.live).pending())
     }
 
     /// How large the database is, in bytes.
@@ -191,6 +196,40 @@ impl Sqlite {
         .ok()
         .and_then(|size| u64::try_from(size).ok())
     }
+}
+
+/// Copies the database at `path` to the new file `to`: a consistent snapshot, taken while a gateway may be
+/// writing to it (it only reads).
+pub fn backup(path: &Path, to: &Path) -> Result<(), OpenError> {
+    let failed = |cause: String| OpenError {
+        path: path.display().to_string(),
+        cause,
+    };
+    if to.exists() {
+        return Err(failed(format!("cannot copy it to {}: that file exists", to.display())));
+    }
+    if !path.exists() {
+        return Err(failed("there is no such file".to_owned()));
+    }
+    let conn = open_reader(path).map_err(|error| failed(describe(&error)))?;
+    migrate_check(&conn).map_err(failed)?;
+    conn.execute("VACUUM INTO ?1", [to.to_string_lossy()])
+        .map_err(|error| failed(format!("cannot copy it to {}: {}", to.display(), describe(&error))))?;
+    Ok(())
+}
+
+/// Refuses a database this build cannot read: not SQLite, or a newer schema.
+fn migrate_check(conn: &Connection) -> Result<(), String> {
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(|error| describe(&error))?;
+    if version > schema::version() {
+        return Err(format!(
+            "its schema is version {version}, newer than this build knows ({})",
+            schema::version()
+        ));
+    }
+    Ok(())
 }
 
 /// Takes the lock that makes a database file one gateway's: an exclusive `flock` on `PATH.lock`.
@@ -214,16 +253,18 @@ fn lock(path: &Path) -> Result<Flock<File>, String> {
     })
 }
 
-/// WAL, a sync to disk before a commit returns, and a wait for locks other processes hold briefly.
+/// WAL, a sync to disk before a commit returns, a wait for locks other processes hold briefly, and no temp
+/// files.
 fn configure(conn: &Connection) -> Result<(), String> {
     conn.busy_timeout(BUSY_TIMEOUT).map_err(|error| describe(&error))?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
         .map_err(|error| describe(&error))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(format!("it cannot be put in WAL mode (it stays in {mode} mode)"));
     }
-    conn.execute_batch("PRAGMA synchronous = FULL;")
+    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY;")
         .map_err(|error| describe(&error))
 }
 
@@ -260,6 +301,8 @@ fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    conn.execute_batch("PRAGMA temp_store = MEMORY;")?;
     Ok(conn)
 }
 
@@ -282,6 +325,6 @@ fn unavailable(error: &rusqlite::Error) -> StoreError {
     StoreError::Unavailable(describe(error))
 }
 
-fn lock_mutex<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock_mutex<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -76,6 +76,13 @@ fn decision(confirm: bool) -> Decision {
     }
 }
 
+/// Records a call and waits until it is kept.
+async fn insert(store: &Store, call: NewCall) -> crate::records::CallView {
+    let started = store.insert_call(call, 10).await.unwrap();
+    started.kept.await.unwrap();
+    started.view
+}
+
 fn still_wanted() -> Withdrawal {
     Box::new(|| None)
 }
@@ -83,7 +90,7 @@ fn still_wanted() -> Withdrawal {
 #[tokio::test]
 async fn a_round_answered_in_full_gives_what_its_retry_sends() {
     on_both(|store| async move {
-        let call = store.insert_call(new_call("ada"), 10).await.unwrap();
+        let call = insert(&store, new_call("ada")).await;
         let round = NewRound {
             call: call.id.clone(),
             number: 1,
@@ -108,7 +115,7 @@ async fn a_round_answered_in_full_gives_what_its_retry_sends() {
         );
 
         let first = store
-            .answer(&raised[0].request.id, decision(true), still_wanted())
+            .answer(raised[0].clone(), decision(true), still_wanted())
             .await
             .unwrap();
         assert!(matches!(first, Answered::Won { resumes: None, .. }), "{first:?}");
@@ -116,10 +123,13 @@ async fn a_round_answered_in_full_gives_what_its_retry_sends() {
             .resolve(Pending::Ids(vec![raised[1].request.id.clone()]), Resolution::Expired)
             .await
             .unwrap();
-        assert_eq!(resolved.resumes, std::slice::from_ref(&call.id));
         assert_eq!(store.call(&call.id).unwrap().unwrap().status, CallStatus::Running);
-
         let retry = store.retry(&call.id).unwrap().unwrap();
+        assert_eq!(
+            resolved.resumes,
+            std::slice::from_ref(&retry),
+            "the resolution that completes a round hands it on"
+        );
         assert_eq!(retry.round, 1);
         assert_eq!(retry.request_state.as_deref(), Some("opaque \"state\""));
         assert_eq!(retry.arguments, json!({"b": 1, "a": [2]}));
@@ -137,8 +147,8 @@ async fn of_two_answers_one_wins_and_the_other_sees_it() {
         let raised = store.raise(vec![new_request(None, None)], None, 100).await.unwrap();
         let id = raised[0].request.id.clone();
         let (first, second) = tokio::join!(
-            store.answer(&id, decision(true), still_wanted()),
-            store.answer(&id, decision(false), still_wanted())
+            store.answer(raised[0].clone(), decision(true), still_wanted()),
+            store.answer(raised[0].clone(), decision(false), still_wanted())
         );
         let outcomes = [first.unwrap(), second.unwrap()];
         let won: Vec<_> = outcomes
@@ -163,7 +173,10 @@ async fn a_withdrawn_elicitation_takes_no_answer() {
         let raised = store.raise(vec![new_request(None, None)], None, 100).await.unwrap();
         let id = raised[0].request.id.clone();
         let withdrawn: Withdrawal = Box::new(|| Some("the upstream cancelled the elicitation".into()));
-        let outcome = store.answer(&id, decision(true), withdrawn).await.unwrap();
+        let outcome = store
+            .answer(raised[0].clone(), decision(true), withdrawn)
+            .await
+            .unwrap();
         let Answered::Withdrawn(view) = outcome else {
             panic!("{outcome:?}")
         };
@@ -188,7 +201,7 @@ async fn past_the_cap_nothing_of_a_round_is_raised() {
 #[tokio::test]
 async fn a_call_that_ends_cancels_its_pending_requests_once() {
     on_both(|store| async move {
-        let call = store.insert_call(new_call("ada"), 10).await.unwrap();
+        let call = insert(&store, new_call("ada")).await;
         assert!(matches!(
             store.insert_call(new_call("ada"), 1).await,
             Err(InsertCallError::TooMany(1))
@@ -254,12 +267,12 @@ async fn a_restart_ends_what_cannot_survive_it_and_keeps_the_rounds() {
         protocol_version: Some("2025-11-25".into()),
         ..new_call("ada")
     };
-    let legacy = store.insert_call(legacy, 10).await.unwrap();
+    let legacy = insert(&store, legacy).await;
     let elicitation = store
         .raise(vec![new_request(Some(&legacy.id), None)], None, 100)
         .await
         .unwrap();
-    let waiting = store.insert_call(new_call("ada"), 10).await.unwrap();
+    let waiting = insert(&store, new_call("ada")).await;
     let round = NewRound {
         call: waiting.id.clone(),
         number: 1,

@@ -14,7 +14,7 @@ use rmcp::{Peer, RoleClient};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::client::{ELICITATION_CREATE, SessionCore};
+use super::client::{CallRef, ELICITATION_CREATE, SessionCore};
 use crate::records::{CallError, CallFailure, Finish};
 use crate::registry::{AskError, Outcome};
 use crate::store::NewRound;
@@ -29,7 +29,7 @@ const URL_ELICITATION_REQUIRED: ErrorCode = ErrorCode(-32042);
 pub async fn drive(
     core: &Arc<SessionCore>,
     peer: &Peer<RoleClient>,
-    call: &str,
+    call: &CallRef,
     mut params: CallToolRequestParams,
     mut round: u32,
 ) -> Option<Finish> {
@@ -46,7 +46,7 @@ pub async fn drive(
                 }
             }
             Err(ServiceError::McpError(error)) if retrying && error.code == ErrorCode::INVALID_PARAMS => {
-                return Some(state_rejected(core, call, &error).await);
+                return Some(state_rejected(core, &call.id, &error).await);
             }
             Err(error) => return Some(Finish::failed(describe(&error))),
         };
@@ -81,20 +81,16 @@ pub async fn drive(
         }
         let keys: Vec<String> = requests.keys().cloned().collect();
         let new_round = NewRound {
-            call: call.to_owned(),
+            call: call.id.clone(),
             number: round,
             request_state: state,
             input_requests: requests,
         };
-        match core
-            .registry
-            .ask_round(new_round, &core.origin(Some(call.to_owned())))
-            .await
-        {
+        match core.registry.ask_round(new_round, &core.origin(Some(call))).await {
             Ok(_) => return None,
             Err(AskError::Full(cap)) => {
                 tracing::warn!(
-                    call,
+                    call = %call.id,
                     cap,
                     "pending Requests at their cap: the round's input requests answered cancel"
                 );
@@ -191,7 +187,7 @@ fn not_a_call_tool_result() -> Finish {
 async fn send(
     core: &SessionCore,
     peer: &Peer<RoleClient>,
-    call: &str,
+    call: &CallRef,
     params: CallToolRequestParams,
 ) -> Result<ServerResult, ServiceError> {
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
@@ -210,7 +206,7 @@ async fn send(
 }
 
 /// Turns the URL elicitations of a `-32042` error into Requests; `Ok` when every one was accepted.
-async fn authorize(core: &Arc<SessionCore>, call: &str, error: &ErrorData) -> Result<(), Finish> {
+async fn authorize(core: &Arc<SessionCore>, call: &CallRef, error: &ErrorData) -> Result<(), Finish> {
     let elicitations = error
         .data
         .as_ref()
@@ -218,7 +214,7 @@ async fn authorize(core: &Arc<SessionCore>, call: &str, error: &ErrorData) -> Re
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let origin = core.origin(Some(call.to_owned()));
+    let origin = core.origin(Some(call));
     let mut waiting = Vec::with_capacity(elicitations.len());
     for params in elicitations {
         let asked = core.registry.ask(params, &origin, CancellationToken::new()).await;

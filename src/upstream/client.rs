@@ -34,7 +34,7 @@ pub struct SessionCore {
     pub registry: Registry,
     pub calls: Calls,
     /// Our in-flight `tools/call` JSON-RPC ids, each with the Call it serves.
-    in_flight: Mutex<HashMap<RequestId, String>>,
+    in_flight: Mutex<HashMap<RequestId, CallRef>>,
     /// Legacy elicitations waiting on their Request, with the token fired when the upstream withdraws one.
     elicitations: Mutex<HashMap<String, CancellationToken>>,
     /// Messages still being sent to the upstream (cancellations of abandoned calls); closing waits for them.
@@ -57,8 +57,8 @@ impl SessionCore {
     }
 
     /// Records that a call's `tools/call` with this JSON-RPC id is in flight.
-    pub fn track(&self, request: RequestId, call: &str) {
-        lock(&self.in_flight).insert(request, call.to_owned());
+    pub fn track(&self, request: RequestId, call: &CallRef) {
+        lock(&self.in_flight).insert(request, call.clone());
     }
 
     /// Forgets an in-flight `tools/call`.
@@ -67,7 +67,7 @@ impl SessionCore {
     }
 
     /// The call an inbound elicitation belongs to: the one whose HTTP stream carried it, or the only call in flight.
-    pub fn attribute(&self, origin: Option<&InboundStreamOrigin>) -> Option<String> {
+    pub fn attribute(&self, origin: Option<&InboundStreamOrigin>) -> Option<CallRef> {
         let in_flight = lock(&self.in_flight);
         match origin {
             Some(InboundStreamOrigin::OutboundRequest(request)) => in_flight.get(request).cloned(),
@@ -78,17 +78,12 @@ impl SessionCore {
 
     /// Where a Request raised on this session for `call` comes from: owned by the call's principal, or else
     /// the session's.
-    pub fn origin(&self, call: Option<String>) -> Origin {
-        let owner = call
-            .as_deref()
-            .and_then(|call| self.calls.status(call).ok().flatten())
-            .map(|(_, owner)| owner)
-            .or_else(|| self.owner.clone());
+    pub fn origin(&self, call: Option<&CallRef>) -> Origin {
         Origin {
             server: self.server.clone(),
             session: self.id.clone(),
-            call,
-            owner,
+            call: call.map(|call| call.id.clone()),
+            owner: call.map(|call| call.owner.clone()).or_else(|| self.owner.clone()),
         }
     }
 
@@ -113,13 +108,13 @@ impl SessionCore {
     pub fn elicit(
         self: &Arc<Self>,
         params: Value,
-        call: Option<String>,
+        call: Option<CallRef>,
         withdrawn: CancellationToken,
     ) -> impl Future<Output = Result<ElicitResult, ErrorData>> + Send + 'static {
         let core = self.clone();
         // Boxed, so that a pending elicitation's future keeps only a pointer to what raising it took.
         let asked = Box::pin(async move {
-            let origin = core.origin(call);
+            let origin = core.origin(call.as_ref());
             let asked = core.registry.ask(params, &origin, withdrawn.clone()).await;
             (core, asked, withdrawn)
         });
@@ -153,6 +148,13 @@ impl SessionCore {
             }
         }
     }
+}
+
+/// A call, and the principal that owns it (and so its Requests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallRef {
+    pub id: String,
+    pub owner: String,
 }
 
 /// What the gateway declares to upstreams: elicitation in form and URL mode, nothing else.

@@ -200,3 +200,36 @@ async fn store_bytes(app: &TestApp) -> u64 {
         .parse::<f64>()
         .unwrap() as u64
 }
+
+#[tokio::test]
+async fn a_backup_taken_while_the_gateway_runs_holds_what_was_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = spawn_in(dir.path(), "", BOTH_ERAS, "").await;
+    let call = app.call("modern", "confirm_action", json!({"action": "backup"})).await;
+    let request = first_request(&call);
+
+    let copy = tempfile::tempdir().unwrap();
+    let to = copy.path().join("copy.sqlite3");
+    let output = Command::new(BINARY)
+        .arg("backup")
+        .arg("--config")
+        .arg(dir.path().join("gateway.toml"))
+        .arg(&to)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let again = Command::new(BINARY)
+        .arg("backup")
+        .arg("--config")
+        .arg(dir.path().join("gateway.toml"))
+        .arg(&to)
+        .output()
+        .unwrap();
+    assert!(!again.status.success(), "a backup does not overwrite a file");
+
+    std::fs::rename(&to, copy.path().join("gateway.sqlite3")).unwrap();
+    let restored = spawn_in(copy.path(), "", BOTH_ERAS, "").await;
+    let kept = restored.get_json(&format!("/requests/{request}")).await;
+    assert_eq!(kept["status"], "pending", "{kept}");
+    drop(app);
+}

@@ -3,53 +3,55 @@
 use rmcp::model::Implementation;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Map;
+use tokio::sync::oneshot;
 
+use super::live::Note;
 use super::requests::{resolve_ids, select_ids};
 use super::writer::Tx;
 use super::{Sqlite, rows};
 use crate::ids;
 use crate::records::{CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionStatus, SessionView, Status};
-use crate::store::{Finished, InsertCallError, InsertSessionError, NewCall, NewSession, Resolution, Retry, StoreError};
+use crate::store::{
+    Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
+};
 use crate::time::Timestamp;
 
 impl Sqlite {
-    pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<CallView, InsertCallError> {
-        self.write(move |tx| {
-            let running: i64 = tx
-                .conn
-                .prepare_cached(
-                    "SELECT count(*) FROM calls WHERE owner = ?1 AND status IN ('running', 'input_required')",
-                )?
-                .query_row([&call.owner], |row| row.get(0))?;
-            let running = usize::try_from(running).unwrap_or(usize::MAX);
-            if running >= max_running {
-                return Ok(Err(InsertCallError::TooMany(running)));
+    /// Answers as soon as the writer has decided (the cap, then the row), before the change is on disk.
+    pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<Started, InsertCallError> {
+        let (decided, decision) = oneshot::channel();
+        let kept = self.write(move |tx| {
+            let inserted = insert_call_in(tx, &call, max_running);
+            let early = match &inserted {
+                Ok(Ok(view)) => Ok(Ok(view.clone())),
+                Ok(Err(InsertCallError::TooMany(running))) => Ok(Err(InsertCallError::TooMany(*running))),
+                Ok(Err(InsertCallError::Store(error))) => Ok(Err(InsertCallError::Store(error.clone()))),
+                Err(error) => Err(super::unavailable(error)),
+            };
+            let _ = decided.send(early);
+            inserted.map(|_| ())
+        });
+        let kept: Kept = Box::pin(kept);
+        let (kept, decision) = {
+            // The write runs on the writer; its decision arrives first, its outcome once the batch is kept.
+            let mut kept = kept;
+            tokio::select! {
+                biased;
+                decision = decision => (kept, decision),
+                outcome = &mut kept => {
+                    let error = outcome.err().unwrap_or_else(|| StoreError::Unavailable("the call was not recorded".into()));
+                    return Err(InsertCallError::Store(error));
+                }
             }
-            let id = ids::mint(ids::CALL);
-            let now = Timestamp::now().millis();
-            tx.conn
-                .prepare_cached(
-                    "INSERT INTO calls (id, server, session, shared, tool, arguments, owner, protocol_version, \
-                         capabilities, status, created_at, updated_at) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'running', ?10, ?10)",
-                )?
-                .execute(params![
-                    id,
-                    call.server,
-                    call.session,
-                    call.shared,
-                    call.tool,
-                    rows::to_json(&call.arguments),
-                    call.owner,
-                    call.protocol_version,
-                    rows::to_json(&call.capabilities),
-                    now,
-                ])?;
-            let view = self::call(tx.conn, &id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
-            tx.record(Event::call(&view))?;
-            Ok(Ok(view))
-        })
-        .await?
+        };
+        match decision {
+            Ok(Ok(Ok(view))) => Ok(Started { view, kept }),
+            Ok(Ok(Err(refused))) => Err(refused),
+            Ok(Err(error)) => Err(InsertCallError::Store(error)),
+            Err(_) => Err(InsertCallError::Store(StoreError::Unavailable(
+                "the store could not record the call".to_owned(),
+            ))),
+        }
     }
 
     pub async fn finish_call(&self, id: &str, finish: Finish) -> Result<Option<Finished>, StoreError> {
@@ -151,6 +153,9 @@ impl Sqlite {
     }
 
     pub fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
+        if let Some(live) = super::lock_mutex(&self.shared.live).call(id) {
+            return Ok(Some(live));
+        }
         self.read(|conn| {
             conn.prepare_cached("SELECT status, owner FROM calls WHERE id = ?1")?
                 .query_row([id], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
@@ -241,6 +246,50 @@ pub(super) fn session(conn: &Connection, id: &str) -> rusqlite::Result<Option<Se
     conn.prepare_cached(&sql)?.query_row([id], rows::session).optional()
 }
 
+/// Records a running call unless its owner has `max_running` calls that have not ended.
+fn insert_call_in(
+    tx: &mut Tx<'_>,
+    call: &NewCall,
+    max_running: usize,
+) -> rusqlite::Result<Result<CallView, InsertCallError>> {
+    let running: i64 = tx
+        .conn
+        .prepare_cached("SELECT count(*) FROM calls WHERE owner = ?1 AND status IN ('running', 'input_required')")?
+        .query_row([&call.owner], |row| row.get(0))?;
+    let running = usize::try_from(running).unwrap_or(usize::MAX);
+    if running >= max_running {
+        return Ok(Err(InsertCallError::TooMany(running)));
+    }
+    let id = ids::mint(ids::CALL);
+    let now = Timestamp::now().millis();
+    tx.conn
+        .prepare_cached(
+            "INSERT INTO calls (id, server, session, shared, tool, arguments, owner, protocol_version, \
+             capabilities, status, created_at, updated_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'running', ?10, ?10)",
+        )?
+        .execute(params![
+            id,
+            call.server,
+            call.session,
+            call.shared,
+            call.tool,
+            rows::to_json(&call.arguments),
+            call.owner,
+            call.protocol_version,
+            rows::to_json(&call.capabilities),
+            now,
+        ])?;
+    let view = self::call(tx.conn, &id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+    tx.note(Note::Call {
+        call: id,
+        status: CallStatus::Running,
+        owner: view.owner.clone(),
+    });
+    tx.record(Event::call(&view))?;
+    Ok(Ok(view))
+}
+
 /// Ends a call that has not ended, cancelling its pending Requests.
 pub(super) fn finish_in(tx: &mut Tx<'_>, id: &str, finish: Finish) -> rusqlite::Result<Option<Finished>> {
     let now = Timestamp::now().millis();
@@ -278,6 +327,7 @@ pub(super) fn finish_in(tx: &mut Tx<'_>, id: &str, finish: Finish) -> rusqlite::
     };
     let cancelled = resolve_ids(tx, &pending, &resolution)?.views;
     let view = call(tx.conn, id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+    tx.note(Note::Ended(id.to_owned()));
     tx.record(Event::call(&view))?;
     Ok(Some(Finished { view, cancelled }))
 }
@@ -286,7 +336,7 @@ pub(super) fn finish_in(tx: &mut Tx<'_>, id: &str, finish: Finish) -> rusqlite::
 pub(super) fn retry(conn: &Connection, id: &str) -> rusqlite::Result<Option<Retry>> {
     let found = conn
         .prepare_cached(
-            "SELECT c.server, c.session, c.shared, c.tool, c.arguments, r.round, r.request_state \
+            "SELECT c.server, c.session, c.shared, c.tool, c.arguments, r.round, r.request_state, c.owner \
              FROM calls AS c JOIN rounds AS r ON r.call_id = c.id \
              WHERE c.id = ?1 AND c.status IN ('running', 'input_required') ORDER BY r.round DESC LIMIT 1",
         )?
@@ -299,10 +349,11 @@ pub(super) fn retry(conn: &Connection, id: &str) -> rusqlite::Result<Option<Retr
                 row.get::<_, String>(4)?,
                 row.get::<_, u32>(5)?,
                 row.get::<_, Option<String>>(6)?,
+                row.get::<_, String>(7)?,
             ))
         })
         .optional()?;
-    let Some((server, session, shared, tool, arguments, round, request_state)) = found else {
+    let Some((server, session, shared, tool, arguments, round, request_state, owner)) = found else {
         return Ok(None);
     };
     let mut statement =
@@ -329,6 +380,7 @@ pub(super) fn retry(conn: &Connection, id: &str) -> rusqlite::Result<Option<Retr
         .map_err(|error| rusqlite::Error::FromSqlConversionFailure(4, rusqlite::types::Type::Text, Box::new(error)))?;
     Ok(Some(Retry {
         call: id.to_owned(),
+        owner,
         server,
         session,
         shared,

@@ -146,7 +146,11 @@ impl Sqlite {
              (SELECT id FROM calls WHERE ended_at < ?1 LIMIT ?2)",
             "DELETE FROM calls WHERE seq IN (SELECT seq FROM calls WHERE ended_at < ?1 LIMIT ?2)",
             "DELETE FROM sessions WHERE seq IN (SELECT seq FROM sessions WHERE closed_at < ?1 LIMIT ?2)",
-            "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE at < ?1 LIMIT ?2)",
+            // Events are recorded in time order: those before the first one that is recent enough go, and the
+            // newest always stays.
+            "DELETE FROM events WHERE seq < min( \
+                 coalesce((SELECT seq FROM events WHERE at >= ?1 ORDER BY seq LIMIT 1), (SELECT max(seq) FROM events)), \
+                 (SELECT min(seq) FROM events) + ?2)",
         ];
         for statement in statements {
             loop {
@@ -162,11 +166,10 @@ impl Sqlite {
     }
 }
 
-/// The id of the newest event ever recorded (kept by SQLite even once its row is pruned).
+/// The id of the newest event ever recorded (pruning keeps its row).
 fn last_event_id(conn: &rusqlite::Connection) -> rusqlite::Result<i64> {
     let last: Option<i64> = conn
-        .prepare_cached("SELECT seq FROM sqlite_sequence WHERE name = 'events'")?
-        .query_row([], |row| row.get(0))
-        .optional()?;
+        .prepare_cached("SELECT max(seq) FROM events")?
+        .query_row([], |row| row.get(0))?;
     Ok(last.unwrap_or(0))
 }

@@ -5,11 +5,12 @@ use std::collections::BTreeSet;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::live::Note;
 use super::writer::Tx;
 use super::{Sqlite, rows};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
 use crate::store::{
-    Answered, Decision, NewRequest, NewRound, Pending, RaiseError, Resolution, Resolved, StoreError, Withdrawal,
+    Answered, Decision, NewRequest, NewRound, Pending, RaiseError, Resolution, Resolved, Retry, StoreError, Withdrawal,
 };
 use crate::time::Timestamp;
 
@@ -41,9 +42,12 @@ impl Sqlite {
             }
             let mut views = Vec::with_capacity(requests.len());
             let mut calls = BTreeSet::new();
-            tx.count_pending(isize::try_from(requests.len()).unwrap_or(isize::MAX));
             for new in requests {
                 insert_request(tx.conn, &new, round.as_ref().map(|round| round.number))?;
+                tx.note(Note::Pending {
+                    request: new.request.id.clone(),
+                    owner: new.owner.clone(),
+                });
                 let view = crate::store::raised_view(&new);
                 tx.record(Event::request(EventKind::RequestCreated, &view))?;
                 if let Some(call) = &new.call {
@@ -59,43 +63,64 @@ impl Sqlite {
         .await?
     }
 
-    pub async fn answer(&self, id: &str, decision: Decision, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
-        let id = id.to_owned();
+    /// Decides an answer to `pending`, the Request as the caller read it: the update that resolves it is
+    /// made only if it is still pending, so the view and its event are built before the writer takes the change.
+    pub async fn answer(
+        &self,
+        pending: RequestView,
+        decision: Decision,
+        withdrawal: Withdrawal,
+    ) -> Result<Answered, StoreError> {
+        let id = pending.request.id.clone();
+        let now = Timestamp::now();
+        let mut view = pending;
+        crate::store::answer_view(&mut view, decision, now);
+        let answer = rows::to_json_opt(view.answer.as_ref());
+        let result = rows::to_json_opt(view.result.as_ref());
+        let event = Event::request(EventKind::RequestResolved, &view);
         self.write(move |tx| {
-            let Some(mut view) = request(tx.conn, &id)? else {
-                return Ok(Answered::NotFound);
-            };
-            if view.status != Status::Pending {
-                return Ok(Answered::Lost(view));
-            }
-            let now = Timestamp::now();
             if let Some(detail) = withdrawal() {
+                let Some(current) = request(tx.conn, &id)? else {
+                    return Ok(Answered::NotFound);
+                };
+                if current.status != Status::Pending {
+                    return Ok(Answered::Lost(current));
+                }
                 let resolution = Resolution::Cancelled {
                     detail,
                     told_cancel: false,
                 };
-                let (view, _) = resolve_one(tx, view, &resolution, now)?;
+                let (view, _) = resolve_one(tx, current, &resolution, now)?;
                 return Ok(Answered::Withdrawn(view));
             }
-            crate::store::answer_view(&mut view, decision, now);
-            let changed = tx
+            let resolved: Option<(Option<String>, Option<i64>, Option<i64>)> = tx
                 .conn
                 .prepare_cached(
                     "UPDATE requests SET status = 'answered', resolved_at = ?2, answer = ?3, answered_by = ?4, \
-                     result = ?5 WHERE id = ?1 AND status = 'pending'",
+                     result = ?5 WHERE id = ?1 AND status = 'pending' RETURNING call_id, round, completed_at",
                 )?
-                .execute(params![
-                    id,
-                    now.millis(),
-                    rows::to_json_opt(view.answer.as_ref()),
-                    view.answered_by,
-                    rows::to_json_opt(view.result.as_ref()),
-                ])?;
-            debug_assert_eq!(changed, 1, "the writer read it pending in this transaction");
-            tx.count_pending(-1);
-            let event = tx.record(Event::request(EventKind::RequestResolved, &view))?;
-            let resumes = after_resolution(tx, &id, now)?;
-            Ok(Answered::Won { view, event, resumes })
+                .query_row(params![id, now.millis(), answer, view.answered_by, result], |row| {
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                })
+                .optional()?;
+            let Some((call, round, completed_at)) = resolved else {
+                return Ok(request(tx.conn, &id)?.map_or(Answered::NotFound, Answered::Lost));
+            };
+            tx.note(Note::Resolved(id.clone()));
+            let completed_at = completed_at.map(Timestamp::from_millis);
+            let event = if completed_at == view.completed_at {
+                event
+            } else {
+                view.completed_at = completed_at;
+                Event::request(EventKind::RequestResolved, &view)
+            };
+            let event = tx.record(event)?;
+            let resumes = after_resolution(tx, call, round, now)?;
+            Ok(Answered::Won {
+                view,
+                event,
+                resumes: resumes.map(Box::new),
+            })
         })
         .await
     }
@@ -190,6 +215,9 @@ impl Sqlite {
     }
 
     pub fn request_status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
+        if let Some(pending) = super::lock_mutex(&self.shared.live).request(id) {
+            return Ok(Some(pending));
+        }
         self.read(|conn| {
             conn.prepare_cached("SELECT status, owner FROM requests WHERE id = ?1")?
                 .query_row([id], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
@@ -206,9 +234,15 @@ impl Sqlite {
     ) -> Result<(Vec<RequestView>, Option<u64>), StoreError> {
         let cursor = i64::try_from(cursor).unwrap_or(i64::MAX);
         let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
+        // Pending ones are listed through their own index: the condition must name the status for SQLite to
+        // use it.
+        let status = match filter.status {
+            Some(Status::Pending) => "status = 'pending'",
+            _ => "(?2 IS NULL OR status = ?2)",
+        };
         self.read(|conn| {
             let sql = format!(
-                "SELECT seq, {} FROM requests WHERE seq >= ?1 AND (?2 IS NULL OR status = ?2) \
+                "SELECT seq, {} FROM requests WHERE seq >= ?1 AND {status} \
                  AND (?3 IS NULL OR server = ?3) AND (?4 IS NULL OR session = ?4) AND (?5 IS NULL OR call_id = ?5) \
                  AND (?6 IS NULL OR kind = ?6) AND (?7 IS NULL OR owner = ?7) ORDER BY seq LIMIT ?8",
                 rows::REQUEST
@@ -235,13 +269,6 @@ impl Sqlite {
             Ok((page, None))
         })
     }
-}
-
-/// How many Requests are pending.
-pub(super) fn pending_count(conn: &Connection) -> rusqlite::Result<usize> {
-    conn.prepare_cached("SELECT count(*) FROM requests WHERE status = 'pending'")?
-        .query_row([], |row| row.get::<_, i64>(0))
-        .map(|count| usize::try_from(count).unwrap_or(0))
 }
 
 /// One Request.
@@ -309,55 +336,61 @@ fn resolve_one(
     mut view: RequestView,
     resolution: &Resolution,
     now: Timestamp,
-) -> rusqlite::Result<(RequestView, Option<String>)> {
+) -> rusqlite::Result<(RequestView, Option<Retry>)> {
     crate::store::resolve_view(&mut view, resolution, now);
-    tx.conn
+    let round: Option<i64> = tx
+        .conn
         .prepare_cached(
             "UPDATE requests SET status = ?2, resolved_at = ?3, answer = ?4, result = ?5, detail = ?6 \
-             WHERE id = ?1 AND status = 'pending'",
+             WHERE id = ?1 AND status = 'pending' RETURNING round",
         )?
-        .execute(params![
-            view.request.id,
-            view.status.as_str(),
-            now.millis(),
-            rows::to_json_opt(view.answer.as_ref()),
-            rows::to_json_opt(view.result.as_ref()),
-            view.detail,
-        ])?;
-    tx.count_pending(-1);
+        .query_row(
+            params![
+                view.request.id,
+                view.status.as_str(),
+                now.millis(),
+                rows::to_json_opt(view.answer.as_ref()),
+                rows::to_json_opt(view.result.as_ref()),
+                view.detail,
+            ],
+            |row| row.get(0),
+        )?;
+    tx.note(Note::Resolved(view.request.id.clone()));
     tx.record(Event::request(EventKind::RequestResolved, &view))?;
-    let resumes = after_resolution(tx, &view.request.id, now)?;
+    let resumes = after_resolution(tx, view.call.clone(), round, now)?;
     Ok((view, resumes))
 }
 
-/// Updates the call of a Request just resolved; returns the call if this completed its round.
-fn after_resolution(tx: &mut Tx<'_>, id: &str, now: Timestamp) -> rusqlite::Result<Option<String>> {
-    let found: Option<(Option<String>, Option<i64>)> = tx
-        .conn
-        .prepare_cached("SELECT call_id, round FROM requests WHERE id = ?1")?
-        .query_row([id], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional()?;
-    let Some((Some(call), round)) = found else {
-        return Ok(None);
-    };
+/// Updates the call of a Request just resolved (from round `round` of it); returns what retrying the call
+/// takes if this completed that round.
+fn after_resolution(
+    tx: &mut Tx<'_>,
+    call: Option<String>,
+    round: Option<i64>,
+    now: Timestamp,
+) -> rusqlite::Result<Option<Retry>> {
+    let Some(call) = call else { return Ok(None) };
     let status = call_changed(tx, &call, now)?;
-    let complete = round.is_some() && status == Some(CallStatus::Running);
-    Ok(complete.then_some(call))
+    if round.is_none() || status != Some(CallStatus::Running) {
+        return Ok(None);
+    }
+    super::calls::retry(tx.conn, &call)
 }
 
 /// Sets a call that has not ended to `input_required` or `running` as its pending Requests say, recording
 /// `call.updated` when that changes it; returns that status, or `None` if the call has ended.
 pub(super) fn call_changed(tx: &mut Tx<'_>, call: &str, now: Timestamp) -> rusqlite::Result<Option<CallStatus>> {
-    let before: Option<String> = tx
+    let found: Option<(String, bool)> = tx
         .conn
-        .prepare_cached("SELECT status FROM calls WHERE id = ?1 AND status IN ('running', 'input_required')")?
-        .query_row([call], |row| row.get(0))
+        .prepare_cached(
+            "SELECT c.status, EXISTS (SELECT 1 FROM requests AS r WHERE r.call_id = c.id AND r.status = 'pending') \
+             FROM calls AS c WHERE c.id = ?1 AND c.status IN ('running', 'input_required')",
+        )?
+        .query_row([call], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?;
-    let Some(before) = before else { return Ok(None) };
-    let waiting: bool = tx
-        .conn
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM requests WHERE call_id = ?1 AND status = 'pending')")?
-        .query_row([call], |row| row.get(0))?;
+    let Some((before, waiting)) = found else {
+        return Ok(None);
+    };
     let status = if waiting {
         CallStatus::InputRequired
     } else {
@@ -368,6 +401,11 @@ pub(super) fn call_changed(tx: &mut Tx<'_>, call: &str, now: Timestamp) -> rusql
             .prepare_cached("UPDATE calls SET status = ?2, updated_at = ?3 WHERE id = ?1")?
             .execute(params![call, status.as_str(), now.millis()])?;
         if let Some(view) = super::calls::call(tx.conn, call)? {
+            tx.note(Note::Call {
+                call: call.to_owned(),
+                status,
+                owner: view.owner.clone(),
+            });
             tx.record(Event::call(&view))?;
         }
     }

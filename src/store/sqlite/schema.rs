@@ -80,15 +80,16 @@ CREATE TABLE requests (
     detail TEXT,
     completed_at INTEGER
 );
-CREATE INDEX requests_status ON requests (status, seq);
+CREATE INDEX requests_open ON requests (seq) WHERE status = 'pending';
 CREATE INDEX requests_pending ON requests (expires_at) WHERE status = 'pending';
 CREATE INDEX requests_call ON requests (call_id, status) WHERE call_id IS NOT NULL;
 CREATE INDEX requests_resolved ON requests (resolved_at) WHERE resolved_at IS NOT NULL;
 CREATE INDEX requests_completion ON requests (session, elicitation_id) WHERE elicitation_id IS NOT NULL;
 
--- Every change, in order: the audit trail, what event streams replay, and what webhooks deliver.
+-- Every change, in order: the audit trail, what event streams replay, and what webhooks deliver. Pruning
+-- always keeps the newest event, so that numbering goes on from it.
 CREATE TABLE events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     at INTEGER NOT NULL,
     kind TEXT NOT NULL,
     server TEXT NOT NULL,
@@ -97,7 +98,6 @@ CREATE TABLE events (
     owner TEXT,
     data TEXT NOT NULL
 );
-CREATE INDEX events_at ON events (at);
 
 -- The last event each webhook has had.
 CREATE TABLE webhook_cursors (

@@ -1,12 +1,12 @@
 //! The one connection that writes, on a thread of its own: it takes every change waiting, applies them in
 //! one transaction with one sync to disk (group commit), then publishes their events and answers each.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 
 use rusqlite::Connection;
 
 use super::super::StoreError;
+use super::live::{self, Live, Note};
 use crate::feed::Feed;
 use crate::records::Event;
 use crate::time::Timestamp;
@@ -15,7 +15,7 @@ use crate::time::Timestamp;
 const MAX_BATCH: usize = 512;
 
 /// One change: its statements, run inside the batch's transaction. `Err(())` means it failed and has
-/// answered its caller already; its statements are rolled back alone.
+/// answered its caller already; the transaction is rolled back with it.
 pub type Job = Box<dyn FnOnce(&mut Tx<'_>) -> Result<Applied, ()> + Send>;
 
 /// A change that was applied, waiting for its transaction to be kept.
@@ -24,26 +24,26 @@ pub struct Applied {
     pub reply: Box<dyn FnOnce(Result<(), StoreError>) + Send>,
 }
 
-/// The writer's connection inside a transaction, the events the current change records, and how it
-/// changes the number of pending Requests.
+/// The writer's connection inside a transaction, and the events and live records the current change
+/// records.
 pub struct Tx<'a> {
     pub conn: &'a Connection,
     events: Vec<Arc<Event>>,
+    notes: Vec<Note>,
     /// Pending Requests before this change.
     pending_before: usize,
-    /// What this change added to them (or took away).
-    pending_delta: isize,
 }
 
 impl Tx<'_> {
     /// How many Requests are pending, this change included.
     pub fn pending(&self) -> usize {
-        self.pending_before.saturating_add_signed(self.pending_delta)
+        self.pending_before
+            .saturating_add_signed(live::pending_delta(&self.notes))
     }
 
-    /// Records that this change made `delta` more Requests pending (fewer when negative).
-    pub fn count_pending(&mut self, delta: isize) {
-        self.pending_delta += delta;
+    /// Records what the change does to the live records, applied once it is kept.
+    pub fn note(&mut self, note: Note) {
+        self.notes.push(note);
     }
 
     /// Records an event: it is numbered now and published once the transaction is kept.
@@ -69,9 +69,8 @@ impl Tx<'_> {
     }
 }
 
-/// Runs the writer until every sender of `jobs` is gone; `pending` is the number of pending Requests kept,
-/// which the writer keeps up to date.
-pub fn run(conn: Connection, jobs: mpsc::Receiver<Job>, feed: Feed, pending: Arc<AtomicUsize>) {
+/// Runs the writer until every sender of `jobs` is gone, keeping `live` up to date.
+pub fn run(conn: Connection, jobs: mpsc::Receiver<Job>, feed: Feed, live: Arc<Mutex<Live>>) {
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -80,54 +79,68 @@ pub fn run(conn: Connection, jobs: mpsc::Receiver<Job>, feed: Feed, pending: Arc
                 Err(_) => break,
             }
         }
-        commit(&conn, batch, &feed, &pending);
+        let mut batch = batch.into_iter();
+        while batch.len() > 0 {
+            commit(&conn, &mut batch, &feed, &live);
+        }
     }
 }
 
-/// Applies a batch of changes in one transaction.
-fn commit(conn: &Connection, batch: Vec<Job>, feed: &Feed, pending: &AtomicUsize) {
+/// Applies changes from `batch` in one transaction until one fails; the ones applied share its fate (the
+/// failure rolls them back: a change that fails midway leaves nothing of itself), and the rest are left
+/// for the next transaction.
+fn commit(conn: &Connection, batch: &mut std::vec::IntoIter<Job>, feed: &Feed, live: &Mutex<Live>) {
     if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
         // Dropped unapplied, each change tells its caller that the store could not make it.
         tracing::error!(%error, "the store cannot start a transaction");
+        batch.for_each(drop);
         return;
     }
     let mut applied = Vec::with_capacity(batch.len());
     let mut events = Vec::new();
-    let mut now_pending = pending.load(Ordering::Relaxed);
-    for job in batch {
-        if conn.execute_batch("SAVEPOINT change").is_err() {
-            continue;
-        }
+    let mut notes = Vec::new();
+    let mut now_pending = super::lock_mutex(live).pending();
+    let mut failed = false;
+    for job in batch.by_ref() {
         let mut tx = Tx {
             conn,
             events: Vec::new(),
+            notes: Vec::new(),
             pending_before: now_pending,
-            pending_delta: 0,
         };
         match job(&mut tx) {
             Ok(done) => {
-                let _ = conn.execute_batch("RELEASE change");
                 now_pending = tx.pending();
                 events.extend(tx.events);
+                notes.extend(tx.notes);
                 applied.push(done);
             }
             Err(()) => {
-                let _ = conn.execute_batch("ROLLBACK TO change; RELEASE change");
+                failed = true;
+                break;
             }
         }
     }
-    match conn.execute_batch("COMMIT") {
+    let committed = if failed {
+        Err(StoreError::Unavailable(
+            "another change of the same transaction failed; nothing was changed".to_owned(),
+        ))
+    } else {
+        conn.execute_batch("COMMIT").map_err(|error| {
+            tracing::error!(%error, "the store could not keep a change; it was not made");
+            super::unavailable(&error)
+        })
+    };
+    match committed {
         Ok(()) => {
-            pending.store(now_pending, Ordering::Relaxed);
+            super::lock_mutex(live).apply(notes);
             feed.publish(events);
             for done in applied {
                 (done.reply)(Ok(()));
             }
         }
         Err(error) => {
-            tracing::error!(%error, "the store could not keep a change; it was not made");
             let _ = conn.execute_batch("ROLLBACK");
-            let error = super::unavailable(&error);
             for done in applied {
                 (done.reply)(Err(error.clone()));
             }
