@@ -71,6 +71,7 @@ impl Sqlite {
                 .map_err(|error| failed(format!("cannot create its directory {}: {error}", directory.display())))?;
         }
         let lock = lock(path).map_err(failed)?;
+        create_private(path).map_err(|error| failed(format!("cannot create it: {error}")))?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).map_err(|error| failed(describe(&error)))?;
         configure(&conn).map_err(failed)?;
@@ -213,6 +214,7 @@ pub fn backup(path: &Path, to: &Path) -> Result<(), OpenError> {
     }
     let conn = open_reader(path).map_err(|error| failed(describe(&error)))?;
     migrate_check(&conn).map_err(failed)?;
+    create_private(to).map_err(|error| failed(format!("cannot create {}: {error}", to.display())))?;
     conn.execute("VACUUM INTO ?1", [to.to_string_lossy()])
         .map_err(|error| failed(format!("cannot copy it to {}: {}", to.display(), describe(&error))))?;
     Ok(())
@@ -232,14 +234,26 @@ fn migrate_check(conn: &Connection) -> Result<(), String> {
     Ok(())
 }
 
+/// Creates the database file, readable by its owner alone, if it does not exist: it holds every answer. SQLite
+/// gives its `-wal` and `-shm` files the same permissions.
+fn create_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match File::options().write(true).create_new(true).mode(0o600).open(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        created => created.map(drop),
+    }
+}
+
 /// Takes the lock that makes a database file one gateway's: an exclusive `flock` on `PATH.lock`.
 fn lock(path: &Path) -> Result<Flock<File>, String> {
+    use std::os::unix::fs::OpenOptionsExt;
     let mut name = path.as_os_str().to_owned();
     name.push(".lock");
     let file = File::options()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(&name)
         .map_err(|error| format!("cannot open its lock file {}: {error}", Path::new(&name).display()))?;
     Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {

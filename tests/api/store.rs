@@ -202,11 +202,16 @@ async fn store_bytes(app: &TestApp) -> u64 {
 }
 
 #[tokio::test]
-async fn a_backup_taken_while_the_gateway_runs_holds_what_was_kept() {
+async fn the_store_is_its_owners_alone_and_a_backup_taken_while_it_runs_holds_what_was_kept() {
     let dir = tempfile::tempdir().unwrap();
     let app = spawn_in(dir.path(), "", BOTH_ERAS, "").await;
     let call = app.call("modern", "confirm_action", json!({"action": "backup"})).await;
     let request = first_request(&call);
+    for file in ["gateway.sqlite3", "gateway.sqlite3-wal"] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join(file)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{file} holds every answer: its owner's alone");
+    }
 
     let copy = tempfile::tempdir().unwrap();
     let to = copy.path().join("copy.sqlite3");
@@ -218,6 +223,10 @@ async fn a_backup_taken_while_the_gateway_runs_holds_what_was_kept() {
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&to).unwrap().permissions().mode() & 0o777, 0o600);
+    }
     let again = Command::new(BINARY)
         .arg("backup")
         .arg("--config")

@@ -1,0 +1,73 @@
+//! One copy of each distinct Request `data` (a form's schema) with its compiled validator, shared by every
+//! Request that carries it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::{Map, Value};
+
+use super::lock;
+use crate::validation;
+
+/// The most distinct `data` objects `SharedData` keeps; it starts over when full.
+const MAX_SHARED_DATA: usize = 256;
+
+/// One copy of each distinct Request `data` (a form's schema) and of its compiled validator: elicitations
+/// repeat their schemas, and a schema is most of a pending Request's memory.
+#[derive(Debug, Default)]
+pub(super) struct SharedData(Mutex<Copies>);
+
+#[derive(Debug, Default)]
+struct Copies {
+    /// By the data's JSON text.
+    by_text: HashMap<String, Held>,
+    /// By the address of a copy held here (a copy held cannot be freed, so its address names it alone).
+    by_address: HashMap<usize, Held>,
+}
+
+/// A Request's `data` and the validator of its schema (`None` without a schema).
+#[derive(Debug, Clone)]
+pub(super) struct Held {
+    pub(super) data: Arc<Map<String, Value>>,
+    pub(super) validator: Option<Arc<jsonschema::Validator>>,
+}
+
+impl SharedData {
+    /// The copy of `data` already held, or `data` itself with its schema compiled (which must succeed), now held.
+    pub(super) fn share(&self, data: Arc<Map<String, Value>>) -> Result<Held, String> {
+        if let Some(copy) = self.lock().by_address.get(&address(&data)) {
+            return Ok(copy.clone());
+        }
+        let key = serde_json::to_string(&data).unwrap_or_default();
+        if let Some(copy) = self.lock().by_text.get(&key) {
+            return Ok(copy.clone());
+        }
+        let validator = data
+            .get("schema")
+            .map(|schema| validation::compile(schema).map(Arc::new))
+            .transpose()?;
+        let fresh = Held { data, validator };
+        let mut copies = self.lock();
+        if copies.by_text.len() >= MAX_SHARED_DATA {
+            copies.by_text.clear();
+            copies.by_address.clear();
+        }
+        copies.by_address.insert(address(&fresh.data), fresh.clone());
+        copies.by_text.insert(key, fresh.clone());
+        Ok(fresh)
+    }
+
+    /// The validator of a Request's data (compiled again if it is no longer held).
+    pub(super) fn validator(&self, data: &Arc<Map<String, Value>>) -> Option<Arc<jsonschema::Validator>> {
+        self.share(data.clone()).ok().and_then(|held| held.validator)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Copies> {
+        lock(&self.0)
+    }
+}
+
+/// Where a copy of some data lives.
+fn address(data: &Arc<Map<String, Value>>) -> usize {
+    Arc::as_ptr(data) as usize
+}

@@ -1,0 +1,182 @@
+//! The legs of a call: each `tools/call` sent upstream runs on a task of its own until the call ends or
+//! waits on a round of Requests; the answer that completes a round starts the next leg, on the call's
+//! session or on its server's current shared one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::CallToolRequestParams;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::call;
+use super::{CallRef, Live, Target, Upstreams, lock};
+use crate::calls::Calls;
+use crate::feed::Feed;
+use crate::records::{CallStatus, Finish};
+use crate::store::Retry;
+
+impl Upstreams {
+    /// Sends one `tools/call` of a call on a task of its own, and acts on how it ends: the call ends, or
+    /// waits on a round of Requests (then the answer that completes the round resumes it).
+    pub(super) fn spawn_leg(
+        self: Arc<Self>,
+        call: CallRef,
+        tool: String,
+        live: Arc<Live>,
+        params: CallToolRequestParams,
+        round: u32,
+    ) -> CancellationToken {
+        let leg = CancellationToken::new();
+        lock(&self.legs).insert(call.id.clone(), leg.clone());
+        let span = tracing::info_span!(parent: None, "call", call = %call.id, server = %live.core.server,
+            session = %live.core.id, tool = %tool);
+        let this = self.clone();
+        let token = leg.clone();
+        let run = async move {
+            let ended = this.drive(&call, &live, params, round, &token).await;
+            lock(&this.legs).remove(&call.id);
+            live.core.settle_withdrawn().await;
+            let Some(finish) = ended else { return };
+            match &finish {
+                Finish::Completed(_) => tracing::info!("call completed"),
+                Finish::Failed(error) => tracing::info!(message = %error.message, "call ended"),
+                Finish::Cancelled(message) => tracing::info!(message, "call ended"),
+            }
+            lock(&this.worked).remove(&call.id);
+            if let Err(error) = this.calls.finish(&call.id, finish).await {
+                tracing::error!(%error, "the call's end could not be recorded");
+            }
+        };
+        self.tracker.spawn(self.call_tasks.track_future(run.instrument(span)));
+        leg
+    }
+
+    /// Drives one leg; `None` when the call goes on without it (it waits on a round, it was cancelled, or
+    /// the gateway is shutting down and will send it again at the next start).
+    async fn drive(
+        &self,
+        call: &CallRef,
+        live: &Arc<Live>,
+        params: CallToolRequestParams,
+        round: u32,
+        leg: &CancellationToken,
+    ) -> Option<Finish> {
+        let started = tokio::time::Instant::now();
+        let budget = self.budget(&call.id);
+        let ended = tokio::select! {
+            biased;
+            () = leg.cancelled() => {
+                tracing::info!("call cancelled");
+                return None;
+            }
+            () = live.closed.cancelled() => {
+                Some(Finish::failed(format!("the session ended before the call completed: {}", live.ended())))
+            }
+            ended = call::drive(&live.core, &live.peer, call, params, round) => ended,
+            limit = budget => Some(Finish::failed(format!(
+                "the upstream worked on the call for longer than {}s (limits.call_timeout); it was cancelled",
+                limit.as_secs_f64()
+            ))),
+        };
+        if !live.keeps_rounds() {
+            return ended;
+        }
+        *lock(&self.worked).entry(call.id.clone()).or_default() += started.elapsed();
+        ended
+    }
+
+    /// Resolves, with the limit, once a call has used up `limits.call_timeout` of upstream work; never
+    /// without a limit. Time the call spends waiting on a Request does not count.
+    fn budget(&self, call: &str) -> impl Future<Output = Duration> + Send + 'static {
+        let limit = self.limits.call_timeout;
+        let used = lock(&self.worked).get(call).copied().unwrap_or_default();
+        let (calls, call, feed) = (self.calls.clone(), call.to_owned(), self.feed.clone());
+        async move {
+            let Some(limit) = limit else {
+                return std::future::pending().await;
+            };
+            work_budget(limit, used, calls, call, feed).await
+        }
+    }
+
+    /// Retries a call whose round was answered, on its session or, if that was the server's shared one,
+    /// on the shared session open now.
+    pub(super) fn resume(self: Arc<Self>, retry: Retry) {
+        let this = self.clone();
+        self.tracker.spawn(async move {
+            let call = retry.call.clone();
+            let live = match this.session_for(&retry).await {
+                Ok(live) => live,
+                Err(detail) => {
+                    let failed = this.calls.finish(&call, Finish::failed(detail)).await;
+                    if let Err(error) = failed {
+                        tracing::error!(%call, %error, "the call's end could not be recorded");
+                    }
+                    return;
+                }
+            };
+            let mut params = CallToolRequestParams::new(retry.tool.clone());
+            params.arguments = match retry.arguments {
+                Value::Object(arguments) => Some(arguments),
+                _ => None,
+            };
+            params.input_responses = Some(retry.input_responses.into_iter().collect());
+            params.request_state = retry.request_state;
+            let call = CallRef {
+                id: call,
+                owner: retry.owner,
+            };
+            let _ = this.spawn_leg(call, retry.tool, live, params, retry.round);
+        });
+    }
+
+    /// The session a retry goes to: the call's own while it is open; else the server's shared session (once
+    /// it is ready, within the server's `startup_timeout`) if the call ran on a shared one.
+    async fn session_for(&self, retry: &Retry) -> Result<Arc<Live>, String> {
+        if let Some(live) = lock(&self.live).get(&retry.session).cloned() {
+            return Ok(live);
+        }
+        if !retry.shared {
+            return Err("the session ended before the call completed".to_owned());
+        }
+        let slot = self.slot(&retry.server).map_err(|error| error.to_string())?;
+        let target = Target::Server(retry.server.clone());
+        let ready = || self.live(&target).ok();
+        let wait = slot.server.startup_timeout;
+        self.feed
+            .wait_for(wait, &self.shutdown, ready)
+            .await
+            .ok_or_else(|| match self.live(&target) {
+                Err(error) => format!("the call could not be retried: {error}"),
+                Ok(_) => "the gateway is shutting down".to_owned(),
+            })
+    }
+}
+
+/// Resolves, with the limit, once a call has worked for `limit` (having used `used` already) without
+/// waiting on a Request.
+async fn work_budget(limit: Duration, mut used: Duration, calls: Calls, call: String, feed: Feed) -> Duration {
+    let mut versions = feed.versions();
+    loop {
+        if used >= limit {
+            return limit;
+        }
+        let waiting = calls
+            .status(&call)
+            .ok()
+            .flatten()
+            .is_some_and(|(status, _)| status == CallStatus::InputRequired);
+        let started = tokio::time::Instant::now();
+        if waiting {
+            let _ = versions.changed().await;
+            continue;
+        }
+        tokio::select! {
+            _ = versions.changed() => {}
+            () = tokio::time::sleep(limit - used) => return limit,
+        }
+        used += started.elapsed();
+    }
+}
