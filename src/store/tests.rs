@@ -283,6 +283,22 @@ async fn a_restart_ends_what_cannot_survive_it_and_keeps_the_rounds() {
         .raise(vec![new_request(Some(&waiting.id), Some("k"))], Some(round), 100)
         .await
         .unwrap();
+    // A round answered, whose retry was in flight when the gateway died: it is sent again.
+    let retrying = insert(&store, new_call("ada")).await;
+    let round = NewRound {
+        call: retrying.id.clone(),
+        number: 1,
+        request_state: Some("s".into()),
+        input_requests: Default::default(),
+    };
+    let answered = store
+        .raise(vec![new_request(Some(&retrying.id), Some("k"))], Some(round), 100)
+        .await
+        .unwrap();
+    store
+        .answer(answered[0].clone(), decision(true), still_wanted())
+        .await
+        .unwrap();
     let Store::Sqlite(sqlite) = &store else { unreachable!() };
     sqlite.close();
     drop(store);
@@ -293,6 +309,7 @@ async fn a_restart_ends_what_cannot_survive_it_and_keeps_the_rounds() {
         (recovered.ended_requests, recovered.ended_calls, recovered.pending),
         (1, 1, 1)
     );
+    assert_eq!(recovered.resumes, std::slice::from_ref(&retrying.id));
     let ended = store.request(&elicitation[0].request.id).unwrap().unwrap();
     assert_eq!(ended.status, Status::Cancelled);
     assert!(ended.detail.unwrap().starts_with("the gateway restarted"));
