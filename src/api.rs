@@ -275,6 +275,21 @@ async fn openapi(Extension(document): Extension<OpenApiJson>) -> Response {
     response
 }
 
+/// Runs a change to its end even if the client goes away: a handler's future is dropped with its connection,
+/// and a change the store has kept must still reach whatever waits on it (the upstream, a call's retry).
+pub async fn to_completion<T: Send + 'static>(
+    change: impl Future<Output = Result<T, ApiError>> + Send + 'static,
+) -> Result<T, ApiError> {
+    match tokio::spawn(change).await {
+        Ok(done) => done,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(_) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the gateway is shutting down",
+        )),
+    }
+}
+
 /// The `wait` query parameter: seconds to hold a response, capped at `MAX_WAIT`.
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
 #[serde(try_from = "f64")]

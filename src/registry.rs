@@ -101,6 +101,9 @@ pub enum AskError {
     Unusable(String),
     #[error("{0} Requests are pending already, the most the gateway holds")]
     Full(usize),
+    /// The call it belongs to has ended: nothing would take the answer.
+    #[error("call {0} has ended")]
+    CallEnded(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -220,6 +223,7 @@ impl Registry {
                 }
                 return Err(AskError::Full(cap));
             }
+            Err(RaiseError::CallEnded(call)) => return Err(AskError::CallEnded(call)),
             Err(RaiseError::Store(error)) => return Err(AskError::Store(error)),
         };
         let planned = *lock(&self.shared.reaper_at);
@@ -415,6 +419,8 @@ impl Registry {
     /// Expires due Requests until `shutdown`.
     pub async fn reap(self, shutdown: CancellationToken) {
         loop {
+            // Unknown while the pass runs, so that a Request raised meanwhile wakes the next pass.
+            *lock(&self.shared.reaper_at) = None;
             let next = match self.expire_due().await {
                 Ok(next) => next,
                 Err(error) => {

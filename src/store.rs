@@ -108,6 +108,9 @@ pub struct NewRound {
 pub enum RaiseError {
     #[error("{0} Requests are pending already, the most the gateway holds")]
     Full(usize),
+    /// Their call has ended (or is unknown): nothing would take their answers.
+    #[error("call {0} has ended")]
+    CallEnded(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -316,7 +319,7 @@ impl Store {
     }
 
     /// Raises pending Requests, with the round they answer (2026-07-28), unless that would make more than
-    /// `max_pending` pending; their call, if they have one, waits on them.
+    /// `max_pending` pending or their call has ended; their call, if they have one, waits on them.
     pub async fn raise(
         &self,
         requests: Vec<NewRequest>,

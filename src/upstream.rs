@@ -150,6 +150,14 @@ pub struct Domain {
     pub feed: Feed,
 }
 
+/// A `tools/call` of a call in flight.
+#[derive(Debug)]
+struct Leg {
+    id: u64,
+    /// Fired to abandon it (the upstream is told).
+    token: CancellationToken,
+}
+
 /// The upstream side of the gateway.
 #[derive(Debug)]
 pub struct Upstreams {
@@ -164,7 +172,9 @@ pub struct Upstreams {
     /// The connections of the sessions that are ready, by session id.
     live: Mutex<HashMap<String, Arc<Live>>>,
     /// The calls with a `tools/call` in flight, each with the token that abandons it.
-    legs: Mutex<HashMap<String, CancellationToken>>,
+    legs: Mutex<HashMap<String, Leg>>,
+    /// Numbers the legs, so that one that ends forgets only itself.
+    next_leg: std::sync::atomic::AtomicU64,
     /// How long the upstream has worked on each call (for `limits.call_timeout`).
     worked: Mutex<HashMap<String, Duration>>,
     shutdown: CancellationToken,
@@ -227,6 +237,7 @@ impl Upstreams {
             durable,
             live: Mutex::default(),
             legs: Mutex::default(),
+            next_leg: std::sync::atomic::AtomicU64::new(0),
             worked: Mutex::default(),
             shutdown,
             tracker,
@@ -388,8 +399,9 @@ impl Upstreams {
         if cancelled.is_some()
             && let Some(leg) = lock(&self.legs).get(id)
         {
-            leg.cancel();
+            leg.token.cancel();
         }
+        lock(&self.worked).remove(id);
         self.calls
             .get(id)?
             .ok_or_else(|| UpstreamError::UnknownCall(id.to_owned()))
@@ -443,7 +455,7 @@ impl Upstreams {
             tracing::warn!(%error, "cancelling Requests at shutdown failed");
         }
         for leg in lock(&self.legs).values() {
-            leg.cancel();
+            leg.token.cancel();
         }
         self.call_tasks.close();
         let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.call_tasks.wait()).await;

@@ -41,7 +41,12 @@ pub fn start(
     for webhook in webhooks {
         let cursor = match store.webhook_cursor(&webhook.name) {
             Ok(Some(cursor)) => cursor,
-            _ => store.last_event_id().unwrap_or(0),
+            _ => {
+                // A new webhook gets what happens from now on, also across a restart before its first delivery.
+                let start = store.last_event_id().unwrap_or(0);
+                store.save_webhook_cursor(&webhook.name, start);
+                start
+            }
         };
         let delivery = Delivery {
             webhook,

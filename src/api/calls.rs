@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
-use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size};
+use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
 use crate::records::{CallFilter, CallStatus, CallView};
 use crate::upstream::Target;
@@ -86,10 +86,13 @@ pub async fn start(
         (None, Some(session)) => Target::Session(session),
         _ => return Err(ApiError::bad_request("name exactly one of `server` and `session`")),
     };
-    let call = state
-        .upstreams
-        .start_call(target, body.tool, body.arguments, &principal)
-        .await?;
+    let upstreams = state.upstreams.clone();
+    let call = to_completion(async move {
+        Ok(upstreams
+            .start_call(target, body.tool, body.arguments, &principal)
+            .await?)
+    })
+    .await?;
     let call = settled(&state, &call.id, query.wait).await?.unwrap_or(call);
     let mut response = (StatusCode::CREATED, Json(&call)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/calls/{}", call.id)) {
@@ -168,10 +171,13 @@ pub async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Json<CallView>, ApiError> {
     owned_by(&state, &id, &principal, Principal::may_change)?;
-    let call = state
-        .upstreams
-        .cancel_call(&id, "cancelled by a client (DELETE /calls)")
-        .await?;
+    let upstreams = state.upstreams.clone();
+    let call = to_completion(async move {
+        Ok(upstreams
+            .cancel_call(&id, "cancelled by a client (DELETE /calls)")
+            .await?)
+    })
+    .await?;
     Ok(Json(call))
 }
 

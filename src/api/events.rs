@@ -147,7 +147,8 @@ impl Follow {
     fn catch_up(&mut self) {
         match self.store.events_after(self.after, PAGE) {
             Ok(page) if page.gap => {
-                self.after = page.resume_after;
+                // The client re-reads the state on `resync`: what follows is what happens from now on.
+                self.after = self.store.last_event_id().unwrap_or(page.resume_after);
                 self.ready.push_back(resync_event(self.after, "events were missed"));
                 self.catching_up = false;
             }

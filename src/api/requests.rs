@@ -8,7 +8,7 @@ use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
-use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size};
+use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
 use crate::records::{Filter, RequestView, Status};
 use crate::suspension::Answer;
@@ -196,7 +196,8 @@ pub async fn answer(
         .status(&id)?
         .ok_or_else(|| ApiError::not_found(format!("no Request with id {id}")))?;
     visible(&principal, &id, owner.as_deref())?;
-    let answered = state.registry.answer(&id, answer, &principal.name).await?;
+    let registry = state.registry.clone();
+    let answered = to_completion(async move { Ok(registry.answer(&id, answer, &principal.name).await?) }).await?;
     Ok(match answered.event {
         // The bytes of the `request.resolved` event, rather than serializing the same view again.
         Some(event) => ([(header::CONTENT_TYPE, "application/json")], event.data.clone()).into_response(),

@@ -9,7 +9,7 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
-use super::{ApiError, AppState, Problem, WaitQuery};
+use super::{ApiError, AppState, Problem, WaitQuery, to_completion};
 use crate::auth::Principal;
 use crate::records::SessionView;
 use crate::upstream::{ServerStatus, ServerView, Target};
@@ -70,7 +70,8 @@ pub async fn open(
             principal.name
         )));
     }
-    let session = state.upstreams.open(&body.server, &principal.name).await?;
+    let upstreams = state.upstreams.clone();
+    let session = to_completion(async move { Ok(upstreams.open(&body.server, &principal.name).await?) }).await?;
     let mut response = (StatusCode::CREATED, Json(&session)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/sessions/{}", session.id)) {
         response.headers_mut().insert(header::LOCATION, location);
@@ -141,10 +142,13 @@ pub async fn close(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<SessionView>, ApiError> {
-    let closed = state
-        .upstreams
-        .close(&id, "closed by a client (DELETE /sessions)", &principal)
-        .await?;
+    let upstreams = state.upstreams.clone();
+    let closed = to_completion(async move {
+        Ok(upstreams
+            .close(&id, "closed by a client (DELETE /sessions)", &principal)
+            .await?)
+    })
+    .await?;
     Ok(Json(closed))
 }
 

@@ -106,6 +106,11 @@ impl Memory {
         if state.requests.live_count() + requests.len() > max_pending {
             return Err(RaiseError::Full(max_pending));
         }
+        for call in requests.iter().filter_map(|new| new.call.as_deref()) {
+            if state.calls.get(call).is_none_or(|entry| entry.view.status.is_final()) {
+                return Err(RaiseError::CallEnded(call.to_owned()));
+            }
+        }
         let mut changes = Changes::default();
         if let Some(round) = &round
             && let Some(call) = state.calls.get_mut(&round.call)

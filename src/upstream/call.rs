@@ -103,6 +103,8 @@ pub async fn drive(
                     "the upstream sent an elicitation the gateway cannot show: {detail}"
                 )));
             }
+            // The call was cancelled while its upstream worked: its end is recorded already.
+            Err(AskError::CallEnded(_)) => return None,
             Err(AskError::Store(error)) => {
                 return Some(Finish::failed(format!(
                     "the gateway could not record the round: {error}"

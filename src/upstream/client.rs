@@ -126,6 +126,7 @@ impl SessionCore {
                     tracing::warn!(session = %core.id, cap, "pending Requests at their cap: elicitation answered cancel");
                     return Ok(ElicitResult::new(ElicitationAction::Cancel));
                 }
+                Err(AskError::CallEnded(_)) => return Ok(ElicitResult::new(ElicitationAction::Cancel)),
                 Err(AskError::Unusable(detail)) => return Err(ErrorData::invalid_params(detail, None)),
                 Err(AskError::Store(error)) => return Err(ErrorData::internal_error(error.to_string(), None)),
             };

@@ -11,11 +11,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::call;
-use super::{CallRef, Live, Target, Upstreams, lock};
+use super::{CallRef, Leg, Live, Target, Upstreams, lock};
 use crate::calls::Calls;
 use crate::feed::Feed;
 use crate::records::{CallStatus, Finish};
 use crate::store::Retry;
+
+/// The first pause before recording a call's end again; it doubles up to `RETRY_MOST`.
+const RETRY_FIRST: Duration = Duration::from_millis(250);
+const RETRY_MOST: Duration = Duration::from_secs(30);
 
 impl Upstreams {
     /// Sends one `tools/call` of a call on a task of its own, and acts on how it ends: the call ends, or
@@ -29,14 +33,28 @@ impl Upstreams {
         round: u32,
     ) -> CancellationToken {
         let leg = CancellationToken::new();
-        lock(&self.legs).insert(call.id.clone(), leg.clone());
+        let id = self.next_leg.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let entry = Leg { id, token: leg.clone() };
+        lock(&self.legs).insert(call.id.clone(), entry);
+        // Registered before this check, so that a cancellation either sees the leg or has ended the call.
+        if self
+            .calls
+            .status(&call.id)
+            .ok()
+            .flatten()
+            .is_some_and(|(status, _)| status.is_final())
+        {
+            self.forget_leg(&call.id, id);
+            leg.cancel();
+            return leg;
+        }
         let span = tracing::info_span!(parent: None, "call", call = %call.id, server = %live.core.server,
             session = %live.core.id, tool = %tool);
         let this = self.clone();
         let token = leg.clone();
         let run = async move {
             let ended = this.drive(&call, &live, params, round, &token).await;
-            lock(&this.legs).remove(&call.id);
+            this.forget_leg(&call.id, id);
             live.core.settle_withdrawn().await;
             let Some(finish) = ended else { return };
             match &finish {
@@ -44,13 +62,36 @@ impl Upstreams {
                 Finish::Failed(error) => tracing::info!(message = %error.message, "call ended"),
                 Finish::Cancelled(message) => tracing::info!(message, "call ended"),
             }
-            lock(&this.worked).remove(&call.id);
-            if let Err(error) = this.calls.finish(&call.id, finish).await {
-                tracing::error!(%error, "the call's end could not be recorded");
-            }
+            this.end_call(&call.id, finish).await;
         };
         self.tracker.spawn(self.call_tasks.track_future(run.instrument(span)));
         leg
+    }
+
+    /// Forgets a call's leg, unless another leg of the call has taken its place.
+    fn forget_leg(&self, call: &str, id: u64) {
+        let mut legs = lock(&self.legs);
+        if legs.get(call).is_some_and(|leg| leg.id == id) {
+            legs.remove(call);
+        }
+    }
+
+    /// Records how a call ended, trying again while the store cannot keep it (a full disk): a call left
+    /// running would hold its owner's place and, after a restart, be sent again.
+    pub(super) async fn end_call(&self, call: &str, finish: Finish) {
+        lock(&self.worked).remove(call);
+        let mut pause = RETRY_FIRST;
+        loop {
+            match self.calls.finish(call, finish.clone()).await {
+                Ok(_) => return,
+                Err(error) => tracing::error!(%call, %error, "the call's end could not be recorded; trying again"),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = self.shutdown.cancelled() => return,
+            }
+            pause = (pause * 2).min(RETRY_MOST);
+        }
     }
 
     /// Drives one leg; `None` when the call goes on without it (it waits on a round, it was cancelled, or
@@ -109,13 +150,7 @@ impl Upstreams {
             let call = retry.call.clone();
             let live = match this.session_for(&retry).await {
                 Ok(live) => live,
-                Err(detail) => {
-                    let failed = this.calls.finish(&call, Finish::failed(detail)).await;
-                    if let Err(error) = failed {
-                        tracing::error!(%call, %error, "the call's end could not be recorded");
-                    }
-                    return;
-                }
+                Err(detail) => return this.end_call(&call, Finish::failed(detail)).await,
             };
             let mut params = CallToolRequestParams::new(retry.tool.clone());
             params.arguments = match retry.arguments {

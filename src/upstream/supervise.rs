@@ -21,6 +21,8 @@ const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// How long a shared session must stay open for the back-off to start again from `INITIAL_BACKOFF`.
 const STABLE_AFTER: Duration = Duration::from_secs(30);
+/// The first pause before recording a session's end again; it doubles up to `MAX_BACKOFF`.
+const RECORD_RETRY: Duration = Duration::from_millis(250);
 
 impl Upstreams {
     /// Keeps a server's shared session open until shutdown, re-opening it with back-off.
@@ -181,15 +183,21 @@ impl Upstreams {
                 continue;
             }
             let message = format!("the session ended before the call completed: {detail}");
-            if let Err(error) = self.calls.finish(&call.id, Finish::failed(message)).await {
-                tracing::error!(call = %call.id, %error, "the call's end could not be recorded");
-            }
+            self.end_call(&call.id, Finish::failed(message)).await;
         }
     }
 
+    /// Records a session's end, trying again while the store cannot keep it: an open session left behind
+    /// would hold its owner's place.
     async fn record_end(&self, id: &str, status: SessionStatus, detail: &str) {
-        if let Err(error) = self.sessions.end(id, status, detail).await {
-            tracing::error!(session = %id, %error, "the session's end could not be recorded");
+        let mut pause = RECORD_RETRY;
+        while let Err(error) = self.sessions.end(id, status, detail).await {
+            tracing::error!(session = %id, %error, "the session's end could not be recorded; trying again");
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = self.shutdown.cancelled() => return,
+            }
+            pause = (pause * 2).min(MAX_BACKOFF);
         }
     }
 }

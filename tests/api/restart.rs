@@ -60,6 +60,32 @@ async fn a_round_stays_answerable_across_restarts_and_the_call_completes() {
 }
 
 #[tokio::test]
+async fn a_round_on_a_private_session_ends_with_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = gateway(&dir).await;
+    let session = app.post("/sessions", &json!({"server": "modern"})).await;
+    assert_eq!(session.status(), 201);
+    let session = session.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let call = app
+        .call_on(json!({"session": session, "tool": "two_step", "arguments": {}}))
+        .await;
+    assert_eq!(call["status"], "input_required", "{call}");
+    let request = first_request(&call);
+
+    stop(&mut app, Stop::Kill);
+    app = gateway(&dir).await;
+
+    let ended = app.get_json(&format!("/calls/{}", call["id"].as_str().unwrap())).await;
+    assert_eq!(ended["status"], "failed", "{ended}");
+    assert_eq!(ended["error"]["reason"], "gateway_restarted", "{ended}");
+    let view = app.get_json(&format!("/requests/{request}")).await;
+    assert_eq!(view["status"], "cancelled", "{view}");
+}
+
+#[tokio::test]
 async fn an_elicitation_in_flight_ends_with_the_process_and_says_why() {
     for how in [Stop::Terminate, Stop::Kill] {
         let dir = tempfile::tempdir().unwrap();

@@ -188,6 +188,12 @@ async fn ended_records_are_pruned_after_the_retention_and_the_file_stays_bounded
     assert!(app.get_json("/calls?limit=1000").await.as_array().unwrap().len() < 20);
     let mut events = app.events("", Some("1")).await;
     assert_eq!(events.next().await.event, "resync", "the first events were pruned");
+    let after = app.call("modern", "echo", json!({"text": "after the resync"})).await;
+    let next = events.next().await;
+    assert_eq!(
+        next.data["id"], after["id"],
+        "the stream goes on from now, not from the oldest event kept"
+    );
     assert!(sizes[5] <= sizes[1] * 2, "the file grew wave after wave: {sizes:?}");
 }
 

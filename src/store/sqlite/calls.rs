@@ -7,6 +7,7 @@ use tokio::sync::oneshot;
 
 use super::live::Note;
 use super::requests::{resolve_ids, select_ids};
+use super::rows::Conditions;
 use super::writer::Tx;
 use super::{Sqlite, rows};
 use crate::ids;
@@ -166,23 +167,19 @@ impl Sqlite {
 
     pub fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut conditions = Conditions::all();
+        conditions.equal("c.status", filter.status.map(CallStatus::as_str));
+        conditions.equal("c.server", filter.server.as_deref());
+        conditions.equal("c.session", filter.session.as_deref());
+        conditions.equal("c.owner", filter.owner.as_deref());
         self.read(|conn| {
             let sql = format!(
-                "SELECT {} FROM calls AS c WHERE (?1 IS NULL OR c.status = ?1) AND (?2 IS NULL OR c.server = ?2) \
-                 AND (?3 IS NULL OR c.session = ?3) AND (?4 IS NULL OR c.owner = ?4) ORDER BY c.seq LIMIT ?5",
-                rows::CALL
+                "SELECT {} FROM calls AS c WHERE {} ORDER BY c.seq LIMIT ?",
+                rows::CALL,
+                conditions.sql
             );
             let mut statement = conn.prepare_cached(&sql)?;
-            let calls = statement.query_map(
-                params![
-                    filter.status.map(CallStatus::as_str),
-                    filter.server,
-                    filter.session,
-                    filter.owner,
-                    limit
-                ],
-                rows::call,
-            )?;
+            let calls = statement.query_map(conditions.params_then(limit), rows::call)?;
             calls.collect()
         })
     }

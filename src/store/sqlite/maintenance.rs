@@ -108,17 +108,19 @@ impl Sqlite {
                 told_cancel: false,
             };
             recovered.ended_requests += resolve_ids(tx, &elicitations, &resolution)?.views.len();
+            // A round can be retried only on a shared session: a private one ended with the previous run.
             let calls: Vec<(String, Option<String>, bool)> = {
                 let mut statement = tx.conn.prepare_cached(
-                    "SELECT c.id, c.protocol_version, EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id) \
+                    "SELECT c.id, c.protocol_version, \
+                     c.shared = 1 AND EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id) \
                      FROM calls AS c WHERE c.status IN ('running', 'input_required') ORDER BY c.seq",
                 )?;
                 let calls = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
                 calls.collect::<rusqlite::Result<_>>()?
             };
-            for (call, protocol, has_rounds) in calls {
+            for (call, protocol, resumable) in calls {
                 let keeps_rounds = protocol.as_deref().is_some_and(|version| version >= ROUNDS_PROTOCOL);
-                if keeps_rounds && has_rounds {
+                if keeps_rounds && resumable {
                     if super::calls::retry(tx.conn, &call)?.is_some() {
                         recovered.resumes.push(call);
                     }
@@ -142,8 +144,10 @@ impl Sqlite {
         let statements = [
             "DELETE FROM requests WHERE seq IN \
              (SELECT seq FROM requests WHERE resolved_at < ?1 AND status != 'pending' LIMIT ?2)",
+            // From the rounds' side, so that each batch finds rounds to delete while any are due.
             "DELETE FROM rounds WHERE call_id IN \
-             (SELECT id FROM calls WHERE ended_at < ?1 LIMIT ?2)",
+             (SELECT r.call_id FROM rounds AS r LEFT JOIN calls AS c ON c.id = r.call_id \
+              WHERE c.id IS NULL OR c.ended_at < ?1 LIMIT ?2)",
             "DELETE FROM calls WHERE seq IN (SELECT seq FROM calls WHERE ended_at < ?1 LIMIT ?2)",
             "DELETE FROM sessions WHERE seq IN (SELECT seq FROM sessions WHERE closed_at < ?1 LIMIT ?2)",
             // Events are recorded in time order: those before the first one that is recent enough go, and the

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::live::Note;
+use super::rows::Conditions;
 use super::writer::Tx;
 use super::{Sqlite, rows};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
@@ -24,6 +25,18 @@ impl Sqlite {
         self.write(move |tx| {
             if tx.pending() + requests.len() > max_pending {
                 return Ok(Err(RaiseError::Full(max_pending)));
+            }
+            let calls: BTreeSet<&str> = requests.iter().filter_map(|new| new.call.as_deref()).collect();
+            for call in calls {
+                let live: bool = tx
+                    .conn
+                    .prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM calls WHERE id = ?1 AND status IN ('running', 'input_required'))",
+                    )?
+                    .query_row([call], |row| row.get(0))?;
+                if !live {
+                    return Ok(Err(RaiseError::CallEnded(call.to_owned())));
+                }
             }
             let now = Timestamp::now();
             if let Some(round) = &round {
@@ -234,30 +247,26 @@ impl Sqlite {
     ) -> Result<(Vec<RequestView>, Option<u64>), StoreError> {
         let cursor = i64::try_from(cursor).unwrap_or(i64::MAX);
         let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
-        // Pending ones are listed through their own index: the condition must name the status for SQLite to
-        // use it.
-        let status = match filter.status {
-            Some(Status::Pending) => "status = 'pending'",
-            _ => "(?2 IS NULL OR status = ?2)",
-        };
+        // Only the filters given are named, so that SQLite can use the index of each (pending ones are listed
+        // through their own, which the condition must spell out).
+        let mut conditions = Conditions::new("seq >= ?", cursor);
+        match filter.status {
+            Some(Status::Pending) => conditions.fixed("status = 'pending'"),
+            status => conditions.equal("status", status.map(Status::as_str)),
+        }
+        conditions.equal("server", filter.server.as_deref());
+        conditions.equal("session", filter.session.as_deref());
+        conditions.equal("call_id", filter.call.as_deref());
+        conditions.equal("kind", filter.kind.as_deref());
+        conditions.equal("owner", filter.owner.as_deref());
         self.read(|conn| {
             let sql = format!(
-                "SELECT seq, {} FROM requests WHERE seq >= ?1 AND {status} \
-                 AND (?3 IS NULL OR server = ?3) AND (?4 IS NULL OR session = ?4) AND (?5 IS NULL OR call_id = ?5) \
-                 AND (?6 IS NULL OR kind = ?6) AND (?7 IS NULL OR owner = ?7) ORDER BY seq LIMIT ?8",
-                rows::REQUEST
+                "SELECT seq, {} FROM requests WHERE {} ORDER BY seq LIMIT ?",
+                rows::REQUEST,
+                conditions.sql
             );
             let mut statement = conn.prepare_cached(&sql)?;
-            let mut found = statement.query(params![
-                cursor,
-                filter.status.map(Status::as_str),
-                filter.server,
-                filter.session,
-                filter.call,
-                filter.kind,
-                filter.owner,
-                fetch
-            ])?;
+            let mut found = statement.query(conditions.params_then(fetch))?;
             let mut page = Vec::new();
             while let Some(row) = found.next()? {
                 let seq: i64 = row.get(0)?;

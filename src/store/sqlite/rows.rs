@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use rusqlite::Row;
-use rusqlite::types::Type;
+use rusqlite::types::{Type, Value};
 use serde::de::DeserializeOwned;
 
 use crate::records::{
@@ -151,4 +151,47 @@ fn parsed<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusql
         let message = format!("unknown value {text:?}");
         rusqlite::Error::FromSqlConversionFailure(index, Type::Text, message.into())
     })
+}
+
+/// The `WHERE` clause of a listing, naming only the filters given, with its parameters in order.
+pub struct Conditions {
+    pub sql: String,
+    params: Vec<Value>,
+}
+
+impl Conditions {
+    /// Conditions that let every row through until some are added.
+    pub fn all() -> Self {
+        Self {
+            sql: "1".to_owned(),
+            params: Vec::new(),
+        }
+    }
+
+    /// Conditions starting with one that takes one parameter.
+    pub fn new(condition: &str, value: impl Into<Value>) -> Self {
+        Self {
+            sql: condition.to_owned(),
+            params: vec![value.into()],
+        }
+    }
+
+    /// A condition without parameters.
+    pub fn fixed(&mut self, condition: &str) {
+        self.sql.push_str(" AND ");
+        self.sql.push_str(condition);
+    }
+
+    /// `column = value`, when there is a value.
+    pub fn equal(&mut self, column: &str, value: Option<&str>) {
+        if let Some(value) = value {
+            self.fixed(&format!("{column} = ?"));
+            self.params.push(value.to_owned().into());
+        }
+    }
+
+    /// The parameters, then the `LIMIT` that ends the statement.
+    pub fn params_then(&self, limit: i64) -> impl rusqlite::Params + '_ {
+        rusqlite::params_from_iter(self.params.iter().cloned().chain([Value::Integer(limit)]))
+    }
 }

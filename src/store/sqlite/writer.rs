@@ -134,7 +134,9 @@ fn commit(conn: &Connection, batch: &mut std::vec::IntoIter<Job>, feed: &Feed, l
     match committed {
         Ok(()) => {
             super::lock_mutex(live).apply(notes);
-            feed.publish(events);
+            if !events.is_empty() {
+                feed.publish(events);
+            }
             for done in applied {
                 (done.reply)(Ok(()));
             }
