@@ -9,6 +9,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::auth::{self, Role, Token};
 use crate::records::EventKind;
+use crate::redact;
 use crate::store::Location;
 
 /// Where the built-in default listens.
@@ -275,8 +276,9 @@ pub struct ServerConfig {
     /// The program to start for a stdio server.
     #[serde(default, deserialize_with = "expanded_option")]
     pub command: Option<String>,
-    /// Its arguments (for `builtin = "demo"`, flags of `demo-server` such as `--seal-state`).
-    #[serde(default, deserialize_with = "expanded_list")]
+    /// Its arguments as written (for `builtin = "demo"`, flags of `demo-server` such as `--seal-state`);
+    /// `${VAR}` is expanded when the transport is built, so that `check-config` can show them unexpanded.
+    #[serde(default)]
     pub args: Vec<String>,
     /// Extra environment for the child process.
     #[serde(default, deserialize_with = "expanded_map")]
@@ -424,6 +426,7 @@ impl Config {
             Value::Table(map.keys().map(|key| (key.clone(), Value::from(MASK))).collect())
         };
         let duration = |duration: Duration| Value::from(humantime::format_duration(duration).to_string());
+        let count = |count: usize| Value::from(i64::try_from(count).unwrap_or(i64::MAX));
         let mut root = Table::new();
         root.insert("listen".into(), Value::from(self.listen.to_string()));
         root.insert("workers".into(), Value::from(self.workers as i64));
@@ -431,7 +434,29 @@ impl Config {
         requests.insert("ttl".into(), duration(self.requests.ttl));
         requests.insert("apply_defaults".into(), Value::from(self.requests.apply_defaults));
         requests.insert("retention".into(), duration(self.retention()));
+        requests.insert("max_pending".into(), count(self.requests.max_pending));
         root.insert("requests".into(), Value::Table(requests));
+        let mut limits = Table::new();
+        limits.insert("calls_per_principal".into(), count(self.limits.calls_per_principal));
+        limits.insert(
+            "sessions_per_principal".into(),
+            count(self.limits.sessions_per_principal),
+        );
+        if let Some(timeout) = self.limits.call_timeout {
+            limits.insert("call_timeout".into(), duration(timeout));
+        }
+        root.insert("limits".into(), Value::Table(limits));
+        let mut http = Table::new();
+        http.insert("max_body_bytes".into(), count(self.http.max_body_bytes));
+        http.insert("cors_origins".into(), Value::from(self.http.cors_origins.clone()));
+        if let Some(hosts) = &self.http.allowed_hosts {
+            http.insert("allowed_hosts".into(), Value::from(hosts.clone()));
+        }
+        if let Some(connections) = self.http.max_connections {
+            http.insert("max_connections".into(), count(connections));
+        }
+        http.insert("header_timeout".into(), duration(self.http.header_timeout));
+        root.insert("http".into(), Value::Table(http));
         let mut log = Table::new();
         log.insert("level".into(), Value::from(self.log.level.clone()));
         log.insert(
@@ -440,17 +465,17 @@ impl Config {
         );
         root.insert("log".into(), Value::Table(log));
         let mut servers = Vec::new();
-        for server in self.servers()? {
+        for (server, written) in self.servers()?.into_iter().zip(&self.servers) {
             let mut entry = Table::new();
             entry.insert("name".into(), Value::from(server.name));
             match server.transport {
-                Transport::Stdio { command, args, env } => {
+                Transport::Stdio { command, env, .. } => {
                     entry.insert("command".into(), Value::from(command.display().to_string()));
-                    entry.insert("args".into(), Value::from(args));
+                    entry.insert("args".into(), Value::from(written.args.clone()));
                     entry.insert("env".into(), masked(&env));
                 }
                 Transport::Http { url, headers } => {
-                    entry.insert("url".into(), Value::from(url));
+                    entry.insert("url".into(), Value::from(redact::url(&url)));
                     entry.insert("headers".into(), masked(&headers));
                 }
             }
@@ -468,7 +493,7 @@ impl Config {
         for hook in self.webhooks()? {
             let mut entry = Table::new();
             entry.insert("name".into(), Value::from(hook.name));
-            entry.insert("url".into(), Value::from(hook.url));
+            entry.insert("url".into(), Value::from(redact::url(&hook.url)));
             let events: Vec<Value> = hook.events.iter().map(|kind| Value::from(kind.name())).collect();
             entry.insert("events".into(), Value::Array(events));
             if hook.secret.is_some() {
@@ -553,6 +578,13 @@ impl Config {
         Ok(tokens)
     }
 
+    /// The secrets of the configured URLs (servers' and webhooks'), to keep out of the logs.
+    pub fn secrets(&self) -> redact::Secrets {
+        let servers = self.servers.iter().filter_map(|server| server.url.as_deref());
+        let webhooks = self.webhooks.iter().map(|hook| hook.url.as_str());
+        redact::Secrets::of_urls(servers.chain(webhooks))
+    }
+
     /// Checks everything serde cannot: servers, webhooks, tokens, the store, the log filter.
     pub fn validate(&self) -> Result<(), String> {
         self.servers()?;
@@ -564,6 +596,9 @@ impl Config {
         }
         if self.http.header_timeout.is_zero() {
             return Err("http.header_timeout must be longer than zero".to_owned());
+        }
+        for origin in &self.http.cors_origins {
+            check_origin(origin).map_err(|problem| format!("http.cors_origins: {origin:?} {problem}"))?;
         }
         tracing_subscriber::EnvFilter::try_new(&self.log.level).map_err(|error| {
             format!(
@@ -637,11 +672,18 @@ impl Config {
 }
 
 impl ServerConfig {
+    fn expanded_args(&self, key: &str) -> Result<Vec<String>, String> {
+        self.args
+            .iter()
+            .map(|arg| expand_env(arg).map_err(|error| format!("{key}.args: {error}")))
+            .collect()
+    }
+
     fn transport(&self, key: &str) -> Result<Transport, String> {
         match (&self.command, &self.url, self.builtin) {
             (Some(command), None, None) => Ok(Transport::Stdio {
                 command: PathBuf::from(command),
-                args: self.args.clone(),
+                args: self.expanded_args(key)?,
                 env: self.env.clone(),
             }),
             (None, Some(url), None) => {
@@ -659,7 +701,7 @@ impl ServerConfig {
                 let command = std::env::current_exe()
                     .map_err(|error| format!("{key}.builtin: cannot locate this executable: {error}"))?;
                 let mut args = vec!["demo-server".to_owned()];
-                args.extend(self.args.iter().cloned());
+                args.extend(self.expanded_args(key)?);
                 Ok(Transport::Stdio {
                     command,
                     args,
@@ -676,6 +718,26 @@ impl ServerConfig {
             )),
         }
     }
+}
+
+/// Whether `origin` is one a browser sends: `scheme://host[:port]`, nothing after it, and no wildcard.
+fn check_origin(origin: &str) -> Result<(), &'static str> {
+    if origin.contains('*') {
+        return Err("is a wildcard; name each origin whose pages may call the API");
+    }
+    let Some((scheme, authority)) = origin.split_once("://") else {
+        return Err("is not an origin like \"https://app.example.com\"");
+    };
+    if !(scheme == "http" || scheme == "https") {
+        return Err("must start with http:// or https://");
+    }
+    if authority.is_empty()
+        || authority.contains(['/', '?', '#', '@'])
+        || authority.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err("must be scheme://host[:port] with nothing after it, as browsers send it");
+    }
+    Ok(())
 }
 
 /// The line of the `[[servers]]` or `[[webhooks]]` entry a validation message starts with (`servers[2]…`).
@@ -727,14 +789,6 @@ fn expanded_option<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<
     Option::<String>::deserialize(deserializer)?
         .map(|text| expand_env(&text))
         .transpose()
-        .map_err(serde::de::Error::custom)
-}
-
-fn expanded_list<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
-    Vec::<String>::deserialize(deserializer)?
-        .iter()
-        .map(|text| expand_env(text))
-        .collect::<Result<_, _>>()
         .map_err(serde::de::Error::custom)
 }
 

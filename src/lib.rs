@@ -14,6 +14,7 @@ pub mod feed;
 pub mod ids;
 pub mod metrics;
 pub mod records;
+pub mod redact;
 pub mod registry;
 pub mod retained;
 pub mod sessions;

@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use toolnexus_gateway::Gateway;
 use toolnexus_gateway::config::{Config, LogConfig, LogFormat, MAX_WORKERS};
 use toolnexus_gateway::demo::{self, Demo};
+use toolnexus_gateway::redact::{ScrubbedStderr, Secrets};
 use toolnexus_gateway::store::Location;
 use tracing_subscriber::EnvFilter;
 
@@ -119,7 +120,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Some(Command::DemoServer(args)) => {
-            init_logs(&LogConfig::default(), LogFormat::Text);
+            init_logs(&LogConfig::default(), LogFormat::Text, Secrets::default());
             runtime(None)?.block_on(demo_server(args))
         }
         Some(Command::Serve(args)) => serve(&args),
@@ -144,8 +145,9 @@ fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
     builder.enable_all().build().context("cannot start the async runtime")
 }
 
+/// Prints the config `serve` would run with, secrets masked, after the checks `serve` makes before it starts.
 fn check_config(args: &ServeArgs) -> anyhow::Result<()> {
-    let config = effective_config(args)?;
+    let config = served_config(args)?;
     print!("{}", config.masked_toml().map_err(anyhow::Error::msg)?);
     Ok(())
 }
@@ -200,13 +202,13 @@ fn probed_address(args: &HealthcheckArgs) -> anyhow::Result<SocketAddr> {
 
 /// Sends logs to stderr (stdout is the MCP channel of `demo-server`), coloured only on a terminal; `RUST_LOG`
 /// overrides the level.
-fn init_logs(log: &LogConfig, format: LogFormat) {
+fn init_logs(log: &LogConfig, format: LogFormat, secrets: Secrets) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(format!("{},rmcp=warn", log.level)))
         .unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(ScrubbedStderr::new(secrets))
         .with_ansi(std::io::stderr().is_terminal());
     match format {
         LogFormat::Text => logs.init(),
@@ -239,7 +241,9 @@ fn effective_config(args: &ServeArgs) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+/// The config `serve` runs with: `effective_config`, refused when it would listen beyond loopback with nobody
+/// authenticating.
+fn served_config(args: &ServeArgs) -> anyhow::Result<Config> {
     let config = effective_config(args)?;
     if config.auth.tokens.is_empty() && !config.listen.ip().is_loopback() && !args.allow_unauthenticated {
         anyhow::bail!(
@@ -249,7 +253,12 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             config.listen
         );
     }
-    init_logs(&config.log, config.log.format);
+    Ok(config)
+}
+
+fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    let config = served_config(args)?;
+    init_logs(&config.log, config.log.format, config.secrets());
     runtime(Some(config.workers))?.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await

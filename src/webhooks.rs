@@ -142,7 +142,7 @@ impl Delivery {
             let failure = match request.send().await {
                 Ok(response) if response.status().is_success() => None,
                 Ok(response) => Some(format!("the receiver answered {}", response.status())),
-                Err(error) => Some(format!("the request failed: {error}")),
+                Err(error) => Some(format!("the request failed: {}", error.without_url())),
             };
             self.count(if failure.is_none() { "delivered" } else { "failed" });
             let Some(failure) = failure else { return };

@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use super::client::GatewayClient;
 use super::stdio::{self, ChildTransport};
 use crate::config::{ProtocolChoice, Server, Transport as ServerTransport};
+use crate::redact::Secrets;
 
 /// A live MCP client connection.
 pub type Connection = RunningService<RoleClient, GatewayClient>;
@@ -81,15 +82,15 @@ async fn attempt(
                 .collect::<Result<HashMap<_, _>, String>>()?;
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
             let transport = StreamableHttpClientTransport::from_config(config);
-            handshake(
-                EofWatch {
-                    inner: transport,
-                    eof: Some(eof),
-                },
-                handler,
-                protocol,
-            )
-            .await?
+            let secrets = Secrets::of_url(url);
+            let watched = EofWatch {
+                inner: transport,
+                eof: Some(eof),
+                secrets: secrets.clone(),
+            };
+            handshake(watched, handler, protocol)
+                .await
+                .map_err(|error| secrets.scrub(&error))?
         }
     };
     Ok((connection, ended))
@@ -126,20 +127,39 @@ where
     }
 }
 
-/// A transport that reports the end of the upstream's stream the moment it is read.
+/// An HTTP transport that reports the end of the upstream's stream the moment it is read, and whose errors
+/// never quote the secrets of the server's URL (they reach calls' errors, `GET /servers` and the logs).
 struct EofWatch<T> {
     inner: T,
     eof: Option<oneshot::Sender<String>>,
+    secrets: Secrets,
 }
 
+/// A transport error with the URL's secrets taken out of its message.
+#[derive(Debug)]
+pub struct ScrubbedError(String);
+
+impl std::fmt::Display for ScrubbedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ScrubbedError {}
+
 impl<T: Transport<RoleClient>> Transport<RoleClient> for EofWatch<T> {
-    type Error = T::Error;
+    type Error = ScrubbedError;
 
     fn send(
         &mut self,
         message: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.inner.send(message)
+        let sent = self.inner.send(message);
+        let secrets = self.secrets.clone();
+        async move {
+            sent.await
+                .map_err(|error| ScrubbedError(secrets.scrub(&error.to_string())))
+        }
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
@@ -152,7 +172,10 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for EofWatch<T> {
         message
     }
 
-    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.inner.close()
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.inner
+            .close()
+            .await
+            .map_err(|error| ScrubbedError(self.secrets.scrub(&error.to_string())))
     }
 }

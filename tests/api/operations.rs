@@ -82,14 +82,17 @@ fn check_config_prints_the_effective_config_with_secrets_masked() {
     let path = dir.path().join("gateway.toml");
     std::fs::write(
         &path,
-        "[[servers]]\nname = \"remote\"\nurl = \"https://mcp.example.com/mcp\"\nheaders = { Authorization = \"Bearer ${TOOLNEXUS_TEST_TOKEN}\" }\n\
-         [[webhooks]]\nurl = \"http://127.0.0.1:9/hook\"\nsecret = \"hook-secret\"\n",
+        "[[servers]]\nname = \"remote\"\nurl = \"https://ada:pw-in-url@mcp.example.com/mcp?key=key-in-query\"\n\
+         headers = { Authorization = \"Bearer ${TOOLNEXUS_TEST_TOKEN}\" }\n\
+         [[servers]]\nname = \"local\"\ncommand = \"/bin/true\"\nargs = [\"--token=${TOOLNEXUS_TEST_ARG}\"]\n\
+         [[webhooks]]\nurl = \"http://127.0.0.1:9/hook?token=hook-token\"\nsecret = \"hook-secret\"\n",
     )
     .unwrap();
     let output = std::process::Command::new(crate::helpers::BINARY)
         .args(["check-config", "--config"])
         .arg(&path)
         .env("TOOLNEXUS_TEST_TOKEN", "token-value")
+        .env("TOOLNEXUS_TEST_ARG", "arg-value")
         .env("TOOLNEXUS_LISTEN", "127.0.0.1:9999")
         .output()
         .unwrap();
@@ -106,10 +109,85 @@ fn check_config_prints_the_effective_config_with_secrets_masked() {
         Some("***")
     );
     assert_eq!(effective["webhooks"][0]["secret"].as_str(), Some("***"));
-    assert!(
-        !printed.contains("token-value") && !printed.contains("hook-secret"),
-        "{printed}"
+    assert_eq!(
+        effective["servers"][0]["url"].as_str(),
+        Some("https://***@mcp.example.com/mcp?key=***")
     );
+    assert_eq!(
+        effective["servers"][1]["args"][0].as_str(),
+        Some("--token=${TOOLNEXUS_TEST_ARG}"),
+        "arguments are shown as written"
+    );
+    assert_eq!(
+        effective["webhooks"][0]["url"].as_str(),
+        Some("http://127.0.0.1:9/hook?token=***")
+    );
+    for secret in [
+        "token-value",
+        "hook-secret",
+        "pw-in-url",
+        "key-in-query",
+        "arg-value",
+        "hook-token",
+    ] {
+        assert!(!printed.contains(secret), "{secret} shown: {printed}");
+    }
+    assert_eq!(effective["requests"]["max_pending"].as_integer(), Some(10_000));
+    assert_eq!(effective["limits"]["calls_per_principal"].as_integer(), Some(64));
+    assert_eq!(effective["http"]["header_timeout"].as_str(), Some("10s"));
+}
+
+#[test]
+fn check_config_refuses_what_serve_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("[http]\ncors_origins = [\"*\"]\n", "wildcard"),
+        (
+            "[http]\ncors_origins = [\"https://app.example.com/inbox\"]\n",
+            "nothing after it",
+        ),
+        ("listen = \"0.0.0.0:0\"\n", "without authentication"),
+    ];
+    for (text, expected) in cases {
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(&path, format!("{text}[store]\nurl = \"memory\"\n")).unwrap();
+        for command in [&["check-config", "--config"][..], &["--config"][..]] {
+            let output = std::process::Command::new(crate::helpers::BINARY)
+                .args(command)
+                .arg(&path)
+                .env_remove("TOOLNEXUS_LISTEN")
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(1), "{command:?} with {text}: {stderr}");
+            assert!(
+                stderr.contains(expected) && !stderr.contains("panicked"),
+                "{command:?}: {stderr}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_server_url_s_secrets_stay_out_of_servers_and_the_logs() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let servers = format!(
+        "[[servers]]\nname = \"remote\"\nurl = \"http://ada:pw-in-url@{closed}/mcp?key=key-in-query\"\n\
+         startup_timeout = \"2s\"\n"
+    );
+    let app = start_with("", &servers, "");
+    let failed = app.get_json("/servers/remote?wait=10").await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert!(failed["detail"].as_str().unwrap().contains("/mcp"), "{failed}");
+    // rmcp logs the URL it failed on; wait for that line before looking at all of them.
+    app.stderr().wait_for("/mcp?");
+    let shown = format!("{failed}\n{}", app.stderr().lines_starting_with("").join("\n"));
+    for secret in ["pw-in-url", "key-in-query"] {
+        assert!(!shown.contains(secret), "{secret} shown: {shown}");
+    }
 }
 
 #[test]
