@@ -10,7 +10,7 @@ use serde::{Deserialize, Deserializer};
 use crate::auth::{self, Role, Token};
 use crate::records::EventKind;
 use crate::redact;
-use crate::store::Location;
+use crate::store::{Location, PendingCaps};
 
 /// Where the built-in default listens.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -196,7 +196,20 @@ pub struct RequestsConfig {
     /// The most Requests pending at once; past it a new elicitation is answered `cancel` at once.
     #[serde(default = "default_max_pending")]
     pub max_pending: usize,
+    /// The most Requests one principal's calls may have pending; unset, a quarter of `max_pending`.
+    pub max_pending_per_principal: Option<usize>,
+    /// The most Requests one server may have pending; unset, half of `max_pending` (all of it while one server
+    /// is configured).
+    pub max_pending_per_server: Option<usize>,
+    /// The largest elicitation (message and schema, as JSON) one Request may hold.
+    #[serde(default = "default_max_request_bytes")]
+    pub max_request_bytes: usize,
+    /// The most bytes pending Requests may hold together.
+    #[serde(default = "default_max_pending_bytes")]
+    pub max_pending_bytes: usize,
 }
+
+
 
 /// The `[limits]` table: what one principal may hold at once, and how long upstream work may take.
 #[derive(Debug, Clone, Deserialize)]
@@ -263,6 +276,10 @@ impl Default for RequestsConfig {
             apply_defaults: true,
             retention: None,
             max_pending: default_max_pending(),
+            max_pending_per_principal: None,
+            max_pending_per_server: None,
+            max_request_bytes: default_max_request_bytes(),
+            max_pending_bytes: default_max_pending_bytes(),
         }
     }
 }
@@ -391,6 +408,22 @@ impl Config {
         }
     }
 
+    /// The caps on pending Requests, with each principal's and each server's share.
+    pub fn pending_caps(&self) -> PendingCaps {
+        let requests = &self.requests;
+        let server_share = if self.servers.len() > 1 {
+            requests.max_pending / 2
+        } else {
+            requests.max_pending
+        };
+        PendingCaps {
+            total: requests.max_pending,
+            per_principal: requests.max_pending_per_principal.unwrap_or(requests.max_pending / 4).max(1),
+            per_server: requests.max_pending_per_server.unwrap_or(server_share).max(1),
+            bytes: requests.max_pending_bytes,
+        }
+    }
+
     /// How long ended records stay readable: `requests.retention`, else 7 days in a SQLite store (an audit
     /// trail on disk) and 1 hour in memory.
     pub fn retention(&self) -> Duration {
@@ -434,7 +467,12 @@ impl Config {
         requests.insert("ttl".into(), duration(self.requests.ttl));
         requests.insert("apply_defaults".into(), Value::from(self.requests.apply_defaults));
         requests.insert("retention".into(), duration(self.retention()));
-        requests.insert("max_pending".into(), count(self.requests.max_pending));
+        let caps = self.pending_caps();
+        requests.insert("max_pending".into(), count(caps.total));
+        requests.insert("max_pending_per_principal".into(), count(caps.per_principal));
+        requests.insert("max_pending_per_server".into(), count(caps.per_server));
+        requests.insert("max_request_bytes".into(), count(self.requests.max_request_bytes));
+        requests.insert("max_pending_bytes".into(), count(caps.bytes));
         root.insert("requests".into(), Value::Table(requests));
         let mut limits = Table::new();
         limits.insert("calls_per_principal".into(), count(self.limits.calls_per_principal));
@@ -824,6 +862,14 @@ fn optional_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Optio
 
 fn default_max_pending() -> usize {
     10_000
+}
+
+fn default_max_request_bytes() -> usize {
+    64 * 1024
+}
+
+fn default_max_pending_bytes() -> usize {
+    64 * 1024 * 1024
 }
 
 fn default_calls_per_principal() -> usize {

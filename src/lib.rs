@@ -112,7 +112,8 @@ impl Gateway {
         let policy = Policy {
             ttl: config.requests.ttl,
             apply_defaults: config.requests.apply_defaults,
-            max_pending: config.requests.max_pending,
+            caps: config.pending_caps(),
+            max_request_bytes: config.requests.max_request_bytes,
         };
         let (resume, resumes) = mpsc::unbounded_channel();
         let registry = Registry::new(store.clone(), policy, metrics.clone(), resume);

@@ -18,7 +18,8 @@ use crate::elicitation::{self, KIND_AUTHORIZATION};
 use crate::metrics::Metrics;
 use crate::records::{Event, Filter, RequestView, Status};
 use crate::store::{
-    Answered, Decision, NewRequest, NewRound, Pending, RaiseError, Resolution, Resolved, Retry, Store, StoreError,
+    Answered, Decision, NewRequest, NewRound, Pending, PendingCap, PendingCaps, RaiseError, Resolution, Resolved,
+    Retry, Store, StoreError,
 };
 use crate::suspension::Answer;
 use crate::time::Timestamp;
@@ -35,8 +36,10 @@ const STOPPED_LISTENING: &str = "withdrawn by the upstream before the answer arr
 pub struct Policy {
     pub ttl: Duration,
     pub apply_defaults: bool,
-    /// The most Requests pending at once; past it new ones are refused.
-    pub max_pending: usize,
+    /// How many Requests may be pending, and what they may hold; past a cap new ones are refused.
+    pub caps: PendingCaps,
+    /// The largest elicitation one Request may hold (its params as sent: message and schema), in bytes.
+    pub max_request_bytes: usize,
 }
 
 /// Where a Request comes from.
@@ -99,8 +102,8 @@ pub enum AskError {
     /// The elicitation is not one the gateway can show (its params, or a schema that is not a flat form).
     #[error("{0}")]
     Unusable(String),
-    #[error("{0} Requests are pending already, the most the gateway holds")]
-    Full(usize),
+    #[error(transparent)]
+    Full(PendingCap),
     /// The call it belongs to has ended: nothing would take the answer.
     #[error("call {0} has ended")]
     CallEnded(String),
@@ -208,12 +211,7 @@ impl Registry {
     ) -> Result<Vec<RequestView>, AskError> {
         let count = requests.len();
         let soonest = requests.iter().map(|request| request.deadline).min();
-        let views = match self
-            .shared
-            .store
-            .raise(requests, round, self.shared.policy.max_pending)
-            .await
-        {
+        let views = match self.shared.store.raise(requests, round, self.shared.policy.caps).await {
             Ok(views) => views,
             Err(RaiseError::Full(cap)) => {
                 for _ in 0..count {
@@ -249,6 +247,13 @@ impl Registry {
     /// A Request for elicitation params, with its data shared with every Request of the same schema.
     fn new_request(&self, params: &Value, origin: &Origin, input_key: Option<String>) -> Result<NewRequest, AskError> {
         elicitation::check_params(params).map_err(AskError::Unusable)?;
+        let bytes = json_size(params);
+        let most = self.shared.policy.max_request_bytes;
+        if bytes > most {
+            return Err(AskError::Unusable(format!(
+                "the elicitation is {bytes} bytes, more than the {most} one Request may hold (requests.max_request_bytes)"
+            )));
+        }
         let mut request = elicitation::elicitation_to_request(params);
         if let Some(data) = request.data.take() {
             request.data = Some(self.shared.data.share(data).map_err(AskError::Unusable)?.data);
@@ -271,6 +276,7 @@ impl Registry {
             owner: origin.owner.clone(),
             elicitation_id,
             input_key,
+            bytes,
         })
     }
 
@@ -552,6 +558,23 @@ fn log_resolution(view: &RequestView) {
         detail = view.detail.as_deref().unwrap_or(""),
         "request resolved"
     );
+}
+
+/// The length of `value` as JSON, without writing it out.
+fn json_size(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 mod data;

@@ -6,6 +6,7 @@
 //! recorded. Reads see only what is kept.
 
 mod memory;
+mod shares;
 pub mod sqlite;
 
 use std::path::PathBuf;
@@ -22,6 +23,7 @@ use crate::suspension::{Answer, Request};
 use crate::time::Timestamp;
 
 pub use memory::Memory;
+pub use shares::{PendingCap, PendingCaps};
 pub use sqlite::Sqlite;
 
 /// Where the store keeps its state.
@@ -89,6 +91,8 @@ pub struct NewRequest {
     /// Its key in the `inputRequests` of its call's latest round (2026-07-28); `None` for an elicitation
     /// request, which lives only as long as the upstream's request does.
     pub input_key: Option<String>,
+    /// What it holds while pending: the size of what the upstream asked, message and schema.
+    pub bytes: usize,
 }
 
 /// A 2026-07-28 round: what an `input_required` result asked, to be answered and echoed back.
@@ -106,8 +110,8 @@ pub struct NewRound {
 /// Why Requests were not raised.
 #[derive(Debug, thiserror::Error)]
 pub enum RaiseError {
-    #[error("{0} Requests are pending already, the most the gateway holds")]
-    Full(usize),
+    #[error(transparent)]
+    Full(#[from] PendingCap),
     /// Their call has ended (or is unknown): nothing would take their answers.
     #[error("call {0} has ended")]
     CallEnded(String),
@@ -318,15 +322,15 @@ impl Store {
         matches!(self, Store::Sqlite(_))
     }
 
-    /// Raises pending Requests, with the round they answer (2026-07-28), unless that would make more than
-    /// `max_pending` pending or their call has ended; their call, if they have one, waits on them.
+    /// Raises pending Requests, with the round they answer (2026-07-28), unless they do not fit `caps` or
+    /// their call has ended; their call, if they have one, waits on them.
     pub async fn raise(
         &self,
         requests: Vec<NewRequest>,
         round: Option<NewRound>,
-        max_pending: usize,
+        caps: PendingCaps,
     ) -> Result<Vec<RequestView>, RaiseError> {
-        dispatch!(self, store => store.raise(requests, round, max_pending).await)
+        dispatch!(self, store => store.raise(requests, round, caps).await)
     }
 
     /// Decides an answer to `pending`, a Request the caller read while it was pending: it resolves the

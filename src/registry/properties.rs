@@ -116,7 +116,8 @@ fn run(location: &Location, ops: Vec<Op>) -> Result<(), TestCaseError> {
         let policy = Policy {
             ttl: TTL,
             apply_defaults: true,
-            max_pending: usize::MAX,
+            caps: crate::store::PendingCaps::NONE,
+            max_request_bytes: usize::MAX,
         };
         let (resumes, _) = mpsc::unbounded_channel();
         let mut world = World {

@@ -8,9 +8,11 @@ use std::time::Duration;
 use rmcp::model::Implementation;
 use serde_json::Map;
 
+use super::shares::Shares;
 use super::{
     Answered, Decision, EventPage, Finished, InsertCallError, InsertSessionError, NewCall, NewRequest, NewRound,
-    NewSession, Pending, RaiseError, Recovered, Resolution, Resolved, Retry, Started, StoreError, Withdrawal,
+    NewSession, Pending, PendingCaps, RaiseError, Recovered, Resolution, Resolved, Retry, Started, StoreError,
+    Withdrawal,
 };
 use crate::feed::Feed;
 use crate::ids;
@@ -43,6 +45,8 @@ struct State {
     ///
     /// Boxed: a table slot stays small, and the table is over-allocated by up to half as it grows.
     requests: Retained<Box<RequestEntry>>,
+    /// What the pending Requests hold.
+    shares: Shares,
     /// Every call kept; the live ones have not ended.
     calls: Retained<CallEntry>,
     /// Every session kept; the live ones are open.
@@ -64,6 +68,7 @@ struct RequestEntry {
     elicitation_id: Option<String>,
     /// Its key in its call's round (2026-07-28).
     input_key: Option<String>,
+    bytes: usize,
 }
 
 #[derive(Debug)]
@@ -100,12 +105,10 @@ impl Memory {
         &self,
         requests: Vec<NewRequest>,
         round: Option<NewRound>,
-        max_pending: usize,
+        caps: PendingCaps,
     ) -> Result<Vec<RequestView>, RaiseError> {
         let mut state = self.lock();
-        if state.requests.live_count() + requests.len() > max_pending {
-            return Err(RaiseError::Full(max_pending));
-        }
+        state.shares.admit(&requests, &caps)?;
         for call in requests.iter().filter_map(|new| new.call.as_deref()) {
             if state.calls.get(call).is_none_or(|entry| entry.view.status.is_final()) {
                 return Err(RaiseError::CallEnded(call.to_owned()));
@@ -137,11 +140,13 @@ impl Memory {
                     calls.push(call.to_owned());
                 }
             }
+            state.shares.add(new.owner.as_deref(), &new.server, new.bytes);
             let entry = RequestEntry {
                 view: view.clone(),
                 deadline: new.deadline,
                 elicitation_id: new.elicitation_id,
                 input_key: new.input_key,
+                bytes: new.bytes,
             };
             state.requests.insert(&new.request.id, Box::new(entry));
             views.push(view);
@@ -689,6 +694,8 @@ impl State {
     fn retire_request(&mut self, id: &str, now: Timestamp, changes: &mut Changes) -> Option<Retry> {
         let retention = {
             let entry = self.requests.get(id)?;
+            self.shares
+                .remove(entry.view.owner.as_deref(), &entry.view.server, entry.bytes);
             entry.view.call.clone().map(|call| (call, entry.input_key.is_some()))
         };
         self.requests.retire(id, now.after(self.retention));

@@ -58,6 +58,7 @@ fn new_request(call: Option<&str>, input_key: Option<&str>) -> NewRequest {
         call: call.map(str::to_owned),
         owner: Some("ada".into()),
         elicitation_id: None,
+        bytes: 100,
         input_key: input_key.map(str::to_owned),
     }
 }
@@ -104,7 +105,7 @@ async fn a_round_answered_in_full_gives_what_its_retry_sends() {
             new_request(Some(&call.id), Some("a")),
             new_request(Some(&call.id), Some("b")),
         ];
-        let raised = store.raise(requests, Some(round), 100).await.unwrap();
+        let raised = store.raise(requests, Some(round), PendingCaps::NONE).await.unwrap();
         let waiting = store.call(&call.id).unwrap().unwrap();
         assert_eq!(waiting.status, CallStatus::InputRequired);
         assert_eq!(waiting.requests.len(), 2);
@@ -144,7 +145,10 @@ async fn a_round_answered_in_full_gives_what_its_retry_sends() {
 #[tokio::test]
 async fn of_two_answers_one_wins_and_the_other_sees_it() {
     on_both(|store| async move {
-        let raised = store.raise(vec![new_request(None, None)], None, 100).await.unwrap();
+        let raised = store
+            .raise(vec![new_request(None, None)], None, PendingCaps::NONE)
+            .await
+            .unwrap();
         let id = raised[0].request.id.clone();
         let (first, second) = tokio::join!(
             store.answer(raised[0].clone(), decision(true), still_wanted()),
@@ -170,7 +174,10 @@ async fn of_two_answers_one_wins_and_the_other_sees_it() {
 #[tokio::test]
 async fn a_withdrawn_elicitation_takes_no_answer() {
     on_both(|store| async move {
-        let raised = store.raise(vec![new_request(None, None)], None, 100).await.unwrap();
+        let raised = store
+            .raise(vec![new_request(None, None)], None, PendingCaps::NONE)
+            .await
+            .unwrap();
         let id = raised[0].request.id.clone();
         let withdrawn: Withdrawal = Box::new(|| Some("the upstream cancelled the elicitation".into()));
         let outcome = store
@@ -190,10 +197,65 @@ async fn a_withdrawn_elicitation_takes_no_answer() {
 #[tokio::test]
 async fn past_the_cap_nothing_of_a_round_is_raised() {
     on_both(|store| async move {
-        store.raise(vec![new_request(None, None)], None, 2).await.unwrap();
+        let caps = PendingCaps {
+            total: 2,
+            ..PendingCaps::NONE
+        };
+        store.raise(vec![new_request(None, None)], None, caps).await.unwrap();
         let two = vec![new_request(None, None), new_request(None, None)];
-        assert!(matches!(store.raise(two, None, 2).await, Err(RaiseError::Full(2))));
+        assert!(matches!(
+            store.raise(two, None, caps).await,
+            Err(RaiseError::Full(PendingCap::Total(2)))
+        ));
         assert_eq!(store.pending_count().unwrap(), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn each_principal_and_server_has_its_share_and_gets_it_back() {
+    on_both(|store| async move {
+        let caps = PendingCaps {
+            per_principal: 2,
+            per_server: 3,
+            bytes: 450,
+            ..PendingCaps::NONE
+        };
+        let from = |owner: &str, server: &str| NewRequest {
+            owner: Some(owner.to_owned()),
+            server: server.to_owned(),
+            ..new_request(None, None)
+        };
+        // Raised at once, so that the SQLite writer decides them in one transaction.
+        let (first, second, third) = tokio::join!(
+            store.raise(vec![from("ada", "demo")], None, caps),
+            store.raise(vec![from("ada", "demo")], None, caps),
+            store.raise(vec![from("ada", "demo")], None, caps),
+        );
+        let refused: Vec<_> = [&first, &second, &third]
+            .into_iter()
+            .filter(|raised| raised.is_err())
+            .collect();
+        assert_eq!(refused.len(), 1, "{first:?} {second:?} {third:?}");
+        assert!(matches!(refused[0], Err(RaiseError::Full(PendingCap::Principal(2)))));
+
+        store.raise(vec![from("bob", "demo")], None, caps).await.unwrap();
+        assert!(matches!(
+            store.raise(vec![from("cy", "demo")], None, caps).await,
+            Err(RaiseError::Full(PendingCap::Server(3)))
+        ));
+        store.raise(vec![from("cy", "other")], None, caps).await.unwrap();
+        assert!(matches!(
+            store.raise(vec![from("cy", "other")], None, caps).await,
+            Err(RaiseError::Full(PendingCap::Bytes(450)))
+        ));
+
+        let ada = [first, second, third].into_iter().find_map(Result::ok).unwrap();
+        store
+            .resolve(Pending::Ids(vec![ada[0].request.id.clone()]), Resolution::Expired)
+            .await
+            .unwrap();
+        store.raise(vec![from("ada", "other")], None, caps).await.unwrap();
     })
     .await;
 }
@@ -207,7 +269,7 @@ async fn a_call_that_ends_cancels_its_pending_requests_once() {
             Err(InsertCallError::TooMany(1))
         ));
         let raised = store
-            .raise(vec![new_request(Some(&call.id), None)], None, 100)
+            .raise(vec![new_request(Some(&call.id), None)], None, PendingCaps::NONE)
             .await
             .unwrap();
         let finished = store
@@ -269,7 +331,7 @@ async fn a_restart_ends_what_cannot_survive_it_and_keeps_the_rounds() {
     };
     let legacy = insert(&store, legacy).await;
     let elicitation = store
-        .raise(vec![new_request(Some(&legacy.id), None)], None, 100)
+        .raise(vec![new_request(Some(&legacy.id), None)], None, PendingCaps::NONE)
         .await
         .unwrap();
     let waiting = insert(&store, new_call("ada")).await;
@@ -280,7 +342,11 @@ async fn a_restart_ends_what_cannot_survive_it_and_keeps_the_rounds() {
         input_requests: Default::default(),
     };
     let kept = store
-        .raise(vec![new_request(Some(&waiting.id), Some("k"))], Some(round), 100)
+        .raise(
+            vec![new_request(Some(&waiting.id), Some("k"))],
+            Some(round),
+            PendingCaps::NONE,
+        )
         .await
         .unwrap();
     // A round answered, whose retry was in flight when the gateway died: it is sent again.
@@ -292,7 +358,11 @@ async fn a_restart_ends_what_cannot_survive_it_and_keeps_the_rounds() {
         input_requests: Default::default(),
     };
     let answered = store
-        .raise(vec![new_request(Some(&retrying.id), Some("k"))], Some(round), 100)
+        .raise(
+            vec![new_request(Some(&retrying.id), Some("k"))],
+            Some(round),
+            PendingCaps::NONE,
+        )
         .await
         .unwrap();
     store

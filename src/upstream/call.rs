@@ -91,7 +91,7 @@ pub async fn drive(
             Err(AskError::Full(cap)) => {
                 tracing::warn!(
                     call = %call.id,
-                    cap,
+                    %cap,
                     "pending Requests at their cap: the round's input requests answered cancel"
                 );
                 let cancel = serde_json::to_value(ElicitResult::new(ElicitationAction::Cancel)).unwrap_or_default();

@@ -123,7 +123,7 @@ impl SessionCore {
             let mut waiting = match asked {
                 Ok(waiting) => waiting,
                 Err(AskError::Full(cap)) => {
-                    tracing::warn!(session = %core.id, cap, "pending Requests at their cap: elicitation answered cancel");
+                    tracing::warn!(session = %core.id, %cap, "pending Requests at their cap: elicitation answered cancel");
                     return Ok(ElicitResult::new(ElicitationAction::Cancel));
                 }
                 Err(AskError::CallEnded(_)) => return Ok(ElicitResult::new(ElicitationAction::Cancel)),

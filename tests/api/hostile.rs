@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, spawn_app, start};
+use crate::helpers::{TestApp, spawn_app, spawn_app_with, start};
 
 /// A `[[servers]]` entry running `tests/upstreams/{script}` with python3, plus extra keys.
 pub fn python_server(name: &str, script: &str, extra: &str) -> String {
@@ -173,7 +173,11 @@ async fn a_flood_of_elicitations_leaves_the_gateway_responsive() {
 #[tokio::test]
 async fn payloads_of_several_megabytes_pass_and_larger_ones_end_the_session_cleanly() {
     const BIG: usize = 5 << 20;
-    let app = spawn_app(&python_server("huge", "huge.py", "protocol = \"2025-11-25\"")).await;
+    let app = spawn_app_with(
+        &python_server("huge", "huge.py", "protocol = \"2025-11-25\""),
+        "max_request_bytes = 8388608",
+    )
+    .await;
 
     let call = app.call("huge", "big", json!({"bytes": BIG})).await;
     assert_eq!(call["status"], "completed");
@@ -206,6 +210,30 @@ async fn payloads_of_several_megabytes_pass_and_larger_ones_end_the_session_clea
     .await;
     assert_eq!(server["status"], "ready");
     assert_eq!(app.get("/healthz").await.status(), 200);
+}
+
+#[tokio::test]
+async fn an_elicitation_larger_than_one_request_may_hold_is_refused_with_invalid_params() {
+    let app = spawn_app_with(
+        &python_server("huge", "huge.py", "protocol = \"2025-11-25\""),
+        "max_request_bytes = 10000",
+    )
+    .await;
+    let call = app.call("huge", "big_ask", json!({"bytes": 20_000})).await;
+    let call = app.settled(call["id"].as_str().unwrap()).await;
+    assert_eq!(call["requests"], json!([]), "no Request was raised: {call}");
+    let response: Value = serde_json::from_str(call["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(response["error"]["code"], -32602, "{response}");
+    assert!(
+        response["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_request_bytes"),
+        "{response}"
+    );
+
+    let fits = app.call("huge", "big_ask", json!({"bytes": 5_000})).await;
+    assert_eq!(app.request_of(&fits).await["status"], "pending");
 }
 
 #[tokio::test]

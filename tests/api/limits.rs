@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{BOTH_ERAS, results, spawn_app, spawn_app_with};
+use crate::helpers::{BOTH_ERAS, TestApp, results, spawn_app, spawn_app_with};
 
 #[tokio::test]
 async fn past_the_pending_cap_an_elicitation_is_answered_cancel_at_once() {
@@ -17,6 +17,43 @@ async fn past_the_pending_cap_an_elicitation_is_answered_cancel_at_once() {
     assert_eq!(app.get_json("/requests").await.as_array().unwrap().len(), 1);
     app.metric_reaches("toolnexus_requests_rejected_total{server=\"legacy\"} 1")
         .await;
+}
+
+#[tokio::test]
+async fn one_principal_cannot_take_every_pending_request() {
+    let token = |name: &str| {
+        let digest = toolnexus_gateway::auth::digest_hex(&format!("{name}-token"));
+        format!("[[auth.tokens]]\nname = \"{name}\"\nrole = \"agent\"\nsha256 = \"{digest}\"\n")
+    };
+    let app = spawn_app_with(
+        &format!("{BOTH_ERAS}\n{}{}", token("agent-a"), token("agent-b")),
+        "max_pending = 4\nmax_pending_per_principal = 3\nmax_pending_per_server = 4",
+    )
+    .await;
+    let flood = call_as(&app, "agent-a", "flood", json!({"count": 3})).await;
+    assert_eq!(flood["requests"].as_array().unwrap().len(), 3, "{flood}");
+    let past_share = call_as(&app, "agent-a", "confirm_action", json!({"action": "one more"})).await;
+    assert_eq!(
+        results(&past_share),
+        json!([{"action": "cancel"}]),
+        "past agent-a's share: {past_share}"
+    );
+    let own = call_as(&app, "agent-b", "confirm_action", json!({"action": "mine"})).await;
+    assert_eq!(own["status"], "input_required", "agent-b still gets its Request: {own}");
+}
+
+/// `POST /calls?wait=20` of a tool of the `modern` server, with `name`'s token.
+async fn call_as(app: &TestApp, name: &str, tool: &str, arguments: Value) -> Value {
+    let response = app
+        .client
+        .post(format!("{}/calls?wait=20", app.address))
+        .bearer_auth(format!("{name}-token"))
+        .json(&json!({"server": "modern", "tool": tool, "arguments": arguments}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    response.json().await.unwrap()
 }
 
 #[tokio::test]

@@ -1,19 +1,31 @@
 //! What reads of live records answer without the database: the status and owner of every pending Request
-//! and of every call that has not ended, as last kept. The writer updates it once each change is kept.
+//! and of every call that has not ended, and what pending Requests hold, as last kept. The writer updates it
+//! once each change is kept.
 
 use std::collections::HashMap;
 
 use rusqlite::Connection;
 
 use crate::records::{CallStatus, Status};
+use crate::store::shares::Shares;
 
 /// The live records' status and owner.
 #[derive(Debug, Default)]
 pub struct Live {
-    /// Pending Requests and their owners.
-    requests: HashMap<String, Option<String>>,
+    /// Pending Requests.
+    requests: HashMap<String, PendingRequest>,
+    /// What they hold.
+    shares: Shares,
     /// Calls that have not ended, with their status and owner.
     calls: HashMap<String, (CallStatus, String)>,
+}
+
+/// A pending Request's owner, and what it holds.
+#[derive(Debug)]
+pub struct PendingRequest {
+    pub owner: Option<String>,
+    pub server: String,
+    pub bytes: usize,
 }
 
 /// What one change does to the live records.
@@ -21,7 +33,7 @@ pub struct Live {
 pub enum Note {
     Pending {
         request: String,
-        owner: Option<String>,
+        pending: PendingRequest,
     },
     Resolved(String),
     Call {
@@ -36,11 +48,24 @@ impl Live {
     /// Reads the live records of a database.
     pub fn load(conn: &Connection) -> rusqlite::Result<Self> {
         let mut live = Live::default();
-        let mut statement = conn.prepare("SELECT id, owner FROM requests WHERE status = 'pending'")?;
-        let requests = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        let mut statement = conn.prepare(
+            "SELECT id, owner, server, \
+             length(CAST(prompt AS BLOB)) + coalesce(length(CAST(url AS BLOB)), 0) + coalesce(length(CAST(data AS BLOB)), 0) \
+             FROM requests WHERE status = 'pending'",
+        )?;
+        let requests = statement.query_map([], |row| {
+            let pending = PendingRequest {
+                owner: row.get(1)?,
+                server: row.get(2)?,
+                bytes: row.get::<_, i64>(3).map(|bytes| usize::try_from(bytes).unwrap_or(0))?,
+            };
+            Ok((row.get(0)?, pending))
+        })?;
         for request in requests {
-            let (id, owner) = request?;
-            live.requests.insert(id, owner);
+            let (id, pending): (String, PendingRequest) = request?;
+            live.shares
+                .add(pending.owner.as_deref(), &pending.server, pending.bytes);
+            live.requests.insert(id, pending);
         }
         let mut statement =
             conn.prepare("SELECT id, status, owner FROM calls WHERE status IN ('running', 'input_required')")?;
@@ -64,11 +89,15 @@ impl Live {
     pub fn apply(&mut self, notes: impl IntoIterator<Item = Note>) {
         for note in notes {
             match note {
-                Note::Pending { request, owner } => {
-                    self.requests.insert(request, owner);
+                Note::Pending { request, pending } => {
+                    self.shares
+                        .add(pending.owner.as_deref(), &pending.server, pending.bytes);
+                    self.requests.insert(request, pending);
                 }
                 Note::Resolved(request) => {
-                    self.requests.remove(&request);
+                    if let Some(gone) = self.requests.remove(&request) {
+                        self.shares.remove(gone.owner.as_deref(), &gone.server, gone.bytes);
+                    }
                 }
                 Note::Call { call, status, owner } => {
                     self.calls.insert(call, (status, owner));
@@ -87,7 +116,14 @@ impl Live {
 
     /// A pending Request's status and owner; `None` if it is not pending (or unknown).
     pub fn request(&self, id: &str) -> Option<(Status, Option<String>)> {
-        self.requests.get(id).map(|owner| (Status::Pending, owner.clone()))
+        self.requests
+            .get(id)
+            .map(|pending| (Status::Pending, pending.owner.clone()))
+    }
+
+    /// What pending Requests hold.
+    pub fn shares(&self) -> &Shares {
+        &self.shares
     }
 
     /// A live call's status and owner; `None` if it has ended (or is unknown).

@@ -5,13 +5,14 @@ use std::collections::BTreeSet;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::live::Note;
+use super::live::{Note, PendingRequest};
 use super::rows::Conditions;
 use super::writer::Tx;
 use super::{Sqlite, rows};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
 use crate::store::{
-    Answered, Decision, NewRequest, NewRound, Pending, RaiseError, Resolution, Resolved, Retry, StoreError, Withdrawal,
+    Answered, Decision, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry,
+    StoreError, Withdrawal,
 };
 use crate::time::Timestamp;
 
@@ -20,11 +21,11 @@ impl Sqlite {
         &self,
         requests: Vec<NewRequest>,
         round: Option<NewRound>,
-        max_pending: usize,
+        caps: PendingCaps,
     ) -> Result<Vec<RequestView>, RaiseError> {
         self.write(move |tx| {
-            if tx.pending() + requests.len() > max_pending {
-                return Ok(Err(RaiseError::Full(max_pending)));
+            if let Err(cap) = tx.shares().admit(&requests, &caps) {
+                return Ok(Err(RaiseError::Full(cap)));
             }
             let calls: BTreeSet<&str> = requests.iter().filter_map(|new| new.call.as_deref()).collect();
             for call in calls {
@@ -59,7 +60,11 @@ impl Sqlite {
                 insert_request(tx.conn, &new, round.as_ref().map(|round| round.number))?;
                 tx.note(Note::Pending {
                     request: new.request.id.clone(),
-                    owner: new.owner.clone(),
+                    pending: PendingRequest {
+                        owner: new.owner.clone(),
+                        server: new.server.clone(),
+                        bytes: new.bytes,
+                    },
                 });
                 let view = crate::store::raised_view(&new);
                 tx.record(Event::request(EventKind::RequestCreated, &view))?;

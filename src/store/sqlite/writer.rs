@@ -9,6 +9,7 @@ use super::super::StoreError;
 use super::live::{self, Live, Note};
 use crate::feed::Feed;
 use crate::records::Event;
+use crate::store::shares::Shares;
 use crate::time::Timestamp;
 
 /// The most changes one transaction takes.
@@ -32,6 +33,9 @@ pub struct Tx<'a> {
     notes: Vec<Note>,
     /// Pending Requests before this change.
     pending_before: usize,
+    /// What pending Requests hold as last kept, plus what this transaction's changes raised so far (what
+    /// they resolved is released once kept: a Request is admitted against the larger figure).
+    shares: &'a mut Shares,
 }
 
 impl Tx<'_> {
@@ -41,8 +45,17 @@ impl Tx<'_> {
             .saturating_add_signed(live::pending_delta(&self.notes))
     }
 
+    /// What pending Requests hold, counting those this transaction raised.
+    pub fn shares(&self) -> &Shares {
+        self.shares
+    }
+
     /// Records what the change does to the live records, applied once it is kept.
     pub fn note(&mut self, note: Note) {
+        if let Note::Pending { pending, .. } = &note {
+            self.shares
+                .add(pending.owner.as_deref(), &pending.server, pending.bytes);
+        }
         self.notes.push(note);
     }
 
@@ -99,7 +112,10 @@ fn commit(conn: &Connection, batch: &mut std::vec::IntoIter<Job>, feed: &Feed, l
     let mut applied = Vec::with_capacity(batch.len());
     let mut events = Vec::new();
     let mut notes = Vec::new();
-    let mut now_pending = super::lock_mutex(live).pending();
+    let (mut now_pending, mut shares) = {
+        let live = super::lock_mutex(live);
+        (live.pending(), live.shares().clone())
+    };
     let mut failed = false;
     for job in batch.by_ref() {
         let mut tx = Tx {
@@ -107,6 +123,7 @@ fn commit(conn: &Connection, batch: &mut std::vec::IntoIter<Job>, feed: &Feed, l
             events: Vec::new(),
             notes: Vec::new(),
             pending_before: now_pending,
+            shares: &mut shares,
         };
         match job(&mut tx) {
             Ok(done) => {

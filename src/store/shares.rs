@@ -1,0 +1,116 @@
+//! What pending Requests hold — how many, and how many bytes — in all, per principal and per server, and
+//! the caps a new Request must fit: no principal and no server can take the whole of the pending cap.
+
+use std::collections::HashMap;
+
+use super::NewRequest;
+
+/// The caps on pending Requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingCaps {
+    /// Pending Requests in all.
+    pub total: usize,
+    /// Pending Requests owned by one principal (owner-less ones count as one more principal).
+    pub per_principal: usize,
+    /// Pending Requests raised by one server.
+    pub per_server: usize,
+    /// Bytes held by pending Requests in all.
+    pub bytes: usize,
+}
+
+impl PendingCaps {
+    /// No cap at all.
+    pub const NONE: Self = Self {
+        total: usize::MAX,
+        per_principal: usize::MAX,
+        per_server: usize::MAX,
+        bytes: usize::MAX,
+    };
+}
+
+/// The cap that new Requests would pass.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PendingCap {
+    #[error("{0} Requests are pending already, the most the gateway holds (requests.max_pending)")]
+    Total(usize),
+    #[error("the principal has {0} Requests pending, its share (requests.max_pending_per_principal)")]
+    Principal(usize),
+    #[error("the server has {0} Requests pending, its share (requests.max_pending_per_server)")]
+    Server(usize),
+    #[error("pending Requests hold {0} bytes, the most the gateway holds (requests.max_pending_bytes)")]
+    Bytes(usize),
+}
+
+/// How many pending Requests, and their bytes.
+#[derive(Debug, Clone, Copy, Default)]
+struct Held {
+    count: usize,
+    bytes: usize,
+}
+
+/// What pending Requests hold, in all and by holder.
+#[derive(Debug, Clone, Default)]
+pub struct Shares {
+    total: Held,
+    principals: HashMap<Option<String>, Held>,
+    servers: HashMap<String, Held>,
+}
+
+impl Shares {
+    /// Counts one more pending Request.
+    pub fn add(&mut self, owner: Option<&str>, server: &str, bytes: usize) {
+        for held in [
+            &mut self.total,
+            self.principals.entry(owner.map(str::to_owned)).or_default(),
+            self.servers.entry(server.to_owned()).or_default(),
+        ] {
+            held.count += 1;
+            held.bytes += bytes;
+        }
+    }
+
+    /// Counts one pending Request less.
+    pub fn remove(&mut self, owner: Option<&str>, server: &str, bytes: usize) {
+        let release = |held: &mut Held| {
+            held.count = held.count.saturating_sub(1);
+            held.bytes = held.bytes.saturating_sub(bytes);
+        };
+        release(&mut self.total);
+        let owner = owner.map(str::to_owned);
+        if let Some(held) = self.principals.get_mut(&owner) {
+            release(held);
+            if held.count == 0 {
+                self.principals.remove(&owner);
+            }
+        }
+        if let Some(held) = self.servers.get_mut(server) {
+            release(held);
+            if held.count == 0 {
+                self.servers.remove(server);
+            }
+        }
+    }
+
+    /// Whether `new` fits the caps on top of what is held.
+    pub fn admit(&self, new: &[NewRequest], caps: &PendingCaps) -> Result<(), PendingCap> {
+        let mut after = self.clone();
+        for request in new {
+            after.add(request.owner.as_deref(), &request.server, request.bytes);
+        }
+        if after.total.count > caps.total {
+            return Err(PendingCap::Total(caps.total));
+        }
+        if after.total.bytes > caps.bytes {
+            return Err(PendingCap::Bytes(caps.bytes));
+        }
+        for request in new {
+            if after.principals[&request.owner].count > caps.per_principal {
+                return Err(PendingCap::Principal(caps.per_principal));
+            }
+            if after.servers[&request.server].count > caps.per_server {
+                return Err(PendingCap::Server(caps.per_server));
+            }
+        }
+        Ok(())
+    }
+}
