@@ -33,9 +33,10 @@ pub use auth::AuthPolicy;
 pub use error::{ApiError, Problem};
 pub use http::{HttpPolicy, LOOPBACK_HOSTS};
 
+use crate::auth::{ANONYMOUS, Principal};
 use crate::calls::Calls;
 use crate::connections::Connections;
-use crate::feed::Feed;
+use crate::feed::{Counted, Feed, Hold};
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::sessions::Sessions;
@@ -82,6 +83,44 @@ pub struct Services {
     pub http: HttpPolicy,
     /// Fires at shutdown, ending every long-poll.
     pub shutdown: CancellationToken,
+    /// Long-polls and event streams one principal may hold.
+    pub holds: HoldLimits,
+}
+
+/// How many long-polls and event streams one principal may hold at once (without tokens there is one
+/// principal for everyone, and no such limit).
+#[derive(Debug, Clone, Copy)]
+pub struct HoldLimits {
+    pub long_polls: usize,
+    pub streams: usize,
+}
+
+impl Services {
+    /// Counts a long-poll (`wait` longer than zero) or event stream of `principal` while the guard lives;
+    /// `429` when the principal holds as many as it may.
+    pub fn hold(&self, principal: &Principal, hold: Hold, wait: Duration) -> Result<Option<Counted>, ApiError> {
+        if matches!(hold, Hold::LongPoll) && wait.is_zero() {
+            return Ok(None);
+        }
+        let (most, setting) = match hold {
+            _ if principal.name == ANONYMOUS => (usize::MAX, ""),
+            Hold::LongPoll => (self.holds.long_polls, "limits.long_polls_per_principal"),
+            Hold::Stream => (self.holds.streams, "limits.streams_per_principal"),
+        };
+        self.feed.hold(hold, &principal.name, most).map(Some).map_err(|most| {
+            let what = match hold {
+                Hold::LongPoll => "responses held by wait",
+                Hold::Stream => "event streams open",
+            };
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "{} has {most} {what}, the most one principal may hold ({setting})",
+                    principal.name
+                ),
+            )
+        })
+    }
 }
 
 /// The OpenAPI document's frame; every path in it comes from the handlers' annotations.

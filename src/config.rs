@@ -209,8 +209,6 @@ pub struct RequestsConfig {
     pub max_pending_bytes: usize,
 }
 
-
-
 /// The `[limits]` table: what one principal may hold at once, and how long upstream work may take.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -224,6 +222,12 @@ pub struct LimitsConfig {
     /// How long the upstream may work on a call, not counting time spent waiting on a human; none by default.
     #[serde(default, deserialize_with = "optional_duration")]
     pub call_timeout: Option<Duration>,
+    /// Responses one principal may have held by `wait` at once.
+    #[serde(default = "default_long_polls_per_principal")]
+    pub long_polls_per_principal: usize,
+    /// `GET /events` streams one principal may have open at once.
+    #[serde(default = "default_streams_per_principal")]
+    pub streams_per_principal: usize,
 }
 
 impl Default for LimitsConfig {
@@ -232,6 +236,8 @@ impl Default for LimitsConfig {
             calls_per_principal: default_calls_per_principal(),
             sessions_per_principal: default_sessions_per_principal(),
             call_timeout: None,
+            long_polls_per_principal: default_long_polls_per_principal(),
+            streams_per_principal: default_streams_per_principal(),
         }
     }
 }
@@ -418,7 +424,10 @@ impl Config {
         };
         PendingCaps {
             total: requests.max_pending,
-            per_principal: requests.max_pending_per_principal.unwrap_or(requests.max_pending / 4).max(1),
+            per_principal: requests
+                .max_pending_per_principal
+                .unwrap_or(requests.max_pending / 4)
+                .max(1),
             per_server: requests.max_pending_per_server.unwrap_or(server_share).max(1),
             bytes: requests.max_pending_bytes,
         }
@@ -480,6 +489,11 @@ impl Config {
             "sessions_per_principal".into(),
             count(self.limits.sessions_per_principal),
         );
+        limits.insert(
+            "long_polls_per_principal".into(),
+            count(self.limits.long_polls_per_principal),
+        );
+        limits.insert("streams_per_principal".into(), count(self.limits.streams_per_principal));
         if let Some(timeout) = self.limits.call_timeout {
             limits.insert("call_timeout".into(), duration(timeout));
         }
@@ -862,6 +876,14 @@ fn optional_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Optio
 
 fn default_max_pending() -> usize {
     10_000
+}
+
+fn default_long_polls_per_principal() -> usize {
+    100
+}
+
+fn default_streams_per_principal() -> usize {
+    32
 }
 
 fn default_max_request_bytes() -> usize {

@@ -1,8 +1,9 @@
-//! The live side of every change: the events as they are recorded, for event streams and webhooks, and a
-//! version counter that long-polls wait on.
+//! The live side of every change: the events as they are recorded, for event streams, webhooks and the
+//! long-polls they concern, and a version counter for changes without an event (servers').
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{broadcast, watch};
@@ -27,26 +28,70 @@ struct Shared {
     /// Every event, in the order it was recorded.
     live: broadcast::Sender<Arc<Event>>,
     /// Open `GET /events` streams.
-    streams: Arc<AtomicUsize>,
+    streams: Arc<Held>,
     /// Responses held by `wait=`.
-    long_polls: Arc<AtomicUsize>,
+    long_polls: Arc<Held>,
+    /// How many times a waiter has checked again after a change.
+    checks: AtomicU64,
+}
+
+/// What is held open: how many in all, and by principal.
+#[derive(Debug, Default)]
+struct Held {
+    total: AtomicUsize,
+    by_principal: Mutex<HashMap<String, usize>>,
+}
+
+/// What may be held open, per principal.
+#[derive(Debug, Clone, Copy)]
+pub enum Hold {
+    /// A `GET /events` stream.
+    Stream,
+    /// A response held by `wait=`.
+    LongPoll,
 }
 
 /// Counts one stream or long-poll while it lives.
 #[derive(Debug)]
-pub struct Counted(Arc<AtomicUsize>);
+pub struct Counted {
+    held: Arc<Held>,
+    principal: String,
+}
 
 impl Counted {
-    fn new(count: &Arc<AtomicUsize>) -> Self {
-        count.fetch_add(1, Ordering::Relaxed);
-        Self(count.clone())
+    fn new(held: &Arc<Held>, principal: String) -> Self {
+        held.total.fetch_add(1, Ordering::Relaxed);
+        Self {
+            held: held.clone(),
+            principal,
+        }
     }
 }
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.held.total.fetch_sub(1, Ordering::Relaxed);
+        let mut by_principal = self
+            .held
+            .by_principal
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(count) = by_principal.get_mut(&self.principal) {
+            *count -= 1;
+            if *count == 0 {
+                by_principal.remove(&self.principal);
+            }
+        }
     }
+}
+
+/// Which changes make a waiter check again.
+#[derive(Clone, Copy)]
+pub enum Concern<'a> {
+    /// Every change, servers' included.
+    Any,
+    /// The events that pass this test (and, when it fell behind them, any).
+    Events(&'a (dyn Fn(&Event) -> bool + Sync)),
 }
 
 impl Default for Feed {
@@ -58,6 +103,7 @@ impl Default for Feed {
                 live,
                 streams: Arc::default(),
                 long_polls: Arc::default(),
+                checks: AtomicU64::new(0),
             }),
         }
     }
@@ -89,33 +135,57 @@ impl Feed {
         self.shared.version.subscribe()
     }
 
-    /// The events published from now on, for a `GET /events` stream, counted while the guard lives.
-    pub fn stream(&self) -> (broadcast::Receiver<Arc<Event>>, Counted) {
-        (self.subscribe(), Counted::new(&self.shared.streams))
+    /// Counts a stream or long-poll of `principal` while the guard lives, unless the principal holds `most`
+    /// of them already: then `Err` with that number.
+    pub fn hold(&self, hold: Hold, principal: &str, most: usize) -> Result<Counted, usize> {
+        let held = match hold {
+            Hold::Stream => &self.shared.streams,
+            Hold::LongPoll => &self.shared.long_polls,
+        };
+        {
+            let mut by_principal = held
+                .by_principal
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let count = by_principal.entry(principal.to_owned()).or_default();
+            if *count >= most {
+                return Err(most);
+            }
+            *count += 1;
+        }
+        Ok(Counted::new(held, principal.to_owned()))
     }
 
     /// How many `GET /events` streams are open.
     pub fn streams(&self) -> usize {
-        self.shared.streams.load(Ordering::Relaxed)
+        self.shared.streams.total.load(Ordering::Relaxed)
     }
 
     /// How many responses `wait=` holds.
     pub fn long_polls(&self) -> usize {
-        self.shared.long_polls.load(Ordering::Relaxed)
+        self.shared.long_polls.total.load(Ordering::Relaxed)
     }
 
-    /// Re-evaluates `check` after every change until it yields a value, `wait` passes, or `shutdown` fires.
+    /// How many times a waiter has checked again after a change that concerned it.
+    pub fn checks(&self) -> u64 {
+        self.shared.checks.load(Ordering::Relaxed)
+    }
+
+    /// Evaluates `check` again after each change that `concern`s it, until it yields a value, `wait` passes,
+    /// or `shutdown` fires.
     ///
     /// `check` runs at least once, so a zero `wait` is a plain read.
     pub async fn wait_for<T>(
         &self,
         wait: Duration,
         shutdown: &CancellationToken,
+        concern: Concern<'_>,
         mut check: impl FnMut() -> Option<T>,
     ) -> Option<T> {
         let deadline = Instant::now() + wait;
+        // Subscribed before the first check, so that no change in between is missed.
         let mut versions = self.versions();
-        let _counted = (!wait.is_zero()).then(|| Counted::new(&self.shared.long_polls));
+        let mut events = self.subscribe();
         loop {
             if let Some(found) = check() {
                 return Some(found);
@@ -124,8 +194,26 @@ impl Feed {
             if Instant::now() >= deadline {
                 return None;
             }
+            let changed = async {
+                match concern {
+                    Concern::Any => versions.changed().await.is_ok(),
+                    Concern::Events(concerns) => loop {
+                        match events.recv().await {
+                            Ok(event) if concerns(&event) => break true,
+                            Ok(_) => {}
+                            Err(broadcast::error::RecvError::Lagged(_)) => break true,
+                            Err(broadcast::error::RecvError::Closed) => break false,
+                        }
+                    },
+                }
+            };
             tokio::select! {
-                changed = versions.changed() => if changed.is_err() { return None },
+                changed = changed => {
+                    if !changed {
+                        return None;
+                    }
+                    self.shared.checks.fetch_add(1, Ordering::Relaxed);
+                }
                 () = tokio::time::sleep_until(deadline) => return None,
                 () = shutdown.cancelled() => return None,
             }

@@ -145,6 +145,10 @@ impl Gateway {
             auth,
             http,
             shutdown,
+            holds: api::HoldLimits {
+                long_polls: config.limits.long_polls_per_principal,
+                streams: config.limits.streams_per_principal,
+            },
         });
         Ok(Self {
             listener,

@@ -105,6 +105,12 @@ const FAMILIES: &[Family] = &[
         buckets: &[],
     },
     Family {
+        name: "toolnexus_long_poll_checks_total",
+        kind: "counter",
+        help: "Times a request held by wait= checked again after a change that may concern it.",
+        buckets: &[],
+    },
+    Family {
         name: "toolnexus_connections",
         kind: "gauge",
         help: "Open connections to the API.",

@@ -11,7 +11,8 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
-use crate::records::{CallFilter, CallStatus, CallView};
+use crate::feed::{Concern, Hold};
+use crate::records::{CallFilter, CallStatus, CallView, Event};
 use crate::upstream::Target;
 
 /// The largest page of `GET /calls`.
@@ -64,7 +65,7 @@ pub struct ListQuery {
         (status = 409, description = "The session is closed", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "The principal has as many calls running as limits.calls_per_principal allows", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The principal has as many calls running as limits.calls_per_principal allows, or (with `wait`) holds as many responses as limits.long_polls_per_principal allows", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The server's shared session is not ready", body = Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "Seconds to wait before trying again"))),
     )
@@ -86,6 +87,8 @@ pub async fn start(
         (None, Some(session)) => Target::Session(session),
         _ => return Err(ApiError::bad_request("name exactly one of `server` and `session`")),
     };
+    // Taken before the call starts: past the principal's long-polls nothing is started.
+    let held = state.hold(&principal, Hold::LongPoll, query.wait.duration())?;
     let upstreams = state.upstreams.clone();
     let call = to_completion(async move {
         Ok(upstreams
@@ -94,6 +97,7 @@ pub async fn start(
     })
     .await?;
     let call = settled(&state, &call.id, query.wait).await?.unwrap_or(call);
+    drop(held);
     let mut response = (StatusCode::CREATED, Json(&call)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/calls/{}", call.id)) {
         response.headers_mut().insert(header::LOCATION, location);
@@ -138,6 +142,7 @@ pub async fn list(
         (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The call belongs to another principal", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No call with that id", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The principal holds as many responses held by `wait` as limits.long_polls_per_principal allows", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn get(
@@ -147,6 +152,7 @@ pub async fn get(
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<CallView>, ApiError> {
     owned_by(&state, &id, &principal, Principal::may_see)?;
+    let _held = state.hold(&principal, Hold::LongPoll, query.wait.duration())?;
     settled(&state, &id, query.wait)
         .await?
         .map(Json)
@@ -205,6 +211,15 @@ async fn settled(state: &AppState, id: &str, wait: Wait) -> Result<Option<CallVi
         Ok(Some((CallStatus::Running, _))) => None,
         read => Some(read),
     };
-    let _ = state.feed.wait_for(wait.duration(), &state.shutdown, not_running).await;
+    let concerns = |event: &Event| event.call.as_deref() == Some(id);
+    let _ = state
+        .feed
+        .wait_for(
+            wait.duration(),
+            &state.shutdown,
+            Concern::Events(&concerns),
+            not_running,
+        )
+        .await;
     Ok(state.calls.get(id)?)
 }

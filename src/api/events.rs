@@ -19,7 +19,7 @@ use utoipa::IntoParams;
 use super::extract::QueryParams;
 use super::{ApiError, AppState, Problem};
 use crate::auth::{Principal, Role};
-use crate::feed::Counted;
+use crate::feed::{Counted, Hold};
 use crate::records::Event;
 use crate::store::Store;
 
@@ -62,6 +62,7 @@ pub struct EventsQuery {
             `call.updated`, `session.updated` (data: the whole object) and `resync`", body = String, content_type = "text/event-stream"),
         (status = 400, description = "A query parameter or Last-Event-ID is invalid", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The event log cannot be read", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The principal has as many event streams open as limits.streams_per_principal allows", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn stream(
@@ -70,6 +71,9 @@ pub async fn stream(
     headers: HeaderMap,
     QueryParams(mut query): QueryParams<EventsQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    let counted = state
+        .hold(&principal, Hold::Stream, Duration::MAX)?
+        .expect("a stream is always counted");
     query.owner = (principal.role == Role::Agent).then_some(principal.name);
     let header = headers.get("last-event-id").map(|value| {
         value
@@ -80,7 +84,7 @@ pub async fn stream(
     });
     let last_seen = header.transpose()?.or(query.last_event_id);
     // Subscribed before the log is read, so that nothing recorded in between is missed.
-    let (live, counted) = state.feed.stream();
+    let live = state.feed.subscribe();
     let after = match last_seen {
         Some(id) => id,
         None => state.store.last_event_id()?,

@@ -7,6 +7,8 @@ use serde_json::{Value, json};
 
 use super::extract::QueryParams;
 use super::{AppState, Problem, WaitQuery};
+use crate::auth::Principal;
+use crate::feed::{Concern, Hold};
 
 /// `GET /healthz`: the process is up.
 #[utoipa::path(
@@ -38,7 +40,11 @@ pub async fn readyz(
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> (StatusCode, Json<Value>) {
     let ready = || state.upstreams.not_ready().is_empty().then_some(());
-    let _ = state.feed.wait_for(query.wait.duration(), &state.shutdown, ready).await;
+    let _held = state.hold(&Principal::anonymous(), Hold::LongPoll, query.wait.duration());
+    let _ = state
+        .feed
+        .wait_for(query.wait.duration(), &state.shutdown, Concern::Any, ready)
+        .await;
     let not_ready = state.upstreams.not_ready();
     if not_ready.is_empty() {
         (StatusCode::OK, Json(json!({ "status": "ready" })))

@@ -73,6 +73,11 @@ pub async fn render(State(state): State<AppState>) -> Response {
         labels: Vec::new(),
         value: state.feed.long_polls() as f64,
     });
+    gauges.push(Gauge {
+        name: "toolnexus_long_poll_checks_total",
+        labels: Vec::new(),
+        value: state.feed.checks() as f64,
+    });
     let mut response = state.metrics.render(&gauges).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -10,7 +10,8 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
-use crate::records::{Filter, RequestView, Status};
+use crate::feed::{Concern, Hold};
+use crate::records::{Event, EventKind, Filter, RequestView, Status};
 use crate::suspension::Answer;
 
 /// The largest page of `GET /requests`.
@@ -66,6 +67,7 @@ pub struct ListQuery {
         (status = 200, description = "Matching Requests, oldest first", body = Vec<RequestView>,
             headers(("Link" = String, description = "The next page, as `<…>; rel=\"next\"`"))),
         (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The principal holds as many responses held by `wait` as limits.long_polls_per_principal allows", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn list(
@@ -96,13 +98,15 @@ pub async fn list(
             i64::MAX
         )));
     }
+    let _held = state.hold(&principal, Hold::LongPoll, query.wait.duration())?;
     let list = || match state.registry.list(&filter, cursor, limit) {
         Ok((page, _)) if page.is_empty() => None,
         listed => Some(listed),
     };
+    let concerns = |event: &Event| filter.may_concern(event);
     let (page, next) = state
         .feed
-        .wait_for(query.wait.duration(), &state.shutdown, list)
+        .wait_for(query.wait.duration(), &state.shutdown, Concern::Events(&concerns), list)
         .await
         .unwrap_or_else(|| Ok((Vec::new(), None)))?;
     let mut headers = HeaderMap::new();
@@ -134,6 +138,7 @@ pub async fn list(
         (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The Request belongs to another principal", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No Request with that id", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The principal holds as many responses held by `wait` as limits.long_polls_per_principal allows", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn get(
@@ -143,16 +148,27 @@ pub async fn get(
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<RequestView>, ApiError> {
     let unknown = || ApiError::not_found(format!("no Request with id {id}"));
-    let (_, owner) = state.registry.status(&id)?.ok_or_else(unknown)?;
+    let (status, owner) = state.registry.status(&id)?.ok_or_else(unknown)?;
     visible(&principal, &id, owner.as_deref())?;
-    let resolved = || match state.registry.status(&id) {
-        Ok(Some((Status::Pending, _))) => None,
-        read => Some(read),
-    };
-    let _ = state
-        .feed
-        .wait_for(query.wait.duration(), &state.shutdown, resolved)
-        .await;
+    if status == Status::Pending && !query.wait.duration().is_zero() {
+        let _held = state.hold(&principal, Hold::LongPoll, query.wait.duration())?;
+        let resolved = || match state.registry.status(&id) {
+            Ok(Some((Status::Pending, _))) => None,
+            read => Some(read),
+        };
+        // Only a change to a Request of its session can resolve it.
+        let session = state.registry.get(&id)?.ok_or_else(unknown)?.session;
+        let concerns = |event: &Event| event.kind == EventKind::RequestResolved && event.session == session;
+        let _ = state
+            .feed
+            .wait_for(
+                query.wait.duration(),
+                &state.shutdown,
+                Concern::Events(&concerns),
+                resolved,
+            )
+            .await;
+    }
     state.registry.get(&id)?.map(Json).ok_or_else(unknown)
 }
 

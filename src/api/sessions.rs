@@ -11,6 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, Problem, WaitQuery, to_completion};
 use crate::auth::Principal;
+use crate::feed::{Concern, Hold};
 use crate::records::SessionView;
 use crate::upstream::{ServerStatus, ServerView, Target};
 
@@ -195,10 +196,12 @@ pub async fn servers(State(state): State<AppState>) -> Json<Vec<ServerView>> {
         (status = 200, description = "The server", body = ServerView),
         (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No server with that name", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The principal holds as many responses held by `wait` as limits.long_polls_per_principal allows", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn server(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(name): Path<String>,
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<ServerView>, ApiError> {
@@ -210,9 +213,10 @@ pub async fn server(
             .ok()
             .filter(|server| server.status != ServerStatus::Starting)
     };
+    let _held = state.hold(&principal, Hold::LongPoll, query.wait.duration())?;
     let _ = state
         .feed
-        .wait_for(query.wait.duration(), &state.shutdown, settled)
+        .wait_for(query.wait.duration(), &state.shutdown, Concern::Any, settled)
         .await;
     Ok(Json(state.upstreams.server(&name)?))
 }

@@ -3,6 +3,7 @@
 use rmcp::model::ElicitResult;
 use serde::{Deserialize, Serialize};
 
+use super::{Event, EventKind};
 use crate::suspension::{Answer, Request};
 use crate::time::Timestamp;
 
@@ -96,6 +97,24 @@ impl Filter {
                 .owner
                 .as_ref()
                 .is_none_or(|owner| Some(owner) == view.owner.as_ref())
+    }
+
+    /// Whether an event may change what the filter lets through: an event about a Request it may let
+    /// through (its status and kind are not among an event's tags, so those are not looked at).
+    pub fn may_concern(&self, event: &Event) -> bool {
+        let about_a_request = match event.kind {
+            EventKind::RequestCreated => self.status.is_none_or(|status| status == Status::Pending),
+            EventKind::RequestResolved | EventKind::RequestUpdated => true,
+            EventKind::CallUpdated | EventKind::SessionUpdated => false,
+        };
+        about_a_request
+            && self.server.as_ref().is_none_or(|server| *server == event.server)
+            && self.session.as_ref().is_none_or(|session| *session == event.session)
+            && self.call.as_ref().is_none_or(|call| Some(call) == event.call.as_ref())
+            && self
+                .owner
+                .as_ref()
+                .is_none_or(|owner| Some(owner) == event.owner.as_ref())
     }
 }
 

@@ -13,7 +13,7 @@ use tracing::Instrument;
 use super::call;
 use super::{CallRef, Leg, Live, Target, Upstreams, lock};
 use crate::calls::Calls;
-use crate::feed::Feed;
+use crate::feed::{Concern, Feed};
 use crate::records::{CallStatus, Finish};
 use crate::store::Retry;
 
@@ -181,7 +181,7 @@ impl Upstreams {
         let ready = || self.live(&target).ok();
         let wait = slot.server.startup_timeout;
         self.feed
-            .wait_for(wait, &self.shutdown, ready)
+            .wait_for(wait, &self.shutdown, Concern::Any, ready)
             .await
             .ok_or_else(|| match self.live(&target) {
                 Err(error) => format!("the call could not be retried: {error}"),

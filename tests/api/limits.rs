@@ -57,6 +57,102 @@ async fn call_as(app: &TestApp, name: &str, tool: &str, arguments: Value) -> Val
 }
 
 #[tokio::test]
+async fn long_polls_check_again_only_after_changes_that_concern_them() {
+    const WAITERS: usize = 50;
+    let app = spawn_app(BOTH_ERAS).await;
+    let mut waiters = Vec::new();
+    for _ in 0..WAITERS {
+        let request = app
+            .client
+            .get(format!("{}/requests?server=legacy&wait=60", app.address));
+        waiters.push(tokio::spawn(async move {
+            request.send().await.unwrap().json::<Value>().await.unwrap()
+        }));
+    }
+    app.metric_reaches(&format!("toolnexus_long_polls {WAITERS}")).await;
+    let before = long_poll_checks(&app).await;
+    for _ in 0..20 {
+        let call = app.call("modern", "echo", json!({"text": "not about legacy"})).await;
+        assert_eq!(call["status"], "completed");
+    }
+    let checks = long_poll_checks(&app).await - before;
+    // Each of the 20 calls' own POST checks a few times; the waiters, never.
+    assert!(
+        checks < WAITERS as u64,
+        "{checks} checks for changes that concern no waiter"
+    );
+
+    let call = app
+        .call("legacy", "confirm_action", json!({"action": "wake them"}))
+        .await;
+    let request = app.request_of(&call).await;
+    for waiter in waiters {
+        assert_eq!(waiter.await.unwrap(), json!([request]));
+    }
+}
+
+#[tokio::test]
+async fn one_principal_holds_a_bounded_number_of_long_polls_and_streams() {
+    let digest = toolnexus_gateway::auth::digest_hex("agent-a-token");
+    let app = spawn_app_with(
+        &format!(
+            "{BOTH_ERAS}\n[limits]\nlong_polls_per_principal = 2\nstreams_per_principal = 1\n\
+             [auth]\npublic_metrics = true\n[[auth.tokens]]\nname = \"agent-a\"\nrole = \"agent\"\nsha256 = \"{digest}\"\n"
+        ),
+        "",
+    )
+    .await;
+    let get = |path: &str| {
+        app.client
+            .get(format!("{}{path}", app.address))
+            .bearer_auth("agent-a-token")
+            .send()
+    };
+    let held: Vec<_> = (0..2).map(|_| tokio::spawn(get("/requests?wait=60"))).collect();
+    app.metric_reaches("toolnexus_long_polls 2").await;
+    let refused = get("/requests?wait=60").await.unwrap();
+    assert_eq!(refused.status(), 429);
+    let problem: Value = refused.json().await.unwrap();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("limits.long_polls_per_principal"),
+        "{problem}"
+    );
+    assert_eq!(
+        get("/requests").await.unwrap().status(),
+        200,
+        "a plain read is no long-poll"
+    );
+
+    let stream = get("/events").await.unwrap();
+    assert_eq!(stream.status(), 200);
+    assert_eq!(get("/events").await.unwrap().status(), 429);
+    drop(stream);
+    for waiter in held {
+        waiter.abort();
+    }
+    app.metric_reaches("toolnexus_event_streams 0").await;
+    app.metric_reaches("toolnexus_long_polls 0").await;
+    assert_eq!(
+        get("/events").await.unwrap().status(),
+        200,
+        "a closed stream is given back"
+    );
+}
+
+/// `toolnexus_long_poll_checks_total` from `/metrics`.
+async fn long_poll_checks(app: &TestApp) -> u64 {
+    let text = app.get("/metrics").await.text().await.unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix("toolnexus_long_poll_checks_total "))
+        .expect("the checks are counted")
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
 async fn one_principal_holds_a_bounded_number_of_calls_and_sessions() {
     let app = spawn_app(&format!(
         "{BOTH_ERAS}\n[limits]\ncalls_per_principal = 1\nsessions_per_principal = 1\n"
