@@ -231,7 +231,7 @@ impl Demo {
         if !first_time {
             return Ok(CallToolResult::success(vec![ContentBlock::text(format!("connected {service}"))]).into());
         }
-        let elicitation = authorization(service);
+        let elicitation = authorization(service, None);
         let data = json!({ "elicitations": [elicitation] });
         Err(ErrorData::new(
             URL_ELICITATION_REQUIRED,
@@ -241,21 +241,28 @@ impl Demo {
     }
 }
 
-/// A URL-mode elicitation asking to authorize a service.
-fn authorization(service: &str) -> Value {
-    let encoded: String = service
-        .bytes()
+/// A URL-mode elicitation asking to authorize a service at `url`, by default example.com's page for it.
+fn authorization(service: &str, url: Option<&str>) -> Value {
+    let url = match url {
+        Some(url) => url.to_owned(),
+        None => format!("https://example.com/authorize?service={}", percent_encoded(service)),
+    };
+    json!({
+        "mode": "url",
+        "message": format!("Authorize access to {service}"),
+        "url": url,
+        "elicitationId": format!("demo-{}", uuid::Uuid::now_v7().simple())
+    })
+}
+
+/// `text` with every byte but the unreserved ones of RFC 3986 percent-encoded.
+fn percent_encoded(text: &str) -> String {
+    text.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
             _ => format!("%{b:02X}"),
         })
-        .collect();
-    json!({
-        "mode": "url",
-        "message": format!("Authorize access to {service}"),
-        "url": format!("https://example.com/authorize?service={encoded}"),
-        "elicitationId": format!("demo-{}", uuid::Uuid::now_v7().simple())
-    })
+        .collect()
 }
 
 fn tools() -> Vec<Tool> {
@@ -284,8 +291,11 @@ fn tools() -> Vec<Tool> {
         ),
         Tool::new(
             "authorize",
-            "Asks to authorize a service at a URL (URL mode).",
-            object(json!({"service": {"type": "string"}}), &["service"]),
+            "Asks to authorize a service at a URL (URL mode): https://example.com/authorize?service=<service>, or `url` when given, sent as it is.",
+            object(
+                json!({"service": {"type": "string"}, "url": {"type": "string"}}),
+                &["service"],
+            ),
         ),
         Tool::new(
             "connect_account",
@@ -360,7 +370,11 @@ fn steps(tool: &str, arguments: &JsonObject) -> Result<Vec<Value>, ErrorData> {
                 "tags": {"type": "array", "title": "Tags", "items": {"type": "string", "enum": ["a", "b", "c"]}, "maxItems": 2}
             }, "required": ["name"]}
         })],
-        "authorize" | "connect_account" => vec![authorization(&text("service"))],
+        "authorize" => vec![authorization(
+            &text("service"),
+            arguments.get("url").and_then(Value::as_str),
+        )],
+        "connect_account" => vec![authorization(&text("service"), None)],
         "two_step" => vec![
             json!({"mode": "form", "message": "What is your name?", "requestedSchema": {"type": "object",
                 "properties": {"name": {"type": "string", "title": "Name"}}, "required": ["name"]}}),

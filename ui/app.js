@@ -1,5 +1,8 @@
 // The approval inbox: lists pending Requests live from the gateway's REST API and answers them.
-// Every element is built with the DOM API (no HTML strings), so nothing a server sends is parsed as markup.
+// Every element is built with the DOM API (no HTML strings), so nothing a server sends is parsed as markup,
+// and each piece of a server's text is shown as display.js says.
+
+import { address, h, isolated, revealedText } from './display.js';
 
 const API = new URL('../', document.baseURI);
 const NOTICE_MS = 8000;
@@ -32,20 +35,6 @@ let streaming = null;
 let lastEventId = null;
 /** The access token in use: the tab's stored one at start, then whatever signing in or out leaves. */
 let accessToken = readStoredToken();
-
-/** Builds an element: `h('p', {class: 'x'}, 'text', child)`. */
-function h(tag, attrs = {}, ...children) {
-  const element = document.createElement(tag);
-  for (const [name, value] of Object.entries(attrs)) {
-    if (value === false || value === undefined || value === null) continue;
-    if (name === 'text') element.textContent = value;
-    else element.setAttribute(name, value === true ? '' : String(value));
-  }
-  for (const child of children.flat()) {
-    if (child !== null && child !== undefined && child !== false) element.append(child);
-  }
-  return element;
-}
 
 /** The gateway answered 401: the sign-in form has taken over, so the caller has nothing to show. */
 class SignInNeeded extends Error {}
@@ -282,7 +271,7 @@ function settle(request) {
   resolved.add(request.id);
   const entry = shown.get(request.id);
   if (!entry) return;
-  notify(`${outcome(request)}: ${title(entry.request)}`);
+  notify([`${outcome(request)}: `, title(entry.request)]);
   remove(request.id);
 }
 
@@ -309,14 +298,18 @@ function outcome(request) {
   }
 }
 
+/** What a Request is about, as nodes: its tool, server and prompt, each isolated. */
 function title(request) {
   const entry = request.call && calls.get(request.call);
-  const what = request.prompt || (request.kind === 'authorization' ? 'Authorization' : 'Request');
-  return entry ? `${entry.tool} on ${request.server}: ${what}` : `${request.server}: ${what}`;
+  const kind = request.kind === 'authorization' ? 'Authorization' : 'Request';
+  const what = request.prompt ? isolated(request.prompt) : kind;
+  const where = [isolated(request.server), ': ', what];
+  return entry ? [isolated(entry.tool), ' on ', where] : where;
 }
 
-function notify(text, tone = 'ok') {
-  const notice = h('p', { class: `notice ${tone}`, text });
+/** Shows a notice for a while: `content` is a string or nodes. */
+function notify(content, tone = 'ok') {
+  const notice = h('p', { class: `notice ${tone}` }, content);
   notices.append(notice);
   setTimeout(() => notice.remove(), NOTICE_MS);
 }
@@ -338,7 +331,7 @@ async function describeCall(id) {
 function learnCall(call) {
   calls.set(call.id, call);
   for (const element of list.querySelectorAll(`[data-tool-of="${CSS.escape(call.id)}"]`)) {
-    element.textContent = call.tool;
+    element.replaceChildren(isolated(call.tool));
   }
 }
 
@@ -374,12 +367,12 @@ function card(request, clock) {
   const meta = h(
     'dl',
     { class: 'meta' },
-    h('div', {}, h('dt', { text: 'Server' }), h('dd', { text: request.server })),
+    h('div', {}, h('dt', { text: 'Server' }), h('dd', {}, isolated(request.server))),
     h(
       'div',
       {},
       h('dt', { text: 'Tool' }),
-      h('dd', { 'data-tool-of': request.call, text: known ? known.tool : request.call ? '…' : 'unknown' }),
+      h('dd', { 'data-tool-of': request.call }, known ? isolated(known.tool) : request.call ? '…' : 'unknown'),
     ),
     h('div', {}, h('dt', { text: 'Call' }), h('dd', { class: 'id', text: request.call || 'not attributed' })),
   );
@@ -389,7 +382,11 @@ function card(request, clock) {
   return h(
     'article',
     { 'aria-labelledby': heading },
-    h('h2', { id: heading, tabindex: -1, text: request.prompt || (request.url ? 'Visit a link' : 'A request') }),
+    h(
+      'h2',
+      { id: heading, tabindex: -1 },
+      request.prompt ? isolated(request.prompt) : request.url ? 'Visit a link' : 'A request',
+    ),
     meta,
     h('p', { class: 'time' }, clock),
     body,
@@ -423,17 +420,17 @@ function schemaForm(request) {
   return form;
 }
 
-/** The controls of a URL-mode Request: the URL as text, an explicit link, and the answers. */
+/**
+ * The controls of a URL-mode Request: the URL as the browser reads it and, when that differs, as the server
+ * sent it; warnings; an explicit link to what is shown; and the answers.
+ */
 function urlForm(request) {
-  const form = h('form', { novalidate: true, 'aria-labelledby': `h-${request.id}` });
   const problem = h('p', { class: 'problem', role: 'alert', hidden: true });
-  const shownUrl = h('p', { class: 'url', id: `u-${request.id}` }, ...highlighted(request.url));
-  const warnings = urlWarnings(request.url);
-  const web = /^https?:\/\//i.test(request.url);
-  const open = web
+  const { shown, sent, href, warnings } = address(request.url);
+  const open = href
     ? h('a', {
         class: 'button link',
-        href: request.url,
+        href,
         target: '_blank',
         rel: 'noopener noreferrer',
         referrerpolicy: 'no-referrer',
@@ -441,10 +438,13 @@ function urlForm(request) {
         text: 'Open link',
       })
     : h('p', { class: 'warning', text: 'This is not a web address, so it is not offered as a link.' });
-  form.append(
+  const form = h(
+    'form',
+    { novalidate: true, 'aria-labelledby': `h-${request.id}` },
     h('p', { class: 'hint', text: 'The server asks you to visit this address. Check the highlighted host, open it yourself, then answer:' }),
-    shownUrl,
-    ...warnings.map((text) => h('p', { class: 'warning', text })),
+    h('p', { class: 'url', dir: 'ltr', id: `u-${request.id}` }, shown),
+    sent && [h('p', { class: 'hint', text: 'As the server sent it:' }), h('p', { class: 'sent', dir: 'ltr' }, sent)],
+    warnings.map((text) => h('p', { class: 'warning', text })),
     h('p', { class: 'open' }, open),
     problem,
     buttons(request, 'Done'),
@@ -549,44 +549,6 @@ function showErrors(errors, fields, problem) {
 const pointer = (name) => name.replace(/~/g, '~0').replace(/\//g, '~1');
 const unpointer = (segment) => segment.replace(/~1/g, '/').replace(/~0/g, '~');
 
-// ---- URL display ----------------------------------------------------------------------------------------
-
-/** The URL as text nodes, with its host in a <mark>. */
-function highlighted(url) {
-  const match = /^([a-z][a-z0-9+.-]*:\/\/)([^/?#]*)(.*)$/is.exec(url);
-  if (!match) return [h('span', { text: url })];
-  const [, scheme, authority, rest] = match;
-  const at = authority.lastIndexOf('@');
-  const userinfo = at >= 0 ? authority.slice(0, at + 1) : '';
-  const hostPort = authority.slice(at + 1);
-  const port = /^(.*?)(:\d*)$/.exec(hostPort);
-  const host = port && !hostPort.endsWith(']') ? port[1] : hostPort;
-  const portText = port && !hostPort.endsWith(']') ? port[2] : '';
-  return [
-    h('span', { text: scheme + userinfo }),
-    h('mark', { class: 'host', text: host }),
-    h('span', { text: portText + rest }),
-  ];
-}
-
-function urlWarnings(url) {
-  const warnings = [];
-  let parsed;
-  try {
-    parsed = new URL(url);
-  } catch {
-    return ['This address cannot be parsed; do not open it unless you know where it leads.'];
-  }
-  if (parsed.hostname.split('.').some((label) => label.startsWith('xn--'))) {
-    warnings.push(`The host is punycode (${parsed.hostname}): it may imitate a familiar name with look-alike letters.`);
-  }
-  if (parsed.username || parsed.password) {
-    warnings.push('The address has a user name before the host: the real host is the highlighted one.');
-  }
-  if (parsed.protocol === 'http:') warnings.push('The address is not encrypted (http, not https).');
-  return warnings;
-}
-
 // ---- form fields ----------------------------------------------------------------------------------------
 
 /** Options of an enum-like schema: `enum` (+ legacy `enumNames`) or titled `oneOf`/`anyOf` consts. */
@@ -602,9 +564,9 @@ function choices(schema) {
   return null;
 }
 
+/** What the page says about a schema's limits (its description, a server's text, is shown apart). */
 function hints(schema) {
   const parts = [];
-  if (schema.description) parts.push(schema.description);
   const formats = { email: 'An email address.', uri: 'A web address (URI).', date: 'A date.', 'date-time': 'A date and time.' };
   if (formats[schema.format]) parts.push(formats[schema.format]);
   const { minLength: min, maxLength: max } = schema;
@@ -628,7 +590,8 @@ function field(id, name, schema, required) {
   const label = schema.title || name;
   const marker = required ? h('span', { class: 'required', text: ' (required)' }) : null;
   const hintText = hints(schema);
-  const hint = hintText ? h('p', { class: 'hint', id: `${id}-hint`, text: hintText }) : null;
+  const description = schema.description ? [isolated(schema.description), hintText && ' '] : null;
+  const hint = description || hintText ? h('p', { class: 'hint', id: `${id}-hint` }, description, hintText) : null;
   const error = h('p', { class: 'error', id: `${id}-error`, hidden: true });
   const options = schema.type === 'array' ? choices(schema.items || {}) : choices(schema);
   let control;
@@ -654,7 +617,7 @@ function field(id, name, schema, required) {
     element = h(
       'fieldset',
       { class: 'field group', 'data-field': name },
-      h('legend', {}, label, marker),
+      h('legend', {}, isolated(label), marker),
       hint,
       error,
       control.element,
@@ -663,7 +626,7 @@ function field(id, name, schema, required) {
     element = h(
       'div',
       { class: 'field check', 'data-field': name },
-      h('label', { for: id }, control.element, h('span', {}, label, marker)),
+      h('label', { for: id }, control.element, h('span', {}, isolated(label), marker)),
       hint,
       error,
     );
@@ -671,7 +634,7 @@ function field(id, name, schema, required) {
     element = h(
       'div',
       { class: 'field', 'data-field': name },
-      h('label', { for: id }, label, marker),
+      h('label', { for: id }, isolated(label), marker),
       hint,
       control.element,
       error,
@@ -751,7 +714,8 @@ function single(id, schema, options, required) {
     const select = h('select', { id, name: id, required });
     if (!required || !hasDefault) select.append(h('option', { value: '', text: required ? 'Choose…' : 'No answer' }));
     options.forEach((option, i) => {
-      select.append(h('option', { value: String(i), text: option.label, selected: option.value === schema.default }));
+      const text = revealedText(option.label);
+      select.append(h('option', { value: String(i), dir: 'auto', text, selected: option.value === schema.default }));
     });
     const read = () => (select.value === '' ? { present: false } : { present: true, value: options[Number(select.value)].value });
     return { element: select, inputs: [select], read };
@@ -765,7 +729,7 @@ function single(id, schema, options, required) {
   const element = h(
     'div',
     { class: 'options', role: 'radiogroup' },
-    all.map((option, i) => h('label', { for: radios[i].id, class: 'option' }, radios[i], h('span', { text: option.label }))),
+    all.map((option, i) => h('label', { for: radios[i].id, class: 'option' }, radios[i], h('span', {}, isolated(option.label)))),
   );
   const read = () => {
     const checked = radios.findIndex((radio) => radio.checked);
@@ -786,7 +750,7 @@ function checkboxes(id, schema, options, required) {
   const element = h(
     'div',
     { class: 'options' },
-    options.map((option, i) => h('label', { for: boxes[i].id, class: 'option' }, boxes[i], h('span', { text: option.label }))),
+    options.map((option, i) => h('label', { for: boxes[i].id, class: 'option' }, boxes[i], h('span', {}, isolated(option.label)))),
   );
   const read = () => {
     const values = options.filter((_, i) => boxes[i].checked).map((option) => option.value);

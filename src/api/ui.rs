@@ -13,12 +13,17 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; st
      connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// Each file of the inbox: its path, content type and contents.
-const ASSETS: [(&str, &str, &str); 4] = [
+const ASSETS: [(&str, &str, &str); 5] = [
     ("/ui/", "text/html; charset=utf-8", include_str!("../../ui/index.html")),
     (
         "/ui/app.js",
         "text/javascript; charset=utf-8",
         include_str!("../../ui/app.js"),
+    ),
+    (
+        "/ui/display.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../ui/display.js"),
     ),
     (
         "/ui/app.css",

@@ -275,6 +275,84 @@ test('a URL-mode Request shows the whole URL, fetches nothing, and Done accepts'
   assertStayedHome(requested, problems);
 });
 
+/** The characters a URL must not hide: invisible ones, and those that change the direction of text. */
+const HIDDEN = [
+  ...range(0x200b, 0x200f),
+  0x2028,
+  0x2029,
+  ...range(0x202a, 0x202e),
+  ...range(0x2060, 0x2064),
+  0xfeff,
+  ...range(0x2066, 0x2069),
+];
+
+function range(first, last) {
+  return Array.from({ length: last - first + 1 }, (_, i) => first + i);
+}
+
+const escaped = (code) => `⟨U+${code.toString(16).toUpperCase().padStart(4, '0')}⟩`;
+const HIDDEN_TEXT = new RegExp(`[${HIDDEN.map((code) => String.fromCodePoint(code)).join('')}]`, 'u');
+
+test('a URL with bidi controls shows them visibly, isolated, with the host the browser parses highlighted', { timeout: 60_000 }, async (t) => {
+  // Shown as sent, the override makes the end read "https://accounts.google.com/login/", and a split at the
+  // last "@" takes accounts.google.com for the host; the browser reads "\" as "/" and goes to evil.example.
+  const spoof = 'https://evil.example\\@accounts.google.com/\u202e/nigol/moc.elgoog.stnuocca//:sptth\u200b';
+  const { call, request } = await startCall('authorize', { service: '\u202eelgoog', url: spoof });
+  const { page, requested, problems } = await openInbox(t);
+  const form = card(page, request);
+  await form.locator('.url').waitFor();
+  const parsed = await page.evaluate((url) => {
+    const { hostname, href } = new URL(url);
+    return { hostname, href };
+  }, spoof);
+  assert.equal(parsed.hostname, 'evil.example');
+
+  assert.equal(await form.locator('.url mark').innerText(), parsed.hostname);
+  assert.equal(await form.locator('.url').innerText(), parsed.href);
+  assert.equal(
+    await form.locator('.sent').innerText(),
+    'https://evil.example\\@accounts.google.com/⟨U+202E⟩/nigol/moc.elgoog.stnuocca//:sptth⟨U+200B⟩',
+  );
+  await form.locator('.warning', { hasText: 'U+202E RIGHT-TO-LEFT OVERRIDE' }).waitFor();
+  assert.equal(await form.getByRole('link', { name: 'Open link' }).getAttribute('href'), parsed.href);
+  for (const address of [form.locator('.url'), form.locator('.sent')]) {
+    assert.equal(await address.getAttribute('dir'), 'ltr');
+    const style = await address.evaluate((element) => {
+      const { direction, unicodeBidi } = getComputedStyle(element);
+      return { direction, unicodeBidi };
+    });
+    assert.deepEqual(style, { direction: 'ltr', unicodeBidi: 'isolate' });
+  }
+
+  // The prompt (with the service name in it) is isolated from the page around it, its override made visible.
+  const heading = form.getByRole('heading');
+  assert.equal(await heading.innerText(), 'Authorize access to ⟨U+202E⟩elgoog');
+  assert.equal(await heading.locator('bdi').evaluate((element) => getComputedStyle(element).unicodeBidi), 'isolate');
+  assert.doesNotMatch(await form.evaluate((element) => element.textContent), HIDDEN_TEXT);
+  await page.screenshot({ path: join(SCREENSHOT_DIR, 'toolnexus-inbox-bidi.png'), fullPage: true });
+
+  await form.getByRole('button', { name: 'Decline' }).click();
+  await expectResolved(page, request, 'Declined');
+  assert.deepEqual(await resultsOf(call), [{ action: 'decline' }]);
+  assertStayedHome(requested, problems);
+});
+
+test('every invisible or direction-changing character in a URL is shown as its code point', { timeout: 60_000 }, async (t) => {
+  const chars = HIDDEN.map((code) => String.fromCodePoint(code));
+  const url = `https://example.com/${chars.join('-')}`;
+  const { request } = await startCall('authorize', { service: 'docs', url });
+  const { page, requested, problems } = await openInbox(t);
+  const form = card(page, request);
+  await form.locator('.sent').waitFor();
+
+  assert.equal(await form.locator('.sent').innerText(), `https://example.com/${HIDDEN.map(escaped).join('-')}`);
+  assert.equal(await form.locator('.url mark').innerText(), 'example.com');
+  assert.doesNotMatch(await form.evaluate((element) => element.textContent), HIDDEN_TEXT);
+  await form.getByRole('button', { name: 'Cancel' }).click();
+  await expectResolved(page, request, 'Cancelled');
+  assertStayedHome(requested, problems);
+});
+
 test('a Request can be answered with the keyboard alone', { timeout: 60_000 }, async (t) => {
   const { call, request } = await startCall('confirm_action', { action: 'ship' });
   const { page, requested, problems } = await openInbox(t);
