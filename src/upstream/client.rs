@@ -2,7 +2,7 @@
 //! becomes a Request and its answer (`SessionCore::elicit`, for the stdio transport and the rmcp handler
 //! alike), and the handler rmcp calls.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
@@ -35,6 +35,8 @@ pub struct SessionCore {
     pub calls: Calls,
     /// Our in-flight `tools/call` JSON-RPC ids, each with the Call it serves.
     in_flight: Mutex<HashMap<RequestId, CallRef>>,
+    /// The principals whose calls this session has run.
+    served: Mutex<HashSet<String>>,
     /// Legacy elicitations waiting on their Request, with the token fired when the upstream withdraws one.
     elicitations: Mutex<HashMap<String, CancellationToken>>,
     /// Messages still being sent to the upstream (cancellations of abandoned calls); closing waits for them.
@@ -51,6 +53,7 @@ impl SessionCore {
             registry,
             calls,
             in_flight: Mutex::default(),
+            served: Mutex::default(),
             elicitations: Mutex::default(),
             sends: TaskTracker::new(),
         }
@@ -58,6 +61,7 @@ impl SessionCore {
 
     /// Records that a call's `tools/call` with this JSON-RPC id is in flight.
     pub fn track(&self, request: RequestId, call: &CallRef) {
+        lock(&self.served).insert(call.owner.clone());
         lock(&self.in_flight).insert(request, call.clone());
     }
 
@@ -67,13 +71,36 @@ impl SessionCore {
     }
 
     /// The call an inbound elicitation belongs to: the one whose HTTP stream carried it, or the only call in flight.
-    pub fn attribute(&self, origin: Option<&InboundStreamOrigin>) -> Option<CallRef> {
+    ///
+    /// Only the first is proof. The only call in flight may not be the one the elicitation comes from (another
+    /// principal's earlier call may have left work behind), so its principal gets the Request only while this
+    /// session has run no other principal's calls.
+    pub fn attribute(&self, origin: Option<&InboundStreamOrigin>) -> Option<Attribution> {
         let in_flight = lock(&self.in_flight);
         match origin {
-            Some(InboundStreamOrigin::OutboundRequest(request)) => in_flight.get(request).cloned(),
-            _ if in_flight.len() == 1 => in_flight.values().next().cloned(),
+            Some(InboundStreamOrigin::OutboundRequest(request)) => in_flight.get(request).map(|call| Attribution {
+                call: call.clone(),
+                owned: true,
+            }),
+            _ if in_flight.len() == 1 => in_flight.values().next().map(|call| {
+                let served = lock(&self.served);
+                Attribution {
+                    call: call.clone(),
+                    owned: served.len() == 1 && served.contains(&call.owner),
+                }
+            }),
             _ => None,
         }
+    }
+
+    /// Where a Request raised for an attributed elicitation comes from: owned by the call's principal only
+    /// when the attribution says it may be.
+    fn origin_of(&self, attribution: Option<&Attribution>) -> Origin {
+        let mut origin = self.origin(attribution.map(|attribution| &attribution.call));
+        if attribution.is_some_and(|attribution| !attribution.owned) {
+            origin.owner = self.owner.clone();
+        }
+        origin
     }
 
     /// Where a Request raised on this session for `call` comes from: owned by the call's principal, or else
@@ -108,13 +135,13 @@ impl SessionCore {
     pub fn elicit(
         self: &Arc<Self>,
         params: Value,
-        call: Option<CallRef>,
+        call: Option<Attribution>,
         withdrawn: CancellationToken,
     ) -> impl Future<Output = Result<ElicitResult, ErrorData>> + Send + 'static {
         let core = self.clone();
         // Boxed, so that a pending elicitation's future keeps only a pointer to what raising it took.
         let asked = Box::pin(async move {
-            let origin = core.origin(call.as_ref());
+            let origin = core.origin_of(call.as_ref());
             let asked = core.registry.ask(params, &origin, withdrawn.clone()).await;
             (core, asked, withdrawn)
         });
@@ -156,6 +183,13 @@ impl SessionCore {
 pub struct CallRef {
     pub id: String,
     pub owner: String,
+}
+
+/// The call an elicitation was attributed to, and whether the call's principal may own its Request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attribution {
+    pub call: CallRef,
+    pub owned: bool,
 }
 
 /// What the gateway declares to upstreams: elicitation in form and URL mode, nothing else.

@@ -103,6 +103,49 @@ async fn tokens_are_required_except_on_open_routes() {
 }
 
 #[tokio::test]
+async fn a_guess_on_a_shared_stdio_session_gives_no_agent_another_tenant_s_request() {
+    let app = spawn_app_authenticated().await;
+    let (a, b, lead) = (
+        Caller::new(&app, "agent-a"),
+        Caller::new(&app, "agent-b"),
+        Caller::new(&app, "lead"),
+    );
+    // While only agent-a's calls have run on the legacy stdio session, the one call in flight is proof enough.
+    let call = a.call("legacy", "confirm_action").await;
+    let id = first_request(&call);
+    assert_eq!(a.get(&format!("/requests/{id}")).await.1["owner"], "agent-a");
+    a.post(&format!("/requests/{id}/answer"), json!({"ok": false})).await;
+
+    // Once agent-b's work has run there too, the wire cannot tell whose an elicitation is: nobody's.
+    let (status, other) = b
+        .post(
+            "/calls?wait=20",
+            json!({"server": "legacy", "tool": "echo", "arguments": {"text": "b"}}),
+        )
+        .await;
+    assert_eq!((status, &other["status"]), (201, &json!("completed")), "{other}");
+    let call = a.call("legacy", "confirm_action").await;
+    assert_eq!(call["status"], "input_required", "{call}");
+    let id = first_request(&call);
+    let (status, unproven) = lead.get(&format!("/requests/{id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(unproven["owner"], Value::Null, "{unproven}");
+    assert_eq!(unproven["call"], call["id"]);
+    assert_eq!(a.get(&format!("/requests/{id}")).await.0, 403);
+    assert_eq!(a.get("/requests").await.1, json!([]));
+    assert_eq!(b.get("/requests").await.1, json!([]));
+    let (status, _) = lead
+        .post(
+            &format!("/requests/{id}/answer"),
+            json!({"ok": true, "data": {"confirm": true}}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (_, done) = a.get(&format!("/calls/{}?wait=20", call["id"].as_str().unwrap())).await;
+    assert_eq!(done["status"], "completed", "{done}");
+}
+
+#[tokio::test]
 async fn an_agent_sees_and_answers_only_its_own_requests() {
     let app = spawn_app_authenticated().await;
     let (a, b) = (Caller::new(&app, "agent-a"), Caller::new(&app, "agent-b"));
