@@ -28,6 +28,9 @@ use data::SharedData;
 
 /// How many due Requests one pass of the reaper expires.
 const EXPIRY_BATCH: usize = 1000;
+/// The `detail` of an answered Request whose upstream withdrew it before the answer reached it.
+const UNDELIVERED: &str = "withdrawn by the upstream before the answer reached it; the answer is kept for the record";
+
 /// The `detail` of a Request whose upstream stopped waiting for it.
 const STOPPED_LISTENING: &str = "withdrawn by the upstream before the answer arrived";
 
@@ -377,6 +380,21 @@ impl Registry {
             .cancel(Pending::Ids(vec![id.to_owned()]), &client_withdrew(), Tell::Nothing)
             .await;
         matches!(cancelled, Ok(1))
+    }
+
+    /// The upstream withdrew the elicitation behind an answered Request before the answer reached it: the
+    /// Request says so, and becomes `cancelled`, as the upstream saw it.
+    pub async fn undelivered(&self, id: &str) {
+        match self.shared.store.undelivered(id, UNDELIVERED).await {
+            Ok(Some(view)) => tracing::info!(
+                request = %view.request.id,
+                server = %view.server,
+                session = %view.session,
+                "request cancelled: the upstream withdrew it before the answer reached it"
+            ),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, request = id, "an undelivered answer could not be recorded"),
+        }
     }
 
     /// Delivers what ended Requests resolved elsewhere (with their call) means to whatever waits on them.

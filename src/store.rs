@@ -377,6 +377,13 @@ impl Store {
         dispatch!(self, store => store.finish_call(id, finish).await)
     }
 
+    /// Records that the answer of an answered Request never reached its upstream, which withdrew the
+    /// elicitation first: the Request becomes `cancelled` with `detail`, its answer kept for the record. `None`
+    /// if it was not answered.
+    pub async fn undelivered(&self, id: &str, detail: &str) -> Result<Option<RequestView>, StoreError> {
+        dispatch!(self, store => store.undelivered(id, detail).await)
+    }
+
     /// Records why the upstream refused a call's latest round, on the Requests that answered it.
     pub async fn annotate_round(&self, call: &str, detail: &str) -> Result<(), StoreError> {
         dispatch!(self, store => store.annotate_round(call, detail).await)

@@ -278,6 +278,23 @@ impl Memory {
         Ok(true)
     }
 
+    pub async fn undelivered(&self, id: &str, detail: &str) -> Result<Option<RequestView>, StoreError> {
+        let mut state = self.lock();
+        let Some(entry) = state
+            .requests
+            .get_mut(id)
+            .filter(|entry| entry.view.status == Status::Answered)
+        else {
+            return Ok(None);
+        };
+        entry.view.status = Status::Cancelled;
+        entry.view.detail = Some(detail.to_owned());
+        let view = entry.view.clone();
+        let event = Event::request(EventKind::RequestUpdated, &view);
+        self.publish(&mut state, Changes { events: vec![event] });
+        Ok(Some(view))
+    }
+
     pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<Started, InsertCallError> {
         let now = Timestamp::now();
         let view = CallView {

@@ -2,13 +2,13 @@
 //! becomes a Request and its answer (`SessionCore::elicit`, for the stdio transport and the rmcp handler
 //! alike), and the handler rmcp calls.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, CustomNotification, CustomRequest, CustomResult, ElicitRequestParams,
-    ElicitResult, ElicitationAction, ElicitationCapability, ErrorCode, ErrorData, FormElicitationCapability,
-    Implementation, ProtocolVersion, RequestId, UrlElicitationCapability,
+    CancelledNotificationParam, ClientCapabilities, ClientConfig, CustomNotification, CustomRequest, CustomResult,
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability, ErrorCode, ErrorData,
+    FormElicitationCapability, Implementation, ProtocolVersion, RequestId, UrlElicitationCapability,
 };
 use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext};
 use rmcp::{ClientHandler, RoleClient};
@@ -21,6 +21,9 @@ use crate::registry::{AskError, Origin, Outcome, Registry};
 
 /// The MCP method of a 2025-11-25 elicitation request.
 pub const ELICITATION_CREATE: &str = "elicitation/create";
+/// How many replied elicitations a session remembers, for withdrawals that cross a reply.
+const REPLIES_REMEMBERED: usize = 256;
+
 /// The MCP method of a URL-mode completion notification (2025-11-25).
 const ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
 
@@ -39,6 +42,9 @@ pub struct SessionCore {
     served: Mutex<HashSet<String>>,
     /// Legacy elicitations waiting on their Request, with the token fired when the upstream withdraws one.
     elicitations: Mutex<HashMap<String, CancellationToken>>,
+    /// The latest legacy elicitations replied to, by JSON-RPC id, with their Request: a withdrawal that crosses
+    /// the reply on the wire arrives after it.
+    replied: Mutex<VecDeque<(RequestId, String)>>,
     /// Messages still being sent to the upstream (cancellations of abandoned calls); closing waits for them.
     pub sends: TaskTracker,
 }
@@ -55,6 +61,7 @@ impl SessionCore {
             in_flight: Mutex::default(),
             served: Mutex::default(),
             elicitations: Mutex::default(),
+            replied: Mutex::default(),
             sends: TaskTracker::new(),
         }
     }
@@ -129,11 +136,25 @@ impl SessionCore {
         }
     }
 
+    /// The upstream withdrew the elicitation with JSON-RPC id `request` after the gateway replied to it: the
+    /// reply did not count, so an answer in it was never received.
+    pub async fn withdrawn_after_reply(&self, request: &RequestId) {
+        let replied = {
+            let mut replied = lock(&self.replied);
+            let at = replied.iter().position(|(id, _)| id == request);
+            at.and_then(|at| replied.remove(at))
+        };
+        if let Some((_, id)) = replied {
+            self.registry.undelivered(&id).await;
+        }
+    }
+
     /// Answers a 2025-11-25 `elicitation/create` through a Request, waiting for its outcome; `withdrawn` fires if
     /// the upstream cancels the elicitation. Params the gateway cannot show are refused with `-32602`; past the
     /// pending cap the upstream gets `cancel` at once.
     pub fn elicit(
         self: &Arc<Self>,
+        request: RequestId,
         params: Value,
         call: Option<Attribution>,
         withdrawn: CancellationToken,
@@ -168,7 +189,21 @@ impl SessionCore {
             };
             lock(&core.elicitations).remove(&waiting.id);
             match outcome {
-                Outcome::Reply(result) => Ok(result),
+                Outcome::Reply(result) => {
+                    // Remembered before the token is read, so that a withdrawal arriving in between is not missed.
+                    {
+                        let mut replied = lock(&core.replied);
+                        if replied.len() == REPLIES_REMEMBERED {
+                            replied.pop_front();
+                        }
+                        replied.push_back((request.clone(), waiting.id.clone()));
+                    }
+                    if withdrawn.is_cancelled() {
+                        // The reply will not be sent (rmcp drops it), or not be taken.
+                        core.withdrawn_after_reply(&request).await;
+                    }
+                    Ok(result)
+                }
                 Outcome::Withdrawn(detail) => Err(ErrorData::internal_error(
                     format!("the Request was withdrawn: {detail}"),
                     None,
@@ -223,6 +258,14 @@ impl GatewayClient {
 }
 
 impl ClientHandler for GatewayClient {
+    /// A withdrawal of an elicitation already replied to (one still waiting has its token fired by rmcp, or
+    /// by the stdio transport, which hands the notification on here as well).
+    async fn on_cancelled(&self, params: CancelledNotificationParam, _context: NotificationContext<RoleClient>) {
+        if let Some(request) = params.request_id {
+            self.core.withdrawn_after_reply(&request).await;
+        }
+    }
+
     fn get_info(&self) -> ClientConfig {
         ClientConfig::new(
             capabilities(),
@@ -238,8 +281,8 @@ impl ClientHandler for GatewayClient {
         context: RequestContext<RoleClient>,
     ) -> impl Future<Output = Result<ElicitResult, ErrorData>> + Send + '_ {
         let call = self.core.attribute(context.extensions.get::<InboundStreamOrigin>());
-        self.core
-            .elicit(serde_json::to_value(params).unwrap_or_default(), call, context.ct)
+        let params = serde_json::to_value(params).unwrap_or_default();
+        self.core.elicit(context.id, params, call, context.ct)
     }
 
     /// An `elicitation/create` whose params rmcp could not read, or one a stdio transport without a session passes
@@ -251,7 +294,10 @@ impl ClientHandler for GatewayClient {
     ) -> impl Future<Output = Result<CustomResult, ErrorData>> + Send + '_ {
         let call = self.core.attribute(context.extensions.get::<InboundStreamOrigin>());
         let elicited = (request.method == ELICITATION_CREATE)
-            .then(|| self.core.elicit(request.params.unwrap_or_default(), call, context.ct))
+            .then(|| {
+                self.core
+                    .elicit(context.id, request.params.unwrap_or_default(), call, context.ct)
+            })
             .ok_or_else(|| ErrorData::new(ErrorCode::METHOD_NOT_FOUND, request.method, None));
         async move {
             let result = elicited?.await?;

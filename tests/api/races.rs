@@ -115,9 +115,33 @@ async fn an_answer_racing_an_upstream_cancellation_has_one_outcome_in_the_gatewa
         assert_eq!(request["status"], expected, "{id}: {request}");
         assert_eq!(resolved[id], expected, "{id}: the event agrees");
     }
-    for call in &calls {
+    // What the tool received and the Request's final status agree: an answer that crossed the upstream's
+    // withdrawal on the wire ends `cancelled`, as the upstream saw it.
+    for (call, (id, status)) in calls.iter().zip(&outcomes) {
         let done = app.settled(call["id"].as_str().unwrap()).await;
         assert_eq!(done["status"], "completed", "every call ends: {done}");
+        let received = done["result"]["isError"] != json!(true);
+        let expected = if received { "answered" } else { "cancelled" };
+        if *status == 410 {
+            assert!(!received, "{id}: a refused answer never reaches the upstream: {done}");
+        }
+        let mut last = app.get_json(&format!("/requests/{id}")).await;
+        while last["status"] != expected {
+            let event = events.next_of("request.updated").await;
+            if event.data["id"] == json!(id) {
+                last = event.data;
+            }
+        }
+        if *status == 200 && !received {
+            assert!(
+                last["detail"]
+                    .as_str()
+                    .unwrap()
+                    .contains("before the answer reached it"),
+                "{last}"
+            );
+            assert_eq!(last["answer"]["ok"], true, "the answer is kept: {last}");
+        }
     }
 }
 

@@ -207,6 +207,27 @@ impl Sqlite {
         .await
     }
 
+    pub async fn undelivered(&self, id: &str, detail: &str) -> Result<Option<RequestView>, StoreError> {
+        let (id, detail) = (id.to_owned(), detail.to_owned());
+        self.write(move |tx| {
+            let changed = tx
+                .conn
+                .prepare_cached(
+                    "UPDATE requests SET status = 'cancelled', detail = ?2 WHERE id = ?1 AND status = 'answered'",
+                )?
+                .execute(params![id, detail])?;
+            if changed == 0 {
+                return Ok(None);
+            }
+            let view = request(tx.conn, &id)?;
+            if let Some(view) = &view {
+                tx.record(Event::request(EventKind::RequestUpdated, view))?;
+            }
+            Ok(view)
+        })
+        .await
+    }
+
     pub async fn annotate_round(&self, call: &str, detail: &str) -> Result<(), StoreError> {
         let (call, detail) = (call.to_owned(), detail.to_owned());
         self.write(move |tx| {
