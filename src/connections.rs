@@ -26,6 +26,9 @@ use crate::metrics::Metrics;
 /// How long accepting pauses after the process ran out of file descriptors (or another accept error).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
+/// How long a connection may take, once the gateway is shutting down, to finish the response in progress.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How many connections may be open, and how long a request's headers may take.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -195,7 +198,8 @@ where
 }
 
 impl<C: Future<Output = hyper::Result<()>> + Send + GracefulShutdown> Serving<C> {
-    /// Drives the connection; once `shutdown` fires it takes no new request and ends after the current one.
+    /// Drives the connection; once `shutdown` fires it takes no new request and ends after the current one, or
+    /// after `DRAIN_TIMEOUT`.
     async fn until_drained(self, shutdown: CancellationToken) {
         let Serving {
             connection,
@@ -205,15 +209,23 @@ impl<C: Future<Output = hyper::Result<()>> + Send + GracefulShutdown> Serving<C>
             metrics,
         } = self;
         let mut connection = std::pin::pin!(connection);
-        let mut draining = false;
+        let mut drained_by = None;
         let result = loop {
+            let deadline = async {
+                match drained_by {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 result = connection.as_mut() => break Some(result),
                 () = close.cancelled() => break None,
-                () = shutdown.cancelled(), if !draining => {
-                    draining = true;
+                () = shutdown.cancelled(), if drained_by.is_none() => {
+                    drained_by = Some(tokio::time::Instant::now() + DRAIN_TIMEOUT);
                     connection.as_mut().graceful_shutdown();
                 }
+                // A client that does not read what it is sent does not hold the shutdown up.
+                () = deadline => break None,
             }
         };
         if let Some(Err(error)) = result

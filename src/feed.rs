@@ -14,6 +14,9 @@ use crate::records::Event;
 
 /// How many events a slow subscriber may fall behind before it is told to re-list.
 const CHANNEL_CAPACITY: usize = 1024;
+/// The most bytes of data an event carries through the live channel, which keeps the latest events for its
+/// slowest subscriber; a larger event goes without its data, which subscribers read from the store.
+pub const LIVE_DATA_BYTES: usize = 16 << 10;
 
 /// The change feed; cheap to clone.
 #[derive(Debug, Clone)]
@@ -113,7 +116,12 @@ impl Feed {
     /// Sends recorded events to every subscriber, in order, and wakes every waiter.
     pub fn publish(&self, events: impl IntoIterator<Item = Arc<Event>>) {
         for event in events {
-            let _ = self.shared.live.send(event);
+            let live = if event.data.len() > LIVE_DATA_BYTES {
+                Arc::new(event.without_data())
+            } else {
+                event
+            };
+            let _ = self.shared.live.send(live);
         }
         self.notify();
     }

@@ -10,3 +10,20 @@ pub use call::{CallError, CallFailure, CallFilter, CallStatus, CallView, Finish}
 pub use event::{Event, EventKind, Tags};
 pub use request::{Filter, RequestView, Status};
 pub use session::{SessionStatus, SessionView};
+
+/// The length of `value` as JSON, without writing it out.
+pub fn json_size(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}

@@ -250,7 +250,7 @@ impl Registry {
     /// A Request for elicitation params, with its data shared with every Request of the same schema.
     fn new_request(&self, params: &Value, origin: &Origin, input_key: Option<String>) -> Result<NewRequest, AskError> {
         elicitation::check_params(params).map_err(AskError::Unusable)?;
-        let bytes = json_size(params);
+        let bytes = crate::records::json_size(params);
         let most = self.shared.policy.max_request_bytes;
         if bytes > most {
             return Err(AskError::Unusable(format!(
@@ -576,23 +576,6 @@ fn log_resolution(view: &RequestView) {
         detail = view.detail.as_deref().unwrap_or(""),
         "request resolved"
     );
-}
-
-/// The length of `value` as JSON, without writing it out.
-fn json_size(value: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }
 
 mod data;

@@ -98,6 +98,28 @@ impl<V> Retained<V> {
         self.retired.front().map(|(until, _)| *until)
     }
 
+    /// Forgets a retired entry before its time; `None` if it is live or unknown.
+    pub fn forget(&mut self, id: &str) -> Option<V> {
+        let (seq, _) = self.entries.get(id)?;
+        if self.live.contains(seq) {
+            return None;
+        }
+        let (seq, value) = self.entries.remove(id)?;
+        self.order.remove(&seq);
+        Some(value)
+    }
+
+    /// The id of the entry retired longest ago that is still kept.
+    pub fn oldest_retired(&mut self) -> Option<Arc<str>> {
+        while let Some((_, id)) = self.retired.front() {
+            if self.entries.contains_key(id) {
+                return Some(id.clone());
+            }
+            self.retired.pop_front();
+        }
+        None
+    }
+
     /// Forgets the retired entries whose time has come, and returns them.
     pub fn purge(&mut self, now: Timestamp) -> Vec<V> {
         let mut purged = Vec::new();

@@ -135,6 +135,8 @@ impl Follow {
             }
             match self.live.recv().await {
                 Ok(event) if event.id <= self.after => {}
+                // Too large for the live channel: read from the log.
+                Ok(event) if !event.has_data() => self.catching_up = true,
                 Ok(event) if event.id == self.after + 1 => {
                     self.after = event.id;
                     if self.filter.matches(&event) {

@@ -72,6 +72,24 @@ pub struct Tags<'a> {
 }
 
 impl Event {
+    /// The event with its tags and without its data (`has_data` is then false).
+    pub fn without_data(&self) -> Self {
+        Self {
+            id: self.id,
+            kind: self.kind,
+            data: String::new(),
+            server: self.server.clone(),
+            session: self.session.clone(),
+            call: self.call.clone(),
+            owner: self.owner.clone(),
+        }
+    }
+
+    /// Whether the event carries its data (only one taken off the live channel may not).
+    pub fn has_data(&self) -> bool {
+        !self.data.is_empty()
+    }
+
     /// An event about `object`, not yet numbered.
     pub fn new(kind: EventKind, object: &impl Serialize, tags: Tags<'_>) -> Self {
         Self {

@@ -16,6 +16,7 @@ use super::{
 };
 use crate::feed::Feed;
 use crate::ids;
+use crate::records::json_size;
 use crate::records::{
     CallError, CallFilter, CallStatus, CallView, Event, EventKind, Filter, Finish, RequestView, SessionStatus,
     SessionView, Status,
@@ -25,6 +26,18 @@ use crate::time::Timestamp;
 
 /// How many past events a reconnecting stream (or a webhook that fell behind) can catch up on.
 pub const REPLAY_CAPACITY: usize = 4096;
+/// The most bytes of event data kept for replay.
+const REPLAY_BYTES: usize = 32 << 20;
+/// What ended calls may hold (their arguments and results) in all, and per principal: past it the oldest
+/// ended calls are forgotten before their retention ends.
+const ENDED_CALLS: Held = Held {
+    count: 100_000,
+    bytes: 64 << 20,
+};
+const ENDED_CALLS_PER_PRINCIPAL: Held = Held {
+    count: 25_000,
+    bytes: 16 << 20,
+};
 
 /// The memory store; cheap to clone.
 #[derive(Debug, Clone)]
@@ -55,10 +68,28 @@ struct State {
     /// without looking through every Request kept.
     completions: HashMap<(String, String), String>,
     events: VecDeque<Arc<Event>>,
+    /// The bytes of the events' data.
+    replay_bytes: usize,
     last_event: u64,
+    /// What ended calls hold, in all and per principal.
+    ended: Held,
+    ended_by_principal: HashMap<String, Held>,
     webhook_cursors: HashMap<String, u64>,
     /// How long ended records are kept.
     retention: Duration,
+}
+
+/// How many, and how many bytes.
+#[derive(Debug, Clone, Copy, Default)]
+struct Held {
+    count: usize,
+    bytes: usize,
+}
+
+impl Held {
+    fn exceeds(&self, most: &Held) -> bool {
+        self.count > most.count || self.bytes > most.bytes
+    }
 }
 
 #[derive(Debug)]
@@ -354,6 +385,7 @@ impl Memory {
         let view = entry.view.clone();
         let until = now.after(state.retention);
         state.calls.retire(id, until);
+        state.keep_ended(&view);
         let mut changes = Changes::default();
         let resolution = Resolution::Cancelled {
             detail,
@@ -652,11 +684,63 @@ impl State {
         self.last_event += 1;
         event.id = self.last_event;
         let event = Arc::new(event);
-        if self.events.len() == REPLAY_CAPACITY {
-            self.events.pop_front();
-        }
+        self.replay_bytes += event.data.len();
         self.events.push_back(event.clone());
+        while self.events.len() > REPLAY_CAPACITY || (self.replay_bytes > REPLAY_BYTES && self.events.len() > 1) {
+            if let Some(gone) = self.events.pop_front() {
+                self.replay_bytes -= gone.data.len();
+            }
+        }
         event
+    }
+
+    /// Counts what an ended call holds, then forgets the oldest ended calls of its principal, and of all,
+    /// past what they may hold.
+    fn keep_ended(&mut self, view: &CallView) {
+        let bytes = ended_bytes(view);
+        for held in [
+            &mut self.ended,
+            self.ended_by_principal.entry(view.owner.clone()).or_default(),
+        ] {
+            held.count += 1;
+            held.bytes += bytes;
+        }
+        while self.ended_by_principal[&view.owner].exceeds(&ENDED_CALLS_PER_PRINCIPAL) {
+            let oldest = self
+                .calls
+                .values()
+                .find(|entry| entry.view.owner == view.owner && entry.view.status.is_final())
+                .map(|entry| entry.view.id.clone());
+            let Some(oldest) = oldest else { break };
+            self.forget_ended(&oldest);
+        }
+        while self.ended.exceeds(&ENDED_CALLS) {
+            let Some(oldest) = self.calls.oldest_retired() else {
+                break;
+            };
+            self.forget_ended(&oldest);
+        }
+    }
+
+    /// Forgets an ended call before its retention ends.
+    fn forget_ended(&mut self, id: &str) {
+        if let Some(entry) = self.calls.forget(id) {
+            self.release_ended(&entry.view);
+        }
+    }
+
+    /// Stops counting what a forgotten ended call held.
+    fn release_ended(&mut self, view: &CallView) {
+        let bytes = ended_bytes(view);
+        self.ended.count = self.ended.count.saturating_sub(1);
+        self.ended.bytes = self.ended.bytes.saturating_sub(bytes);
+        if let Some(held) = self.ended_by_principal.get_mut(&view.owner) {
+            held.count = held.count.saturating_sub(1);
+            held.bytes = held.bytes.saturating_sub(bytes);
+            if held.count == 0 {
+                self.ended_by_principal.remove(&view.owner);
+            }
+        }
     }
 
     /// Resolves one pending Request without an answer and records its event; returns its view and the call
@@ -752,7 +836,16 @@ impl State {
                 }
             }
         }
-        self.calls.purge(now);
+        for entry in self.calls.purge(now) {
+            self.release_ended(&entry.view);
+        }
         self.sessions.purge(now);
     }
+}
+
+/// What an ended call holds in memory: its arguments and its result or error.
+fn ended_bytes(view: &CallView) -> usize {
+    json_size(&view.arguments)
+        + view.result.as_ref().map_or(0, json_size)
+        + view.error.as_ref().map_or(0, |error| error.message.len())
 }

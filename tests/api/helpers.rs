@@ -404,8 +404,11 @@ impl EventStream {
     }
 
     async fn read(&mut self) -> SseEvent {
+        // Where to look for the end of an event: what was searched already is not searched again.
+        let mut from = 0;
         loop {
-            if let Some(end) = self.buffer.find("\n\n") {
+            if let Some(end) = self.buffer[from..].find("\n\n").map(|at| from + at) {
+                from = 0;
                 let block: String = self.buffer.drain(..end + 2).collect();
                 let (mut id, mut event, mut data) = (String::new(), String::new(), String::new());
                 for line in block.lines() {
@@ -426,6 +429,7 @@ impl EventStream {
                 }
                 continue;
             }
+            from = self.buffer.len().saturating_sub(1);
             let chunk = self.response.chunk().await.unwrap().expect("the event stream ended");
             self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
         }

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{BOTH_ERAS, TestApp, results, spawn_app, spawn_app_with};
+use crate::helpers::{BOTH_ERAS, TestApp, results, spawn_app, spawn_app_with, spawn_in};
 
 #[tokio::test]
 async fn past_the_pending_cap_an_elicitation_is_answered_cancel_at_once() {
@@ -150,6 +150,44 @@ async fn long_poll_checks(app: &TestApp) -> u64 {
         .expect("the checks are counted")
         .parse()
         .unwrap()
+}
+
+#[tokio::test]
+async fn large_calls_reach_event_streams_whole_and_memory_keeps_a_bounded_history() {
+    const TEXT: usize = 700_000;
+    for (store, calls) in [("memory", 14), ("sqlite", 2)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = "[http]\nmax_body_bytes = 4194304\n".to_owned();
+        if store == "memory" {
+            settings.push_str("[store]\nurl = \"memory\"\n");
+        }
+        let app = spawn_in(dir.path(), &settings, BOTH_ERAS, "").await;
+        let mut events = app.events("?server=modern", None).await;
+        let mut ids = Vec::new();
+        for n in 0..calls {
+            let text = char::from(b'a' + n).to_string().repeat(TEXT);
+            let call = app.call("modern", "echo", json!({ "text": text })).await;
+            assert_eq!(call["status"], "completed");
+            ids.push(call["id"].as_str().unwrap().to_owned());
+        }
+        // Larger than the live channel carries, a call's event reaches the stream whole, read from the store.
+        loop {
+            let event = events.next_of("call.updated").await;
+            if event.data["id"] == json!(ids[0]) && event.data["status"] == "completed" {
+                let text = event.data["result"]["content"][0]["text"].as_str().unwrap();
+                assert_eq!(text.len(), TEXT, "{store}");
+                break;
+            }
+        }
+        let newest = app.get(&format!("/calls/{}", ids[ids.len() - 1])).await;
+        assert_eq!(newest.status(), 200, "{store}");
+        let oldest = app.get(&format!("/calls/{}", ids[0])).await.status();
+        match store {
+            // 14 calls of 1.4 MB are more than the 16 MiB one principal's ended calls may hold in memory.
+            "memory" => assert_eq!(oldest, 404, "the oldest ended calls were forgotten"),
+            _ => assert_eq!(oldest, 200, "on disk, history is kept for the retention"),
+        }
+    }
 }
 
 #[tokio::test]
