@@ -558,9 +558,15 @@ fn exit_soon() {
     });
 }
 
+/// Logs the action of a result and the keys of its content, never its values: they are the human's answer.
 fn log_received(tool: &str, result: &ElicitResult) {
-    eprintln!(
-        "demo-server: {tool} received {}",
-        serde_json::to_string(result).unwrap_or_default()
-    );
+    let action = serde_json::to_value(&result.action).unwrap_or_default();
+    let action = action.as_str().unwrap_or("an unknown action");
+    match result.content.as_ref().and_then(Value::as_object) {
+        Some(content) => {
+            let keys: Vec<&str> = content.keys().map(String::as_str).collect();
+            eprintln!("demo-server: {tool} received {action} with keys [{}]", keys.join(", "));
+        }
+        None => eprintln!("demo-server: {tool} received {action}"),
+    }
 }

@@ -5,6 +5,7 @@ mod call;
 mod client;
 mod connect;
 mod legs;
+mod stderr;
 mod stdio;
 mod supervise;
 

@@ -59,7 +59,7 @@ pub struct ListQuery {
     responses(
         (status = 201, description = "The call, as it is when it stops running or `wait` passes", body = CallView,
             headers(("Location" = String, description = "`/calls/{id}`"))),
-        (status = 400, description = "The body is malformed, or names both or neither of `server` and `session`", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "The body is malformed, repeats a key within an object, or names both or neither of `server` and `session`", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "An approver, or a session of another principal", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such server or session", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The session is closed", body = Problem, content_type = "application/problem+json"),

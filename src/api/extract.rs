@@ -1,10 +1,16 @@
-//! Extractors whose rejections are problem+json: JSON bodies (415, 413, 400 in that order) and query strings.
+//! Extractors whose rejections are problem+json: JSON bodies (415, 413, 400 in that order; a key given twice
+//! in one object is a 400 too) and query strings.
+
+use std::fmt;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
-use serde::de::DeserializeOwned;
+use serde::de::{self, DeserializeOwned, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::error::Category;
+use serde_json::{Map, Number, Value};
 
 use super::AppState;
 use super::error::ApiError;
@@ -47,14 +53,91 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
                 StatusCode::PAYLOAD_TOO_LARGE => too_large(limit),
                 status => ApiError::new(status, rejection.body_text()),
             })?;
-        let value: serde_json::Value = serde_json::from_slice(&bytes)
-            .map_err(|error| ApiError::bad_request(format!("the body is not valid JSON: {error}")))?;
+        let UniqueKeys(value) = serde_json::from_slice(&bytes).map_err(|error| {
+            let detail = match error.classify() {
+                Category::Data => format!("the body is ambiguous: {error}"),
+                _ => format!("the body is not valid JSON: {error}"),
+            };
+            ApiError::bad_request(detail)
+        })?;
         if !value.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
         }
         serde_json::from_value(value)
             .map(JsonBody)
             .map_err(|error| ApiError::bad_request(format!("the body does not have the expected shape: {error}")))
+    }
+}
+
+/// A JSON value in which no object has a key twice. serde_json keeps the last of a repeated key, so
+/// `{"ok": true, "ok": false}` would mean what the last reader happens to see; the API refuses it instead,
+/// at any depth, naming the key.
+struct UniqueKeys(Value);
+
+impl<'de> Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueKeysVisitor).map(UniqueKeys)
+    }
+}
+
+/// Builds the value as serde_json's own `Value` visitor does, refusing an object's repeated key.
+struct UniqueKeysVisitor;
+
+impl<'de> Visitor<'de> for UniqueKeysVisitor {
+    type Value = Value;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(value).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
+        Ok(Value::String(value.to_owned()))
+    }
+
+    fn visit_string<E>(self, value: String) -> Result<Value, E> {
+        Ok(Value::String(value))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Value, A::Error> {
+        let mut array = Vec::with_capacity(items.size_hint().unwrap_or(0));
+        while let Some(UniqueKeys(item)) = items.next_element()? {
+            array.push(item);
+        }
+        Ok(Value::Array(array))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = entries.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(de::Error::custom(format_args!(
+                    "the key {key:?} appears more than once in one object"
+                )));
+            }
+            let UniqueKeys(value) = entries.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
     }
 }
 
@@ -78,4 +161,38 @@ fn too_large(limit: usize) -> ApiError {
         StatusCode::PAYLOAD_TOO_LARGE,
         format!("the body is larger than {limit} bytes (http.max_body_bytes)"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<Value, String> {
+        serde_json::from_str::<UniqueKeys>(json)
+            .map(|UniqueKeys(value)| value)
+            .map_err(|error| error.to_string())
+    }
+
+    #[test]
+    fn without_a_repeated_key_the_value_is_serde_jsons() {
+        let json = r#"{"ok": true, "n": [-1, 18446744073709551615, 2.5e-3, null, "\u00e9"],
+            "data": {"a": {"b": [{"c": 1}, {"c": 2}]}, "b": {}}, "": ""}"#;
+        assert_eq!(parse(json).unwrap(), serde_json::from_str::<Value>(json).unwrap());
+    }
+
+    #[test]
+    fn a_repeated_key_is_refused_at_any_depth_and_named() {
+        for (json, key) in [
+            (r#"{"ok": true, "ok": true}"#, "ok"),
+            (r#"{"data": {"a": 1, "b": 2, "a": 3}}"#, "a"),
+            (r#"[{"x": [{"y": 1, "y": 1}]}]"#, "y"),
+            (r#"{"ok": 1, "\u006fk": 2}"#, "ok"),
+        ] {
+            let error = parse(json).unwrap_err();
+            assert!(
+                error.starts_with(&format!("the key {key:?} appears more than once in one object at line")),
+                "{json}: {error}"
+            );
+        }
+    }
 }

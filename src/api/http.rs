@@ -1,4 +1,7 @@
-//! What the API accepts and from where: body size, the `Host` allow-list (DNS-rebinding protection) and CORS.
+//! What the API accepts and from where: body size, the `Host` (exactly one header, on the allow-list against
+//! DNS rebinding) and CORS.
+
+use std::collections::btree_map::Entry;
 
 use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue, Method, header};
@@ -22,33 +25,55 @@ pub struct HttpPolicy {
 }
 
 impl HttpPolicy {
-    /// Documents the `403` every route answers to a `Host` off the allow-list.
+    /// Documents what every route answers about the `Host`: `400` to more than one `Host` header, and `403`
+    /// to a `Host` off the allow-list.
     pub fn document(&self, document: &mut OpenApi) {
-        if self.allowed_hosts.is_none() {
-            return;
-        }
         let problem = ContentBuilder::new()
             .schema(Some(RefOr::Ref(Ref::from_schema_name("Problem"))))
             .build();
-        let forbidden = ResponseBuilder::new()
-            .description("Forbidden: the role or owner does not fit, or the Host is not on http.allowed_hosts")
-            .content("application/problem+json", problem)
-            .build();
+        let response = |description: &str| {
+            RefOr::T(
+                ResponseBuilder::new()
+                    .description(description)
+                    .content("application/problem+json", problem.clone())
+                    .build(),
+            )
+        };
+        let bad_request = response("Bad Request: the request has more than one Host header");
+        let forbidden = self
+            .allowed_hosts
+            .as_ref()
+            .map(|_| response("Forbidden: the role or owner does not fit, or the Host is not on http.allowed_hosts"));
         for item in document.paths.paths.values_mut() {
             for operation in [&mut item.get, &mut item.post, &mut item.delete].into_iter().flatten() {
-                operation
-                    .responses
-                    .responses
-                    .entry("403".to_owned())
-                    .or_insert_with(|| RefOr::T(forbidden.clone()));
+                let responses = &mut operation.responses.responses;
+                match responses.entry("400".to_owned()) {
+                    Entry::Occupied(mut documented) => {
+                        if let RefOr::T(documented) = documented.get_mut() {
+                            documented
+                                .description
+                                .push_str(", or the request has more than one Host header");
+                        }
+                    }
+                    Entry::Vacant(undocumented) => {
+                        undocumented.insert(bad_request.clone());
+                    }
+                }
+                if let Some(forbidden) = &forbidden {
+                    responses.entry("403".to_owned()).or_insert_with(|| forbidden.clone());
+                }
             }
         }
     }
 }
 
-/// `403` for a request whose `Host` is not on the allow-list: a page on another name, rebound to this
+/// `400` for a request with more than one `Host` header (RFC 9112 §3.2: which one counts would depend on
+/// who reads it), then `403` for a `Host` not on the allow-list: a page on another name, rebound to this
 /// address, cannot reach the API.
 pub fn check_host(policy: &HttpPolicy, request: &Request) -> Result<(), ApiError> {
+    if request.headers().get_all(header::HOST).iter().nth(1).is_some() {
+        return Err(ApiError::bad_request("the request has more than one Host header"));
+    }
     if let Some(allowed) = &policy.allowed_hosts {
         let host = request
             .headers()

@@ -181,7 +181,7 @@ pub async fn get(
     request_body(content = Answer, content_type = "application/json"),
     responses(
         (status = 200, description = "The resolved Request (also for an identical replay)", body = RequestView),
-        (status = 400, description = "The body is malformed, has unknown keys or wrong types, or its id differs from the path", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "The body is malformed, repeats a key within an object, has unknown keys or wrong types, or its id differs from the path", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The Request belongs to another principal", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No Request with that id", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Already answered with a different answer", body = Problem, content_type = "application/problem+json"),

@@ -51,7 +51,7 @@ pub struct ListQuery {
     responses(
         (status = 201, description = "The session, ready", body = SessionView,
             headers(("Location" = String, description = "`/sessions/{id}`"))),
-        (status = 400, description = "The body is malformed", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "The body is malformed or repeats a key within an object", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "An approver may not open sessions", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such server", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),

@@ -72,7 +72,7 @@ enum Line {
 
 impl ChildTransport {
     /// Starts a server in its own process group (a Ctrl-C at the terminal reaches only the gateway, which
-    /// then shuts it down in order); its stderr is the gateway's.
+    /// then shuts it down in order), its stderr logged line by line under its name.
     pub fn spawn(
         server: &str,
         program: &Path,
@@ -86,11 +86,13 @@ impl ChildTransport {
             .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()?;
         let stdin = child.stdin.take().ok_or_else(|| io::Error::other("no stdin pipe"))?;
         let stdout = child.stdout.take().ok_or_else(|| io::Error::other("no stdout pipe"))?;
+        let stderr = child.stderr.take().ok_or_else(|| io::Error::other("no stderr pipe"))?;
+        super::stderr::follow(server, stderr);
         Ok(Self {
             server: server.to_owned(),
             child,

@@ -75,6 +75,36 @@ async fn malformed_answers_are_400_and_leave_the_request_pending() {
 }
 
 #[tokio::test]
+async fn a_key_given_twice_is_400_at_any_depth_and_leaves_the_request_pending() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let (id, _) = pending_request(&app, "confirm_action").await;
+    let cases = [
+        (r#"{"ok": true, "ok": false}"#, "\"ok\""),
+        (r#"{"ok": false, "data": {"confirm": true}, "ok": true}"#, "\"ok\""),
+        (
+            r#"{"ok": true, "data": {"confirm": true, "confirm": false}}"#,
+            "\"confirm\"",
+        ),
+        (
+            r#"{"ok": true, "data": {"confirm": true, "note": "a", "note": "a"}}"#,
+            "\"note\"",
+        ),
+    ];
+    for (body, key) in cases {
+        let (status, problem) = raw_answer(&app, &id, "application/json", body).await;
+        assert_eq!(status, 400, "{body}: {problem}");
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(key) && detail.contains("more than once"),
+            "{body}: {detail}"
+        );
+    }
+    assert_eq!(app.get_json(&format!("/requests/{id}")).await["status"], "pending");
+    let once = app.answer(&id, json!({"ok": true, "data": {"confirm": true}})).await;
+    assert_eq!(once.status(), 200);
+}
+
+#[tokio::test]
 async fn checks_run_in_order_415_413_400_404() {
     let app = spawn_app(BOTH_ERAS).await;
     let (status, _) = raw_answer(&app, "elc-unknown", "text/plain", "{\"ok\": true}").await;

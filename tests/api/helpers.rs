@@ -43,12 +43,14 @@ pub struct Output {
 }
 
 impl Output {
-    /// Collects the lines of a pipe on a thread of its own; with `TEST_LOG` set they are echoed.
+    /// Collects the lines of a pipe on a thread of its own, bytes that are not UTF-8 replaced (a line of them
+    /// does not end the collection); with `TEST_LOG` set they are echoed.
     pub fn collect(pipe: impl std::io::Read + Send + 'static, echo_prefix: &'static str) -> Arc<Self> {
         let output = Arc::new(Output::default());
         let sink = output.clone();
         std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            for line in BufReader::new(pipe).split(b'\n').map_while(Result::ok) {
+                let line = String::from_utf8_lossy(&line).into_owned();
                 if std::env::var_os("TEST_LOG").is_some() {
                     eprintln!("{echo_prefix}{line}");
                 }
@@ -80,15 +82,9 @@ impl Output {
         lines.iter().find(|l| matches(l)).unwrap().clone()
     }
 
-    /// Every line so far that starts with `prefix`.
-    pub fn lines_starting_with(&self, prefix: &str) -> Vec<String> {
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.starts_with(prefix))
-            .cloned()
-            .collect()
+    /// Every line so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
     }
 }
 
@@ -191,7 +187,7 @@ impl TestApp {
         self.child.id()
     }
 
-    /// The gateway's stderr, including what its stdio servers write there.
+    /// The gateway's stderr: its logs, which carry what its stdio servers write to theirs.
     pub fn stderr(&self) -> &Output {
         &self.stderr
     }

@@ -260,3 +260,57 @@ async fn a_server_that_dies_in_a_loop_is_restarted_with_growing_back_off() {
         "{server}"
     );
 }
+
+#[tokio::test]
+async fn a_servers_stderr_is_logged_line_by_line_under_its_name_escaped_and_bounded() {
+    let servers = format!("{}\n[log]\nformat = \"json\"\n", python_server("noisy", "noisy.py", ""));
+    let app = spawn_app(&servers).await;
+    let marker = format!("marker-{}", uuid::Uuid::now_v7().simple());
+
+    let call = app.call("noisy", "shout", json!({"text": marker})).await;
+    assert_eq!(call["status"], "completed", "{call}");
+    app.stderr().wait_for(&format!("after the long line of {marker}"));
+
+    let entries: Vec<Value> = app
+        .stderr()
+        .lines()
+        .iter()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|_| panic!("a line that is not the gateway's log: {line}"))
+        })
+        .collect();
+    let from_noisy: Vec<&Value> = entries
+        .iter()
+        .filter(|entry| entry["target"] == "toolnexus_gateway::upstream::stderr")
+        .collect();
+    for entry in &from_noisy {
+        assert_eq!(
+            (&entry["server"], &entry["level"]),
+            (&json!("noisy"), &json!("INFO")),
+            "{entry}"
+        );
+    }
+    let logged = |start: &str| {
+        let found = from_noisy
+            .iter()
+            .find(|entry| entry["message"].as_str().unwrap().starts_with(start));
+        (*found.unwrap_or_else(|| panic!("no line starting {start:?} in {from_noisy:#?}"))).clone()
+    };
+    assert_eq!(logged("[noisy] marker-")["message"], format!("[noisy] {marker}"));
+    assert_eq!(
+        logged("[noisy] escapes")["message"],
+        "[noisy] escapes \\u{1b}[31mred\\u{1b}[0m\\r and \u{fffd}\u{fffd} bytes"
+    );
+    let long = logged("[noisy] long ");
+    assert_eq!(long["truncated"], true, "{long}");
+    assert!(
+        long["message"].as_str().unwrap().len() <= 16 * 1024,
+        "a line of 100 000 bytes was logged whole"
+    );
+    assert!(
+        from_noisy
+            .iter()
+            .all(|entry| !entry["message"].as_str().unwrap().starts_with("xxx")),
+        "the rest of the long line was logged as a line of its own"
+    );
+}

@@ -269,6 +269,48 @@ async fn on_loopback_only_loopback_host_names_are_answered() {
 }
 
 #[tokio::test]
+async fn a_request_with_two_host_headers_is_400_with_or_without_the_allow_list() {
+    for settings in ["", "\n[http]\nallowed_hosts = []\n"] {
+        let app = spawn_app(&format!("{BOTH_ERAS}{settings}")).await;
+        let port = app.address.rsplit(':').next().unwrap().to_owned();
+        let one = raw_get(&app, &[format!("127.0.0.1:{port}")]).await;
+        assert!(one.starts_with("HTTP/1.1 200 "), "{one}");
+        for hosts in [
+            [format!("127.0.0.1:{port}"), "evil.example".to_owned()],
+            ["evil.example".to_owned(), format!("127.0.0.1:{port}")],
+            [format!("127.0.0.1:{port}"), format!("127.0.0.1:{port}")],
+        ] {
+            let response = raw_get(&app, &hosts).await;
+            assert!(
+                response.starts_with("HTTP/1.1 400 "),
+                "{settings:?} {hosts:?}: {response}"
+            );
+            let (head, body) = response.split_once("\r\n\r\n").unwrap();
+            assert!(
+                head.to_ascii_lowercase()
+                    .contains("content-type: application/problem+json"),
+                "{head}"
+            );
+            let problem: Value = serde_json::from_str(body).unwrap();
+            assert!(problem["detail"].as_str().unwrap().contains("Host"), "{problem}");
+        }
+    }
+}
+
+/// `GET /servers` sent over a raw connection with these `Host` header lines; the whole response.
+async fn raw_get(app: &crate::helpers::TestApp, hosts: &[String]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = app.address.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let hosts: String = hosts.iter().map(|host| format!("Host: {host}\r\n")).collect();
+    let head = format!("GET /servers HTTP/1.1\r\n{hosts}Connection: close\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response
+}
+
+#[tokio::test]
 async fn cors_is_off_by_default_and_follows_the_allow_list() {
     let app = spawn_app(BOTH_ERAS).await;
     let plain = app

@@ -62,6 +62,16 @@ async fn errors_are_documented_as_problems() {
         let content = &answer[status]["content"]["application/problem+json"]["schema"];
         assert_eq!(content["$ref"], "#/components/schemas/Problem", "{status}");
     }
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let bad_request = &operation["responses"]["400"];
+            let description = bad_request["description"].as_str().unwrap_or_default();
+            assert!(
+                description.contains("more than one Host header"),
+                "{method} {path}: {bad_request}"
+            );
+        }
+    }
     let problem = &document["components"]["schemas"]["Problem"]["properties"];
     for field in ["type", "title", "status", "detail", "errors"] {
         assert!(problem.get(field).is_some(), "Problem lacks {field}");

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{BOTH_ERAS, first_request, results, spawn_app, start_with};
+use crate::helpers::{BOTH_ERAS, ERAS, TestApp, first_request, results, spawn_app, start_with};
 
 #[tokio::test]
 async fn metrics_count_requests_calls_sessions_and_http() {
@@ -49,31 +49,45 @@ async fn metrics_count_requests_calls_sessions_and_http() {
 #[tokio::test]
 async fn json_logs_trace_each_request_without_answer_values() {
     let app = spawn_app(&format!("{BOTH_ERAS}\n[log]\nformat = \"json\"\n")).await;
-    let call = app.call("legacy", "confirm_action", json!({"action": "log"})).await;
-    let request = app.request_of(&call).await;
-    let id = request["id"].as_str().unwrap();
-    app.answer_ok(
-        id,
-        json!({"ok": true, "data": {"confirm": true, "note": "s3cret-note"}}),
-    )
-    .await;
-    app.settled(call["id"].as_str().unwrap()).await;
+    for era in ERAS {
+        let call = app.call(era, "confirm_action", json!({"action": "log"})).await;
+        let request = app.request_of(&call).await;
+        let id = request["id"].as_str().unwrap();
+        app.answer_ok(
+            id,
+            json!({"ok": true, "data": {"confirm": true, "note": "s3cret-note"}}),
+        )
+        .await;
+        app.settled(call["id"].as_str().unwrap()).await;
 
-    let created: Value = serde_json::from_str(&app.stderr().wait_for("\"request created\"")).unwrap();
-    assert_eq!(created["request"], id);
-    assert_eq!(created["server"], "legacy");
-    assert_eq!(created["call"], call["id"]);
-    let resolved: Value = serde_json::from_str(&app.stderr().wait_for("\"request resolved\"")).unwrap();
-    assert_eq!(resolved["request"], id);
-    assert_eq!(resolved["ok"], true);
-    assert!(resolved["data_keys"].as_str().unwrap().contains("note"));
-    app.stderr().wait_for("\"call completed\"");
-    let gateway_lines = app.stderr().lines_starting_with("{");
-    assert!(!gateway_lines.is_empty());
-    for line in gateway_lines {
-        assert!(serde_json::from_str::<Value>(&line).is_ok(), "not JSON: {line}");
-        assert!(!line.contains("s3cret-note"), "an answer value was logged: {line}");
+        let created = log_entry(&app, &["\"request created\"", id]);
+        assert_eq!(created["server"], era);
+        assert_eq!(created["call"], call["id"]);
+        let resolved = log_entry(&app, &["\"request resolved\"", id]);
+        assert_eq!(resolved["ok"], true);
+        assert!(resolved["data_keys"].as_str().unwrap().contains("note"));
+        // The demo server logs what it received; the gateway logs that line as its server's.
+        let received = log_entry(&app, &["confirm_action received", &format!("\"server\":\"{era}\"")]);
+        assert_eq!(received["target"], "toolnexus_gateway::upstream::stderr", "{received}");
     }
+    app.stderr().wait_for("\"call completed\"");
+    let lines = app.stderr().lines();
+    for line in lines {
+        assert!(
+            serde_json::from_str::<Value>(&line).is_ok(),
+            "not a JSON log line: {line}"
+        );
+        assert!(
+            !line.contains("s3cret-note"),
+            "an answer value reached the logs: {line}"
+        );
+    }
+}
+
+/// The first JSON log line containing every needle.
+fn log_entry(app: &TestApp, needles: &[&str]) -> Value {
+    let line = app.stderr().wait_for_all(needles);
+    serde_json::from_str(&line).unwrap_or_else(|error| panic!("not a JSON log line ({error}): {line}"))
 }
 
 #[test]

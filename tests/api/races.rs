@@ -42,11 +42,14 @@ async fn of_two_hundred_different_answers_exactly_one_wins() {
             note,
             "{era}: the upstream got the winning answer"
         );
-        app.stderr().wait_for(&format!("\"note\":{note}"));
+        app.stderr()
+            .wait_for_all(&["confirm_action received", &format!("server={era}")]);
         let delivered = app
             .stderr()
-            .lines_starting_with("demo-server: confirm_action received")
-            .len();
+            .lines()
+            .iter()
+            .filter(|line| line.contains("confirm_action received"))
+            .count();
         assert_eq!(delivered, round + 1, "{era}: the upstream received exactly one result");
     }
 }

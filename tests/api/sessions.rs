@@ -153,6 +153,49 @@ async fn bad_call_requests_are_rejected() {
 }
 
 #[tokio::test]
+async fn a_key_given_twice_in_a_call_or_session_body_is_400_and_starts_nothing() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let sessions = app.get_json("/sessions").await;
+    let cases = [
+        (
+            "/calls",
+            r#"{"server": "legacy", "tool": "echo", "arguments": {"text": "a", "text": "b"}}"#,
+            "\"text\"",
+        ),
+        (
+            "/calls",
+            r#"{"server": "legacy", "tool": "echo", "arguments": {"deep": [{"k": 1, "k": 1}]}}"#,
+            "\"k\"",
+        ),
+        (
+            "/calls",
+            r#"{"server": "legacy", "tool": "echo", "tool": "crash"}"#,
+            "\"tool\"",
+        ),
+        ("/sessions", r#"{"server": "legacy", "server": "modern"}"#, "\"server\""),
+    ];
+    for (path, body, key) in cases {
+        let response = app
+            .client
+            .post(format!("{}{path}", app.address))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{path} {body}");
+        let problem: Value = response.json().await.unwrap();
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(key) && detail.contains("more than once"),
+            "{body}: {detail}"
+        );
+    }
+    assert_eq!(app.get_json("/calls").await, json!([]));
+    assert_eq!(app.get_json("/sessions").await, sessions);
+}
+
+#[tokio::test]
 async fn auto_falls_back_to_2025_11_25_for_a_server_without_2026_07_28() {
     let app = spawn_app(&format!(
         "[[servers]]\nname = \"old\"\ncommand = \"{BINARY}\"\nargs = [\"demo-server\", \"--legacy\"]\n"
