@@ -9,6 +9,7 @@ pub mod calls;
 pub mod config;
 pub mod connections;
 pub mod demo;
+pub mod egress;
 pub mod elicitation;
 pub mod feed;
 pub mod ids;
@@ -119,7 +120,8 @@ impl Gateway {
         let sessions = Sessions::new(store.clone());
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
-        webhooks::start(webhooks, &store, &feed, &metrics, &shutdown, &tracker);
+        webhooks::start(webhooks, &store, &feed, &metrics, &shutdown, &tracker)
+            .map_err(|error| anyhow::anyhow!("cannot build the webhooks' HTTP client: {error}"))?;
         let domain = Domain {
             sessions: sessions.clone(),
             registry: registry.clone(),
