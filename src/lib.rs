@@ -13,6 +13,7 @@ pub mod egress;
 pub mod elicitation;
 pub mod feed;
 pub mod ids;
+pub mod logs;
 pub mod metrics;
 pub mod records;
 pub mod registry;
