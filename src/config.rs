@@ -5,9 +5,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use reqwest::Url;
 use serde::{Deserialize, Deserializer};
 
 use crate::auth::{self, Role, Token};
+use crate::egress;
 use crate::records::EventKind;
 use crate::redact;
 use crate::store::{Location, PendingCaps};
@@ -134,17 +136,23 @@ pub struct WebhookConfig {
     /// How many times an event is tried before it is given up.
     #[serde(default = "default_webhook_attempts")]
     pub attempts: u32,
+    /// Post to link-local addresses and cloud metadata endpoints too, which are refused by default.
+    #[serde(default)]
+    pub allow_link_local: bool,
 }
 
 /// A validated webhook, with `${VAR}` expanded.
 #[derive(Debug, Clone)]
 pub struct Webhook {
     pub name: String,
-    pub url: String,
+    /// An http or https URL; unless `allow_link_local`, its host is no link-local or metadata address.
+    pub url: Url,
     pub events: Vec<EventKind>,
     pub secret: Option<String>,
     pub timeout: Duration,
     pub attempts: u32,
+    /// Whether deliveries may reach link-local and metadata addresses, also through DNS.
+    pub allow_link_local: bool,
 }
 
 /// The `[log]` table.
@@ -545,7 +553,7 @@ impl Config {
         for hook in self.webhooks()? {
             let mut entry = Table::new();
             entry.insert("name".into(), Value::from(hook.name));
-            entry.insert("url".into(), Value::from(redact::url(&hook.url)));
+            entry.insert("url".into(), Value::from(redact::url(hook.url.as_str())));
             let events: Vec<Value> = hook.events.iter().map(|kind| Value::from(kind.name())).collect();
             entry.insert("events".into(), Value::Array(events));
             if hook.secret.is_some() {
@@ -553,6 +561,7 @@ impl Config {
             }
             entry.insert("timeout".into(), duration(hook.timeout));
             entry.insert("attempts".into(), Value::from(i64::from(hook.attempts)));
+            entry.insert("allow_link_local".into(), Value::from(hook.allow_link_local));
             webhooks.push(Value::Table(entry));
         }
         root.insert("webhooks".into(), Value::Array(webhooks));
@@ -668,20 +677,30 @@ impl Config {
             .enumerate()
             .map(|(index, hook)| {
                 let key = format!("webhooks[{index}]");
-                let url = hook.url.clone();
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    return Err(format!("{key}.url: the URL must start with http:// or https://"));
+                let name = hook.name.clone().unwrap_or_else(|| format!("webhook-{}", index + 1));
+                let url = Url::parse(&hook.url)
+                    .ok()
+                    .filter(|url| matches!(url.scheme(), "http" | "https") && url.host_str().is_some())
+                    .ok_or_else(|| format!("{key}.url: the URL must start with http:// or https:// and name a host"))?;
+                if !hook.allow_link_local
+                    && let Some(why) = egress::host_refusal(&url)
+                {
+                    return Err(format!(
+                        "{key}.url of webhook {name:?}: {why}; webhooks do not post to link-local or cloud metadata \
+                         addresses unless the webhook sets allow_link_local = true"
+                    ));
                 }
                 if hook.attempts == 0 {
                     return Err(format!("{key}.attempts must be at least 1"));
                 }
                 Ok(Webhook {
-                    name: hook.name.clone().unwrap_or_else(|| format!("webhook-{}", index + 1)),
+                    name,
                     url,
                     events: hook.events.clone(),
                     secret: hook.secret.clone(),
                     timeout: hook.timeout,
                     attempts: hook.attempts,
+                    allow_link_local: hook.allow_link_local,
                 })
             })
             .collect()
@@ -1084,6 +1103,19 @@ mod tests {
                 .unwrap_err()
                 .contains("attempts")
         );
+    }
+
+    #[test]
+    fn webhooks_to_link_local_or_metadata_addresses_need_allow_link_local() {
+        let text = "[[webhooks]]\nname = \"meta\"\nurl = \"http://[fe80::1]:8080/hook\"\n";
+        let error = parse(text).unwrap_err();
+        assert!(
+            error.starts_with("webhooks[0].url of webhook \"meta\": fe80::1 is a link-local address")
+                && error.contains("allow_link_local = true"),
+            "{error}"
+        );
+        let allowed = parse(&format!("{text}allow_link_local = true\n")).unwrap();
+        assert!(allowed.webhooks().unwrap()[0].allow_link_local);
     }
 
     #[test]

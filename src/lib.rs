@@ -9,9 +9,11 @@ pub mod calls;
 pub mod config;
 pub mod connections;
 pub mod demo;
+pub mod egress;
 pub mod elicitation;
 pub mod feed;
 pub mod ids;
+pub mod logs;
 pub mod metrics;
 pub mod records;
 pub mod redact;
@@ -121,7 +123,8 @@ impl Gateway {
         let sessions = Sessions::new(store.clone());
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
-        webhooks::start(webhooks, &store, &feed, &metrics, &shutdown, &tracker);
+        webhooks::start(webhooks, &store, &feed, &metrics, &shutdown, &tracker)
+            .map_err(|error| anyhow::anyhow!("cannot build the webhooks' HTTP client: {error}"))?;
         let domain = Domain {
             sessions: sessions.clone(),
             registry: registry.clone(),

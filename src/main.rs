@@ -1,6 +1,5 @@
 //! The `toolnexus-gateway` command: `serve` (the default), `demo-server`, `check-config` and `healthcheck`.
 
-use std::io::IsTerminal;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,7 +10,8 @@ use clap::{Args, Parser, Subcommand};
 use toolnexus_gateway::Gateway;
 use toolnexus_gateway::config::{Config, LogConfig, LogFormat, MAX_WORKERS};
 use toolnexus_gateway::demo::{self, Demo};
-use toolnexus_gateway::redact::{ScrubbedStderr, Secrets};
+use toolnexus_gateway::logs;
+use toolnexus_gateway::redact::{Scrubbed, Secrets};
 use toolnexus_gateway::store::Location;
 use tracing_subscriber::EnvFilter;
 
@@ -200,19 +200,23 @@ fn probed_address(args: &HealthcheckArgs) -> anyhow::Result<SocketAddr> {
     Ok(address)
 }
 
-/// Sends logs to stderr (stdout is the MCP channel of `demo-server`), coloured only on a terminal; `RUST_LOG`
-/// overrides the level.
+/// Sends logs to stderr (stdout is the MCP channel of `demo-server`), one line per event with control
+/// characters escaped (so without colours) and the configured URLs' secrets taken out; `RUST_LOG` overrides
+/// the level.
 fn init_logs(log: &LogConfig, format: LogFormat, secrets: Secrets) {
+    let secrets = std::sync::Arc::new(secrets);
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(format!("{},rmcp=warn", log.level)))
         .unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
-    let logs = tracing_subscriber::fmt()
+    let subscriber = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(ScrubbedStderr::new(secrets))
-        .with_ansi(std::io::stderr().is_terminal());
+        .with_writer(move || logs::EscapedLines(Scrubbed::new(&secrets, std::io::stderr())))
+        .with_ansi(false)
+        // A log line that cannot be written (stderr closed) is lost, not a panic.
+        .log_internal_errors(false);
     match format {
-        LogFormat::Text => logs.init(),
-        LogFormat::Json => logs.json().flatten_event(true).init(),
+        LogFormat::Text => subscriber.init(),
+        LogFormat::Json => subscriber.json().flatten_event(true).init(),
     }
 }
 

@@ -80,35 +80,31 @@ impl Secrets {
     }
 }
 
-/// Where log lines go: stderr, with the configured URLs' secrets taken out of each line (libraries log the
-/// URLs they fail on, and their errors quote them).
-#[derive(Clone)]
-pub struct ScrubbedStderr(std::sync::Arc<Secrets>);
+/// A writer that takes the configured URLs' secrets out of what it writes (libraries log the URLs they fail
+/// on, and their errors quote them). Each write is taken whole: the log formatter writes one event at once.
+pub struct Scrubbed<W> {
+    secrets: std::sync::Arc<Secrets>,
+    inner: W,
+}
 
-impl ScrubbedStderr {
-    pub fn new(secrets: Secrets) -> Self {
-        Self(std::sync::Arc::new(secrets))
+impl<W> Scrubbed<W> {
+    pub fn new(secrets: &std::sync::Arc<Secrets>, inner: W) -> Self {
+        Self {
+            secrets: secrets.clone(),
+            inner,
+        }
     }
 }
 
-impl std::io::Write for ScrubbedStderr {
-    /// Takes one whole formatted event (the formatter writes each at once) and writes it scrubbed.
+impl<W: std::io::Write> std::io::Write for Scrubbed<W> {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        let line = String::from_utf8_lossy(bytes);
-        std::io::stderr().write_all(self.0.scrub(&line).as_bytes())?;
+        let text = String::from_utf8_lossy(bytes);
+        self.inner.write_all(self.secrets.scrub(&text).as_bytes())?;
         Ok(bytes.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        std::io::stderr().flush()
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for ScrubbedStderr {
-    type Writer = Self;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
+        self.inner.flush()
     }
 }
 

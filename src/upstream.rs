@@ -29,7 +29,7 @@ use crate::calls::Calls;
 use crate::config::{LimitsConfig, ProtocolChoice, Server};
 use crate::feed::Feed;
 use crate::ids;
-use crate::records::{CallStatus, CallView, Finish, SessionStatus, SessionView};
+use crate::records::{CallStatus, CallView, Finish, SessionStatus, SessionView, ToolName};
 use crate::registry::{Registry, Tell};
 use crate::sessions::Sessions;
 use crate::store::{InsertCallError, InsertSessionError, NewCall, Pending, Retry, StoreError};
@@ -337,7 +337,7 @@ impl Upstreams {
     pub async fn start_call(
         self: &Arc<Self>,
         target: Target,
-        tool: String,
+        tool: ToolName,
         arguments: Option<Map<String, Value>>,
         by: &Principal,
     ) -> Result<CallView, UpstreamError> {
@@ -355,7 +355,7 @@ impl Upstreams {
             server: live.core.server.clone(),
             session: live.core.id.clone(),
             shared: live.core.owner.is_none(),
-            tool: tool.clone(),
+            tool: tool.as_str().to_owned(),
             arguments: arguments.clone().map_or(Value::Object(Map::new()), Value::Object),
             owner: by.name.clone(),
             protocol_version: live.protocol_version.clone(),
@@ -373,7 +373,7 @@ impl Upstreams {
                 InsertCallError::Store(error) => UpstreamError::Store(error),
             })?;
         let view = started.view;
-        let mut params = CallToolRequestParams::new(tool);
+        let mut params = CallToolRequestParams::new(String::from(tool));
         params.arguments = arguments;
         tracing::debug!(call = %view.id, server = %view.server, tool = %view.tool, "call started");
         // The upstream starts on it while the store writes the call down; if that fails, the call is abandoned.

@@ -1,6 +1,8 @@
 //! Webhooks: each webhook follows the event log from where it left off and POSTs every event it asks for,
 //! signed, in order, with retries. A receiver that is down holds up only its own webhook; its events wait in
-//! the log (and with a durable store, across restarts), never in memory.
+//! the log (and with a durable store, across restarts), never in memory. A delivery goes to the webhook's URL
+//! and nowhere else: redirects are not followed, and link-local and metadata addresses are refused unless the
+//! webhook allows them.
 
 use std::time::Duration;
 
@@ -10,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Webhook;
+use crate::egress::GuardedResolver;
 use crate::feed::Feed;
 use crate::metrics::Metrics;
 use crate::records::Event;
@@ -25,7 +28,7 @@ const READ_RETRY: Duration = Duration::from_secs(1);
 pub const SIGNATURE_HEADER: &str = "x-toolnexus-signature";
 
 /// Starts one delivery task per webhook. A webhook goes on from the last event it was given; one the store
-/// has never seen starts with the events recorded from now on.
+/// has never seen starts with the events recorded from now on. Fails only when an HTTP client cannot be built.
 pub fn start(
     webhooks: Vec<Webhook>,
     store: &Store,
@@ -33,12 +36,14 @@ pub fn start(
     metrics: &Metrics,
     shutdown: &CancellationToken,
     tracker: &TaskTracker,
-) {
+) -> Result<(), reqwest::Error> {
     if webhooks.is_empty() {
-        return;
+        return Ok(());
     }
-    let client = reqwest::Client::new();
+    let guarded = delivery_client().dns_resolver(GuardedResolver).build()?;
+    let open = delivery_client().build()?;
     for webhook in webhooks {
+        let client = if webhook.allow_link_local { &open } else { &guarded }.clone();
         let cursor = match store.webhook_cursor(&webhook.name) {
             Ok(Some(cursor)) => cursor,
             _ => {
@@ -50,13 +55,20 @@ pub fn start(
         };
         let delivery = Delivery {
             webhook,
-            client: client.clone(),
+            client,
             store: store.clone(),
             feed: feed.clone(),
             metrics: metrics.clone(),
         };
         tracker.spawn(delivery.run(cursor, shutdown.clone()));
     }
+    Ok(())
+}
+
+/// A client for deliveries: it never follows a redirect, so a 3xx is a failed delivery and its `Location`
+/// gets nothing.
+fn delivery_client() -> reqwest::ClientBuilder {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none())
 }
 
 /// Delivers one webhook's events in order.
@@ -130,7 +142,7 @@ impl Delivery {
         for attempt in 1..=self.webhook.attempts {
             let mut request = self
                 .client
-                .post(&self.webhook.url)
+                .post(self.webhook.url.clone())
                 .timeout(self.webhook.timeout)
                 .header("content-type", "application/json")
                 .header("x-toolnexus-event", event.kind.name())
@@ -141,8 +153,12 @@ impl Delivery {
             }
             let failure = match request.send().await {
                 Ok(response) if response.status().is_success() => None,
+                Ok(response) if response.status().is_redirection() => Some(format!(
+                    "the receiver answered {} (redirects are not followed)",
+                    response.status()
+                )),
                 Ok(response) => Some(format!("the receiver answered {}", response.status())),
-                Err(error) => Some(format!("the request failed: {}", error.without_url())),
+                Err(error) => Some(format!("the request failed: {}", causes(&error.without_url()))),
             };
             self.count(if failure.is_none() { "delivered" } else { "failed" });
             let Some(failure) = failure else { return };
@@ -159,6 +175,19 @@ impl Delivery {
         let labels = [("webhook", self.webhook.name.as_str()), ("outcome", outcome)];
         self.metrics.inc("toolnexus_webhook_deliveries_total", &labels);
     }
+}
+
+/// An error and its sources, `: `-separated, so that a refused address is named and not only "error sending
+/// request".
+fn causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// `sha256=<hex HMAC-SHA256 of body under secret>`.
@@ -180,6 +209,24 @@ pub fn sign_hex(key: &[u8], body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_guarded_client_refuses_a_metadata_name_before_connecting() {
+        let error = delivery_client()
+            .dns_resolver(GuardedResolver)
+            .build()
+            .unwrap()
+            .post("http://metadata.google.internal/computeMetadata/v1/")
+            .send()
+            .await
+            .unwrap_err();
+        let causes = causes(&error);
+        assert!(
+            causes.contains("metadata.google.internal is a cloud metadata service")
+                && causes.contains("allow_link_local = true"),
+            "{causes}"
+        );
+    }
 
     // RFC 4231, test case 2.
     #[test]

@@ -12,7 +12,7 @@ use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
 use crate::feed::{Concern, Hold};
-use crate::records::{CallFilter, CallStatus, CallView, Event};
+use crate::records::{CallFilter, CallStatus, CallView, Event, ToolName};
 use crate::upstream::Target;
 
 /// The largest page of `GET /calls`.
@@ -26,8 +26,9 @@ pub struct StartCall {
     server: Option<String>,
     /// Run on this session (give this or `server`).
     session: Option<String>,
-    /// The tool's name.
-    tool: String,
+    /// The tool's name: 1 to 128 of `A-Z a-z 0-9 _ - .`, as MCP allows.
+    #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,128}$", min_length = 1, max_length = 128)]
+    tool: ToolName,
     /// The tool's arguments.
     #[schema(value_type = Option<Object>)]
     arguments: Option<Map<String, Value>>,
@@ -59,7 +60,7 @@ pub struct ListQuery {
     responses(
         (status = 201, description = "The call, as it is when it stops running or `wait` passes", body = CallView,
             headers(("Location" = String, description = "`/calls/{id}`"))),
-        (status = 400, description = "The body is malformed, repeats a key within an object, or names both or neither of `server` and `session`", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "The body is malformed, repeats a key within an object, names both or neither of `server` and `session`, or `tool` is not 1 to 128 of `A-Z a-z 0-9 _ - .`", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "An approver, or a session of another principal", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such server or session", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The session is closed", body = Problem, content_type = "application/problem+json"),

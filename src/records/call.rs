@@ -52,6 +52,49 @@ impl CallStatus {
     }
 }
 
+/// A tool's name as MCP allows it: 1 to 128 of `A-Z a-z 0-9 _ - .`. Nothing else reaches an upstream or a
+/// log line.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct ToolName(String);
+
+impl ToolName {
+    /// The longest name MCP allows.
+    pub const MAX_LEN: usize = 128;
+
+    /// The name, if it keeps to the rule.
+    pub fn parse(name: String) -> Result<Self, String> {
+        let allowed = |c: char| c.is_ascii_alphanumeric() || "_-.".contains(c);
+        if (1..=Self::MAX_LEN).contains(&name.len()) && name.chars().all(allowed) {
+            Ok(Self(name))
+        } else {
+            Err(format!(
+                "`tool` must be 1 to {} characters of A-Z, a-z, 0-9, '_', '-' and '.' (the MCP rule for tool names)",
+                Self::MAX_LEN
+            ))
+        }
+    }
+
+    /// The name as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for ToolName {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, Self::Error> {
+        Self::parse(name)
+    }
+}
+
+impl From<ToolName> for String {
+    fn from(name: ToolName) -> Self {
+        name.0
+    }
+}
+
 /// Why a call failed, where a program may want to act on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -186,6 +229,18 @@ mod tests {
         for reason in [CallFailure::StateRejected, CallFailure::GatewayRestarted] {
             assert_eq!(serde_json::to_value(reason).unwrap(), reason.as_str());
             assert_eq!(CallFailure::parse(reason.as_str()), Some(reason));
+        }
+    }
+
+    #[test]
+    fn tool_names_keep_to_the_mcp_rule() {
+        let longest = "x".repeat(ToolName::MAX_LEN);
+        for good in ["echo", "a", "get_weather.v2-beta", longest.as_str()] {
+            assert_eq!(ToolName::parse(good.to_owned()).unwrap().as_str(), good);
+        }
+        let too_long = "x".repeat(ToolName::MAX_LEN + 1);
+        for bad in ["", "a b", "a/b", "é", "x\n", "x\u{1b}[2K", "x\u{85}", too_long.as_str()] {
+            assert!(ToolName::parse(bad.to_owned()).is_err(), "{bad:?} was accepted");
         }
     }
 }

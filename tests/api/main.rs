@@ -7,6 +7,7 @@ mod connections;
 mod events;
 mod helpers;
 mod hostile;
+mod injection;
 mod lifecycle;
 mod limits;
 mod openapi;

@@ -1,15 +1,16 @@
-//! Webhooks: signed deliveries of the events a webhook asks for, retried when the receiver fails.
+//! Webhooks: signed deliveries of the events a webhook asks for, retried when the receiver fails, sent to the
+//! configured URL and nowhere else.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::helpers::{BOTH_ERAS, spawn_app};
+use crate::helpers::{BINARY, BOTH_ERAS, spawn_app, start_with};
 
 struct Delivery {
     headers: HeaderMap,
@@ -32,6 +33,23 @@ async fn receiver(failures: usize) -> (String, mpsc::UnboundedReceiver<Delivery>
                     StatusCode::OK
                 }
             }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, deliveries)
+}
+
+/// A receiver on 127.0.0.1:0 that records every request and answers `307 Temporary Redirect` to `location`.
+async fn redirector(location: String) -> (String, mpsc::UnboundedReceiver<Delivery>) {
+    let (record, deliveries) = mpsc::unbounded_channel();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: HeaderMap, body: Bytes| {
+            let _ = record.send(Delivery { headers, body });
+            let location = location.clone();
+            async move { (StatusCode::TEMPORARY_REDIRECT, [(header::LOCATION, location)]) }
         }),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -102,4 +120,87 @@ async fn a_dead_receiver_does_not_hold_up_calls() {
     }
     app.metric_reaches("toolnexus_webhook_deliveries_total{webhook=\"webhook-1\",outcome=\"failed\"} ")
         .await;
+}
+
+#[tokio::test]
+async fn a_redirect_is_a_failed_delivery_and_its_location_gets_nothing() {
+    let (elsewhere, mut bounced) = receiver(0).await;
+    let (url, mut deliveries) = redirector(elsewhere).await;
+    let config = format!(
+        "{BOTH_ERAS}\n[[webhooks]]\nname = \"bouncer\"\nurl = \"{url}\"\nevents = [\"request.created\"]\nattempts = 1\nsecret = \"s3cr3t\"\n"
+    );
+    let app = spawn_app(&config).await;
+
+    app.call("modern", "confirm_action", json!({"action": "bounce"})).await;
+
+    let delivery = next(&mut deliveries).await;
+    assert!(delivery.headers.contains_key("x-toolnexus-signature"));
+    app.metric_reaches("toolnexus_webhook_deliveries_total{webhook=\"bouncer\",outcome=\"failed\"} 1")
+        .await;
+    // A followed redirect would have reached the second receiver before the gateway counted the delivery.
+    assert!(
+        bounced.try_recv().is_err(),
+        "the signed event was sent on to the redirect's Location"
+    );
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(!metrics.contains("outcome=\"delivered\""), "{metrics}");
+    app.stderr().wait_for_all(&[
+        "webhook delivery failed",
+        "bouncer",
+        "307 Temporary Redirect (redirects are not followed)",
+    ]);
+}
+
+#[test]
+fn webhooks_to_link_local_or_metadata_addresses_are_refused_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    for url in [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[fe80::1]:8080/hook",
+        "http://metadata.google.internal/computeMetadata/v1/",
+    ] {
+        let text = format!(
+            "listen = \"127.0.0.1:0\"\n[store]\nurl = \"memory\"\n\n[[webhooks]]\nname = \"meta\"\nurl = \"{url}\"\n"
+        );
+        std::fs::write(&path, &text).unwrap();
+        // check-config first: a gateway that accepted the webhook would serve and never exit.
+        for command in [&["check-config", "--config"][..], &["--config"]] {
+            let output = std::process::Command::new(BINARY)
+                .args(command)
+                .arg(&path)
+                .output()
+                .unwrap();
+
+            assert_eq!(output.status.code(), Some(1), "{command:?} accepted {url}");
+            let stderr = String::from_utf8(output.stderr).unwrap();
+            assert!(
+                stderr.contains(&path.display().to_string())
+                    && stderr.contains("line 5")
+                    && stderr.contains("webhooks[0].url of webhook \"meta\"")
+                    && stderr.contains("allow_link_local = true"),
+                "{stderr}"
+            );
+        }
+
+        std::fs::write(&path, format!("{text}allow_link_local = true\n")).unwrap();
+        let output = std::process::Command::new(BINARY)
+            .args(["check-config", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let effective: toml::Table = toml::from_str(&String::from_utf8(output.stdout).unwrap()).unwrap();
+        assert_eq!(effective["webhooks"][0]["allow_link_local"].as_bool(), Some(true));
+    }
+
+    let allowed = start_with(
+        "",
+        "[[webhooks]]\nname = \"meta\"\nurl = \"http://169.254.169.254/latest/meta-data/\"\nallow_link_local = true\n",
+        "",
+    );
+    assert!(
+        allowed.address.starts_with("http://127.0.0.1:"),
+        "an allowed webhook starts"
+    );
 }
