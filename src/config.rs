@@ -430,14 +430,21 @@ impl Config {
         } else {
             requests.max_pending
         };
+        // Without tokens everyone is one principal, whose share is the whole.
+        let principal_share = if self.auth.tokens.is_empty() {
+            requests.max_pending
+        } else {
+            requests.max_pending / 4
+        };
+        let per_principal = requests.max_pending_per_principal.unwrap_or(principal_share).max(1);
+        let share_of_bytes = (requests.max_pending_bytes as u128 * per_principal.min(requests.max_pending) as u128)
+            / requests.max_pending.max(1) as u128;
         PendingCaps {
             total: requests.max_pending,
-            per_principal: requests
-                .max_pending_per_principal
-                .unwrap_or(requests.max_pending / 4)
-                .max(1),
+            per_principal,
             per_server: requests.max_pending_per_server.unwrap_or(server_share).max(1),
             bytes: requests.max_pending_bytes,
+            bytes_per_principal: usize::try_from(share_of_bytes).unwrap_or(usize::MAX),
         }
     }
 
@@ -603,6 +610,12 @@ impl Config {
                 let key = format!("auth.tokens[{index}]");
                 if token.name.trim().is_empty() {
                     return Err(format!("{key}.name must not be empty"));
+                }
+                if token.name == auth::ANONYMOUS {
+                    return Err(format!(
+                        "{key}.name = {:?} is the name of everyone when there are no tokens; choose another",
+                        token.name
+                    ));
                 }
                 let digest = match (&token.sha256, &token.env) {
                     (Some(hex), None) => auth::parse_digest(hex)
@@ -1037,6 +1050,21 @@ mod tests {
         let servers = config.servers().unwrap();
         assert_eq!(servers[1].protocol, ProtocolChoice::Modern);
         assert_eq!(servers[1].transport.kind(), "http");
+    }
+
+    #[test]
+    fn each_principal_gets_a_quarter_of_the_pending_cap_and_without_tokens_all_of_it() {
+        let open = parse("[requests]\nmax_pending = 100\nmax_pending_bytes = 1000\n").unwrap();
+        let caps = open.pending_caps();
+        assert_eq!((caps.per_principal, caps.bytes_per_principal), (100, 1000));
+        let digest = "0".repeat(64);
+        let with_tokens = parse(&format!(
+            "[requests]\nmax_pending = 100\nmax_pending_bytes = 1000\n\
+             [[auth.tokens]]\nname = \"a\"\nrole = \"agent\"\nsha256 = \"{digest}\"\n"
+        ))
+        .unwrap();
+        let caps = with_tokens.pending_caps();
+        assert_eq!((caps.per_principal, caps.bytes_per_principal), (25, 250));
     }
 
     #[test]

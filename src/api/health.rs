@@ -1,5 +1,7 @@
 //! `/healthz` and `/readyz`.
 
+use std::time::Duration;
+
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -7,8 +9,10 @@ use serde_json::{Value, json};
 
 use super::extract::QueryParams;
 use super::{AppState, Problem, WaitQuery};
-use crate::auth::Principal;
 use crate::feed::{Concern, Hold};
+
+/// Who holds the `/readyz` long-polls (no token name can be empty).
+const PROBES: &str = "";
 
 /// `GET /healthz`: the process is up.
 #[utoipa::path(
@@ -40,11 +44,17 @@ pub async fn readyz(
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> (StatusCode, Json<Value>) {
     let ready = || state.upstreams.not_ready().is_empty().then_some(());
-    let _held = state.hold(&Principal::anonymous(), Hold::LongPoll, query.wait.duration());
-    let _ = state
-        .feed
-        .wait_for(query.wait.duration(), &state.shutdown, Concern::Any, ready)
-        .await;
+    // Probes need no token: together they hold at most one principal's long-polls, and past that they are
+    // answered at once, so that nobody can fill the connections with them.
+    let held = (!query.wait.duration().is_zero())
+        .then(|| state.feed.hold(Hold::LongPoll, PROBES, state.holds.long_polls).ok())
+        .flatten();
+    let wait = if held.is_some() {
+        query.wait.duration()
+    } else {
+        Duration::ZERO
+    };
+    let _ = state.feed.wait_for(wait, &state.shutdown, Concern::Any, ready).await;
     let not_ready = state.upstreams.not_ready();
     if not_ready.is_empty() {
         (StatusCode::OK, Json(json!({ "status": "ready" })))

@@ -73,10 +73,17 @@ struct State {
     last_event: u64,
     /// What ended calls hold, in all and per principal.
     ended: Held,
-    ended_by_principal: HashMap<String, Held>,
+    ended_by_principal: HashMap<String, EndedShare>,
     webhook_cursors: HashMap<String, u64>,
     /// How long ended records are kept.
     retention: Duration,
+}
+
+/// What one principal's ended calls hold, and their ids, oldest first.
+#[derive(Debug, Default)]
+struct EndedShare {
+    held: Held,
+    ids: VecDeque<String>,
 }
 
 /// How many, and how many bytes.
@@ -698,21 +705,26 @@ impl State {
     /// past what they may hold.
     fn keep_ended(&mut self, view: &CallView) {
         let bytes = ended_bytes(view);
-        for held in [
-            &mut self.ended,
-            self.ended_by_principal.entry(view.owner.clone()).or_default(),
-        ] {
+        let share = self.ended_by_principal.entry(view.owner.clone()).or_default();
+        share.ids.push_back(view.id.clone());
+        for held in [&mut self.ended, &mut share.held] {
             held.count += 1;
             held.bytes += bytes;
         }
-        while self.ended_by_principal[&view.owner].exceeds(&ENDED_CALLS_PER_PRINCIPAL) {
-            let oldest = self
-                .calls
-                .values()
-                .find(|entry| entry.view.owner == view.owner && entry.view.status.is_final())
-                .map(|entry| entry.view.id.clone());
+        loop {
+            let oldest = match self.ended_by_principal.get(&view.owner) {
+                Some(share) if share.held.exceeds(&ENDED_CALLS_PER_PRINCIPAL) => share.ids.front().cloned(),
+                _ => None,
+            };
             let Some(oldest) = oldest else { break };
-            self.forget_ended(&oldest);
+            match self.calls.forget(&oldest) {
+                Some(entry) => self.release_ended(&entry.view),
+                None => {
+                    if let Some(share) = self.ended_by_principal.get_mut(&view.owner) {
+                        share.ids.pop_front();
+                    }
+                }
+            }
         }
         while self.ended.exceeds(&ENDED_CALLS) {
             let Some(oldest) = self.calls.oldest_retired() else {
@@ -734,10 +746,17 @@ impl State {
         let bytes = ended_bytes(view);
         self.ended.count = self.ended.count.saturating_sub(1);
         self.ended.bytes = self.ended.bytes.saturating_sub(bytes);
-        if let Some(held) = self.ended_by_principal.get_mut(&view.owner) {
-            held.count = held.count.saturating_sub(1);
-            held.bytes = held.bytes.saturating_sub(bytes);
-            if held.count == 0 {
+        if let Some(share) = self.ended_by_principal.get_mut(&view.owner) {
+            share.held.count = share.held.count.saturating_sub(1);
+            share.held.bytes = share.held.bytes.saturating_sub(bytes);
+            // Ended calls go oldest first, so this one is at the front.
+            match share.ids.front() {
+                Some(front) if *front == view.id => {
+                    share.ids.pop_front();
+                }
+                _ => share.ids.retain(|id| *id != view.id),
+            }
+            if share.held.count == 0 {
                 self.ended_by_principal.remove(&view.owner);
             }
         }

@@ -16,6 +16,8 @@ pub struct PendingCaps {
     pub per_server: usize,
     /// Bytes held by pending Requests in all.
     pub bytes: usize,
+    /// Bytes held by the pending Requests of one principal.
+    pub bytes_per_principal: usize,
 }
 
 impl PendingCaps {
@@ -25,6 +27,7 @@ impl PendingCaps {
         per_principal: usize::MAX,
         per_server: usize::MAX,
         bytes: usize::MAX,
+        bytes_per_principal: usize::MAX,
     };
 }
 
@@ -39,6 +42,8 @@ pub enum PendingCap {
     Server(usize),
     #[error("pending Requests hold {0} bytes, the most the gateway holds (requests.max_pending_bytes)")]
     Bytes(usize),
+    #[error("the principal's pending Requests hold {0} bytes, its share of requests.max_pending_bytes")]
+    PrincipalBytes(usize),
 }
 
 /// How many pending Requests, and their bytes.
@@ -104,8 +109,12 @@ impl Shares {
             return Err(PendingCap::Bytes(caps.bytes));
         }
         for request in new {
-            if after.principals[&request.owner].count > caps.per_principal {
+            let principal = &after.principals[&request.owner];
+            if principal.count > caps.per_principal {
                 return Err(PendingCap::Principal(caps.per_principal));
+            }
+            if principal.bytes > caps.bytes_per_principal {
+                return Err(PendingCap::PrincipalBytes(caps.bytes_per_principal));
             }
             if after.servers[&request.server].count > caps.per_server {
                 return Err(PendingCap::Server(caps.per_server));

@@ -213,6 +213,27 @@ async fn past_the_cap_nothing_of_a_round_is_raised() {
 }
 
 #[tokio::test]
+async fn each_principal_has_its_share_of_the_bytes() {
+    on_both(|store| async move {
+        let caps = PendingCaps {
+            bytes_per_principal: 150,
+            ..PendingCaps::NONE
+        };
+        let from = |owner: &str| NewRequest {
+            owner: Some(owner.to_owned()),
+            ..new_request(None, None)
+        };
+        store.raise(vec![from("ada")], None, caps).await.unwrap();
+        assert!(matches!(
+            store.raise(vec![from("ada")], None, caps).await,
+            Err(RaiseError::Full(PendingCap::PrincipalBytes(150)))
+        ));
+        store.raise(vec![from("bob")], None, caps).await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn each_principal_and_server_has_its_share_and_gets_it_back() {
     on_both(|store| async move {
         let caps = PendingCaps {

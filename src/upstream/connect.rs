@@ -81,7 +81,7 @@ async fn attempt(
                 })
                 .collect::<Result<HashMap<_, _>, String>>()?;
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
-            let transport = StreamableHttpClientTransport::from_config(config);
+            let transport = StreamableHttpClientTransport::with_client(http_client()?, config);
             let secrets = Secrets::of_url(url);
             let watched = EofWatch {
                 inner: transport,
@@ -94,6 +94,15 @@ async fn attempt(
         }
     };
     Ok((connection, ended))
+}
+
+/// The HTTP client of an upstream's session: it follows no redirect, so that a server cannot send the
+/// session's headers (its credentials) on to another address.
+fn http_client() -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|error| format!("cannot build an HTTP client: {error}"))
 }
 
 async fn handshake<T>(transport: T, handler: GatewayClient, protocol: ProtocolChoice) -> Result<Connection, String>

@@ -405,6 +405,41 @@ async fn reopened(app: &TestApp, server: &str, call: &Value) {
 }
 
 #[tokio::test]
+async fn an_http_upstream_that_redirects_is_not_followed_and_its_headers_go_nowhere_else() {
+    let (seen, mut requests) = tokio::sync::mpsc::unbounded_channel();
+    let elsewhere = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+        let _ = seen.send(headers);
+        async { axum::http::StatusCode::NOT_FOUND }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, elsewhere).await.unwrap() });
+    let redirect = axum::Router::new().fallback(move || {
+        let target = target.clone();
+        async move {
+            (
+                axum::http::StatusCode::TEMPORARY_REDIRECT,
+                [(axum::http::header::LOCATION, target)],
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, redirect).await.unwrap() });
+
+    let servers = format!(
+        "[[servers]]\nname = \"bouncing\"\nurl = \"{url}\"\nheaders = {{ X-Api-Key = \"k3y\" }}\nstartup_timeout = \"5s\"\n"
+    );
+    let app = crate::helpers::start_with("", &servers, "");
+    let failed = app.get_json("/servers/bouncing?wait=10").await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert!(
+        requests.try_recv().is_err(),
+        "the redirect was followed, with the session's headers"
+    );
+}
+
+#[tokio::test]
 async fn an_http_upstream_works_in_both_eras() {
     let mut demo = std::process::Command::new(BINARY)
         .args(["demo-server", "--http", "127.0.0.1:0"])

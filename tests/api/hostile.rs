@@ -38,6 +38,30 @@ async fn metric_becomes(app: &TestApp, prefix: &str) {
 }
 
 #[tokio::test]
+async fn readiness_probes_without_a_token_hold_no_more_long_polls_than_one_principal() {
+    let digest = toolnexus_gateway::auth::digest_hex("ops-token");
+    let app = crate::helpers::start_with(
+        &format!(
+            "[limits]\nlong_polls_per_principal = 2\n[auth]\npublic_metrics = true\n\
+             [[auth.tokens]]\nname = \"ops\"\nrole = \"admin\"\nsha256 = \"{digest}\"\n"
+        ),
+        &python_server("silent", "silent.py", "startup_timeout = \"60s\""),
+        "",
+    );
+    let probe = || app.client.get(format!("{}/readyz?wait=60", app.address)).send();
+    let held: Vec<_> = (0..2).map(|_| tokio::spawn(probe())).collect();
+    app.metric_reaches("toolnexus_long_polls 2").await;
+    // Past the probes' share the answer comes at once, so probes cannot take every connection.
+    let answered = probe().await.unwrap();
+    assert_eq!(answered.status(), 503);
+    let body: Value = answered.json().await.unwrap();
+    assert_eq!(body["notReady"], json!(["silent"]));
+    for probe in held {
+        probe.abort();
+    }
+}
+
+#[tokio::test]
 async fn a_server_that_never_finishes_its_handshake_fails_after_its_startup_timeout() {
     let app = start(&python_server("silent", "silent.py", "startup_timeout = \"1s\""), "");
 

@@ -2,7 +2,8 @@
 //! and of every call that has not ended, and what pending Requests hold, as last kept. The writer updates it
 //! once each change is kept.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use rusqlite::Connection;
 
@@ -13,7 +14,9 @@ use crate::store::shares::Shares;
 #[derive(Debug, Default)]
 pub struct Live {
     /// Pending Requests.
-    requests: HashMap<String, PendingRequest>,
+    requests: HashMap<String, Holder>,
+    /// The owners and servers of pending Requests, each name kept once.
+    names: HashSet<Arc<str>>,
     /// What they hold.
     shares: Shares,
     /// Calls that have not ended, with their status and owner.
@@ -26,6 +29,14 @@ pub struct PendingRequest {
     pub owner: Option<String>,
     pub server: String,
     pub bytes: usize,
+}
+
+/// Whose a pending Request is, as kept here: its names shared with every other Request of theirs.
+#[derive(Debug)]
+struct Holder {
+    owner: Option<Arc<str>>,
+    server: Arc<str>,
+    bytes: usize,
 }
 
 /// What one change does to the live records.
@@ -63,9 +74,7 @@ impl Live {
         })?;
         for request in requests {
             let (id, pending): (String, PendingRequest) = request?;
-            live.shares
-                .add(pending.owner.as_deref(), &pending.server, pending.bytes);
-            live.requests.insert(id, pending);
+            live.hold(id, pending);
         }
         let mut statement =
             conn.prepare("SELECT id, status, owner FROM calls WHERE status IN ('running', 'input_required')")?;
@@ -89,11 +98,7 @@ impl Live {
     pub fn apply(&mut self, notes: impl IntoIterator<Item = Note>) {
         for note in notes {
             match note {
-                Note::Pending { request, pending } => {
-                    self.shares
-                        .add(pending.owner.as_deref(), &pending.server, pending.bytes);
-                    self.requests.insert(request, pending);
-                }
+                Note::Pending { request, pending } => self.hold(request, pending),
                 Note::Resolved(request) => {
                     if let Some(gone) = self.requests.remove(&request) {
                         self.shares.remove(gone.owner.as_deref(), &gone.server, gone.bytes);
@@ -118,7 +123,29 @@ impl Live {
     pub fn request(&self, id: &str) -> Option<(Status, Option<String>)> {
         self.requests
             .get(id)
-            .map(|pending| (Status::Pending, pending.owner.clone()))
+            .map(|pending| (Status::Pending, pending.owner.as_deref().map(str::to_owned)))
+    }
+
+    /// Counts a pending Request.
+    fn hold(&mut self, request: String, pending: PendingRequest) {
+        self.shares
+            .add(pending.owner.as_deref(), &pending.server, pending.bytes);
+        let holder = Holder {
+            owner: pending.owner.map(|owner| self.name(owner)),
+            server: self.name(pending.server),
+            bytes: pending.bytes,
+        };
+        self.requests.insert(request, holder);
+    }
+
+    /// The one copy of a name.
+    fn name(&mut self, name: String) -> Arc<str> {
+        if let Some(kept) = self.names.get(name.as_str()) {
+            return kept.clone();
+        }
+        let kept: Arc<str> = name.into();
+        self.names.insert(kept.clone());
+        kept
     }
 
     /// What pending Requests hold.
