@@ -98,8 +98,12 @@ impl<W> Scrubbed<W> {
 
 impl<W: std::io::Write> std::io::Write for Scrubbed<W> {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        let text = String::from_utf8_lossy(bytes);
-        self.inner.write_all(self.secrets.scrub(&text).as_bytes())?;
+        if self.secrets.0.is_empty() {
+            self.inner.write_all(bytes)?;
+        } else {
+            let text = String::from_utf8_lossy(bytes);
+            self.inner.write_all(self.secrets.scrub(&text).as_bytes())?;
+        }
         Ok(bytes.len())
     }
 
