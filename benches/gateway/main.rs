@@ -170,11 +170,13 @@ async fn latency(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
         eprintln!("latency: {}", era.protocol());
         let direct = Direct::connect(binary, era).await?;
         let (mut direct_confirm, mut gateway_confirm) = (Samples::default(), Samples::default());
+        let mut gateway_confirm_in_two = Samples::default();
         let (mut direct_echo, mut gateway_echo) = (Samples::default(), Samples::default());
         for round in 0..plan.warmup + plan.iterations {
             let measured = round >= plan.warmup;
             record(measured, &mut direct_confirm, direct.confirm()).await?;
             record(measured, &mut gateway_confirm, rest.confirm(era.server())).await?;
+            record(measured, &mut gateway_confirm_in_two, rest.confirm_in_two(era.server())).await?;
             record(measured, &mut direct_echo, direct.echo()).await?;
             record(measured, &mut gateway_echo, rest.echo(era.server())).await?;
             record(measured, &mut floor, rest.healthz()).await?;
@@ -204,6 +206,19 @@ async fn latency(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
             era.protocol(),
             p50_p99(&direct_confirm),
             p50_p99(&gateway_confirm),
+        );
+        let (added, ratio) = overhead(&direct_confirm, &gateway_confirm_in_two);
+        let limit = match era {
+            Era::Modern => 1.5,
+            Era::Legacy => 1.8,
+        };
+        let met = verdict(gateway_confirm_in_two.p50().as_secs_f64() <= limit * direct_confirm.p50().as_secs_f64());
+        let _ = writeln!(
+            table,
+            "| elicitation round trip in two exchanges (`answer?wait`) | {} | {} | {} | {added} | {ratio} | ≤ {limit}: {met} |",
+            era.protocol(),
+            p50_p99(&direct_confirm),
+            p50_p99(&gateway_confirm_in_two),
         );
         let (added, ratio) = overhead(&direct_echo, &gateway_echo);
         let met = verdict(gateway_echo.p50().saturating_sub(direct_echo.p50()) <= Duration::from_micros(150));

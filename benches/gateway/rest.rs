@@ -89,6 +89,21 @@ impl Rest {
         check_confirmed(done.pointer("/result/structuredContent"))
     }
 
+    /// One elicitation round trip in two exchanges: `POST /calls?wait` → the Request id →
+    /// `POST /requests/{id}/answer?wait`, whose `resumedCall` is completed.
+    pub async fn confirm_in_two(&self, server: &str) -> anyhow::Result<()> {
+        let call = self
+            .start_call(server, "confirm_action", json!({"action": "bench"}))
+            .await?;
+        ensure!(call["status"] == "input_required", "not waiting on a Request: {call}");
+        let request = call["requests"][0].as_str().context("no Request id")?;
+        let (status, answered) = self
+            .post(&format!("/requests/{request}/answer?wait=30"), &confirm_answer())
+            .await?;
+        ensure!(status == 200, "answer {request} → {status}: {answered}");
+        check_confirmed(answered.pointer("/resumedCall/result/structuredContent"))
+    }
+
     /// The discovery time of one elicitation: `confirm_action` with `stamp` started without waiting, then from the
     /// upstream's send time to the `request.created` event on `events`; then it is answered and settled.
     pub async fn discover(&self, server: &str, events: &mut EventStream) -> anyhow::Result<Duration> {

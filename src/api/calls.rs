@@ -207,7 +207,7 @@ fn owned_by(
 }
 
 /// The call once it is no longer `running`, or as it is when `wait` passes.
-async fn settled(state: &AppState, id: &str, wait: Wait) -> Result<Option<CallView>, ApiError> {
+pub(super) async fn settled(state: &AppState, id: &str, wait: Wait) -> Result<Option<CallView>, ApiError> {
     let not_running = || match state.calls.status(id) {
         Ok(Some((CallStatus::Running, _))) => None,
         read => Some(read),

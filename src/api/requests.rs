@@ -11,7 +11,7 @@ use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
 use crate::feed::{Concern, Hold};
-use crate::records::{Event, EventKind, Filter, RequestView, Status};
+use crate::records::{CallView, Event, EventKind, Filter, RequestView, Status};
 use crate::suspension::Answer;
 
 /// The largest page of `GET /requests`.
@@ -177,10 +177,11 @@ pub async fn get(
     post,
     path = "/requests/{id}/answer",
     tag = "requests",
-    params(("id" = String, Path, description = "The Request id")),
+    params(("id" = String, Path, description = "The Request id"), AnswerQuery),
     request_body(content = Answer, content_type = "application/json"),
     responses(
-        (status = 200, description = "The resolved Request (also for an identical replay)", body = RequestView),
+        (status = 200, description = "The resolved Request (also for an identical replay); with `wait`, and a call \
+            the principal may see, that call under `resumedCall` once it stops running again", body = AnsweredRequest),
         (status = 400, description = "The body is malformed, repeats a key within an object, has unknown keys or wrong types, or its id differs from the path", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The Request belongs to another principal", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No Request with that id", body = Problem, content_type = "application/problem+json"),
@@ -189,12 +190,14 @@ pub async fn get(
         (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The data does not satisfy the requested schema; `errors` lists every violation", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "With `wait`: the principal holds as many responses held by `wait` as limits.long_polls_per_principal allows; nothing was answered", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn answer(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
+    QueryParams(query): QueryParams<AnswerQuery>,
     JsonBody(answer): JsonBody<Answer>,
 ) -> Result<Response, ApiError> {
     // The body's own faults come first (400), then whether the Request exists (404): DESIGN's check order.
@@ -212,13 +215,53 @@ pub async fn answer(
         .status(&id)?
         .ok_or_else(|| ApiError::not_found(format!("no Request with id {id}")))?;
     visible(&principal, &id, owner.as_deref())?;
+    let wait = query.wait.duration();
+    // Taken before the answer: past the principal's long-polls nothing is answered.
+    let held = state.hold(&principal, Hold::LongPoll, wait)?;
     let registry = state.registry.clone();
-    let answered = to_completion(async move { Ok(registry.answer(&id, answer, &principal.name).await?) }).await?;
+    let by = principal.name.clone();
+    let answered = to_completion(async move { Ok(registry.answer(&id, answer, &by).await?) }).await?;
+    if held.is_some()
+        && let Some(call) = answered.view.call.as_deref()
+        && let Some((_, owner)) = state.calls.status(call)?
+        && principal.may_see(Some(&owner))
+    {
+        let resumed_call = super::calls::settled(&state, call, query.wait).await?;
+        return Ok(Json(AnsweredRequest {
+            request: answered.view,
+            resumed_call,
+        })
+        .into_response());
+    }
     Ok(match answered.event {
         // The bytes of the `request.resolved` event, rather than serializing the same view again.
         Some(event) => ([(header::CONTENT_TYPE, "application/json")], event.data.clone()).into_response(),
         None => Json(answered.view).into_response(),
     })
+}
+
+/// The query of `POST /requests/{id}/answer`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct AnswerQuery {
+    /// Seconds to hold the response, once the answer is kept, until the Request's call stops running again
+    /// (completed, failed, cancelled, or waiting on Requests); at most 300.
+    #[serde(default)]
+    #[param(value_type = Option<f64>, minimum = 0)]
+    wait: Wait,
+}
+
+/// A resolved Request, with the call it resumed as that call is once it stops running again.
+#[derive(Debug, serde::Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AnsweredRequest {
+    #[serde(flatten)]
+    request: RequestView,
+    /// With `wait`: the Request's call (its id is `call`) once it stopped running, or as it was when `wait`
+    /// passed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resumed_call: Option<CallView>,
 }
 
 /// `403` unless the principal may see (and so answer) the Request `id` owned by `owner`.

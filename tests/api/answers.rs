@@ -265,3 +265,46 @@ async fn listing_filters_pages_and_long_polls() {
         assert_eq!(app.get(bad).await.status(), 400, "{bad}");
     }
 }
+
+#[tokio::test]
+async fn an_answer_with_wait_returns_the_call_it_resumed_once_it_stops_running() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for era in ["legacy", "modern"] {
+        let call = app.call(era, "two_step", json!({})).await;
+        let first = first_request(&call);
+        let answer = |id: String, data: Value| {
+            let url = format!("{}/requests/{id}/answer?wait=20", app.address);
+            let body = json!({"ok": true, "data": data});
+            let client = app.client.clone();
+            async move {
+                let response = client.post(url).json(&body).send().await.unwrap();
+                assert_eq!(response.status(), 200);
+                response.json::<Value>().await.unwrap()
+            }
+        };
+
+        // Two exchanges per human answer: the call, then each answer, which returns what the call did next.
+        let answered = answer(first.clone(), json!({"name": "Ada"})).await;
+        assert_eq!(answered["status"], "answered", "{era}: {answered}");
+        assert_eq!(answered["call"], call["id"], "the Request's call stays the id");
+        let resumed = &answered["resumedCall"];
+        assert_eq!(resumed["status"], "input_required", "{era}: a new Request: {answered}");
+        let second = resumed["requests"][1].as_str().unwrap().to_owned();
+        assert_ne!(second, first);
+
+        let answered = answer(second, json!({"confirm": true})).await;
+        let resumed = &answered["resumedCall"];
+        assert_eq!(resumed["status"], "completed", "{era}: {answered}");
+        assert_eq!(
+            resumed["result"]["structuredContent"]["results"],
+            json!([{"action": "accept", "content": {"name": "Ada"}}, {"action": "accept", "content": {"confirm": true}}]),
+            "{era}"
+        );
+    }
+    // Without wait the answer is the Request alone, as before.
+    let call = app.call("modern", "confirm_action", json!({"action": "plain"})).await;
+    let plain = app
+        .answer_ok(&first_request(&call), json!({"ok": true, "data": {"confirm": true}}))
+        .await;
+    assert!(plain.get("resumedCall").is_none(), "{plain}");
+}
