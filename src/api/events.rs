@@ -179,13 +179,12 @@ impl Follow {
 
 impl EventsQuery {
     fn matches(&self, event: &Event) -> bool {
-        self.server.as_ref().is_none_or(|server| *server == event.server)
-            && self.session.as_ref().is_none_or(|session| *session == event.session)
-            && self.call.as_ref().is_none_or(|call| Some(call) == event.call.as_ref())
-            && self
-                .owner
-                .as_ref()
-                .is_none_or(|owner| Some(owner) == event.owner.as_ref())
+        event.tagged(
+            self.server.as_deref(),
+            self.session.as_deref(),
+            self.call.as_deref(),
+            self.owner.as_deref(),
+        )
     }
 }
 

@@ -85,6 +85,14 @@ impl Event {
         }
     }
 
+    /// Whether the event's tags pass the filters given (`None` lets any value through).
+    pub fn tagged(&self, server: Option<&str>, session: Option<&str>, call: Option<&str>, owner: Option<&str>) -> bool {
+        server.is_none_or(|server| server == self.server)
+            && session.is_none_or(|session| session == self.session)
+            && call.is_none_or(|call| Some(call) == self.call.as_deref())
+            && owner.is_none_or(|owner| Some(owner) == self.owner.as_deref())
+    }
+
     /// Whether the event carries its data (only one taken off the live channel may not).
     pub fn has_data(&self) -> bool {
         !self.data.is_empty()

@@ -108,13 +108,12 @@ impl Filter {
             EventKind::CallUpdated | EventKind::SessionUpdated => false,
         };
         about_a_request
-            && self.server.as_ref().is_none_or(|server| *server == event.server)
-            && self.session.as_ref().is_none_or(|session| *session == event.session)
-            && self.call.as_ref().is_none_or(|call| Some(call) == event.call.as_ref())
-            && self
-                .owner
-                .as_ref()
-                .is_none_or(|owner| Some(owner) == event.owner.as_ref())
+            && event.tagged(
+                self.server.as_deref(),
+                self.session.as_deref(),
+                self.call.as_deref(),
+                self.owner.as_deref(),
+            )
     }
 }
 

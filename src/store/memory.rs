@@ -712,8 +712,11 @@ impl State {
             held.bytes += bytes;
         }
         loop {
+            // The call that just ended stays, whatever it holds: its caller is about to read it.
             let oldest = match self.ended_by_principal.get(&view.owner) {
-                Some(share) if share.held.exceeds(&ENDED_CALLS_PER_PRINCIPAL) => share.ids.front().cloned(),
+                Some(share) if share.held.exceeds(&ENDED_CALLS_PER_PRINCIPAL) => {
+                    share.ids.front().filter(|oldest| **oldest != view.id).cloned()
+                }
                 _ => None,
             };
             let Some(oldest) = oldest else { break };
@@ -727,7 +730,7 @@ impl State {
             }
         }
         while self.ended.exceeds(&ENDED_CALLS) {
-            let Some(oldest) = self.calls.oldest_retired() else {
+            let Some(oldest) = self.calls.oldest_retired().filter(|oldest| **oldest != *view.id) else {
                 break;
             };
             self.forget_ended(&oldest);

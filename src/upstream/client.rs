@@ -23,6 +23,9 @@ use crate::registry::{AskError, Origin, Outcome, Registry};
 pub const ELICITATION_CREATE: &str = "elicitation/create";
 /// How many replied elicitations a session remembers, for withdrawals that cross a reply.
 const REPLIES_REMEMBERED: usize = 256;
+/// How long after a reply a withdrawal of the same JSON-RPC id counts as having crossed it; an upstream
+/// whose ids repeat (a stateless HTTP server numbers each POST from 0) means a later one by the same id.
+const CROSSING: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The MCP method of a URL-mode completion notification (2025-11-25).
 const ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
@@ -44,7 +47,9 @@ pub struct SessionCore {
     elicitations: Mutex<HashMap<String, CancellationToken>>,
     /// The latest legacy elicitations replied to, by JSON-RPC id, with their Request: a withdrawal that crosses
     /// the reply on the wire arrives after it.
-    replied: Mutex<VecDeque<(RequestId, String)>>,
+    replied: Mutex<VecDeque<Replied>>,
+    /// The JSON-RPC ids of the legacy elicitations still waiting on their Request (an id may repeat).
+    waiting: Mutex<HashMap<RequestId, usize>>,
     /// Messages still being sent to the upstream (cancellations of abandoned calls); closing waits for them.
     pub sends: TaskTracker,
 }
@@ -62,6 +67,7 @@ impl SessionCore {
             served: Mutex::default(),
             elicitations: Mutex::default(),
             replied: Mutex::default(),
+            waiting: Mutex::default(),
             sends: TaskTracker::new(),
         }
     }
@@ -139,13 +145,19 @@ impl SessionCore {
     /// The upstream withdrew the elicitation with JSON-RPC id `request` after the gateway replied to it: the
     /// reply did not count, so an answer in it was never received.
     pub async fn withdrawn_after_reply(&self, request: &RequestId) {
+        // One still waiting is withdrawn through its token; this is for one replied to already.
+        if lock(&self.waiting).contains_key(request) {
+            return;
+        }
         let replied = {
             let mut replied = lock(&self.replied);
-            let at = replied.iter().position(|(id, _)| id == request);
+            let at = replied
+                .iter()
+                .rposition(|replied| replied.rpc == *request && replied.at.elapsed() <= CROSSING);
             at.and_then(|at| replied.remove(at))
         };
-        if let Some((_, id)) = replied {
-            self.registry.undelivered(&id).await;
+        if let Some(replied) = replied {
+            self.registry.undelivered(&replied.request).await;
         }
     }
 
@@ -179,6 +191,7 @@ impl SessionCore {
                 Err(AskError::Store(error)) => return Err(ErrorData::internal_error(error.to_string(), None)),
             };
             lock(&core.elicitations).insert(waiting.id.clone(), withdrawn.clone());
+            *lock(&core.waiting).entry(request.clone()).or_default() += 1;
             let outcome = tokio::select! {
                 outcome = waiting.outcome() => outcome,
                 () = withdrawn.cancelled() => {
@@ -188,6 +201,15 @@ impl SessionCore {
                 }
             };
             lock(&core.elicitations).remove(&waiting.id);
+            {
+                let mut waiting = lock(&core.waiting);
+                if let Some(count) = waiting.get_mut(&request) {
+                    *count -= 1;
+                    if *count == 0 {
+                        waiting.remove(&request);
+                    }
+                }
+            }
             match outcome {
                 Outcome::Reply(result) => {
                     // Remembered before the token is read, so that a withdrawal arriving in between is not missed.
@@ -196,7 +218,11 @@ impl SessionCore {
                         if replied.len() == REPLIES_REMEMBERED {
                             replied.pop_front();
                         }
-                        replied.push_back((request.clone(), waiting.id.clone()));
+                        replied.push_back(Replied {
+                            rpc: request.clone(),
+                            request: waiting.id.clone(),
+                            at: std::time::Instant::now(),
+                        });
                     }
                     if withdrawn.is_cancelled() {
                         // The reply will not be sent (rmcp drops it), or not be taken.
@@ -218,6 +244,14 @@ impl SessionCore {
 pub struct CallRef {
     pub id: String,
     pub owner: String,
+}
+
+/// A legacy elicitation replied to: its JSON-RPC id, its Request, and when.
+#[derive(Debug)]
+struct Replied {
+    rpc: RequestId,
+    request: String,
+    at: std::time::Instant,
 }
 
 /// The call an elicitation was attributed to, and whether the call's principal may own its Request.
