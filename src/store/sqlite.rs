@@ -220,6 +220,12 @@ pub fn backup(path: &Path, to: &Path) -> Result<(), OpenError> {
     Ok(())
 }
 
+/// The first schema's statements, to build a database as the first release wrote it.
+#[cfg(test)]
+pub fn first_schema() -> &'static str {
+    schema::MIGRATIONS[0]
+}
+
 /// Refuses a database this build cannot read: not SQLite, or a newer schema.
 fn migrate_check(conn: &Connection) -> Result<(), String> {
     let version: i64 = conn

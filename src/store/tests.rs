@@ -421,3 +421,36 @@ async fn a_restart_ends_what_cannot_survive_it_and_keeps_the_rounds() {
     let Store::Sqlite(sqlite) = &store else { unreachable!() };
     sqlite.close();
 }
+
+#[tokio::test]
+async fn a_database_of_the_first_schema_is_migrated_and_its_pending_requests_keep_their_shares() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(sqlite::first_schema()).unwrap();
+        conn.execute_batch(
+            "PRAGMA user_version = 1;
+             INSERT INTO requests (id, kind, prompt, expires_at, status, server, session, owner, created_at)
+             VALUES ('elc-1', 'input', 'Go on?', 9999999999999, 'pending', 'demo', 'ses-1', 'ada', 0);",
+        )
+        .unwrap();
+    }
+    let store = Store::open(&Location::Sqlite(path), Feed::default(), Duration::from_secs(3600)).unwrap();
+    assert_eq!(store.pending_count().unwrap(), 1);
+    let caps = PendingCaps {
+        per_principal: 1,
+        ..PendingCaps::NONE
+    };
+    let ada = NewRequest {
+        owner: Some("ada".into()),
+        ..new_request(None, None)
+    };
+    assert!(matches!(
+        store.raise(vec![ada], None, caps).await,
+        Err(RaiseError::Full(PendingCap::Principal(1)))
+    ));
+    if let Store::Sqlite(sqlite) = store {
+        sqlite.close();
+    }
+}

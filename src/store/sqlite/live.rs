@@ -60,8 +60,8 @@ impl Live {
     pub fn load(conn: &Connection) -> rusqlite::Result<Self> {
         let mut live = Live::default();
         let mut statement = conn.prepare(
-            "SELECT id, owner, server, \
-             length(CAST(prompt AS BLOB)) + coalesce(length(CAST(url AS BLOB)), 0) + coalesce(length(CAST(data AS BLOB)), 0) \
+            "SELECT id, owner, server, coalesce(bytes, \
+             length(CAST(prompt AS BLOB)) + coalesce(length(CAST(url AS BLOB)), 0) + coalesce(length(CAST(data AS BLOB)), 0)) \
              FROM requests WHERE status = 'pending'",
         )?;
         let requests = statement.query_map([], |row| {

@@ -328,8 +328,8 @@ fn insert_request(conn: &Connection, new: &NewRequest, round: Option<u32>) -> ru
     let request = &new.request;
     conn.prepare_cached(
         "INSERT INTO requests (id, kind, prompt, url, data, expires_at, status, server, session, call_id, round, \
-         input_key, elicitation_id, owner, created_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+         input_key, elicitation_id, owner, created_at, bytes) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
     )?
     .execute(params![
         request.id,
@@ -346,6 +346,7 @@ fn insert_request(conn: &Connection, new: &NewRequest, round: Option<u32>) -> ru
         new.elicitation_id,
         new.owner,
         new.created_at.millis(),
+        i64::try_from(new.bytes).unwrap_or(i64::MAX),
     ])?;
     Ok(())
 }

@@ -2,7 +2,8 @@
 //! version `n` to `n + 1` (SQLite's `user_version`).
 
 /// The migrations, oldest first.
-pub const MIGRATIONS: &[&str] = &[r"
+pub const MIGRATIONS: &[&str] = &[
+    r"
 CREATE TABLE sessions (
     seq INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
@@ -104,7 +105,13 @@ CREATE TABLE webhook_cursors (
     name TEXT PRIMARY KEY,
     delivered INTEGER NOT NULL
 ) WITHOUT ROWID;
-"];
+",
+    r"
+-- What a Request holds against the pending caps (the size of what the upstream asked), as measured when it
+-- was raised; NULL for Requests raised before this column.
+ALTER TABLE requests ADD COLUMN bytes INTEGER;
+",
+];
 
 /// The schema version this build writes.
 pub fn version() -> i64 {
