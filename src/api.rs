@@ -357,7 +357,7 @@ impl Wait {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct WaitQuery {
-    /// Seconds to hold the response (at most 300).
+    /// Seconds to hold the response; a value over 300 counts as 300.
     #[serde(default)]
     #[param(value_type = Option<f64>, minimum = 0)]
     pub wait: Wait,

@@ -45,7 +45,7 @@ pub struct ListQuery {
     call: Option<String>,
     /// Only Requests of this kind (`input`, `authorization`).
     kind: Option<String>,
-    /// Seconds to hold the response while nothing matches (at most 300).
+    /// Seconds to hold the response while nothing matches; a value over 300 counts as 300.
     #[serde(default)]
     #[param(value_type = Option<f64>, minimum = 0)]
     wait: Wait,
@@ -246,7 +246,7 @@ pub async fn answer(
 #[into_params(parameter_in = Query)]
 pub struct AnswerQuery {
     /// Seconds to hold the response, once the answer is kept, until the Request's call stops running again
-    /// (completed, failed, cancelled, or waiting on Requests); at most 300.
+    /// (completed, failed, cancelled, or waiting on Requests); a value over 300 counts as 300.
     #[serde(default)]
     #[param(value_type = Option<f64>, minimum = 0)]
     wait: Wait,
