@@ -96,22 +96,46 @@ pub struct HoldLimits {
 }
 
 impl Services {
-    /// Counts a long-poll (`wait` longer than zero) or event stream of `principal` while the guard lives;
-    /// `429` when the principal holds as many as it may.
-    pub fn hold(&self, principal: &Principal, hold: Hold, wait: Duration) -> Result<Option<Counted>, ApiError> {
-        if matches!(hold, Hold::LongPoll) && wait.is_zero() {
+    /// Counts a long-poll of `principal` (a `wait` longer than zero) while the guard lives; `429` when the
+    /// principal holds as many as it may.
+    pub fn hold_long_poll(&self, principal: &Principal, wait: Duration) -> Result<Option<Counted>, ApiError> {
+        if wait.is_zero() {
             return Ok(None);
         }
-        let (most, setting) = match hold {
-            _ if principal.name == ANONYMOUS => (usize::MAX, ""),
-            Hold::LongPoll => (self.holds.long_polls, "limits.long_polls_per_principal"),
-            Hold::Stream => (self.holds.streams, "limits.streams_per_principal"),
-        };
-        self.feed.hold(hold, &principal.name, most).map(Some).map_err(|most| {
-            let what = match hold {
-                Hold::LongPoll => "responses held by wait",
-                Hold::Stream => "event streams open",
-            };
+        let most = self.holds.long_polls;
+        self.hold(
+            principal,
+            Hold::LongPoll,
+            most,
+            "responses held by wait",
+            "limits.long_polls_per_principal",
+        )
+        .map(Some)
+    }
+
+    /// Counts an event stream of `principal` while the guard lives; `429` when the principal holds as many as
+    /// it may.
+    pub fn hold_stream(&self, principal: &Principal) -> Result<Counted, ApiError> {
+        let most = self.holds.streams;
+        self.hold(
+            principal,
+            Hold::Stream,
+            most,
+            "event streams open",
+            "limits.streams_per_principal",
+        )
+    }
+
+    fn hold(
+        &self,
+        principal: &Principal,
+        hold: Hold,
+        most: usize,
+        what: &str,
+        setting: &str,
+    ) -> Result<Counted, ApiError> {
+        let most = if principal.name == ANONYMOUS { usize::MAX } else { most };
+        self.feed.hold(hold, &principal.name, most).map_err(|most| {
             ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 format!(

@@ -88,6 +88,12 @@ impl Drop for Counted {
     }
 }
 
+/// What a waiter follows, as its concern says.
+enum Changes<'a> {
+    Versions(watch::Receiver<u64>),
+    Events(broadcast::Receiver<Arc<Event>>, &'a (dyn Fn(&Event) -> bool + Sync)),
+}
+
 /// Which changes make a waiter check again.
 #[derive(Clone, Copy)]
 pub enum Concern<'a> {
@@ -190,10 +196,15 @@ impl Feed {
         concern: Concern<'_>,
         mut check: impl FnMut() -> Option<T>,
     ) -> Option<T> {
+        if wait.is_zero() {
+            return check();
+        }
         let deadline = Instant::now() + wait;
-        // Subscribed before the first check, so that no change in between is missed.
-        let mut versions = self.versions();
-        let mut events = self.subscribe();
+        // Subscribed before the first check, so that no change in between is missed; to what concerns it only.
+        let mut changes = match concern {
+            Concern::Any => Changes::Versions(self.versions()),
+            Concern::Events(concerns) => Changes::Events(self.subscribe(), concerns),
+        };
         loop {
             if let Some(found) = check() {
                 return Some(found);
@@ -203,9 +214,9 @@ impl Feed {
                 return None;
             }
             let changed = async {
-                match concern {
-                    Concern::Any => versions.changed().await.is_ok(),
-                    Concern::Events(concerns) => loop {
+                match &mut changes {
+                    Changes::Versions(versions) => versions.changed().await.is_ok(),
+                    Changes::Events(events, concerns) => loop {
                         match events.recv().await {
                             Ok(event) if concerns(&event) => break true,
                             Ok(_) => {}

@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
-use crate::feed::{Concern, Hold};
+use crate::feed::Concern;
 use crate::records::{CallFilter, CallStatus, CallView, Event, ToolName};
 use crate::upstream::Target;
 
@@ -89,7 +89,7 @@ pub async fn start(
         _ => return Err(ApiError::bad_request("name exactly one of `server` and `session`")),
     };
     // Taken before the call starts: past the principal's long-polls nothing is started.
-    let held = state.hold(&principal, Hold::LongPoll, query.wait.duration())?;
+    let held = state.hold_long_poll(&principal, query.wait.duration())?;
     let upstreams = state.upstreams.clone();
     let call = to_completion(async move {
         Ok(upstreams
@@ -153,7 +153,7 @@ pub async fn get(
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<CallView>, ApiError> {
     owned_by(&state, &id, &principal, Principal::may_see)?;
-    let _held = state.hold(&principal, Hold::LongPoll, query.wait.duration())?;
+    let _held = state.hold_long_poll(&principal, query.wait.duration())?;
     settled(&state, &id, query.wait)
         .await?
         .map(Json)

@@ -19,7 +19,7 @@ use utoipa::IntoParams;
 use super::extract::QueryParams;
 use super::{ApiError, AppState, Problem};
 use crate::auth::{Principal, Role};
-use crate::feed::{Counted, Hold};
+use crate::feed::Counted;
 use crate::records::Event;
 use crate::store::Store;
 
@@ -71,9 +71,7 @@ pub async fn stream(
     headers: HeaderMap,
     QueryParams(mut query): QueryParams<EventsQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
-    let counted = state
-        .hold(&principal, Hold::Stream, Duration::MAX)?
-        .expect("a stream is always counted");
+    let counted = state.hold_stream(&principal)?;
     query.owner = (principal.role == Role::Agent).then_some(principal.name);
     let header = headers.get("last-event-id").map(|value| {
         value

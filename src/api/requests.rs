@@ -10,7 +10,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
-use crate::feed::{Concern, Hold};
+use crate::feed::Concern;
 use crate::records::{CallView, Event, EventKind, Filter, RequestView, Status};
 use crate::suspension::Answer;
 
@@ -98,7 +98,7 @@ pub async fn list(
             i64::MAX
         )));
     }
-    let _held = state.hold(&principal, Hold::LongPoll, query.wait.duration())?;
+    let _held = state.hold_long_poll(&principal, query.wait.duration())?;
     let list = || match state.registry.list(&filter, cursor, limit) {
         Ok((page, _)) if page.is_empty() => None,
         listed => Some(listed),
@@ -151,7 +151,7 @@ pub async fn get(
     let (status, owner) = state.registry.status(&id)?.ok_or_else(unknown)?;
     visible(&principal, &id, owner.as_deref())?;
     if status == Status::Pending && !query.wait.duration().is_zero() {
-        let _held = state.hold(&principal, Hold::LongPoll, query.wait.duration())?;
+        let _held = state.hold_long_poll(&principal, query.wait.duration())?;
         let resolved = || match state.registry.status(&id) {
             Ok(Some((Status::Pending, _))) => None,
             read => Some(read),
@@ -217,7 +217,7 @@ pub async fn answer(
     visible(&principal, &id, owner.as_deref())?;
     let wait = query.wait.duration();
     // Taken before the answer: past the principal's long-polls nothing is answered.
-    let held = state.hold(&principal, Hold::LongPoll, wait)?;
+    let held = state.hold_long_poll(&principal, wait)?;
     let registry = state.registry.clone();
     let by = principal.name.clone();
     let answered = to_completion(async move { Ok(registry.answer(&id, answer, &by).await?) }).await?;

@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, Problem, WaitQuery, to_completion};
 use crate::auth::Principal;
-use crate::feed::{Concern, Hold};
+use crate::feed::Concern;
 use crate::records::SessionView;
 use crate::upstream::{ServerStatus, ServerView, Target};
 
@@ -213,7 +213,7 @@ pub async fn server(
             .ok()
             .filter(|server| server.status != ServerStatus::Starting)
     };
-    let _held = state.hold(&principal, Hold::LongPoll, query.wait.duration())?;
+    let _held = state.hold_long_poll(&principal, query.wait.duration())?;
     let _ = state
         .feed
         .wait_for(query.wait.duration(), &state.shutdown, Concern::Any, settled)

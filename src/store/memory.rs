@@ -8,7 +8,7 @@ use std::time::Duration;
 use rmcp::model::Implementation;
 use serde_json::Map;
 
-use super::shares::Shares;
+use super::shares::{Held, Shares};
 use super::{
     Answered, Decision, EventPage, Finished, InsertCallError, InsertSessionError, NewCall, NewRequest, NewRound,
     NewSession, Pending, PendingCaps, RaiseError, Recovered, Resolution, Resolved, Retry, Started, StoreError,
@@ -84,19 +84,6 @@ struct State {
 struct EndedShare {
     held: Held,
     ids: VecDeque<String>,
-}
-
-/// How many, and how many bytes.
-#[derive(Debug, Clone, Copy, Default)]
-struct Held {
-    count: usize,
-    bytes: usize,
-}
-
-impl Held {
-    fn exceeds(&self, most: &Held) -> bool {
-        self.count > most.count || self.bytes > most.bytes
-    }
 }
 
 #[derive(Debug)]
@@ -708,8 +695,7 @@ impl State {
         let share = self.ended_by_principal.entry(view.owner.clone()).or_default();
         share.ids.push_back(view.id.clone());
         for held in [&mut self.ended, &mut share.held] {
-            held.count += 1;
-            held.bytes += bytes;
+            held.add(bytes);
         }
         loop {
             // The call that just ended stays, whatever it holds: its caller is about to read it.
@@ -747,11 +733,9 @@ impl State {
     /// Stops counting what a forgotten ended call held.
     fn release_ended(&mut self, view: &CallView) {
         let bytes = ended_bytes(view);
-        self.ended.count = self.ended.count.saturating_sub(1);
-        self.ended.bytes = self.ended.bytes.saturating_sub(bytes);
+        self.ended.release(bytes);
         if let Some(share) = self.ended_by_principal.get_mut(&view.owner) {
-            share.held.count = share.held.count.saturating_sub(1);
-            share.held.bytes = share.held.bytes.saturating_sub(bytes);
+            share.held.release(bytes);
             // Ended calls go oldest first, so this one is at the front.
             match share.ids.front() {
                 Some(front) if *front == view.id => {

@@ -46,11 +46,30 @@ pub enum PendingCap {
     PrincipalBytes(usize),
 }
 
-/// How many pending Requests, and their bytes.
+/// How many records, and how many bytes they hold.
 #[derive(Debug, Clone, Copy, Default)]
-struct Held {
-    count: usize,
-    bytes: usize,
+pub struct Held {
+    pub count: usize,
+    pub bytes: usize,
+}
+
+impl Held {
+    /// Counts one more record of `bytes`.
+    pub fn add(&mut self, bytes: usize) {
+        self.count += 1;
+        self.bytes += bytes;
+    }
+
+    /// Counts one record of `bytes` less.
+    pub fn release(&mut self, bytes: usize) {
+        self.count = self.count.saturating_sub(1);
+        self.bytes = self.bytes.saturating_sub(bytes);
+    }
+
+    /// Whether it holds more than `most` allows, in count or in bytes.
+    pub fn exceeds(&self, most: &Held) -> bool {
+        self.count > most.count || self.bytes > most.bytes
+    }
 }
 
 /// What pending Requests hold, in all and by holder.
@@ -69,27 +88,22 @@ impl Shares {
             self.principals.entry(owner.map(str::to_owned)).or_default(),
             self.servers.entry(server.to_owned()).or_default(),
         ] {
-            held.count += 1;
-            held.bytes += bytes;
+            held.add(bytes);
         }
     }
 
     /// Counts one pending Request less.
     pub fn remove(&mut self, owner: Option<&str>, server: &str, bytes: usize) {
-        let release = |held: &mut Held| {
-            held.count = held.count.saturating_sub(1);
-            held.bytes = held.bytes.saturating_sub(bytes);
-        };
-        release(&mut self.total);
+        self.total.release(bytes);
         let owner = owner.map(str::to_owned);
         if let Some(held) = self.principals.get_mut(&owner) {
-            release(held);
+            held.release(bytes);
             if held.count == 0 {
                 self.principals.remove(&owner);
             }
         }
         if let Some(held) = self.servers.get_mut(server) {
-            release(held);
+            held.release(bytes);
             if held.count == 0 {
                 self.servers.remove(server);
             }

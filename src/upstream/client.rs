@@ -43,13 +43,12 @@ pub struct SessionCore {
     in_flight: Mutex<HashMap<RequestId, CallRef>>,
     /// The principals whose calls this session has run.
     served: Mutex<HashSet<String>>,
-    /// Legacy elicitations waiting on their Request, with the token fired when the upstream withdraws one.
-    elicitations: Mutex<HashMap<String, CancellationToken>>,
+    /// Legacy elicitations waiting on their Request, by Request id, with their JSON-RPC id and the token
+    /// fired when the upstream withdraws one.
+    elicitations: Mutex<HashMap<String, (RequestId, CancellationToken)>>,
     /// The latest legacy elicitations replied to, by JSON-RPC id, with their Request: a withdrawal that crosses
     /// the reply on the wire arrives after it.
     replied: Mutex<VecDeque<Replied>>,
-    /// The JSON-RPC ids of the legacy elicitations still waiting on their Request (an id may repeat).
-    waiting: Mutex<HashMap<RequestId, usize>>,
     /// Messages still being sent to the upstream (cancellations of abandoned calls); closing waits for them.
     pub sends: TaskTracker,
 }
@@ -67,7 +66,6 @@ impl SessionCore {
             served: Mutex::default(),
             elicitations: Mutex::default(),
             replied: Mutex::default(),
-            waiting: Mutex::default(),
             sends: TaskTracker::new(),
         }
     }
@@ -134,7 +132,7 @@ impl SessionCore {
     pub async fn settle_withdrawn(&self) {
         let withdrawn: Vec<String> = lock(&self.elicitations)
             .iter()
-            .filter(|(_, token)| token.is_cancelled())
+            .filter(|(_, (_, token))| token.is_cancelled())
             .map(|(id, _)| id.clone())
             .collect();
         for id in withdrawn {
@@ -146,7 +144,7 @@ impl SessionCore {
     /// reply did not count, so an answer in it was never received.
     pub async fn withdrawn_after_reply(&self, request: &RequestId) {
         // One still waiting is withdrawn through its token; this is for one replied to already.
-        if lock(&self.waiting).contains_key(request) {
+        if lock(&self.elicitations).values().any(|(rpc, _)| rpc == request) {
             return;
         }
         let replied = {
@@ -190,8 +188,7 @@ impl SessionCore {
                 Err(AskError::Unusable(detail)) => return Err(ErrorData::invalid_params(detail, None)),
                 Err(AskError::Store(error)) => return Err(ErrorData::internal_error(error.to_string(), None)),
             };
-            lock(&core.elicitations).insert(waiting.id.clone(), withdrawn.clone());
-            *lock(&core.waiting).entry(request.clone()).or_default() += 1;
+            lock(&core.elicitations).insert(waiting.id.clone(), (request.clone(), withdrawn.clone()));
             let outcome = tokio::select! {
                 outcome = waiting.outcome() => outcome,
                 () = withdrawn.cancelled() => {
@@ -201,15 +198,6 @@ impl SessionCore {
                 }
             };
             lock(&core.elicitations).remove(&waiting.id);
-            {
-                let mut waiting = lock(&core.waiting);
-                if let Some(count) = waiting.get_mut(&request) {
-                    *count -= 1;
-                    if *count == 0 {
-                        waiting.remove(&request);
-                    }
-                }
-            }
             match outcome {
                 Outcome::Reply(result) => {
                     // Remembered before the token is read, so that a withdrawal arriving in between is not missed.

@@ -34,8 +34,10 @@ pub struct Tx<'a> {
     /// Pending Requests before this change.
     pending_before: usize,
     /// What pending Requests hold as last kept, plus what this transaction's changes raised so far (what
-    /// they resolved is released once kept: a Request is admitted against the larger figure).
-    shares: &'a mut Shares,
+    /// they resolved is released once kept: a Request is admitted against the larger figure); copied from
+    /// `live` by the first change that raises, so that a batch of answers copies nothing.
+    shares: &'a mut Option<Shares>,
+    live: &'a Mutex<Live>,
 }
 
 impl Tx<'_> {
@@ -46,14 +48,16 @@ impl Tx<'_> {
     }
 
     /// What pending Requests hold, counting those this transaction raised.
-    pub fn shares(&self) -> &Shares {
+    pub fn shares(&mut self) -> &mut Shares {
+        let live = self.live;
         self.shares
+            .get_or_insert_with(|| super::lock_mutex(live).shares().clone())
     }
 
     /// Records what the change does to the live records, applied once it is kept.
     pub fn note(&mut self, note: Note) {
         if let Note::Pending { pending, .. } = &note {
-            self.shares
+            self.shares()
                 .add(pending.owner.as_deref(), &pending.server, pending.bytes);
         }
         self.notes.push(note);
@@ -112,10 +116,8 @@ fn commit(conn: &Connection, batch: &mut std::vec::IntoIter<Job>, feed: &Feed, l
     let mut applied = Vec::with_capacity(batch.len());
     let mut events = Vec::new();
     let mut notes = Vec::new();
-    let (mut now_pending, mut shares) = {
-        let live = super::lock_mutex(live);
-        (live.pending(), live.shares().clone())
-    };
+    let mut now_pending = super::lock_mutex(live).pending();
+    let mut shares = None;
     let mut failed = false;
     for job in batch.by_ref() {
         let mut tx = Tx {
@@ -124,6 +126,7 @@ fn commit(conn: &Connection, batch: &mut std::vec::IntoIter<Job>, feed: &Feed, l
             notes: Vec::new(),
             pending_before: now_pending,
             shares: &mut shares,
+            live,
         };
         match job(&mut tx) {
             Ok(done) => {
