@@ -193,6 +193,7 @@ async fn send(
     params: CallToolRequestParams,
 ) -> Result<ServerResult, ServiceError> {
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let sending = core.sending().await;
     let handle = peer
         .send_request_with_option(request, PeerRequestOptions::no_options())
         .await?;
@@ -202,6 +203,7 @@ async fn send(
         request: Some(handle.id.clone()),
     };
     core.track(handle.id.clone(), call);
+    drop(sending);
     let response = handle.await_response().await;
     guard.finish();
     response

@@ -51,6 +51,9 @@ pub struct SessionCore {
     replied: Mutex<VecDeque<Replied>>,
     /// Messages still being sent to the upstream (cancellations of abandoned calls); closing waits for them.
     pub sends: TaskTracker,
+    /// Held shared by a `tools/call` from being sent until it is tracked, so that attributing an elicitation,
+    /// which can arrive in between, waits for it.
+    sending: tokio::sync::RwLock<()>,
 }
 
 impl SessionCore {
@@ -67,7 +70,13 @@ impl SessionCore {
             elicitations: Mutex::default(),
             replied: Mutex::default(),
             sends: TaskTracker::new(),
+            sending: tokio::sync::RwLock::new(()),
         }
+    }
+
+    /// Held while a `tools/call` is sent and tracked.
+    pub async fn sending(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.sending.read().await
     }
 
     /// Records that a call's `tools/call` with this JSON-RPC id is in flight.
@@ -81,12 +90,14 @@ impl SessionCore {
         lock(&self.in_flight).remove(request);
     }
 
-    /// The call an inbound elicitation belongs to: the one whose HTTP stream carried it, or the only call in flight.
+    /// The call an inbound elicitation belongs to: the one whose HTTP stream carried it, or the only call in flight,
+    /// read once no `tools/call` is between being sent and being tracked.
     ///
     /// Only the first is proof. The only call in flight may not be the one the elicitation comes from (another
     /// principal's earlier call may have left work behind), so its principal gets the Request only while this
     /// session has run no other principal's calls.
-    pub fn attribute(&self, origin: Option<&InboundStreamOrigin>) -> Option<Attribution> {
+    pub async fn attribute(&self, origin: Option<&InboundStreamOrigin>) -> Option<Attribution> {
+        drop(self.sending.write().await);
         let in_flight = lock(&self.in_flight);
         match origin {
             Some(InboundStreamOrigin::OutboundRequest(request)) => in_flight.get(request).map(|call| Attribution {
@@ -166,12 +177,13 @@ impl SessionCore {
         self: &Arc<Self>,
         request: RequestId,
         params: Value,
-        call: Option<Attribution>,
+        stream: Option<InboundStreamOrigin>,
         withdrawn: CancellationToken,
     ) -> impl Future<Output = Result<ElicitResult, ErrorData>> + Send + 'static {
         let core = self.clone();
         // Boxed, so that a pending elicitation's future keeps only a pointer to what raising it took.
         let asked = Box::pin(async move {
+            let call = core.attribute(stream.as_ref()).await;
             let origin = core.origin_of(call.as_ref());
             let asked = core.registry.ask(params, &origin, withdrawn.clone()).await;
             (core, asked, withdrawn)
@@ -302,9 +314,9 @@ impl ClientHandler for GatewayClient {
         params: ElicitRequestParams,
         context: RequestContext<RoleClient>,
     ) -> impl Future<Output = Result<ElicitResult, ErrorData>> + Send + '_ {
-        let call = self.core.attribute(context.extensions.get::<InboundStreamOrigin>());
+        let stream = context.extensions.get::<InboundStreamOrigin>().cloned();
         let params = serde_json::to_value(params).unwrap_or_default();
-        self.core.elicit(context.id, params, call, context.ct)
+        self.core.elicit(context.id, params, stream, context.ct)
     }
 
     /// An `elicitation/create` whose params rmcp could not read, or one a stdio transport without a session passes
@@ -314,11 +326,11 @@ impl ClientHandler for GatewayClient {
         request: CustomRequest,
         context: RequestContext<RoleClient>,
     ) -> impl Future<Output = Result<CustomResult, ErrorData>> + Send + '_ {
-        let call = self.core.attribute(context.extensions.get::<InboundStreamOrigin>());
+        let stream = context.extensions.get::<InboundStreamOrigin>().cloned();
         let elicited = (request.method == ELICITATION_CREATE)
             .then(|| {
                 self.core
-                    .elicit(context.id, request.params.unwrap_or_default(), call, context.ct)
+                    .elicit(context.id, request.params.unwrap_or_default(), stream, context.ct)
             })
             .ok_or_else(|| ErrorData::new(ErrorCode::METHOD_NOT_FOUND, request.method, None));
         async move {

@@ -117,7 +117,7 @@ impl ChildTransport {
     /// Raises the Request of an `elicitation/create` and waits for it on a task that writes the response.
     fn elicit(&mut self, session: &Arc<SessionCore>, id: RequestId, params: Value) {
         let withdrawn = CancellationToken::new();
-        let waiting = session.elicit(id.clone(), params, session.attribute(None), withdrawn.clone());
+        let waiting = session.elicit(id.clone(), params, None, withdrawn.clone());
         self.elicitations.insert(id.clone(), withdrawn);
         let stdin = self.stdin.clone();
         self.waits.spawn(async move {
