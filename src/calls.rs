@@ -55,32 +55,32 @@ impl Calls {
     }
 
     /// What retrying a call takes, if its latest round is answered and it has not ended.
-    pub fn retry(&self, id: &str) -> Result<Option<Retry>, StoreError> {
-        self.store.retry(id)
+    pub async fn retry(&self, id: &str) -> Result<Option<Retry>, StoreError> {
+        self.store.retry(id).await
     }
 
     /// One call by id.
-    pub fn get(&self, id: &str) -> Result<Option<CallView>, StoreError> {
-        self.store.call(id)
+    pub async fn get(&self, id: &str) -> Result<Option<CallView>, StoreError> {
+        self.store.call(id).await
     }
 
     /// A call's status and owner, without reading the rest.
-    pub fn status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
-        self.store.call_status(id)
+    pub async fn status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
+        self.store.call_status(id).await
     }
 
     /// The calls matching the filter, oldest first.
-    pub fn list(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
-        self.store.calls(filter, limit)
+    pub async fn list(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
+        self.store.calls(filter, limit).await
     }
 
     /// The calls that have not ended, on one session or on all.
-    pub fn running(&self, session: Option<&str>) -> Result<Vec<CallView>, StoreError> {
-        self.store.running_calls(session)
+    pub async fn running(&self, session: Option<&str>) -> Result<Vec<CallView>, StoreError> {
+        self.store.running_calls(session).await
     }
 
     /// How many calls are kept in each status.
-    pub fn count_by_status(&self) -> Result<Vec<(CallStatus, usize)>, StoreError> {
-        self.store.count_calls()
+    pub async fn count_by_status(&self) -> Result<Vec<(CallStatus, usize)>, StoreError> {
+        self.store.count_calls().await
     }
 }

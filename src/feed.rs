@@ -189,15 +189,15 @@ impl Feed {
     /// or `shutdown` fires.
     ///
     /// `check` runs at least once, so a zero `wait` is a plain read.
-    pub async fn wait_for<T>(
+    pub async fn wait_for<T, F: Future<Output = Option<T>>>(
         &self,
         wait: Duration,
         shutdown: &CancellationToken,
         concern: Concern<'_>,
-        mut check: impl FnMut() -> Option<T>,
+        mut check: impl FnMut() -> F,
     ) -> Option<T> {
         if wait.is_zero() {
-            return check();
+            return check().await;
         }
         let deadline = Instant::now() + wait;
         // Subscribed before the first check, so that no change in between is missed; to what concerns it only.
@@ -206,7 +206,7 @@ impl Feed {
             Concern::Events(concerns) => Changes::Events(self.subscribe(), concerns),
         };
         loop {
-            if let Some(found) = check() {
+            if let Some(found) = check().await {
                 return Some(found);
             }
             // A timer for a deadline already due still waits for the next tick (about 1 ms).

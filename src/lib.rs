@@ -73,7 +73,7 @@ pub struct Gateway {
 impl Gateway {
     /// Builds the gateway's services from the config, serving on an already bound listener; opens the store
     /// (a start-up error names the store and the cause).
-    pub fn new(config: &Config, listener: TcpListener) -> anyhow::Result<Self> {
+    pub async fn new(config: &Config, listener: TcpListener) -> anyhow::Result<Self> {
         let servers = config.servers().map_err(anyhow::Error::msg)?;
         let webhooks = config.webhooks().map_err(anyhow::Error::msg)?;
         let location = config.store_location().map_err(anyhow::Error::msg)?;
@@ -124,6 +124,7 @@ impl Gateway {
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
         webhooks::start(webhooks, &store, &feed, &metrics, &shutdown, &tracker)
+            .await
             .map_err(|error| anyhow::anyhow!("cannot build the webhooks' HTTP client: {error}"))?;
         let domain = Domain {
             sessions: sessions.clone(),
@@ -199,7 +200,7 @@ impl Gateway {
         tracker.spawn(prune(store.clone(), retention, state.shutdown.clone()));
         state.upstreams.start(resumes);
         for call in recovered.resumes {
-            match store.retry(&call) {
+            match store.retry(&call).await {
                 Ok(Some(retry)) => state.registry.resume(retry),
                 Ok(None) => {}
                 Err(error) => tracing::error!(%call, %error, "a call to retry could not be read"),

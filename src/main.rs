@@ -267,7 +267,7 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
-        let gateway = Gateway::new(&config, listener)?;
+        let gateway = Gateway::new(&config, listener).await?;
         let signal = shutdown_signal()?;
         survive_file_size_limit()?;
         let address = gateway.local_addr()?;

@@ -291,7 +291,8 @@ impl Registry {
         let view = self
             .shared
             .store
-            .request(id)?
+            .request(id)
+            .await?
             .ok_or_else(|| AnswerError::NotFound(id.to_owned()))?;
         let is_url = view.request.kind == KIND_AUTHORIZATION;
         let schema = view.request.data.as_ref().and_then(|data| data.get("schema"));
@@ -416,28 +417,28 @@ impl Registry {
     }
 
     /// How many Requests are pending.
-    pub fn pending_count(&self) -> Result<usize, StoreError> {
-        self.shared.store.pending_count()
+    pub async fn pending_count(&self) -> Result<usize, StoreError> {
+        self.shared.store.pending_count().await
     }
 
     /// One Request by id.
-    pub fn get(&self, id: &str) -> Result<Option<RequestView>, StoreError> {
-        self.shared.store.request(id)
+    pub async fn get(&self, id: &str) -> Result<Option<RequestView>, StoreError> {
+        self.shared.store.request(id).await
     }
 
     /// The status and owner of one Request, without reading the rest.
-    pub fn status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
-        self.shared.store.request_status(id)
+    pub async fn status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
+        self.shared.store.request_status(id).await
     }
 
     /// Up to `limit` Requests matching the filter, oldest first, starting at `cursor`; and the next page's cursor.
-    pub fn list(
+    pub async fn list(
         &self,
         filter: &Filter,
         cursor: u64,
         limit: usize,
     ) -> Result<(Vec<RequestView>, Option<u64>), StoreError> {
-        self.shared.store.requests(filter, cursor, limit)
+        self.shared.store.requests(filter, cursor, limit).await
     }
 
     /// Expires due Requests until `shutdown`.
@@ -479,7 +480,7 @@ impl Registry {
             let more = resolved.views.len() == EXPIRY_BATCH;
             self.deliver(resolved, Tell::Cancel);
             if !more {
-                return self.shared.store.next_deadline();
+                return self.shared.store.next_deadline().await;
             }
         }
     }

@@ -51,12 +51,12 @@ impl Sessions {
     }
 
     /// One session by id.
-    pub fn get(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
-        self.store.session(id)
+    pub async fn get(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
+        self.store.session(id).await
     }
 
     /// Sessions oldest first; closed and failed ones only with `all`.
-    pub fn list(&self, all: bool) -> Result<Vec<SessionView>, StoreError> {
-        self.store.sessions(all)
+    pub async fn list(&self, all: bool) -> Result<Vec<SessionView>, StoreError> {
+        self.store.sessions(all).await
     }
 }

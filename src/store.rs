@@ -355,8 +355,8 @@ impl Store {
     }
 
     /// When the next pending Request expires.
-    pub fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
-        dispatch!(self, store => store.next_deadline())
+    pub async fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
+        dispatch!(self, store => store.next_deadline().await)
     }
 
     /// Records the upstream's completion of a URL-mode elicitation; `false` if no Request matches or it was
@@ -390,8 +390,8 @@ impl Store {
     }
 
     /// What retrying a call takes, if its latest round is answered and it has not ended.
-    pub fn retry(&self, call: &str) -> Result<Option<Retry>, StoreError> {
-        dispatch!(self, store => store.retry(call))
+    pub async fn retry(&self, call: &str) -> Result<Option<Retry>, StoreError> {
+        dispatch!(self, store => store.retry(call).await)
     }
 
     /// Records a session that is connecting, unless its owner holds `max_open` open sessions.
@@ -424,78 +424,78 @@ impl Store {
     }
 
     /// One Request.
-    pub fn request(&self, id: &str) -> Result<Option<RequestView>, StoreError> {
-        dispatch!(self, store => store.request(id))
+    pub async fn request(&self, id: &str) -> Result<Option<RequestView>, StoreError> {
+        dispatch!(self, store => store.request(id).await)
     }
 
     /// A Request's status and owner, without reading the rest.
-    pub fn request_status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
-        dispatch!(self, store => store.request_status(id))
+    pub async fn request_status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
+        dispatch!(self, store => store.request_status(id).await)
     }
 
     /// Up to `limit` Requests matching the filter, oldest first, from `cursor`; and the next page's cursor.
-    pub fn requests(
+    pub async fn requests(
         &self,
         filter: &Filter,
         cursor: u64,
         limit: usize,
     ) -> Result<(Vec<RequestView>, Option<u64>), StoreError> {
-        dispatch!(self, store => store.requests(filter, cursor, limit))
+        dispatch!(self, store => store.requests(filter, cursor, limit).await)
     }
 
     /// How many Requests are pending.
-    pub fn pending_count(&self) -> Result<usize, StoreError> {
-        dispatch!(self, store => store.pending_count())
+    pub async fn pending_count(&self) -> Result<usize, StoreError> {
+        dispatch!(self, store => store.pending_count().await)
     }
 
     /// One call.
-    pub fn call(&self, id: &str) -> Result<Option<CallView>, StoreError> {
-        dispatch!(self, store => store.call(id))
+    pub async fn call(&self, id: &str) -> Result<Option<CallView>, StoreError> {
+        dispatch!(self, store => store.call(id).await)
     }
 
     /// A call's status and owner, without reading the rest.
-    pub fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
-        dispatch!(self, store => store.call_status(id))
+    pub async fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
+        dispatch!(self, store => store.call_status(id).await)
     }
 
     /// Up to `limit` calls matching the filter, oldest first.
-    pub fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
-        dispatch!(self, store => store.calls(filter, limit))
+    pub async fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
+        dispatch!(self, store => store.calls(filter, limit).await)
     }
 
     /// The calls that have not ended and run on a session (all of them with `None`).
-    pub fn running_calls(&self, session: Option<&str>) -> Result<Vec<CallView>, StoreError> {
-        dispatch!(self, store => store.running_calls(session))
+    pub async fn running_calls(&self, session: Option<&str>) -> Result<Vec<CallView>, StoreError> {
+        dispatch!(self, store => store.running_calls(session).await)
     }
 
     /// How many calls are kept in each status.
-    pub fn count_calls(&self) -> Result<Vec<(CallStatus, usize)>, StoreError> {
-        dispatch!(self, store => store.count_calls())
+    pub async fn count_calls(&self) -> Result<Vec<(CallStatus, usize)>, StoreError> {
+        dispatch!(self, store => store.count_calls().await)
     }
 
     /// One session.
-    pub fn session(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
-        dispatch!(self, store => store.session(id))
+    pub async fn session(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
+        dispatch!(self, store => store.session(id).await)
     }
 
     /// Sessions oldest first; closed and failed ones only with `all`.
-    pub fn sessions(&self, all: bool) -> Result<Vec<SessionView>, StoreError> {
-        dispatch!(self, store => store.sessions(all))
+    pub async fn sessions(&self, all: bool) -> Result<Vec<SessionView>, StoreError> {
+        dispatch!(self, store => store.sessions(all).await)
     }
 
     /// Up to `limit` events recorded after event `after`, oldest first.
-    pub fn events_after(&self, after: u64, limit: usize) -> Result<EventPage, StoreError> {
-        dispatch!(self, store => store.events_after(after, limit))
+    pub async fn events_after(&self, after: u64, limit: usize) -> Result<EventPage, StoreError> {
+        dispatch!(self, store => store.events_after(after, limit).await)
     }
 
     /// The id of the newest event.
-    pub fn last_event_id(&self) -> Result<u64, StoreError> {
-        dispatch!(self, store => store.last_event_id())
+    pub async fn last_event_id(&self) -> Result<u64, StoreError> {
+        dispatch!(self, store => store.last_event_id().await)
     }
 
     /// The id of the last event delivered to a webhook, as last recorded.
-    pub fn webhook_cursor(&self, webhook: &str) -> Result<Option<u64>, StoreError> {
-        dispatch!(self, store => store.webhook_cursor(webhook))
+    pub async fn webhook_cursor(&self, webhook: &str) -> Result<Option<u64>, StoreError> {
+        dispatch!(self, store => store.webhook_cursor(webhook).await)
     }
 
     /// Records that a webhook has had every event up to `event`; kept with the next change, not waited for.
@@ -515,8 +515,8 @@ impl Store {
     }
 
     /// How large the store is, in bytes (`None` in memory).
-    pub fn size(&self) -> Option<u64> {
-        dispatch!(self, store => store.size())
+    pub async fn size(&self) -> Option<u64> {
+        dispatch!(self, store => store.size().await)
     }
 }
 

@@ -297,7 +297,7 @@ impl Upstreams {
     /// Closes a private session; its pending Requests are cancelled (the upstream is told `cancel`) and its
     /// calls fail.
     pub async fn close(&self, id: &str, detail: &str, by: &Principal) -> Result<SessionView, UpstreamError> {
-        let view = self.session(id, by)?;
+        let view = self.session(id, by).await?;
         if view.shared {
             return Err(UpstreamError::SharedSession(id.to_owned()));
         }
@@ -314,15 +314,17 @@ impl Upstreams {
             .await?;
         self.close_live(id, live, SessionStatus::Closed, detail).await;
         self.sessions
-            .get(id)?
+            .get(id)
+            .await?
             .ok_or_else(|| UpstreamError::UnknownSession(id.to_owned()))
     }
 
     /// A session as `by` may see it.
-    pub fn session(&self, id: &str, by: &Principal) -> Result<SessionView, UpstreamError> {
+    pub async fn session(&self, id: &str, by: &Principal) -> Result<SessionView, UpstreamError> {
         let view = self
             .sessions
-            .get(id)?
+            .get(id)
+            .await?
             .ok_or_else(|| UpstreamError::UnknownSession(id.to_owned()))?;
         if view.shared || by.may_see(view.owner.as_deref()) {
             Ok(view)
@@ -342,7 +344,7 @@ impl Upstreams {
         by: &Principal,
     ) -> Result<CallView, UpstreamError> {
         if let Target::Session(id) = &target {
-            let session = self.session(id, by)?;
+            let session = self.session(id, by).await?;
             if !session.shared && !by.may_change(session.owner.as_deref()) {
                 return Err(UpstreamError::Forbidden(format!(
                     "{} may not call tools on session {id}",
@@ -350,7 +352,7 @@ impl Upstreams {
                 )));
             }
         }
-        let live = self.live(&target)?;
+        let live = self.live(&target).await?;
         let call = NewCall {
             server: live.core.server.clone(),
             session: live.core.id.clone(),
@@ -377,16 +379,19 @@ impl Upstreams {
         params.arguments = arguments;
         tracing::debug!(call = %view.id, server = %view.server, tool = %view.tool, "call started");
         // The upstream starts on it while the store writes the call down; if that fails, the call is abandoned.
-        let leg = self.clone().spawn_leg(
-            CallRef {
-                id: view.id.clone(),
-                owner: view.owner.clone(),
-            },
-            view.tool.clone(),
-            live,
-            params,
-            0,
-        );
+        let leg = self
+            .clone()
+            .spawn_leg(
+                CallRef {
+                    id: view.id.clone(),
+                    owner: view.owner.clone(),
+                },
+                view.tool.clone(),
+                live,
+                params,
+                0,
+            )
+            .await;
         if let Err(error) = started.kept.await {
             leg.cancel();
             return Err(UpstreamError::Store(error));
@@ -404,16 +409,17 @@ impl Upstreams {
         }
         lock(&self.worked).remove(id);
         self.calls
-            .get(id)?
+            .get(id)
+            .await?
             .ok_or_else(|| UpstreamError::UnknownCall(id.to_owned()))
     }
 
     /// The merged `tools/list` of a target.
     pub async fn tools(&self, target: &Target, by: &Principal) -> Result<Value, UpstreamError> {
         if let Target::Session(id) = target {
-            self.session(id, by)?;
+            self.session(id, by).await?;
         }
-        let live = self.live(target)?;
+        let live = self.live(target).await?;
         let tools = live
             .peer
             .list_all_tools()
@@ -437,9 +443,9 @@ impl Upstreams {
     /// in memory everything ends.
     pub async fn shut_down(&self) {
         let detail = "the gateway is shutting down";
-        for call in self.calls.running(None).unwrap_or_default() {
-            let resumable = self.durable && self.calls.retry(&call.id).ok().flatten().is_some();
-            let waiting = self.durable && call.status == CallStatus::InputRequired && self.keeps_rounds(&call);
+        for call in self.calls.running(None).await.unwrap_or_default() {
+            let resumable = self.durable && self.calls.retry(&call.id).await.ok().flatten().is_some();
+            let waiting = self.durable && call.status == CallStatus::InputRequired && self.keeps_rounds(&call).await;
             if resumable || waiting {
                 continue;
             }
@@ -469,16 +475,17 @@ impl Upstreams {
     }
 
     /// Whether a call started on a session that suspends as 2026-07-28 rounds.
-    fn keeps_rounds(&self, call: &CallView) -> bool {
+    async fn keeps_rounds(&self, call: &CallView) -> bool {
         self.sessions
             .get(&call.session)
+            .await
             .ok()
             .flatten()
             .and_then(|session| session.protocol_version)
             .is_some_and(|version| version.as_str() >= ROUNDS_PROTOCOL)
     }
 
-    fn live(&self, target: &Target) -> Result<Arc<Live>, UpstreamError> {
+    async fn live(&self, target: &Target) -> Result<Arc<Live>, UpstreamError> {
         match target {
             Target::Server(name) => {
                 let state = lock(&self.slot(name)?.state).clone();
@@ -492,13 +499,13 @@ impl Upstreams {
                     })
             }
             Target::Session(id) => {
-                self.sessions
-                    .get(id)?
-                    .ok_or_else(|| UpstreamError::UnknownSession(id.clone()))?;
-                lock(&self.live)
-                    .get(id)
-                    .cloned()
-                    .ok_or_else(|| UpstreamError::SessionNotReady(id.clone()))
+                if let Some(live) = lock(&self.live).get(id).cloned() {
+                    return Ok(live);
+                }
+                match self.sessions.get(id).await? {
+                    Some(_) => Err(UpstreamError::SessionNotReady(id.clone())),
+                    None => Err(UpstreamError::UnknownSession(id.clone())),
+                }
             }
         }
     }

@@ -29,7 +29,7 @@ pub const SIGNATURE_HEADER: &str = "x-toolnexus-signature";
 
 /// Starts one delivery task per webhook. A webhook goes on from the last event it was given; one the store
 /// has never seen starts with the events recorded from now on. Fails only when an HTTP client cannot be built.
-pub fn start(
+pub async fn start(
     webhooks: Vec<Webhook>,
     store: &Store,
     feed: &Feed,
@@ -44,11 +44,11 @@ pub fn start(
     let open = delivery_client().build()?;
     for webhook in webhooks {
         let client = if webhook.allow_link_local { &open } else { &guarded }.clone();
-        let cursor = match store.webhook_cursor(&webhook.name) {
+        let cursor = match store.webhook_cursor(&webhook.name).await {
             Ok(Some(cursor)) => cursor,
             _ => {
                 // A new webhook gets what happens from now on, also across a restart before its first delivery.
-                let start = store.last_event_id().unwrap_or(0);
+                let start = store.last_event_id().await.unwrap_or(0);
                 store.save_webhook_cursor(&webhook.name, start);
                 start
             }
@@ -85,7 +85,7 @@ impl Delivery {
     async fn run(self, mut cursor: u64, shutdown: CancellationToken) {
         let mut versions = self.feed.versions();
         loop {
-            let page = match self.store.events_after(cursor, PAGE) {
+            let page = match self.store.events_after(cursor, PAGE).await {
                 Ok(page) => page,
                 Err(error) => {
                     tracing::warn!(webhook = %self.webhook.name, %error, "the event log could not be read");

@@ -129,7 +129,7 @@ pub async fn list(
         session: query.session,
         owner: (principal.role == Role::Agent).then(|| principal.name.clone()),
     };
-    Ok(Json(state.calls.list(&filter, limit)?))
+    Ok(Json(state.calls.list(&filter, limit).await?))
 }
 
 /// `GET /calls/{id}`: one call; with `wait`, held while it is running.
@@ -152,7 +152,7 @@ pub async fn get(
     Path(id): Path<String>,
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<CallView>, ApiError> {
-    owned_by(&state, &id, &principal, Principal::may_see)?;
+    owned_by(&state, &id, &principal, Principal::may_see).await?;
     let _held = state.hold_long_poll(&principal, query.wait.duration())?;
     settled(&state, &id, query.wait)
         .await?
@@ -177,7 +177,7 @@ pub async fn cancel(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<CallView>, ApiError> {
-    owned_by(&state, &id, &principal, Principal::may_change)?;
+    owned_by(&state, &id, &principal, Principal::may_change).await?;
     let upstreams = state.upstreams.clone();
     let call = to_completion(async move {
         Ok(upstreams
@@ -189,7 +189,7 @@ pub async fn cancel(
 }
 
 /// `404` for an unknown call, `403` when the rule says the principal may not touch it.
-fn owned_by(
+async fn owned_by(
     state: &AppState,
     id: &str,
     principal: &Principal,
@@ -197,7 +197,8 @@ fn owned_by(
 ) -> Result<(), ApiError> {
     let (_, owner) = state
         .calls
-        .status(id)?
+        .status(id)
+        .await?
         .ok_or_else(|| ApiError::not_found(format!("no call with id {id}")))?;
     if rule(principal, Some(&owner)) {
         Ok(())
@@ -208,9 +209,11 @@ fn owned_by(
 
 /// The call once it is no longer `running`, or as it is when `wait` passes.
 pub(super) async fn settled(state: &AppState, id: &str, wait: Wait) -> Result<Option<CallView>, ApiError> {
-    let not_running = || match state.calls.status(id) {
-        Ok(Some((CallStatus::Running, _))) => None,
-        read => Some(read),
+    let not_running = || async move {
+        match state.calls.status(id).await {
+            Ok(Some((CallStatus::Running, _))) => None,
+            read => Some(read),
+        }
     };
     let concerns = |event: &Event| event.call.as_deref() == Some(id);
     let _ = state
@@ -222,5 +225,5 @@ pub(super) async fn settled(state: &AppState, id: &str, wait: Wait) -> Result<Op
             not_running,
         )
         .await;
-    Ok(state.calls.get(id)?)
+    Ok(state.calls.get(id).await?)
 }

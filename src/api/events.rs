@@ -85,7 +85,7 @@ pub async fn stream(
     let live = state.feed.subscribe();
     let after = match last_seen {
         Some(id) => id,
-        None => state.store.last_event_id()?,
+        None => state.store.last_event_id().await?,
     };
     let follow = Follow {
         store: state.store.clone(),
@@ -128,7 +128,7 @@ impl Follow {
                 return Some(event);
             }
             if self.catching_up {
-                self.catch_up();
+                self.catch_up().await;
                 continue;
             }
             match self.live.recv().await {
@@ -148,11 +148,11 @@ impl Follow {
     }
 
     /// Reads the next page of the log into `ready`, or a `resync` when the log no longer has what was missed.
-    fn catch_up(&mut self) {
-        match self.store.events_after(self.after, PAGE) {
+    async fn catch_up(&mut self) {
+        match self.store.events_after(self.after, PAGE).await {
             Ok(page) if page.gap => {
                 // The client re-reads the state on `resync`: what follows is what happens from now on.
-                self.after = self.store.last_event_id().unwrap_or(page.resume_after);
+                self.after = self.store.last_event_id().await.unwrap_or(page.resume_after);
                 self.ready.push_back(resync_event(self.after, "events were missed"));
                 self.catching_up = false;
             }

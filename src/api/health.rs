@@ -43,7 +43,7 @@ pub async fn readyz(
     State(state): State<AppState>,
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> (StatusCode, Json<Value>) {
-    let ready = || state.upstreams.not_ready().is_empty().then_some(());
+    let ready = || std::future::ready(state.upstreams.not_ready().is_empty().then_some(()));
     // Probes need no token: together they hold at most one principal's long-polls, and past that they are
     // answered at once, so that nobody can fill the connections with them.
     let held = (!query.wait.duration().is_zero())

@@ -21,9 +21,9 @@ pub async fn render(State(state): State<AppState>) -> Response {
     let mut gauges = vec![Gauge {
         name: "toolnexus_requests_pending",
         labels: Vec::new(),
-        value: state.registry.pending_count().unwrap_or_default() as f64,
+        value: state.registry.pending_count().await.unwrap_or_default() as f64,
     }];
-    for (status, count) in state.calls.count_by_status().unwrap_or_default() {
+    for (status, count) in state.calls.count_by_status().await.unwrap_or_default() {
         let status = status.as_str().to_owned();
         gauges.push(Gauge {
             name: "toolnexus_calls",
@@ -32,7 +32,7 @@ pub async fn render(State(state): State<AppState>) -> Response {
         });
     }
     let mut sessions = std::collections::BTreeMap::<(String, SessionStatus), usize>::new();
-    for session in state.sessions.list(false).unwrap_or_default() {
+    for session in state.sessions.list(false).await.unwrap_or_default() {
         *sessions.entry((session.server, session.status)).or_default() += 1;
     }
     for ((server, status), count) in sessions {
@@ -61,7 +61,7 @@ pub async fn render(State(state): State<AppState>) -> Response {
         labels: Vec::new(),
         value: state.connections.open() as f64,
     });
-    if let Some(bytes) = state.store.size() {
+    if let Some(bytes) = state.store.size().await {
         gauges.push(Gauge {
             name: "toolnexus_store_bytes",
             labels: Vec::new(),

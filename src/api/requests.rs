@@ -99,9 +99,12 @@ pub async fn list(
         )));
     }
     let _held = state.hold_long_poll(&principal, query.wait.duration())?;
-    let list = || match state.registry.list(&filter, cursor, limit) {
-        Ok((page, _)) if page.is_empty() => None,
-        listed => Some(listed),
+    let (registry, listed) = (&state.registry, &filter);
+    let list = || async move {
+        match registry.list(listed, cursor, limit).await {
+            Ok((page, _)) if page.is_empty() => None,
+            listed => Some(listed),
+        }
     };
     let concerns = |event: &Event| filter.may_concern(event);
     let (page, next) = state
@@ -148,16 +151,19 @@ pub async fn get(
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<RequestView>, ApiError> {
     let unknown = || ApiError::not_found(format!("no Request with id {id}"));
-    let (status, owner) = state.registry.status(&id)?.ok_or_else(unknown)?;
+    let (status, owner) = state.registry.status(&id).await?.ok_or_else(unknown)?;
     visible(&principal, &id, owner.as_deref())?;
     if status == Status::Pending && !query.wait.duration().is_zero() {
         let _held = state.hold_long_poll(&principal, query.wait.duration())?;
-        let resolved = || match state.registry.status(&id) {
-            Ok(Some((Status::Pending, _))) => None,
-            read => Some(read),
+        let (registry, id) = (&state.registry, id.as_str());
+        let resolved = || async move {
+            match registry.status(id).await {
+                Ok(Some((Status::Pending, _))) => None,
+                read => Some(read),
+            }
         };
         // Only a change to a Request of its session can resolve it.
-        let session = state.registry.get(&id)?.ok_or_else(unknown)?.session;
+        let session = state.registry.get(id).await?.ok_or_else(unknown)?.session;
         let concerns = |event: &Event| event.kind == EventKind::RequestResolved && event.session == session;
         let _ = state
             .feed
@@ -169,7 +175,7 @@ pub async fn get(
             )
             .await;
     }
-    state.registry.get(&id)?.map(Json).ok_or_else(unknown)
+    state.registry.get(&id).await?.map(Json).ok_or_else(unknown)
 }
 
 /// `POST /requests/{id}/answer`: resolves a pending Request.
@@ -212,7 +218,8 @@ pub async fn answer(
     }
     let (_, owner) = state
         .registry
-        .status(&id)?
+        .status(&id)
+        .await?
         .ok_or_else(|| ApiError::not_found(format!("no Request with id {id}")))?;
     visible(&principal, &id, owner.as_deref())?;
     let wait = query.wait.duration();
@@ -223,7 +230,7 @@ pub async fn answer(
     let answered = to_completion(async move { Ok(registry.answer(&id, answer, &by).await?) }).await?;
     if held.is_some()
         && let Some(call) = answered.view.call.as_deref()
-        && let Some((_, owner)) = state.calls.status(call)?
+        && let Some((_, owner)) = state.calls.status(call).await?
         && principal.may_see(Some(&owner))
     {
         let resumed_call = super::calls::settled(&state, call, query.wait).await?;

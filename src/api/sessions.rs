@@ -96,7 +96,7 @@ pub async fn list(
     Extension(principal): Extension<Principal>,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Json<Vec<SessionView>>, ApiError> {
-    let sessions = state.sessions.list(matches!(query.status, SessionFilter::All))?;
+    let sessions = state.sessions.list(matches!(query.status, SessionFilter::All)).await?;
     Ok(Json(
         sessions
             .into_iter()
@@ -122,7 +122,7 @@ pub async fn get(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(state.upstreams.session(&id, &principal)?))
+    Ok(Json(state.upstreams.session(&id, &principal).await?))
 }
 
 /// `DELETE /sessions/{id}`: closes a private session; its pending Requests become `cancelled`.
@@ -207,11 +207,13 @@ pub async fn server(
 ) -> Result<Json<ServerView>, ApiError> {
     state.upstreams.server(&name)?;
     let settled = || {
-        state
-            .upstreams
-            .server(&name)
-            .ok()
-            .filter(|server| server.status != ServerStatus::Starting)
+        std::future::ready(
+            state
+                .upstreams
+                .server(&name)
+                .ok()
+                .filter(|server| server.status != ServerStatus::Starting),
+        )
     };
     let _held = state.hold_long_poll(&principal, query.wait.duration())?;
     let _ = state

@@ -127,7 +127,7 @@ fn run(location: &Location, ops: Vec<Op>) -> Result<(), TestCaseError> {
         let mut tracked: Vec<Tracked> = Vec::new();
         for op in ops {
             step(&mut world, &mut tracked, op).await?;
-            check(&world, &mut tracked)?;
+            check(&world, &mut tracked).await?;
         }
         if let Store::Sqlite(sqlite) = &store {
             sqlite.close();
@@ -169,7 +169,7 @@ async fn step(world: &mut World, tracked: &mut Vec<Tracked>, op: Op) -> Result<(
         Op::Answer { target, answer: reply } => {
             let Some(index) = pick(target) else { return Ok(()) };
             let entry = &mut tracked[index];
-            let before = registry.get(&entry.id).unwrap().unwrap();
+            let before = registry.get(&entry.id).await.unwrap().unwrap();
             let given = answer(reply);
             let result = registry.answer(&entry.id, given.clone(), "tester").await;
             let gone = entry.withdrawn.is_cancelled() || (entry.waiting.is_none() && entry.received.is_none());
@@ -223,7 +223,7 @@ async fn step(world: &mut World, tracked: &mut Vec<Tracked>, op: Op) -> Result<(
         Op::Cancel { target, tell } => {
             let Some(index) = pick(target) else { return Ok(()) };
             let id = tracked[index].id.clone();
-            let pending = registry.get(&id).unwrap().unwrap().status == Status::Pending;
+            let pending = registry.get(&id).await.unwrap().unwrap().status == Status::Pending;
             let tell = if tell { Tell::Cancel } else { Tell::Nothing };
             let cancelled = registry
                 .cancel(Pending::Ids(vec![id.clone()]), "cancelled by the test", tell)
@@ -231,7 +231,7 @@ async fn step(world: &mut World, tracked: &mut Vec<Tracked>, op: Op) -> Result<(
                 .unwrap();
             prop_assert_eq!(cancelled, usize::from(pending));
             if pending {
-                prop_assert_eq!(registry.get(&id).unwrap().unwrap().status, Status::Cancelled);
+                prop_assert_eq!(registry.get(&id).await.unwrap().unwrap().status, Status::Cancelled);
             }
         }
         Op::Withdraw { target } => {
@@ -245,15 +245,15 @@ async fn step(world: &mut World, tracked: &mut Vec<Tracked>, op: Op) -> Result<(
         Op::Advance { seconds } => {
             world.advanced += Duration::from_secs(seconds);
             let now = world.now();
-            let due: Vec<&Tracked> = tracked
-                .iter()
-                .filter(|entry| {
-                    entry.deadline <= now && registry.get(&entry.id).unwrap().unwrap().status == Status::Pending
-                })
-                .collect();
+            let mut due = Vec::new();
+            for entry in tracked.iter().filter(|entry| entry.deadline <= now) {
+                if registry.get(&entry.id).await.unwrap().unwrap().status == Status::Pending {
+                    due.push(entry);
+                }
+            }
             registry.expire_at(now).await.unwrap();
             for entry in due {
-                prop_assert_eq!(registry.get(&entry.id).unwrap().unwrap().status, Status::Expired);
+                prop_assert_eq!(registry.get(&entry.id).await.unwrap().unwrap().status, Status::Expired);
             }
         }
     }
@@ -261,7 +261,7 @@ async fn step(world: &mut World, tracked: &mut Vec<Tracked>, op: Op) -> Result<(
 }
 
 /// Every Request is pending or has kept the terminal view it first reached, with its one outcome delivered.
-fn check(world: &World, tracked: &mut [Tracked]) -> Result<(), TestCaseError> {
+async fn check(world: &World, tracked: &mut [Tracked]) -> Result<(), TestCaseError> {
     let registry = &world.registry;
     let mut pending = 0;
     for entry in tracked.iter_mut() {
@@ -278,7 +278,7 @@ fn check(world: &World, tracked: &mut [Tracked]) -> Result<(), TestCaseError> {
                 }
             }
         }
-        let view = registry.get(&entry.id).unwrap().unwrap();
+        let view = registry.get(&entry.id).await.unwrap().unwrap();
         if view.status == Status::Pending {
             pending += 1;
             prop_assert!(entry.resolved.is_none(), "{} went back to pending", entry.id);
@@ -303,15 +303,15 @@ fn check(world: &World, tracked: &mut [Tracked]) -> Result<(), TestCaseError> {
             prop_assert_eq!(result, Some(json!({"action": "cancel"})));
         }
     }
-    prop_assert_eq!(registry.pending_count().unwrap(), pending);
+    prop_assert_eq!(registry.pending_count().await.unwrap(), pending);
     let only_pending = Filter {
         status: Some(Status::Pending),
         ..Filter::default()
     };
-    let (listed, _) = registry.list(&only_pending, 0, usize::MAX).unwrap();
+    let (listed, _) = registry.list(&only_pending, 0, usize::MAX).await.unwrap();
     prop_assert_eq!(listed.len(), pending);
     // Listing pending Requests gives exactly those whose status is pending, in the same order.
-    let (every, _) = registry.list(&Filter::default(), 0, usize::MAX).unwrap();
+    let (every, _) = registry.list(&Filter::default(), 0, usize::MAX).await.unwrap();
     let ids = |views: &[RequestView]| views.iter().map(|view| view.request.id.clone()).collect::<Vec<_>>();
     let pending_in_full: Vec<RequestView> = every
         .into_iter()

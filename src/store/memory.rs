@@ -280,7 +280,7 @@ impl Memory {
         Ok(resolved)
     }
 
-    pub fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
+    pub async fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
         Ok(self.lock().requests.live().next().map(|entry| entry.deadline))
     }
 
@@ -418,7 +418,7 @@ impl Memory {
         Ok(())
     }
 
-    pub fn retry(&self, call: &str) -> Result<Option<Retry>, StoreError> {
+    pub async fn retry(&self, call: &str) -> Result<Option<Retry>, StoreError> {
         Ok(self.lock().retry(call))
     }
 
@@ -501,11 +501,11 @@ impl Memory {
         Ok(Some(view))
     }
 
-    pub fn request(&self, id: &str) -> Result<Option<RequestView>, StoreError> {
+    pub async fn request(&self, id: &str) -> Result<Option<RequestView>, StoreError> {
         Ok(self.lock().requests.get(id).map(|entry| entry.view.clone()))
     }
 
-    pub fn request_status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
+    pub async fn request_status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
         Ok(self
             .lock()
             .requests
@@ -514,7 +514,7 @@ impl Memory {
     }
 
     /// Listing pending Requests walks only those, however many resolved ones are kept.
-    pub fn requests(
+    pub async fn requests(
         &self,
         filter: &Filter,
         cursor: u64,
@@ -539,15 +539,15 @@ impl Memory {
         Ok((page, None))
     }
 
-    pub fn pending_count(&self) -> Result<usize, StoreError> {
+    pub async fn pending_count(&self) -> Result<usize, StoreError> {
         Ok(self.lock().requests.live_count())
     }
 
-    pub fn call(&self, id: &str) -> Result<Option<CallView>, StoreError> {
+    pub async fn call(&self, id: &str) -> Result<Option<CallView>, StoreError> {
         Ok(self.lock().calls.get(id).map(|entry| entry.view.clone()))
     }
 
-    pub fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
+    pub async fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
         Ok(self
             .lock()
             .calls
@@ -555,7 +555,7 @@ impl Memory {
             .map(|entry| (entry.view.status, entry.view.owner.clone())))
     }
 
-    pub fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
+    pub async fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
         Ok(self
             .lock()
             .calls
@@ -566,7 +566,7 @@ impl Memory {
             .collect())
     }
 
-    pub fn running_calls(&self, session: Option<&str>) -> Result<Vec<CallView>, StoreError> {
+    pub async fn running_calls(&self, session: Option<&str>) -> Result<Vec<CallView>, StoreError> {
         Ok(self
             .lock()
             .calls
@@ -576,7 +576,7 @@ impl Memory {
             .collect())
     }
 
-    pub fn count_calls(&self) -> Result<Vec<(CallStatus, usize)>, StoreError> {
+    pub async fn count_calls(&self) -> Result<Vec<(CallStatus, usize)>, StoreError> {
         let mut counts = std::collections::BTreeMap::new();
         for entry in self.lock().calls.values() {
             *counts.entry(entry.view.status).or_default() += 1;
@@ -584,11 +584,11 @@ impl Memory {
         Ok(counts.into_iter().collect())
     }
 
-    pub fn session(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
+    pub async fn session(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
         Ok(self.lock().sessions.get(id).cloned())
     }
 
-    pub fn sessions(&self, all: bool) -> Result<Vec<SessionView>, StoreError> {
+    pub async fn sessions(&self, all: bool) -> Result<Vec<SessionView>, StoreError> {
         let state = self.lock();
         Ok(if all {
             state.sessions.values().cloned().collect()
@@ -597,7 +597,7 @@ impl Memory {
         })
     }
 
-    pub fn events_after(&self, after: u64, limit: usize) -> Result<EventPage, StoreError> {
+    pub async fn events_after(&self, after: u64, limit: usize) -> Result<EventPage, StoreError> {
         let state = self.lock();
         let oldest = state.events.front().map_or(state.last_event + 1, |event| event.id);
         if after > state.last_event || after + 1 < oldest {
@@ -620,11 +620,11 @@ impl Memory {
         })
     }
 
-    pub fn last_event_id(&self) -> Result<u64, StoreError> {
+    pub async fn last_event_id(&self) -> Result<u64, StoreError> {
         Ok(self.lock().last_event)
     }
 
-    pub fn webhook_cursor(&self, webhook: &str) -> Result<Option<u64>, StoreError> {
+    pub async fn webhook_cursor(&self, webhook: &str) -> Result<Option<u64>, StoreError> {
         Ok(self.lock().webhook_cursors.get(webhook).copied())
     }
 
@@ -644,7 +644,7 @@ impl Memory {
         Ok(())
     }
 
-    pub fn size(&self) -> Option<u64> {
+    pub async fn size(&self) -> Option<u64> {
         None
     }
 

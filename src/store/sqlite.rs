@@ -181,12 +181,12 @@ impl Sqlite {
     }
 
     /// How many Requests are pending.
-    pub fn pending_count(&self) -> Result<usize, StoreError> {
+    pub async fn pending_count(&self) -> Result<usize, StoreError> {
         Ok(lock_mutex(&self.shared.live).pending())
     }
 
     /// How large the database is, in bytes.
-    pub fn size(&self) -> Option<u64> {
+    pub async fn size(&self) -> Option<u64> {
         self.read(|conn| {
             conn.query_row(
                 "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",

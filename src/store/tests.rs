@@ -106,11 +106,11 @@ async fn a_round_answered_in_full_gives_what_its_retry_sends() {
             new_request(Some(&call.id), Some("b")),
         ];
         let raised = store.raise(requests, Some(round), PendingCaps::NONE).await.unwrap();
-        let waiting = store.call(&call.id).unwrap().unwrap();
+        let waiting = store.call(&call.id).await.unwrap().unwrap();
         assert_eq!(waiting.status, CallStatus::InputRequired);
         assert_eq!(waiting.requests.len(), 2);
         assert_eq!(
-            store.retry(&call.id).unwrap(),
+            store.retry(&call.id).await.unwrap(),
             None,
             "a round with Requests pending is not retried"
         );
@@ -124,8 +124,8 @@ async fn a_round_answered_in_full_gives_what_its_retry_sends() {
             .resolve(Pending::Ids(vec![raised[1].request.id.clone()]), Resolution::Expired)
             .await
             .unwrap();
-        assert_eq!(store.call(&call.id).unwrap().unwrap().status, CallStatus::Running);
-        let retry = store.retry(&call.id).unwrap().unwrap();
+        assert_eq!(store.call(&call.id).await.unwrap().unwrap().status, CallStatus::Running);
+        let retry = store.retry(&call.id).await.unwrap().unwrap();
         assert_eq!(
             resolved.resumes,
             std::slice::from_ref(&retry),
@@ -160,7 +160,7 @@ async fn of_two_answers_one_wins_and_the_other_sees_it() {
             .filter(|outcome| matches!(outcome, Answered::Won { .. }))
             .collect();
         assert_eq!(won.len(), 1, "{outcomes:?}");
-        let kept = store.request(&id).unwrap().unwrap();
+        let kept = store.request(&id).await.unwrap().unwrap();
         for outcome in &outcomes {
             match outcome {
                 Answered::Won { view, .. } | Answered::Lost(view) => assert_eq!(view.answer, kept.answer),
@@ -189,7 +189,7 @@ async fn a_withdrawn_elicitation_takes_no_answer() {
         };
         assert_eq!(view.status, Status::Cancelled);
         assert_eq!(view.result, None, "nothing was sent upstream");
-        assert_eq!(store.request(&id).unwrap().unwrap(), view);
+        assert_eq!(store.request(&id).await.unwrap().unwrap(), view);
     })
     .await;
 }
@@ -207,7 +207,7 @@ async fn past_the_cap_nothing_of_a_round_is_raised() {
             store.raise(two, None, caps).await,
             Err(RaiseError::Full(PendingCap::Total(2)))
         ));
-        assert_eq!(store.pending_count().unwrap(), 1);
+        assert_eq!(store.pending_count().await.unwrap(), 1);
     })
     .await;
 }
@@ -309,7 +309,10 @@ async fn a_call_that_ends_cancels_its_pending_requests_once() {
                 .unwrap()
                 .is_none()
         );
-        assert_eq!(store.call(&call.id).unwrap().unwrap().error.unwrap().message, "stop");
+        assert_eq!(
+            store.call(&call.id).await.unwrap().unwrap().error.unwrap().message,
+            "stop"
+        );
     })
     .await;
 }
@@ -317,7 +320,7 @@ async fn a_call_that_ends_cancels_its_pending_requests_once() {
 #[tokio::test]
 async fn events_are_numbered_in_order_and_a_reader_past_the_end_is_told_to_relist() {
     on_both(|store| async move {
-        let before = store.last_event_id().unwrap();
+        let before = store.last_event_id().await.unwrap();
         let session = NewSession {
             id: "ses-1".into(),
             server: "demo".into(),
@@ -329,14 +332,14 @@ async fn events_are_numbered_in_order_and_a_reader_past_the_end_is_told_to_relis
             .await
             .unwrap();
         store.end_session("ses-1", SessionStatus::Closed, "done").await.unwrap();
-        let page = store.events_after(before, 10).unwrap();
+        let page = store.events_after(before, 10).await.unwrap();
         assert!(!page.gap);
         let ids: Vec<u64> = page.events.iter().map(|event| event.id).collect();
         assert_eq!(ids, [before + 1, before + 2, before + 3]);
         assert!(page.events.iter().all(|event| event.kind == EventKind::SessionUpdated));
         let last: Value = serde_json::from_str(&page.events[2].data).unwrap();
         assert_eq!(last["status"], "closed");
-        assert!(store.events_after(before + 99, 10).unwrap().gap);
+        assert!(store.events_after(before + 99, 10).await.unwrap().gap);
     })
     .await;
 }
@@ -401,21 +404,21 @@ async fn a_restart_ends_what_cannot_survive_it_and_keeps_the_rounds() {
         (1, 1, 1)
     );
     assert_eq!(recovered.resumes, std::slice::from_ref(&retrying.id));
-    let ended = store.request(&elicitation[0].request.id).unwrap().unwrap();
+    let ended = store.request(&elicitation[0].request.id).await.unwrap().unwrap();
     assert_eq!(ended.status, Status::Cancelled);
     assert!(ended.detail.unwrap().starts_with("the gateway restarted"));
-    let failed = store.call(&legacy.id).unwrap().unwrap();
+    let failed = store.call(&legacy.id).await.unwrap().unwrap();
     assert_eq!(failed.status, CallStatus::Failed);
     assert_eq!(
         failed.error.unwrap().reason,
         Some(crate::records::CallFailure::GatewayRestarted)
     );
     assert_eq!(
-        store.request(&kept[0].request.id).unwrap().unwrap().status,
+        store.request(&kept[0].request.id).await.unwrap().unwrap().status,
         Status::Pending
     );
     assert_eq!(
-        store.call(&waiting.id).unwrap().unwrap().status,
+        store.call(&waiting.id).await.unwrap().unwrap().status,
         CallStatus::InputRequired
     );
     let Store::Sqlite(sqlite) = &store else { unreachable!() };
@@ -437,7 +440,7 @@ async fn a_database_of_the_first_schema_is_migrated_and_its_pending_requests_kee
         .unwrap();
     }
     let store = Store::open(&Location::Sqlite(path), Feed::default(), Duration::from_secs(3600)).unwrap();
-    assert_eq!(store.pending_count().unwrap(), 1);
+    assert_eq!(store.pending_count().await.unwrap(), 1);
     let caps = PendingCaps {
         per_principal: 1,
         ..PendingCaps::NONE

@@ -24,7 +24,7 @@ const RETRY_MOST: Duration = Duration::from_secs(30);
 impl Upstreams {
     /// Sends one `tools/call` of a call on a task of its own, and acts on how it ends: the call ends, or
     /// waits on a round of Requests (then the answer that completes the round resumes it).
-    pub(super) fn spawn_leg(
+    pub(super) async fn spawn_leg(
         self: Arc<Self>,
         call: CallRef,
         tool: String,
@@ -40,6 +40,7 @@ impl Upstreams {
         if self
             .calls
             .status(&call.id)
+            .await
             .ok()
             .flatten()
             .is_some_and(|(status, _)| status.is_final())
@@ -163,7 +164,7 @@ impl Upstreams {
                 id: call,
                 owner: retry.owner,
             };
-            let _ = this.spawn_leg(call, retry.tool, live, params, retry.round);
+            let _ = this.spawn_leg(call, retry.tool, live, params, retry.round).await;
         });
     }
 
@@ -178,15 +179,16 @@ impl Upstreams {
         }
         let slot = self.slot(&retry.server).map_err(|error| error.to_string())?;
         let target = Target::Server(retry.server.clone());
-        let ready = || self.live(&target).ok();
+        let target = &target;
+        let ready = || async move { self.live(target).await.ok() };
         let wait = slot.server.startup_timeout;
-        self.feed
-            .wait_for(wait, &self.shutdown, Concern::Any, ready)
-            .await
-            .ok_or_else(|| match self.live(&target) {
-                Err(error) => format!("the call could not be retried: {error}"),
-                Ok(_) => "the gateway is shutting down".to_owned(),
-            })
+        if let Some(live) = self.feed.wait_for(wait, &self.shutdown, Concern::Any, ready).await {
+            return Ok(live);
+        }
+        match self.live(target).await {
+            Err(error) => Err(format!("the call could not be retried: {error}")),
+            Ok(_) => Err("the gateway is shutting down".to_owned()),
+        }
     }
 }
 
@@ -200,6 +202,7 @@ async fn work_budget(limit: Duration, mut used: Duration, calls: Calls, call: St
         }
         let waiting = calls
             .status(&call)
+            .await
             .ok()
             .flatten()
             .is_some_and(|(status, _)| status == CallStatus::InputRequired);

@@ -178,7 +178,7 @@ impl Upstreams {
         if live.core.owner.is_none() {
             return;
         }
-        for call in self.calls.running(Some(id)).unwrap_or_default() {
+        for call in self.calls.running(Some(id)).await.unwrap_or_default() {
             if lock(&self.legs).contains_key(&call.id) {
                 continue;
             }

@@ -60,7 +60,7 @@ impl Sqlite {
         self.write(move |tx| finish_in(tx, &id, finish)).await
     }
 
-    pub fn retry(&self, call: &str) -> Result<Option<Retry>, StoreError> {
+    pub async fn retry(&self, call: &str) -> Result<Option<Retry>, StoreError> {
         self.read(|conn| retry(conn, call))
     }
 
@@ -149,11 +149,11 @@ impl Sqlite {
         .await
     }
 
-    pub fn call(&self, id: &str) -> Result<Option<CallView>, StoreError> {
+    pub async fn call(&self, id: &str) -> Result<Option<CallView>, StoreError> {
         self.read(|conn| call(conn, id))
     }
 
-    pub fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
+    pub async fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
         if let Some(live) = super::lock_mutex(&self.shared.live).call(id) {
             return Ok(Some(live));
         }
@@ -165,7 +165,7 @@ impl Sqlite {
         })
     }
 
-    pub fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
+    pub async fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut conditions = Conditions::all();
         conditions.equal("c.status", filter.status.map(CallStatus::as_str));
@@ -184,7 +184,7 @@ impl Sqlite {
         })
     }
 
-    pub fn running_calls(&self, session: Option<&str>) -> Result<Vec<CallView>, StoreError> {
+    pub async fn running_calls(&self, session: Option<&str>) -> Result<Vec<CallView>, StoreError> {
         self.read(|conn| {
             let sql = format!(
                 "SELECT {} FROM calls AS c WHERE c.status IN ('running', 'input_required') \
@@ -197,7 +197,7 @@ impl Sqlite {
         })
     }
 
-    pub fn count_calls(&self) -> Result<Vec<(CallStatus, usize)>, StoreError> {
+    pub async fn count_calls(&self) -> Result<Vec<(CallStatus, usize)>, StoreError> {
         self.read(|conn| {
             let mut statement =
                 conn.prepare_cached("SELECT status, count(*) FROM calls GROUP BY status ORDER BY status")?;
@@ -214,11 +214,11 @@ impl Sqlite {
         })
     }
 
-    pub fn session(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
+    pub async fn session(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
         self.read(|conn| session(conn, id))
     }
 
-    pub fn sessions(&self, all: bool) -> Result<Vec<SessionView>, StoreError> {
+    pub async fn sessions(&self, all: bool) -> Result<Vec<SessionView>, StoreError> {
         self.read(|conn| {
             let sql = format!(
                 "SELECT {} FROM sessions WHERE ?1 OR status IN ('starting', 'ready') ORDER BY seq",

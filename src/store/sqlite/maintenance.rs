@@ -17,7 +17,7 @@ const PRUNE_BATCH: i64 = 5000;
 const ROUNDS_PROTOCOL: &str = "2026-07-28";
 
 impl Sqlite {
-    pub fn events_after(&self, after: u64, limit: usize) -> Result<EventPage, StoreError> {
+    pub async fn events_after(&self, after: u64, limit: usize) -> Result<EventPage, StoreError> {
         let after = i64::try_from(after).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(|conn| {
@@ -51,11 +51,11 @@ impl Sqlite {
         })
     }
 
-    pub fn last_event_id(&self) -> Result<u64, StoreError> {
+    pub async fn last_event_id(&self) -> Result<u64, StoreError> {
         self.read(|conn| last_event_id(conn).map(|id| u64::try_from(id).unwrap_or(0)))
     }
 
-    pub fn webhook_cursor(&self, webhook: &str) -> Result<Option<u64>, StoreError> {
+    pub async fn webhook_cursor(&self, webhook: &str) -> Result<Option<u64>, StoreError> {
         self.read(|conn| {
             conn.prepare_cached("SELECT delivered FROM webhook_cursors WHERE name = ?1")?
                 .query_row([webhook], |row| row.get::<_, i64>(0))

@@ -173,7 +173,7 @@ impl Sqlite {
         .await
     }
 
-    pub fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
+    pub async fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
         self.read(|conn| {
             conn.prepare_cached("SELECT min(expires_at) FROM requests WHERE status = 'pending'")?
                 .query_row([], |row| row.get::<_, Option<i64>>(0))
@@ -249,11 +249,11 @@ impl Sqlite {
         .await
     }
 
-    pub fn request(&self, id: &str) -> Result<Option<RequestView>, StoreError> {
+    pub async fn request(&self, id: &str) -> Result<Option<RequestView>, StoreError> {
         self.read(|conn| request(conn, id))
     }
 
-    pub fn request_status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
+    pub async fn request_status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
         if let Some(pending) = super::lock_mutex(&self.shared.live).request(id) {
             return Ok(Some(pending));
         }
@@ -265,7 +265,7 @@ impl Sqlite {
         })
     }
 
-    pub fn requests(
+    pub async fn requests(
         &self,
         filter: &Filter,
         cursor: u64,
