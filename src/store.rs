@@ -7,6 +7,7 @@
 
 mod memory;
 mod shares;
+pub mod postgres;
 pub mod sqlite;
 
 use std::path::PathBuf;

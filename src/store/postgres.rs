@@ -1,0 +1,325 @@
+//! The store in a PostgreSQL database: one writer connection that commits every change waiting in one
+//! transaction, holding the store's write lock so that events are numbered in the order they are kept,
+//! and shared connections for reads.
+
+#[cfg(test)]
+pub mod cluster;
+mod schema;
+mod writer;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls, Row, Statement};
+
+use super::{OpenError, StoreError};
+use crate::feed::Feed;
+use writer::{Applied, Job, Tx};
+
+/// The advisory lock a transaction that writes holds until it commits.
+const WRITE_LOCK: i64 = 0x746e_6777_7269_7465;
+/// The advisory lock held while the schema is brought up to date.
+const MIGRATION_LOCK: i64 = 0x746e_6777_6d69_6772;
+/// The advisory lock a gateway holds on its database for as long as it runs.
+const SOLE_LOCK: i64 = 0x746e_6777_736f_6c65;
+/// How many connections serve reads; each carries many reads at once.
+const READERS: usize = 4;
+/// How long connecting may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The PostgreSQL store; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Postgres {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    connector: Connector,
+    /// Changes for the writer; `None` once the store is closed.
+    jobs: Mutex<Option<mpsc::UnboundedSender<Job>>>,
+    readers: Vec<Mutex<Option<Arc<Conn>>>>,
+    next_reader: AtomicUsize,
+    /// Holds the database as this gateway's while it runs.
+    _sole: Client,
+}
+
+/// How to reach the database.
+#[derive(Clone)]
+pub struct Connector {
+    config: tokio_postgres::Config,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector").finish_non_exhaustive()
+    }
+}
+
+impl Connector {
+    /// A new connection, driven on a task of its own until it closes.
+    pub async fn connect(&self) -> Result<Client, tokio_postgres::Error> {
+        let (client, connection) = self.config.connect(NoTls).await?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::warn!(%error, "a store connection ended");
+            }
+        });
+        Ok(client)
+    }
+}
+
+/// A connection with the statements it has prepared.
+#[derive(Debug)]
+pub struct Conn {
+    pub client: Client,
+    statements: Mutex<HashMap<String, Statement>>,
+}
+
+impl Conn {
+    fn new(client: Client) -> Self {
+        Self {
+            client,
+            statements: Mutex::default(),
+        }
+    }
+
+    /// `sql`, prepared once per connection.
+    pub async fn statement(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
+        if let Some(statement) = lock_mutex(&self.statements).get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql).await?;
+        lock_mutex(&self.statements).insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
+    /// The rows of `sql`.
+    pub async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let statement = self.statement(sql).await?;
+        self.client.query(&statement, params).await
+    }
+
+    /// The one row of `sql`, if any.
+    pub async fn query_opt(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, tokio_postgres::Error> {
+        let statement = self.statement(sql).await?;
+        self.client.query_opt(&statement, params).await
+    }
+}
+
+impl Postgres {
+    /// Connects to the database at `url`, brings its schema up to date and starts its writer.
+    ///
+    /// A database that cannot be reached, that another gateway uses, or whose schema is newer than this
+    /// build is an error naming the cause.
+    pub async fn open(url: &str, feed: Feed) -> Result<Self, OpenError> {
+        let shown = crate::redact::url(url);
+        let failed = |cause: String| OpenError {
+            path: shown.clone(),
+            cause,
+        };
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|error: tokio_postgres::Error| failed(format!("it is not a PostgreSQL URL: {error}")))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name(env!("CARGO_PKG_NAME"));
+        }
+        let connector = Connector { config };
+        let sole = connector
+            .connect()
+            .await
+            .map_err(|error| failed(format!("cannot connect: {}", describe(&error))))?;
+        let held: bool = sole
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&SOLE_LOCK])
+            .await
+            .map_err(|error| failed(describe(&error)))?
+            .get(0);
+        if !held {
+            return Err(failed(
+                "another gateway is using this database: stop it, or give this one another database".to_owned(),
+            ));
+        }
+        migrate(&sole).await.map_err(failed)?;
+        let (jobs, receiver) = mpsc::unbounded_channel();
+        tokio::spawn(writer::run(connector.clone(), receiver, feed));
+        Ok(Self {
+            shared: Arc::new(Shared {
+                connector,
+                jobs: Mutex::new(Some(jobs)),
+                readers: (0..READERS).map(|_| Mutex::default()).collect(),
+                next_reader: AtomicUsize::new(0),
+                _sole: sole,
+            }),
+        })
+    }
+
+    /// Lets the writer finish the changes it has; later changes fail.
+    pub fn close(&self) {
+        drop(lock_mutex(&self.shared.jobs).take());
+    }
+
+    /// Applies a change in the writer; the future resolves once it is kept, with what `work` returned.
+    fn write<T: Send + 'static>(
+        &self,
+        work: impl for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
+        let (sender, receiver) = oneshot::channel();
+        let job: Job = Box::new(move |tx| {
+            Box::pin(async move {
+                match work(tx).await {
+                    Ok(value) => Ok(Applied {
+                        reply: Box::new(move |kept| {
+                            let _ = sender.send(kept.map(|()| value));
+                        }),
+                    }),
+                    Err(error) => {
+                        tracing::error!(%error, "the store could not apply a change");
+                        let _ = sender.send(Err(unavailable(&error)));
+                        Err(())
+                    }
+                }
+            })
+        });
+        let submitted = self.submit(job);
+        async move {
+            submitted?;
+            receiver.await.unwrap_or_else(|_| {
+                Err(StoreError::Unavailable(
+                    "the store could not apply the change".to_owned(),
+                ))
+            })
+        }
+    }
+
+    fn submit(&self, job: Job) -> Result<(), StoreError> {
+        let jobs = lock_mutex(&self.shared.jobs);
+        let sent = jobs.as_ref().is_some_and(|jobs| jobs.send(job).is_ok());
+        if sent {
+            Ok(())
+        } else {
+            Err(StoreError::Unavailable("the store is closed".to_owned()))
+        }
+    }
+
+    /// A connection for reads; it sees every change kept so far.
+    async fn reader(&self) -> Result<Arc<Conn>, StoreError> {
+        let slot = &self.shared.readers[self.shared.next_reader.fetch_add(1, Ordering::Relaxed) % READERS];
+        if let Some(conn) = lock_mutex(slot).as_ref().filter(|conn| !conn.client.is_closed()) {
+            return Ok(conn.clone());
+        }
+        let client = self.shared.connector.connect().await.map_err(|error| {
+            tracing::error!(%error, "the store cannot be reached");
+            unavailable(&error)
+        })?;
+        let conn = Arc::new(Conn::new(client));
+        *lock_mutex(slot) = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Runs a read on a read connection.
+    async fn read<T>(
+        &self,
+        read: impl AsyncFnOnce(&Conn) -> Result<T, tokio_postgres::Error>,
+    ) -> Result<T, StoreError> {
+        let conn = self.reader().await?;
+        read(&conn).await.map_err(|error| {
+            tracing::error!(%error, "the store could not be read");
+            unavailable(&error)
+        })
+    }
+
+    /// How large the database is, in bytes.
+    pub async fn size(&self) -> Option<u64> {
+        self.read(async |conn| {
+            let row = conn
+                .query_opt("SELECT pg_database_size(current_database())", &[])
+                .await?;
+            Ok(row.map(|row| row.get::<_, i64>(0)))
+        })
+        .await
+        .ok()
+        .flatten()
+        .and_then(|size| u64::try_from(size).ok())
+    }
+}
+
+/// Brings the schema up to date under the migration lock, so that gateways starting together migrate once;
+/// refuses a database written by a newer build.
+async fn migrate(client: &Client) -> Result<(), String> {
+    let failed = |error: tokio_postgres::Error| describe(&error);
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(failed)?;
+    let migrated = async {
+        client
+            .batch_execute("CREATE TABLE IF NOT EXISTS toolnexus_schema (version INTEGER NOT NULL)")
+            .await
+            .map_err(failed)?;
+        let version: i32 = client
+            .query_opt("SELECT version FROM toolnexus_schema", &[])
+            .await
+            .map_err(failed)?
+            .map_or(0, |row| row.get(0));
+        let known = schema::version();
+        if version > known {
+            return Err(format!(
+                "its schema is version {version}, newer than this build knows ({known}): it was written by a \
+                 newer toolnexus-gateway; run that version, or give this one another database"
+            ));
+        }
+        for (from, migration) in schema::MIGRATIONS
+            .iter()
+            .enumerate()
+            .skip(usize::try_from(version).unwrap_or(0))
+        {
+            let to = from + 1;
+            let record = if from == 0 {
+                format!("INSERT INTO toolnexus_schema (version) VALUES ({to})")
+            } else {
+                format!("UPDATE toolnexus_schema SET version = {to}")
+            };
+            client
+                .batch_execute(&format!("BEGIN; {migration}; {record}; COMMIT;"))
+                .await
+                .map_err(|error| {
+                    format!("cannot bring its schema to version {to}: {}", describe(&error))
+                })?;
+        }
+        Ok(())
+    }
+    .await;
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(failed);
+    migrated.and(unlocked.map(drop))
+}
+
+/// A PostgreSQL error in words a person can act on.
+fn describe(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{}: {}", db.severity(), db.message()),
+        None => error.to_string(),
+    }
+}
+
+/// A runtime failure of the database, for callers.
+fn unavailable(error: &tokio_postgres::Error) -> StoreError {
+    StoreError::Unavailable(describe(error))
+}
+
+fn lock_mutex<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,550 @@
+//! A throwaway PostgreSQL server for tests: initdb into a temp dir, `postgres` on a free loopback port, and
+//! a fresh database per test. The library's unit tests and the black-box tests in `tests/api` both compile
+//! this file, so it uses std, `tempfile` and `nix` only, and no async runtime.
+//!
+//! The server never outlives the test process: it runs under a `sh` watchdog whose standard input is a pipe
+//! only the test process holds. When that pipe closes (the [`Cluster`] is dropped, or the process ends in any
+//! way, SIGKILL included) the watchdog stops the server at once and removes the cluster's directory.
+
+use std::env;
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::os::unix::fs::chown;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::thread::sleep;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tempfile::TempDir;
+
+/// The URL of an existing server for [`shared`] to use instead of starting one.
+pub const EXTERNAL_ENV: &str = "TOOLNEXUS_TEST_POSTGRES";
+
+/// Where Debian's `postgresql-15` package puts the server's programs; searched before `pg_config --bindir`
+/// and `PATH`.
+const DEBIAN_BINDIR: &str = "/usr/lib/postgresql/15/bin";
+/// How long a starting server may take to accept connections before the test fails with its log.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a starting server is asked whether it is ready.
+const READY_POLL: Duration = Duration::from_millis(50);
+/// How many free ports are tried when another process takes the one just picked.
+const PORT_ATTEMPTS: usize = 5;
+/// Settings for speed over durability: a cluster lives only as long as its tests.
+const SETTINGS: [&str; 5] = [
+    "listen_addresses=127.0.0.1",
+    "fsync=off",
+    "synchronous_commit=off",
+    "full_page_writes=off",
+    "max_connections=300",
+];
+/// What the server logs as it exits, whether it was stopped or failed to start.
+const EXITED: &str = "database system is shut down";
+/// What the server logs when another process holds its port.
+const PORT_TAKEN: &str = "could not create any TCP/IP sockets";
+
+/// The watchdog, run as `sh -c WATCHDOG watchdog DIR POSTGRES ARGS..`. It reads `start PORT` and `stop` from
+/// its standard input and acknowledges each on its standard output; at end of input it stops the server
+/// (immediate shutdown) and removes DIR, the cluster's own temp dir.
+const WATCHDOG: &str = r#"
+dir=$1
+shift
+pid=
+run() {
+    "$@" </dev/null >>"$dir/server.log" 2>&1 &
+    pid=$!
+}
+while read -r command port; do
+    case $command in
+    start) run "$@" -p "$port"; echo started ;;
+    stop) [ -n "$pid" ] && kill -INT "$pid" 2>/dev/null && wait "$pid"; pid=; echo stopped ;;
+    esac
+done
+[ -n "$pid" ] && kill -QUIT "$pid" 2>/dev/null && wait "$pid"
+rm -rf -- "$dir"
+"#;
+
+/// A PostgreSQL server for tests: one this process started, or an existing one named by [`EXTERNAL_ENV`].
+pub struct Cluster {
+    server: Server,
+}
+
+enum Server {
+    Local(Local),
+    /// An existing server: databases are made on it, but it cannot be stopped.
+    External {
+        url: String,
+    },
+}
+
+/// A server this process started, with its data in a temp dir.
+struct Local {
+    dir: TempDir,
+    port: u16,
+    /// Locked for a whole start or stop, so concurrent callers see one state.
+    watchdog: Mutex<Watchdog>,
+}
+
+/// The watchdog process and the two ends of its pipes.
+struct Watchdog {
+    child: Child,
+    /// Its standard input: closing it stops the server. Taken when the cluster is dropped.
+    commands: Option<ChildStdin>,
+    replies: BufReader<ChildStdout>,
+    running: bool,
+}
+
+/// The user the server runs as when the tests run as root, which PostgreSQL refuses to run as.
+#[derive(Clone, Copy)]
+struct RunAs {
+    uid: u32,
+    gid: u32,
+}
+
+/// The cluster of this test process, started on first use, or the server that [`EXTERNAL_ENV`] names.
+pub fn shared() -> &'static Cluster {
+    static SHARED: OnceLock<Cluster> = OnceLock::new();
+    SHARED.get_or_init(|| match env::var(EXTERNAL_ENV) {
+        Ok(url) if !url.is_empty() => Cluster {
+            server: Server::External { url },
+        },
+        _ => Cluster::start(),
+    })
+}
+
+impl Cluster {
+    /// Starts a new server in a fresh temp dir and waits until it accepts connections.
+    pub fn start() -> Cluster {
+        let run_as = run_as();
+        let dir = tempfile::Builder::new()
+            .prefix("toolnexus-postgres-")
+            .tempdir()
+            .expect("a temp dir for the cluster");
+        if let Some(user) = run_as {
+            chown(dir.path(), Some(user.uid), Some(user.gid)).expect("the cluster's dir handed to postgres");
+        }
+        initdb(dir.path(), run_as);
+        let mut watchdog = Watchdog::spawn(dir.path(), run_as);
+        for attempt in 1..=PORT_ATTEMPTS {
+            let port = free_port();
+            let log_start = log_len(dir.path());
+            watchdog.send(&format!("start {port}"), "started");
+            match wait_ready(dir.path(), port, log_start) {
+                Ok(()) => {
+                    watchdog.running = true;
+                    let watchdog = Mutex::new(watchdog);
+                    return Cluster {
+                        server: Server::Local(Local { dir, port, watchdog }),
+                    };
+                }
+                Err(log) if log.contains(PORT_TAKEN) && attempt < PORT_ATTEMPTS => continue,
+                Err(log) => panic!("PostgreSQL did not start on port {port}; its log:\n{log}"),
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    /// Creates a new empty database with a name of its own and returns its URL.
+    pub fn database(&self) -> String {
+        static COUNT: AtomicU64 = AtomicU64::new(0);
+        let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        // The time and the process id keep names apart across runs and test binaries sharing a server.
+        let name = format!(
+            "toolnexus_{}_{}_{}",
+            since_epoch.as_secs(),
+            std::process::id(),
+            COUNT.fetch_add(1, Ordering::Relaxed)
+        );
+        let admin = self.url("postgres");
+        psql(&admin, &format!("CREATE DATABASE {name} TEMPLATE template0"))
+            .unwrap_or_else(|error| panic!("cannot create database {name}: {error}"));
+        self.url(&name)
+    }
+
+    /// Stops the server (fast shutdown): connections fail until [`Cluster::restart`].
+    pub fn stop(&self) {
+        let mut watchdog = self.local("stop").watchdog();
+        if watchdog.running {
+            watchdog.send("stop", "stopped");
+            watchdog.running = false;
+        }
+    }
+
+    /// Starts the server again on the same port with the same data, stopping it first if it runs.
+    pub fn restart(&self) {
+        let local = self.local("restart");
+        let mut watchdog = local.watchdog();
+        if watchdog.running {
+            watchdog.send("stop", "stopped");
+            watchdog.running = false;
+        }
+        let log_start = log_len(local.dir.path());
+        watchdog.send(&format!("start {}", local.port), "started");
+        if let Err(log) = wait_ready(local.dir.path(), local.port, log_start) {
+            panic!("PostgreSQL did not restart on port {}; its log:\n{log}", local.port);
+        }
+        watchdog.running = true;
+    }
+
+    /// The URL of database `name` on this server.
+    fn url(&self, name: &str) -> String {
+        match &self.server {
+            Server::Local(local) => format!("postgres://postgres@127.0.0.1:{}/{name}", local.port),
+            Server::External { url } => with_database(url, name),
+        }
+    }
+
+    fn local(&self, verb: &str) -> &Local {
+        match &self.server {
+            Server::Local(local) => local,
+            Server::External { .. } => panic!(
+                "cannot {verb} the server that {EXTERNAL_ENV} names: use Cluster::start() for a test that \
+                 takes the database away"
+            ),
+        }
+    }
+}
+
+impl Local {
+    fn watchdog(&self) -> MutexGuard<'_, Watchdog> {
+        self.watchdog.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        let mut watchdog = self.watchdog();
+        drop(watchdog.commands.take());
+        // The watchdog stops the server and removes the dir before it exits; the TempDir then finds it gone.
+        let _ = watchdog.child.wait();
+    }
+}
+
+impl Watchdog {
+    fn spawn(dir: &Path, run_as: Option<RunAs>) -> Watchdog {
+        let data = dir.join("data");
+        let mut command = server_command(Path::new("sh"), dir, run_as);
+        command
+            .args(["-c", WATCHDOG, "watchdog"])
+            .arg(dir)
+            .arg(program("postgres"))
+            .arg("-D")
+            .arg(&data)
+            .arg("-k")
+            .arg(dir);
+        for setting in SETTINGS {
+            command.args(["-c", setting]);
+        }
+        // A group of its own: a Ctrl-C at the terminal ends the test process, whose pipe then stops the server.
+        command.process_group(0).stdin(Stdio::piped()).stdout(Stdio::piped());
+        let mut child = command.spawn().expect("sh runs the cluster's watchdog");
+        let commands = child.stdin.take();
+        let replies = BufReader::new(child.stdout.take().expect("the watchdog's stdout is piped"));
+        Watchdog {
+            child,
+            commands,
+            replies,
+            running: false,
+        }
+    }
+
+    /// Sends one command and waits for its acknowledgement.
+    fn send(&mut self, command: &str, ack: &str) {
+        let commands = self.commands.as_mut().expect("the watchdog's stdin is open until drop");
+        writeln!(commands, "{command}").expect("the watchdog reads its commands");
+        let mut reply = String::new();
+        self.replies.read_line(&mut reply).expect("the watchdog's reply");
+        assert_eq!(
+            reply.trim_end(),
+            ack,
+            "the cluster's watchdog answered {command:?} with {reply:?}"
+        );
+    }
+}
+
+/// Runs initdb as the server's user, panicking with its output if it fails.
+fn initdb(dir: &Path, run_as: Option<RunAs>) {
+    let output = server_command(&program("initdb"), dir, run_as)
+        .arg("-D")
+        .arg(dir.join("data"))
+        .args(["-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8", "--locale=C"])
+        .output()
+        .expect("initdb runs");
+    assert!(
+        output.status.success(),
+        "initdb failed ({}):\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A command that runs in `dir` as the server's user.
+fn server_command(program: &Path, dir: &Path, run_as: Option<RunAs>) -> Command {
+    let mut command = Command::new(program);
+    command.current_dir(dir).env("LC_ALL", "C");
+    if let Some(user) = run_as {
+        command.uid(user.uid).gid(user.gid);
+    }
+    command
+}
+
+/// Who the server runs as: the `postgres` user when this process is root, else this process's user.
+fn run_as() -> Option<RunAs> {
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    let user = nix::unistd::User::from_name("postgres")
+        .expect("the user database can be read")
+        .unwrap_or_else(|| {
+            panic!(
+                "PostgreSQL refuses to run as root and there is no `postgres` user: create one or run as another user"
+            )
+        });
+    Some(RunAs {
+        uid: user.uid.as_raw(),
+        gid: user.gid.as_raw(),
+    })
+}
+
+/// Waits until the server on `port` accepts connections, or returns its log written since `log_start`
+/// once it has exited or [`READY_TIMEOUT`] has passed.
+fn wait_ready(dir: &Path, port: u16, log_start: u64) -> Result<(), String> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let port = port.to_string();
+    loop {
+        let ready = Command::new(program("pg_isready"))
+            .args([
+                "-q",
+                "-t",
+                "1",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("pg_isready runs");
+        if ready.success() {
+            return Ok(());
+        }
+        let log = fs::read(dir.join("server.log")).unwrap_or_default();
+        let log = String::from_utf8_lossy(log.get(log_start as usize..).unwrap_or_default()).into_owned();
+        if log.contains(EXITED) {
+            return Err(log);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{log}(not ready after {READY_TIMEOUT:?})"));
+        }
+        sleep(READY_POLL);
+    }
+}
+
+fn log_len(dir: &Path) -> u64 {
+    fs::metadata(dir.join("server.log")).map(|meta| meta.len()).unwrap_or(0)
+}
+
+/// A loopback port that was free a moment ago.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+    listener.local_addr().expect("the port's address").port()
+}
+
+/// Runs one SQL statement with psql and returns what it printed (unaligned, tuples only), or its error.
+fn psql(url: &str, sql: &str) -> Result<String, String> {
+    let output = Command::new(program("psql"))
+        .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql])
+        .env("PGCONNECT_TIMEOUT", "5")
+        .output()
+        .map_err(|error| format!("psql: {error}"))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).trim_end().to_owned())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).trim_end().to_owned())
+    }
+}
+
+/// `url` with its database (the path) replaced by `name`; user, password, host and options are kept.
+fn with_database(url: &str, name: &str) -> String {
+    let authority = url.find("://").map_or(0, |scheme| scheme + 3);
+    let rest = &url[authority..];
+    let path = rest.find(['/', '?']).map_or(url.len(), |at| authority + at);
+    let query = url[path..].find('?').map_or("", |at| &url[path + at..]);
+    format!("{}/{name}{query}", &url[..path])
+}
+
+/// The path of a PostgreSQL program: in [`DEBIAN_BINDIR`], `pg_config --bindir`, or `PATH`.
+fn program(name: &str) -> PathBuf {
+    static DIRS: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    let dirs = DIRS.get_or_init(|| {
+        let mut dirs = vec![PathBuf::from(DEBIAN_BINDIR)];
+        if let Ok(output) = Command::new("pg_config").arg("--bindir").output()
+            && output.status.success()
+        {
+            dirs.push(PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()));
+        }
+        dirs.extend(env::split_paths(&env::var_os("PATH").unwrap_or_default()));
+        dirs
+    });
+    dirs.iter()
+        .map(|dir| dir.join(name))
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "no PostgreSQL program {name} in {DEBIAN_BINDIR}, `pg_config --bindir` or PATH: install the \
+             `postgresql` package (apt-get install postgresql), or set {EXTERNAL_ENV} to an existing server's URL"
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn local(cluster: &Cluster) -> &Local {
+        cluster.local("inspect")
+    }
+
+    /// The pid of the server's postmaster, from its pid file.
+    fn postmaster(cluster: &Cluster) -> u32 {
+        let pid_file = fs::read_to_string(local(cluster).dir.path().join("data/postmaster.pid")).unwrap();
+        pid_file.lines().next().unwrap().parse().unwrap()
+    }
+
+    fn alive(pid: u32) -> bool {
+        Path::new(&format!("/proc/{pid}")).exists()
+    }
+
+    #[test]
+    fn databases_are_new_empty_and_apart() {
+        let cluster = shared();
+
+        let first = cluster.database();
+        let second = cluster.database();
+
+        assert_ne!(first, second);
+        assert_eq!(psql(&first, "SELECT 1").unwrap(), "1");
+        assert_eq!(psql(&second, "SELECT 1").unwrap(), "1");
+        psql(&first, "CREATE TABLE t (id int)").unwrap();
+        let tables = "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'";
+        assert_eq!(psql(&first, tables).unwrap(), "1");
+        assert_eq!(psql(&second, tables).unwrap(), "0");
+        assert!(std::ptr::eq(cluster, shared()), "one cluster per test process");
+    }
+
+    #[test]
+    fn a_stopped_server_refuses_connections_and_a_restarted_one_keeps_its_data() {
+        let cluster = Cluster::start();
+        let url = cluster.database();
+        psql(&url, "CREATE TABLE t (id int); INSERT INTO t VALUES (7)").unwrap();
+
+        cluster.stop();
+        let refused = psql(&url, "SELECT 1");
+        cluster.restart();
+
+        let error = refused.expect_err("a stopped server refuses connections");
+        assert!(error.contains("Connection refused"), "{error}");
+        assert_eq!(psql(&url, "SELECT id FROM t").unwrap(), "7");
+        cluster.restart();
+        assert_eq!(
+            psql(&url, "SELECT id FROM t").unwrap(),
+            "7",
+            "a restart of a running server"
+        );
+    }
+
+    #[test]
+    fn dropping_a_cluster_ends_its_server_and_removes_its_dir() {
+        let cluster = Cluster::start();
+        let dir = local(&cluster).dir.path().to_owned();
+        let pid = postmaster(&cluster);
+        let url = cluster.url("postgres");
+        assert!(alive(pid));
+
+        drop(cluster);
+
+        assert!(!alive(pid), "postmaster {pid} outlived its cluster");
+        assert!(!dir.exists(), "{} outlived its cluster", dir.display());
+        assert!(psql(&url, "SELECT 1").is_err());
+    }
+
+    /// Set for the child process that `a_killed_test_process_leaves_no_server` runs.
+    const HOLDER_ENV: &str = "TOOLNEXUS_TEST_CLUSTER_HOLDER";
+
+    /// In the child process of `a_killed_test_process_leaves_no_server`: prints its cluster and waits.
+    #[test]
+    #[ignore = "a helper that a_killed_test_process_leaves_no_server runs and kills"]
+    fn holds_a_cluster_until_killed() {
+        if env::var_os(HOLDER_ENV).is_none() {
+            return;
+        }
+        let cluster = Cluster::start();
+        let dir = local(&cluster).dir.path().display().to_string();
+        println!("cluster {} {} {}", postmaster(&cluster), cluster.url("postgres"), dir);
+        loop {
+            sleep(Duration::from_secs(60));
+        }
+    }
+
+    #[test]
+    fn a_killed_test_process_leaves_no_server() {
+        let (_, module) = module_path!().split_once("::").unwrap();
+        let mut holder = Command::new(env::current_exe().unwrap())
+            .args(["--exact", &format!("{module}::holds_a_cluster_until_killed")])
+            .args(["--ignored", "--nocapture", "--test-threads=1"])
+            .env(HOLDER_ENV, "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let line = BufReader::new(holder.stdout.take().unwrap())
+            .lines()
+            .map(Result::unwrap)
+            .find(|line| line.starts_with("cluster "))
+            .expect("the holder prints its cluster");
+        let [_, pid, url, dir] = line.split(' ').collect::<Vec<_>>()[..] else {
+            panic!("{line}")
+        };
+        let pid: u32 = pid.parse().unwrap();
+        assert_eq!(psql(url, "SELECT 1").unwrap(), "1");
+
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while (alive(pid) || Path::new(dir).exists()) && Instant::now() < deadline {
+            sleep(Duration::from_millis(50));
+        }
+        assert!(!alive(pid), "postmaster {pid} outlived the killed test process");
+        assert!(!Path::new(dir).exists(), "{dir} outlived the killed test process");
+        assert!(psql(url, "SELECT 1").is_err());
+    }
+
+    #[test]
+    fn a_database_url_keeps_the_server_and_its_options() {
+        let cases = [
+            ("postgres://u:pw@db.test:5433/app", "postgres://u:pw@db.test:5433/x"),
+            (
+                "postgres://u:pw@db.test:5433/app?sslmode=disable",
+                "postgres://u:pw@db.test:5433/x?sslmode=disable",
+            ),
+            ("postgres://u@db.test", "postgres://u@db.test/x"),
+            (
+                "postgresql://db.test?sslmode=require",
+                "postgresql://db.test/x?sslmode=require",
+            ),
+        ];
+        for (url, expected) in cases {
+            assert_eq!(with_database(url, "x"), expected, "{url}");
+        }
+    }
+}

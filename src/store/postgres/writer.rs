@@ -1,0 +1,166 @@
+//! The one connection that writes: it takes every change waiting, applies them in one transaction that
+//! holds the store's write lock (so that events are numbered in the order they are kept), commits once
+//! (group commit), then publishes their events and answers each.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio_postgres::Transaction;
+
+use super::super::StoreError;
+use super::{Connector, WRITE_LOCK, unavailable};
+use crate::feed::Feed;
+use crate::records::Event;
+use crate::time::Timestamp;
+
+/// The most changes one transaction takes.
+const MAX_BATCH: usize = 512;
+
+/// What a change's statements come to: `Err(())` means it failed and has answered its caller already; the
+/// transaction is rolled back with it.
+pub type Outcome<'t> = Pin<Box<dyn Future<Output = Result<Applied, ()>> + Send + 't>>;
+
+/// One change: its statements, run inside the batch's transaction.
+pub type Job = Box<dyn for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> Outcome<'t> + Send>;
+
+/// A change that was applied, waiting for its transaction to be kept.
+pub struct Applied {
+    /// Told whether the transaction was kept.
+    pub reply: Box<dyn FnOnce(Result<(), StoreError>) + Send>,
+}
+
+/// The writer's connection inside a transaction, and the events the current change records.
+pub struct Tx<'c> {
+    pub conn: &'c Transaction<'c>,
+    events: Vec<Arc<Event>>,
+}
+
+impl Tx<'_> {
+    /// Records an event: it is numbered now and published once the transaction is kept.
+    pub async fn record(&mut self, mut event: Event) -> Result<Arc<Event>, tokio_postgres::Error> {
+        let row = self
+            .conn
+            .query_one(
+                "INSERT INTO events (at, kind, server, session, call_id, owner, data) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq",
+                &[
+                    &Timestamp::now().millis(),
+                    &event.kind.name(),
+                    &event.server,
+                    &event.session,
+                    &event.call,
+                    &event.owner,
+                    &event.data,
+                ],
+            )
+            .await?;
+        event.id = u64::try_from(row.get::<_, i64>(0)).unwrap_or_default();
+        let event = Arc::new(event);
+        self.events.push(event.clone());
+        Ok(event)
+    }
+}
+
+/// Runs the writer until every sender of `jobs` is gone.
+pub async fn run(connector: Connector, mut jobs: mpsc::UnboundedReceiver<Job>, feed: Feed) {
+    let mut conn = None;
+    while let Some(first) = jobs.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let mut batch = batch.into_iter();
+        while batch.len() > 0 {
+            let client = match conn.take().filter(|client: &tokio_postgres::Client| !client.is_closed()) {
+                Some(client) => client,
+                None => match connector.connect().await {
+                    Ok(client) => client,
+                    Err(error) => {
+                        // Dropped unapplied, each change tells its caller that the store could not make it.
+                        tracing::error!(%error, "the store's writer cannot connect");
+                        batch.by_ref().for_each(drop);
+                        continue;
+                    }
+                },
+            };
+            let mut client = client;
+            commit(&mut client, &mut batch, &feed).await;
+            conn = Some(client);
+        }
+    }
+}
+
+/// Applies changes from `batch` in one transaction until one fails; the ones applied share its fate (the
+/// failure rolls them back: a change that fails midway leaves nothing of itself), and the rest are left
+/// for the next transaction.
+async fn commit(client: &mut tokio_postgres::Client, batch: &mut std::vec::IntoIter<Job>, feed: &Feed) {
+    let transaction = match client.transaction().await {
+        Ok(transaction) => transaction,
+        Err(error) => {
+            tracing::error!(%error, "the store cannot start a transaction");
+            batch.for_each(drop);
+            return;
+        }
+    };
+    if let Err(error) = transaction
+        .execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
+        .await
+    {
+        tracing::error!(%error, "the store cannot take its write lock");
+        batch.for_each(drop);
+        return;
+    }
+    let mut applied = Vec::with_capacity(batch.len());
+    let mut events = Vec::new();
+    let mut failed = false;
+    for job in batch.by_ref() {
+        let mut tx = Tx {
+            conn: &transaction,
+            events: Vec::new(),
+        };
+        match job(&mut tx).await {
+            Ok(done) => {
+                events.extend(tx.events);
+                applied.push(done);
+            }
+            Err(()) => {
+                failed = true;
+                break;
+            }
+        }
+    }
+    let committed = if failed {
+        drop(transaction);
+        Err(StoreError::Unavailable(
+            "another change of the same transaction failed; nothing was changed".to_owned(),
+        ))
+    } else {
+        transaction.commit().await.map_err(|error| {
+            tracing::error!(%error, "the store could not keep a change; it was not made");
+            unavailable(&error)
+        })
+    };
+    match committed {
+        Ok(()) => {
+            if !events.is_empty() {
+                feed.publish(events);
+            }
+            for done in applied {
+                (done.reply)(Ok(()));
+            }
+        }
+        Err(error) => {
+            for done in applied {
+                (done.reply)(Err(error.clone()));
+            }
+        }
+    }
+}
+
+/// What a change's statements come to, with the value they return.
+pub type Work<'t, T> = Pin<Box<dyn Future<Output = Result<T, tokio_postgres::Error>> + Send + 't>>;
