@@ -81,7 +81,7 @@ pub struct Config {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
-    /// `"sqlite:PATH"` or `"memory"`; unset, a SQLite file in the user's state directory.
+    /// `"sqlite:PATH"`, `"postgres://…"` or `"memory"`; unset, a SQLite file in the user's state directory.
     #[serde(default, deserialize_with = "expanded_option")]
     pub url: Option<String>,
 }
@@ -594,7 +594,11 @@ impl Config {
         auth.insert("tokens".into(), Value::Array(tokens));
         root.insert("auth".into(), Value::Table(auth));
         let mut store = Table::new();
-        store.insert("url".into(), Value::from(self.store_location()?.url()));
+        let shown = match self.store_location()? {
+            Location::Postgres(url) => crate::redact::url(&url),
+            location => location.url(),
+        };
+        store.insert("url".into(), Value::from(shown));
         root.insert("store".into(), Value::Table(store));
         toml::to_string(&root).map_err(|error| error.to_string())
     }

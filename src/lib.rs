@@ -106,10 +106,11 @@ impl Gateway {
         let feed = Feed::default();
         let metrics = Metrics::default();
         let retention = config.retention();
-        let store = Store::open(&location, feed.clone(), retention)?;
+        let store = Store::open(&location, feed.clone(), retention).await?;
         match &location {
             store::Location::Memory => tracing::info!("store: in memory (nothing is kept across restarts)"),
             store::Location::Sqlite(path) => tracing::info!(path = %path.display(), "store: SQLite file"),
+            store::Location::Postgres(url) => tracing::info!(url = %crate::redact::url(url), "store: PostgreSQL"),
         }
         let policy = Policy {
             ttl: config.requests.ttl,

@@ -155,8 +155,12 @@ fn check_config(args: &ServeArgs) -> anyhow::Result<()> {
 /// Copies the configured SQLite store to `to`.
 fn backup(args: &BackupArgs) -> anyhow::Result<()> {
     let config = effective_config(&args.serve)?;
-    let Location::Sqlite(path) = config.store_location().map_err(anyhow::Error::msg)? else {
-        anyhow::bail!("the store is in memory: there is no file to back up");
+    let path = match config.store_location().map_err(anyhow::Error::msg)? {
+        Location::Sqlite(path) => path,
+        Location::Memory => anyhow::bail!("the store is in memory: there is no file to back up"),
+        Location::Postgres(_) => {
+            anyhow::bail!("the store is a PostgreSQL database: back it up with pg_dump")
+        }
     };
     toolnexus_gateway::store::sqlite::backup(&path, &args.to)?;
     println!("copied {} to {}", path.display(), args.to.display());

@@ -1,13 +1,14 @@
 //! Where the gateway's state lives and is decided: Requests, Calls, Sessions, the 2026-07-28 rounds and the
-//! event log, in process memory or in a SQLite file.
+//! event log, in process memory, in a SQLite file or in a PostgreSQL database.
 //!
 //! Every change is one verb here, decided by the store alone (one answer wins, a call ends once), and the
 //! events it records are published to the [`Feed`] once the change is kept, in the order they were
 //! recorded. Reads see only what is kept.
 
+mod live;
 mod memory;
-mod shares;
 pub mod postgres;
+mod shares;
 pub mod sqlite;
 
 use std::path::PathBuf;
@@ -24,6 +25,7 @@ use crate::suspension::{Answer, Request};
 use crate::time::Timestamp;
 
 pub use memory::Memory;
+pub use postgres::Postgres;
 pub use shares::{PendingCap, PendingCaps};
 pub use sqlite::Sqlite;
 
@@ -34,19 +36,26 @@ pub enum Location {
     Memory,
     /// In a SQLite database file.
     Sqlite(PathBuf),
+    /// In a PostgreSQL database, by its `postgres://` URL.
+    Postgres(String),
 }
 
 impl Location {
-    /// Parses `memory` or `sqlite:PATH`.
+    /// Parses `memory`, `sqlite:PATH`, or a `postgres://` (`postgresql://`) URL.
     pub fn parse(url: &str) -> Result<Self, String> {
-        match url {
-            "memory" => Ok(Location::Memory),
-            _ => match url.strip_prefix("sqlite:") {
-                Some(path) if !path.is_empty() => Ok(Location::Sqlite(PathBuf::from(path))),
-                _ => Err(format!(
-                    "store url {url:?}: expected \"memory\" or \"sqlite:PATH\" (a database file)"
-                )),
-            },
+        if url == "memory" {
+            return Ok(Location::Memory);
+        }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(Location::Postgres(url.to_owned()));
+        }
+        match url.strip_prefix("sqlite:") {
+            Some(path) if !path.is_empty() => Ok(Location::Sqlite(PathBuf::from(path))),
+            _ => Err(format!(
+                "store url {:?}: expected \"memory\", \"sqlite:PATH\" (a database file) or \
+                 \"postgres://…\" (a PostgreSQL database)",
+                crate::redact::url(url)
+            )),
         }
     }
 
@@ -55,6 +64,7 @@ impl Location {
         match self {
             Location::Memory => "memory".to_owned(),
             Location::Sqlite(path) => format!("sqlite:{}", path.display()),
+            Location::Postgres(url) => url.clone(),
         }
     }
 }
@@ -296,6 +306,7 @@ pub struct Recovered {
 pub enum Store {
     Memory(Memory),
     Sqlite(Sqlite),
+    Postgres(Postgres),
 }
 
 /// Calls `$verb` on whichever backend the store is.
@@ -304,23 +315,25 @@ macro_rules! dispatch {
         match $store {
             Store::Memory($backend) => $call,
             Store::Sqlite($backend) => $call,
+            Store::Postgres($backend) => $call,
         }
     };
 }
 
 impl Store {
     /// Opens the store at `location`, publishing what it records to `feed`; `retention` is how long ended
-    /// records are kept (the memory store forgets them then, the SQLite store deletes them when it prunes).
-    pub fn open(location: &Location, feed: Feed, retention: std::time::Duration) -> Result<Self, OpenError> {
+    /// records are kept (the memory store forgets them then, a database store deletes them when it prunes).
+    pub async fn open(location: &Location, feed: Feed, retention: std::time::Duration) -> Result<Self, OpenError> {
         Ok(match location {
             Location::Memory => Store::Memory(Memory::new(feed, retention)),
             Location::Sqlite(path) => Store::Sqlite(Sqlite::open(path, feed)?),
+            Location::Postgres(url) => Store::Postgres(Postgres::open(url, feed).await?),
         })
     }
 
     /// Whether what it keeps survives the process.
     pub fn is_durable(&self) -> bool {
-        matches!(self, Store::Sqlite(_))
+        matches!(self, Store::Sqlite(_) | Store::Postgres(_))
     }
 
     /// Raises pending Requests, with the round they answer (2026-07-28), unless they do not fit `caps` or

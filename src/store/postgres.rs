@@ -2,8 +2,13 @@
 //! transaction, holding the store's write lock so that events are numbered in the order they are kept,
 //! and shared connections for reads.
 
+mod calls;
 #[cfg(test)]
 pub mod cluster;
+mod live;
+mod maintenance;
+mod requests;
+mod rows;
 mod schema;
 mod writer;
 
@@ -13,8 +18,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls, Row, Statement};
+use tokio_postgres::{Client, GenericClient, NoTls, Row, Statement};
 
 use super::{OpenError, StoreError};
 use crate::feed::Feed;
@@ -42,10 +48,14 @@ struct Shared {
     connector: Connector,
     /// Changes for the writer; `None` once the store is closed.
     jobs: Mutex<Option<mpsc::UnboundedSender<Job>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
     readers: Vec<Mutex<Option<Arc<Conn>>>>,
     next_reader: AtomicUsize,
-    /// Holds the database as this gateway's while it runs.
-    _sole: Client,
+    /// The status and owner of the live records, as last kept (the writer keeps it): the one gateway using
+    /// the database makes every change to it.
+    live: Arc<Mutex<crate::store::live::Live>>,
+    /// Holds the database as this gateway's while it runs; `None` once the store is closed.
+    sole: tokio::sync::Mutex<Option<Client>>,
 }
 
 /// How to reach the database.
@@ -73,29 +83,40 @@ impl Connector {
     }
 }
 
+/// The statements a connection has prepared, by their SQL.
+#[derive(Debug, Default)]
+pub struct Statements(Mutex<HashMap<String, Statement>>);
+
+impl Statements {
+    /// `sql`, prepared once on the connection `client` belongs to.
+    pub async fn get(&self, client: &impl GenericClient, sql: &str) -> Result<Statement, tokio_postgres::Error> {
+        if let Some(statement) = lock_mutex(&self.0).get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = client.prepare(sql).await?;
+        lock_mutex(&self.0).insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+}
+
 /// A connection with the statements it has prepared.
 #[derive(Debug)]
 pub struct Conn {
     pub client: Client,
-    statements: Mutex<HashMap<String, Statement>>,
+    statements: Statements,
 }
 
 impl Conn {
     fn new(client: Client) -> Self {
         Self {
             client,
-            statements: Mutex::default(),
+            statements: Statements::default(),
         }
     }
 
     /// `sql`, prepared once per connection.
     pub async fn statement(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
-        if let Some(statement) = lock_mutex(&self.statements).get(sql) {
-            return Ok(statement.clone());
-        }
-        let statement = self.client.prepare(sql).await?;
-        lock_mutex(&self.statements).insert(sql.to_owned(), statement.clone());
-        Ok(statement)
+        self.statements.get(&self.client, sql).await
     }
 
     /// The rows of `sql`.
@@ -112,6 +133,43 @@ impl Conn {
     ) -> Result<Option<Row>, tokio_postgres::Error> {
         let statement = self.statement(sql).await?;
         self.client.query_opt(&statement, params).await
+    }
+}
+
+/// What reads run on: a read connection, or the writer inside its transaction.
+pub trait Reader: Sync {
+    /// The rows of `sql`.
+    fn rows(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Vec<Row>, tokio_postgres::Error>> + Send;
+
+    /// The one row of `sql`, if any.
+    fn row(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Option<Row>, tokio_postgres::Error>> + Send;
+}
+
+impl Reader for Conn {
+    async fn rows(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, tokio_postgres::Error> {
+        self.query(sql, params).await
+    }
+
+    async fn row(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>, tokio_postgres::Error> {
+        self.query_opt(sql, params).await
+    }
+}
+
+impl Reader for Tx<'_> {
+    async fn rows(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, tokio_postgres::Error> {
+        self.query(sql, params).await
+    }
+
+    async fn row(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>, tokio_postgres::Error> {
+        self.query_opt(sql, params).await
     }
 }
 
@@ -151,22 +209,36 @@ impl Postgres {
             ));
         }
         migrate(&sole).await.map_err(failed)?;
+        let live = live::load(&sole).await.map_err(|error| failed(describe(&error)))?;
+        let live = Arc::new(Mutex::new(live));
         let (jobs, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(writer::run(connector.clone(), receiver, feed));
+        let writer = tokio::spawn(writer::run(connector.clone(), receiver, feed, live.clone()));
         Ok(Self {
             shared: Arc::new(Shared {
                 connector,
                 jobs: Mutex::new(Some(jobs)),
+                writer: Mutex::new(Some(writer)),
                 readers: (0..READERS).map(|_| Mutex::default()).collect(),
                 next_reader: AtomicUsize::new(0),
-                _sole: sole,
+                live,
+                sole: tokio::sync::Mutex::new(Some(sole)),
             }),
         })
     }
 
-    /// Lets the writer finish the changes it has; later changes fail.
-    pub fn close(&self) {
+    /// Lets the writer finish the changes it has, then gives the database up, so that another store may open
+    /// it at once; later changes fail.
+    pub async fn close(&self) {
         drop(lock_mutex(&self.shared.jobs).take());
+        let writer = lock_mutex(&self.shared.writer).take();
+        if let Some(writer) = writer {
+            let _ = writer.await;
+        }
+        if let Some(sole) = self.shared.sole.lock().await.take() {
+            if let Err(error) = sole.execute("SELECT pg_advisory_unlock($1)", &[&SOLE_LOCK]).await {
+                tracing::warn!(%error, "the store could not give its database up; it will when its connection ends");
+            }
+        }
     }
 
     /// Applies a change in the writer; the future resolves once it is kept, with what `work` returned.
@@ -200,6 +272,24 @@ impl Postgres {
                 ))
             })
         }
+    }
+
+    /// Applies a change in the writer without waiting for it.
+    fn write_behind(&self, work: impl for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> writer::Work<'t, ()> + Send + 'static) {
+        let job: Job = Box::new(move |tx| {
+            Box::pin(async move {
+                match work(tx).await {
+                    Ok(()) => Ok(Applied {
+                        reply: Box::new(|_| {}),
+                    }),
+                    Err(error) => {
+                        tracing::warn!(%error, "the store could not apply a change");
+                        Err(())
+                    }
+                }
+            })
+        });
+        let _ = self.submit(job);
     }
 
     fn submit(&self, job: Job) -> Result<(), StoreError> {
@@ -237,6 +327,11 @@ impl Postgres {
             tracing::error!(%error, "the store could not be read");
             unavailable(&error)
         })
+    }
+
+    /// How many Requests are pending.
+    pub async fn pending_count(&self) -> Result<usize, StoreError> {
+        Ok(lock_mutex(&self.shared.live).pending())
     }
 
     /// How large the database is, in bytes.
@@ -293,9 +388,7 @@ async fn migrate(client: &Client) -> Result<(), String> {
             client
                 .batch_execute(&format!("BEGIN; {migration}; {record}; COMMIT;"))
                 .await
-                .map_err(|error| {
-                    format!("cannot bring its schema to version {to}: {}", describe(&error))
-                })?;
+                .map_err(|error| format!("cannot bring its schema to version {to}: {}", describe(&error)))?;
         }
         Ok(())
     }

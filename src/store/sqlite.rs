@@ -43,7 +43,7 @@ struct Shared {
     writer: Mutex<Option<JoinHandle<()>>>,
     readers: Mutex<Vec<Connection>>,
     /// The status and owner of the live records, as last kept (the writer keeps it).
-    live: Arc<Mutex<live::Live>>,
+    live: Arc<Mutex<crate::store::live::Live>>,
     /// Held while the store is open, so that a second gateway cannot open the same file.
     _lock: Flock<File>,
 }
@@ -76,7 +76,7 @@ impl Sqlite {
         let conn = Connection::open_with_flags(path, flags).map_err(|error| failed(describe(&error)))?;
         configure(&conn).map_err(failed)?;
         migrate(&conn).map_err(failed)?;
-        let live = live::Live::load(&conn).map_err(|error| failed(describe(&error)))?;
+        let live = live::load(&conn).map_err(|error| failed(describe(&error)))?;
         let live = Arc::new(Mutex::new(live));
         let (jobs, receiver) = mpsc::channel();
         let kept = live.clone();

@@ -1,4 +1,4 @@
-//! The store's verbs, each checked against both backends: what they decide must not depend on where the
+//! The store's verbs, each checked against every backend: what they decide must not depend on where the
 //! state lives.
 
 use std::time::Duration;
@@ -10,19 +10,37 @@ use super::*;
 use crate::records::{CallStatus, EventKind, Finish, SessionStatus, Status};
 use crate::suspension::Answer;
 
-/// Runs a scenario on a memory store and on a SQLite file in a temp dir.
-async fn on_both<F, Fut>(scenario: F)
+/// Runs a scenario on a memory store, on a SQLite file in a temp dir and on a fresh PostgreSQL database.
+async fn on_every<F, Fut>(scenario: F)
 where
     F: Fn(Store) -> Fut,
     Fut: Future<Output = ()>,
 {
-    scenario(Store::open(&Location::Memory, Feed::default(), Duration::from_secs(3600)).unwrap()).await;
     let dir = tempfile::tempdir().unwrap();
-    let location = Location::Sqlite(dir.path().join("store.sqlite3"));
-    let store = Store::open(&location, Feed::default(), Duration::from_secs(3600)).unwrap();
-    scenario(store.clone()).await;
-    if let Store::Sqlite(sqlite) = store {
-        sqlite.close();
+    let locations = [
+        Location::Memory,
+        Location::Sqlite(dir.path().join("store.sqlite3")),
+        Location::Postgres(postgres::cluster::shared().database()),
+    ];
+    for location in &locations {
+        let store = open(location).await;
+        scenario(store.clone()).await;
+        close(store).await;
+    }
+}
+
+async fn open(location: &Location) -> Store {
+    Store::open(location, Feed::default(), Duration::from_secs(3600))
+        .await
+        .unwrap()
+}
+
+/// Lets a store finish its changes and give its file or database up.
+async fn close(store: Store) {
+    match store {
+        Store::Memory(_) => {}
+        Store::Sqlite(sqlite) => sqlite.close(),
+        Store::Postgres(postgres) => postgres.close().await,
     }
 }
 
@@ -90,7 +108,7 @@ fn still_wanted() -> Withdrawal {
 
 #[tokio::test]
 async fn a_round_answered_in_full_gives_what_its_retry_sends() {
-    on_both(|store| async move {
+    on_every(|store| async move {
         let call = insert(&store, new_call("ada")).await;
         let round = NewRound {
             call: call.id.clone(),
@@ -144,7 +162,7 @@ async fn a_round_answered_in_full_gives_what_its_retry_sends() {
 
 #[tokio::test]
 async fn of_two_answers_one_wins_and_the_other_sees_it() {
-    on_both(|store| async move {
+    on_every(|store| async move {
         let raised = store
             .raise(vec![new_request(None, None)], None, PendingCaps::NONE)
             .await
@@ -173,7 +191,7 @@ async fn of_two_answers_one_wins_and_the_other_sees_it() {
 
 #[tokio::test]
 async fn a_withdrawn_elicitation_takes_no_answer() {
-    on_both(|store| async move {
+    on_every(|store| async move {
         let raised = store
             .raise(vec![new_request(None, None)], None, PendingCaps::NONE)
             .await
@@ -196,7 +214,7 @@ async fn a_withdrawn_elicitation_takes_no_answer() {
 
 #[tokio::test]
 async fn past_the_cap_nothing_of_a_round_is_raised() {
-    on_both(|store| async move {
+    on_every(|store| async move {
         let caps = PendingCaps {
             total: 2,
             ..PendingCaps::NONE
@@ -214,7 +232,7 @@ async fn past_the_cap_nothing_of_a_round_is_raised() {
 
 #[tokio::test]
 async fn each_principal_has_its_share_of_the_bytes() {
-    on_both(|store| async move {
+    on_every(|store| async move {
         let caps = PendingCaps {
             bytes_per_principal: 150,
             ..PendingCaps::NONE
@@ -235,7 +253,7 @@ async fn each_principal_has_its_share_of_the_bytes() {
 
 #[tokio::test]
 async fn each_principal_and_server_has_its_share_and_gets_it_back() {
-    on_both(|store| async move {
+    on_every(|store| async move {
         let caps = PendingCaps {
             per_principal: 2,
             per_server: 3,
@@ -283,7 +301,7 @@ async fn each_principal_and_server_has_its_share_and_gets_it_back() {
 
 #[tokio::test]
 async fn a_call_that_ends_cancels_its_pending_requests_once() {
-    on_both(|store| async move {
+    on_every(|store| async move {
         let call = insert(&store, new_call("ada")).await;
         assert!(matches!(
             store.insert_call(new_call("ada"), 1).await,
@@ -319,7 +337,7 @@ async fn a_call_that_ends_cancels_its_pending_requests_once() {
 
 #[tokio::test]
 async fn events_are_numbered_in_order_and_a_reader_past_the_end_is_told_to_relist() {
-    on_both(|store| async move {
+    on_every(|store| async move {
         let before = store.last_event_id().await.unwrap();
         let session = NewSession {
             id: "ses-1".into(),
@@ -347,8 +365,12 @@ async fn events_are_numbered_in_order_and_a_reader_past_the_end_is_told_to_relis
 #[tokio::test]
 async fn a_restart_ends_what_cannot_survive_it_and_keeps_the_rounds() {
     let dir = tempfile::tempdir().unwrap();
-    let location = Location::Sqlite(dir.path().join("store.sqlite3"));
-    let store = Store::open(&location, Feed::default(), Duration::from_secs(3600)).unwrap();
+    restart_ends_what_cannot_survive_it(&Location::Sqlite(dir.path().join("store.sqlite3"))).await;
+    restart_ends_what_cannot_survive_it(&Location::Postgres(postgres::cluster::shared().database())).await;
+}
+
+async fn restart_ends_what_cannot_survive_it(location: &Location) {
+    let store = open(location).await;
     let legacy = NewCall {
         protocol_version: Some("2025-11-25".into()),
         ..new_call("ada")
@@ -393,11 +415,9 @@ async fn a_restart_ends_what_cannot_survive_it_and_keeps_the_rounds() {
         .answer(answered[0].clone(), decision(true), still_wanted())
         .await
         .unwrap();
-    let Store::Sqlite(sqlite) = &store else { unreachable!() };
-    sqlite.close();
-    drop(store);
+    close(store).await;
 
-    let store = Store::open(&location, Feed::default(), Duration::from_secs(3600)).unwrap();
+    let store = open(location).await;
     let recovered = store.recover("the gateway restarted").await.unwrap();
     assert_eq!(
         (recovered.ended_requests, recovered.ended_calls, recovered.pending),
@@ -421,8 +441,7 @@ async fn a_restart_ends_what_cannot_survive_it_and_keeps_the_rounds() {
         store.call(&waiting.id).await.unwrap().unwrap().status,
         CallStatus::InputRequired
     );
-    let Store::Sqlite(sqlite) = &store else { unreachable!() };
-    sqlite.close();
+    close(store).await;
 }
 
 #[tokio::test]
@@ -439,7 +458,7 @@ async fn a_database_of_the_first_schema_is_migrated_and_its_pending_requests_kee
         )
         .unwrap();
     }
-    let store = Store::open(&Location::Sqlite(path), Feed::default(), Duration::from_secs(3600)).unwrap();
+    let store = open(&Location::Sqlite(path)).await;
     assert_eq!(store.pending_count().await.unwrap(), 1);
     let caps = PendingCaps {
         per_principal: 1,
@@ -453,7 +472,5 @@ async fn a_database_of_the_first_schema_is_migrated_and_its_pending_requests_kee
         store.raise(vec![ada], None, caps).await,
         Err(RaiseError::Full(PendingCap::Principal(1)))
     ));
-    if let Store::Sqlite(sqlite) = store {
-        sqlite.close();
-    }
+    close(store).await;
 }

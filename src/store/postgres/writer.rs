@@ -4,15 +4,18 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
-use tokio_postgres::Transaction;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Row, Transaction};
 
 use super::super::StoreError;
-use super::{Connector, WRITE_LOCK, unavailable};
+use super::{Connector, Statements, WRITE_LOCK, lock_mutex, unavailable};
 use crate::feed::Feed;
 use crate::records::Event;
+use crate::store::live::{self, Live, Note};
+use crate::store::shares::Shares;
 use crate::time::Timestamp;
 
 /// The most changes one transaction takes.
@@ -31,17 +34,76 @@ pub struct Applied {
     pub reply: Box<dyn FnOnce(Result<(), StoreError>) + Send>,
 }
 
-/// The writer's connection inside a transaction, and the events the current change records.
+/// The writer's connection inside a transaction, and the events and live records the current change
+/// records.
 pub struct Tx<'c> {
-    pub conn: &'c Transaction<'c>,
+    conn: &'c Transaction<'c>,
+    /// The statements the writer's connection has prepared.
+    statements: &'c Statements,
     events: Vec<Arc<Event>>,
+    notes: Vec<Note>,
+    /// Pending Requests before this change.
+    pending_before: usize,
+    /// What pending Requests hold as last kept, plus what this transaction's changes raised so far (what
+    /// they resolved is released once kept: a Request is admitted against the larger figure); copied from
+    /// `live` by the first change that raises, so that a batch of answers copies nothing.
+    shares: &'c mut Option<Shares>,
+    live: &'c Mutex<Live>,
 }
 
 impl Tx<'_> {
+    /// The rows of `sql`.
+    pub async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let statement = self.statements.get(self.conn, sql).await?;
+        self.conn.query(&statement, params).await
+    }
+
+    /// The one row of `sql`, if any.
+    pub async fn query_opt(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, tokio_postgres::Error> {
+        let statement = self.statements.get(self.conn, sql).await?;
+        self.conn.query_opt(&statement, params).await
+    }
+
+    /// The one row of `sql`.
+    pub async fn query_one(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Row, tokio_postgres::Error> {
+        let statement = self.statements.get(self.conn, sql).await?;
+        self.conn.query_one(&statement, params).await
+    }
+
+    /// Runs `sql`; how many rows it changed.
+    pub async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, tokio_postgres::Error> {
+        let statement = self.statements.get(self.conn, sql).await?;
+        self.conn.execute(&statement, params).await
+    }
+
+    /// How many Requests are pending, this change included.
+    pub fn pending(&self) -> usize {
+        self.pending_before
+            .saturating_add_signed(live::pending_delta(&self.notes))
+    }
+
+    /// What pending Requests hold, counting those this transaction raised.
+    pub fn shares(&mut self) -> &mut Shares {
+        let live = self.live;
+        self.shares.get_or_insert_with(|| lock_mutex(live).shares().clone())
+    }
+
+    /// Records what the change does to the live records, applied once it is kept.
+    pub fn note(&mut self, note: Note) {
+        if let Note::Pending { pending, .. } = &note {
+            self.shares()
+                .add(pending.owner.as_deref(), &pending.server, pending.bytes);
+        }
+        self.notes.push(note);
+    }
+
     /// Records an event: it is numbered now and published once the transaction is kept.
     pub async fn record(&mut self, mut event: Event) -> Result<Arc<Event>, tokio_postgres::Error> {
         let row = self
-            .conn
             .query_one(
                 "INSERT INTO events (at, kind, server, session, call_id, owner, data) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq",
@@ -63,9 +125,10 @@ impl Tx<'_> {
     }
 }
 
-/// Runs the writer until every sender of `jobs` is gone.
-pub async fn run(connector: Connector, mut jobs: mpsc::UnboundedReceiver<Job>, feed: Feed) {
+/// Runs the writer until every sender of `jobs` is gone, keeping `live` up to date.
+pub async fn run(connector: Connector, mut jobs: mpsc::UnboundedReceiver<Job>, feed: Feed, live: Arc<Mutex<Live>>) {
     let mut conn = None;
+    let mut statements = Statements::default();
     while let Some(first) = jobs.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -76,10 +139,16 @@ pub async fn run(connector: Connector, mut jobs: mpsc::UnboundedReceiver<Job>, f
         }
         let mut batch = batch.into_iter();
         while batch.len() > 0 {
-            let client = match conn.take().filter(|client: &tokio_postgres::Client| !client.is_closed()) {
+            let client = match conn
+                .take()
+                .filter(|client: &tokio_postgres::Client| !client.is_closed())
+            {
                 Some(client) => client,
                 None => match connector.connect().await {
-                    Ok(client) => client,
+                    Ok(client) => {
+                        statements = Statements::default();
+                        client
+                    }
                     Err(error) => {
                         // Dropped unapplied, each change tells its caller that the store could not make it.
                         tracing::error!(%error, "the store's writer cannot connect");
@@ -89,7 +158,7 @@ pub async fn run(connector: Connector, mut jobs: mpsc::UnboundedReceiver<Job>, f
                 },
             };
             let mut client = client;
-            commit(&mut client, &mut batch, &feed).await;
+            commit(&mut client, &statements, &mut batch, &feed, &live).await;
             conn = Some(client);
         }
     }
@@ -98,7 +167,13 @@ pub async fn run(connector: Connector, mut jobs: mpsc::UnboundedReceiver<Job>, f
 /// Applies changes from `batch` in one transaction until one fails; the ones applied share its fate (the
 /// failure rolls them back: a change that fails midway leaves nothing of itself), and the rest are left
 /// for the next transaction.
-async fn commit(client: &mut tokio_postgres::Client, batch: &mut std::vec::IntoIter<Job>, feed: &Feed) {
+async fn commit(
+    client: &mut tokio_postgres::Client,
+    statements: &Statements,
+    batch: &mut std::vec::IntoIter<Job>,
+    feed: &Feed,
+    live: &Mutex<Live>,
+) {
     let transaction = match client.transaction().await {
         Ok(transaction) => transaction,
         Err(error) => {
@@ -117,15 +192,25 @@ async fn commit(client: &mut tokio_postgres::Client, batch: &mut std::vec::IntoI
     }
     let mut applied = Vec::with_capacity(batch.len());
     let mut events = Vec::new();
+    let mut notes = Vec::new();
+    let mut now_pending = lock_mutex(live).pending();
+    let mut shares = None;
     let mut failed = false;
     for job in batch.by_ref() {
         let mut tx = Tx {
             conn: &transaction,
+            statements,
             events: Vec::new(),
+            notes: Vec::new(),
+            pending_before: now_pending,
+            shares: &mut shares,
+            live,
         };
         match job(&mut tx).await {
             Ok(done) => {
+                now_pending = tx.pending();
                 events.extend(tx.events);
+                notes.extend(tx.notes);
                 applied.push(done);
             }
             Err(()) => {
@@ -147,6 +232,7 @@ async fn commit(client: &mut tokio_postgres::Client, batch: &mut std::vec::IntoI
     };
     match committed {
         Ok(()) => {
+            lock_mutex(live).apply(notes);
             if !events.is_empty() {
                 feed.publish(events);
             }

@@ -5,13 +5,13 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Map;
 use tokio::sync::oneshot;
 
-use super::live::Note;
 use super::requests::{resolve_ids, select_ids};
 use super::rows::Conditions;
 use super::writer::Tx;
 use super::{Sqlite, rows};
 use crate::ids;
 use crate::records::{CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionStatus, SessionView, Status};
+use crate::store::live::Note;
 use crate::store::{
     Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
 };

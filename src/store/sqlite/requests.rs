@@ -5,11 +5,11 @@ use std::collections::BTreeSet;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::live::{Note, PendingRequest};
 use super::rows::Conditions;
 use super::writer::Tx;
 use super::{Sqlite, rows};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
+use crate::store::live::{Note, PendingRequest};
 use crate::store::{
     Answered, Decision, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry,
     StoreError, Withdrawal,

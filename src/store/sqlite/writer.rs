@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex, mpsc};
 use rusqlite::Connection;
 
 use super::super::StoreError;
-use super::live::{self, Live, Note};
 use crate::feed::Feed;
 use crate::records::Event;
+use crate::store::live::{self, Live, Note};
 use crate::store::shares::Shares;
 use crate::time::Timestamp;
 

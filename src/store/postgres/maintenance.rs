@@ -1,0 +1,196 @@
+//! The event log read back, webhook cursors, what a start puts right, and pruning by retention.
+
+use std::sync::Arc;
+
+use super::requests::{resolve_ids, select_ids};
+use super::{Conn, Postgres, rows};
+use crate::records::{CallError, CallFailure, Finish, SessionStatus};
+use crate::store::{EventPage, Recovered, Resolution, StoreError};
+use crate::time::Timestamp;
+
+/// How many rows one pruning statement deletes, so that the writer never stops for long.
+const PRUNE_BATCH: i64 = 5000;
+
+/// The first protocol version whose suspensions are data the gateway keeps (`input_required`).
+const ROUNDS_PROTOCOL: &str = "2026-07-28";
+
+impl Postgres {
+    pub async fn events_after(&self, after: u64, limit: usize) -> Result<EventPage, StoreError> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(async |conn| {
+            let bounds = conn.query_opt("SELECT max(seq), min(seq) FROM events", &[]).await?;
+            let (last, oldest) = match bounds {
+                Some(row) => (row.try_get::<_, Option<i64>>(0)?, row.try_get::<_, Option<i64>>(1)?),
+                None => (None, None),
+            };
+            let last = last.unwrap_or(0);
+            let oldest = oldest.unwrap_or(last + 1);
+            if after > last || after + 1 < oldest {
+                let resume_after = if after > last { last } else { oldest - 1 };
+                return Ok(EventPage {
+                    events: Vec::new(),
+                    gap: true,
+                    resume_after: u64::try_from(resume_after).unwrap_or(0),
+                });
+            }
+            let sql = format!(
+                "SELECT {} FROM events WHERE seq > $1 ORDER BY seq LIMIT $2",
+                rows::EVENT
+            );
+            let events = conn
+                .query(&sql, &[&after, &limit])
+                .await?
+                .iter()
+                .map(|row| rows::event(row).map(Arc::new))
+                .collect::<Result<_, _>>()?;
+            Ok(EventPage {
+                events,
+                gap: false,
+                resume_after: u64::try_from(after).unwrap_or(0),
+            })
+        })
+        .await
+    }
+
+    pub async fn last_event_id(&self) -> Result<u64, StoreError> {
+        self.read(async |conn| last_event_id(conn).await.map(|id| u64::try_from(id).unwrap_or(0)))
+            .await
+    }
+
+    pub async fn webhook_cursor(&self, webhook: &str) -> Result<Option<u64>, StoreError> {
+        self.read(async |conn| {
+            let found = conn
+                .query_opt("SELECT delivered FROM webhook_cursors WHERE name = $1", &[&webhook])
+                .await?;
+            Ok(match found {
+                Some(row) => u64::try_from(row.try_get::<_, i64>(0)?).ok(),
+                None => None,
+            })
+        })
+        .await
+    }
+
+    pub fn save_webhook_cursor(&self, webhook: &str, event: u64) {
+        let webhook = webhook.to_owned();
+        let event = i64::try_from(event).unwrap_or(i64::MAX);
+        self.write_behind(move |tx| {
+            Box::pin(async move {
+                tx.execute(
+                    "INSERT INTO webhook_cursors (name, delivered) VALUES ($1, $2) \
+                     ON CONFLICT (name) DO UPDATE \
+                     SET delivered = GREATEST(webhook_cursors.delivered, EXCLUDED.delivered)",
+                    &[&webhook, &event],
+                )
+                .await?;
+                Ok(())
+            })
+        });
+    }
+
+    /// Sessions of the last run are closed; elicitation requests, and calls whose upstream request died with
+    /// the process, end with `restarted` as their reason; 2026-07-28 calls whose round is answered are
+    /// returned to be retried.
+    pub async fn recover(&self, restarted: &str) -> Result<Recovered, StoreError> {
+        let restarted = restarted.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                let now = Timestamp::now().millis();
+                let sessions: Vec<String> = tx
+                    .query("SELECT id FROM sessions WHERE status IN ('starting', 'ready')", &[])
+                    .await?
+                    .iter()
+                    .map(|row| row.try_get(0))
+                    .collect::<Result<_, _>>()?;
+                for id in sessions {
+                    tx.execute(
+                        "UPDATE sessions SET status = $2, closed_at = $3, detail = $4 WHERE id = $1",
+                        &[&id, &SessionStatus::Closed.as_str(), &now, &restarted],
+                    )
+                    .await?;
+                    if let Some(view) = super::calls::session(&*tx, &id).await? {
+                        tx.record(crate::records::Event::session(&view)).await?;
+                    }
+                }
+                let mut recovered = Recovered::default();
+                let elicitations = select_ids(&*tx, "status = 'pending' AND round IS NULL", &[]).await?;
+                let detail =
+                    format!("{restarted}: the upstream request this Request answered ended with the previous run");
+                let resolution = Resolution::Cancelled {
+                    detail,
+                    told_cancel: false,
+                };
+                recovered.ended_requests += resolve_ids(tx, &elicitations, &resolution).await?.views.len();
+                // A round can be retried only on a shared session: a private one ended with the previous run.
+                let calls = tx
+                    .query(
+                        "SELECT c.id, c.protocol_version, \
+                         c.shared AND EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id) \
+                         FROM calls AS c WHERE c.status IN ('running', 'input_required') ORDER BY c.seq",
+                        &[],
+                    )
+                    .await?;
+                for row in calls {
+                    let call: String = row.try_get(0)?;
+                    let protocol: Option<String> = row.try_get(1)?;
+                    let resumable: bool = row.try_get(2)?;
+                    let keeps_rounds = protocol.as_deref().is_some_and(|version| version >= ROUNDS_PROTOCOL);
+                    if keeps_rounds && resumable {
+                        if super::calls::retry(&*tx, &call).await?.is_some() {
+                            recovered.resumes.push(call);
+                        }
+                        continue;
+                    }
+                    let error = CallError {
+                        message: format!("{restarted} while the upstream worked on the call, so its result was lost"),
+                        reason: Some(CallFailure::GatewayRestarted),
+                    };
+                    super::calls::finish_in(tx, &call, Finish::Failed(error)).await?;
+                    recovered.ended_calls += 1;
+                }
+                recovered.pending = tx.pending();
+                Ok(recovered)
+            })
+        })
+        .await
+    }
+
+    pub async fn prune(&self, before: Timestamp) -> Result<(), StoreError> {
+        let before = before.millis();
+        let statements = [
+            "DELETE FROM requests WHERE seq IN \
+             (SELECT seq FROM requests WHERE resolved_at < $1 AND status != 'pending' LIMIT $2)",
+            // From the rounds' side, so that each batch finds rounds to delete while any are due.
+            "DELETE FROM rounds WHERE call_id IN \
+             (SELECT r.call_id FROM rounds AS r LEFT JOIN calls AS c ON c.id = r.call_id \
+              WHERE c.id IS NULL OR c.ended_at < $1 LIMIT $2)",
+            "DELETE FROM calls WHERE seq IN (SELECT seq FROM calls WHERE ended_at < $1 LIMIT $2)",
+            "DELETE FROM sessions WHERE seq IN (SELECT seq FROM sessions WHERE closed_at < $1 LIMIT $2)",
+            // Events are recorded in time order: those before the first one that is recent enough go, and the
+            // newest always stays.
+            "DELETE FROM events WHERE seq < LEAST( \
+                 COALESCE((SELECT seq FROM events WHERE at >= $1 ORDER BY seq LIMIT 1), (SELECT max(seq) FROM events)), \
+                 (SELECT min(seq) FROM events) + $2)",
+        ];
+        for statement in statements {
+            loop {
+                let deleted = self
+                    .write(move |tx| Box::pin(async move { tx.execute(statement, &[&before, &PRUNE_BATCH]).await }))
+                    .await?;
+                if i64::try_from(deleted).unwrap_or(i64::MAX) < PRUNE_BATCH {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The id of the newest event ever recorded (pruning keeps its row).
+async fn last_event_id(conn: &Conn) -> Result<i64, tokio_postgres::Error> {
+    let last = conn.query_opt("SELECT max(seq) FROM events", &[]).await?;
+    Ok(match last {
+        Some(row) => row.try_get::<_, Option<i64>>(0)?.unwrap_or(0),
+        None => 0,
+    })
+}

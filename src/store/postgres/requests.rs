@@ -1,0 +1,495 @@
+//! The Requests in PostgreSQL: raising them with their round, deciding answers, resolving them otherwise,
+//! and reading them.
+
+use std::collections::BTreeSet;
+
+use tokio_postgres::types::ToSql;
+
+use super::rows::Conditions;
+use super::writer::Tx;
+use super::{Postgres, Reader, lock_mutex, rows};
+use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
+use crate::store::live::{Note, PendingRequest};
+use crate::store::{
+    Answered, Decision, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry,
+    StoreError, Withdrawal,
+};
+use crate::time::Timestamp;
+
+impl Postgres {
+    pub async fn raise(
+        &self,
+        requests: Vec<NewRequest>,
+        round: Option<NewRound>,
+        caps: PendingCaps,
+    ) -> Result<Vec<RequestView>, RaiseError> {
+        self.write(move |tx| {
+            Box::pin(async move {
+                if let Err(cap) = tx.shares().admit(&requests, &caps) {
+                    return Ok(Err(RaiseError::Full(cap)));
+                }
+                let calls: BTreeSet<&str> = requests.iter().filter_map(|new| new.call.as_deref()).collect();
+                for call in calls {
+                    let live: bool = tx
+                        .query_one(
+                            "SELECT EXISTS (SELECT 1 FROM calls WHERE id = $1 AND status IN ('running', 'input_required'))",
+                            &[&call],
+                        )
+                        .await?
+                        .try_get(0)?;
+                    if !live {
+                        return Ok(Err(RaiseError::CallEnded(call.to_owned())));
+                    }
+                }
+                let now = Timestamp::now();
+                if let Some(round) = &round {
+                    tx.execute(
+                        "INSERT INTO rounds (call_id, round, request_state, input_requests, created_at) \
+                         VALUES ($1, $2, $3, $4, $5)",
+                        &[
+                            &round.call,
+                            &round_number(round.number),
+                            &round.request_state,
+                            &rows::to_json(&round.input_requests),
+                            &now.millis(),
+                        ],
+                    )
+                    .await?;
+                }
+                let mut views = Vec::with_capacity(requests.len());
+                let mut calls = BTreeSet::new();
+                for new in requests {
+                    insert_request(tx, &new, round.as_ref().map(|round| round.number)).await?;
+                    tx.note(Note::Pending {
+                        request: new.request.id.clone(),
+                        pending: PendingRequest {
+                            owner: new.owner.clone(),
+                            server: new.server.clone(),
+                            bytes: new.bytes,
+                        },
+                    });
+                    let view = crate::store::raised_view(&new);
+                    tx.record(Event::request(EventKind::RequestCreated, &view)).await?;
+                    if let Some(call) = &new.call {
+                        calls.insert(call.clone());
+                    }
+                    views.push(view);
+                }
+                for call in calls {
+                    call_changed(tx, &call, now).await?;
+                }
+                Ok(Ok(views))
+            })
+        })
+        .await?
+    }
+
+    /// Decides an answer to `pending`, the Request as the caller read it: the update that resolves it is
+    /// made only if it is still pending, so the view and its event are built before the writer takes the change.
+    pub async fn answer(
+        &self,
+        pending: RequestView,
+        decision: Decision,
+        withdrawal: Withdrawal,
+    ) -> Result<Answered, StoreError> {
+        let id = pending.request.id.clone();
+        let now = Timestamp::now();
+        let mut view = pending;
+        crate::store::answer_view(&mut view, decision, now);
+        let answer = rows::to_json_opt(view.answer.as_ref());
+        let result = rows::to_json_opt(view.result.as_ref());
+        let event = Event::request(EventKind::RequestResolved, &view);
+        self.write(move |tx| {
+            Box::pin(async move {
+                if let Some(detail) = withdrawal() {
+                    let Some(current) = request(tx, &id).await? else {
+                        return Ok(Answered::NotFound);
+                    };
+                    if current.status != Status::Pending {
+                        return Ok(Answered::Lost(current));
+                    }
+                    let resolution = Resolution::Cancelled {
+                        detail,
+                        told_cancel: false,
+                    };
+                    let (view, _) = resolve_one(tx, current, &resolution, now).await?;
+                    return Ok(Answered::Withdrawn(view));
+                }
+                let resolved = tx
+                    .query_opt(
+                        "UPDATE requests SET status = 'answered', resolved_at = $2, answer = $3, answered_by = $4, \
+                         result = $5 WHERE id = $1 AND status = 'pending' RETURNING call_id, round, completed_at",
+                        &[&id, &now.millis(), &answer, &view.answered_by, &result],
+                    )
+                    .await?;
+                let Some(resolved) = resolved else {
+                    return Ok(request(tx, &id).await?.map_or(Answered::NotFound, Answered::Lost));
+                };
+                let call: Option<String> = resolved.try_get(0)?;
+                let round: Option<i32> = resolved.try_get(1)?;
+                let completed_at = resolved.try_get::<_, Option<i64>>(2)?.map(Timestamp::from_millis);
+                tx.note(Note::Resolved(id.clone()));
+                let event = if completed_at == view.completed_at {
+                    event
+                } else {
+                    view.completed_at = completed_at;
+                    Event::request(EventKind::RequestResolved, &view)
+                };
+                let event = tx.record(event).await?;
+                let resumes = after_resolution(tx, call, round, now).await?;
+                Ok(Answered::Won {
+                    view,
+                    event,
+                    resumes: resumes.map(Box::new),
+                })
+            })
+        })
+        .await
+    }
+
+    pub async fn resolve(&self, which: Pending, resolution: Resolution) -> Result<Resolved, StoreError> {
+        self.write(move |tx| {
+            Box::pin(async move {
+                let ids: Vec<String> = match which {
+                    Pending::Ids(ids) => ids,
+                    Pending::Session(session) => {
+                        select_ids(tx, "status = 'pending' AND session = $1 AND round IS NULL", &[&session]).await?
+                    }
+                    Pending::Elicitations => select_ids(tx, "status = 'pending' AND round IS NULL", &[]).await?,
+                    Pending::All => select_ids(tx, "status = 'pending'", &[]).await?,
+                };
+                resolve_ids(tx, &ids, &resolution).await
+            })
+        })
+        .await
+    }
+
+    pub async fn expire_due(&self, now: Timestamp, limit: usize) -> Result<Resolved, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.write(move |tx| {
+            Box::pin(async move {
+                let ids = select_ids(
+                    tx,
+                    "status = 'pending' AND expires_at <= $1 ORDER BY expires_at LIMIT $2",
+                    &[&now.millis(), &limit],
+                )
+                .await?;
+                resolve_ids(tx, &ids, &Resolution::Expired).await
+            })
+        })
+        .await
+    }
+
+    pub async fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.read(async |conn| {
+            let row = conn
+                .query_opt("SELECT min(expires_at) FROM requests WHERE status = 'pending'", &[])
+                .await?;
+            let millis = match row {
+                Some(row) => row.try_get::<_, Option<i64>>(0)?,
+                None => None,
+            };
+            Ok(millis.map(Timestamp::from_millis))
+        })
+        .await
+    }
+
+    pub async fn complete(&self, session: &str, elicitation_id: &str) -> Result<bool, StoreError> {
+        let (session, elicitation_id) = (session.to_owned(), elicitation_id.to_owned());
+        self.write(move |tx| {
+            Box::pin(async move {
+                let found = tx
+                    .query_opt(
+                        "SELECT id FROM requests WHERE session = $1 AND elicitation_id = $2 ORDER BY seq DESC LIMIT 1",
+                        &[&session, &elicitation_id],
+                    )
+                    .await?;
+                let Some(found) = found else { return Ok(false) };
+                let id: String = found.try_get(0)?;
+                let changed = tx
+                    .execute(
+                        "UPDATE requests SET completed_at = $2 WHERE id = $1 AND completed_at IS NULL",
+                        &[&id, &Timestamp::now().millis()],
+                    )
+                    .await?;
+                if changed == 0 {
+                    return Ok(false);
+                }
+                if let Some(view) = request(tx, &id).await? {
+                    tx.record(Event::request(EventKind::RequestUpdated, &view)).await?;
+                }
+                Ok(true)
+            })
+        })
+        .await
+    }
+
+    pub async fn undelivered(&self, id: &str, detail: &str) -> Result<Option<RequestView>, StoreError> {
+        let (id, detail) = (id.to_owned(), detail.to_owned());
+        self.write(move |tx| {
+            Box::pin(async move {
+                let changed = tx
+                    .execute(
+                        "UPDATE requests SET status = 'cancelled', detail = $2 WHERE id = $1 AND status = 'answered'",
+                        &[&id, &detail],
+                    )
+                    .await?;
+                if changed == 0 {
+                    return Ok(None);
+                }
+                let view = request(tx, &id).await?;
+                if let Some(view) = &view {
+                    tx.record(Event::request(EventKind::RequestUpdated, view)).await?;
+                }
+                Ok(view)
+            })
+        })
+        .await
+    }
+
+    pub async fn annotate_round(&self, call: &str, detail: &str) -> Result<(), StoreError> {
+        let (call, detail) = (call.to_owned(), detail.to_owned());
+        self.write(move |tx| {
+            Box::pin(async move {
+                let ids = select_ids(
+                    tx,
+                    "call_id = $1 AND round = (SELECT max(round) FROM rounds WHERE call_id = $1)",
+                    &[&call],
+                )
+                .await?;
+                for id in ids {
+                    tx.execute("UPDATE requests SET detail = $2 WHERE id = $1", &[&id, &detail])
+                        .await?;
+                    if let Some(view) = request(tx, &id).await? {
+                        tx.record(Event::request(EventKind::RequestUpdated, &view)).await?;
+                    }
+                }
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    pub async fn request(&self, id: &str) -> Result<Option<RequestView>, StoreError> {
+        self.read(async |conn| request(conn, id).await).await
+    }
+
+    pub async fn request_status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
+        if let Some(pending) = lock_mutex(&self.shared.live).request(id) {
+            return Ok(Some(pending));
+        }
+        self.read(async |conn| {
+            let Some(row) = conn
+                .query_opt("SELECT status, owner FROM requests WHERE id = $1", &[&id])
+                .await?
+            else {
+                return Ok(None);
+            };
+            let status: String = row.try_get(0)?;
+            let owner: Option<String> = row.try_get(1)?;
+            Ok(Status::parse(&status).map(|status| (status, owner)))
+        })
+        .await
+    }
+
+    pub async fn requests(
+        &self,
+        filter: &Filter,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<(Vec<RequestView>, Option<u64>), StoreError> {
+        let cursor = i64::try_from(cursor).unwrap_or(i64::MAX);
+        let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
+        // Only the filters given are named, so that each can use its index (pending ones are listed through
+        // their own, which the condition must spell out).
+        let mut conditions = Conditions::all();
+        conditions.compare("seq >=", Box::new(cursor));
+        match filter.status {
+            Some(Status::Pending) => conditions.fixed("status = 'pending'"),
+            status => conditions.equal("status", status.map(Status::as_str)),
+        }
+        conditions.equal("server", filter.server.as_deref());
+        conditions.equal("session", filter.session.as_deref());
+        conditions.equal("call_id", filter.call.as_deref());
+        conditions.equal("kind", filter.kind.as_deref());
+        conditions.equal("owner", filter.owner.as_deref());
+        let fetch = conditions.param(Box::new(fetch));
+        let sql = format!(
+            "SELECT seq, {} FROM requests WHERE {} ORDER BY seq LIMIT {fetch}",
+            rows::REQUEST,
+            conditions.sql
+        );
+        self.read(async |conn| {
+            let found = conn.query(&sql, &conditions.params()).await?;
+            let mut page = Vec::new();
+            for row in found {
+                let seq: i64 = row.try_get(0)?;
+                if page.len() == limit {
+                    return Ok((page, u64::try_from(seq).ok()));
+                }
+                page.push(rows::request_at(&row, 1)?);
+            }
+            Ok((page, None))
+        })
+        .await
+    }
+}
+
+/// A round's number as the database keeps it.
+pub(super) fn round_number(number: u32) -> i32 {
+    i32::try_from(number).unwrap_or(i32::MAX)
+}
+
+/// One Request.
+pub(super) async fn request(conn: &impl Reader, id: &str) -> Result<Option<RequestView>, tokio_postgres::Error> {
+    let sql = format!("SELECT {} FROM requests WHERE id = $1", rows::REQUEST);
+    conn.row(&sql, &[&id]).await?.map(|row| rows::request(&row)).transpose()
+}
+
+/// The ids of the Requests matching a condition on the `requests` table.
+pub(super) async fn select_ids(
+    conn: &impl Reader,
+    condition: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<String>, tokio_postgres::Error> {
+    let sql = format!("SELECT id FROM requests WHERE {condition}");
+    conn.rows(&sql, params)
+        .await?
+        .iter()
+        .map(|row| row.try_get(0))
+        .collect()
+}
+
+async fn insert_request(tx: &Tx<'_>, new: &NewRequest, round: Option<u32>) -> Result<(), tokio_postgres::Error> {
+    let request = &new.request;
+    tx.execute(
+        "INSERT INTO requests (id, kind, prompt, url, data, expires_at, status, server, session, call_id, round, \
+         input_key, elicitation_id, owner, created_at, bytes) \
+         VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+        &[
+            &request.id,
+            &request.kind,
+            &request.prompt,
+            &request.url,
+            &rows::to_json_opt(request.data.as_deref()),
+            &new.deadline.millis(),
+            &new.server,
+            &new.session,
+            &new.call,
+            &round.filter(|_| new.input_key.is_some()).map(round_number),
+            &new.input_key,
+            &new.elicitation_id,
+            &new.owner,
+            &new.created_at.millis(),
+            &i64::try_from(new.bytes).unwrap_or(i64::MAX),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Resolves the Requests still pending among `ids`.
+pub(super) async fn resolve_ids(
+    tx: &mut Tx<'_>,
+    ids: &[String],
+    resolution: &Resolution,
+) -> Result<Resolved, tokio_postgres::Error> {
+    let now = Timestamp::now();
+    let mut resolved = Resolved::default();
+    for id in ids {
+        let Some(view) = request(tx, id).await?.filter(|view| view.status == Status::Pending) else {
+            continue;
+        };
+        let (view, resumes) = resolve_one(tx, view, resolution, now).await?;
+        resolved.views.push(view);
+        resolved.resumes.extend(resumes);
+    }
+    Ok(resolved)
+}
+
+/// Resolves one pending Request without an answer; returns it and the call whose round it completed.
+async fn resolve_one(
+    tx: &mut Tx<'_>,
+    mut view: RequestView,
+    resolution: &Resolution,
+    now: Timestamp,
+) -> Result<(RequestView, Option<Retry>), tokio_postgres::Error> {
+    crate::store::resolve_view(&mut view, resolution, now);
+    let round: Option<i32> = tx
+        .query_one(
+            "UPDATE requests SET status = $2, resolved_at = $3, answer = $4, result = $5, detail = $6 \
+             WHERE id = $1 AND status = 'pending' RETURNING round",
+            &[
+                &view.request.id,
+                &view.status.as_str(),
+                &now.millis(),
+                &rows::to_json_opt(view.answer.as_ref()),
+                &rows::to_json_opt(view.result.as_ref()),
+                &view.detail,
+            ],
+        )
+        .await?
+        .try_get(0)?;
+    tx.note(Note::Resolved(view.request.id.clone()));
+    tx.record(Event::request(EventKind::RequestResolved, &view)).await?;
+    let resumes = after_resolution(tx, view.call.clone(), round, now).await?;
+    Ok((view, resumes))
+}
+
+/// Updates the call of a Request just resolved (from round `round` of it); returns what retrying the call
+/// takes if this completed that round.
+async fn after_resolution(
+    tx: &mut Tx<'_>,
+    call: Option<String>,
+    round: Option<i32>,
+    now: Timestamp,
+) -> Result<Option<Retry>, tokio_postgres::Error> {
+    let Some(call) = call else { return Ok(None) };
+    let status = call_changed(tx, &call, now).await?;
+    if round.is_none() || status != Some(CallStatus::Running) {
+        return Ok(None);
+    }
+    super::calls::retry(tx, &call).await
+}
+
+/// Sets a call that has not ended to `input_required` or `running` as its pending Requests say, recording
+/// `call.updated` when that changes it; returns that status, or `None` if the call has ended.
+pub(super) async fn call_changed(
+    tx: &mut Tx<'_>,
+    call: &str,
+    now: Timestamp,
+) -> Result<Option<CallStatus>, tokio_postgres::Error> {
+    let found = tx
+        .query_opt(
+            "SELECT c.status, EXISTS (SELECT 1 FROM requests AS r WHERE r.call_id = c.id AND r.status = 'pending') \
+             FROM calls AS c WHERE c.id = $1 AND c.status IN ('running', 'input_required')",
+            &[&call],
+        )
+        .await?;
+    let Some(found) = found else {
+        return Ok(None);
+    };
+    let before: String = found.try_get(0)?;
+    let waiting: bool = found.try_get(1)?;
+    let status = if waiting {
+        CallStatus::InputRequired
+    } else {
+        CallStatus::Running
+    };
+    if before != status.as_str() {
+        tx.execute(
+            "UPDATE calls SET status = $2, updated_at = $3 WHERE id = $1",
+            &[&call, &status.as_str(), &now.millis()],
+        )
+        .await?;
+        if let Some(view) = super::calls::call(tx, call).await? {
+            tx.note(Note::Call {
+                call: call.to_owned(),
+                status,
+                owner: view.owner.clone(),
+            });
+            tx.record(Event::call(&view)).await?;
+        }
+    }
+    Ok(Some(status))
+}
