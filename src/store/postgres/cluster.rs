@@ -506,10 +506,11 @@ mod tests {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
+        // The test harness prints the test's name on the same line, before it.
         let line = BufReader::new(holder.stdout.take().unwrap())
             .lines()
             .map(Result::unwrap)
-            .find(|line| line.starts_with("cluster "))
+            .find_map(|line| line.find("cluster ").map(|at| line[at..].to_owned()))
             .expect("the holder prints its cluster");
         let [_, pid, url, dir] = line.split(' ').collect::<Vec<_>>()[..] else {
             panic!("{line}")
