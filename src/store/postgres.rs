@@ -55,7 +55,7 @@ struct Shared {
     /// the database makes every change to it.
     live: Arc<Mutex<crate::store::live::Live>>,
     /// Holds the database as this gateway's while it runs; `None` once the store is closed.
-    sole: tokio::sync::Mutex<Option<Client>>,
+    sole: Mutex<Option<Client>>,
 }
 
 /// How to reach the database.
@@ -221,7 +221,7 @@ impl Postgres {
                 readers: (0..READERS).map(|_| Mutex::default()).collect(),
                 next_reader: AtomicUsize::new(0),
                 live,
-                sole: tokio::sync::Mutex::new(Some(sole)),
+                sole: Mutex::new(Some(sole)),
             }),
         })
     }
@@ -234,10 +234,11 @@ impl Postgres {
         if let Some(writer) = writer {
             let _ = writer.await;
         }
-        if let Some(sole) = self.shared.sole.lock().await.take() {
-            if let Err(error) = sole.execute("SELECT pg_advisory_unlock($1)", &[&SOLE_LOCK]).await {
-                tracing::warn!(%error, "the store could not give its database up; it will when its connection ends");
-            }
+        let sole = lock_mutex(&self.shared.sole).take();
+        if let Some(sole) = sole
+            && let Err(error) = sole.execute("SELECT pg_advisory_unlock($1)", &[&SOLE_LOCK]).await
+        {
+            tracing::warn!(%error, "the store could not give its database up; it will when its connection ends");
         }
     }
 
