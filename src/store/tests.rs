@@ -474,3 +474,86 @@ async fn a_database_of_the_first_schema_is_migrated_and_its_pending_requests_kee
     ));
     close(store).await;
 }
+
+#[tokio::test]
+async fn listings_cursors_and_pruning_read_what_was_kept() {
+    on_every(|store| async move {
+        let call = insert(&store, new_call("ada")).await;
+        let raised = store
+            .raise(
+                vec![new_request(Some(&call.id), None), new_request(None, None)],
+                None,
+                PendingCaps::NONE,
+            )
+            .await
+            .unwrap();
+        assert!(store.next_deadline().await.unwrap().is_some());
+        let pending = Filter {
+            status: Some(Status::Pending),
+            owner: Some("ada".into()),
+            ..Filter::default()
+        };
+        let (page, next) = store.requests(&pending, 0, 1).await.unwrap();
+        assert_eq!(page[0].request.id, raised[0].request.id);
+        let (rest, last) = store.requests(&pending, next.unwrap(), 5).await.unwrap();
+        assert_eq!((rest.len(), last), (1, None));
+        let running = CallFilter {
+            status: Some(CallStatus::InputRequired),
+            owner: Some("ada".into()),
+            ..CallFilter::default()
+        };
+        assert_eq!(store.calls(&running, 5).await.unwrap().len(), 1);
+        assert_eq!(store.running_calls(Some("ses-1")).await.unwrap().len(), 1);
+        assert_eq!(store.running_calls(None).await.unwrap().len(), 1);
+        assert_eq!(store.count_calls().await.unwrap(), [(CallStatus::InputRequired, 1)]);
+        assert_eq!(
+            store.call_status(&call.id).await.unwrap(),
+            Some((CallStatus::InputRequired, "ada".to_owned()))
+        );
+
+        let expired = store
+            .expire_due(Timestamp::now().after(Duration::from_secs(120)), 10)
+            .await
+            .unwrap();
+        assert_eq!(expired.views.len(), 2);
+        assert_eq!(store.pending_count().await.unwrap(), 0);
+        assert_eq!(
+            store.request_status(&raised[1].request.id).await.unwrap(),
+            Some((Status::Expired, Some("ada".to_owned())))
+        );
+        store.annotate_round(&call.id, "refused").await.unwrap();
+        assert!(!store.complete("ses-1", "elc-unknown").await.unwrap());
+        assert!(
+            store
+                .undelivered(&raised[1].request.id, "late")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        store
+            .finish_call(&call.id, Finish::failed("done"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(store.sessions(true).await.unwrap().is_empty());
+
+        store.save_webhook_cursor("hook", 3);
+        store.save_webhook_cursor("hook", 7);
+        let last = store.last_event_id().await.unwrap();
+        store
+            .prune(Timestamp::now().after(Duration::from_secs(1)))
+            .await
+            .unwrap();
+        assert_eq!(store.webhook_cursor("hook").await.unwrap(), Some(7));
+        if !store.is_durable() {
+            return; // memory forgets ended records by its own retention
+        }
+        assert_eq!(store.request(&raised[0].request.id).await.unwrap(), None);
+        assert_eq!(store.call(&call.id).await.unwrap(), None);
+        assert_eq!(store.last_event_id().await.unwrap(), last, "the newest event stays");
+        let page = store.events_after(0, 10).await.unwrap();
+        assert!(page.gap);
+        assert_eq!(page.resume_after, last - 1);
+    })
+    .await;
+}
