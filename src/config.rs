@@ -656,11 +656,12 @@ impl Config {
         Ok(tokens)
     }
 
-    /// The secrets of the configured URLs (servers' and webhooks'), to keep out of the logs.
+    /// The secrets of the configured URLs (servers', webhooks' and the store's), to keep out of the logs.
     pub fn secrets(&self) -> redact::Secrets {
         let servers = self.servers.iter().filter_map(|server| server.url.as_deref());
         let webhooks = self.webhooks.iter().map(|hook| hook.url.as_str());
-        redact::Secrets::of_urls(servers.chain(webhooks))
+        let store = self.store.url.as_deref().map(redact::Secrets::of_database_url);
+        redact::Secrets::of_urls(servers.chain(webhooks)).and(store.unwrap_or_default())
     }
 
     /// Checks everything serde cannot: servers, webhooks, tokens, the store, the log filter.

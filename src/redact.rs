@@ -60,6 +60,27 @@ impl Secrets {
         Self(secrets)
     }
 
+    /// The secrets of a database URL: its password and query values, not its user name, which is no secret and
+    /// often a word (`postgres`) that masking would take out of every line.
+    pub fn of_database_url(url: &str) -> Self {
+        let parts = Parts::of(url);
+        let password = parts
+            .userinfo
+            .and_then(|userinfo| userinfo.split_once(':'))
+            .map(|(_, password)| password);
+        let without_user = format!("{}:{}@{}", parts.scheme, password.unwrap_or_default(), parts.rest);
+        let query = parts.query.map(|query| format!("?{query}")).unwrap_or_default();
+        Self::of_url(&format!("{without_user}{query}"))
+    }
+
+    /// Adds the secrets of `other`.
+    pub fn and(mut self, other: Self) -> Self {
+        self.0.extend(other.0);
+        self.0.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+        self.0.dedup();
+        self
+    }
+
     /// The secrets of every URL in `urls`.
     pub fn of_urls<'a>(urls: impl IntoIterator<Item = &'a str>) -> Self {
         let mut secrets: Vec<String> = urls.into_iter().flat_map(|url| Self::of_url(url).0).collect();
@@ -175,5 +196,14 @@ mod tests {
             assert!(!scrubbed.contains(secret), "{scrubbed}");
         }
         assert!(scrubbed.contains("example.com/mcp"), "{scrubbed}");
+    }
+
+    #[test]
+    fn a_database_url_gives_up_its_password_and_keeps_its_user_name() {
+        let secrets = Secrets::of_database_url("postgres://postgres:hunter-22@db:5432/gw?sslmode=disable");
+        let scrubbed = secrets.scrub("postgres: password hunter-22 refused; sslmode disable");
+        assert_eq!(scrubbed, "postgres: password *** refused; sslmode ***");
+        let none = Secrets::of_database_url("postgres://postgres@db/gw");
+        assert_eq!(none.scrub("postgres@db"), "postgres@db");
     }
 }

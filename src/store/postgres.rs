@@ -187,6 +187,11 @@ impl Postgres {
         let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|error: tokio_postgres::Error| failed(format!("it is not a PostgreSQL URL: {error}")))?;
+        if config.get_password().is_none()
+            && let Some(password) = std::env::var_os("PGPASSWORD")
+        {
+            config.password(password.as_encoded_bytes());
+        }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }

@@ -3,6 +3,8 @@
 mod answers;
 mod auth;
 mod calls;
+#[path = "../../src/store/postgres/cluster.rs"]
+mod cluster;
 mod connections;
 mod events;
 mod helpers;
@@ -12,6 +14,7 @@ mod lifecycle;
 mod limits;
 mod openapi;
 mod operations;
+mod postgres;
 mod races;
 mod restart;
 mod sessions;
