@@ -75,6 +75,9 @@ pub struct Config {
     /// Where the gateway keeps its state.
     #[serde(default)]
     pub store: StoreConfig,
+    /// This gateway's name among the replicas sharing a store; unset, the host name and a random suffix.
+    #[serde(default, deserialize_with = "expanded_option")]
+    pub replica: Option<String>,
 }
 
 /// The `[store]` table.
@@ -410,6 +413,7 @@ impl Config {
             limits: LimitsConfig::default(),
             http: HttpConfig::default(),
             store: StoreConfig::default(),
+            replica: None,
         }
     }
 
@@ -420,6 +424,21 @@ impl Config {
             Some(url) => Location::parse(url).map_err(|error| format!("store.url: {error}")),
             None => Ok(Location::Sqlite(default_store_path())),
         }
+    }
+
+    /// This gateway's name among the replicas sharing a store: the configured one, or the host name with a
+    /// random suffix, new at each start.
+    pub fn replica(&self) -> String {
+        self.replica.clone().unwrap_or_else(|| {
+            let host = nix::unistd::gethostname()
+                .ok()
+                .and_then(|name| name.into_string().ok())
+                .filter(|name| !name.is_empty())
+                .unwrap_or_else(|| "gateway".to_owned());
+            // The last digits of a v7 UUID are random.
+            let random = uuid::Uuid::now_v7().simple().to_string();
+            format!("{host}-{}", &random[random.len() - 8..])
+        })
     }
 
     /// The caps on pending Requests, with each principal's and each server's share.
@@ -487,6 +506,11 @@ impl Config {
         let mut root = Table::new();
         root.insert("listen".into(), Value::from(self.listen.to_string()));
         root.insert("workers".into(), Value::from(self.workers as i64));
+        let replica = self
+            .replica
+            .clone()
+            .unwrap_or_else(|| "(the host name and a random suffix)".to_owned());
+        root.insert("replica".into(), Value::from(replica));
         let mut requests = Table::new();
         requests.insert("ttl".into(), duration(self.requests.ttl));
         requests.insert("apply_defaults".into(), Value::from(self.requests.apply_defaults));
@@ -668,6 +692,15 @@ impl Config {
     pub fn validate(&self) -> Result<(), String> {
         self.servers()?;
         self.store_location()?;
+        if let Some(replica) = &self.replica {
+            let fits = (1..=64).contains(&replica.len())
+                && replica
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || b"._-".contains(&byte));
+            if !fits {
+                return Err(format!("replica {replica:?}: 1 to 64 letters, digits, '.', '_' or '-'"));
+            }
+        }
         self.webhooks()?;
         self.tokens()?;
         if self.http.max_connections == Some(0) {

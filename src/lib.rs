@@ -106,11 +106,14 @@ impl Gateway {
         let feed = Feed::default();
         let metrics = Metrics::default();
         let retention = config.retention();
-        let store = Store::open(&location, feed.clone(), retention).await?;
+        let replica = config.replica();
+        let store = Store::open(&location, feed.clone(), retention, &replica).await?;
         match &location {
             store::Location::Memory => tracing::info!("store: in memory (nothing is kept across restarts)"),
             store::Location::Sqlite(path) => tracing::info!(path = %path.display(), "store: SQLite file"),
-            store::Location::Postgres(url) => tracing::info!(url = %crate::redact::url(url), "store: PostgreSQL"),
+            store::Location::Postgres(url) => {
+                tracing::info!(url = %crate::redact::url(url), %replica, "store: PostgreSQL")
+            }
         }
         let policy = Policy {
             ttl: config.requests.ttl,
@@ -199,6 +202,15 @@ impl Gateway {
         }
         tracker.spawn(state.registry.clone().reap(state.shutdown.clone()));
         tracker.spawn(prune(store.clone(), retention, state.shutdown.clone()));
+        tracker.spawn(reap_replicas(
+            store.clone(),
+            state.registry.clone(),
+            state.shutdown.clone(),
+        ));
+        if matches!(store, Store::Postgres(_)) {
+            let feed = state.feed.clone();
+            tracker.spawn(state.registry.clone().follow_replicas(feed, state.shutdown.clone()));
+        }
         state.upstreams.start(resumes);
         for call in recovered.resumes {
             match store.retry(&call).await {
@@ -227,11 +239,45 @@ impl Gateway {
         upstreams.shut_down().await;
         tracker.close();
         tracker.wait().await;
-        if let store::Store::Sqlite(sqlite) = &store {
-            sqlite.close();
-        }
+        store.close().await;
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// Ends what replicas that are gone left, every third of the lease, and retries the calls that fall to this
+/// one.
+async fn reap_replicas(store: Store, registry: Registry, shutdown: CancellationToken) {
+    if !matches!(store, Store::Postgres(_)) {
+        return;
+    }
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(store::postgres::LEASE / 3) => {}
+            () = shutdown.cancelled() => return,
+        }
+        let reaped = match store.reap().await {
+            Ok(reaped) => reaped,
+            Err(error) => {
+                tracing::warn!(%error, "what replicas that are gone left could not be ended");
+                continue;
+            }
+        };
+        if reaped.ended_requests + reaped.ended_calls + reaped.resumes.len() > 0 {
+            tracing::info!(
+                retried = reaped.resumes.len(),
+                ended_requests = reaped.ended_requests,
+                ended_calls = reaped.ended_calls,
+                "ended what replicas that are gone left"
+            );
+        }
+        for call in reaped.resumes {
+            match store.retry(&call).await {
+                Ok(Some(retry)) => registry.resume(retry),
+                Ok(None) => {}
+                Err(error) => tracing::error!(%call, %error, "a call to retry could not be read"),
+            }
+        }
     }
 }
 

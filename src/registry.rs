@@ -488,15 +488,7 @@ impl Registry {
     /// Hands each resolved Request's outcome to its waiter here, and counts and logs its resolution.
     fn settled(&self, views: &[RequestView], tell: Tell) {
         for view in views {
-            if let Some(waiter) = self.waiters().remove(&view.request.id) {
-                let outcome = match (&view.result, tell, view.status) {
-                    (Some(result), _, Status::Answered | Status::Expired) | (Some(result), Tell::Cancel, _) => {
-                        Outcome::Reply(result.clone())
-                    }
-                    _ => Outcome::Withdrawn(view.detail.clone().unwrap_or_default()),
-                };
-                let _ = waiter.reply.send(outcome);
-            }
+            self.hand_over(view, tell);
             log_resolution(view);
             let outcome = match (view.status, &view.result) {
                 (Status::Answered, Some(result)) => action_name(&result.action),
@@ -509,6 +501,58 @@ impl Registry {
             );
             let age = view.created_at.elapsed().as_secs_f64();
             metrics.observe("toolnexus_request_resolution_seconds", &[("server", &view.server)], age);
+        }
+    }
+
+    /// Hands a resolved Request's outcome to its waiter here, if it has one.
+    fn hand_over(&self, view: &RequestView, tell: Tell) {
+        if let Some(waiter) = self.waiters().remove(&view.request.id) {
+            let outcome = match (&view.result, tell, view.status) {
+                (Some(result), _, Status::Answered | Status::Expired) | (Some(result), Tell::Cancel, _) => {
+                    Outcome::Reply(result.clone())
+                }
+                _ => Outcome::Withdrawn(view.detail.clone().unwrap_or_default()),
+            };
+            let _ = waiter.reply.send(outcome);
+        }
+    }
+
+    /// Hands the outcome of Requests waiting here that another replica resolved to their waiters, as the
+    /// events of `feed` tell, until `shutdown`. Whoever resolved them counted and logged them.
+    pub async fn follow_replicas(self, feed: crate::feed::Feed, shutdown: CancellationToken) {
+        let mut events = feed.subscribe();
+        loop {
+            let event = tokio::select! {
+                event = events.recv() => event,
+                () = shutdown.cancelled() => return,
+            };
+            let ids: Vec<String> = match event {
+                Ok(event) if event.kind != crate::records::EventKind::RequestResolved => continue,
+                Ok(event) if event.has_data() => {
+                    #[derive(serde::Deserialize)]
+                    struct Named {
+                        id: String,
+                    }
+                    match serde_json::from_str::<Named>(&event.data) {
+                        Ok(named) if self.waiters().contains_key(&named.id) => vec![named.id],
+                        _ => continue,
+                    }
+                }
+                // Without the event's data, or after missing events: each Request waiting here is read.
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    self.waiters().keys().cloned().collect()
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            };
+            for id in ids {
+                match self.shared.store.request(&id).await {
+                    Ok(Some(view)) if view.status != Status::Pending => self.hand_over(&view, Tell::Cancel),
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, request = %id, "a Request resolved elsewhere could not be read")
+                    }
+                }
+            }
         }
     }
 

@@ -323,12 +323,36 @@ macro_rules! dispatch {
 impl Store {
     /// Opens the store at `location`, publishing what it records to `feed`; `retention` is how long ended
     /// records are kept (the memory store forgets them then, a database store deletes them when it prunes).
-    pub async fn open(location: &Location, feed: Feed, retention: std::time::Duration) -> Result<Self, OpenError> {
+    pub async fn open(
+        location: &Location,
+        feed: Feed,
+        retention: std::time::Duration,
+        replica: &str,
+    ) -> Result<Self, OpenError> {
         Ok(match location {
             Location::Memory => Store::Memory(Memory::new(feed, retention)),
             Location::Sqlite(path) => Store::Sqlite(Sqlite::open(path, feed)?),
-            Location::Postgres(url) => Store::Postgres(Postgres::open(url, feed).await?),
+            Location::Postgres(url) => Store::Postgres(Postgres::open_as(url, feed, replica).await?),
         })
+    }
+
+    /// Ends what other replicas that are gone left (in PostgreSQL, which replicas share); elsewhere one
+    /// gateway holds the store, and there is nothing to end.
+    pub async fn reap(&self) -> Result<Recovered, StoreError> {
+        match self {
+            Store::Postgres(postgres) => postgres.reap().await,
+            Store::Memory(_) | Store::Sqlite(_) => Ok(Recovered::default()),
+        }
+    }
+
+    /// Lets the store finish the changes it has; later changes fail. A PostgreSQL replica says it is gone, so
+    /// that another ends what it leaves at once rather than after the lease.
+    pub async fn close(&self) {
+        match self {
+            Store::Memory(_) => {}
+            Store::Sqlite(sqlite) => sqlite.close(),
+            Store::Postgres(postgres) => postgres.retire().await,
+        }
     }
 
     /// Whether what it keeps survives the process.

@@ -104,6 +104,8 @@ pub enum CallFailure {
     StateRejected,
     /// The gateway restarted while the upstream worked on the call, so its result was lost.
     GatewayRestarted,
+    /// The replica that held the call's session is gone (its heartbeat stopped), and its result with it.
+    ReplicaGone,
 }
 
 impl CallFailure {
@@ -112,14 +114,19 @@ impl CallFailure {
         match self {
             CallFailure::StateRejected => "state_rejected",
             CallFailure::GatewayRestarted => "gateway_restarted",
+            CallFailure::ReplicaGone => "replica_gone",
         }
     }
 
     /// The reason the API spells `name`.
     pub fn parse(name: &str) -> Option<Self> {
-        [CallFailure::StateRejected, CallFailure::GatewayRestarted]
-            .into_iter()
-            .find(|reason| reason.as_str() == name)
+        [
+            CallFailure::StateRejected,
+            CallFailure::GatewayRestarted,
+            CallFailure::ReplicaGone,
+        ]
+        .into_iter()
+        .find(|reason| reason.as_str() == name)
     }
 }
 

@@ -112,9 +112,14 @@ fn run(location: &Location, ops: Vec<Op>) -> Result<(), TestCaseError> {
         .build()
         .unwrap();
     runtime.block_on(async move {
-        let store = Store::open(location, Feed::default(), Duration::from_secs(86_400))
-            .await
-            .unwrap();
+        let store = Store::open(
+            location,
+            Feed::default(),
+            Duration::from_secs(86_400),
+            "replica-under-test",
+        )
+        .await
+        .unwrap();
         let policy = Policy {
             ttl: TTL,
             apply_defaults: true,

@@ -10,6 +10,7 @@ mod maintenance;
 mod requests;
 mod rows;
 mod schema;
+mod tail;
 mod writer;
 
 use std::collections::HashMap;
@@ -30,12 +31,16 @@ use writer::{Applied, Job, Tx};
 const WRITE_LOCK: i64 = 0x746e_6777_7269_7465;
 /// The advisory lock held while the schema is brought up to date.
 const MIGRATION_LOCK: i64 = 0x746e_6777_6d69_6772;
-/// The advisory lock a gateway holds on its database for as long as it runs.
-const SOLE_LOCK: i64 = 0x746e_6777_736f_6c65;
 /// How many connections serve reads; each carries many reads at once.
 const READERS: usize = 4;
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a replica without a heartbeat counts as alive; past it, others end what only it could carry on.
+pub const LEASE: Duration = Duration::from_secs(15);
+/// How often a replica says it is alive.
+const HEARTBEAT: Duration = Duration::from_secs(3);
+/// The database's clock, in milliseconds since the Unix epoch: replicas' clocks never decide.
+const DB_NOW: &str = "(extract(epoch from clock_timestamp()) * 1000)::BIGINT";
 
 /// The PostgreSQL store; cheap to clone.
 #[derive(Debug, Clone)]
@@ -51,11 +56,12 @@ struct Shared {
     writer: Mutex<Option<JoinHandle<()>>>,
     readers: Vec<Mutex<Option<Arc<Conn>>>>,
     next_reader: AtomicUsize,
-    /// The status and owner of the live records, as last kept (the writer keeps it): the one gateway using
-    /// the database makes every change to it.
+    /// The status and owner of the live records, as last kept (the writer keeps it).
     live: Arc<Mutex<crate::store::live::Live>>,
-    /// Holds the database as this gateway's while it runs; `None` once the store is closed.
-    sole: Mutex<Option<Client>>,
+    /// This replica's id.
+    replica: String,
+    /// Stops the heartbeat and the tail of the event log.
+    background: tokio_util::sync::CancellationToken,
 }
 
 /// How to reach the database.
@@ -174,11 +180,17 @@ impl Reader for Tx<'_> {
 }
 
 impl Postgres {
-    /// Connects to the database at `url`, brings its schema up to date and starts its writer.
-    ///
-    /// A database that cannot be reached, that another gateway uses, or whose schema is newer than this
-    /// build is an error naming the cause.
+    /// Connects to the database at `url` as a replica with a new id; see [`Postgres::open_as`].
     pub async fn open(url: &str, feed: Feed) -> Result<Self, OpenError> {
+        Self::open_as(url, feed, &crate::ids::mint("replica-")).await
+    }
+
+    /// Connects to the database at `url` as replica `replica`, brings its schema up to date, and starts its
+    /// writer, its heartbeat and its tail of the event log.
+    ///
+    /// A database that cannot be reached, or whose schema is newer than this build, is an error naming the
+    /// cause.
+    pub async fn open_as(url: &str, feed: Feed, replica: &str) -> Result<Self, OpenError> {
         let shown = crate::redact::url(url);
         let failed = |cause: String| OpenError {
             path: shown.clone(),
@@ -199,26 +211,33 @@ impl Postgres {
             config.application_name(env!("CARGO_PKG_NAME"));
         }
         let connector = Connector { config };
-        let sole = connector
+        let admin = connector
             .connect()
             .await
             .map_err(|error| failed(format!("cannot connect: {}", describe(&error))))?;
-        let held: bool = sole
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&SOLE_LOCK])
-            .await
-            .map_err(|error| failed(describe(&error)))?
-            .get(0);
-        if !held {
-            return Err(failed(
-                "another gateway is using this database: stop it, or give this one another database".to_owned(),
-            ));
+        migrate(&admin).await.map_err(failed)?;
+        let started: Result<i64, tokio_postgres::Error> = async {
+            admin.execute(&heartbeat_sql(), &[&replica]).await?;
+            admin
+                .query_one("SELECT COALESCE(max(seq), 0) FROM events", &[])
+                .await?
+                .try_get(0)
         }
-        migrate(&sole).await.map_err(failed)?;
-        let live = live::load(&sole).await.map_err(|error| failed(describe(&error)))?;
+        .await;
+        let last_event = started.map_err(|error| failed(describe(&error)))?;
+        let live = live::load(&admin).await.map_err(|error| failed(describe(&error)))?;
         let live = Arc::new(Mutex::new(live));
+        let publisher = Arc::new(tail::Publisher::new(feed, u64::try_from(last_event).unwrap_or(0)));
         let (jobs, receiver) = mpsc::unbounded_channel();
-        let writer = tokio::spawn(writer::run(connector.clone(), receiver, feed, live.clone()));
-        Ok(Self {
+        let writer = tokio::spawn(writer::run(
+            connector.clone(),
+            receiver,
+            publisher.clone(),
+            live.clone(),
+            replica.to_owned(),
+        ));
+        let background = tokio_util::sync::CancellationToken::new();
+        let store = Self {
             shared: Arc::new(Shared {
                 connector,
                 jobs: Mutex::new(Some(jobs)),
@@ -226,24 +245,58 @@ impl Postgres {
                 readers: (0..READERS).map(|_| Mutex::default()).collect(),
                 next_reader: AtomicUsize::new(0),
                 live,
-                sole: Mutex::new(Some(sole)),
+                replica: replica.to_owned(),
+                background: background.clone(),
             }),
-        })
+        };
+        tokio::spawn(tail::run(store.clone(), publisher, background.clone()));
+        tokio::spawn(store.clone().beat(background));
+        Ok(store)
     }
 
-    /// Lets the writer finish the changes it has, then gives the database up, so that another store may open
-    /// it at once; later changes fail.
+    /// This replica's id.
+    pub fn replica(&self) -> &str {
+        &self.shared.replica
+    }
+
+    /// Says this replica is alive every [`HEARTBEAT`] until `stop` fires.
+    async fn beat(self, stop: tokio_util::sync::CancellationToken) {
+        let sql = heartbeat_sql();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(HEARTBEAT) => {}
+                () = stop.cancelled() => return,
+            }
+            let replica = self.shared.replica.clone();
+            let beat = self.read(async |conn| conn.query(&sql, &[&replica]).await).await;
+            if let Err(error) = beat {
+                tracing::warn!(%error, "this replica's heartbeat could not be recorded");
+            }
+        }
+    }
+
+    /// Closes the store and says this replica is gone: the next replica to look ends what it leaves.
+    pub async fn retire(&self) {
+        self.close().await;
+        let replica = self.shared.replica.clone();
+        let retired = self
+            .read(async |conn| {
+                conn.query("UPDATE replicas SET heartbeat_at = 0 WHERE id = $1", &[&replica])
+                    .await
+            })
+            .await;
+        if let Err(error) = retired {
+            tracing::warn!(%error, "this replica could not say it is gone; others will end what it leaves after the lease");
+        }
+    }
+
+    /// Lets the writer finish the changes it has and stops the heartbeat; later changes fail.
     pub async fn close(&self) {
+        self.shared.background.cancel();
         drop(lock_mutex(&self.shared.jobs).take());
         let writer = lock_mutex(&self.shared.writer).take();
         if let Some(writer) = writer {
             let _ = writer.await;
-        }
-        let sole = lock_mutex(&self.shared.sole).take();
-        if let Some(sole) = sole
-            && let Err(error) = sole.execute("SELECT pg_advisory_unlock($1)", &[&SOLE_LOCK]).await
-        {
-            tracing::warn!(%error, "the store could not give its database up; it will when its connection ends");
         }
     }
 
@@ -353,6 +406,14 @@ impl Postgres {
         .flatten()
         .and_then(|size| u64::try_from(size).ok())
     }
+}
+
+/// Records that replica `$1` is alive now, by the database's clock.
+fn heartbeat_sql() -> String {
+    format!(
+        "INSERT INTO replicas (id, started_at, heartbeat_at) VALUES ($1, {DB_NOW}, {DB_NOW}) \
+         ON CONFLICT (id) DO UPDATE SET heartbeat_at = {DB_NOW}"
+    )
 }
 
 /// Brings the schema up to date under the migration lock, so that gateways starting together migrate once;

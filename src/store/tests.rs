@@ -30,9 +30,14 @@ where
 }
 
 async fn open(location: &Location) -> Store {
-    Store::open(location, Feed::default(), Duration::from_secs(3600))
-        .await
-        .unwrap()
+    Store::open(
+        location,
+        Feed::default(),
+        Duration::from_secs(3600),
+        "replica-under-test",
+    )
+    .await
+    .unwrap()
 }
 
 /// Lets a store finish its changes and give its file or database up.

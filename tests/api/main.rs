@@ -16,6 +16,7 @@ mod openapi;
 mod operations;
 mod postgres;
 mod races;
+mod replicas;
 mod restart;
 mod sessions;
 mod store;

@@ -20,9 +20,10 @@ impl Postgres {
     /// Answers as soon as the writer has decided (the cap, then the row), before the change is kept.
     pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<Started, InsertCallError> {
         let (decided, decision) = oneshot::channel();
+        let replica = self.shared.replica.clone();
         let kept = self.write(move |tx| {
             Box::pin(async move {
-                let inserted = insert_call_in(tx, &call, max_running).await;
+                let inserted = insert_call_in(tx, &call, max_running, &replica).await;
                 let early = match &inserted {
                     Ok(Ok(view)) => Ok(Ok(view.clone())),
                     Ok(Err(InsertCallError::TooMany(running))) => Ok(Err(InsertCallError::TooMany(*running))),
@@ -71,6 +72,7 @@ impl Postgres {
         session: NewSession,
         max_open: usize,
     ) -> Result<SessionView, InsertSessionError> {
+        let replica = self.shared.replica.clone();
         self.write(move |tx| {
             Box::pin(async move {
                 let open: i64 = tx
@@ -86,8 +88,15 @@ impl Postgres {
                     return Ok(Err(InsertSessionError::TooMany(open)));
                 }
                 tx.execute(
-                    "INSERT INTO sessions (id, server, owner, status, created_at) VALUES ($1, $2, $3, 'starting', $4)",
-                    &[&session.id, &session.server, &session.owner, &Timestamp::now().millis()],
+                    "INSERT INTO sessions (id, server, owner, status, created_at, replica) \
+                     VALUES ($1, $2, $3, 'starting', $4, $5)",
+                    &[
+                        &session.id,
+                        &session.server,
+                        &session.owner,
+                        &Timestamp::now().millis(),
+                        &replica,
+                    ],
                 )
                 .await?;
                 let row = tx
@@ -274,6 +283,7 @@ async fn insert_call_in(
     tx: &mut Tx<'_>,
     call: &NewCall,
     max_running: usize,
+    replica: &str,
 ) -> Result<Result<CallView, InsertCallError>, tokio_postgres::Error> {
     let running: i64 = tx
         .query_one(
@@ -290,8 +300,8 @@ async fn insert_call_in(
     let now = Timestamp::now().millis();
     tx.execute(
         "INSERT INTO calls (id, server, session, shared, tool, arguments, owner, protocol_version, \
-         capabilities, status, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10)",
+         capabilities, status, created_at, updated_at, replica) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11)",
         &[
             &id,
             &call.server,
@@ -303,6 +313,7 @@ async fn insert_call_in(
             &call.protocol_version,
             &rows::to_json(&call.capabilities),
             &now,
+            &replica,
         ],
     )
     .await?;

@@ -14,6 +14,12 @@ const PRUNE_BATCH: i64 = 5000;
 /// The first protocol version whose suspensions are data the gateway keeps (`input_required`).
 const ROUNDS_PROTOCOL: &str = "2026-07-28";
 
+/// How the records of a replica that is gone end.
+struct Ending {
+    detail: String,
+    reason: CallFailure,
+}
+
 impl Postgres {
     pub async fn events_after(&self, after: u64, limit: usize) -> Result<EventPage, StoreError> {
         let after = i64::try_from(after).unwrap_or(i64::MAX);
@@ -91,13 +97,72 @@ impl Postgres {
     /// Sessions of the last run are closed; elicitation requests, and calls whose upstream request died with
     /// the process, end with `restarted` as their reason; 2026-07-28 calls whose round is answered are
     /// returned to be retried.
+    /// Ends what this replica's previous run left (it had the same id), and what replicas gone for longer than
+    /// the lease left, as [`Postgres::reap`] does.
     pub async fn recover(&self, restarted: &str) -> Result<Recovered, StoreError> {
-        let restarted = restarted.to_owned();
+        let ended = Ending {
+            detail: restarted.to_owned(),
+            reason: CallFailure::GatewayRestarted,
+        };
+        let gone = self.end_replicas(true, ended).await?;
+        let more = self.reap().await?;
+        Ok(Recovered {
+            resumes: gone.resumes.into_iter().chain(more.resumes).collect(),
+            ended_requests: gone.ended_requests + more.ended_requests,
+            ended_calls: gone.ended_calls + more.ended_calls,
+            pending: more.pending,
+        })
+    }
+
+    /// Ends what replicas without a heartbeat for longer than the lease left, once for the fleet: their
+    /// sessions close, the 2025-11-25 Requests raised on them are `cancelled`, and their calls fail unless a
+    /// 2026-07-28 round lets another replica carry them on; the calls whose round is answered are returned,
+    /// for this replica to retry.
+    pub async fn reap(&self) -> Result<Recovered, StoreError> {
+        let ended = Ending {
+            detail: "the replica holding its session is gone".to_owned(),
+            reason: CallFailure::ReplicaGone,
+        };
+        self.end_replicas(false, ended).await
+    }
+
+    /// Ends what the replicas gone for longer than the lease left (their records are deleted by the one
+    /// replica that does this), and with `itself` what this replica's previous run left.
+    async fn end_replicas(&self, itself: bool, ended: Ending) -> Result<Recovered, StoreError> {
+        let lease = i64::try_from(super::LEASE.as_millis()).unwrap_or(i64::MAX);
         self.write(move |tx| {
             Box::pin(async move {
+                let me = tx.replica.to_owned();
+                let gone_sql = format!(
+                    "DELETE FROM replicas WHERE id <> $1 AND heartbeat_at < {} - $2 RETURNING id",
+                    super::DB_NOW
+                );
+                let mut gone: Vec<String> = tx
+                    .query(&gone_sql, &[&me, &lease])
+                    .await?
+                    .iter()
+                    .map(|row| row.try_get(0))
+                    .collect::<Result<_, _>>()?;
+                if itself {
+                    gone.push(me.clone());
+                }
+                let mut recovered = Recovered::default();
+                if gone.is_empty() {
+                    recovered.pending = tx.pending();
+                    return Ok(recovered);
+                }
+                // Records from before replicas were recorded belong to whichever run comes first.
+                let theirs = if itself {
+                    "(replica = ANY($1) OR replica IS NULL)"
+                } else {
+                    "replica = ANY($1)"
+                };
                 let now = Timestamp::now().millis();
                 let sessions: Vec<String> = tx
-                    .query("SELECT id FROM sessions WHERE status IN ('starting', 'ready')", &[])
+                    .query(
+                        &format!("SELECT id FROM sessions WHERE status IN ('starting', 'ready') AND {theirs}"),
+                        &[&gone],
+                    )
                     .await?
                     .iter()
                     .map(|row| row.try_get(0))
@@ -105,29 +170,47 @@ impl Postgres {
                 for id in sessions {
                     tx.execute(
                         "UPDATE sessions SET status = $2, closed_at = $3, detail = $4 WHERE id = $1",
-                        &[&id, &SessionStatus::Closed.as_str(), &now, &restarted],
+                        &[&id, &SessionStatus::Closed.as_str(), &now, &ended.detail],
                     )
                     .await?;
                     if let Some(view) = super::calls::session(&*tx, &id).await? {
                         tx.record(crate::records::Event::session(&view)).await?;
                     }
                 }
-                let mut recovered = Recovered::default();
-                let elicitations = select_ids(&*tx, "status = 'pending' AND round IS NULL", &[]).await?;
-                let detail =
-                    format!("{restarted}: the upstream request this Request answered ended with the previous run");
+                // Raised on one of their sessions, for one of their calls, or (at its own start) on a session
+                // never recorded.
+                let unrecorded = if itself {
+                    " OR NOT EXISTS (SELECT 1 FROM sessions AS s WHERE s.id = requests.session)"
+                } else {
+                    ""
+                };
+                let elicitations = select_ids(
+                    &*tx,
+                    &format!(
+                        "status = 'pending' AND round IS NULL AND (session IN (SELECT id FROM sessions WHERE {theirs}) \
+                         OR call_id IN (SELECT id FROM calls WHERE {theirs}){unrecorded})"
+                    ),
+                    &[&gone],
+                )
+                .await?;
                 let resolution = Resolution::Cancelled {
-                    detail,
+                    detail: format!(
+                        "{}: the upstream request this Request answered ended with it",
+                        ended.detail
+                    ),
                     told_cancel: false,
                 };
                 recovered.ended_requests += resolve_ids(tx, &elicitations, &resolution).await?.views.len();
-                // A round can be retried only on a shared session: a private one ended with the previous run.
+                // A round can be retried only on a shared session: a private one ended with its replica.
                 let calls = tx
                     .query(
-                        "SELECT c.id, c.protocol_version, \
-                         c.shared AND EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id) \
-                         FROM calls AS c WHERE c.status IN ('running', 'input_required') ORDER BY c.seq",
-                        &[],
+                        &format!(
+                            "SELECT c.id, c.protocol_version, \
+                             c.shared AND EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id) \
+                             FROM calls AS c WHERE c.status IN ('running', 'input_required') AND {} ORDER BY c.seq",
+                            theirs.replace("replica", "c.replica")
+                        ),
+                        &[&gone],
                     )
                     .await?;
                 for row in calls {
@@ -137,13 +220,18 @@ impl Postgres {
                     let keeps_rounds = protocol.as_deref().is_some_and(|version| version >= ROUNDS_PROTOCOL);
                     if keeps_rounds && resumable {
                         if super::calls::retry(&*tx, &call).await?.is_some() {
+                            tx.execute("UPDATE calls SET replica = $2 WHERE id = $1", &[&call, &me])
+                                .await?;
                             recovered.resumes.push(call);
                         }
                         continue;
                     }
                     let error = CallError {
-                        message: format!("{restarted} while the upstream worked on the call, so its result was lost"),
-                        reason: Some(CallFailure::GatewayRestarted),
+                        message: format!(
+                            "{} while the upstream worked on the call, so its result was lost",
+                            ended.detail
+                        ),
+                        reason: Some(ended.reason),
                     };
                     super::calls::finish_in(tx, &call, Finish::Failed(error)).await?;
                     recovered.ended_calls += 1;

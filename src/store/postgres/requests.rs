@@ -449,6 +449,10 @@ async fn after_resolution(
     if round.is_none() || status != Some(CallStatus::Running) {
         return Ok(None);
     }
+    // This replica retries it: the call is its own until it ends.
+    let replica = tx.replica;
+    tx.execute("UPDATE calls SET replica = $2 WHERE id = $1", &[&call, &replica])
+        .await?;
     super::calls::retry(tx, &call).await
 }
 

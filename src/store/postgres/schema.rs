@@ -3,7 +3,8 @@
 //! SQLite store; times are milliseconds since the Unix epoch.
 
 /// The migrations, oldest first.
-pub const MIGRATIONS: &[&str] = &[r"
+pub const MIGRATIONS: &[&str] = &[
+    r"
 CREATE TABLE sessions (
     seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
@@ -99,7 +100,22 @@ CREATE TABLE webhook_cursors (
     name TEXT PRIMARY KEY,
     delivered BIGINT NOT NULL
 );
-"];
+",
+    r"
+-- The gateways that use the database, each with its last sign of life by the database's clock: one whose
+-- heartbeat is older than the lease is gone, and what only it could carry on is ended by another.
+CREATE TABLE replicas (
+    id TEXT PRIMARY KEY,
+    started_at BIGINT NOT NULL,
+    heartbeat_at BIGINT NOT NULL
+);
+-- The replica that holds a session, and the one that last worked on a call.
+ALTER TABLE sessions ADD COLUMN replica TEXT;
+ALTER TABLE calls ADD COLUMN replica TEXT;
+CREATE INDEX sessions_replica ON sessions (replica) WHERE status IN ('starting', 'ready');
+CREATE INDEX calls_replica ON calls (replica) WHERE status IN ('running', 'input_required');
+",
+];
 
 /// The schema version this build writes.
 pub fn version() -> i32 {

@@ -11,8 +11,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Transaction};
 
 use super::super::StoreError;
+use super::tail::{self, Publisher};
 use super::{Connector, Statements, WRITE_LOCK, lock_mutex, unavailable};
-use crate::feed::Feed;
 use crate::records::Event;
 use crate::store::live::{self, Live, Note};
 use crate::store::shares::Shares;
@@ -38,6 +38,8 @@ pub struct Applied {
 /// records.
 pub struct Tx<'c> {
     conn: &'c Transaction<'c>,
+    /// The replica whose writer this is.
+    pub replica: &'c str,
     /// The statements the writer's connection has prepared.
     statements: &'c Statements,
     events: Vec<Arc<Event>>,
@@ -126,7 +128,13 @@ impl Tx<'_> {
 }
 
 /// Runs the writer until every sender of `jobs` is gone, keeping `live` up to date.
-pub async fn run(connector: Connector, mut jobs: mpsc::UnboundedReceiver<Job>, feed: Feed, live: Arc<Mutex<Live>>) {
+pub async fn run(
+    connector: Connector,
+    mut jobs: mpsc::UnboundedReceiver<Job>,
+    publisher: Arc<Publisher>,
+    live: Arc<Mutex<Live>>,
+    replica: String,
+) {
     let mut conn = None;
     let mut statements = Statements::default();
     while let Some(first) = jobs.recv().await {
@@ -158,7 +166,7 @@ pub async fn run(connector: Connector, mut jobs: mpsc::UnboundedReceiver<Job>, f
                 },
             };
             let mut client = client;
-            commit(&mut client, &statements, &mut batch, &feed, &live).await;
+            commit(&mut client, &statements, &mut batch, &publisher, &live, &replica).await;
             conn = Some(client);
         }
     }
@@ -171,8 +179,9 @@ async fn commit(
     client: &mut tokio_postgres::Client,
     statements: &Statements,
     batch: &mut std::vec::IntoIter<Job>,
-    feed: &Feed,
+    publisher: &Publisher,
     live: &Mutex<Live>,
+    replica: &str,
 ) {
     let transaction = match client.transaction().await {
         Ok(transaction) => transaction,
@@ -199,6 +208,7 @@ async fn commit(
     for job in batch.by_ref() {
         let mut tx = Tx {
             conn: &transaction,
+            replica,
             statements,
             events: Vec::new(),
             notes: Vec::new(),
@@ -225,7 +235,17 @@ async fn commit(
             "another change of the same transaction failed; nothing was changed".to_owned(),
         ))
     } else {
-        transaction.commit().await.map_err(|error| {
+        let told = if events.is_empty() {
+            Ok(0)
+        } else {
+            // Delivered to every replica's tail when the transaction commits.
+            transaction.execute(&format!("NOTIFY {}", tail::CHANNEL), &[]).await
+        };
+        let committing = async {
+            told?;
+            transaction.commit().await
+        };
+        committing.await.map_err(|error| {
             tracing::error!(%error, "the store could not keep a change; it was not made");
             unavailable(&error)
         })
@@ -233,9 +253,7 @@ async fn commit(
     match committed {
         Ok(()) => {
             lock_mutex(live).apply(notes);
-            if !events.is_empty() {
-                feed.publish(events);
-            }
+            publisher.kept(events);
             for done in applied {
                 (done.reply)(Ok(()));
             }

@@ -1,0 +1,171 @@
+//! Three replicas of the real binary on one PostgreSQL database behave as one gateway.
+
+use serde_json::{Value, json};
+
+use crate::cluster;
+use crate::helpers::{BOTH_ERAS, ERAS, TestApp, first_request, results, start_in};
+
+/// Three gateways with the demo server in both eras, storing in the database at `url`, and their dirs.
+struct Fleet {
+    replicas: Vec<TestApp>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+/// The settings of a gateway that stores in the database at `url`.
+fn stored_in(url: &str) -> String {
+    format!("[store]\nurl = \"{url}\"\n")
+}
+
+/// Starts three replicas on `url` together (their first start migrates the database once) and waits until
+/// each is ready.
+async fn fleet(url: &str) -> Fleet {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let replicas: Vec<TestApp> = dirs
+        .iter()
+        .map(|dir| start_in(dir.path(), &stored_in(url), BOTH_ERAS, ""))
+        .collect();
+    for replica in &replicas {
+        let ready = replica.get("/readyz?wait=30").await;
+        assert_eq!(ready.status(), 200, "not ready: {}", ready.text().await.unwrap());
+    }
+    Fleet { replicas, _dirs: dirs }
+}
+
+#[tokio::test]
+async fn any_replica_lists_answers_and_waits_on_what_another_started_in_both_eras() {
+    let fleet = fleet(&cluster::shared().database()).await;
+    let [a, b, c] = &fleet.replicas[..] else { unreachable!() };
+    for server in ERAS {
+        let path = format!("/requests?server={server}&wait=20");
+        let listed = b.get(&path);
+        let (listed, call) = tokio::join!(listed, a.call(server, "confirm_action", json!({"action": "fleet"})));
+        let listed: Value = listed.json().await.unwrap();
+        assert_eq!(listed[0]["call"], call["id"], "{server}: B lists what A raised");
+        let request = first_request(&call);
+        assert_eq!(c.get_json(&format!("/requests/{request}")).await["status"], "pending");
+
+        b.answer_ok(&request, json!({"ok": true, "data": {"confirm": true}}))
+            .await;
+        let done = c.settled(call["id"].as_str().unwrap()).await;
+        assert_eq!(
+            results(&done),
+            json!([{"action": "accept", "content": {"confirm": true, "note": ""}}]),
+            "{server}: C waited on the call A started and B's answer completed"
+        );
+    }
+}
+
+#[tokio::test]
+async fn of_two_hundred_answers_over_three_replicas_exactly_one_wins() {
+    let fleet = fleet(&cluster::shared().database()).await;
+    for (round, era) in ERAS.iter().enumerate() {
+        let call = fleet.replicas[0]
+            .call(era, "confirm_action", json!({"action": "race"}))
+            .await;
+        let id = first_request(&call);
+        let answers: Vec<_> = (0..200)
+            .map(|n| {
+                let replica = &fleet.replicas[n % 3];
+                let (client, url) = (
+                    replica.client.clone(),
+                    format!("{}/requests/{id}/answer", replica.address),
+                );
+                tokio::spawn(async move {
+                    let body = json!({"ok": true, "data": {"confirm": true, "note": format!("answer-{n}")}});
+                    let response = client.post(url).json(&body).send().await.unwrap();
+                    (response.status().as_u16(), response.json::<Value>().await.unwrap())
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for answer in answers {
+            let (status, body) = answer.await.unwrap();
+            match status {
+                200 => winners.push(body),
+                409 => {}
+                other => panic!("{era}: an answer got {other}: {body}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "{era}: exactly one answer wins");
+        let note = winners[0]["answer"]["data"]["note"].clone();
+        let done = fleet.replicas[1].settled(call["id"].as_str().unwrap()).await;
+        assert_eq!(
+            results(&done)[0]["content"]["note"],
+            note,
+            "{era}: the upstream got the winner"
+        );
+        let delivered: usize = fleet
+            .replicas
+            .iter()
+            .map(|replica| {
+                replica
+                    .stderr()
+                    .lines()
+                    .iter()
+                    .filter(|line| line.contains("confirm_action received"))
+                    .count()
+            })
+            .sum();
+        assert_eq!(
+            delivered,
+            round + 1,
+            "{era}: the fleet's upstreams received exactly one result"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_event_stream_on_one_replica_shows_what_another_records() {
+    let fleet = fleet(&cluster::shared().database()).await;
+    let [a, b, c] = &fleet.replicas[..] else { unreachable!() };
+    let mut events = c.events("?server=modern", None).await;
+    let call = a.call("modern", "confirm_action", json!({"action": "stream"})).await;
+    let request = first_request(&call);
+    let created = events.next_of("request.created").await;
+    assert_eq!(created.data["id"], request.as_str());
+
+    let resumed_from = created.id.clone();
+    b.answer_ok(&request, json!({"ok": false})).await;
+    let resolved = events.next_of("request.resolved").await;
+    assert_eq!(resolved.data["id"], request.as_str());
+    // An event id one replica gave resumes on another.
+    let mut again = a.events("?server=modern", Some(&resumed_from)).await;
+    assert_eq!(again.next_of("request.resolved").await.id, resolved.id);
+}
+
+#[tokio::test]
+async fn what_a_killed_replica_held_ends_or_goes_on_elsewhere() {
+    let mut fleet = fleet(&cluster::shared().database()).await;
+    let legacy = fleet.replicas[0]
+        .call("legacy", "confirm_action", json!({"action": "orphan"}))
+        .await;
+    let modern = fleet.replicas[0].call("modern", "two_step", json!({})).await;
+    let orphan = first_request(&legacy);
+    fleet.replicas[0].kill();
+    let b = &fleet.replicas[1];
+
+    // 2025-11-25: the upstream request died with its replica; a survivor ends its Request and its call.
+    let ended = b.get_json(&format!("/requests/{orphan}?wait=60")).await;
+    assert_eq!(ended["status"], "cancelled", "{ended}");
+    assert!(ended["detail"].as_str().unwrap().contains("replica"), "{ended}");
+    let failed = b.settled(legacy["id"].as_str().unwrap()).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(failed["error"]["reason"], "replica_gone", "{failed}");
+
+    // 2026-07-28: the round belongs to no replica; answered on a survivor, the call completes there.
+    let id = modern["id"].as_str().unwrap();
+    for answer in [
+        json!({"ok": true, "data": {"name": "Ada"}}),
+        json!({"ok": true, "data": {"confirm": true}}),
+    ] {
+        let waiting = b.get_json(&format!("/calls/{id}")).await;
+        let request = b.request_of(&waiting).await;
+        b.answer_ok(request["id"].as_str().unwrap(), answer).await;
+        b.settled(id).await;
+    }
+    let done = fleet.replicas[2].get_json(&format!("/calls/{id}")).await;
+    assert_eq!(
+        results(&done),
+        json!([{"action": "accept", "content": {"name": "Ada"}}, {"action": "accept", "content": {"confirm": true}}])
+    );
+}
