@@ -124,7 +124,7 @@ impl Gateway {
         let sessions = Sessions::new(store.clone());
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
-        webhooks::start(webhooks, &store, &feed, &metrics, &shutdown, &tracker)
+        webhooks::start(webhooks, &replica(), &store, &feed, &metrics, &shutdown, &tracker)
             .await
             .map_err(|error| anyhow::anyhow!("cannot build the webhooks' HTTP client: {error}"))?;
         let domain = Domain {
@@ -247,4 +247,13 @@ async fn prune(store: Store, retention: Duration, shutdown: CancellationToken) {
             tracing::warn!(%error, "pruning ended records failed");
         }
     }
+}
+
+/// Who this gateway is to the other gateways sharing its store: `hostname-pid`.
+fn replica() -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|name| name.into_string().ok())
+        .unwrap_or_else(|| "gateway".to_owned());
+    format!("{host}-{}", std::process::id())
 }

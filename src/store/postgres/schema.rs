@@ -3,7 +3,8 @@
 //! SQLite store; times are milliseconds since the Unix epoch.
 
 /// The migrations, oldest first.
-pub const MIGRATIONS: &[&str] = &[r"
+pub const MIGRATIONS: &[&str] = &[
+    r"
 CREATE TABLE sessions (
     seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
@@ -99,7 +100,17 @@ CREATE TABLE webhook_cursors (
     name TEXT PRIMARY KEY,
     delivered BIGINT NOT NULL
 );
-"];
+",
+    r"
+-- The lease on each webhook's deliveries: gateways sharing the database run the same webhooks, and only the
+-- holder delivers, until held_until (milliseconds since the Unix epoch on the database's clock). A webhook
+-- leased before it was given its first event has no cursor yet (delivered is NULL).
+ALTER TABLE webhook_cursors
+    ADD COLUMN holder TEXT,
+    ADD COLUMN held_until BIGINT,
+    ALTER COLUMN delivered DROP NOT NULL;
+",
+];
 
 /// The schema version this build writes.
 pub fn version() -> i32 {
