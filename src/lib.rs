@@ -127,7 +127,7 @@ impl Gateway {
         let sessions = Sessions::new(store.clone());
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
-        webhooks::start(webhooks, &store, &feed, &metrics, &shutdown, &tracker)
+        webhooks::start(webhooks, &replica, &store, &feed, &metrics, &shutdown, &tracker)
             .await
             .map_err(|error| anyhow::anyhow!("cannot build the webhooks' HTTP client: {error}"))?;
         let domain = Domain {

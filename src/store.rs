@@ -289,6 +289,16 @@ pub struct EventPage {
     pub resume_after: u64,
 }
 
+/// Who holds the lease on a webhook's deliveries, as [`Store::hold_webhook`] decided it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    /// The asking holder has the lease until it runs out; with the webhook's saved cursor, `None` for a
+    /// webhook that has none yet.
+    Mine(Option<u64>),
+    /// Another holder's lease has not run out: it delivers the webhook.
+    Elsewhere,
+}
+
 /// What a start found of the previous run, once it was put right.
 #[derive(Debug, Default)]
 pub struct Recovered {
@@ -536,9 +546,22 @@ impl Store {
         dispatch!(self, store => store.webhook_cursor(webhook).await)
     }
 
-    /// Records that a webhook has had every event up to `event`; kept with the next change, not waited for.
+    /// Records that a webhook has had every event up to `event`, unless it is recorded further already; kept
+    /// with the next change, not waited for.
     pub fn save_webhook_cursor(&self, webhook: &str, event: u64) {
         dispatch!(self, store => store.save_webhook_cursor(webhook, event))
+    }
+
+    /// Takes or renews the lease on a webhook's deliveries for `holder`, for `lease` from now, if it is free,
+    /// run out, or `holder`'s already. Gateways sharing a database run the same webhooks; the lease makes
+    /// one of them deliver each. A memory or SQLite store has one gateway, which always gets it.
+    pub async fn hold_webhook(
+        &self,
+        webhook: &str,
+        holder: &str,
+        lease: std::time::Duration,
+    ) -> Result<Lease, StoreError> {
+        dispatch!(self, store => store.hold_webhook(webhook, holder, lease).await)
     }
 
     /// Puts right what the previous run left: what could not survive it ends, and the calls ready to retry

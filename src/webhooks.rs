@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
@@ -16,7 +18,7 @@ use crate::egress::GuardedResolver;
 use crate::feed::Feed;
 use crate::metrics::Metrics;
 use crate::records::Event;
-use crate::store::Store;
+use crate::store::{Lease, Store, StoreError};
 
 /// How many events a webhook reads from the log at a time.
 const PAGE: usize = 256;
@@ -24,13 +26,21 @@ const PAGE: usize = 256;
 const FIRST_RETRY: Duration = Duration::from_millis(500);
 /// How long a webhook waits before reading the log again after the store failed a read.
 const READ_RETRY: Duration = Duration::from_secs(1);
+/// How long a gateway holds a webhook's lease without renewing it: when the gateway delivering a webhook
+/// dies, another takes its deliveries over from the saved cursor within this and one [`RENEW`].
+const LEASE: Duration = Duration::from_secs(15);
+/// How often the holder renews the lease (a third of it, so that two renewals may fail), and how often the
+/// other gateways ask for it.
+const RENEW: Duration = Duration::from_secs(5);
 /// The header carrying `sha256=<hex HMAC of the body>`.
 pub const SIGNATURE_HEADER: &str = "x-toolnexus-signature";
 
-/// Starts one delivery task per webhook. A webhook goes on from the last event it was given; one the store
-/// has never seen starts with the events recorded from now on. Fails only when an HTTP client cannot be built.
+/// Starts one delivery task per webhook, delivering as `holder` (this gateway, among those sharing the store).
+/// A webhook goes on from the last event it was given; one the store has never seen starts with the events
+/// recorded from now on. Fails only when an HTTP client cannot be built.
 pub async fn start(
     webhooks: Vec<Webhook>,
+    holder: &str,
     store: &Store,
     feed: &Feed,
     metrics: &Metrics,
@@ -44,23 +54,17 @@ pub async fn start(
     let open = delivery_client().build()?;
     for webhook in webhooks {
         let client = if webhook.allow_link_local { &open } else { &guarded }.clone();
-        let cursor = match store.webhook_cursor(&webhook.name).await {
-            Ok(Some(cursor)) => cursor,
-            _ => {
-                // A new webhook gets what happens from now on, also across a restart before its first delivery.
-                let start = store.last_event_id().await.unwrap_or(0);
-                store.save_webhook_cursor(&webhook.name, start);
-                start
-            }
-        };
         let delivery = Delivery {
             webhook,
+            holder: holder.to_owned(),
             client,
             store: store.clone(),
             feed: feed.clone(),
             metrics: metrics.clone(),
         };
-        tracker.spawn(delivery.run(cursor, shutdown.clone()));
+        // Taken before the gateway serves, so that a new webhook gets every event of this run.
+        let first = delivery.take().await;
+        tracker.spawn(delivery.run(first, shutdown.clone()));
     }
     Ok(())
 }
@@ -71,18 +75,100 @@ fn delivery_client() -> reqwest::ClientBuilder {
     reqwest::Client::builder().redirect(reqwest::redirect::Policy::none())
 }
 
-/// Delivers one webhook's events in order.
+/// Delivers one webhook's events in order, while it holds the webhook's lease.
 struct Delivery {
     webhook: Webhook,
+    /// Who this gateway is to the other gateways sharing the store.
+    holder: String,
     client: reqwest::Client,
     store: Store,
     feed: Feed,
     metrics: Metrics,
 }
 
+/// What an attempt to take a webhook's lease came to.
+enum Taken {
+    /// This gateway delivers, after this event.
+    Mine(u64),
+    /// Another gateway holds the lease.
+    Elsewhere,
+    Failed(StoreError),
+}
+
 impl Delivery {
-    /// Delivers every event after `cursor`, then each new one as it is recorded, until `shutdown`.
-    async fn run(self, mut cursor: u64, shutdown: CancellationToken) {
+    /// Delivers while this gateway holds the webhook's lease and waits for it while another does, until
+    /// `shutdown`; `first` is what the first attempt to take it came to.
+    async fn run(self, first: Taken, shutdown: CancellationToken) {
+        let mut taken = first;
+        loop {
+            match taken {
+                Taken::Mine(cursor) => {
+                    let held_until = Instant::now() + LEASE;
+                    tokio::select! {
+                        () = self.follow(cursor, &shutdown) => return,
+                        () = self.keep(held_until) => {}
+                    }
+                }
+                Taken::Elsewhere => {}
+                Taken::Failed(error) => {
+                    tracing::warn!(webhook = %self.webhook.name, %error, "the webhook's lease could not be taken");
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(RENEW) => {}
+                () = shutdown.cancelled() => return,
+            }
+            taken = self.take().await;
+        }
+    }
+
+    /// Takes the webhook's lease, with the saved cursor. A webhook without one starts after the newest event,
+    /// also across a restart before its first delivery.
+    async fn take(&self) -> Taken {
+        match self.hold().await {
+            Ok(Lease::Mine(Some(cursor))) => Taken::Mine(cursor),
+            Ok(Lease::Mine(None)) => match self.store.last_event_id().await {
+                Ok(start) => {
+                    self.store.save_webhook_cursor(&self.webhook.name, start);
+                    Taken::Mine(start)
+                }
+                Err(error) => Taken::Failed(error),
+            },
+            Ok(Lease::Elsewhere) => Taken::Elsewhere,
+            Err(error) => Taken::Failed(error),
+        }
+    }
+
+    /// Takes or renews the webhook's lease.
+    async fn hold(&self) -> Result<Lease, StoreError> {
+        self.store.hold_webhook(&self.webhook.name, &self.holder, LEASE).await
+    }
+
+    /// Renews the lease every [`RENEW`]; returns once another gateway holds it, or once it may have run out
+    /// (`held_until`, on this process's clock) while the store could not renew it.
+    async fn keep(&self, mut held_until: Instant) {
+        loop {
+            tokio::time::sleep(RENEW).await;
+            let asked = Instant::now();
+            match self.hold().await {
+                Ok(Lease::Mine(_)) => held_until = asked + LEASE,
+                Ok(Lease::Elsewhere) => {
+                    tracing::warn!(webhook = %self.webhook.name, "another gateway took the webhook's deliveries over");
+                    return;
+                }
+                Err(error) if Instant::now() + RENEW < held_until => {
+                    tracing::warn!(webhook = %self.webhook.name, %error, "the webhook's lease could not be renewed");
+                }
+                Err(error) => {
+                    tracing::warn!(webhook = %self.webhook.name, %error, "the webhook's lease may have run out: its deliveries stop");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Delivers every event after `cursor`, then each new one as it is recorded; returns at `shutdown`.
+    async fn follow(&self, mut cursor: u64, shutdown: &CancellationToken) {
         let mut versions = self.feed.versions();
         loop {
             let page = match self.store.events_after(cursor, PAGE).await {

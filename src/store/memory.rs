@@ -10,7 +10,7 @@ use serde_json::Map;
 
 use super::shares::{Held, Shares};
 use super::{
-    Answered, Decision, EventPage, Finished, InsertCallError, InsertSessionError, NewCall, NewRequest, NewRound,
+    Answered, Decision, EventPage, Finished, InsertCallError, InsertSessionError, Lease, NewCall, NewRequest, NewRound,
     NewSession, Pending, PendingCaps, RaiseError, Recovered, Resolution, Resolved, Retry, Started, StoreError,
     Withdrawal,
 };
@@ -629,7 +629,14 @@ impl Memory {
     }
 
     pub fn save_webhook_cursor(&self, webhook: &str, event: u64) {
-        self.lock().webhook_cursors.insert(webhook.to_owned(), event);
+        let mut state = self.lock();
+        let delivered = state.webhook_cursors.entry(webhook.to_owned()).or_insert(event);
+        *delivered = (*delivered).max(event);
+    }
+
+    /// The one gateway of a memory store always holds its webhooks.
+    pub async fn hold_webhook(&self, webhook: &str, _holder: &str, _lease: Duration) -> Result<Lease, StoreError> {
+        Ok(Lease::Mine(self.webhook_cursor(webhook).await?))
     }
 
     /// Nothing survives a previous run in memory.

@@ -275,14 +275,21 @@ impl Postgres {
         }
     }
 
-    /// Closes the store and says this replica is gone: the next replica to look ends what it leaves.
+    /// Closes the store and says this replica is gone: the next replica to look ends what it leaves and
+    /// takes its webhooks.
     pub async fn retire(&self) {
         self.close().await;
         let replica = self.shared.replica.clone();
         let retired = self
             .read(async |conn| {
                 conn.query("UPDATE replicas SET heartbeat_at = 0 WHERE id = $1", &[&replica])
-                    .await
+                    .await?;
+                // Its webhooks go to another replica at once.
+                conn.query(
+                    "UPDATE webhook_cursors SET held_until = 0 WHERE holder = $1",
+                    &[&replica],
+                )
+                .await
             })
             .await;
         if let Err(error) = retired {

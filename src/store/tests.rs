@@ -1,7 +1,7 @@
 //! The store's verbs, each checked against every backend: what they decide must not depend on where the
 //! state lives.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rmcp::model::{ElicitResult, ElicitationAction};
 use serde_json::{Value, json};
@@ -561,4 +561,79 @@ async fn listings_cursors_and_pruning_read_what_was_kept() {
         assert_eq!(page.resume_after, last - 1);
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_webhook_lease_goes_to_its_holder_with_the_cursor_never_moved_back() {
+    on_every(|store| async move {
+        let lease = Duration::from_secs(60);
+        assert_eq!(
+            store.hold_webhook("hook", "one", lease).await.unwrap(),
+            Lease::Mine(None)
+        );
+        store.save_webhook_cursor("hook", 7);
+        store.save_webhook_cursor("hook", 3);
+        assert_eq!(
+            store.hold_webhook("hook", "one", lease).await.unwrap(),
+            Lease::Mine(Some(7)),
+            "renewed, with the cursor saved before"
+        );
+        assert_eq!(store.webhook_cursor("hook").await.unwrap(), Some(7));
+        let second = store.hold_webhook("hook", "two", lease).await.unwrap();
+        if matches!(store, Store::Postgres(_)) {
+            assert_eq!(second, Lease::Elsewhere);
+        } else {
+            assert_eq!(
+                second,
+                Lease::Mine(Some(7)),
+                "one gateway per memory store or SQLite file"
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn gateways_sharing_a_database_take_a_webhook_over_once_its_lease_runs_out() {
+    let url = postgres::cluster::shared().database();
+    let one = Store::Postgres(Postgres::open(&url, Feed::default()).await.unwrap());
+    let two = Store::Postgres(Postgres::open(&url, Feed::default()).await.unwrap());
+    let short = Duration::from_millis(200);
+    let long = Duration::from_secs(60);
+
+    assert_eq!(one.hold_webhook("hook", "one", short).await.unwrap(), Lease::Mine(None));
+    one.save_webhook_cursor("hook", 5);
+    assert_eq!(
+        one.hold_webhook("hook", "one", short).await.unwrap(),
+        Lease::Mine(Some(5))
+    );
+    assert_eq!(
+        two.hold_webhook("hook", "two", long).await.unwrap(),
+        Lease::Elsewhere,
+        "while fresh"
+    );
+    let took_over = Instant::now();
+    let taken = loop {
+        match two.hold_webhook("hook", "two", long).await.unwrap() {
+            Lease::Elsewhere if took_over.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            held => break held,
+        }
+    };
+
+    assert_eq!(taken, Lease::Mine(Some(5)), "taken over from the saved cursor");
+    assert!(
+        took_over.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        took_over.elapsed()
+    );
+    assert_eq!(one.hold_webhook("hook", "one", short).await.unwrap(), Lease::Elsewhere);
+    assert_eq!(
+        one.hold_webhook("other", "one", short).await.unwrap(),
+        Lease::Mine(None),
+        "each webhook has its own lease"
+    );
+    close(two).await;
+    close(one).await;
 }

@@ -1,11 +1,12 @@
 //! The event log read back, webhook cursors, what a start puts right, and pruning by retention.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::requests::{resolve_ids, select_ids};
 use super::{Conn, Postgres, rows};
 use crate::records::{CallError, CallFailure, Finish, SessionStatus};
-use crate::store::{EventPage, Recovered, Resolution, StoreError};
+use crate::store::{EventPage, Lease, Recovered, Resolution, StoreError};
 use crate::time::Timestamp;
 
 /// How many rows one pruning statement deletes, so that the writer never stops for long.
@@ -70,8 +71,39 @@ impl Postgres {
                 .query_opt("SELECT delivered FROM webhook_cursors WHERE name = $1", &[&webhook])
                 .await?;
             Ok(match found {
-                Some(row) => u64::try_from(row.try_get::<_, i64>(0)?).ok(),
+                Some(row) => row.try_get::<_, Option<i64>>(0)?.and_then(|id| u64::try_from(id).ok()),
                 None => None,
+            })
+        })
+        .await
+    }
+
+    /// Decided by one statement on the database's clock, so that the gateways' clocks do not matter. It goes
+    /// through the writer, after this gateway's cursor saves still waiting there: the cursor it returns is
+    /// never behind one this gateway saved before asking.
+    pub async fn hold_webhook(&self, webhook: &str, holder: &str, lease: Duration) -> Result<Lease, StoreError> {
+        let webhook = webhook.to_owned();
+        let holder = holder.to_owned();
+        let lease = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+        self.write(move |tx| {
+            Box::pin(async move {
+                let row = tx
+                    .query_opt(
+                        "INSERT INTO webhook_cursors (name, delivered, holder, held_until) \
+                         VALUES ($1, NULL, $2, (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT + $3) \
+                         ON CONFLICT (name) DO UPDATE \
+                         SET holder = EXCLUDED.holder, held_until = EXCLUDED.held_until \
+                         WHERE webhook_cursors.holder = EXCLUDED.holder \
+                            OR webhook_cursors.held_until IS NULL \
+                            OR webhook_cursors.held_until < (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT \
+                         RETURNING delivered",
+                        &[&webhook, &holder, &lease],
+                    )
+                    .await?;
+                Ok(match row {
+                    Some(row) => Lease::Mine(row.try_get::<_, Option<i64>>(0)?.and_then(|id| u64::try_from(id).ok())),
+                    None => Lease::Elsewhere,
+                })
             })
         })
         .await

@@ -115,6 +115,15 @@ ALTER TABLE calls ADD COLUMN replica TEXT;
 CREATE INDEX sessions_replica ON sessions (replica) WHERE status IN ('starting', 'ready');
 CREATE INDEX calls_replica ON calls (replica) WHERE status IN ('running', 'input_required');
 ",
+    r"
+-- The lease on each webhook's deliveries: gateways sharing the database run the same webhooks, and only the
+-- holder delivers, until held_until (milliseconds since the Unix epoch on the database's clock). A webhook
+-- leased before it was given its first event has no cursor yet (delivered is NULL).
+ALTER TABLE webhook_cursors
+    ADD COLUMN holder TEXT,
+    ADD COLUMN held_until BIGINT,
+    ALTER COLUMN delivered DROP NOT NULL;
+",
 ];
 
 /// The schema version this build writes.

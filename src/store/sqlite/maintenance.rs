@@ -1,13 +1,14 @@
 //! The event log read back, webhook cursors, what a start puts right, and pruning by retention.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rusqlite::{OptionalExtension, params};
 
 use super::requests::{resolve_ids, select_ids};
 use super::{Sqlite, rows};
 use crate::records::{CallError, CallFailure, Event, Finish, SessionStatus};
-use crate::store::{EventPage, Recovered, Resolution, StoreError};
+use crate::store::{EventPage, Lease, Recovered, Resolution, StoreError};
 use crate::time::Timestamp;
 
 /// How many rows one pruning statement deletes, so that the writer never stops for long.
@@ -76,6 +77,20 @@ impl Sqlite {
                 .execute(params![webhook, event])?;
             Ok(())
         });
+    }
+
+    /// The one gateway of a SQLite file (it holds the file alone) always holds its webhooks. Read in the
+    /// writer, after the cursor saves still waiting there.
+    pub async fn hold_webhook(&self, webhook: &str, _holder: &str, _lease: Duration) -> Result<Lease, StoreError> {
+        let webhook = webhook.to_owned();
+        self.write(move |tx| {
+            tx.conn
+                .prepare_cached("SELECT delivered FROM webhook_cursors WHERE name = ?1")?
+                .query_row([webhook], |row| row.get::<_, i64>(0))
+                .optional()
+                .map(|found| Lease::Mine(found.and_then(|id| u64::try_from(id).ok())))
+        })
+        .await
     }
 
     /// Sessions of the last run are closed; elicitation requests, and calls whose upstream request died with
