@@ -131,6 +131,7 @@ impl Gateway {
             .await
             .map_err(|error| anyhow::anyhow!("cannot build the webhooks' HTTP client: {error}"))?;
         let domain = Domain {
+            replica: replica.clone(),
             sessions: sessions.clone(),
             registry: registry.clone(),
             calls: calls.clone(),

@@ -355,6 +355,14 @@ impl Store {
         }
     }
 
+    /// Whether the store answers now: a PostgreSQL server may be away; a file or memory always is.
+    pub async fn reachable(&self) -> bool {
+        match self {
+            Store::Postgres(postgres) => postgres.reachable().await,
+            Store::Memory(_) | Store::Sqlite(_) => true,
+        }
+    }
+
     /// Lets the store finish the changes it has; later changes fail. A PostgreSQL replica says it is gone, so
     /// that another ends what it leaves at once rather than after the lease.
     pub async fn close(&self) {

@@ -88,6 +88,9 @@ pub enum ServerStatus {
 #[serde(rename_all = "camelCase")]
 pub struct ServerView {
     pub name: String,
+    /// The gateway replica whose shared session this is (each replica opens its own).
+    #[schema(value_type = String)]
+    pub replica: Arc<str>,
     pub transport: &'static str,
     pub protocol: &'static str,
     pub status: ServerStatus,
@@ -145,6 +148,8 @@ impl Live {
 /// What the upstream side records its sessions, Requests and calls in.
 #[derive(Debug, Clone)]
 pub struct Domain {
+    /// This gateway's id among the replicas sharing its store.
+    pub replica: String,
     pub sessions: Sessions,
     pub registry: Registry,
     pub calls: Calls,
@@ -202,16 +207,19 @@ impl Upstreams {
     ) -> Arc<Self> {
         let Background { shutdown, tracker } = background;
         let Domain {
+            replica,
             sessions,
             registry,
             calls,
             feed,
         } = domain;
+        let replica: Arc<str> = replica.into();
         let servers = servers
             .into_iter()
             .map(|server| Slot {
                 state: Mutex::new(ServerView {
                     name: server.name.clone(),
+                    replica: replica.clone(),
                     transport: server.transport.kind(),
                     protocol: match server.protocol {
                         ProtocolChoice::Auto => "auto",

@@ -36,7 +36,7 @@ pub async fn healthz() -> Json<Value> {
     responses(
         (status = 200, description = "Every shared session is ready: `{\"status\": \"ready\"}`", body = Object),
         (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Not ready: `{\"status\": \"not ready\", \"notReady\": [server, …]}`", body = Object),
+        (status = 503, description = "Not ready: `{\"status\": \"not ready\", \"notReady\": [server, …]}`, or `{\"status\": \"not ready\", \"store\": \"unreachable\"}` while a PostgreSQL store does not answer", body = Object),
     )
 )]
 pub async fn readyz(
@@ -55,6 +55,12 @@ pub async fn readyz(
         Duration::ZERO
     };
     let _ = state.feed.wait_for(wait, &state.shutdown, Concern::Any, ready).await;
+    if !state.store.reachable().await {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "not ready", "store": "unreachable" })),
+        );
+    }
     let not_ready = state.upstreams.not_ready();
     if not_ready.is_empty() {
         (StatusCode::OK, Json(json!({ "status": "ready" })))

@@ -395,6 +395,12 @@ impl Postgres {
         })
     }
 
+    /// Whether the database answers a query within [`CONNECT_TIMEOUT`].
+    pub async fn reachable(&self) -> bool {
+        let probe = self.read(async |conn| conn.query("SELECT 1", &[]).await);
+        matches!(tokio::time::timeout(CONNECT_TIMEOUT, probe).await, Ok(Ok(_)))
+    }
+
     /// How many Requests are pending.
     pub async fn pending_count(&self) -> Result<usize, StoreError> {
         Ok(lock_mutex(&self.shared.live).pending())

@@ -27,6 +27,9 @@ async fn metrics_count_requests_calls_sessions_and_http() {
     )
     .await;
     app.settled(call["id"].as_str().unwrap()).await;
+    // Counted once the call's end is kept, which a waiter may see first.
+    app.metric_reaches("toolnexus_calls_finished_total{server=\"modern\",status=\"completed\"} 1")
+        .await;
 
     let text = app.get("/metrics").await.text().await.unwrap();
     for line in [

@@ -144,8 +144,15 @@ async fn the_database_going_away_is_503_and_the_gateway_recovers_when_it_returns
     assert_eq!(refused.status(), 503);
     assert!(refused.headers().contains_key("retry-after"));
     assert_eq!(app.get(&format!("/requests/{request}")).await.status(), 503);
+    let probed = app.get("/readyz").await;
+    assert_eq!(probed.status(), 503);
+    assert_eq!(
+        probed.json::<serde_json::Value>().await.unwrap()["store"],
+        "unreachable"
+    );
 
     cluster.restart();
+    assert_eq!(app.get("/readyz").await.status(), 200);
     assert_eq!(app.get_json(&format!("/requests/{request}")).await["status"], "pending");
     app.answer_ok(&request, json!({"ok": true, "data": {"confirm": true}}))
         .await;
