@@ -124,7 +124,7 @@ impl Gateway {
         let (resume, resumes) = mpsc::unbounded_channel();
         let registry = Registry::new(store.clone(), policy, metrics.clone(), resume);
         let calls = Calls::new(store.clone(), registry.clone(), metrics.clone());
-        let sessions = Sessions::new(store.clone());
+        let sessions = Sessions::new(store.clone(), replica.clone());
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
         webhooks::start(webhooks, &replica, &store, &feed, &metrics, &shutdown, &tracker)

@@ -10,12 +10,14 @@ use crate::store::{InsertSessionError, NewSession, Store, StoreError};
 #[derive(Debug, Clone)]
 pub struct Sessions {
     store: Store,
+    /// This gateway's id among the replicas sharing its store.
+    replica: String,
 }
 
 impl Sessions {
-    /// The sessions kept in `store`.
-    pub fn new(store: Store) -> Self {
-        Self { store }
+    /// The sessions kept in `store`, opened by replica `replica`.
+    pub fn new(store: Store, replica: String) -> Self {
+        Self { store, replica }
     }
 
     /// Records a session that is connecting (a shared one without `owner`), unless its owner already holds
@@ -29,6 +31,7 @@ impl Sessions {
     ) -> Result<SessionView, InsertSessionError> {
         let session = NewSession {
             id: id.to_owned(),
+            replica: self.replica.clone(),
             server: server.to_owned(),
             owner: owner.map(str::to_owned),
         };

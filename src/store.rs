@@ -264,6 +264,8 @@ pub struct Retry {
 #[derive(Debug, Clone)]
 pub struct NewSession {
     pub id: String,
+    /// The gateway replica that opens it.
+    pub replica: String,
     pub server: String,
     /// The principal that opens it; `None` for a server's shared session.
     pub owner: Option<String>,

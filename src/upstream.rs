@@ -167,6 +167,8 @@ struct Leg {
 /// The upstream side of the gateway.
 #[derive(Debug)]
 pub struct Upstreams {
+    /// This gateway's id among the replicas sharing its store.
+    replica: Arc<str>,
     servers: Vec<Slot>,
     sessions: Sessions,
     registry: Registry,
@@ -237,6 +239,7 @@ impl Upstreams {
             })
             .collect();
         Arc::new(Self {
+            replica,
             servers,
             sessions,
             registry,
@@ -325,6 +328,11 @@ impl Upstreams {
             .get(id)
             .await?
             .ok_or_else(|| UpstreamError::UnknownSession(id.to_owned()))
+    }
+
+    /// This gateway's id among the replicas sharing its store.
+    pub fn replica(&self) -> &str {
+        &self.replica
     }
 
     /// A session as `by` may see it.

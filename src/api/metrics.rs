@@ -52,6 +52,11 @@ pub async fn render(State(state): State<AppState>) -> Response {
         });
     }
     gauges.push(Gauge {
+        name: "toolnexus_replica_info",
+        labels: vec![("replica", state.upstreams.replica().to_owned())],
+        value: 1.0,
+    });
+    gauges.push(Gauge {
         name: "toolnexus_event_streams",
         labels: Vec::new(),
         value: state.feed.streams() as f64,

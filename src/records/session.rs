@@ -70,6 +70,9 @@ pub struct SessionView {
     pub closed_at: Option<Timestamp>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The gateway replica that holds it (absent for sessions recorded before replicas were).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
 }
 
 #[cfg(test)]

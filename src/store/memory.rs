@@ -439,6 +439,7 @@ impl Memory {
             created_at: now,
             closed_at: None,
             detail: None,
+            replica: Some(session.replica),
         };
         let mut state = self.lock();
         state.purge(now);

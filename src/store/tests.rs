@@ -346,6 +346,7 @@ async fn events_are_numbered_in_order_and_a_reader_past_the_end_is_told_to_relis
         let before = store.last_event_id().await.unwrap();
         let session = NewSession {
             id: "ses-1".into(),
+            replica: "replica-under-test".into(),
             server: "demo".into(),
             owner: Some("ada".into()),
         };

@@ -35,6 +35,24 @@ async fn fleet(url: &str) -> Fleet {
 async fn any_replica_lists_answers_and_waits_on_what_another_started_in_both_eras() {
     let fleet = fleet(&cluster::shared().database()).await;
     let [a, b, c] = &fleet.replicas[..] else { unreachable!() };
+    let replica_of = |servers: Value| servers[0]["replica"].as_str().unwrap().to_owned();
+    let ids = [
+        replica_of(a.get_json("/servers").await),
+        replica_of(b.get_json("/servers").await),
+        replica_of(c.get_json("/servers").await),
+    ];
+    assert!(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2], "{ids:?}");
+    // Each replica holds its own shared session to each server, and every replica lists them all.
+    let sessions = c.get_json("/sessions").await;
+    let holders: std::collections::BTreeSet<&str> = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|session| session["replica"].as_str().unwrap())
+        .collect();
+    assert_eq!(holders.len(), 3, "{sessions}");
+    assert_eq!(sessions.as_array().unwrap().len(), 6, "{sessions}");
+
     for server in ERAS {
         let path = format!("/requests?server={server}&wait=20");
         let listed = b.get(&path);

@@ -72,7 +72,6 @@ impl Postgres {
         session: NewSession,
         max_open: usize,
     ) -> Result<SessionView, InsertSessionError> {
-        let replica = self.shared.replica.clone();
         self.write(move |tx| {
             Box::pin(async move {
                 let open: i64 = tx
@@ -95,7 +94,7 @@ impl Postgres {
                         &session.server,
                         &session.owner,
                         &Timestamp::now().millis(),
-                        &replica,
+                        &session.replica,
                     ],
                 )
                 .await?;

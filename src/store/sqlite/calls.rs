@@ -80,13 +80,15 @@ impl Sqlite {
             }
             tx.conn
                 .prepare_cached(
-                    "INSERT INTO sessions (id, server, owner, status, created_at) VALUES (?1, ?2, ?3, 'starting', ?4)",
+                    "INSERT INTO sessions (id, server, owner, status, created_at, replica) \
+                     VALUES (?1, ?2, ?3, 'starting', ?4, ?5)",
                 )?
                 .execute(params![
                     session.id,
                     session.server,
                     session.owner,
-                    Timestamp::now().millis()
+                    Timestamp::now().millis(),
+                    session.replica
                 ])?;
             let view = self::session(tx.conn, &session.id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
             tx.record(Event::session(&view))?;

@@ -22,7 +22,8 @@ pub const CALL: &str = "c.id, c.server, c.session, c.tool, c.arguments, c.owner,
      (SELECT json_group_array(r.id ORDER BY r.seq) FROM requests AS r WHERE r.call_id = c.id)";
 
 /// The columns `session` reads, in order.
-pub const SESSION: &str = "id, server, owner, status, protocol_version, server_info, created_at, closed_at, detail";
+pub const SESSION: &str =
+    "id, server, owner, status, protocol_version, server_info, created_at, closed_at, detail, replica";
 
 /// The columns `event` reads, in order.
 pub const EVENT: &str = "seq, kind, server, session, call_id, owner, data";
@@ -96,6 +97,7 @@ pub fn session(row: &Row<'_>) -> rusqlite::Result<SessionView> {
         created_at: timestamp(row, 6)?,
         closed_at: timestamp_opt(row, 7)?,
         detail: row.get(8)?,
+        replica: row.get(9)?,
     })
 }
 

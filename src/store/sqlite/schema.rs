@@ -111,6 +111,10 @@ CREATE TABLE webhook_cursors (
 -- was raised; NULL for Requests raised before this column.
 ALTER TABLE requests ADD COLUMN bytes INTEGER;
 ",
+    r"
+-- The gateway that holds each session, as GET /sessions shows it.
+ALTER TABLE sessions ADD COLUMN replica TEXT;
+",
 ];
 
 /// The schema version this build writes.
