@@ -8,6 +8,17 @@
 # and running as root) and tests/browser's npm packages (installed here with `npm ci` when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The PostgreSQL tests start throwaway servers from Debian's postgresql-15 (src/store/postgres/cluster.rs),
+# installed here with apt-get when missing and running as root, without the package's own default cluster.
+if [[ ! -x /usr/lib/postgresql/15/bin/postgres && -z "${TOOLNEXUS_TEST_POSTGRES:-}" && "$(id -u)" == 0 ]] &&
+    command -v apt-get >/dev/null; then
+    echo "scripts/test.sh: installing Debian's postgresql-15 for the PostgreSQL tests" >&2
+    mkdir -p /etc/postgresql-common/createcluster.d
+    echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.d/toolnexus-no-main.conf
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15
+fi
+
 cargo test --locked "$@"
 scripts/schemathesis.sh
 

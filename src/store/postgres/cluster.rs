@@ -2,9 +2,10 @@
 //! a fresh database per test. The library's unit tests and the black-box tests in `tests/api` both compile
 //! this file, so it uses std, `tempfile` and `nix` only, and no async runtime.
 //!
-//! The server never outlives the test process: it runs under a `sh` watchdog whose standard input is a pipe
-//! only the test process holds. When that pipe closes (the [`Cluster`] is dropped, or the process ends in any
-//! way, SIGKILL included) the watchdog stops the server at once and removes the cluster's directory.
+//! The server never outlives the test process: a `sh` watchdog runs initdb and the server, and its standard
+//! input is a pipe only the test process holds. When that pipe closes (the [`Cluster`] is dropped, or the
+//! process ends in any way, SIGKILL included) the watchdog stops the server at once and removes the
+//! cluster's directory.
 
 use std::env;
 use std::fs;
@@ -41,26 +42,39 @@ const SETTINGS: [&str; 5] = [
     "full_page_writes=off",
     "max_connections=300",
 ];
+/// The file in the cluster's dir that initdb and the server write their output to (the watchdog's `$log`).
+const LOG: &str = "server.log";
 /// What the server logs as it exits, whether it was stopped or failed to start.
 const EXITED: &str = "database system is shut down";
 /// What the server logs when another process holds its port.
 const PORT_TAKEN: &str = "could not create any TCP/IP sockets";
 
-/// The watchdog, run as `sh -c WATCHDOG watchdog DIR POSTGRES ARGS..`. It reads `start PORT` and `stop` from
-/// its standard input and acknowledges each on its standard output; at end of input it stops the server
-/// (immediate shutdown) and removes DIR, the cluster's own temp dir.
+/// The watchdog, run as `sh -c WATCHDOG watchdog DIR INITDB POSTGRES SETTINGS..`. It runs initdb into DIR/data
+/// and says `initialized` or `failed`, then reads `start PORT` and `stop` from its standard input and
+/// acknowledges each. At end of input (its test process is gone or done) it stops the server, immediate
+/// shutdown, and removes DIR, the cluster's own temp dir. SIGPIPE is ignored so that an answer to a test
+/// process that is gone does not kill it before that.
 const WATCHDOG: &str = r#"
-dir=$1
-shift
+trap '' PIPE
+dir=$1 initdb=$2 postgres=$3
+shift 3
+log=$dir/server.log
 pid=
-run() {
-    "$@" </dev/null >>"$dir/server.log" 2>&1 &
-    pid=$!
-}
+if "$initdb" -D "$dir/data" -A trust -U postgres --no-sync -E UTF8 --locale=C </dev/null >>"$log" 2>&1; then
+    echo initialized
+else
+    echo failed
+fi
 while read -r command port; do
     case $command in
-    start) run "$@" -p "$port"; echo started ;;
-    stop) [ -n "$pid" ] && kill -INT "$pid" 2>/dev/null && wait "$pid"; pid=; echo stopped ;;
+    start)
+        "$postgres" -D "$dir/data" -k "$dir" -p "$port" "$@" </dev/null >>"$log" 2>&1 &
+        pid=$!
+        echo started ;;
+    stop)
+        [ -n "$pid" ] && kill -INT "$pid" 2>/dev/null && wait "$pid"
+        pid=
+        echo stopped ;;
     esac
 done
 [ -n "$pid" ] && kill -QUIT "$pid" 2>/dev/null && wait "$pid"
@@ -82,26 +96,20 @@ enum Server {
 
 /// A server this process started, with its data in a temp dir.
 struct Local {
+    /// Locked for a whole start or stop, so concurrent callers see one state. Dropped before `dir`: the
+    /// server stops before its files go.
+    watchdog: Mutex<Watchdog>,
     dir: TempDir,
     port: u16,
-    /// Locked for a whole start or stop, so concurrent callers see one state.
-    watchdog: Mutex<Watchdog>,
 }
 
-/// The watchdog process and the two ends of its pipes.
+/// The watchdog process and the two ends of its pipes; dropping it stops the server and removes its dir.
 struct Watchdog {
     child: Child,
-    /// Its standard input: closing it stops the server. Taken when the cluster is dropped.
+    /// Its standard input: closing it stops the server. Taken on drop.
     commands: Option<ChildStdin>,
     replies: BufReader<ChildStdout>,
     running: bool,
-}
-
-/// The user the server runs as when the tests run as root, which PostgreSQL refuses to run as.
-#[derive(Clone, Copy)]
-struct RunAs {
-    uid: u32,
-    gid: u32,
 }
 
 /// The cluster of this test process, started on first use, or the server that [`EXTERNAL_ENV`] names.
@@ -118,16 +126,14 @@ pub fn shared() -> &'static Cluster {
 impl Cluster {
     /// Starts a new server in a fresh temp dir and waits until it accepts connections.
     pub fn start() -> Cluster {
-        let run_as = run_as();
         let dir = tempfile::Builder::new()
             .prefix("toolnexus-postgres-")
             .tempdir()
             .expect("a temp dir for the cluster");
-        if let Some(user) = run_as {
-            chown(dir.path(), Some(user.uid), Some(user.gid)).expect("the cluster's dir handed to postgres");
+        let mut watchdog = Watchdog::spawn(dir.path());
+        if watchdog.reply() != "initialized" {
+            panic!("initdb failed; its output:\n{}", read_log(dir.path(), 0));
         }
-        initdb(dir.path(), run_as);
-        let mut watchdog = Watchdog::spawn(dir.path(), run_as);
         for attempt in 1..=PORT_ATTEMPTS {
             let port = free_port();
             let log_start = log_len(dir.path());
@@ -137,7 +143,7 @@ impl Cluster {
                     watchdog.running = true;
                     let watchdog = Mutex::new(watchdog);
                     return Cluster {
-                        server: Server::Local(Local { dir, port, watchdog }),
+                        server: Server::Local(Local { watchdog, dir, port }),
                     };
                 }
                 Err(log) if log.contains(PORT_TAKEN) && attempt < PORT_ATTEMPTS => continue,
@@ -166,21 +172,14 @@ impl Cluster {
 
     /// Stops the server (fast shutdown): connections fail until [`Cluster::restart`].
     pub fn stop(&self) {
-        let mut watchdog = self.local("stop").watchdog();
-        if watchdog.running {
-            watchdog.send("stop", "stopped");
-            watchdog.running = false;
-        }
+        self.local("stop").watchdog().stop();
     }
 
     /// Starts the server again on the same port with the same data, stopping it first if it runs.
     pub fn restart(&self) {
         let local = self.local("restart");
         let mut watchdog = local.watchdog();
-        if watchdog.running {
-            watchdog.send("stop", "stopped");
-            watchdog.running = false;
-        }
+        watchdog.stop();
         let log_start = log_len(local.dir.path());
         watchdog.send(&format!("start {}", local.port), "started");
         if let Err(log) = wait_ready(local.dir.path(), local.port, log_start) {
@@ -214,33 +213,33 @@ impl Local {
     }
 }
 
-impl Drop for Local {
-    fn drop(&mut self) {
-        let mut watchdog = self.watchdog();
-        drop(watchdog.commands.take());
-        // The watchdog stops the server and removes the dir before it exits; the TempDir then finds it gone.
-        let _ = watchdog.child.wait();
-    }
-}
-
 impl Watchdog {
-    fn spawn(dir: &Path, run_as: Option<RunAs>) -> Watchdog {
-        let data = dir.join("data");
-        let mut command = server_command(Path::new("sh"), dir, run_as);
+    /// Starts the watchdog on `dir`, as the `postgres` user when this process is root (PostgreSQL refuses
+    /// to run as root); it begins with initdb.
+    fn spawn(dir: &Path) -> Watchdog {
+        let mut command = Command::new("sh");
         command
             .args(["-c", WATCHDOG, "watchdog"])
             .arg(dir)
-            .arg(program("postgres"))
-            .arg("-D")
-            .arg(&data)
-            .arg("-k")
-            .arg(dir);
+            .arg(program("initdb"))
+            .arg(program("postgres"));
         for setting in SETTINGS {
             command.args(["-c", setting]);
         }
+        if nix::unistd::geteuid().is_root() {
+            let user = nix::unistd::User::from_name("postgres")
+                .expect("the user database can be read")
+                .expect("a `postgres` user to run PostgreSQL as, which refuses to run as root");
+            chown(dir, Some(user.uid.as_raw()), Some(user.gid.as_raw())).expect("the cluster's dir for postgres");
+            command.uid(user.uid.as_raw()).gid(user.gid.as_raw());
+        }
         // A group of its own: a Ctrl-C at the terminal ends the test process, whose pipe then stops the server.
-        command.process_group(0).stdin(Stdio::piped()).stdout(Stdio::piped());
-        let mut child = command.spawn().expect("sh runs the cluster's watchdog");
+        command.process_group(0).current_dir(dir).env("LC_ALL", "C");
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("sh runs the cluster's watchdog");
         let commands = child.stdin.take();
         let replies = BufReader::new(child.stdout.take().expect("the watchdog's stdout is piped"));
         Watchdog {
@@ -251,63 +250,35 @@ impl Watchdog {
         }
     }
 
+    /// Stops the server if it runs.
+    fn stop(&mut self) {
+        if self.running {
+            self.send("stop", "stopped");
+            self.running = false;
+        }
+    }
+
     /// Sends one command and waits for its acknowledgement.
     fn send(&mut self, command: &str, ack: &str) {
         let commands = self.commands.as_mut().expect("the watchdog's stdin is open until drop");
         writeln!(commands, "{command}").expect("the watchdog reads its commands");
+        let reply = self.reply();
+        assert_eq!(reply, ack, "the cluster's watchdog answered {command:?} with {reply:?}");
+    }
+
+    /// The watchdog's next line, empty if it has exited.
+    fn reply(&mut self) -> String {
         let mut reply = String::new();
         self.replies.read_line(&mut reply).expect("the watchdog's reply");
-        assert_eq!(
-            reply.trim_end(),
-            ack,
-            "the cluster's watchdog answered {command:?} with {reply:?}"
-        );
+        reply.trim_end().to_owned()
     }
 }
 
-/// Runs initdb as the server's user, panicking with its output if it fails.
-fn initdb(dir: &Path, run_as: Option<RunAs>) {
-    let output = server_command(&program("initdb"), dir, run_as)
-        .arg("-D")
-        .arg(dir.join("data"))
-        .args(["-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8", "--locale=C"])
-        .output()
-        .expect("initdb runs");
-    assert!(
-        output.status.success(),
-        "initdb failed ({}):\n{}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// A command that runs in `dir` as the server's user.
-fn server_command(program: &Path, dir: &Path, run_as: Option<RunAs>) -> Command {
-    let mut command = Command::new(program);
-    command.current_dir(dir).env("LC_ALL", "C");
-    if let Some(user) = run_as {
-        command.uid(user.uid).gid(user.gid);
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        drop(self.commands.take());
+        let _ = self.child.wait();
     }
-    command
-}
-
-/// Who the server runs as: the `postgres` user when this process is root, else this process's user.
-fn run_as() -> Option<RunAs> {
-    if !nix::unistd::geteuid().is_root() {
-        return None;
-    }
-    let user = nix::unistd::User::from_name("postgres")
-        .expect("the user database can be read")
-        .unwrap_or_else(|| {
-            panic!(
-                "PostgreSQL refuses to run as root and there is no `postgres` user: create one or run as another user"
-            )
-        });
-    Some(RunAs {
-        uid: user.uid.as_raw(),
-        gid: user.gid.as_raw(),
-    })
 }
 
 /// Waits until the server on `port` accepts connections, or returns its log written since `log_start`
@@ -337,8 +308,7 @@ fn wait_ready(dir: &Path, port: u16, log_start: u64) -> Result<(), String> {
         if ready.success() {
             return Ok(());
         }
-        let log = fs::read(dir.join("server.log")).unwrap_or_default();
-        let log = String::from_utf8_lossy(log.get(log_start as usize..).unwrap_or_default()).into_owned();
+        let log = read_log(dir, log_start);
         if log.contains(EXITED) {
             return Err(log);
         }
@@ -349,8 +319,14 @@ fn wait_ready(dir: &Path, port: u16, log_start: u64) -> Result<(), String> {
     }
 }
 
+/// What initdb and the server have logged from byte `start` on.
+fn read_log(dir: &Path, start: u64) -> String {
+    let log = fs::read(dir.join(LOG)).unwrap_or_default();
+    String::from_utf8_lossy(log.get(start as usize..).unwrap_or_default()).into_owned()
+}
+
 fn log_len(dir: &Path) -> u64 {
-    fs::metadata(dir.join("server.log")).map(|meta| meta.len()).unwrap_or(0)
+    fs::metadata(dir.join(LOG)).map(|meta| meta.len()).unwrap_or(0)
 }
 
 /// A loopback port that was free a moment ago.
@@ -479,6 +455,8 @@ mod tests {
 
     /// Set for the child process that `a_killed_test_process_leaves_no_server` runs.
     const HOLDER_ENV: &str = "TOOLNEXUS_TEST_CLUSTER_HOLDER";
+    /// Marks the holder's line, which follows libtest's "test NAME ... " on the same line.
+    const HOLDING: &str = "holding cluster:";
 
     /// In the child process of `a_killed_test_process_leaves_no_server`: prints its cluster and waits.
     #[test]
@@ -489,10 +467,9 @@ mod tests {
         }
         let cluster = Cluster::start();
         let dir = local(&cluster).dir.path().display().to_string();
-        println!("cluster {} {} {}", postmaster(&cluster), cluster.url("postgres"), dir);
-        loop {
-            sleep(Duration::from_secs(60));
-        }
+        println!("{HOLDING} {} {} {dir}", postmaster(&cluster), cluster.url("postgres"));
+        // Until killed, or until the test that started it ends without killing it.
+        std::io::copy(&mut std::io::stdin(), &mut std::io::sink()).unwrap();
     }
 
     #[test]
@@ -502,17 +479,17 @@ mod tests {
             .args(["--exact", &format!("{module}::holds_a_cluster_until_killed")])
             .args(["--ignored", "--nocapture", "--test-threads=1"])
             .env(HOLDER_ENV, "1")
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        // The test harness prints the test's name on the same line, before it.
         let line = BufReader::new(holder.stdout.take().unwrap())
             .lines()
             .map(Result::unwrap)
-            .find_map(|line| line.find("cluster ").map(|at| line[at..].to_owned()))
+            .find_map(|line| line.split_once(HOLDING).map(|(_, cluster)| cluster.to_owned()))
             .expect("the holder prints its cluster");
-        let [_, pid, url, dir] = line.split(' ').collect::<Vec<_>>()[..] else {
+        let [pid, url, dir] = line.split_whitespace().collect::<Vec<_>>()[..] else {
             panic!("{line}")
         };
         let pid: u32 = pid.parse().unwrap();
@@ -528,6 +505,18 @@ mod tests {
         assert!(!alive(pid), "postmaster {pid} outlived the killed test process");
         assert!(!Path::new(dir).exists(), "{dir} outlived the killed test process");
         assert!(psql(url, "SELECT 1").is_err());
+    }
+
+    #[test]
+    #[should_panic(expected = "cannot stop the server that TOOLNEXUS_TEST_POSTGRES names")]
+    fn an_existing_server_cannot_be_stopped() {
+        let cluster = Cluster {
+            server: Server::External {
+                url: "postgres://u@db.test/app".to_owned(),
+            },
+        };
+
+        cluster.stop();
     }
 
     #[test]
