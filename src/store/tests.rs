@@ -588,9 +588,53 @@ async fn two_postgres_stores_on_one_database_share_its_caps_and_counts() {
         a.call_status(&call.id).await.unwrap(),
         Some((CallStatus::Failed, "ada".to_owned()))
     );
-    insert(&a, new_call("ada")).await;
+    let last = insert(&a, new_call("ada")).await;
+    assert_eq!(counted(&url).await, recounted(&url).await);
+
+    b.resolve(Pending::All, Resolution::Expired).await.unwrap();
+    a.finish_call(&last.id, Finish::failed("done")).await.unwrap().unwrap();
+    assert_eq!(
+        counted(&url).await,
+        (vec![], vec![]),
+        "counts that reach zero are deleted"
+    );
     close(a).await;
     close(b).await;
+}
+
+/// What a PostgreSQL database's counting tables hold: pending shares, then live calls.
+async fn counted(url: &str) -> (Vec<(String, String, i64, i64)>, Vec<(String, i64)>) {
+    counts(
+        url,
+        "SELECT owner, server, requests, bytes FROM pending_shares ORDER BY owner, server",
+        "SELECT owner, calls FROM live_calls ORDER BY owner",
+    )
+    .await
+}
+
+/// What a PostgreSQL database's counting tables should hold, counted from its rows.
+async fn recounted(url: &str) -> (Vec<(String, String, i64, i64)>, Vec<(String, i64)>) {
+    counts(
+        url,
+        "SELECT COALESCE(owner, ''), server, count(*), sum(bytes)::BIGINT FROM requests \
+         WHERE status = 'pending' GROUP BY 1, 2 ORDER BY 1, 2",
+        "SELECT owner, count(*) FROM calls WHERE status IN ('running', 'input_required') GROUP BY 1 ORDER BY 1",
+    )
+    .await
+}
+
+async fn counts(url: &str, shares: &str, calls: &str) -> (Vec<(String, String, i64, i64)>, Vec<(String, i64)>) {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let shares = client.query(shares, &[]).await.unwrap();
+    let calls = client.query(calls, &[]).await.unwrap();
+    (
+        shares
+            .iter()
+            .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
+            .collect(),
+        calls.iter().map(|row| (row.get(0), row.get(1))).collect(),
+    )
 }
 
 #[tokio::test]
