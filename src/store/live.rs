@@ -1,7 +1,7 @@
 //! What reads of live records answer without the database: the status and owner of every pending Request
-//! and of every call that has not ended, and what pending Requests hold, as last kept. Each database store
-//! loads it when it opens (it is the one gateway using its database) and its writer updates it once each
-//! change is kept.
+//! and of every call that has not ended, and what pending Requests hold, as last kept. The SQLite store loads
+//! it when it opens (it is the one gateway using its file) and its writer updates it once each change is
+//! kept; the PostgreSQL store, which other gateways may share, counts in the database instead.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

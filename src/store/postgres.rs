@@ -5,7 +5,6 @@
 mod calls;
 #[cfg(test)]
 pub mod cluster;
-mod live;
 mod maintenance;
 mod requests;
 mod rows;
@@ -56,8 +55,6 @@ struct Shared {
     writer: Mutex<Option<JoinHandle<()>>>,
     readers: Vec<Mutex<Option<Arc<Conn>>>>,
     next_reader: AtomicUsize,
-    /// The status and owner of the live records, as last kept (the writer keeps it).
-    live: Arc<Mutex<crate::store::live::Live>>,
     /// This replica's id.
     replica: String,
     /// Stops the heartbeat and the tail of the event log.
@@ -225,15 +222,12 @@ impl Postgres {
         }
         .await;
         let last_event = started.map_err(|error| failed(describe(&error)))?;
-        let live = live::load(&admin).await.map_err(|error| failed(describe(&error)))?;
-        let live = Arc::new(Mutex::new(live));
         let publisher = Arc::new(tail::Publisher::new(feed, u64::try_from(last_event).unwrap_or(0)));
         let (jobs, receiver) = mpsc::unbounded_channel();
         let writer = tokio::spawn(writer::run(
             connector.clone(),
             receiver,
             publisher.clone(),
-            live.clone(),
             replica.to_owned(),
         ));
         let background = tokio_util::sync::CancellationToken::new();
@@ -244,7 +238,6 @@ impl Postgres {
                 writer: Mutex::new(Some(writer)),
                 readers: (0..READERS).map(|_| Mutex::default()).collect(),
                 next_reader: AtomicUsize::new(0),
-                live,
                 replica: replica.to_owned(),
                 background: background.clone(),
             }),
@@ -403,7 +396,7 @@ impl Postgres {
 
     /// How many Requests are pending.
     pub async fn pending_count(&self) -> Result<usize, StoreError> {
-        Ok(lock_mutex(&self.shared.live).pending())
+        self.read(async |conn| requests::pending_count(conn).await).await
     }
 
     /// How large the database is, in bytes.
@@ -427,6 +420,12 @@ fn heartbeat_sql() -> String {
         "INSERT INTO replicas (id, started_at, heartbeat_at) VALUES ($1, {DB_NOW}, {DB_NOW}) \
          ON CONFLICT (id) DO UPDATE SET heartbeat_at = {DB_NOW}"
     )
+}
+
+/// The first schema's statements, to build a database as the first release wrote it.
+#[cfg(test)]
+pub fn first_schema() -> &'static str {
+    schema::MIGRATIONS[0]
 }
 
 /// Brings the schema up to date under the migration lock, so that gateways starting together migrate once;

@@ -110,6 +110,25 @@ impl Shares {
         }
     }
 
+    /// What `total` and the `(owner, server, held)` pairs say pending Requests hold: a principal's or a
+    /// server's share is the sum of its pairs, so every pair of those asked about must be given.
+    pub fn from_pairs(total: Held, pairs: impl IntoIterator<Item = (Option<String>, String, Held)>) -> Self {
+        let mut shares = Self {
+            total,
+            ..Self::default()
+        };
+        for (owner, server, held) in pairs {
+            for into in [
+                shares.principals.entry(owner).or_default(),
+                shares.servers.entry(server).or_default(),
+            ] {
+                into.count += held.count;
+                into.bytes += held.bytes;
+            }
+        }
+        shares
+    }
+
     /// Whether `new` fits the caps on top of what is held.
     pub fn admit(&self, new: &[NewRequest], caps: &PendingCaps) -> Result<(), PendingCap> {
         let mut after = self.clone();

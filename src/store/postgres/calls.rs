@@ -7,10 +7,9 @@ use tokio::sync::oneshot;
 use super::requests::{resolve_ids, select_ids};
 use super::rows::Conditions;
 use super::writer::Tx;
-use super::{Postgres, Reader, lock_mutex, rows};
+use super::{Postgres, Reader, rows};
 use crate::ids;
 use crate::records::{CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionStatus, SessionView, Status};
-use crate::store::live::Note;
 use crate::store::{
     Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
 };
@@ -175,9 +174,6 @@ impl Postgres {
     }
 
     pub async fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
-        if let Some(live) = lock_mutex(&self.shared.live).call(id) {
-            return Ok(Some(live));
-        }
         self.read(async |conn| {
             let Some(row) = conn
                 .query_opt("SELECT status, owner FROM calls WHERE id = $1", &[&id])
@@ -284,13 +280,13 @@ async fn insert_call_in(
     max_running: usize,
     replica: &str,
 ) -> Result<Result<CallView, InsertCallError>, tokio_postgres::Error> {
-    let running: i64 = tx
-        .query_one(
-            "SELECT count(*) FROM calls WHERE owner = $1 AND status IN ('running', 'input_required')",
-            &[&call.owner],
-        )
+    let running: i64 = match tx
+        .query_opt("SELECT calls FROM live_calls WHERE owner = $1", &[&call.owner])
         .await?
-        .try_get(0)?;
+    {
+        Some(row) => row.try_get(0)?,
+        None => 0,
+    };
     let running = usize::try_from(running).unwrap_or(usize::MAX);
     if running >= max_running {
         return Ok(Err(InsertCallError::TooMany(running)));
@@ -323,11 +319,6 @@ async fn insert_call_in(
         )
         .await?;
     let view = rows::call(&row)?;
-    tx.note(Note::Call {
-        call: id,
-        status: CallStatus::Running,
-        owner: view.owner.clone(),
-    });
     tx.record(Event::call(&view)).await?;
     Ok(Ok(view))
 }
@@ -379,7 +370,6 @@ pub(super) async fn finish_in(
         )
         .await?;
     let view = rows::call(&row)?;
-    tx.note(Note::Ended(id.to_owned()));
     tx.record(Event::call(&view)).await?;
     Ok(Some(Finished { view, cancelled }))
 }

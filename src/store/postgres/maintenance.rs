@@ -180,7 +180,7 @@ impl Postgres {
                 }
                 let mut recovered = Recovered::default();
                 if gone.is_empty() {
-                    recovered.pending = tx.pending();
+                    recovered.pending = super::requests::pending_count(&*tx).await?;
                     return Ok(recovered);
                 }
                 // Records from before replicas were recorded belong to whichever run comes first.
@@ -268,7 +268,7 @@ impl Postgres {
                     super::calls::finish_in(tx, &call, Finish::Failed(error)).await?;
                     recovered.ended_calls += 1;
                 }
-                recovered.pending = tx.pending();
+                recovered.pending = super::requests::pending_count(&*tx).await?;
                 Ok(recovered)
             })
         })

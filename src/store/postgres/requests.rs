@@ -7,9 +7,9 @@ use tokio_postgres::types::ToSql;
 
 use super::rows::Conditions;
 use super::writer::Tx;
-use super::{Postgres, Reader, lock_mutex, rows};
+use super::{Postgres, Reader, rows};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
-use crate::store::live::{Note, PendingRequest};
+use crate::store::shares::{Held, Shares};
 use crate::store::{
     Answered, Decision, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry,
     StoreError, Withdrawal,
@@ -25,7 +25,7 @@ impl Postgres {
     ) -> Result<Vec<RequestView>, RaiseError> {
         self.write(move |tx| {
             Box::pin(async move {
-                if let Err(cap) = tx.shares().admit(&requests, &caps) {
+                if let Err(cap) = pending_shares(&*tx, &requests).await?.admit(&requests, &caps) {
                     return Ok(Err(RaiseError::Full(cap)));
                 }
                 let calls: BTreeSet<&str> = requests.iter().filter_map(|new| new.call.as_deref()).collect();
@@ -60,14 +60,6 @@ impl Postgres {
                 let mut calls = BTreeSet::new();
                 for new in requests {
                     insert_request(tx, &new, round.as_ref().map(|round| round.number)).await?;
-                    tx.note(Note::Pending {
-                        request: new.request.id.clone(),
-                        pending: PendingRequest {
-                            owner: new.owner.clone(),
-                            server: new.server.clone(),
-                            bytes: new.bytes,
-                        },
-                    });
                     let view = crate::store::raised_view(&new);
                     tx.record(Event::request(EventKind::RequestCreated, &view)).await?;
                     if let Some(call) = &new.call {
@@ -128,7 +120,6 @@ impl Postgres {
                 let call: Option<String> = resolved.try_get(0)?;
                 let round: Option<i32> = resolved.try_get(1)?;
                 let completed_at = resolved.try_get::<_, Option<i64>>(2)?.map(Timestamp::from_millis);
-                tx.note(Note::Resolved(id.clone()));
                 let event = if completed_at == view.completed_at {
                     event
                 } else {
@@ -275,9 +266,6 @@ impl Postgres {
     }
 
     pub async fn request_status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
-        if let Some(pending) = lock_mutex(&self.shared.live).request(id) {
-            return Ok(Some(pending));
-        }
         self.read(async |conn| {
             let Some(row) = conn
                 .query_opt("SELECT status, owner FROM requests WHERE id = $1", &[&id])
@@ -344,6 +332,55 @@ pub(super) fn round_number(number: u32) -> i32 {
 pub(super) async fn request(conn: &impl Reader, id: &str) -> Result<Option<RequestView>, tokio_postgres::Error> {
     let sql = format!("SELECT {} FROM requests WHERE id = $1", rows::REQUEST);
     conn.row(&sql, &[&id]).await?.map(|row| rows::request(&row)).transpose()
+}
+
+/// How many Requests are pending.
+pub(super) async fn pending_count(conn: &impl Reader) -> Result<usize, tokio_postgres::Error> {
+    let row = conn
+        .row("SELECT COALESCE(sum(requests), 0)::BIGINT FROM pending_shares", &[])
+        .await?;
+    let count = match row {
+        Some(row) => row.try_get::<_, i64>(0)?,
+        None => 0,
+    };
+    Ok(usize::try_from(count).unwrap_or(0))
+}
+
+/// What pending Requests hold, as far as admitting `new` looks: in all, and per owner and per server of `new`.
+async fn pending_shares(conn: &impl Reader, new: &[NewRequest]) -> Result<Shares, tokio_postgres::Error> {
+    let total = conn
+        .row(
+            "SELECT COALESCE(sum(requests), 0)::BIGINT, COALESCE(sum(bytes), 0)::BIGINT FROM pending_shares",
+            &[],
+        )
+        .await?;
+    let total = match total {
+        Some(row) => held(row.try_get(0)?, row.try_get(1)?),
+        None => Held::default(),
+    };
+    let owners: Vec<&str> = new.iter().map(|new| new.owner.as_deref().unwrap_or("")).collect();
+    let servers: Vec<&str> = new.iter().map(|new| new.server.as_str()).collect();
+    let rows = conn
+        .rows(
+            "SELECT owner, server, requests, bytes FROM pending_shares WHERE owner = ANY($1) OR server = ANY($2)",
+            &[&owners, &servers],
+        )
+        .await?;
+    let mut pairs = Vec::with_capacity(rows.len());
+    for row in rows {
+        let owner: String = row.try_get(0)?;
+        let owner = Some(owner).filter(|owner| !owner.is_empty());
+        pairs.push((owner, row.try_get(1)?, held(row.try_get(2)?, row.try_get(3)?)));
+    }
+    Ok(Shares::from_pairs(total, pairs))
+}
+
+/// What a count and a sum of bytes from the database hold.
+fn held(count: i64, bytes: i64) -> Held {
+    Held {
+        count: usize::try_from(count).unwrap_or(0),
+        bytes: usize::try_from(bytes).unwrap_or(0),
+    }
 }
 
 /// The ids of the Requests matching a condition on the `requests` table.
@@ -430,7 +467,6 @@ async fn resolve_one(
         )
         .await?
         .try_get(0)?;
-    tx.note(Note::Resolved(view.request.id.clone()));
     tx.record(Event::request(EventKind::RequestResolved, &view)).await?;
     let resumes = after_resolution(tx, view.call.clone(), round, now).await?;
     Ok((view, resumes))
@@ -487,11 +523,6 @@ pub(super) async fn call_changed(
         )
         .await?;
         if let Some(view) = super::calls::call(tx, call).await? {
-            tx.note(Note::Call {
-                call: call.to_owned(),
-                status,
-                owner: view.owner.clone(),
-            });
             tx.record(Event::call(&view)).await?;
         }
     }

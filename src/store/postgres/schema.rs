@@ -124,6 +124,73 @@ ALTER TABLE webhook_cursors
     ADD COLUMN held_until BIGINT,
     ALTER COLUMN delivered DROP NOT NULL;
 ",
+    r"
+-- What pending Requests hold and how many calls each owner has running, counted by triggers as rows change,
+-- so that every gateway on the database admits against the same figures. A count that reaches zero is
+-- deleted: the tables hold only the owners and servers that hold something.
+LOCK TABLE requests, calls IN SHARE ROW EXCLUSIVE MODE;
+
+-- Per owner ('' for a Request without one) and server.
+CREATE TABLE pending_shares (
+    owner TEXT NOT NULL,
+    server TEXT NOT NULL,
+    requests BIGINT NOT NULL,
+    bytes BIGINT NOT NULL,
+    PRIMARY KEY (owner, server)
+);
+
+CREATE TABLE live_calls (
+    owner TEXT PRIMARY KEY,
+    calls BIGINT NOT NULL
+);
+
+CREATE FUNCTION count_pending_shares() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.status = 'pending' THEN
+        UPDATE pending_shares SET requests = requests - 1, bytes = bytes - OLD.bytes
+            WHERE owner = COALESCE(OLD.owner, '') AND server = OLD.server;
+        DELETE FROM pending_shares
+            WHERE owner = COALESCE(OLD.owner, '') AND server = OLD.server AND requests <= 0;
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') AND NEW.status = 'pending' THEN
+        INSERT INTO pending_shares (owner, server, requests, bytes)
+            VALUES (COALESCE(NEW.owner, ''), NEW.server, 1, NEW.bytes)
+            ON CONFLICT (owner, server) DO UPDATE
+            SET requests = pending_shares.requests + 1, bytes = pending_shares.bytes + EXCLUDED.bytes;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER requests_pending_shares
+    AFTER INSERT OR UPDATE OF status, owner, server, bytes OR DELETE ON requests
+    FOR EACH ROW EXECUTE FUNCTION count_pending_shares();
+
+CREATE FUNCTION count_live_calls() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.status IN ('running', 'input_required') THEN
+        UPDATE live_calls SET calls = calls - 1 WHERE owner = OLD.owner;
+        DELETE FROM live_calls WHERE owner = OLD.owner AND calls <= 0;
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') AND NEW.status IN ('running', 'input_required') THEN
+        INSERT INTO live_calls (owner, calls) VALUES (NEW.owner, 1)
+            ON CONFLICT (owner) DO UPDATE SET calls = live_calls.calls + 1;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER calls_live_calls
+    AFTER INSERT OR UPDATE OF status, owner OR DELETE ON calls
+    FOR EACH ROW EXECUTE FUNCTION count_live_calls();
+
+INSERT INTO pending_shares (owner, server, requests, bytes)
+    SELECT COALESCE(owner, ''), server, count(*), COALESCE(sum(bytes), 0) FROM requests
+    WHERE status = 'pending' GROUP BY COALESCE(owner, ''), server;
+
+INSERT INTO live_calls (owner, calls)
+    SELECT owner, count(*) FROM calls WHERE status IN ('running', 'input_required') GROUP BY owner;
+",
 ];
 
 /// The schema version this build writes.

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio_postgres::types::ToSql;
@@ -12,10 +12,8 @@ use tokio_postgres::{Row, Transaction};
 
 use super::super::StoreError;
 use super::tail::{self, Publisher};
-use super::{Connector, Statements, WRITE_LOCK, lock_mutex, unavailable};
+use super::{Connector, Statements, WRITE_LOCK, unavailable};
 use crate::records::Event;
-use crate::store::live::{self, Live, Note};
-use crate::store::shares::Shares;
 use crate::time::Timestamp;
 
 /// The most changes one transaction takes.
@@ -34,8 +32,8 @@ pub struct Applied {
     pub reply: Box<dyn FnOnce(Result<(), StoreError>) + Send>,
 }
 
-/// The writer's connection inside a transaction, and the events and live records the current change
-/// records.
+/// The writer's connection inside a transaction, and the events the current change records. Every gateway
+/// on the database writes under the same lock, so what the transaction reads is exact until it commits.
 pub struct Tx<'c> {
     conn: &'c Transaction<'c>,
     /// The replica whose writer this is.
@@ -43,14 +41,6 @@ pub struct Tx<'c> {
     /// The statements the writer's connection has prepared.
     statements: &'c Statements,
     events: Vec<Arc<Event>>,
-    notes: Vec<Note>,
-    /// Pending Requests before this change.
-    pending_before: usize,
-    /// What pending Requests hold as last kept, plus what this transaction's changes raised so far (what
-    /// they resolved is released once kept: a Request is admitted against the larger figure); copied from
-    /// `live` by the first change that raises, so that a batch of answers copies nothing.
-    shares: &'c mut Option<Shares>,
-    live: &'c Mutex<Live>,
 }
 
 impl Tx<'_> {
@@ -82,27 +72,6 @@ impl Tx<'_> {
         self.conn.execute(&statement, params).await
     }
 
-    /// How many Requests are pending, this change included.
-    pub fn pending(&self) -> usize {
-        self.pending_before
-            .saturating_add_signed(live::pending_delta(&self.notes))
-    }
-
-    /// What pending Requests hold, counting those this transaction raised.
-    pub fn shares(&mut self) -> &mut Shares {
-        let live = self.live;
-        self.shares.get_or_insert_with(|| lock_mutex(live).shares().clone())
-    }
-
-    /// Records what the change does to the live records, applied once it is kept.
-    pub fn note(&mut self, note: Note) {
-        if let Note::Pending { pending, .. } = &note {
-            self.shares()
-                .add(pending.owner.as_deref(), &pending.server, pending.bytes);
-        }
-        self.notes.push(note);
-    }
-
     /// Records an event: it is numbered now and published once the transaction is kept.
     pub async fn record(&mut self, mut event: Event) -> Result<Arc<Event>, tokio_postgres::Error> {
         let row = self
@@ -127,12 +96,11 @@ impl Tx<'_> {
     }
 }
 
-/// Runs the writer until every sender of `jobs` is gone, keeping `live` up to date.
+/// Runs the writer until every sender of `jobs` is gone.
 pub async fn run(
     connector: Connector,
     mut jobs: mpsc::UnboundedReceiver<Job>,
     publisher: Arc<Publisher>,
-    live: Arc<Mutex<Live>>,
     replica: String,
 ) {
     let mut conn = None;
@@ -166,7 +134,7 @@ pub async fn run(
                 },
             };
             let mut client = client;
-            commit(&mut client, &statements, &mut batch, &publisher, &live, &replica).await;
+            commit(&mut client, &statements, &mut batch, &publisher, &replica).await;
             conn = Some(client);
         }
     }
@@ -180,7 +148,6 @@ async fn commit(
     statements: &Statements,
     batch: &mut std::vec::IntoIter<Job>,
     publisher: &Publisher,
-    live: &Mutex<Live>,
     replica: &str,
 ) {
     let transaction = match client.transaction().await {
@@ -201,9 +168,6 @@ async fn commit(
     }
     let mut applied = Vec::with_capacity(batch.len());
     let mut events = Vec::new();
-    let mut notes = Vec::new();
-    let mut now_pending = lock_mutex(live).pending();
-    let mut shares = None;
     let mut failed = false;
     for job in batch.by_ref() {
         let mut tx = Tx {
@@ -211,16 +175,10 @@ async fn commit(
             replica,
             statements,
             events: Vec::new(),
-            notes: Vec::new(),
-            pending_before: now_pending,
-            shares: &mut shares,
-            live,
         };
         match job(&mut tx).await {
             Ok(done) => {
-                now_pending = tx.pending();
                 events.extend(tx.events);
-                notes.extend(tx.notes);
                 applied.push(done);
             }
             Err(()) => {
@@ -252,7 +210,6 @@ async fn commit(
     };
     match committed {
         Ok(()) => {
-            lock_mutex(live).apply(notes);
             publisher.kept(events);
             for done in applied {
                 (done.reply)(Ok(()));
