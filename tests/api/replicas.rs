@@ -19,10 +19,15 @@ fn stored_in(url: &str) -> String {
 /// Starts three replicas on `url` together (their first start migrates the database once) and waits until
 /// each is ready.
 async fn fleet(url: &str) -> Fleet {
+    fleet_of(url, BOTH_ERAS).await
+}
+
+/// Like `fleet`, with `servers` (TOML: servers, webhooks) as each replica's config.
+async fn fleet_of(url: &str, servers: &str) -> Fleet {
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let replicas: Vec<TestApp> = dirs
         .iter()
-        .map(|dir| start_in(dir.path(), &stored_in(url), BOTH_ERAS, ""))
+        .map(|dir| start_in(dir.path(), &stored_in(url), servers, ""))
         .collect();
     for replica in &replicas {
         let ready = replica.get("/readyz?wait=30").await;
@@ -186,4 +191,56 @@ async fn what_a_killed_replica_held_ends_or_goes_on_elsewhere() {
         results(&done),
         json!([{"action": "accept", "content": {"name": "Ada"}}, {"action": "accept", "content": {"confirm": true}}])
     );
+}
+
+/// A webhook receiver that takes every delivery, and the event ids it got, in order.
+async fn receiver() -> (String, tokio::sync::mpsc::UnboundedReceiver<u64>) {
+    let (record, deliveries) = tokio::sync::mpsc::unbounded_channel();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let record = record.clone();
+            async move {
+                let event: Value = serde_json::from_slice(&body).unwrap();
+                let _ = record.send(event["id"].as_u64().unwrap());
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, deliveries)
+}
+
+#[tokio::test]
+async fn each_event_reaches_a_webhook_once_for_the_fleet() {
+    let (url, mut deliveries) = receiver().await;
+    let servers = format!(
+        "{BOTH_ERAS}\n[[webhooks]]\nname = \"fleet\"\nurl = \"{url}\"\nevents = [\"request.created\", \"request.resolved\"]\n"
+    );
+    let fleet = fleet_of(&cluster::shared().database(), &servers).await;
+    let mut received = Vec::new();
+    for n in 0..4 {
+        let call = fleet.replicas[n % 3]
+            .call("modern", "confirm_action", json!({"action": "hook"}))
+            .await;
+        let request = first_request(&call);
+        fleet.replicas[(n + 1) % 3]
+            .answer_ok(&request, json!({"ok": false}))
+            .await;
+        // Its two events, and any other replica's copy of an earlier one, which would come before them.
+        while received.len() < 2 * (n + 1) {
+            let next = tokio::time::timeout(std::time::Duration::from_secs(30), deliveries.recv())
+                .await
+                .expect("a delivery within 30 s")
+                .unwrap();
+            received.push(next);
+        }
+    }
+    let mut once = received.clone();
+    once.sort_unstable();
+    once.dedup();
+    assert_eq!(once.len(), received.len(), "an event was delivered twice: {received:?}");
+    assert!(received.is_sorted(), "out of order: {received:?}");
 }
