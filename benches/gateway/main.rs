@@ -10,7 +10,7 @@
 //! `BENCH_ITERATIONS=N` overrides the round trips per latency cell, `BENCH_SCALE=N` runs only the scale rows of N, `BENCH_WRAP="valgrind --tool=callgrind"`
 //! runs the gateway under a profiler, and `BENCH_LOG=1` shows the gateway's stderr.
 
-#[allow(dead_code, reason = "the tests' PostgreSQL harness; the bench starts a server and makes databases")]
+#[allow(dead_code, reason = "the bench uses only part of the tests' PostgreSQL harness")]
 #[path = "../../src/store/postgres/cluster.rs"]
 mod cluster;
 mod database;

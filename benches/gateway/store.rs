@@ -126,7 +126,11 @@ pub async fn table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
          reads meanwhile), read from `pg_stat_database.xact_commit`{}.",
         plan.iterations,
         plan.warmup,
-        if postgres.statements { " and `pg_stat_statements` loaded" } else { "" },
+        if postgres.statements {
+            " and `pg_stat_statements` loaded"
+        } else {
+            ""
+        },
         if postgres.statements {
             " and the sum of `pg_stat_statements.calls` (every statement, `BEGIN` and `COMMIT` included)"
         } else {
@@ -146,7 +150,8 @@ async fn round_trips(binary: &Path, plan: &Plan, postgres: &Postgres, table: &mu
     }
     for era in [Era::Modern, Era::Legacy] {
         eprintln!("store: round trips, {}", era.protocol());
-        let (mut in_memory, mut on_disk, mut in_postgres) = (Samples::default(), Samples::default(), Samples::default());
+        let (mut in_memory, mut on_disk, mut in_postgres) =
+            (Samples::default(), Samples::default(), Samples::default());
         let mut stalled = None;
         for round in 0..plan.warmup + plan.iterations {
             let measured = round >= plan.warmup;
