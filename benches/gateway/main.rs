@@ -3,12 +3,17 @@
 //!
 //! `cargo bench --bench gateway` builds in release mode and prints a markdown table; names after `--`
 //! (`latency`, `throughput`, `scale`, `footprint`, `store`) run only those sections. Every section but
-//! `store` runs the gateway with its state in memory; `store` compares that with a SQLite file. Under `cargo test` it runs
+//! `store` runs the gateway with its state in memory; `store` compares that with a SQLite file and with a
+//! PostgreSQL database (a throwaway durable server, started for the section), one replica and three. Under `cargo test` it runs
 //! every code path once with tiny counts and checks only that everything completed correctly.
 //!
 //! `BENCH_ITERATIONS=N` overrides the round trips per latency cell, `BENCH_SCALE=N` runs only the scale rows of N, `BENCH_WRAP="valgrind --tool=callgrind"`
 //! runs the gateway under a profiler, and `BENCH_LOG=1` shows the gateway's stderr.
 
+#[allow(dead_code, reason = "the bench uses only part of the tests' PostgreSQL harness")]
+#[path = "../../src/store/postgres/cluster.rs"]
+mod cluster;
+mod database;
 mod direct;
 mod process;
 mod rest;

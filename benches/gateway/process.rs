@@ -38,19 +38,22 @@ protocol = "2025-11-25"
 "#;
 
 /// Where a benchmarked gateway keeps its state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backend {
     Memory,
     /// A SQLite file in the gateway's temp dir.
     Sqlite,
+    /// A PostgreSQL database, by URL; gateways given the same one are replicas of one fleet.
+    Postgres(String),
 }
 
 impl Backend {
     /// Its name in the report.
-    pub fn name(self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             Backend::Memory => "memory",
             Backend::Sqlite => "sqlite",
+            Backend::Postgres(_) => "postgres",
         }
     }
 }
@@ -71,14 +74,14 @@ pub struct GatewayProcess {
 impl GatewayProcess {
     /// Spawns the binary with `servers` (TOML) and its state in memory, and waits for its `listening on` line.
     pub async fn spawn(binary: &Path, servers: &str) -> anyhow::Result<Self> {
-        Self::spawn_in(binary, servers, Backend::Memory, tempfile::tempdir()?).await
+        Self::spawn_in(binary, servers, &Backend::Memory, tempfile::tempdir()?).await
     }
 
     /// Spawns the binary with `servers` and the `backend` store, with its config (and SQLite file) in `dir`.
     pub async fn spawn_in(
         binary: &Path,
         servers: &str,
-        backend: Backend,
+        backend: &Backend,
         dir: tempfile::TempDir,
     ) -> anyhow::Result<Self> {
         let config = dir.path().join("gateway.toml");
@@ -87,6 +90,7 @@ impl GatewayProcess {
         let store = match backend {
             Backend::Memory => "memory".to_owned(),
             Backend::Sqlite => format!("sqlite:{}", dir.path().join("gateway.sqlite3").display()),
+            Backend::Postgres(url) => url.clone(),
         };
         std::fs::write(
             &config,

@@ -82,7 +82,7 @@ pub async fn run(binary: &Path, era: Era, count: usize, plan: &Plan) -> anyhow::
         answer.push(started.elapsed());
     }
     let rest_of = Arc::new(ids[sampled..].to_vec());
-    let drain_rate = drain(&rest, rest_of).await?;
+    let drain_rate = drain(std::slice::from_ref(&rest), rest_of).await?;
     completed(&rest, &calls).await?;
     Ok(ScaleRun {
         era,
@@ -119,7 +119,12 @@ pub async fn hold(rest: &Rest, era: Era, count: usize) -> anyhow::Result<(Vec<(S
 /// Checks that every flood completed with all its answers accepted.
 pub async fn completed(rest: &Rest, calls: &[(String, usize)]) -> anyhow::Result<()> {
     for (call, chunk) in calls {
-        let done = rest.settled(call).await?;
+        let deadline = Instant::now() + Duration::from_secs(300);
+        let mut done = rest.settled(call).await?;
+        // A replica's long-poll may answer while another replica still retries the call's round.
+        while done["status"] == "running" && Instant::now() < deadline {
+            done = rest.settled(call).await?;
+        }
         let accepted = done
             .pointer("/result/structuredContent/accepted")
             .and_then(Value::as_u64);
@@ -155,13 +160,15 @@ async fn pending_ids(rest: &Rest, call: &str, count: usize) -> anyhow::Result<Ve
     }
 }
 
-/// Answers every id at `DRAIN_CONCURRENCY`; returns answers per second.
-pub async fn drain(rest: &Rest, ids: Arc<Vec<String>>) -> anyhow::Result<f64> {
+/// Answers every id at `DRAIN_CONCURRENCY`, the answerers spread evenly over `gateways` (replicas of one
+/// store); returns answers per second.
+pub async fn drain(gateways: &[Rest], ids: Arc<Vec<String>>) -> anyhow::Result<f64> {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..DRAIN_CONCURRENCY {
-        let (rest, ids, next) = (rest.clone(), ids.clone(), next.clone());
+    for worker in 0..DRAIN_CONCURRENCY {
+        let rest = gateways[worker % gateways.len()].clone();
+        let (ids, next) = (ids.clone(), next.clone());
         workers.spawn(async move {
             loop {
                 let index = next.fetch_add(1, Ordering::Relaxed);
@@ -190,7 +197,7 @@ async fn start_flood(rest: &Rest, era: Era, count: usize) -> anyhow::Result<Stri
 pub async fn flood_and_drain(rest: &Rest, era: Era, count: usize) -> anyhow::Result<()> {
     let call = start_flood(rest, era, count).await?;
     let ids = pending_ids(rest, &call, count).await?;
-    drain(rest, Arc::new(ids)).await?;
+    drain(std::slice::from_ref(rest), Arc::new(ids)).await?;
     let done = rest.settled(&call).await?;
     ensure!(done["status"] == "completed", "warm-up flood: {done}");
     Ok(())

@@ -1,15 +1,27 @@
-//! What keeping state costs: the same flows on a gateway with its state in memory and on one with a SQLite
-//! file (`synchronous=FULL`), side by side.
+//! What keeping state costs: the same flows on a gateway with its state in memory, on one with a SQLite
+//! file (`synchronous=FULL`) and on PostgreSQL (durable commits), side by side; and the drain over three
+//! replicas sharing one PostgreSQL database against one.
 
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::cluster::Cluster;
+use crate::database::{Counters, PerAnswer};
 use crate::process::{BOTH_ERAS, Backend, GatewayProcess};
 use crate::scale;
 use crate::stats::{Samples, millis, p50_p99};
 use crate::{Era, Plan, record, verdict};
+
+/// The replicas of the fleet measured against one gateway.
+const FLEET: usize = 3;
+/// The issue's drain target, answers per second (SQLite: one gateway; PostgreSQL: the fleet).
+const DRAIN_TARGET: f64 = 20_000.0;
+/// A PostgreSQL round trip this slow waited out a long-poll: sampling stops rather than take hours.
+const STALL: Duration = Duration::from_secs(5);
+/// The issue's limit on database round trips per answer.
+const ROUND_TRIPS_TARGET: f64 = 2.0;
 
 /// What holding and draining many pending Requests measured on one backend.
 struct Held {
@@ -17,101 +29,239 @@ struct Held {
     drain_rate: f64,
     /// From spawning a gateway on a store holding them to `/readyz` 200 (SQLite only).
     ready_with_them: Option<Duration>,
+    /// What the database counted per answer, from before the drain to every call completed (PostgreSQL only).
+    per_answer: Option<PerAnswer>,
+}
+
+/// The PostgreSQL server of the section, and whether it counts statements.
+struct Postgres {
+    cluster: Cluster,
+    statements: bool,
+}
+
+impl Postgres {
+    /// A durable server, with `pg_stat_statements` where the server has it.
+    fn start() -> Self {
+        let cluster = Cluster::start_durable();
+        let probe = cluster.database();
+        let statements = cluster.counts_statements(&probe);
+        Self { cluster, statements }
+    }
+
+    /// A fresh database, ready to count its statements.
+    fn database(&self) -> Backend {
+        let url = self.cluster.database();
+        if self.statements {
+            self.cluster.counts_statements(&url);
+        }
+        Backend::Postgres(url)
+    }
 }
 
 /// The store section: round trips in both eras, then `plan.store_pending` Requests held and drained.
 pub async fn table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
+    let postgres = Postgres::start();
     let mut table = String::from(
-        "\n### Store: memory vs SQLite (µs unless stated)\n\n\
-         | measurement | protocol | memory | sqlite | sqlite / memory | target |\n|---|---|---|---|---|---|\n",
+        "\n### Store: memory vs SQLite vs PostgreSQL (µs unless stated)\n\n\
+         | measurement | protocol | memory | sqlite | postgres | sqlite / memory | postgres / memory | target |\n\
+         |---|---|---|---|---|---|---|---|\n",
     );
-    let memory = GatewayProcess::spawn_in(binary, BOTH_ERAS, Backend::Memory, tempfile::tempdir()?).await?;
-    let sqlite = GatewayProcess::spawn_in(binary, BOTH_ERAS, Backend::Sqlite, tempfile::tempdir()?).await?;
-    memory.ready().await?;
-    sqlite.ready().await?;
-    for era in [Era::Modern, Era::Legacy] {
-        eprintln!("store: round trips, {}", era.protocol());
-        let (mut in_memory, mut on_disk) = (Samples::default(), Samples::default());
-        for round in 0..plan.warmup + plan.iterations {
-            let measured = round >= plan.warmup;
-            record(measured, &mut in_memory, memory.rest.confirm(era.server())).await?;
-            record(measured, &mut on_disk, sqlite.rest.confirm(era.server())).await?;
-        }
-        let ratio = on_disk.p50().as_secs_f64() / in_memory.p50().as_secs_f64().max(1e-9);
-        let target = match era {
-            Era::Modern => format!("≤ 1.5: {}", verdict(ratio <= 1.5)),
-            Era::Legacy => String::new(),
-        };
-        let _ = writeln!(
-            table,
-            "| elicitation round trip | {} | {} | {} | {ratio:.2} | {target} |",
-            era.protocol(),
-            p50_p99(&in_memory),
-            p50_p99(&on_disk),
-        );
-    }
-    drop((memory, sqlite));
+    round_trips(binary, plan, &postgres, &mut table).await?;
 
     let count = plan.store_pending;
-    let in_memory = hold_and_drain(binary, Backend::Memory, count).await?;
-    let on_disk = hold_and_drain(binary, Backend::Sqlite, count).await?;
+    let in_memory = hold_and_drain(binary, &Backend::Memory, 1, count, None).await?;
+    let on_disk = hold_and_drain(binary, &Backend::Sqlite, 1, count, None).await?;
+    let one = hold_and_drain(binary, &postgres.database(), 1, count, Some(&postgres)).await?;
+    let fleet = hold_and_drain(binary, &postgres.database(), FLEET, count, Some(&postgres)).await?;
+    let c = scale::DRAIN_CONCURRENCY;
     let _ = writeln!(
         table,
-        "| answers/s draining {count} pending (c={}) | 2026-07-28 | {:.0} | {:.0} | {:.2} | sqlite ≥ 20 000: {} |",
-        scale::DRAIN_CONCURRENCY,
+        "| answers/s draining {count} pending (c={c}), one gateway | 2026-07-28 | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | \
+         sqlite ≥ 20 000: {} |",
         in_memory.drain_rate,
         on_disk.drain_rate,
+        one.drain_rate,
         on_disk.drain_rate / in_memory.drain_rate,
-        verdict(on_disk.drain_rate >= 20_000.0)
+        one.drain_rate / in_memory.drain_rate,
+        verdict(on_disk.drain_rate >= DRAIN_TARGET)
     );
     let _ = writeln!(
         table,
-        "| RSS per pending Request at {count} (B) | 2026-07-28 | {:.0} | {:.0} | {:.2} | sqlite ≤ memory: {} |",
+        "| answers/s draining {count} pending (c={c}), {FLEET} replicas on one database | 2026-07-28 | | | {:.0} | | \
+         {:.2} | fleet ≥ 20 000: {} ({:.2}× one replica) |",
+        fleet.drain_rate,
+        fleet.drain_rate / in_memory.drain_rate,
+        verdict(fleet.drain_rate >= DRAIN_TARGET),
+        fleet.drain_rate / one.drain_rate,
+    );
+    for (replicas, held) in [("one replica", &one), ("three replicas", &fleet)] {
+        per_answer_rows(&mut table, replicas, held.per_answer.as_ref());
+    }
+    let _ = writeln!(
+        table,
+        "| RSS per pending Request at {count} (B), one gateway | 2026-07-28 | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | \
+         sqlite ≤ memory: {} |",
         in_memory.rss_per_request,
         on_disk.rss_per_request,
+        one.rss_per_request,
         on_disk.rss_per_request / in_memory.rss_per_request,
+        one.rss_per_request / in_memory.rss_per_request,
         verdict(on_disk.rss_per_request <= in_memory.rss_per_request)
     );
     let ready = on_disk.ready_with_them.unwrap_or_default();
     let _ = writeln!(
         table,
-        "| start → `/readyz` 200 with {count} pending in the file (ms) | 2026-07-28 | | {} | | ≤ 1000 ms: {} |",
+        "| start → `/readyz` 200 with {count} pending in the file (ms) | 2026-07-28 | | {} | | | | ≤ 1000 ms: {} |",
         millis(ready),
         verdict(ready <= Duration::from_secs(1))
     );
     let _ = writeln!(
         table,
-        "\n{} measured round trips per cell after {} warm-up ones, memory and SQLite alternating; the SQLite \
-         gateway is stopped with SIGTERM once the Requests are pending and started again on its file before \
-         they are drained.",
-        plan.iterations, plan.warmup
+        "\n{} measured round trips per cell after {} warm-up ones, memory, SQLite and PostgreSQL alternating. \
+         PostgreSQL 15 runs on the same machine with `fsync`, `synchronous_commit` and `full_page_writes` on{}; \
+         each PostgreSQL drain has a fresh database, and the {FLEET} replicas' answerers take the Requests in \
+         turn. The SQLite gateway is stopped with SIGTERM once the Requests are pending and started again on \
+         its file before they are drained. Database counts run from just before the drain until every flood \
+         call has completed (so they include the rounds' retries and the replicas' heartbeats and event-log \
+         reads meanwhile), read from `pg_stat_database.xact_commit`{}.",
+        plan.iterations,
+        plan.warmup,
+        if postgres.statements {
+            " and `pg_stat_statements` loaded"
+        } else {
+            ""
+        },
+        if postgres.statements {
+            " and the sum of `pg_stat_statements.calls` (every statement, `BEGIN` and `COMMIT` included)"
+        } else {
+            ""
+        },
     );
     Ok(table)
 }
 
-/// Holds `count` Requests pending on a fresh gateway, measures its memory, restarts it (SQLite) and drains
-/// them.
-async fn hold_and_drain(binary: &Path, backend: Backend, count: usize) -> anyhow::Result<Held> {
-    eprintln!("store: {count} pending, {}", backend.name());
-    let mut gateway = GatewayProcess::spawn_in(binary, BOTH_ERAS, backend, tempfile::tempdir()?).await?;
-    gateway.ready().await?;
-    scale::flood_and_drain(&gateway.rest, Era::Modern, 8).await?;
-    let baseline = gateway.rss()?;
-    let (calls, ids) = scale::hold(&gateway.rest, Era::Modern, count).await?;
-    let rss_per_request = gateway.rss()?.saturating_sub(baseline) as f64 / count as f64;
+/// Elicitation round trips in both eras on the three stores, alternating.
+async fn round_trips(binary: &Path, plan: &Plan, postgres: &Postgres, table: &mut String) -> anyhow::Result<()> {
+    let memory = GatewayProcess::spawn_in(binary, BOTH_ERAS, &Backend::Memory, tempfile::tempdir()?).await?;
+    let sqlite = GatewayProcess::spawn_in(binary, BOTH_ERAS, &Backend::Sqlite, tempfile::tempdir()?).await?;
+    let pg = GatewayProcess::spawn_in(binary, BOTH_ERAS, &postgres.database(), tempfile::tempdir()?).await?;
+    for gateway in [&memory, &sqlite, &pg] {
+        gateway.ready().await?;
+    }
+    for era in [Era::Modern, Era::Legacy] {
+        eprintln!("store: round trips, {}", era.protocol());
+        let (mut in_memory, mut on_disk, mut in_postgres) =
+            (Samples::default(), Samples::default(), Samples::default());
+        let mut stalled = None;
+        for round in 0..plan.warmup + plan.iterations {
+            let measured = round >= plan.warmup;
+            record(measured, &mut in_memory, memory.rest.confirm(era.server())).await?;
+            record(measured, &mut on_disk, sqlite.rest.confirm(era.server())).await?;
+            if stalled.is_none() {
+                let started = Instant::now();
+                record(measured, &mut in_postgres, pg.rest.confirm(era.server())).await?;
+                stalled = Some(started.elapsed()).filter(|took| *took >= STALL);
+            }
+        }
+        let ratio = |samples: &Samples| samples.p50().as_secs_f64() / in_memory.p50().as_secs_f64().max(1e-9);
+        let target = match era {
+            Era::Modern => format!("sqlite ≤ 1.5: {}", verdict(ratio(&on_disk) <= 1.5)),
+            Era::Legacy => String::new(),
+        };
+        let (postgres_cell, postgres_ratio) = match stalled {
+            Some(took) => (
+                format!("stalled: one took {:.1} s, then not sampled", took.as_secs_f64()),
+                String::new(),
+            ),
+            None => (p50_p99(&in_postgres), format!("{:.2}", ratio(&in_postgres))),
+        };
+        let _ = writeln!(
+            table,
+            "| elicitation round trip | {} | {} | {} | {postgres_cell} | {:.2} | {postgres_ratio} | {target} |",
+            era.protocol(),
+            p50_p99(&in_memory),
+            p50_p99(&on_disk),
+            ratio(&on_disk),
+        );
+    }
+    Ok(())
+}
+
+/// The rows of what the database counted per answer while `replicas` drained.
+fn per_answer_rows(table: &mut String, replicas: &str, per_answer: Option<&PerAnswer>) {
+    let Some(per_answer) = per_answer else { return };
+    let _ = writeln!(
+        table,
+        "| database: transactions committed per answer, {replicas} | 2026-07-28 | | | {:.3} | | | |",
+        per_answer.commits
+    );
+    let _ = writeln!(
+        table,
+        "| database: `requests` rows updated per answer, {replicas} | 2026-07-28 | | | {:.3} | | | |",
+        per_answer.request_updates
+    );
+    if let Some(statements) = per_answer.statements {
+        let _ = writeln!(
+            table,
+            "| database: statements per answer (each at most one round trip), {replicas} | 2026-07-28 | | | \
+             {statements:.3} | | | ≤ 2 round trips: {} |",
+            verdict(statements <= ROUND_TRIPS_TARGET)
+        );
+    }
+}
+
+/// Holds `count` Requests pending on `replicas` fresh gateways sharing `backend`, measures the first one's
+/// memory, restarts it (SQLite) and drains them with answerers spread over the replicas; `postgres` counts
+/// what the database did meanwhile.
+async fn hold_and_drain(
+    binary: &Path,
+    backend: &Backend,
+    replicas: usize,
+    count: usize,
+    postgres: Option<&Postgres>,
+) -> anyhow::Result<Held> {
+    eprintln!("store: {count} pending, {} × {replicas}", backend.name());
+    let mut gateways = Vec::with_capacity(replicas);
+    for _ in 0..replicas {
+        let gateway = GatewayProcess::spawn_in(binary, BOTH_ERAS, backend, tempfile::tempdir()?).await?;
+        gateway.ready().await?;
+        gateways.push(gateway);
+    }
+    scale::flood_and_drain(&gateways[0].rest, Era::Modern, 8).await?;
+    let baseline = gateways[0].rss()?;
+    let (calls, ids) = scale::hold(&gateways[0].rest, Era::Modern, count).await?;
+    let rss_per_request = gateways[0].rss()?.saturating_sub(baseline) as f64 / count as f64;
     let mut ready_with_them = None;
-    if backend == Backend::Sqlite {
-        let dir = gateway.stop().await?;
+    if *backend == Backend::Sqlite {
+        let dir = gateways.remove(0).stop().await?;
         let spawned = Instant::now();
-        gateway = GatewayProcess::spawn_in(binary, BOTH_ERAS, backend, dir).await?;
+        let gateway = GatewayProcess::spawn_in(binary, BOTH_ERAS, backend, dir).await?;
         gateway.ready().await?;
         ready_with_them = Some(spawned.elapsed());
+        gateways.insert(0, gateway);
     }
-    let drain_rate = scale::drain(&gateway.rest, Arc::new(ids)).await?;
-    scale::completed(&gateway.rest, &calls).await?;
+    let counting = match (postgres, backend) {
+        (Some(postgres), Backend::Postgres(url)) => Some((postgres, url)),
+        _ => None,
+    };
+    let before = match counting {
+        Some((postgres, url)) => Some(Counters::read(&postgres.cluster, url, postgres.statements).await?),
+        None => None,
+    };
+    let rests: Vec<_> = gateways.iter().map(|gateway| gateway.rest.clone()).collect();
+    let drain_rate = scale::drain(&rests, Arc::new(ids)).await?;
+    scale::completed(&gateways[0].rest, &calls).await?;
+    let per_answer = match (counting, before) {
+        (Some((postgres, url)), Some(before)) => {
+            let after = Counters::read(&postgres.cluster, url, postgres.statements).await?;
+            Some(before.per_answer(&after, count))
+        }
+        _ => None,
+    };
     Ok(Held {
         rss_per_request,
         drain_rate,
         ready_with_them,
+        per_answer,
     })
 }

@@ -3,6 +3,7 @@
 mod answers;
 mod auth;
 mod calls;
+#[allow(dead_code, reason = "the durable server and its counts are for the bench")]
 #[path = "../../src/store/postgres/cluster.rs"]
 mod cluster;
 mod connections;

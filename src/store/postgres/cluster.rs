@@ -35,13 +35,23 @@ const READY_POLL: Duration = Duration::from_millis(50);
 /// How many free ports are tried when another process takes the one just picked.
 const PORT_ATTEMPTS: usize = 5;
 /// Settings for speed over durability: a cluster lives only as long as its tests.
-const SETTINGS: [&str; 5] = [
+const FAST: [&str; 5] = [
     "listen_addresses=127.0.0.1",
     "fsync=off",
     "synchronous_commit=off",
     "full_page_writes=off",
     "max_connections=300",
 ];
+/// Settings for measurements: a commit is on disk before the server acknowledges it, as in production.
+const DURABLE: [&str; 5] = [
+    "listen_addresses=127.0.0.1",
+    "fsync=on",
+    "synchronous_commit=on",
+    "full_page_writes=on",
+    "max_connections=300",
+];
+/// The extension that counts statements, loaded by a durable cluster when the server has it.
+const STATEMENT_STATS: &str = "pg_stat_statements";
 /// The file in the cluster's dir that initdb and the server write their output to (the watchdog's `$log`).
 const LOG: &str = "server.log";
 /// What the server logs as it exits, whether it was stopped or failed to start.
@@ -124,13 +134,40 @@ pub fn shared() -> &'static Cluster {
 }
 
 impl Cluster {
-    /// Starts a new server in a fresh temp dir and waits until it accepts connections.
+    /// Starts a new server in a fresh temp dir, tuned for speed over durability, and waits until it accepts
+    /// connections.
     pub fn start() -> Cluster {
+        Cluster::start_with(FAST.iter().map(|setting| (*setting).to_owned()).collect())
+    }
+
+    /// Starts a new server that keeps every commit on disk before acknowledging it (`fsync`,
+    /// `synchronous_commit` and `full_page_writes` on), for measurements; it loads `pg_stat_statements` when
+    /// the server has it, so that [`Cluster::counts_statements`] can be true.
+    pub fn start_durable() -> Cluster {
+        let mut settings: Vec<String> = DURABLE.iter().map(|setting| (*setting).to_owned()).collect();
+        if has_library(STATEMENT_STATS) {
+            settings.push(format!("shared_preload_libraries={STATEMENT_STATS}"));
+        }
+        Cluster::start_with(settings)
+    }
+
+    /// Creates `pg_stat_statements` in database `url`; false when the server did not load it.
+    pub fn counts_statements(&self, url: &str) -> bool {
+        psql(url, &format!("CREATE EXTENSION IF NOT EXISTS {STATEMENT_STATS}")).is_ok()
+            && psql(url, "SELECT count(*) FROM pg_stat_statements").is_ok()
+    }
+
+    /// Runs one SQL statement in database `url`; what it printed (unaligned, tuples only), or its error.
+    pub fn query(&self, url: &str, sql: &str) -> Result<String, String> {
+        psql(url, sql)
+    }
+
+    fn start_with(settings: Vec<String>) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("toolnexus-postgres-")
             .tempdir()
             .expect("a temp dir for the cluster");
-        let mut watchdog = Watchdog::spawn(dir.path());
+        let mut watchdog = Watchdog::spawn(dir.path(), &settings);
         if watchdog.reply() != "initialized" {
             panic!("initdb failed; its output:\n{}", read_log(dir.path(), 0));
         }
@@ -216,15 +253,15 @@ impl Local {
 impl Watchdog {
     /// Starts the watchdog on `dir`, as the `postgres` user when this process is root (PostgreSQL refuses
     /// to run as root); it begins with initdb.
-    fn spawn(dir: &Path) -> Watchdog {
+    fn spawn(dir: &Path, settings: &[String]) -> Watchdog {
         let mut command = Command::new("sh");
         command
             .args(["-c", WATCHDOG, "watchdog"])
             .arg(dir)
             .arg(program("initdb"))
             .arg(program("postgres"));
-        for setting in SETTINGS {
-            command.args(["-c", setting]);
+        for setting in settings {
+            command.arg("-c").arg(setting);
         }
         if nix::unistd::geteuid().is_root() {
             let user = nix::unistd::User::from_name("postgres")
@@ -356,6 +393,22 @@ fn with_database(url: &str, name: &str) -> String {
     let path = rest.find(['/', '?']).map_or(url.len(), |at| authority + at);
     let query = url[path..].find('?').map_or("", |at| &url[path + at..]);
     format!("{}/{name}{query}", &url[..path])
+}
+
+/// Whether the server's library directory (`pg_config --pkglibdir`, or `lib` beside the programs) has `name`.
+fn has_library(name: &str) -> bool {
+    let file = format!("{name}.so");
+    let beside = program("postgres")
+        .parent()
+        .and_then(Path::parent)
+        .map(|root| root.join("lib").join(&file));
+    let configured = Command::new("pg_config")
+        .arg("--pkglibdir")
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map(|output| PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()).join(&file));
+    [beside, configured].into_iter().flatten().any(|path| path.is_file())
 }
 
 /// The path of a PostgreSQL program: in [`DEBIAN_BINDIR`], `pg_config --bindir`, or `PATH`.
