@@ -216,7 +216,7 @@ pub(super) async fn settled(state: &AppState, id: &str, wait: Wait) -> Result<Op
         }
     };
     let concerns = |event: &Event| event.call.as_deref() == Some(id);
-    let _ = state
+    let waited = state
         .feed
         .wait_for(
             wait.duration(),
@@ -225,5 +225,9 @@ pub(super) async fn settled(state: &AppState, id: &str, wait: Wait) -> Result<Op
             not_running,
         )
         .await;
+    // A read that failed ends the wait with the failure, not with the call as it was before.
+    if let Some(Err(error)) = waited {
+        return Err(error.into());
+    }
     Ok(state.calls.get(id).await?)
 }

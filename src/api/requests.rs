@@ -165,7 +165,7 @@ pub async fn get(
         // Only a change to a Request of its session can resolve it.
         let session = state.registry.get(id).await?.ok_or_else(unknown)?.session;
         let concerns = |event: &Event| event.kind == EventKind::RequestResolved && event.session == session;
-        let _ = state
+        let waited = state
             .feed
             .wait_for(
                 query.wait.duration(),
@@ -174,6 +174,10 @@ pub async fn get(
                 resolved,
             )
             .await;
+        // A read that failed ends the wait with the failure, not with the Request as it was before.
+        if let Some(Err(error)) = waited {
+            return Err(error.into());
+        }
     }
     state.registry.get(&id).await?.map(Json).ok_or_else(unknown)
 }
