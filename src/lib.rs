@@ -203,23 +203,14 @@ impl Gateway {
         }
         tracker.spawn(state.registry.clone().reap(state.shutdown.clone()));
         tracker.spawn(prune(store.clone(), retention, state.shutdown.clone()));
-        tracker.spawn(reap_replicas(
-            store.clone(),
-            state.registry.clone(),
-            state.shutdown.clone(),
-        ));
         if matches!(store, Store::Postgres(_)) {
+            let (registry, shutdown) = (state.registry.clone(), state.shutdown.clone());
+            tracker.spawn(reap_replicas(store.clone(), registry, shutdown));
             let feed = state.feed.clone();
             tracker.spawn(state.registry.clone().follow_replicas(feed, state.shutdown.clone()));
         }
         state.upstreams.start(resumes);
-        for call in recovered.resumes {
-            match store.retry(&call).await {
-                Ok(Some(retry)) => state.registry.resume(retry),
-                Ok(None) => {}
-                Err(error) => tracing::error!(%call, %error, "a call to retry could not be read"),
-            }
-        }
+        resume(&store, &state.registry, recovered.resumes).await;
         let shutdown = state.shutdown.clone();
         let upstreams = state.upstreams.clone();
         tokio::spawn(async move {
@@ -249,9 +240,6 @@ impl Gateway {
 /// Ends what replicas that are gone left, every third of the lease, and retries the calls that fall to this
 /// one.
 async fn reap_replicas(store: Store, registry: Registry, shutdown: CancellationToken) {
-    if !matches!(store, Store::Postgres(_)) {
-        return;
-    }
     loop {
         tokio::select! {
             () = tokio::time::sleep(store::postgres::LEASE / 3) => {}
@@ -272,12 +260,17 @@ async fn reap_replicas(store: Store, registry: Registry, shutdown: CancellationT
                 "ended what replicas that are gone left"
             );
         }
-        for call in reaped.resumes {
-            match store.retry(&call).await {
-                Ok(Some(retry)) => registry.resume(retry),
-                Ok(None) => {}
-                Err(error) => tracing::error!(%call, %error, "a call to retry could not be read"),
-            }
+        resume(&store, &registry, reaped.resumes).await;
+    }
+}
+
+/// Hands the calls whose round is answered on to be retried, with what retrying each takes.
+async fn resume(store: &Store, registry: &Registry, calls: Vec<String>) {
+    for call in calls {
+        match store.retry(&call).await {
+            Ok(Some(retry)) => registry.resume(retry),
+            Ok(None) => {}
+            Err(error) => tracing::error!(%call, %error, "a call to retry could not be read"),
         }
     }
 }

@@ -145,6 +145,11 @@ pub async fn spawn_in(dir: &std::path::Path, settings: &str, servers: &str, requ
     app
 }
 
+/// The settings of a gateway that stores in the database at `url`.
+pub fn stored_in(url: &str) -> String {
+    format!("[store]\nurl = \"{url}\"\n")
+}
+
 /// The config of a test gateway: port 0, the settings, Requests and servers given, and a SQLite store in
 /// `dir` unless the settings name one.
 pub fn config_text(dir: &std::path::Path, settings: &str, servers: &str, requests: &str) -> String {

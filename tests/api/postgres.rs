@@ -5,12 +5,7 @@ use std::process::{Command, Stdio};
 use serde_json::json;
 
 use crate::cluster::{self, Cluster};
-use crate::helpers::{BINARY, BOTH_ERAS, ERAS, TestApp, config_text, first_request, results, spawn_in};
-
-/// The settings of a gateway that stores in the database at `url`.
-fn stored_in(url: &str) -> String {
-    format!("[store]\nurl = \"{url}\"\n")
-}
+use crate::helpers::{BINARY, BOTH_ERAS, ERAS, TestApp, config_text, first_request, results, spawn_in, stored_in};
 
 /// A gateway with the demo server in both eras, storing in the database at `url`.
 async fn gateway(dir: &tempfile::TempDir, url: &str) -> TestApp {

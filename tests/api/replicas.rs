@@ -3,17 +3,12 @@
 use serde_json::{Value, json};
 
 use crate::cluster;
-use crate::helpers::{BOTH_ERAS, ERAS, TestApp, first_request, results, start_in};
+use crate::helpers::{BOTH_ERAS, ERAS, TestApp, first_request, results, start_in, stored_in};
 
 /// Three gateways with the demo server in both eras, storing in the database at `url`, and their dirs.
 struct Fleet {
     replicas: Vec<TestApp>,
     _dirs: Vec<tempfile::TempDir>,
-}
-
-/// The settings of a gateway that stores in the database at `url`.
-fn stored_in(url: &str) -> String {
-    format!("[store]\nurl = \"{url}\"\n")
 }
 
 /// Starts three replicas on `url` together (their first start migrates the database once) and waits until

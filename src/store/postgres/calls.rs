@@ -130,11 +130,7 @@ impl Postgres {
                 if changed == 0 {
                     return Ok(None);
                 }
-                let view = self::session(tx, &id).await?;
-                if let Some(view) = &view {
-                    tx.record(Event::session(view)).await?;
-                }
-                Ok(view)
+                session_changed(tx, &id).await
             })
         })
         .await
@@ -159,11 +155,7 @@ impl Postgres {
                 if changed == 0 {
                     return Ok(None);
                 }
-                let view = self::session(tx, &id).await?;
-                if let Some(view) = &view {
-                    tx.record(Event::session(view)).await?;
-                }
-                Ok(view)
+                session_changed(tx, &id).await
             })
         })
         .await
@@ -265,6 +257,15 @@ impl Postgres {
 pub(super) async fn call(conn: &impl Reader, id: &str) -> Result<Option<CallView>, tokio_postgres::Error> {
     let sql = format!("SELECT {} FROM calls AS c WHERE c.id = $1", rows::CALL);
     conn.row(&sql, &[&id]).await?.map(|row| rows::call(&row)).transpose()
+}
+
+/// A session just changed in this transaction, with its `session.updated` event recorded.
+pub(super) async fn session_changed(tx: &mut Tx<'_>, id: &str) -> Result<Option<SessionView>, tokio_postgres::Error> {
+    let view = session(&*tx, id).await?;
+    if let Some(view) = &view {
+        tx.record(Event::session(view)).await?;
+    }
+    Ok(view)
 }
 
 /// One session.

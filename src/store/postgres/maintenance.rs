@@ -205,9 +205,7 @@ impl Postgres {
                         &[&id, &SessionStatus::Closed.as_str(), &now, &ended.detail],
                     )
                     .await?;
-                    if let Some(view) = super::calls::session(&*tx, &id).await? {
-                        tx.record(crate::records::Event::session(&view)).await?;
-                    }
+                    super::calls::session_changed(tx, &id).await?;
                 }
                 // Raised on one of their sessions, for one of their calls, or (at its own start) on a session
                 // never recorded.
@@ -239,8 +237,8 @@ impl Postgres {
                         &format!(
                             "SELECT c.id, c.protocol_version, \
                              c.shared AND EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id) \
-                             FROM calls AS c WHERE c.status IN ('running', 'input_required') AND {} ORDER BY c.seq",
-                            theirs.replace("replica", "c.replica")
+                             FROM calls AS c WHERE c.status IN ('running', 'input_required') AND {theirs} \
+                             ORDER BY c.seq"
                         ),
                         &[&gone],
                     )
