@@ -115,7 +115,15 @@ async fn an_answer_racing_an_upstream_cancellation_has_one_outcome_in_the_gatewa
             410 => "cancelled",
             other => panic!("an answer got {other}"),
         };
-        assert_eq!(request["status"], expected, "{id}: {request}");
+        // An answer that crossed the withdrawal may already read as what the upstream saw (checked below).
+        let crossed = *status == 200
+            && request["status"] == "cancelled"
+            && request["detail"]
+                .as_str()
+                .is_some_and(|detail| detail.contains("before the answer reached it"));
+        if !crossed {
+            assert_eq!(request["status"], expected, "{id}: {request}");
+        }
         assert_eq!(resolved[id], expected, "{id}: the event agrees");
     }
     // What the tool received and the Request's final status agree: an answer that crossed the upstream's
