@@ -37,6 +37,7 @@ use crate::auth::{ANONYMOUS, Principal};
 use crate::calls::Calls;
 use crate::connections::Connections;
 use crate::feed::{Counted, Feed, Hold};
+use crate::front_door::{self, FrontDoorPolicy};
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::sessions::Sessions;
@@ -85,6 +86,8 @@ pub struct Services {
     pub shutdown: CancellationToken,
     /// Long-polls and event streams one principal may hold.
     pub holds: HoldLimits,
+    /// How `/mcp` names tools and holds calls.
+    pub front_door: FrontDoorPolicy,
 }
 
 /// How many long-polls and event streams one principal may hold at once (without tokens there is one
@@ -192,7 +195,9 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(metrics::render))
         .routes(routes!(openapi))
         .split_for_parts();
-    let router = router.merge(ui::routes(&mut document));
+    let router = router
+        .merge(ui::routes(&mut document))
+        .merge(front_door::routes(&state, state.front_door));
     constrain(&mut document);
     document_unavailable(&mut document);
     state.auth.document(&mut document);

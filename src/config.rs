@@ -75,6 +75,9 @@ pub struct Config {
     /// Where the gateway keeps its state.
     #[serde(default)]
     pub store: StoreConfig,
+    /// The gateway's own MCP endpoint, `/mcp`.
+    #[serde(default)]
+    pub front_door: FrontDoorConfig,
     /// This gateway's name among the replicas sharing a store; unset, the host name and a random suffix.
     #[serde(default, deserialize_with = "expanded_option")]
     pub replica: Option<String>,
@@ -87,6 +90,49 @@ pub struct StoreConfig {
     /// `"sqlite:PATH"`, `"postgres://…"` or `"memory"`; unset, a SQLite file in the user's state directory.
     #[serde(default, deserialize_with = "expanded_option")]
     pub url: Option<String>,
+}
+
+/// The `[front_door]` table: how `/mcp` names upstream tools and how long it holds a call that waits on a human.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FrontDoorConfig {
+    /// Whether tool names carry their server's name.
+    #[serde(default)]
+    pub prefix: Prefix,
+    /// How long a `tools/call` is held while its call waits on a human before it answers that the call is
+    /// waiting (shorter than the 60 s many MCP clients give a request).
+    #[serde(default = "default_max_hold", deserialize_with = "duration")]
+    pub max_hold: Duration,
+}
+
+impl Default for FrontDoorConfig {
+    fn default() -> Self {
+        Self {
+            prefix: Prefix::default(),
+            max_hold: default_max_hold(),
+        }
+    }
+}
+
+/// Whether the front door's tool names carry their server's name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Prefix {
+    /// `{server}__{tool}` for every tool.
+    #[default]
+    Always,
+    /// The upstream's names while only one server is configured, `{server}__{tool}` otherwise.
+    WhenNeeded,
+}
+
+impl Prefix {
+    /// The name as the config spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Prefix::Always => "always",
+            Prefix::WhenNeeded => "when-needed",
+        }
+    }
 }
 
 /// The `[auth]` table.
@@ -413,6 +459,7 @@ impl Config {
             limits: LimitsConfig::default(),
             http: HttpConfig::default(),
             store: StoreConfig::default(),
+            front_door: FrontDoorConfig::default(),
             replica: None,
         }
     }
@@ -548,6 +595,10 @@ impl Config {
         }
         http.insert("header_timeout".into(), duration(self.http.header_timeout));
         root.insert("http".into(), Value::Table(http));
+        let mut front_door = Table::new();
+        front_door.insert("prefix".into(), Value::from(self.front_door.prefix.as_str()));
+        front_door.insert("max_hold".into(), duration(self.front_door.max_hold));
+        root.insert("front_door".into(), Value::Table(front_door));
         let mut log = Table::new();
         log.insert("level".into(), Value::from(self.log.level.clone()));
         log.insert(
@@ -690,7 +741,20 @@ impl Config {
 
     /// Checks everything serde cannot: servers, webhooks, tokens, the store, the log filter.
     pub fn validate(&self) -> Result<(), String> {
-        self.servers()?;
+        let servers = self.servers()?;
+        for (index, server) in servers.iter().enumerate() {
+            let prefix = server.name.replace('.', "_");
+            if let Some(other) = servers[..index]
+                .iter()
+                .find(|other| other.name.replace('.', "_") == prefix)
+            {
+                return Err(format!(
+                    "servers[{index}].name = {:?}: its tools would be named {prefix}__… on /mcp, as those of server \
+                     {:?} are; rename one",
+                    server.name, other.name
+                ));
+            }
+        }
         self.store_location()?;
         if let Some(replica) = &self.replica {
             let fits = (1..=64).contains(&replica.len())
@@ -708,6 +772,9 @@ impl Config {
         }
         if self.http.header_timeout.is_zero() {
             return Err("http.header_timeout must be longer than zero".to_owned());
+        }
+        if self.front_door.max_hold.is_zero() {
+            return Err("front_door.max_hold must be longer than zero".to_owned());
         }
         for origin in &self.http.cors_origins {
             check_origin(origin).map_err(|problem| format!("http.cors_origins: {origin:?} {problem}"))?;
@@ -976,6 +1043,10 @@ fn default_max_body_bytes() -> usize {
     1024 * 1024
 }
 
+fn default_max_hold() -> Duration {
+    Duration::from_secs(50)
+}
+
 fn default_header_timeout() -> Duration {
     Duration::from_secs(10)
 }
@@ -1133,6 +1204,31 @@ mod tests {
         assert!(
             error.contains("servers[1].name") && error.contains("duplicate"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn servers_whose_tools_would_share_a_prefix_are_rejected() {
+        let error =
+            parse("[[servers]]\nname = \"a.b\"\nbuiltin = \"demo\"\n[[servers]]\nname = \"a_b\"\nbuiltin = \"demo\"\n")
+                .unwrap_err();
+        assert!(
+            error.contains("servers[1].name") && error.contains("a_b__") && error.contains("\"a.b\""),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn front_door_settings_parse_and_are_checked() {
+        let config = parse("[front_door]\nprefix = \"when-needed\"\nmax_hold = \"20s\"\n").unwrap();
+        assert_eq!(config.front_door.prefix, Prefix::WhenNeeded);
+        assert_eq!(config.front_door.max_hold, Duration::from_secs(20));
+        assert_eq!(Config::builtin().front_door.max_hold, Duration::from_secs(50));
+        assert!(parse("[front_door]\nprefix = \"never\"\n").is_err());
+        assert!(
+            parse("[front_door]\nmax_hold = \"0s\"\n")
+                .unwrap_err()
+                .contains("max_hold")
         );
     }
 

@@ -12,6 +12,7 @@ pub mod demo;
 pub mod egress;
 pub mod elicitation;
 pub mod feed;
+pub mod front_door;
 pub mod ids;
 pub mod logs;
 pub mod metrics;
@@ -157,6 +158,10 @@ impl Gateway {
             holds: api::HoldLimits {
                 long_polls: config.limits.long_polls_per_principal,
                 streams: config.limits.streams_per_principal,
+            },
+            front_door: front_door::FrontDoorPolicy {
+                prefix: config.front_door.prefix,
+                max_hold: config.front_door.max_hold,
             },
         });
         Ok(Self {

@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 
 use crate::feed::Feed;
 use crate::records::{
-    CallFilter, CallStatus, CallView, Event, Filter, Finish, RequestView, SessionStatus, SessionView, Status,
+    CallFilter, CallStatus, CallView, Event, Filter, Finish, RequestView, SessionStatus, SessionView, Status, Via,
 };
 use crate::suspension::{Answer, Request};
 use crate::time::Timestamp;
@@ -202,6 +202,7 @@ pub struct NewCall {
     /// The arguments exactly as they are sent upstream.
     pub arguments: Value,
     pub owner: String,
+    pub via: Via,
     /// The protocol version of the session it starts on.
     pub protocol_version: Option<String>,
     /// The client capabilities the gateway declared on that session.

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, Tool};
 use rmcp::{Peer, RoleClient};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -29,7 +29,7 @@ use crate::calls::Calls;
 use crate::config::{LimitsConfig, ProtocolChoice, Server};
 use crate::feed::Feed;
 use crate::ids;
-use crate::records::{CallStatus, CallView, Finish, SessionStatus, SessionView, ToolName};
+use crate::records::{CallStatus, CallView, Finish, SessionStatus, SessionView, ToolName, Via};
 use crate::registry::{Registry, Tell};
 use crate::sessions::Sessions;
 use crate::store::{InsertCallError, InsertSessionError, NewCall, Pending, Retry, StoreError};
@@ -358,6 +358,7 @@ impl Upstreams {
         tool: ToolName,
         arguments: Option<Map<String, Value>>,
         by: &Principal,
+        via: Via,
     ) -> Result<CallView, UpstreamError> {
         if let Target::Session(id) = &target {
             let session = self.session(id, by).await?;
@@ -376,6 +377,7 @@ impl Upstreams {
             tool: tool.as_str().to_owned(),
             arguments: arguments.clone().map_or(Value::Object(Map::new()), Value::Object),
             owner: by.name.clone(),
+            via,
             protocol_version: live.protocol_version.clone(),
             capabilities: serde_json::to_value(capabilities()).unwrap_or_default(),
         };
@@ -431,17 +433,15 @@ impl Upstreams {
     }
 
     /// The merged `tools/list` of a target.
-    pub async fn tools(&self, target: &Target, by: &Principal) -> Result<Value, UpstreamError> {
+    pub async fn tools(&self, target: &Target, by: &Principal) -> Result<Vec<Tool>, UpstreamError> {
         if let Target::Session(id) = target {
             self.session(id, by).await?;
         }
         let live = self.live(target).await?;
-        let tools = live
-            .peer
+        live.peer
             .list_all_tools()
             .await
-            .map_err(|error| UpstreamError::Unreachable(format!("tools/list failed: {error}")))?;
-        Ok(serde_json::json!({ "tools": tools }))
+            .map_err(|error| UpstreamError::Unreachable(format!("tools/list failed: {error}")))
     }
 
     /// The names of servers whose shared session is not ready.

@@ -12,7 +12,7 @@ use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
 use crate::feed::Concern;
-use crate::records::{CallFilter, CallStatus, CallView, Event, ToolName};
+use crate::records::{CallFilter, CallStatus, CallView, Event, ToolName, Via};
 use crate::upstream::Target;
 
 /// The largest page of `GET /calls`.
@@ -93,7 +93,7 @@ pub async fn start(
     let upstreams = state.upstreams.clone();
     let call = to_completion(async move {
         Ok(upstreams
-            .start_call(target, body.tool, body.arguments, &principal)
+            .start_call(target, body.tool, body.arguments, &principal, Via::Rest)
             .await?)
     })
     .await?;

@@ -33,6 +33,11 @@ impl ApiError {
         }
     }
 
+    /// What went wrong, as the problem's `detail` says it.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+
     /// `400`: the request is malformed.
     pub fn bad_request(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, detail)

@@ -107,8 +107,15 @@ pub fn cors(policy: &HttpPolicy) -> Option<CorsLayer> {
             header::AUTHORIZATION,
             header::CONTENT_TYPE,
             HeaderName::from_static("last-event-id"),
+            HeaderName::from_static("mcp-session-id"),
+            HeaderName::from_static("mcp-protocol-version"),
         ])
-        .expose_headers([header::LINK, header::LOCATION, header::RETRY_AFTER]);
+        .expose_headers([
+            header::LINK,
+            header::LOCATION,
+            header::RETRY_AFTER,
+            HeaderName::from_static("mcp-session-id"),
+        ]);
     Some(layer)
 }
 

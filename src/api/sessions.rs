@@ -5,7 +5,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
@@ -172,7 +172,9 @@ pub async fn tools(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(state.upstreams.tools(&Target::Session(id), &principal).await?))
+    Ok(Json(
+        json!({ "tools": state.upstreams.tools(&Target::Session(id), &principal).await? }),
+    ))
 }
 
 /// `GET /servers`: every configured server and the state of its shared session.
@@ -242,5 +244,7 @@ pub async fn server_tools(
     Extension(principal): Extension<Principal>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(state.upstreams.tools(&Target::Server(name), &principal).await?))
+    Ok(Json(
+        json!({ "tools": state.upstreams.tools(&Target::Server(name), &principal).await? }),
+    ))
 }

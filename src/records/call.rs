@@ -149,6 +149,31 @@ impl CallError {
     }
 }
 
+/// How a Call was started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Via {
+    /// `POST /calls`.
+    Rest,
+    /// A `tools/call` to the gateway's MCP endpoint, `/mcp`.
+    Mcp,
+}
+
+impl Via {
+    /// The name as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Rest => "rest",
+            Via::Mcp => "mcp",
+        }
+    }
+
+    /// The way the API spells `name`; anything unknown reads as REST, which every call before this column was.
+    pub fn parse(name: &str) -> Self {
+        if name == Via::Mcp.as_str() { Via::Mcp } else { Via::Rest }
+    }
+}
+
 /// A Call as the REST API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -161,6 +186,8 @@ pub struct CallView {
     pub arguments: Value,
     /// The principal that started it.
     pub owner: String,
+    /// How it was started.
+    pub via: Via,
     pub status: CallStatus,
     pub requests: Vec<String>,
     /// The MCP `CallToolResult`, once completed.

@@ -329,6 +329,7 @@ impl Memory {
             tool: call.tool,
             arguments: call.arguments,
             owner: call.owner,
+            via: call.via,
             status: CallStatus::Running,
             requests: Vec::new(),
             result: None,

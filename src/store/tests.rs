@@ -7,7 +7,7 @@ use rmcp::model::{ElicitResult, ElicitationAction};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::records::{CallStatus, EventKind, Finish, SessionStatus, Status};
+use crate::records::{CallStatus, EventKind, Finish, SessionStatus, Status, Via};
 use crate::suspension::Answer;
 
 /// Runs a scenario on a memory store, on a SQLite file in a temp dir and on a fresh PostgreSQL database.
@@ -57,6 +57,7 @@ fn new_call(owner: &str) -> NewCall {
         tool: "two_step".into(),
         arguments: json!({"b": 1, "a": [2]}),
         owner: owner.into(),
+        via: Via::Mcp,
         protocol_version: Some("2026-07-28".into()),
         capabilities: json!({"elicitation": {}}),
     }
@@ -132,6 +133,7 @@ async fn a_round_answered_in_full_gives_what_its_retry_sends() {
         let waiting = store.call(&call.id).await.unwrap().unwrap();
         assert_eq!(waiting.status, CallStatus::InputRequired);
         assert_eq!(waiting.requests.len(), 2);
+        assert_eq!(waiting.via, Via::Mcp);
         assert_eq!(
             store.retry(&call.id).await.unwrap(),
             None,

@@ -8,6 +8,7 @@ mod calls;
 mod cluster;
 mod connections;
 mod events;
+mod front_door;
 mod helpers;
 mod hostile;
 mod injection;

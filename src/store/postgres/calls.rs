@@ -296,8 +296,8 @@ async fn insert_call_in(
     let now = Timestamp::now().millis();
     tx.execute(
         "INSERT INTO calls (id, server, session, shared, tool, arguments, owner, protocol_version, \
-         capabilities, status, created_at, updated_at, replica) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11)",
+         capabilities, status, created_at, updated_at, replica, via) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11, $12)",
         &[
             &id,
             &call.server,
@@ -310,6 +310,7 @@ async fn insert_call_in(
             &rows::to_json(&call.capabilities),
             &now,
             &replica,
+            &call.via.as_str(),
         ],
     )
     .await?;

@@ -10,6 +10,7 @@ use tokio_postgres::types::{FromSql, ToSql, Type};
 
 use crate::records::{
     CallError, CallFailure, CallStatus, CallView, Event, EventKind, RequestView, SessionStatus, SessionView, Status,
+    Via,
 };
 use crate::suspension::Request;
 use crate::time::Timestamp;
@@ -21,7 +22,8 @@ pub const REQUEST: &str = "id, kind, prompt, url, data, expires_at, status, serv
 /// The columns `call` reads, in order (from `calls AS c`).
 pub const CALL: &str = "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, \
      c.error_message, c.error_reason, c.created_at, c.updated_at, \
-     COALESCE((SELECT json_agg(r.id ORDER BY r.seq)::TEXT FROM requests AS r WHERE r.call_id = c.id), '[]')";
+     COALESCE((SELECT json_agg(r.id ORDER BY r.seq)::TEXT FROM requests AS r WHERE r.call_id = c.id), '[]'), \
+     c.via";
 
 /// The columns `session` reads, in order.
 pub const SESSION: &str =
@@ -78,6 +80,7 @@ pub fn call(row: &Row) -> Result<CallView, tokio_postgres::Error> {
         tool: row.try_get(3)?,
         arguments: row.try_get::<_, Json<_>>(4)?.0,
         owner: row.try_get(5)?,
+        via: Via::parse(row.try_get(13)?),
         status: row.try_get::<_, Named<CallStatus>>(6)?.0,
         requests: row.try_get::<_, Json<_>>(12)?.0,
         result: json_opt(row, 7)?,

@@ -191,6 +191,10 @@ INSERT INTO pending_shares (owner, server, requests, bytes)
 INSERT INTO live_calls (owner, calls)
     SELECT owner, count(*) FROM calls WHERE status IN ('running', 'input_required') GROUP BY owner;
 ",
+    r"
+-- How each call was started: 'rest' or 'mcp'.
+ALTER TABLE calls ADD COLUMN via TEXT NOT NULL DEFAULT 'rest';
+",
 ];
 
 /// The schema version this build writes.

@@ -264,8 +264,8 @@ fn insert_call_in(
     tx.conn
         .prepare_cached(
             "INSERT INTO calls (id, server, session, shared, tool, arguments, owner, protocol_version, \
-             capabilities, status, created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'running', ?10, ?10)",
+             capabilities, status, created_at, updated_at, via) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'running', ?10, ?10, ?11)",
         )?
         .execute(params![
             id,
@@ -278,6 +278,7 @@ fn insert_call_in(
             call.protocol_version,
             rows::to_json(&call.capabilities),
             now,
+            call.via.as_str(),
         ])?;
     let view = self::call(tx.conn, &id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
     tx.note(Note::Call {

@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 
 use crate::records::{
     CallError, CallFailure, CallStatus, CallView, Event, EventKind, RequestView, SessionStatus, SessionView, Status,
+    Via,
 };
 use crate::suspension::Request;
 use crate::time::Timestamp;
@@ -19,7 +20,7 @@ pub const REQUEST: &str = "id, kind, prompt, url, data, expires_at, status, serv
 /// The columns `call` reads, in order (from `calls AS c`).
 pub const CALL: &str = "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, \
      c.error_message, c.error_reason, c.created_at, c.updated_at, \
-     (SELECT json_group_array(r.id ORDER BY r.seq) FROM requests AS r WHERE r.call_id = c.id)";
+     (SELECT json_group_array(r.id ORDER BY r.seq) FROM requests AS r WHERE r.call_id = c.id), c.via";
 
 /// The columns `session` reads, in order.
 pub const SESSION: &str =
@@ -74,6 +75,7 @@ pub fn call(row: &Row<'_>) -> rusqlite::Result<CallView> {
         tool: row.get(3)?,
         arguments: json(row, 4)?,
         owner: row.get(5)?,
+        via: Via::parse(&row.get::<_, String>(13)?),
         status: parsed(row, 6, CallStatus::parse)?,
         requests: json(row, 12)?,
         result: json_opt(row, 7)?,

@@ -115,6 +115,10 @@ ALTER TABLE requests ADD COLUMN bytes INTEGER;
 -- The gateway that holds each session, as GET /sessions shows it.
 ALTER TABLE sessions ADD COLUMN replica TEXT;
 ",
+    r"
+-- How each call was started: 'rest' or 'mcp'.
+ALTER TABLE calls ADD COLUMN via TEXT NOT NULL DEFAULT 'rest';
+",
 ];
 
 /// The schema version this build writes.

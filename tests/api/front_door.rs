@@ -1,0 +1,346 @@
+//! The MCP front door: real rmcp clients at `/mcp`, in both protocol eras, whose calls raise Requests that are
+//! answered over REST.
+
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ProgressNotificationParam, ProtocolVersion,
+};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+use crate::helpers::{BOTH_ERAS, TestApp, spawn_app, start_with};
+
+/// The eras a front-door client may speak.
+const CLIENT_ERAS: [ProtocolVersion; 2] = [ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28];
+
+/// An MCP client that keeps the progress notifications it gets.
+#[derive(Clone, Default)]
+struct Agent {
+    progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
+    /// Signalled at each progress notification.
+    progressed: Arc<Notify>,
+}
+
+impl ClientHandler for Agent {
+    async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
+        self.progress.lock().unwrap().push(params);
+        self.progressed.notify_one();
+    }
+}
+
+type Client = RunningService<RoleClient, Agent>;
+
+/// An MCP client of the gateway's `/mcp` in the era given, sending `token` when there is one.
+async fn connect(app: &TestApp, era: &ProtocolVersion, token: Option<&str>) -> Client {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", app.address));
+    if let Some(token) = token {
+        config = config.auth_header(token);
+    }
+    let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+    let agent = Agent::default();
+    if *era >= ProtocolVersion::V_2026_07_28 {
+        let lifecycle = ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        };
+        agent.serve_with_lifecycle(transport, lifecycle).await.unwrap()
+    } else {
+        agent.serve(transport).await.unwrap()
+    }
+}
+
+fn params(name: &str, arguments: Value) -> CallToolRequestParams {
+    let mut params = CallToolRequestParams::new(name.to_owned());
+    params.arguments = arguments.as_object().cloned();
+    params
+}
+
+async fn call(client: &Client, name: &str, arguments: Value) -> CallToolResult {
+    client.call_tool(params(name, arguments)).await.unwrap()
+}
+
+fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|text| text.text.clone()))
+        .collect()
+}
+
+/// The call a waiting result names, from its `_meta`.
+fn waiting_call(result: &CallToolResult) -> Value {
+    let meta = result.meta.as_ref().expect("a waiting result carries _meta");
+    meta.0["io.toolnexus/call"].clone()
+}
+
+/// The pending Request of a call, once it has one.
+async fn pending_request_of(app: &TestApp) -> Value {
+    let listed = app.get_json("/requests?status=pending&wait=30").await;
+    listed[0].clone()
+}
+
+#[tokio::test]
+async fn tools_of_every_server_are_listed_prefixed_with_the_gateways_own() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for era in CLIENT_ERAS {
+        let client = connect(&app, &era, None).await;
+        let tools = client.list_all_tools().await.unwrap();
+        let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
+        for expected in [
+            "legacy__echo",
+            "modern__echo",
+            "modern__confirm_action",
+            "gateway__await_call",
+        ] {
+            assert!(names.contains(&expected), "{era:?}: {expected} not in {names:?}");
+        }
+        let echo = tools.iter().find(|tool| tool.name == "modern__echo").unwrap();
+        assert!(echo.description.is_some() && echo.input_schema.contains_key("properties"));
+        let result = call(&client, "legacy__echo", json!({"text": "through the door"})).await;
+        assert_eq!(text(&result), "through the door", "{era:?}");
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_call_that_elicits_waits_for_its_request_to_be_answered_over_rest_in_both_eras() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for (era, server) in CLIENT_ERAS.iter().zip(["modern", "legacy"]) {
+        let client = connect(&app, era, None).await;
+        let name = format!("{server}__confirm_action");
+        let waiting = tokio::spawn({
+            let peer = client.peer().clone();
+            async move {
+                peer.call_tool(params(&name, json!({"action": "deploy"})))
+                    .await
+                    .unwrap()
+            }
+        });
+        let request = pending_request_of(&app).await;
+        let calls = app.get_json(&format!("/calls?server={server}")).await;
+        let call = calls.as_array().unwrap().last().unwrap();
+        assert_eq!(call["via"], "mcp");
+        assert_eq!(call["status"], "input_required");
+        assert_eq!(request["call"], call["id"]);
+        app.answer_ok(
+            request["id"].as_str().unwrap(),
+            json!({"ok": true, "data": {"confirm": true, "note": "go"}}),
+        )
+        .await;
+        let result = waiting.await.unwrap();
+        assert_eq!(
+            result.structured_content.unwrap()["results"],
+            json!([{"action": "accept", "content": {"confirm": true, "note": "go"}}]),
+            "{era:?} client, {server} upstream"
+        );
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_declined_request_reaches_the_tool_as_decline() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let client = connect(&app, &ProtocolVersion::V_2025_11_25, None).await;
+    let waiting = tokio::spawn({
+        let peer = client.peer().clone();
+        async move {
+            peer.call_tool(params("modern__confirm_action", json!({"action": "drop"})))
+                .await
+                .unwrap()
+        }
+    });
+    let request = pending_request_of(&app).await;
+    app.answer_ok(
+        request["id"].as_str().unwrap(),
+        json!({"ok": false, "reason": "declined"}),
+    )
+    .await;
+    let result = waiting.await.unwrap();
+    assert_eq!(
+        result.structured_content.unwrap()["results"],
+        json!([{"action": "decline"}])
+    );
+}
+
+#[tokio::test]
+async fn past_max_hold_the_client_is_told_to_await_the_call_and_awaiting_gets_its_result() {
+    let app = spawn_front_door(BOTH_ERAS, "[front_door]\nmax_hold = \"1s\"\n").await;
+    for era in CLIENT_ERAS {
+        let client = connect(&app, &era, None).await;
+        let held = call(&client, "modern__confirm_action", json!({"action": "later"})).await;
+        assert_ne!(held.is_error, Some(true), "waiting is not an error: {held:?}");
+        let waiting = waiting_call(&held);
+        let id = waiting["id"].as_str().unwrap().to_owned();
+        assert_eq!(waiting["status"], "input_required");
+        let request = waiting["requests"][0].as_str().unwrap().to_owned();
+        let message = text(&held);
+        for needed in [id.as_str(), request.as_str(), "gateway__await_call", "/ui"] {
+            assert!(message.contains(needed), "{needed} not in {message}");
+        }
+        let again = call(&client, "gateway__await_call", json!({"call": id})).await;
+        assert_eq!(waiting_call(&again)["id"], id.as_str(), "still waiting: the same call");
+        app.answer_ok(&request, json!({"ok": true, "data": {"confirm": true}}))
+            .await;
+        let done = call(&client, "gateway__await_call", json!({"call": id})).await;
+        assert_eq!(
+            done.structured_content.unwrap()["results"],
+            json!([{"action": "accept", "content": {"confirm": true, "note": ""}}]),
+            "{era:?}"
+        );
+        let calls = app.get_json("/calls").await;
+        assert_eq!(
+            calls
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|call| call["id"] == id.as_str())
+                .count(),
+            1,
+            "awaiting started no second call"
+        );
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_held_call_reports_progress_while_a_human_is_awaited() {
+    let app = spawn_front_door(BOTH_ERAS, "[front_door]\nmax_hold = \"40s\"\n").await;
+    let client = connect(&app, &ProtocolVersion::V_2025_11_25, None).await;
+    let agent = client.service().clone();
+    let waiting = tokio::spawn({
+        let peer = client.peer().clone();
+        async move {
+            peer.call_tool(params("modern__confirm_action", json!({"action": "slowly"})))
+                .await
+                .unwrap()
+        }
+    });
+    let request = pending_request_of(&app).await;
+    // Answered only after the first heartbeat, which comes 15 s into the hold.
+    agent.progressed.notified().await;
+    app.answer_ok(
+        request["id"].as_str().unwrap(),
+        json!({"ok": true, "data": {"confirm": true}}),
+    )
+    .await;
+    let result = waiting.await.unwrap();
+    assert!(result.structured_content.is_some());
+    let progress = agent.progress.lock().unwrap().clone();
+    assert!(progress[0].message.as_deref().unwrap().contains("waiting for a human"));
+    assert!(progress.windows(2).all(|pair| pair[0].progress < pair[1].progress));
+}
+
+#[tokio::test]
+async fn a_client_that_cancels_cancels_its_call_and_its_requests() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for era in CLIENT_ERAS {
+        let client = connect(&app, &era, None).await;
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params(
+            "legacy__confirm_action",
+            json!({"action": "abandon"}),
+        )));
+        let handle = client
+            .peer()
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+            .unwrap();
+        let raised = pending_request_of(&app).await;
+        let id = raised["id"].as_str().unwrap().to_owned();
+        if era >= ProtocolVersion::V_2026_07_28 {
+            // A 2026-07-28 request is cancelled by closing its response stream: the client goes away.
+            client.cancel().await.unwrap();
+        } else {
+            handle.cancel(Some("the user gave up".into())).await.unwrap();
+        }
+        let settled = app.get_json(&format!("/requests/{id}?wait=30")).await;
+        assert_eq!(settled["status"], "cancelled", "{era:?}: {settled}");
+        let call = app
+            .get_json(&format!("/calls/{}", raised["call"].as_str().unwrap()))
+            .await;
+        assert_eq!(call["status"], "cancelled", "{era:?}: {call}");
+        let late = app.answer(&id, json!({"ok": true, "data": {"confirm": true}})).await;
+        assert_eq!(late.status(), 410);
+    }
+}
+
+#[tokio::test]
+async fn tokens_decide_who_may_use_the_front_door_and_whose_calls_they_see() {
+    let token = |name: &str, role: &str| {
+        let digest = toolnexus_gateway::auth::digest_hex(&format!("{name}-token"));
+        format!("[[auth.tokens]]\nname = \"{name}\"\nrole = \"{role}\"\nsha256 = \"{digest}\"\n")
+    };
+    let settings = format!(
+        "[front_door]\nmax_hold = \"1s\"\n{}{}{}",
+        token("agent-a", "agent"),
+        token("agent-b", "agent"),
+        token("lead", "approver")
+    );
+    let app = spawn_front_door(BOTH_ERAS, &settings).await;
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "curl", "version": "1"}}});
+    let post = |token: Option<&str>, origin: Option<&str>| {
+        let mut request = app
+            .client
+            .post(format!("{}/mcp", app.address))
+            .header("accept", "application/json, text/event-stream")
+            .json(&initialize);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        request.send()
+    };
+    let anonymous = post(None, None).await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    assert_eq!(anonymous.headers()["www-authenticate"], "Bearer");
+    assert_eq!(post(Some("lead-token"), None).await.unwrap().status(), 403);
+    let foreign = post(Some("agent-a-token"), Some("http://evil.example")).await.unwrap();
+    assert_eq!(foreign.status(), 403);
+    assert!(foreign.text().await.unwrap().contains("Origin"));
+
+    let a = connect(&app, &ProtocolVersion::V_2026_07_28, Some("agent-a-token")).await;
+    let held = call(&a, "modern__confirm_action", json!({"action": "mine"})).await;
+    let id = waiting_call(&held)["id"].as_str().unwrap().to_owned();
+    let as_b = app
+        .client
+        .get(format!("{}/calls/{id}", app.address))
+        .bearer_auth("agent-b-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(as_b.status(), 403);
+    let as_a: Value = app
+        .client
+        .get(format!("{}/calls/{id}", app.address))
+        .bearer_auth("agent-a-token")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (as_a["owner"].as_str(), as_a["via"].as_str()),
+        (Some("agent-a"), Some("mcp"))
+    );
+    let b = connect(&app, &ProtocolVersion::V_2026_07_28, Some("agent-b-token")).await;
+    let refused = b
+        .call_tool(params("gateway__await_call", json!({"call": id})))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("another principal"), "{refused}");
+}
+
+/// A gateway with extra settings (e.g. `[front_door]`), ready.
+async fn spawn_front_door(servers: &str, settings: &str) -> TestApp {
+    let app = start_with(settings, servers, "");
+    let ready = app.get("/readyz?wait=30").await;
+    assert_eq!(ready.status(), 200);
+    app
+}
