@@ -99,6 +99,9 @@ pub struct FrontDoorConfig {
     /// Whether tool names carry their server's name.
     #[serde(default)]
     pub prefix: Prefix,
+    /// Who is asked what an upstream asks during a front-door call.
+    #[serde(default)]
+    pub elicitation: Elicitations,
     /// How long a `tools/call` is held while its call waits on a human before it answers that the call is
     /// waiting (shorter than the 60 s many MCP clients give a request).
     #[serde(default = "default_max_hold", deserialize_with = "duration")]
@@ -109,7 +112,29 @@ impl Default for FrontDoorConfig {
     fn default() -> Self {
         Self {
             prefix: Prefix::default(),
+            elicitation: Elicitations::default(),
             max_hold: default_max_hold(),
+        }
+    }
+}
+
+/// Who is asked what an upstream asks during a front-door call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Elicitations {
+    /// A Request, answered over REST or in the inbox.
+    #[default]
+    Rest,
+    /// The MCP client, when it declared elicitation in that mode; else a Request as with `rest`.
+    Relay,
+}
+
+impl Elicitations {
+    /// The name as the config spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Elicitations::Rest => "rest",
+            Elicitations::Relay => "relay",
         }
     }
 }
@@ -597,6 +622,7 @@ impl Config {
         root.insert("http".into(), Value::Table(http));
         let mut front_door = Table::new();
         front_door.insert("prefix".into(), Value::from(self.front_door.prefix.as_str()));
+        front_door.insert("elicitation".into(), Value::from(self.front_door.elicitation.as_str()));
         front_door.insert("max_hold".into(), duration(self.front_door.max_hold));
         root.insert("front_door".into(), Value::Table(front_door));
         let mut log = Table::new();
@@ -1220,8 +1246,11 @@ mod tests {
 
     #[test]
     fn front_door_settings_parse_and_are_checked() {
-        let config = parse("[front_door]\nprefix = \"when-needed\"\nmax_hold = \"20s\"\n").unwrap();
+        let config =
+            parse("[front_door]\nprefix = \"when-needed\"\nmax_hold = \"20s\"\nelicitation = \"relay\"\n").unwrap();
         assert_eq!(config.front_door.prefix, Prefix::WhenNeeded);
+        assert_eq!(config.front_door.elicitation, Elicitations::Relay);
+        assert_eq!(Config::builtin().front_door.elicitation, Elicitations::Rest);
         assert_eq!(config.front_door.max_hold, Duration::from_secs(20));
         assert_eq!(Config::builtin().front_door.max_hold, Duration::from_secs(50));
         assert!(parse("[front_door]\nprefix = \"never\"\n").is_err());

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use rmcp::model::{ElicitResult, ElicitationAction};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::ids;
 use crate::suspension::{Answer, Reason, Request};
@@ -86,6 +86,45 @@ pub fn answer_to_elicit_result(answer: &Answer) -> ElicitResult {
     }
 }
 
+/// The MCP elicitation params that ask a Request of an MCP client (the way back of `elicitation_to_request`):
+/// `input` in form mode with `data.schema`, `authorization` in URL mode with the Request's id as its
+/// `elicitationId`; `None` for any other kind.
+pub fn request_to_elicitation(request: &Request) -> Option<Value> {
+    match request.kind.as_str() {
+        KIND_INPUT => Some(json!({
+            "mode": "form",
+            "message": request.prompt,
+            "requestedSchema": request.data.as_ref()?.get("schema")?,
+        })),
+        KIND_AUTHORIZATION => Some(json!({
+            "mode": "url",
+            "message": request.prompt,
+            "url": request.url.as_ref()?,
+            "elicitationId": request.id,
+        })),
+        _ => None,
+    }
+}
+
+/// The Answer an MCP client gave as an `ElicitResult` (the way back of `answer_to_elicit_result`): `accept`
+/// → `ok` with its `content` as `data`, `decline` → `declined`, anything else → `cancelled`.
+pub fn elicit_result_to_answer(id: &str, result: &ElicitResult) -> Answer {
+    let (ok, reason) = match result.action {
+        ElicitationAction::Accept => (true, None),
+        ElicitationAction::Decline => (false, Some(Reason::Declined)),
+        _ => (false, Some(Reason::Cancelled)),
+    };
+    let data = ok
+        .then(|| result.content.as_ref().and_then(Value::as_object).cloned())
+        .flatten();
+    Answer {
+        id: id.to_owned(),
+        ok,
+        data,
+        reason,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,6 +139,43 @@ mod tests {
     }
 
     // Python seed, example 1.
+    #[test]
+    fn a_request_asks_an_mcp_client_what_its_elicitation_asked() {
+        let schema = json!({"type": "object", "properties": {"ok": {"type": "boolean"}}});
+        let form = elicitation_to_request(&json!({"message": "Sure?", "requestedSchema": schema}));
+        assert_eq!(
+            request_to_elicitation(&form),
+            Some(json!({"mode": "form", "message": "Sure?", "requestedSchema": schema}))
+        );
+        let url = elicitation_to_request(&json!({"mode": "url", "message": "Sign in", "url": "https://x.example/a"}));
+        assert_eq!(
+            request_to_elicitation(&url),
+            Some(json!({"mode": "url", "message": "Sign in", "url": "https://x.example/a", "elicitationId": url.id}))
+        );
+        let other = Request {
+            kind: "question".to_owned(),
+            ..form
+        };
+        assert_eq!(request_to_elicitation(&other), None);
+    }
+
+    #[test]
+    fn an_mcp_clients_elicit_result_becomes_the_answer_it_maps_from() {
+        for answer in [
+            json!({"id": "elc-1", "ok": true, "data": {"ok": true}}),
+            json!({"id": "elc-1", "ok": false, "reason": "declined"}),
+            json!({"id": "elc-1", "ok": false, "reason": "cancelled"}),
+        ] {
+            let answer: Answer = serde_json::from_value(answer).unwrap();
+            assert_eq!(
+                elicit_result_to_answer("elc-1", &answer_to_elicit_result(&answer)),
+                answer
+            );
+        }
+        let accepted = ElicitResult::new(ElicitationAction::Accept);
+        assert_eq!(elicit_result_to_answer("elc-2", &accepted).data, None);
+    }
+
     #[test]
     fn form_mode_becomes_input_with_the_schema() {
         let schema = json!({"type": "object", "properties": {"postal_code": {"type": "string"}}});

@@ -5,7 +5,7 @@
 
 mod names;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,23 +15,28 @@ use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, Implementation, JsonObject,
-    ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig,
-    Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest, ElicitRequestParams,
+    ElicitResult, ErrorData, Implementation, InputRequest, InputRequests, InputRequiredResult, InputResponses,
+    JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion,
+    ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{RoleServer, ServerHandler};
+use rmcp::{Peer, RoleServer, ServerHandler};
 use serde_json::{Value, json};
+use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiError, AppState, to_completion};
 use crate::auth::Principal;
 use crate::config::Prefix;
+use crate::elicitation::{KIND_AUTHORIZATION, KIND_INPUT, elicit_result_to_answer, request_to_elicitation};
 use crate::feed::Concern;
 use crate::records::{CallStatus, CallView, Event, Status, ToolName, Via};
-use crate::upstream::{ServerStatus, Target, UpstreamError};
+use crate::registry::AnswerError;
+use crate::upstream::{Progress, ServerStatus, Target};
 use names::Catalog;
 
 /// Where the front door is served.
@@ -48,6 +53,8 @@ const CALL_META: &str = "io.toolnexus/call";
 #[derive(Debug, Clone, Copy)]
 pub struct FrontDoorPolicy {
     pub prefix: Prefix,
+    /// Ask MCP clients that can show them what their calls' upstreams ask, rather than only the inbox.
+    pub relay: bool,
     pub max_hold: Duration,
 }
 
@@ -57,13 +64,22 @@ pub fn routes(state: &AppState, policy: FrontDoorPolicy) -> Router<AppState> {
     let door = FrontDoor {
         state: state.clone(),
         policy,
-        listed: Arc::default(),
+        catalog: Arc::default(),
         reported: Arc::default(),
+        asking: Arc::default(),
+        sessions: Arc::default(),
     };
+    tokio::spawn(tell_sessions(
+        door.sessions.clone(),
+        state.upstreams.tools_changed(),
+        state.shutdown.clone(),
+    ));
     let config = StreamableHttpServerConfig::default()
         // The API checks `Host` for every route, against http.allowed_hosts.
         .disable_allowed_hosts()
         .with_max_request_body_bytes(state.http.max_body_bytes)
+        // A response that is one message goes as JSON rather than as an event stream.
+        .with_json_response(true)
         .with_cancellation_token(state.shutdown.child_token());
     let service = StreamableHttpService::new(
         move || Ok(door.clone()),
@@ -116,22 +132,26 @@ async fn admit(State(state): State<AppState>, request: Request, next: Next) -> R
 struct FrontDoor {
     state: AppState,
     policy: FrontDoorPolicy,
-    /// Each server's tools, by server name: listed again when its shared session changes.
-    listed: Arc<Mutex<HashMap<String, Listed>>>,
+    /// The catalog as listed at a count of the changes to the tools offered.
+    catalog: Arc<Mutex<Option<Listed>>>,
     /// The name collisions already logged.
     reported: Arc<Mutex<HashSet<String>>>,
+    /// The Requests being asked of 2025-11-25 clients.
+    asking: Arc<Mutex<HashSet<String>>>,
+    /// The 2025-11-25 sessions, told when the tools change.
+    sessions: Arc<Mutex<Vec<Peer<RoleServer>>>>,
 }
 
-/// A server's tools as one of its shared sessions listed them.
-#[derive(Debug)]
-struct Listed {
-    session: String,
-    tools: Arc<Vec<Tool>>,
-}
+/// The catalog, and the count of the changes to the tools offered when it was listed.
+type Listed = (u64, Arc<Catalog>);
 
 impl ServerHandler for FrontDoor {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("toolnexus-gateway", env!("CARGO_PKG_VERSION")))
             .with_instructions(format!(
                 "The tools of every server behind this gateway. A tool that needs a human's answer waits for it; \
@@ -140,12 +160,40 @@ impl ServerHandler for FrontDoor {
             ))
     }
 
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let mut sessions = lock(&self.sessions);
+        sessions.retain(|peer| !peer.is_transport_closed());
+        sessions.push(context.peer);
+    }
+
+    /// A 2026-07-28 client's `subscriptions/listen` may ask for `notifications/tools/list_changed`.
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        let mut accepted = SubscriptionFilter::new();
+        accepted.tools_list_changed = requested.tools_list_changed;
+        Some(accepted)
+    }
+
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut changes = self.state.upstreams.tools_changed();
+        loop {
+            tokio::select! {
+                () = subscription.cancelled() => return Ok(()),
+                () = self.state.shutdown.cancelled() => return Ok(()),
+                changed = changes.changed() => {
+                    if changed.is_err() || subscription.sink().notify_tool_list_changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let mut tools = self.catalog().await.tools;
+        let mut tools = self.catalog().await.tools.clone();
         tools.push(await_call_tool());
         Ok(ListToolsResult::with_all_items(tools))
     }
@@ -156,6 +204,11 @@ impl ServerHandler for FrontDoor {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let principal = principal(&context)?;
+        if let Some(call) = request.request_state.as_deref() {
+            let responses = request.input_responses.unwrap_or_default();
+            self.answer_relayed(call, responses, &principal).await?;
+            return self.hold(call, &principal, &context).await;
+        }
         if request.name == AWAIT_CALL {
             let call = request
                 .arguments
@@ -174,7 +227,7 @@ impl ServerHandler for FrontDoor {
                     None,
                 ));
             }
-            return self.hold(call, &context).await.map(Into::into);
+            return self.hold(call, &principal, &context).await;
         }
         let catalog = self.catalog().await;
         let route = catalog
@@ -184,35 +237,48 @@ impl ServerHandler for FrontDoor {
         let target = Target::Server(route.server.clone());
         let upstreams = self.state.upstreams.clone();
         let arguments = request.arguments;
+        let by = principal.clone();
         // Started to its end even if the client goes away meanwhile, so that the call is not half made.
         let call = to_completion(async move {
             upstreams
-                .start_call(target, tool, arguments, &principal, Via::Mcp)
+                .start_call(target, tool, arguments, &by, Via::Mcp)
                 .await
                 .map_err(ApiError::from)
         })
         .await
         .map_err(refused)?;
-        self.hold(&call.id, &context).await.map(Into::into)
+        self.hold(&call.id, &principal, &context).await
     }
 }
 
 impl FrontDoor {
-    /// The tools of every ready server, named as the policy says.
-    async fn catalog(&self) -> Catalog {
+    /// The tools of every ready server, named as the policy says; listed again after each change to the tools
+    /// offered.
+    async fn catalog(&self) -> Arc<Catalog> {
+        let version = *self.state.upstreams.tools_changed().borrow();
+        if let Some((listed_at, catalog)) = &*lock(&self.catalog)
+            && *listed_at == version
+        {
+            return catalog.clone();
+        }
         let servers = self.state.upstreams.servers();
         let prefixed = match self.policy.prefix {
             Prefix::Always => true,
             Prefix::WhenNeeded => servers.len() > 1,
         };
         let mut lists = Vec::new();
-        for server in servers {
-            let Some(session) = server.session.filter(|_| server.status == ServerStatus::Ready) else {
-                continue;
-            };
-            match self.tools_of(&server.name, &session).await {
+        let mut complete = true;
+        for server in servers
+            .into_iter()
+            .filter(|server| server.status == ServerStatus::Ready)
+        {
+            let target = Target::Server(server.name.clone());
+            match self.state.upstreams.tools(&target, &Principal::anonymous()).await {
                 Ok(tools) => lists.push((server.name, tools)),
-                Err(error) => tracing::warn!(server = %server.name, %error, "listing tools for /mcp failed"),
+                Err(error) => {
+                    complete = false;
+                    tracing::warn!(server = %server.name, %error, "listing tools for /mcp failed");
+                }
             }
         }
         let (catalog, collisions) = Catalog::build(
@@ -225,40 +291,47 @@ impl FrontDoor {
                 tracing::error!(%collision, "two tools would have the same name on /mcp");
             }
         }
+        let catalog = Arc::new(catalog);
+        if complete {
+            *lock(&self.catalog) = Some((version, catalog.clone()));
+        }
         catalog
     }
 
-    /// A server's tools as its shared session `session` lists them, listed once per session.
-    async fn tools_of(&self, server: &str, session: &str) -> Result<Arc<Vec<Tool>>, UpstreamError> {
-        if let Some(listed) = lock(&self.listed).get(server)
-            && listed.session == session
-        {
-            return Ok(listed.tools.clone());
-        }
-        let tools = self
-            .state
-            .upstreams
-            .tools(&Target::Server(server.to_owned()), &Principal::anonymous())
-            .await?;
-        let tools = Arc::new(tools);
-        let listed = Listed {
-            session: session.to_owned(),
-            tools: tools.clone(),
-        };
-        lock(&self.listed).insert(server.to_owned(), listed);
-        Ok(tools)
-    }
-
     /// Holds a call until it ends, `max_hold` passes or the client cancels the request (which cancels the
-    /// call); reports progress meanwhile when the client asked for it.
-    async fn hold(&self, call: &str, context: &RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    /// call). A client that asked for progress gets the upstream's, and a heartbeat when there was none for
+    /// `HEARTBEAT`, numbered by the gateway so that it keeps increasing. With `front_door.elicitation =
+    /// "relay"`, the call's Requests that the client declared it can show are put to it: a 2025-11-25 client
+    /// is sent `elicitation/create`, a 2026-07-28 one gets them as an `input_required` result.
+    async fn hold(
+        &self,
+        call: &str,
+        principal: &Principal,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let relay = self.relay_to(context);
+        let mut handled = HashSet::new();
         let deadline = Instant::now() + self.policy.max_hold;
         let progress = context.meta.get_progress_token();
-        let mut beats = 0_u32;
+        let mut reports = self.state.upstreams.follow(call);
+        let mut sent = 0_u32;
+        let mut tell = async |message: String| {
+            if let Some(token) = &progress {
+                sent += 1;
+                let mut notification = ProgressNotificationParam::new(token.clone(), f64::from(sent));
+                notification.message = Some(message);
+                let _ = context.peer.notify_progress(notification).await;
+            }
+        };
         loop {
             let wait = deadline.saturating_duration_since(Instant::now()).min(HEARTBEAT);
+            let relayed = relay.as_ref().map(|_| &handled);
             let view = tokio::select! {
-                view = self.ended(call, wait) => view?,
+                view = self.changed(call, wait, relayed) => view?,
+                Some(report) = reports.next() => {
+                    tell(upstream_progress(&report)).await;
+                    continue;
+                }
                 () = context.ct.cancelled() => {
                     let upstreams = self.state.upstreams.clone();
                     let id = call.to_owned();
@@ -270,27 +343,53 @@ impl FrontDoor {
                 }
             };
             if view.status.is_final() {
-                return Ok(ended(view));
+                return Ok(ended(view).into());
+            }
+            if let Some(relay) = &relay
+                && view.status == CallStatus::InputRequired
+            {
+                let asks = self.relayable(&view, principal, relay, &handled).await;
+                handled.extend(view.requests.iter().cloned());
+                if relay.returned {
+                    if !asks.is_empty() {
+                        return Ok(input_required(call, asks).into());
+                    }
+                } else {
+                    for (request, params) in asks {
+                        self.ask(context.peer.clone(), request, params, principal.name.clone());
+                    }
+                }
             }
             if Instant::now() >= deadline || self.state.shutdown.is_cancelled() {
-                return Ok(self.waiting(view, context).await);
+                return Ok(self.waiting(view, context).await.into());
             }
-            if let Some(token) = &progress {
-                beats += 1;
-                let mut beat = ProgressNotificationParam::new(token.clone(), f64::from(beats));
-                beat.message = Some(format!("call {call} is waiting for a human"));
-                let _ = context.peer.notify_progress(beat).await;
-            }
+            tell(format!("call {call} is waiting for a human")).await;
         }
     }
 
-    /// The call once it has ended, or as it is when `wait` passes.
-    async fn ended(&self, call: &str, wait: Duration) -> Result<CallView, ErrorData> {
+    /// The call once it has ended (or, given the Requests already relayed, waits on one that is not), or as it
+    /// is when `wait` passes.
+    async fn changed(
+        &self,
+        call: &str,
+        wait: Duration,
+        relayed: Option<&HashSet<String>>,
+    ) -> Result<CallView, ErrorData> {
         let concerns = |event: &Event| event.call.as_deref() == Some(call);
         let check = || async move {
-            match self.state.calls.status(call).await {
-                Ok(Some((status, _))) if !status.is_final() => None,
-                read => Some(read),
+            let Some(relayed) = relayed else {
+                return match self.state.calls.status(call).await {
+                    Ok(Some((status, _))) if !status.is_final() => None,
+                    read => Some(read.map(|_| ())),
+                };
+            };
+            match self.state.calls.get(call).await {
+                Ok(Some(view)) => {
+                    let unrelayed = view.status == CallStatus::InputRequired
+                        && view.requests.iter().any(|id| !relayed.contains(id));
+                    (view.status.is_final() || unrelayed).then_some(Ok(()))
+                }
+                read => Some(read.map(|_| ())),
             }
         };
         let waited = self
@@ -306,6 +405,130 @@ impl FrontDoor {
             Ok(None) => Err(ErrorData::internal_error(format!("call {call} is gone"), None)),
             Err(error) => Err(ErrorData::internal_error(error.to_string(), None)),
         }
+    }
+
+    /// How the client is asked what the call's upstream asks, if it is: only with `front_door.elicitation =
+    /// "relay"` and elicitation among the client's capabilities (form mode when it names no mode).
+    fn relay_to(&self, context: &RequestContext<RoleServer>) -> Option<Relay> {
+        if !self.policy.relay {
+            return None;
+        }
+        let elicitation = context.client_capabilities()?.elicitation?;
+        let url = elicitation.url.is_some();
+        Some(Relay {
+            form: elicitation.form.is_some() || !url,
+            url,
+            returned: context
+                .protocol_version()
+                .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28),
+        })
+    }
+
+    /// The call's pending Requests that the client may answer and can show, not relayed before, with the
+    /// elicitation params that ask each.
+    async fn relayable(
+        &self,
+        view: &CallView,
+        principal: &Principal,
+        relay: &Relay,
+        handled: &HashSet<String>,
+    ) -> Vec<(String, ElicitRequestParams)> {
+        let mut asks = Vec::new();
+        for id in view.requests.iter().filter(|id| !handled.contains(*id)) {
+            let Ok(Some(request)) = self.state.registry.get(id).await else {
+                continue;
+            };
+            let shown = match request.request.kind.as_str() {
+                KIND_INPUT => relay.form,
+                KIND_AUTHORIZATION => relay.url,
+                _ => false,
+            };
+            if request.status != Status::Pending || !shown || !principal.may_see(request.owner.as_deref()) {
+                continue;
+            }
+            let params =
+                request_to_elicitation(&request.request).and_then(|params| serde_json::from_value(params).ok());
+            if let Some(params) = params {
+                asks.push((id.clone(), params));
+            }
+        }
+        asks
+    }
+
+    /// Sends a Request to a 2025-11-25 client as `elicitation/create`, and answers the Request with what it
+    /// returns (validated as any answer is). The exchange outlives the hold that started it; a Request being
+    /// asked is not asked again.
+    fn ask(&self, peer: Peer<RoleServer>, request: String, params: ElicitRequestParams, by: String) {
+        if !lock(&self.asking).insert(request.clone()) {
+            return;
+        }
+        let asking = self.asking.clone();
+        let registry = self.state.registry.clone();
+        tokio::spawn(async move {
+            match peer.create_elicitation(params).await {
+                Ok(result) => {
+                    let answer = elicit_result_to_answer(&request, &result);
+                    if let Err(error) = registry.answer(&request, answer, &by).await {
+                        tracing::warn!(%request, %error, "an MCP client's answer to a relayed Request was not taken");
+                    }
+                }
+                Err(error) => tracing::warn!(%request, %error, "relaying a Request to its MCP client failed"),
+            }
+            lock(&asking).remove(&request);
+        });
+    }
+
+    /// Answers the Requests a 2026-07-28 client was relayed, from the `inputResponses` of its retry; `call` is
+    /// the `requestState` the gateway gave it.
+    async fn answer_relayed(
+        &self,
+        call: &str,
+        responses: InputResponses,
+        principal: &Principal,
+    ) -> Result<(), ErrorData> {
+        let unknown = || ErrorData::invalid_params(format!("requestState {call:?} names no call of yours"), None);
+        match self.state.calls.status(call).await {
+            Ok(Some((_, owner))) if principal.may_change(Some(&owner)) => {}
+            Ok(_) => return Err(unknown()),
+            Err(error) => return Err(ErrorData::internal_error(error.to_string(), None)),
+        }
+        for (request, response) in responses {
+            let belongs = matches!(self.state.registry.get(&request).await,
+                Ok(Some(view)) if view.call.as_deref() == Some(call));
+            if !belongs {
+                return Err(ErrorData::invalid_params(
+                    format!("inputResponses: {request:?} is not a Request of call {call}"),
+                    None,
+                ));
+            }
+            let result: ElicitResult = serde_json::from_value(response).map_err(|error| {
+                ErrorData::invalid_params(format!("inputResponses.{request}: not an ElicitResult: {error}"), None)
+            })?;
+            let answer = elicit_result_to_answer(&request, &result);
+            let registry = self.state.registry.clone();
+            let by = principal.name.clone();
+            let id = request.clone();
+            let answered = to_completion(async move { Ok(registry.answer(&id, answer, &by).await) })
+                .await
+                .map_err(|error| ErrorData::internal_error(error.detail().to_owned(), None))?;
+            match answered {
+                // Answered or ended meanwhile, in the inbox or by the upstream: the call goes on as it is.
+                Ok(_) | Err(AnswerError::Conflict(_) | AnswerError::Gone { .. }) => {}
+                Err(AnswerError::Invalid(violations)) => {
+                    return Err(ErrorData::invalid_params(
+                        format!("inputResponses.{request}: the answer does not satisfy the requested schema"),
+                        Some(json!({"errors": violations})),
+                    ));
+                }
+                Err(error) => {
+                    return Err(ErrorData::invalid_params(
+                        format!("inputResponses.{request}: {error}"),
+                        None,
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The result that tells the client the call waits on a human, and how to go on waiting.
@@ -335,6 +558,62 @@ impl FrontDoor {
         let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
         result.meta = Some(call_meta(&view, &pending));
         result
+    }
+}
+
+/// How a client is asked what a call's upstream asks.
+#[derive(Debug)]
+struct Relay {
+    /// It shows form-mode elicitations.
+    form: bool,
+    /// It shows URL-mode elicitations.
+    url: bool,
+    /// It speaks 2026-07-28: it gets them as an `input_required` result, not as requests.
+    returned: bool,
+}
+
+/// The `input_required` result that relays Requests to a 2026-07-28 client; its `requestState` is the call's
+/// id, which the client's retry sends back with the answers.
+fn input_required(call: &str, asks: Vec<(String, ElicitRequestParams)>) -> InputRequiredResult {
+    let requests: InputRequests = asks
+        .into_iter()
+        .map(|(id, params)| (id, InputRequest::Elicitation(ElicitRequest::new(params))))
+        .collect();
+    InputRequiredResult::new(Some(requests), Some(call.to_owned()))
+}
+
+/// Sends `notifications/tools/list_changed` to every open 2025-11-25 session at each change to the tools
+/// offered, until shutdown.
+async fn tell_sessions(
+    sessions: Arc<Mutex<Vec<Peer<RoleServer>>>>,
+    mut changes: watch::Receiver<u64>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            changed = changes.changed() => if changed.is_err() { return },
+            () = shutdown.cancelled() => return,
+        }
+        let open = {
+            let mut sessions = lock(&sessions);
+            sessions.retain(|peer| !peer.is_transport_closed());
+            sessions.clone()
+        };
+        for peer in open {
+            let _ = peer.notify_tool_list_changed().await;
+        }
+    }
+}
+
+/// The message that carries an upstream's progress report, whose own numbers the gateway's replace.
+fn upstream_progress(report: &Progress) -> String {
+    let done = match report.total {
+        Some(total) => format!("{} of {total}", report.progress),
+        None => report.progress.to_string(),
+    };
+    match &report.message {
+        Some(message) => format!("{message} ({done})"),
+        None => format!("progress {done}"),
     }
 }
 

@@ -161,6 +161,7 @@ impl Gateway {
             },
             front_door: front_door::FrontDoorPolicy {
                 prefix: config.front_door.prefix,
+                relay: config.front_door.elicitation == config::Elicitations::Relay,
                 max_hold: config.front_door.max_hold,
             },
         });

@@ -5,6 +5,7 @@ mod call;
 mod client;
 mod connect;
 mod legs;
+mod reports;
 mod stderr;
 mod stdio;
 mod supervise;
@@ -17,11 +18,14 @@ use rmcp::model::{CallToolRequestParams, Tool};
 use rmcp::{Peer, RoleClient};
 use serde::Serialize;
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use client::{CallRef, SessionCore, capabilities};
+pub use reports::{Following, Progress};
+
+use reports::Reports;
 
 use crate::Background;
 use crate::auth::Principal;
@@ -189,6 +193,11 @@ pub struct Upstreams {
     tracker: TaskTracker,
     /// The tasks running calls, so shutdown can let them tell their upstreams before the sessions close.
     call_tasks: TaskTracker,
+    /// Counts the changes to the tools the servers offer: a server ready or not, a new shared session, an
+    /// upstream's `notifications/tools/list_changed`.
+    tools_changed: Arc<watch::Sender<u64>>,
+    /// Where the upstreams' progress on calls goes.
+    reports: Reports,
 }
 
 #[derive(Debug)]
@@ -254,6 +263,8 @@ impl Upstreams {
             shutdown,
             tracker,
             call_tasks: TaskTracker::new(),
+            tools_changed: Arc::new(watch::Sender::new(0)),
+            reports: Reports::default(),
         })
     }
 
@@ -442,6 +453,16 @@ impl Upstreams {
             .list_all_tools()
             .await
             .map_err(|error| UpstreamError::Unreachable(format!("tools/list failed: {error}")))
+    }
+
+    /// The progress the upstream reports on a call, while the returned value lives.
+    pub fn follow(&self, call: &str) -> Following {
+        self.reports.follow(call)
+    }
+
+    /// Wakes at each change to the tools the servers offer; its value counts them.
+    pub fn tools_changed(&self) -> watch::Receiver<u64> {
+        self.tools_changed.subscribe()
     }
 
     /// The names of servers whose shared session is not ready.

@@ -2,7 +2,7 @@
 //! with a direct in-process MCP client of the same demo server.
 //!
 //! `cargo bench --bench gateway` builds in release mode and prints a markdown table; names after `--`
-//! (`latency`, `throughput`, `scale`, `footprint`, `store`) run only those sections. Every section but
+//! (`latency`, `throughput`, `scale`, `footprint`, `front_door`, `store`) run only those sections. Every section but
 //! `store` runs the gateway with its state in memory; `store` compares that with a SQLite file and with a
 //! PostgreSQL database (a throwaway durable server, started for the section), one replica and three. Under `cargo test` it runs
 //! every code path once with tiny counts and checks only that everything completed correctly.
@@ -15,6 +15,7 @@
 mod cluster;
 mod database;
 mod direct;
+mod front_door;
 mod process;
 mod rest;
 mod scale;
@@ -147,6 +148,9 @@ fn main() -> anyhow::Result<()> {
         }
         if wanted("footprint") {
             show(footprint(&binary, plan).await?);
+        }
+        if wanted("front_door") {
+            show(front_door::table(&binary, plan).await?);
         }
         if wanted("store") {
             show(store::table(&binary, plan).await?);
@@ -310,7 +314,7 @@ async fn throughput(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
 }
 
 /// Runs `operation` from `concurrency` workers for `window`; returns completions per second.
-async fn rate<F, Fut>(concurrency: usize, window: Duration, operation: F) -> anyhow::Result<f64>
+pub async fn rate<F, Fut>(concurrency: usize, window: Duration, operation: F) -> anyhow::Result<f64>
 where
     F: Fn() -> Fut + Clone + Send + 'static,
     Fut: Future<Output = anyhow::Result<()>> + Send,

@@ -31,6 +31,11 @@ impl Rest {
         }
     }
 
+    /// The gateway's address, `http://host:port`.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     /// `GET path` → status and JSON body.
     pub async fn get(&self, path: &str) -> anyhow::Result<(u16, Value)> {
         let response = self.client.get(format!("{}{path}", self.base)).send().await?;

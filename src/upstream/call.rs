@@ -202,7 +202,7 @@ async fn send(
         peer,
         request: Some(handle.id.clone()),
     };
-    core.track(handle.id.clone(), call);
+    core.track(handle.id.clone(), handle.progress_token.clone(), call);
     drop(sending);
     let response = handle.await_response().await;
     guard.finish();

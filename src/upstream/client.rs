@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use rmcp::model::{
     CancelledNotificationParam, ClientCapabilities, ClientConfig, CustomNotification, CustomRequest, CustomResult,
     ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability, ErrorCode, ErrorData,
-    FormElicitationCapability, Implementation, ProtocolVersion, RequestId, UrlElicitationCapability,
+    FormElicitationCapability, Implementation, ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestId,
+    UrlElicitationCapability,
 };
 use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext};
 use rmcp::{ClientHandler, RoleClient};
@@ -16,6 +17,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::reports::{Progress, Reports};
 use crate::calls::Calls;
 use crate::registry::{AskError, Origin, Outcome, Registry};
 
@@ -39,8 +41,8 @@ pub struct SessionCore {
     pub owner: Option<String>,
     pub registry: Registry,
     pub calls: Calls,
-    /// Our in-flight `tools/call` JSON-RPC ids, each with the Call it serves.
-    in_flight: Mutex<HashMap<RequestId, CallRef>>,
+    /// Our in-flight `tools/call` JSON-RPC ids, each with the Call it serves and its progress token.
+    in_flight: Mutex<HashMap<RequestId, (CallRef, ProgressToken)>>,
     /// The principals whose calls this session has run.
     served: Mutex<HashSet<String>>,
     /// Legacy elicitations waiting on their Request, by Request id, with their JSON-RPC id and the token
@@ -54,11 +56,23 @@ pub struct SessionCore {
     /// Held shared by a `tools/call` from being sent until it is tracked, so that attributing an elicitation,
     /// which can arrive in between, waits for it.
     sending: tokio::sync::RwLock<()>,
+    /// Counts the changes to the tools the servers offer (the upstream's `tools/list_changed` among them).
+    tools_changed: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Where the upstream's progress on a call goes.
+    reports: Reports,
 }
 
 impl SessionCore {
     /// Creates the shared part of a session that is about to connect.
-    pub fn new(id: String, server: String, owner: Option<String>, registry: Registry, calls: Calls) -> Self {
+    pub fn new(
+        id: String,
+        server: String,
+        owner: Option<String>,
+        registry: Registry,
+        calls: Calls,
+        tools_changed: Arc<tokio::sync::watch::Sender<u64>>,
+        reports: Reports,
+    ) -> Self {
         Self {
             id,
             server,
@@ -71,6 +85,8 @@ impl SessionCore {
             replied: Mutex::default(),
             sends: TaskTracker::new(),
             sending: tokio::sync::RwLock::new(()),
+            tools_changed,
+            reports,
         }
     }
 
@@ -80,9 +96,9 @@ impl SessionCore {
     }
 
     /// Records that a call's `tools/call` with this JSON-RPC id is in flight.
-    pub fn track(&self, request: RequestId, call: &CallRef) {
+    pub fn track(&self, request: RequestId, progress: ProgressToken, call: &CallRef) {
         lock(&self.served).insert(call.owner.clone());
-        lock(&self.in_flight).insert(request, call.clone());
+        lock(&self.in_flight).insert(request, (call.clone(), progress));
     }
 
     /// Forgets an in-flight `tools/call`.
@@ -100,11 +116,13 @@ impl SessionCore {
         drop(self.sending.write().await);
         let in_flight = lock(&self.in_flight);
         match origin {
-            Some(InboundStreamOrigin::OutboundRequest(request)) => in_flight.get(request).map(|call| Attribution {
-                call: call.clone(),
-                owned: true,
-            }),
-            _ if in_flight.len() == 1 => in_flight.values().next().map(|call| {
+            Some(InboundStreamOrigin::OutboundRequest(request)) => {
+                in_flight.get(request).map(|(call, _)| Attribution {
+                    call: call.clone(),
+                    owned: true,
+                })
+            }
+            _ if in_flight.len() == 1 => in_flight.values().next().map(|(call, _)| {
                 let served = lock(&self.served);
                 Attribution {
                     call: call.clone(),
@@ -298,6 +316,28 @@ impl ClientHandler for GatewayClient {
         if let Some(request) = params.request_id {
             self.core.withdrawn_after_reply(&request).await;
         }
+    }
+
+    /// Progress on one of the session's calls in flight goes to whoever follows that call.
+    async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
+        let call = lock(&self.core.in_flight)
+            .values()
+            .find(|(_, token)| *token == params.progress_token)
+            .map(|(call, _)| call.id.clone());
+        if let Some(call) = call {
+            let progress = Progress {
+                progress: params.progress,
+                total: params.total,
+                message: params.message,
+            };
+            self.core.reports.report(&call, progress);
+        }
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.core
+            .tools_changed
+            .send_modify(|version| *version = version.wrapping_add(1));
     }
 
     fn get_info(&self) -> ClientConfig {

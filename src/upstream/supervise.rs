@@ -84,7 +84,16 @@ impl Upstreams {
     }
 
     fn update(&self, slot: &Slot, change: impl FnOnce(&mut ServerView)) {
-        change(&mut lock(&slot.state));
+        let offered = {
+            let mut state = lock(&slot.state);
+            let before = (state.status, state.session.clone());
+            change(&mut state);
+            before != (state.status, state.session.clone())
+        };
+        if offered {
+            self.tools_changed
+                .send_modify(|version| *version = version.wrapping_add(1));
+        }
         self.feed.notify();
     }
 
@@ -102,6 +111,8 @@ impl Upstreams {
             owner.map(str::to_owned),
             self.registry.clone(),
             self.calls.clone(),
+            self.tools_changed.clone(),
+            self.reports.clone(),
         ));
         let connected = tokio::select! {
             connected = connect::connect(server, |protocol| GatewayClient::new(core.clone(), protocol)) => connected,

@@ -4,16 +4,18 @@
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ProgressNotificationParam, ProtocolVersion,
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientRequest,
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability, ErrorData, FormElicitationCapability,
+    Implementation, ProgressNotificationParam, ProtocolVersion, ServerNotification, SubscriptionFilter,
 };
-use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use crate::helpers::{BOTH_ERAS, TestApp, spawn_app, start_with};
+use crate::helpers::{BOTH_ERAS, TestApp, children, signal, spawn_app, start_with};
 
 /// The eras a front-door client may speak.
 const CLIENT_ERAS: [ProtocolVersion; 2] = [ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28];
@@ -24,6 +26,8 @@ struct Agent {
     progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
     /// Signalled at each progress notification.
     progressed: Arc<Notify>,
+    /// Signalled at each `notifications/tools/list_changed`.
+    tools_changed: Arc<Notify>,
 }
 
 impl ClientHandler for Agent {
@@ -31,18 +35,59 @@ impl ClientHandler for Agent {
         self.progress.lock().unwrap().push(params);
         self.progressed.notify_one();
     }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tools_changed.notify_one();
+    }
 }
 
 type Client = RunningService<RoleClient, Agent>;
 
+/// An MCP client that declares form-mode elicitation and accepts every form it is shown.
+#[derive(Clone, Default)]
+struct Confirming {
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl ClientHandler for Confirming {
+    fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(ElicitationCapability::new().with_form(FormElicitationCapability::new()));
+        ClientConfig::new(capabilities, Implementation::new("confirming", "1"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let asked = serde_json::to_value(&params).unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        self.asked.lock().unwrap().push(asked);
+        Ok(ElicitResult::new(ElicitationAction::Accept)
+            .with_content(json!({"confirm": true, "note": "from the client"})))
+    }
+}
+
 /// An MCP client of the gateway's `/mcp` in the era given, sending `token` when there is one.
 async fn connect(app: &TestApp, era: &ProtocolVersion, token: Option<&str>) -> Client {
+    connect_as(app, era, token, Agent::default()).await
+}
+
+/// Like `connect`, with the client's handler given.
+async fn connect_as<H: ClientHandler>(
+    app: &TestApp,
+    era: &ProtocolVersion,
+    token: Option<&str>,
+    agent: H,
+) -> RunningService<RoleClient, H> {
     let mut config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", app.address));
     if let Some(token) = token {
         config = config.auth_header(token);
     }
     let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
-    let agent = Agent::default();
     if *era >= ProtocolVersion::V_2026_07_28 {
         let lifecycle = ClientLifecycleMode::Discover {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
@@ -60,6 +105,14 @@ fn params(name: &str, arguments: Value) -> CallToolRequestParams {
 }
 
 async fn call(client: &Client, name: &str, arguments: Value) -> CallToolResult {
+    client.call_tool(params(name, arguments)).await.unwrap()
+}
+
+async fn call_as<H: ClientHandler>(
+    client: &RunningService<RoleClient, H>,
+    name: &str,
+    arguments: Value,
+) -> CallToolResult {
     client.call_tool(params(name, arguments)).await.unwrap()
 }
 
@@ -104,6 +157,29 @@ async fn tools_of_every_server_are_listed_prefixed_with_the_gateways_own() {
         assert_eq!(text(&result), "through the door", "{era:?}");
         client.cancel().await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn clients_are_told_when_the_tools_offered_change_in_both_eras() {
+    let app = spawn_app("[[servers]]\nname = \"demo\"\nbuiltin = \"demo\"\n").await;
+    let legacy = connect(&app, &ProtocolVersion::V_2025_11_25, None).await;
+    let modern = connect(&app, &ProtocolVersion::V_2026_07_28, None).await;
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    let mut subscription = modern.peer().listen(filter).await.unwrap();
+    assert_eq!(subscription.acknowledged().tools_list_changed, Some(true));
+    // The demo server dies: its shared session ends and the gateway opens another.
+    for child in children(app.pid()) {
+        signal(child, "KILL");
+    }
+    legacy.service().tools_changed.notified().await;
+    let told = subscription.next().await.unwrap();
+    assert!(
+        matches!(told, Some(ServerNotification::ToolListChangedNotification(_))),
+        "{told:?}"
+    );
+    assert_eq!(app.get("/readyz?wait=30").await.status(), 200);
+    let tools = legacy.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|tool| tool.name == "demo__echo"));
 }
 
 #[tokio::test]
@@ -232,6 +308,78 @@ async fn a_held_call_reports_progress_while_a_human_is_awaited() {
     let progress = agent.progress.lock().unwrap().clone();
     assert!(progress[0].message.as_deref().unwrap().contains("waiting for a human"));
     assert!(progress.windows(2).all(|pair| pair[0].progress < pair[1].progress));
+}
+
+#[tokio::test]
+async fn the_upstreams_progress_reaches_the_client_numbered_by_the_gateway() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for (era, server) in CLIENT_ERAS.iter().zip(["legacy", "modern"]) {
+        let client = connect(&app, era, None).await;
+        let agent = client.service().clone();
+        let result = call(&client, &format!("{server}__slow"), json!({"seconds": 0.5})).await;
+        assert_eq!(text(&result), "slept 0.5 seconds");
+        let progress = agent.progress.lock().unwrap().clone();
+        assert!(
+            progress
+                .iter()
+                .any(|report| report.message.as_deref() == Some("progress 1 of 10")),
+            "{era:?} client, {server} upstream: {progress:?}"
+        );
+        assert!(progress.windows(2).all(|pair| pair[0].progress < pair[1].progress));
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn in_relay_mode_a_client_that_can_elicit_answers_and_one_that_cannot_leaves_it_to_the_inbox() {
+    let app = spawn_front_door(BOTH_ERAS, "[front_door]\nelicitation = \"relay\"\n").await;
+    for era in &CLIENT_ERAS {
+        for server in ["legacy", "modern"] {
+            let confirming = Confirming::default();
+            let client = connect_as(&app, era, None, confirming.clone()).await;
+            let action = format!("relay-{server}");
+            let result = call_as(&client, &format!("{server}__confirm_action"), json!({"action": action})).await;
+            assert_eq!(
+                result.structured_content.unwrap()["results"],
+                json!([{"action": "accept", "content": {"confirm": true, "note": "from the client"}}]),
+                "{era:?} client, {server} upstream"
+            );
+            assert_eq!(*confirming.asked.lock().unwrap(), [format!("Confirm: {action}?")]);
+            let calls = app.get_json(&format!("/calls?server={server}&status=completed")).await;
+            let call = calls.as_array().unwrap().last().unwrap();
+            assert_eq!(call["arguments"]["action"], action.as_str());
+            let request = app
+                .get_json(&format!("/requests/{}", call["requests"][0].as_str().unwrap()))
+                .await;
+            assert_eq!(
+                (request["status"].as_str(), request["answeredBy"].as_str()),
+                (Some("answered"), Some("anonymous"))
+            );
+            client.cancel().await.unwrap();
+        }
+        // A client that declared no elicitation is not asked: the Request waits in the inbox.
+        let client = connect(&app, era, None).await;
+        let waiting = tokio::spawn({
+            let peer = client.peer().clone();
+            async move {
+                peer.call_tool(params("modern__confirm_action", json!({"action": "inbox"})))
+                    .await
+                    .unwrap()
+            }
+        });
+        let request = pending_request_of(&app).await;
+        app.answer_ok(
+            request["id"].as_str().unwrap(),
+            json!({"ok": true, "data": {"confirm": false}}),
+        )
+        .await;
+        let result = waiting.await.unwrap();
+        assert_eq!(
+            result.structured_content.unwrap()["results"][0]["content"]["confirm"],
+            false
+        );
+        client.cancel().await.unwrap();
+    }
 }
 
 #[tokio::test]

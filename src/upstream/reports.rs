@@ -1,0 +1,112 @@
+//! What an upstream reports about a call while it works on it (its progress), handed to whoever follows
+//! that call.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc;
+
+/// One report of an upstream about a call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub message: Option<String>,
+}
+
+/// The follower of a call: its number, and where its reports go.
+type Follower = (u64, mpsc::UnboundedSender<Progress>);
+
+/// The followers of calls, each call followed by at most one (the latest).
+#[derive(Debug, Clone, Default)]
+pub struct Reports {
+    followers: Arc<Mutex<HashMap<String, Follower>>>,
+    next: Arc<AtomicU64>,
+}
+
+impl Reports {
+    /// Follows a call's reports until the returned value is dropped.
+    pub fn follow(&self, call: &str) -> Following {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (sender, receiver) = mpsc::unbounded_channel();
+        lock(&self.followers).insert(call.to_owned(), (id, sender));
+        Following {
+            reports: self.clone(),
+            call: call.to_owned(),
+            id,
+            receiver,
+        }
+    }
+
+    /// Hands a report to the call's follower, if it has one.
+    pub fn report(&self, call: &str, progress: Progress) {
+        if let Some((_, follower)) = lock(&self.followers).get(call) {
+            let _ = follower.send(progress);
+        }
+    }
+}
+
+/// The reports about one call, while this lives.
+#[derive(Debug)]
+pub struct Following {
+    reports: Reports,
+    call: String,
+    id: u64,
+    receiver: mpsc::UnboundedReceiver<Progress>,
+}
+
+impl Following {
+    /// The next report.
+    pub async fn next(&mut self) -> Option<Progress> {
+        self.receiver.recv().await
+    }
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        let mut followers = lock(&self.reports.followers);
+        if followers.get(&self.call).is_some_and(|(id, _)| *id == self.id) {
+            followers.remove(&self.call);
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(progress: f64) -> Progress {
+        Progress {
+            progress,
+            total: None,
+            message: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_report_reaches_the_latest_follower_of_its_call_only() {
+        let reports = Reports::default();
+        let first = reports.follow("call-1");
+        let mut latest = reports.follow("call-1");
+        let mut other = reports.follow("call-2");
+        reports.report("call-1", progress(1.0));
+        assert_eq!(latest.next().await, Some(progress(1.0)));
+        drop(first);
+        reports.report("call-1", progress(2.0));
+        assert_eq!(
+            latest.next().await,
+            Some(progress(2.0)),
+            "dropping an older follower keeps the latest"
+        );
+        drop(latest);
+        reports.report("call-1", progress(3.0));
+        assert!(lock(&reports.followers).get("call-1").is_none());
+        reports.report("call-2", progress(4.0));
+        assert_eq!(other.next().await, Some(progress(4.0)));
+    }
+}
