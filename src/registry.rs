@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use rmcp::model::{ElicitResult, ElicitationAction};
 use serde_json::Value;
+use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -30,6 +31,10 @@ use data::SharedData;
 const EXPIRY_BATCH: usize = 1000;
 /// The `detail` of an answered Request whose upstream withdrew it before the answer reached it.
 const UNDELIVERED: &str = "withdrawn by the upstream before the answer reached it; the answer is kept for the record";
+
+/// How soon a Request that another replica resolved is read again when reading it failed: its waiter here
+/// has no other way to learn the outcome.
+const REREAD: Duration = Duration::from_secs(1);
 
 /// The `detail` of a Request whose upstream stopped waiting for it.
 const STOPPED_LISTENING: &str = "withdrawn by the upstream before the answer arrived";
@@ -518,41 +523,58 @@ impl Registry {
     }
 
     /// Hands the outcome of Requests waiting here that another replica resolved to their waiters, as the
-    /// events of `feed` tell, until `shutdown`. Whoever resolved them counted and logged them.
+    /// events of `feed` tell, until `shutdown`; one whose read fails is read again at the next event or after
+    /// [`REREAD`], until it is read or nothing here waits on it. Whoever resolved them counted and logged them.
     pub async fn follow_replicas(self, feed: crate::feed::Feed, shutdown: CancellationToken) {
         let mut events = feed.subscribe();
+        // Resolved elsewhere, but not read: their event has passed, so they are read again until they are.
+        let mut unread: Vec<String> = Vec::new();
         loop {
             let event = tokio::select! {
-                event = events.recv() => event,
+                event = events.recv() => Some(event),
+                () = tokio::time::sleep(REREAD), if !unread.is_empty() => None,
                 () = shutdown.cancelled() => return,
             };
-            let ids: Vec<String> = match event {
-                Ok(event) if event.kind != crate::records::EventKind::RequestResolved => continue,
-                Ok(event) if event.has_data() => {
-                    #[derive(serde::Deserialize)]
-                    struct Named {
-                        id: String,
-                    }
-                    match serde_json::from_str::<Named>(&event.data) {
-                        Ok(named) if self.waiters().contains_key(&named.id) => vec![named.id],
-                        _ => continue,
-                    }
-                }
-                // Without the event's data, or after missing events: each Request waiting here is read.
-                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    self.waiters().keys().cloned().collect()
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-            };
+            let mut ids = std::mem::take(&mut unread);
+            match event {
+                Some(Ok(event)) => ids.extend(self.resolved_elsewhere(&event)),
+                // After missing events: each Request waiting here is read.
+                Some(Err(RecvError::Lagged(_))) => ids.extend(self.waiters().keys().cloned()),
+                Some(Err(RecvError::Closed)) => return,
+                None => {}
+            }
+            ids.sort_unstable();
+            ids.dedup();
             for id in ids {
                 match self.shared.store.request(&id).await {
                     Ok(Some(view)) if view.status != Status::Pending => self.hand_over(&view, Tell::Cancel),
                     Ok(_) => {}
                     Err(error) => {
-                        tracing::warn!(%error, request = %id, "a Request resolved elsewhere could not be read")
+                        tracing::warn!(%error, request = %id, "a Request resolved elsewhere could not be read; it is read again");
+                        unread.push(id);
                     }
                 }
             }
+            unread.retain(|id| self.waiters().contains_key(id));
+        }
+    }
+
+    /// The Requests waiting here that `event` may have resolved.
+    fn resolved_elsewhere(&self, event: &Event) -> Vec<String> {
+        #[derive(serde::Deserialize)]
+        struct Named {
+            id: String,
+        }
+        if event.kind != crate::records::EventKind::RequestResolved {
+            return Vec::new();
+        }
+        // Without the event's data, each Request waiting here is read.
+        if !event.has_data() {
+            return self.waiters().keys().cloned().collect();
+        }
+        match serde_json::from_str::<Named>(&event.data) {
+            Ok(named) if self.waiters().contains_key(&named.id) => vec![named.id],
+            _ => Vec::new(),
         }
     }
 
@@ -626,3 +648,5 @@ fn log_resolution(view: &RequestView) {
 mod data;
 #[cfg(test)]
 mod properties;
+#[cfg(test)]
+mod replicas;

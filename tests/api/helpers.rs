@@ -25,6 +25,17 @@ builtin = "demo"
 /// The protocol eras, by server name in `BOTH_ERAS`.
 pub const ERAS: [&str; 2] = ["legacy", "modern"];
 
+/// The response to an answer sent with [`TestApp::send_answer`]; `None` in its place when none came (the
+/// connection failed).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    /// Whether it says when to try again (`Retry-After`).
+    pub retry_after: bool,
+    /// Its JSON body; null when it had none or was cut off.
+    pub body: Value,
+}
+
 /// A running gateway.
 pub struct TestApp {
     pub address: String,
@@ -270,6 +281,25 @@ impl TestApp {
         body
     }
 
+    /// Posts an answer on a task of its own, so that it can be in flight while the test does something else.
+    pub fn send_answer(&self, request: &str, answer: Value) -> tokio::task::JoinHandle<Option<Reply>> {
+        let post = self
+            .client
+            .post(format!("{}/requests/{request}/answer", self.address))
+            .json(&answer);
+        tokio::spawn(async move {
+            let response = post.send().await.ok()?;
+            let status = response.status().as_u16();
+            let retry_after = response.headers().contains_key("retry-after");
+            let body = response.json().await.unwrap_or(Value::Null);
+            Some(Reply {
+                status,
+                retry_after,
+                body,
+            })
+        })
+    }
+
     /// Polls `GET /metrics` until a line starts with `prefix` (counters updated after a response have no other signal).
     pub async fn metric_reaches(&self, prefix: &str) {
         for _ in 0..200 {
@@ -350,6 +380,11 @@ pub fn first_request(call: &Value) -> String {
     first
         .unwrap_or_else(|| panic!("the call raised no Request: {call}"))
         .to_owned()
+}
+
+/// An answer that confirms, with `note` to tell it from others.
+pub fn confirming(note: &str) -> Value {
+    json!({"ok": true, "data": {"confirm": true, "note": note}})
 }
 
 /// The `structuredContent.results` of a completed call.

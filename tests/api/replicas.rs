@@ -3,17 +3,17 @@
 use serde_json::{Value, json};
 
 use crate::cluster;
-use crate::helpers::{BOTH_ERAS, ERAS, TestApp, first_request, results, start_in, stored_in};
+use crate::helpers::{BOTH_ERAS, ERAS, TestApp, confirming, first_request, results, start_in, stored_in};
 
 /// Three gateways with the demo server in both eras, storing in the database at `url`, and their dirs.
-struct Fleet {
-    replicas: Vec<TestApp>,
+pub struct Fleet {
+    pub replicas: Vec<TestApp>,
     _dirs: Vec<tempfile::TempDir>,
 }
 
 /// Starts three replicas on `url` together (their first start migrates the database once) and waits until
 /// each is ready.
-async fn fleet(url: &str) -> Fleet {
+pub async fn fleet(url: &str) -> Fleet {
     fleet_of(url, BOTH_ERAS).await
 }
 
@@ -186,6 +186,77 @@ async fn what_a_killed_replica_held_ends_or_goes_on_elsewhere() {
         results(&done),
         json!([{"action": "accept", "content": {"name": "Ada"}}, {"action": "accept", "content": {"confirm": true}}])
     );
+}
+
+#[tokio::test]
+async fn answers_in_flight_to_a_replica_killed_with_sigkill_are_kept_whole_or_not_at_all() {
+    let mut fleet = fleet(&cluster::shared().database()).await;
+    // 2026-07-28 calls on every replica; a 2025-11-25 one on B and one on C (A's would die with it, and a
+    // stdio session cannot tell two apart).
+    let mut calls = Vec::new();
+    for n in 0..16 {
+        let (era, on) = if n < 2 { ("legacy", n + 1) } else { ("modern", n % 3) };
+        let call = fleet.replicas[on]
+            .call(era, "confirm_action", json!({"action": format!("kill-{n}")}))
+            .await;
+        calls.push((era, call));
+    }
+    let requests: Vec<String> = calls.iter().map(|(_, call)| first_request(call)).collect();
+
+    // Every answer goes to A at once; A is killed as soon as one comes back.
+    let mut in_flight = tokio::task::JoinSet::new();
+    for (index, request) in requests.iter().enumerate() {
+        let reply = fleet.replicas[0].send_answer(request, confirming(&format!("a-{index}")));
+        in_flight.spawn(async move { (index, reply.await.unwrap()) });
+    }
+    let mut won = vec![false; requests.len()];
+    let mut killed = false;
+    while let Some(done) = in_flight.join_next().await {
+        let (index, reply) = done.unwrap();
+        let Some(reply) = reply else { continue };
+        assert_eq!(reply.status, 200, "a-{index}: {reply:?}");
+        assert_eq!(reply.body["answer"]["data"]["note"], format!("a-{index}"), "{reply:?}");
+        won[index] = true;
+        if !killed {
+            fleet.replicas[0].kill();
+            killed = true;
+        }
+    }
+
+    let [_, b, c] = &fleet.replicas[..] else { unreachable!() };
+    let mut kept = Vec::new();
+    for (index, request) in requests.iter().enumerate() {
+        let sent = format!("a-{index}");
+        let stored = b.get_json(&format!("/requests/{request}")).await;
+        let note = match stored["status"].as_str() {
+            // Kept, with a 200 or without: the answer A was sent, as nobody else answered.
+            Some("answered") => {
+                assert_eq!(stored["answer"]["data"]["note"], sent.as_str(), "{stored}");
+                sent
+            }
+            Some("pending") => {
+                assert!(!won[index], "{request} got a 200 but is pending");
+                let note = format!("b-{index}");
+                b.answer_ok(request, confirming(&note)).await;
+                note
+            }
+            _ => panic!("{request}: {stored}"),
+        };
+        let again = b.answer(request, confirming("again")).await;
+        assert_eq!(again.status(), 409, "{request} took a second answer");
+        kept.push(note);
+    }
+
+    // A's calls whose round it took go on on a survivor once A's lease has run out.
+    for ((era, call), note) in calls.iter().zip(kept) {
+        let id = call["id"].as_str().unwrap();
+        let done = c.get_json(&format!("/calls/{id}?wait=60")).await;
+        assert_eq!(
+            results(&done),
+            json!([{"action": "accept", "content": {"confirm": true, "note": note}}]),
+            "{era}: {id}"
+        );
+    }
 }
 
 /// A webhook receiver that takes every delivery, and the event ids it got, in order.
