@@ -15,10 +15,11 @@ use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest, ElicitRequestParams,
-    ElicitResult, ErrorData, Implementation, InputRequest, InputRequests, InputRequiredResult, InputResponses,
-    JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion,
-    ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock, CreateTaskResult,
+    DetailedTask, ElicitRequest, ElicitRequestParams, ElicitResult, ErrorCode, ErrorData, GetTaskParams, GetTaskResult,
+    Implementation, InputRequest, InputRequests, InputRequiredResult, InputResponses, JsonObject, ListToolsResult,
+    MetaObject, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ServerCapabilities, ServerConfig,
+    SubscriptionFilter, Task, TaskPayload, TaskStatus, Tool, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -46,6 +47,8 @@ const AWAIT_CALL: &str = "gateway__await_call";
 /// How often a held call reports progress to a client that asked for it: well within the 60 s after which
 /// many client SDKs give up on a request.
 const HEARTBEAT: Duration = Duration::from_secs(15);
+/// How often a client of the tasks extension is asked to poll a task.
+const TASK_POLL: Duration = Duration::from_secs(1);
 /// The `_meta` key of a result that says which call it is about and how that call stands.
 const CALL_META: &str = "io.toolnexus/call";
 
@@ -150,6 +153,7 @@ impl ServerHandler for FrontDoor {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
             .enable_tool_list_changed()
+            .enable_tasks()
             .build();
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("toolnexus-gateway", env!("CARGO_PKG_VERSION")))
@@ -186,6 +190,88 @@ impl ServerHandler for FrontDoor {
                 }
             }
         }
+    }
+
+    /// A front-door call as a task: working while it runs or waits on the inbox, `input_required` with the
+    /// Requests it may be relayed, and its result, error or cancellation once it ends.
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let principal = principal(&context)?;
+        let view = self.own_call(&request.task_id, &principal, Principal::may_see).await?;
+        let payload = match view.status {
+            CallStatus::Running => TaskPayload::Working,
+            CallStatus::InputRequired => {
+                let relayed = match self.relay_to(&context) {
+                    Some(relay) => self.relayable(&view, &principal, &relay, &HashSet::new()).await,
+                    None => Vec::new(),
+                };
+                if relayed.is_empty() {
+                    TaskPayload::Working
+                } else {
+                    TaskPayload::InputRequired {
+                        input_requests: input_requests(relayed),
+                    }
+                }
+            }
+            CallStatus::Completed => TaskPayload::Completed {
+                result: view
+                    .result
+                    .as_ref()
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default(),
+            },
+            CallStatus::Failed => {
+                let message = view
+                    .error
+                    .as_ref()
+                    .map_or("the call failed", |error| error.message.as_str());
+                let error = json!({"code": ErrorCode::INTERNAL_ERROR.0, "message": message});
+                TaskPayload::Failed {
+                    error: error.as_object().cloned().unwrap_or_default(),
+                }
+            }
+            CallStatus::Cancelled => TaskPayload::Cancelled,
+        };
+        let mut task = task(&view);
+        if matches!(payload, TaskPayload::Working) && view.status == CallStatus::InputRequired {
+            task.status_message = Some(self.waiting_text(&view, &context).await);
+        }
+        Ok(GetTaskResult::new(DetailedTask::new(task, payload)))
+    }
+
+    /// The answers of a task's client to the Requests `tasks/get` relayed to it.
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let principal = principal(&context)?;
+        self.answer_relayed(&request.task_id, request.input_responses, &principal)
+            .await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let principal = principal(&context)?;
+        self.own_call(&request.task_id, &principal, Principal::may_change)
+            .await?;
+        let upstreams = self.state.upstreams.clone();
+        let id = request.task_id;
+        to_completion(async move {
+            Ok(upstreams
+                .cancel_call(&id, "cancelled by its MCP client (tasks/cancel)")
+                .await?)
+        })
+        .await
+        .map_err(|error| ErrorData::internal_error(error.detail().to_owned(), None))?;
+        Ok(())
     }
 
     async fn list_tools(
@@ -247,6 +333,12 @@ impl ServerHandler for FrontDoor {
         })
         .await
         .map_err(refused)?;
+        if context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks())
+        {
+            return Ok(CreateTaskResult::new(task(&call)).into());
+        }
         self.hold(&call.id, &principal, &context).await
     }
 }
@@ -407,6 +499,20 @@ impl FrontDoor {
         }
     }
 
+    /// A call the principal may see (or change, as `rule` says); a task id naming none is `-32602`.
+    async fn own_call(
+        &self,
+        id: &str,
+        principal: &Principal,
+        rule: fn(&Principal, Option<&str>) -> bool,
+    ) -> Result<CallView, ErrorData> {
+        match self.state.calls.get(id).await {
+            Ok(Some(view)) if rule(principal, Some(&view.owner)) => Ok(view),
+            Ok(_) => Err(ErrorData::invalid_params(format!("no task {id:?} of yours"), None)),
+            Err(error) => Err(ErrorData::internal_error(error.to_string(), None)),
+        }
+    }
+
     /// How the client is asked what the call's upstream asks, if it is: only with `front_door.elicitation =
     /// "relay"` and elicitation among the client's capabilities (form mode when it names no mode).
     fn relay_to(&self, context: &RequestContext<RoleServer>) -> Option<Relay> {
@@ -533,31 +639,26 @@ impl FrontDoor {
 
     /// The result that tells the client the call waits on a human, and how to go on waiting.
     async fn waiting(&self, view: CallView, context: &RequestContext<RoleServer>) -> CallToolResult {
+        let pending = self.pending(&view).await;
+        let mut result = CallToolResult::success(vec![ContentBlock::text(waiting_text(&view, &pending, context))]);
+        result.meta = Some(call_meta(&view, &pending));
+        result
+    }
+
+    /// What tells the client the call waits on a human, and how to go on waiting.
+    async fn waiting_text(&self, view: &CallView, context: &RequestContext<RoleServer>) -> String {
+        waiting_text(view, &self.pending(view).await, context)
+    }
+
+    /// The call's Requests still pending.
+    async fn pending(&self, view: &CallView) -> Vec<String> {
         let mut pending = Vec::new();
         for id in &view.requests {
             if let Ok(Some((Status::Pending, _))) = self.state.registry.status(id).await {
                 pending.push(id.clone());
             }
         }
-        let inbox = inbox_url(context);
-        let asked = match pending.as_slice() {
-            [] => "is still running".to_owned(),
-            [one] => format!("is waiting for a human to answer Request {one}"),
-            many => format!("is waiting for a human to answer Requests {}", many.join(", ")),
-        };
-        let text = format!(
-            "Call {id} ({server} {tool}) {asked}.{inbox} To wait for its result, call the tool {AWAIT_CALL} \
-             with {{\"call\": \"{id}\"}}. Do not call {tool} again: that would start another call and ask again.",
-            id = view.id,
-            server = view.server,
-            tool = view.tool,
-            inbox = inbox
-                .map(|url| format!(" It can be answered in the inbox at {url}."))
-                .unwrap_or_default(),
-        );
-        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-        result.meta = Some(call_meta(&view, &pending));
-        result
+        pending
     }
 }
 
@@ -575,11 +676,51 @@ struct Relay {
 /// The `input_required` result that relays Requests to a 2026-07-28 client; its `requestState` is the call's
 /// id, which the client's retry sends back with the answers.
 fn input_required(call: &str, asks: Vec<(String, ElicitRequestParams)>) -> InputRequiredResult {
-    let requests: InputRequests = asks
-        .into_iter()
+    InputRequiredResult::new(Some(input_requests(asks)), Some(call.to_owned()))
+}
+
+/// Requests relayed to a client, keyed by their ids.
+fn input_requests(asks: Vec<(String, ElicitRequestParams)>) -> InputRequests {
+    asks.into_iter()
         .map(|(id, params)| (id, InputRequest::Elicitation(ElicitRequest::new(params))))
-        .collect();
-    InputRequiredResult::new(Some(requests), Some(call.to_owned()))
+        .collect()
+}
+
+/// A call as the task it is to a client of the tasks extension (its id is the task's).
+fn task(view: &CallView) -> Task {
+    let status = match view.status {
+        CallStatus::Running => TaskStatus::Working,
+        CallStatus::InputRequired => TaskStatus::InputRequired,
+        CallStatus::Completed => TaskStatus::Completed,
+        CallStatus::Failed => TaskStatus::Failed,
+        CallStatus::Cancelled => TaskStatus::Cancelled,
+    };
+    Task::new(
+        view.id.clone(),
+        status,
+        view.created_at.rfc3339(),
+        view.updated_at.rfc3339(),
+    )
+    .with_poll_interval_ms(TASK_POLL.as_millis() as u64)
+}
+
+/// What tells the client the call waits on a human (its `pending` Requests), and how to go on waiting.
+fn waiting_text(view: &CallView, pending: &[String], context: &RequestContext<RoleServer>) -> String {
+    let asked = match pending {
+        [] => "is still running".to_owned(),
+        [one] => format!("is waiting for a human to answer Request {one}"),
+        many => format!("is waiting for a human to answer Requests {}", many.join(", ")),
+    };
+    format!(
+        "Call {id} ({server} {tool}) {asked}.{inbox} To wait for its result, call the tool {AWAIT_CALL} \
+         with {{\"call\": \"{id}\"}}. Do not call {tool} again: that would start another call and ask again.",
+        id = view.id,
+        server = view.server,
+        tool = view.tool,
+        inbox = inbox_url(context)
+            .map(|url| format!(" It can be answered in the inbox at {url}."))
+            .unwrap_or_default(),
+    )
 }
 
 /// Sends `notifications/tools/list_changed` to every open 2025-11-25 session at each change to the tools

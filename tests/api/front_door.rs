@@ -4,9 +4,11 @@
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientRequest,
-    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability, ErrorData, FormElicitationCapability,
-    Implementation, ProgressNotificationParam, ProtocolVersion, ServerNotification, SubscriptionFilter,
+    CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
+    ClientConfig, ClientRequest, DetailedTask, ElicitRequestParams, ElicitResult, ElicitationAction,
+    ElicitationCapability, ErrorData, FormElicitationCapability, GetTaskParams, Implementation,
+    ProgressNotificationParam, ProtocolVersion, ServerNotification, SubscriptionFilter, TaskPayload, TaskStatus,
+    UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -69,6 +71,40 @@ impl ClientHandler for Confirming {
         Ok(ElicitResult::new(ElicitationAction::Accept)
             .with_content(json!({"confirm": true, "note": "from the client"})))
     }
+}
+
+/// An MCP client that declares the tasks extension and, with `elicits`, form-mode elicitation.
+#[derive(Clone, Default)]
+struct Tasking {
+    elicits: bool,
+}
+
+impl ClientHandler for Tasking {
+    fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::builder().enable_tasks().build();
+        if self.elicits {
+            capabilities.elicitation = Some(ElicitationCapability::new().with_form(FormElicitationCapability::new()));
+        }
+        ClientConfig::new(capabilities, Implementation::new("tasking", "1"))
+    }
+}
+
+/// The task a `tools/call` of a client of the tasks extension starts.
+async fn start_task(client: &RunningService<RoleClient, Tasking>, action: &str) -> String {
+    let started = client
+        .peer()
+        .call_tool_once(params("modern__confirm_action", json!({"action": action})))
+        .await
+        .unwrap();
+    let CallToolResponse::Task(created) = started else {
+        panic!("not a task: {started:?}")
+    };
+    assert_eq!(created.task.status, TaskStatus::Working);
+    created.task.task_id
+}
+
+async fn task_of(client: &RunningService<RoleClient, Tasking>, id: &str) -> DetailedTask {
+    client.peer().get_task(GetTaskParams::new(id)).await.unwrap().task
 }
 
 /// An MCP client of the gateway's `/mcp` in the era given, sending `token` when there is one.
@@ -180,6 +216,56 @@ async fn clients_are_told_when_the_tools_offered_change_in_both_eras() {
     assert_eq!(app.get("/readyz?wait=30").await.status(), 200);
     let tools = legacy.list_all_tools().await.unwrap();
     assert!(tools.iter().any(|tool| tool.name == "demo__echo"));
+}
+
+#[tokio::test]
+async fn long_names_are_shortened_to_what_llm_apis_accept_and_still_lead_to_their_tool() {
+    let server = "a-server-whose-name-is-long-enough-to-push-its-tools-past.sixty-four";
+    let app = spawn_app(&format!("[[servers]]\nname = \"{server}\"\nbuiltin = \"demo\"\n")).await;
+    let client = connect(&app, &ProtocolVersion::V_2026_07_28, None).await;
+    let tools = client.list_all_tools().await.unwrap();
+    let fits = |name: &str| {
+        (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || "_-".contains(c))
+    };
+    assert!(tools.iter().all(|tool| fits(&tool.name)), "{tools:?}");
+    let echo = tools
+        .iter()
+        .find(|tool| {
+            tool.description
+                .as_deref()
+                .is_some_and(|description| description.starts_with("Returns"))
+        })
+        .map(|tool| tool.name.to_string())
+        .unwrap();
+    assert_eq!(echo.len(), 64);
+    assert!(echo.starts_with(&server.replace('.', "_")[..55]), "{echo}");
+    assert_eq!(
+        text(&call(&client, &echo, json!({"text": "short enough"})).await),
+        "short enough"
+    );
+}
+
+#[test]
+fn servers_whose_tools_would_get_the_same_names_are_a_start_up_error_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    let servers = "[[servers]]\nname = \"files.v2\"\nbuiltin = \"demo\"\n\n[[servers]]\nname = \"files_v2\"\nbuiltin = \"demo\"\n";
+    std::fs::write(
+        &path,
+        format!("listen = \"127.0.0.1:0\"\n{servers}[store]\nurl = \"memory\"\n"),
+    )
+    .unwrap();
+    let output = std::process::Command::new(crate::helpers::BINARY)
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("\"files.v2\"") && stderr.contains("\"files_v2\"") && stderr.contains("/mcp"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]
@@ -380,6 +466,85 @@ async fn in_relay_mode_a_client_that_can_elicit_answers_and_one_that_cannot_leav
         );
         client.cancel().await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn a_client_of_the_tasks_extension_gets_a_task_at_once_and_follows_it_to_its_result() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let client = connect_as(&app, &ProtocolVersion::V_2026_07_28, None, Tasking::default()).await;
+    let task = start_task(&client, "as a task").await;
+    let request = pending_request_of(&app).await;
+    assert_eq!(request["call"], task.as_str(), "the task is the call");
+    let id = request["id"].as_str().unwrap();
+    let waiting = task_of(&client, &task).await;
+    assert_eq!(
+        waiting.status(),
+        TaskStatus::Working,
+        "the inbox answers it, not the client"
+    );
+    assert!(waiting.task.status_message.unwrap().contains(id));
+    let answered = app
+        .post(
+            &format!("/requests/{id}/answer?wait=30"),
+            &json!({"ok": true, "data": {"confirm": true}}),
+        )
+        .await;
+    assert_eq!(
+        answered.json::<Value>().await.unwrap()["resumedCall"]["status"],
+        "completed"
+    );
+    let TaskPayload::Completed { result } = task_of(&client, &task).await.payload else {
+        panic!("not completed")
+    };
+    assert_eq!(
+        result["structuredContent"]["results"],
+        json!([{"action": "accept", "content": {"confirm": true, "note": ""}}])
+    );
+
+    let task = start_task(&client, "to cancel").await;
+    let request = pending_request_of(&app).await;
+    client.peer().cancel_task(CancelTaskParams::new(&task)).await.unwrap();
+    let id = request["id"].as_str().unwrap();
+    assert_eq!(
+        app.get_json(&format!("/requests/{id}?wait=30")).await["status"],
+        "cancelled"
+    );
+    assert_eq!(task_of(&client, &task).await.status(), TaskStatus::Cancelled);
+}
+
+#[tokio::test]
+async fn in_relay_mode_a_task_asks_its_client_and_takes_its_answer() {
+    let app = spawn_front_door(BOTH_ERAS, "[front_door]\nelicitation = \"relay\"\n").await;
+    let client = connect_as(&app, &ProtocolVersion::V_2026_07_28, None, Tasking { elicits: true }).await;
+    let task = start_task(&client, "relayed task").await;
+    let request = pending_request_of(&app).await;
+    let id = request["id"].as_str().unwrap().to_owned();
+    let TaskPayload::InputRequired { input_requests } = task_of(&client, &task).await.payload else {
+        panic!("not input_required")
+    };
+    assert_eq!(input_requests.keys().collect::<Vec<_>>(), [&id]);
+    let refused = client
+        .peer()
+        .update_task(UpdateTaskParams::new(
+            &task,
+            [(id.clone(), json!({"action": "accept", "content": {"confirm": "yes"}}))].into(),
+        ))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("schema"), "{refused}");
+    let accepted = json!({"action": "accept", "content": {"confirm": true, "note": "task"}});
+    client
+        .peer()
+        .update_task(UpdateTaskParams::new(&task, [(id.clone(), accepted)].into()))
+        .await
+        .unwrap();
+    let answered = app.get_json(&format!("/requests/{id}")).await;
+    assert_eq!(answered["answeredBy"], "anonymous");
+    app.settled(&task).await;
+    let TaskPayload::Completed { result } = task_of(&client, &task).await.payload else {
+        panic!("not completed")
+    };
+    assert_eq!(result["structuredContent"]["results"][0]["content"]["note"], "task");
 }
 
 #[tokio::test]
