@@ -116,8 +116,13 @@ pub async fn serve_http(
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default(),
     );
+    use axum::serve::ListenerExt;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     println!("listening on http://{}/mcp", listener.local_addr()?);
+    // Without it a response written in pieces (an event stream) waits on the client's delayed ACK: ~40 ms.
+    let listener = listener.tap_io(|stream| {
+        let _ = stream.set_nodelay(true);
+    });
     let router = axum::Router::new().nest_service("/mcp", service);
     axum::serve(listener, router).with_graceful_shutdown(shutdown).await?;
     Ok(())
@@ -125,7 +130,9 @@ pub async fn serve_http(
 
 impl ServerHandler for Demo {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        #[allow(deprecated, reason = "`slow` logs in 2025-11-25, which has logging")]
+        let capabilities = ServerCapabilities::builder().enable_logging().enable_tools().build();
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("toolnexus-demo", env!("CARGO_PKG_VERSION")))
     }
 
@@ -309,7 +316,7 @@ fn tools() -> Vec<Tool> {
         ),
         Tool::new(
             "slow",
-            "Sleeps, reporting progress; no elicitation.",
+            "Sleeps, reporting progress (and in 2025-11-25 logging that it sleeps); no elicitation.",
             object(json!({"seconds": {"type": "number", "minimum": 0}}), &["seconds"]),
         ),
         Tool::new(
@@ -539,6 +546,19 @@ async fn slow(seconds: f64, context: &RequestContext<RoleServer>) -> Result<Call
     let total = Duration::from_secs_f64(seconds.clamp(0.0, 3600.0));
     let ticks = 10u32;
     let token = context.meta.get_progress_token();
+    if context
+        .protocol_version()
+        .is_some_and(|version| version < ProtocolVersion::V_2026_07_28)
+    {
+        #[allow(deprecated, reason = "2025-11-25 has logging")]
+        let _ = context
+            .peer
+            .notify_logging_message(rmcp::model::LoggingMessageNotificationParam::new(
+                rmcp::model::LoggingLevel::Info,
+                json!(format!("sleeping {seconds} seconds")),
+            ))
+            .await;
+    }
     for tick in 1..=ticks {
         tokio::time::sleep(total / ticks).await;
         if let Some(token) = &token {

@@ -37,7 +37,7 @@ use crate::elicitation::{KIND_AUTHORIZATION, KIND_INPUT, elicit_result_to_answer
 use crate::feed::Concern;
 use crate::records::{CallStatus, CallView, Event, Status, ToolName, Via};
 use crate::registry::AnswerError;
-use crate::upstream::{Progress, ServerStatus, Target};
+use crate::upstream::{Following, Progress, Report, ServerStatus, Target};
 use names::Catalog;
 
 /// Where the front door is served.
@@ -150,9 +150,11 @@ type Listed = (u64, Arc<Catalog>);
 
 impl ServerHandler for FrontDoor {
     fn get_info(&self) -> ServerConfig {
+        #[allow(deprecated, reason = "2025-11-25 clients still get an upstream's log messages")]
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
             .enable_tool_list_changed()
+            .enable_logging()
             .enable_tasks()
             .build();
         ServerConfig::new(capabilities)
@@ -168,6 +170,16 @@ impl ServerHandler for FrontDoor {
         let mut sessions = lock(&self.sessions);
         sessions.retain(|peer| !peer.is_transport_closed());
         sessions.push(context.peer);
+    }
+
+    /// Accepted, so that a client that sets a level goes on; what can be attributed is forwarded at every level.
+    #[allow(deprecated, reason = "2025-11-25 clients still get an upstream's log messages")]
+    async fn set_level(
+        &self,
+        _request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Ok(())
     }
 
     /// A 2026-07-28 client's `subscriptions/listen` may ask for `notifications/tools/list_changed`.
@@ -293,7 +305,7 @@ impl ServerHandler for FrontDoor {
         if let Some(call) = request.request_state.as_deref() {
             let responses = request.input_responses.unwrap_or_default();
             self.answer_relayed(call, responses, &principal).await?;
-            return self.hold(call, &principal, &context).await;
+            return self.hold(call, &principal, &context, None).await;
         }
         if request.name == AWAIT_CALL {
             let call = request
@@ -313,7 +325,7 @@ impl ServerHandler for FrontDoor {
                     None,
                 ));
             }
-            return self.hold(call, &principal, &context).await;
+            return self.hold(call, &principal, &context, None).await;
         }
         let catalog = self.catalog().await;
         let route = catalog
@@ -325,7 +337,7 @@ impl ServerHandler for FrontDoor {
         let arguments = request.arguments;
         let by = principal.clone();
         // Started to its end even if the client goes away meanwhile, so that the call is not half made.
-        let call = to_completion(async move {
+        let (call, reports) = to_completion(async move {
             upstreams
                 .start_call(target, tool, arguments, &by, Via::Mcp)
                 .await
@@ -339,7 +351,7 @@ impl ServerHandler for FrontDoor {
         {
             return Ok(CreateTaskResult::new(task(&call)).into());
         }
-        self.hold(&call.id, &principal, &context).await
+        self.hold(&call.id, &principal, &context, Some(reports)).await
     }
 }
 
@@ -392,7 +404,8 @@ impl FrontDoor {
 
     /// Holds a call until it ends, `max_hold` passes or the client cancels the request (which cancels the
     /// call). A client that asked for progress gets the upstream's, and a heartbeat when there was none for
-    /// `HEARTBEAT`, numbered by the gateway so that it keeps increasing. With `front_door.elicitation =
+    /// `HEARTBEAT`, numbered by the gateway so that it keeps increasing (from `reports`, when the caller
+    /// already follows the call). With `front_door.elicitation =
     /// "relay"`, the call's Requests that the client declared it can show are put to it: a 2025-11-25 client
     /// is sent `elicitation/create`, a 2026-07-28 one gets them as an `input_required` result.
     async fn hold(
@@ -400,12 +413,13 @@ impl FrontDoor {
         call: &str,
         principal: &Principal,
         context: &RequestContext<RoleServer>,
+        reports: Option<Following>,
     ) -> Result<CallToolResponse, ErrorData> {
         let relay = self.relay_to(context);
         let mut handled = HashSet::new();
         let deadline = Instant::now() + self.policy.max_hold;
         let progress = context.meta.get_progress_token();
-        let mut reports = self.state.upstreams.follow(call);
+        let mut reports = reports.unwrap_or_else(|| self.state.upstreams.follow(call));
         let mut sent = 0_u32;
         let mut tell = async |message: String| {
             if let Some(token) = &progress {
@@ -421,7 +435,14 @@ impl FrontDoor {
             let view = tokio::select! {
                 view = self.changed(call, wait, relayed) => view?,
                 Some(report) = reports.next() => {
-                    tell(upstream_progress(&report)).await;
+                    match report {
+                        Report::Progress(report) => tell(upstream_progress(&report)).await,
+                        Report::Log(message) if !returned_era(context) => {
+                            #[allow(deprecated, reason = "2025-11-25 clients still get an upstream's log messages")]
+                            let _ = context.peer.notify_logging_message(message).await;
+                        }
+                        Report::Log(_) => {}
+                    }
                     continue;
                 }
                 () = context.ct.cancelled() => {
@@ -524,9 +545,7 @@ impl FrontDoor {
         Some(Relay {
             form: elicitation.form.is_some() || !url,
             url,
-            returned: context
-                .protocol_version()
-                .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28),
+            returned: returned_era(context),
         })
     }
 
@@ -660,6 +679,14 @@ impl FrontDoor {
         }
         pending
     }
+}
+
+/// Whether the client speaks 2026-07-28, where the server asks by returning `input_required` and has no
+/// logging.
+fn returned_era(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28)
 }
 
 /// How a client is asked what a call's upstream asks.

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use client::{CallRef, SessionCore, capabilities};
-pub use reports::{Following, Progress};
+pub use reports::{Following, Progress, Report};
 
 use reports::Reports;
 
@@ -362,7 +362,8 @@ impl Upstreams {
         }
     }
 
-    /// Starts a `tools/call` for `by` and returns the running Call.
+    /// Starts a `tools/call` for `by` and returns the running Call, with its upstream's reports followed from
+    /// before the upstream hears of it.
     pub async fn start_call(
         self: &Arc<Self>,
         target: Target,
@@ -370,7 +371,7 @@ impl Upstreams {
         arguments: Option<Map<String, Value>>,
         by: &Principal,
         via: Via,
-    ) -> Result<CallView, UpstreamError> {
+    ) -> Result<(CallView, Following), UpstreamError> {
         if let Target::Session(id) = &target {
             let session = self.session(id, by).await?;
             if !session.shared && !by.may_change(session.owner.as_deref()) {
@@ -404,6 +405,7 @@ impl Upstreams {
                 InsertCallError::Store(error) => UpstreamError::Store(error),
             })?;
         let view = started.view;
+        let following = self.reports.follow(&view.id);
         let mut params = CallToolRequestParams::new(String::from(tool));
         params.arguments = arguments;
         tracing::debug!(call = %view.id, server = %view.server, tool = %view.tool, "call started");
@@ -425,7 +427,7 @@ impl Upstreams {
             leg.cancel();
             return Err(UpstreamError::Store(error));
         }
-        Ok(view)
+        Ok((view, following))
     }
 
     /// Cancels a call: its pending Requests become `cancelled` and the upstream is told.

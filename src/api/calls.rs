@@ -94,7 +94,8 @@ pub async fn start(
     let call = to_completion(async move {
         Ok(upstreams
             .start_call(target, body.tool, body.arguments, &principal, Via::Rest)
-            .await?)
+            .await?
+            .0)
     })
     .await?;
     let call = settled(&state, &call.id, query.wait).await?.unwrap_or(call);

@@ -17,7 +17,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::reports::{Progress, Reports};
+use super::reports::{Progress, Report, Reports};
 use crate::calls::Calls;
 use crate::registry::{AskError, Origin, Outcome, Registry};
 
@@ -330,7 +330,22 @@ impl ClientHandler for GatewayClient {
                 total: params.total,
                 message: params.message,
             };
-            self.core.reports.report(&call, progress);
+            self.core.reports.report(&call, Report::Progress(progress));
+        }
+    }
+
+    /// A log message goes to whoever follows the call it comes from, when the gateway can tell which that is
+    /// and that the call's principal may see it (as for an elicitation's Request): the wire does not say.
+    #[allow(deprecated, reason = "2025-11-25 clients still get an upstream's log messages")]
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(attribution) = self.core.attribute(None).await
+            && attribution.owned
+        {
+            self.core.reports.report(&attribution.call.id, Report::Log(params));
         }
     }
 

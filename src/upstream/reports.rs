@@ -1,13 +1,24 @@
-//! What an upstream reports about a call while it works on it (its progress), handed to whoever follows
-//! that call.
+//! What an upstream reports about a call while it works on it (its progress, its log messages), handed to
+//! whoever follows that call.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+#[allow(deprecated, reason = "2025-11-25 clients still get an upstream's log messages")]
+use rmcp::model::LoggingMessageNotificationParam;
 use tokio::sync::mpsc;
 
 /// One report of an upstream about a call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Report {
+    Progress(Progress),
+    /// A `notifications/message` (2025-11-25; protocol 2026-07-28 has no logging).
+    #[allow(deprecated, reason = "2025-11-25 clients still get an upstream's log messages")]
+    Log(LoggingMessageNotificationParam),
+}
+
+/// The upstream's `notifications/progress`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Progress {
     pub progress: f64,
@@ -16,7 +27,7 @@ pub struct Progress {
 }
 
 /// The follower of a call: its number, and where its reports go.
-type Follower = (u64, mpsc::UnboundedSender<Progress>);
+type Follower = (u64, mpsc::UnboundedSender<Report>);
 
 /// The followers of calls, each call followed by at most one (the latest).
 #[derive(Debug, Clone, Default)]
@@ -40,9 +51,9 @@ impl Reports {
     }
 
     /// Hands a report to the call's follower, if it has one.
-    pub fn report(&self, call: &str, progress: Progress) {
+    pub fn report(&self, call: &str, report: Report) {
         if let Some((_, follower)) = lock(&self.followers).get(call) {
-            let _ = follower.send(progress);
+            let _ = follower.send(report);
         }
     }
 }
@@ -53,12 +64,12 @@ pub struct Following {
     reports: Reports,
     call: String,
     id: u64,
-    receiver: mpsc::UnboundedReceiver<Progress>,
+    receiver: mpsc::UnboundedReceiver<Report>,
 }
 
 impl Following {
     /// The next report.
-    pub async fn next(&mut self) -> Option<Progress> {
+    pub async fn next(&mut self) -> Option<Report> {
         self.receiver.recv().await
     }
 }
@@ -80,12 +91,12 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
-    fn progress(progress: f64) -> Progress {
-        Progress {
+    fn progress(progress: f64) -> Report {
+        Report::Progress(Progress {
             progress,
             total: None,
             message: None,
-        }
+        })
     }
 
     #[tokio::test]

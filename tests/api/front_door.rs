@@ -30,6 +30,8 @@ struct Agent {
     progressed: Arc<Notify>,
     /// Signalled at each `notifications/tools/list_changed`.
     tools_changed: Arc<Notify>,
+    /// The `data` of each log message.
+    logs: Arc<Mutex<Vec<Value>>>,
 }
 
 impl ClientHandler for Agent {
@@ -40,6 +42,15 @@ impl ClientHandler for Agent {
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.tools_changed.notify_one();
+    }
+
+    #[allow(deprecated, reason = "2025-11-25 has logging")]
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.logs.lock().unwrap().push(params.data);
     }
 }
 
@@ -394,6 +405,19 @@ async fn a_held_call_reports_progress_while_a_human_is_awaited() {
     let progress = agent.progress.lock().unwrap().clone();
     assert!(progress[0].message.as_deref().unwrap().contains("waiting for a human"));
     assert!(progress.windows(2).all(|pair| pair[0].progress < pair[1].progress));
+}
+
+#[tokio::test]
+#[allow(deprecated, reason = "2025-11-25 has logging")]
+async fn the_upstreams_log_messages_reach_a_2025_11_25_client() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let client = connect(&app, &ProtocolVersion::V_2025_11_25, None).await;
+    let agent = client.service().clone();
+    let level = rmcp::model::SetLevelRequestParams::new(rmcp::model::LoggingLevel::Debug);
+    client.peer().set_level(level).await.unwrap();
+    let result = call(&client, "legacy__slow", json!({"seconds": 0.2})).await;
+    assert_eq!(text(&result), "slept 0.2 seconds");
+    assert_eq!(*agent.logs.lock().unwrap(), [json!("sleeping 0.2 seconds")]);
 }
 
 #[tokio::test]
