@@ -4,6 +4,8 @@
 //! that the call waits, and the gateway's own `gateway__await_call` waits again), or the client cancels it.
 
 mod names;
+mod relay;
+mod tasks;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -16,10 +18,9 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock, CreateTaskResult,
-    DetailedTask, ElicitRequest, ElicitRequestParams, ElicitResult, ErrorCode, ErrorData, GetTaskParams, GetTaskResult,
-    Implementation, InputRequest, InputRequests, InputRequiredResult, InputResponses, JsonObject, ListToolsResult,
-    MetaObject, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ServerCapabilities, ServerConfig,
-    SubscriptionFilter, Task, TaskPayload, TaskStatus, Tool, UpdateTaskParams,
+    ErrorData, GetTaskParams, GetTaskResult, Implementation, JsonObject, ListToolsResult, MetaObject,
+    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+    UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -33,12 +34,12 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{ApiError, AppState, to_completion};
 use crate::auth::Principal;
 use crate::config::Prefix;
-use crate::elicitation::{KIND_AUTHORIZATION, KIND_INPUT, elicit_result_to_answer, request_to_elicitation};
 use crate::feed::Concern;
 use crate::records::{CallStatus, CallView, Event, Status, ToolName, Via};
-use crate::registry::AnswerError;
 use crate::upstream::{Following, Progress, Report, ServerStatus, Target};
 use names::Catalog;
+use relay::{input_required, returned_era};
+use tasks::task;
 
 /// Where the front door is served.
 pub const PATH: &str = "/mcp";
@@ -47,8 +48,6 @@ const AWAIT_CALL: &str = "gateway__await_call";
 /// How often a held call reports progress to a client that asked for it: well within the 60 s after which
 /// many client SDKs give up on a request.
 const HEARTBEAT: Duration = Duration::from_secs(15);
-/// How often a client of the tasks extension is asked to poll a task.
-const TASK_POLL: Duration = Duration::from_secs(1);
 /// The `_meta` key of a result that says which call it is about and how that call stands.
 const CALL_META: &str = "io.toolnexus/call";
 
@@ -211,48 +210,7 @@ impl ServerHandler for FrontDoor {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let principal = principal(&context)?;
-        let view = self.own_call(&request.task_id, &principal, Principal::may_see).await?;
-        let payload = match view.status {
-            CallStatus::Running => TaskPayload::Working,
-            CallStatus::InputRequired => {
-                let relayed = match self.relay_to(&context) {
-                    Some(relay) => self.relayable(&view, &principal, &relay, &HashSet::new()).await,
-                    None => Vec::new(),
-                };
-                if relayed.is_empty() {
-                    TaskPayload::Working
-                } else {
-                    TaskPayload::InputRequired {
-                        input_requests: input_requests(relayed),
-                    }
-                }
-            }
-            CallStatus::Completed => TaskPayload::Completed {
-                result: view
-                    .result
-                    .as_ref()
-                    .and_then(Value::as_object)
-                    .cloned()
-                    .unwrap_or_default(),
-            },
-            CallStatus::Failed => {
-                let message = view
-                    .error
-                    .as_ref()
-                    .map_or("the call failed", |error| error.message.as_str());
-                let error = json!({"code": ErrorCode::INTERNAL_ERROR.0, "message": message});
-                TaskPayload::Failed {
-                    error: error.as_object().cloned().unwrap_or_default(),
-                }
-            }
-            CallStatus::Cancelled => TaskPayload::Cancelled,
-        };
-        let mut task = task(&view);
-        if matches!(payload, TaskPayload::Working) && view.status == CallStatus::InputRequired {
-            task.status_message = Some(self.waiting_text(&view, &context).await);
-        }
-        Ok(GetTaskResult::new(DetailedTask::new(task, payload)))
+        self.task_of(&request.task_id, &context).await
     }
 
     /// The answers of a task's client to the Requests `tasks/get` relayed to it.
@@ -271,19 +229,7 @@ impl ServerHandler for FrontDoor {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let principal = principal(&context)?;
-        self.own_call(&request.task_id, &principal, Principal::may_change)
-            .await?;
-        let upstreams = self.state.upstreams.clone();
-        let id = request.task_id;
-        to_completion(async move {
-            Ok(upstreams
-                .cancel_call(&id, "cancelled by its MCP client (tasks/cancel)")
-                .await?)
-        })
-        .await
-        .map_err(|error| ErrorData::internal_error(error.detail().to_owned(), None))?;
-        Ok(())
+        self.cancel_as_task(request.task_id, &context).await
     }
 
     async fn list_tools(
@@ -314,17 +260,7 @@ impl ServerHandler for FrontDoor {
                 .and_then(|arguments| arguments.get("call"))
                 .and_then(Value::as_str)
                 .ok_or_else(|| ErrorData::invalid_params(format!("{AWAIT_CALL} takes {{\"call\": \"<id>\"}}"), None))?;
-            let owner = match self.state.calls.status(call).await {
-                Ok(Some((_, owner))) => owner,
-                Ok(None) => return Err(ErrorData::invalid_params(format!("no call with id {call}"), None)),
-                Err(error) => return Err(ErrorData::internal_error(error.to_string(), None)),
-            };
-            if !principal.may_see(Some(&owner)) {
-                return Err(ErrorData::invalid_params(
-                    format!("call {call} belongs to another principal"),
-                    None,
-                ));
-            }
+            self.own_call(call, &principal, Principal::may_see).await?;
             return self.hold(call, &principal, &context, None).await;
         }
         let catalog = self.catalog().await;
@@ -520,7 +456,8 @@ impl FrontDoor {
         }
     }
 
-    /// A call the principal may see (or change, as `rule` says); a task id naming none is `-32602`.
+    /// A call the principal may see (or change, as `rule` says); an id naming none, or another principal's,
+    /// is `-32602`.
     async fn own_call(
         &self,
         id: &str,
@@ -529,131 +466,9 @@ impl FrontDoor {
     ) -> Result<CallView, ErrorData> {
         match self.state.calls.get(id).await {
             Ok(Some(view)) if rule(principal, Some(&view.owner)) => Ok(view),
-            Ok(_) => Err(ErrorData::invalid_params(format!("no task {id:?} of yours"), None)),
+            Ok(_) => Err(ErrorData::invalid_params(format!("no call {id:?} of yours"), None)),
             Err(error) => Err(ErrorData::internal_error(error.to_string(), None)),
         }
-    }
-
-    /// How the client is asked what the call's upstream asks, if it is: only with `front_door.elicitation =
-    /// "relay"` and elicitation among the client's capabilities (form mode when it names no mode).
-    fn relay_to(&self, context: &RequestContext<RoleServer>) -> Option<Relay> {
-        if !self.policy.relay {
-            return None;
-        }
-        let elicitation = context.client_capabilities()?.elicitation?;
-        let url = elicitation.url.is_some();
-        Some(Relay {
-            form: elicitation.form.is_some() || !url,
-            url,
-            returned: returned_era(context),
-        })
-    }
-
-    /// The call's pending Requests that the client may answer and can show, not relayed before, with the
-    /// elicitation params that ask each.
-    async fn relayable(
-        &self,
-        view: &CallView,
-        principal: &Principal,
-        relay: &Relay,
-        handled: &HashSet<String>,
-    ) -> Vec<(String, ElicitRequestParams)> {
-        let mut asks = Vec::new();
-        for id in view.requests.iter().filter(|id| !handled.contains(*id)) {
-            let Ok(Some(request)) = self.state.registry.get(id).await else {
-                continue;
-            };
-            let shown = match request.request.kind.as_str() {
-                KIND_INPUT => relay.form,
-                KIND_AUTHORIZATION => relay.url,
-                _ => false,
-            };
-            if request.status != Status::Pending || !shown || !principal.may_see(request.owner.as_deref()) {
-                continue;
-            }
-            let params =
-                request_to_elicitation(&request.request).and_then(|params| serde_json::from_value(params).ok());
-            if let Some(params) = params {
-                asks.push((id.clone(), params));
-            }
-        }
-        asks
-    }
-
-    /// Sends a Request to a 2025-11-25 client as `elicitation/create`, and answers the Request with what it
-    /// returns (validated as any answer is). The exchange outlives the hold that started it; a Request being
-    /// asked is not asked again.
-    fn ask(&self, peer: Peer<RoleServer>, request: String, params: ElicitRequestParams, by: String) {
-        if !lock(&self.asking).insert(request.clone()) {
-            return;
-        }
-        let asking = self.asking.clone();
-        let registry = self.state.registry.clone();
-        tokio::spawn(async move {
-            match peer.create_elicitation(params).await {
-                Ok(result) => {
-                    let answer = elicit_result_to_answer(&request, &result);
-                    if let Err(error) = registry.answer(&request, answer, &by).await {
-                        tracing::warn!(%request, %error, "an MCP client's answer to a relayed Request was not taken");
-                    }
-                }
-                Err(error) => tracing::warn!(%request, %error, "relaying a Request to its MCP client failed"),
-            }
-            lock(&asking).remove(&request);
-        });
-    }
-
-    /// Answers the Requests a 2026-07-28 client was relayed, from the `inputResponses` of its retry; `call` is
-    /// the `requestState` the gateway gave it.
-    async fn answer_relayed(
-        &self,
-        call: &str,
-        responses: InputResponses,
-        principal: &Principal,
-    ) -> Result<(), ErrorData> {
-        let unknown = || ErrorData::invalid_params(format!("requestState {call:?} names no call of yours"), None);
-        match self.state.calls.status(call).await {
-            Ok(Some((_, owner))) if principal.may_change(Some(&owner)) => {}
-            Ok(_) => return Err(unknown()),
-            Err(error) => return Err(ErrorData::internal_error(error.to_string(), None)),
-        }
-        for (request, response) in responses {
-            let belongs = matches!(self.state.registry.get(&request).await,
-                Ok(Some(view)) if view.call.as_deref() == Some(call));
-            if !belongs {
-                return Err(ErrorData::invalid_params(
-                    format!("inputResponses: {request:?} is not a Request of call {call}"),
-                    None,
-                ));
-            }
-            let result: ElicitResult = serde_json::from_value(response).map_err(|error| {
-                ErrorData::invalid_params(format!("inputResponses.{request}: not an ElicitResult: {error}"), None)
-            })?;
-            let answer = elicit_result_to_answer(&request, &result);
-            let registry = self.state.registry.clone();
-            let by = principal.name.clone();
-            let id = request.clone();
-            let answered = to_completion(async move { Ok(registry.answer(&id, answer, &by).await) })
-                .await
-                .map_err(|error| ErrorData::internal_error(error.detail().to_owned(), None))?;
-            match answered {
-                // Answered or ended meanwhile, in the inbox or by the upstream: the call goes on as it is.
-                Ok(_) | Err(AnswerError::Conflict(_) | AnswerError::Gone { .. }) => {}
-                Err(AnswerError::Invalid(violations)) => {
-                    return Err(ErrorData::invalid_params(
-                        format!("inputResponses.{request}: the answer does not satisfy the requested schema"),
-                        Some(json!({"errors": violations})),
-                    ));
-                }
-                Err(error) => {
-                    return Err(ErrorData::invalid_params(
-                        format!("inputResponses.{request}: {error}"),
-                        None,
-                    ));
-                }
-            }
-        }
-        Ok(())
     }
 
     /// The result that tells the client the call waits on a human, and how to go on waiting.
@@ -679,56 +494,6 @@ impl FrontDoor {
         }
         pending
     }
-}
-
-/// Whether the client speaks 2026-07-28, where the server asks by returning `input_required` and has no
-/// logging.
-fn returned_era(context: &RequestContext<RoleServer>) -> bool {
-    context
-        .protocol_version()
-        .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28)
-}
-
-/// How a client is asked what a call's upstream asks.
-#[derive(Debug)]
-struct Relay {
-    /// It shows form-mode elicitations.
-    form: bool,
-    /// It shows URL-mode elicitations.
-    url: bool,
-    /// It speaks 2026-07-28: it gets them as an `input_required` result, not as requests.
-    returned: bool,
-}
-
-/// The `input_required` result that relays Requests to a 2026-07-28 client; its `requestState` is the call's
-/// id, which the client's retry sends back with the answers.
-fn input_required(call: &str, asks: Vec<(String, ElicitRequestParams)>) -> InputRequiredResult {
-    InputRequiredResult::new(Some(input_requests(asks)), Some(call.to_owned()))
-}
-
-/// Requests relayed to a client, keyed by their ids.
-fn input_requests(asks: Vec<(String, ElicitRequestParams)>) -> InputRequests {
-    asks.into_iter()
-        .map(|(id, params)| (id, InputRequest::Elicitation(ElicitRequest::new(params))))
-        .collect()
-}
-
-/// A call as the task it is to a client of the tasks extension (its id is the task's).
-fn task(view: &CallView) -> Task {
-    let status = match view.status {
-        CallStatus::Running => TaskStatus::Working,
-        CallStatus::InputRequired => TaskStatus::InputRequired,
-        CallStatus::Completed => TaskStatus::Completed,
-        CallStatus::Failed => TaskStatus::Failed,
-        CallStatus::Cancelled => TaskStatus::Cancelled,
-    };
-    Task::new(
-        view.id.clone(),
-        status,
-        view.created_at.rfc3339(),
-        view.updated_at.rfc3339(),
-    )
-    .with_poll_interval_ms(TASK_POLL.as_millis() as u64)
 }
 
 /// What tells the client the call waits on a human (its `pending` Requests), and how to go on waiting.

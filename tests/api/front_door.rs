@@ -671,7 +671,7 @@ async fn tokens_decide_who_may_use_the_front_door_and_whose_calls_they_see() {
         .call_tool(params("gateway__await_call", json!({"call": id})))
         .await
         .unwrap_err();
-    assert!(refused.to_string().contains("another principal"), "{refused}");
+    assert!(refused.to_string().contains("of yours"), "{refused}");
 }
 
 /// A gateway with extra settings (e.g. `[front_door]`), ready.

@@ -1,0 +1,175 @@
+//! Relay mode (`front_door.elicitation = "relay"`): what a call's upstream asks is also put to the MCP client,
+//! when it declared elicitation in that mode.
+
+use std::collections::HashSet;
+
+use rmcp::model::{
+    ElicitRequest, ElicitRequestParams, ElicitResult, ErrorData, InputRequest, InputRequests, InputRequiredResult,
+    InputResponses, ProtocolVersion,
+};
+use rmcp::service::RequestContext;
+use rmcp::{Peer, RoleServer};
+use serde_json::json;
+
+use super::{FrontDoor, lock};
+use crate::api::to_completion;
+use crate::auth::Principal;
+use crate::elicitation::{KIND_AUTHORIZATION, KIND_INPUT, elicit_result_to_answer, request_to_elicitation};
+use crate::records::{CallView, Status};
+use crate::registry::AnswerError;
+
+impl FrontDoor {
+    /// How the client is asked what the call's upstream asks, if it is: only with `front_door.elicitation =
+    /// "relay"` and elicitation among the client's capabilities (form mode when it names no mode).
+    pub(super) fn relay_to(&self, context: &RequestContext<RoleServer>) -> Option<Relay> {
+        if !self.policy.relay {
+            return None;
+        }
+        let elicitation = context.client_capabilities()?.elicitation?;
+        let url = elicitation.url.is_some();
+        Some(Relay {
+            form: elicitation.form.is_some() || !url,
+            url,
+            returned: returned_era(context),
+        })
+    }
+
+    /// The call's pending Requests that the client may answer and can show, not relayed before, with the
+    /// elicitation params that ask each.
+    pub(super) async fn relayable(
+        &self,
+        view: &CallView,
+        principal: &Principal,
+        relay: &Relay,
+        handled: &HashSet<String>,
+    ) -> Vec<(String, ElicitRequestParams)> {
+        let mut asks = Vec::new();
+        for id in view.requests.iter().filter(|id| !handled.contains(*id)) {
+            let Ok(Some(request)) = self.state.registry.get(id).await else {
+                continue;
+            };
+            let shown = match request.request.kind.as_str() {
+                KIND_INPUT => relay.form,
+                KIND_AUTHORIZATION => relay.url,
+                _ => false,
+            };
+            if request.status != Status::Pending || !shown || !principal.may_see(request.owner.as_deref()) {
+                continue;
+            }
+            let params =
+                request_to_elicitation(&request.request).and_then(|params| serde_json::from_value(params).ok());
+            if let Some(params) = params {
+                asks.push((id.clone(), params));
+            }
+        }
+        asks
+    }
+
+    /// Sends a Request to a 2025-11-25 client as `elicitation/create`, and answers the Request with what it
+    /// returns (validated as any answer is). The exchange outlives the hold that started it; a Request being
+    /// asked is not asked again.
+    pub(super) fn ask(&self, peer: Peer<RoleServer>, request: String, params: ElicitRequestParams, by: String) {
+        if !lock(&self.asking).insert(request.clone()) {
+            return;
+        }
+        let asking = self.asking.clone();
+        let registry = self.state.registry.clone();
+        tokio::spawn(async move {
+            match peer.create_elicitation(params).await {
+                Ok(result) => {
+                    let answer = elicit_result_to_answer(&request, &result);
+                    if let Err(error) = registry.answer(&request, answer, &by).await {
+                        tracing::warn!(%request, %error, "an MCP client's answer to a relayed Request was not taken");
+                    }
+                }
+                Err(error) => tracing::warn!(%request, %error, "relaying a Request to its MCP client failed"),
+            }
+            lock(&asking).remove(&request);
+        });
+    }
+
+    /// Answers the Requests a 2026-07-28 client was relayed, from the `inputResponses` of its retry; `call` is
+    /// the `requestState` the gateway gave it.
+    pub(super) async fn answer_relayed(
+        &self,
+        call: &str,
+        responses: InputResponses,
+        principal: &Principal,
+    ) -> Result<(), ErrorData> {
+        let unknown = || ErrorData::invalid_params(format!("requestState {call:?} names no call of yours"), None);
+        match self.state.calls.status(call).await {
+            Ok(Some((_, owner))) if principal.may_change(Some(&owner)) => {}
+            Ok(_) => return Err(unknown()),
+            Err(error) => return Err(ErrorData::internal_error(error.to_string(), None)),
+        }
+        for (request, response) in responses {
+            let belongs = matches!(self.state.registry.get(&request).await,
+                Ok(Some(view)) if view.call.as_deref() == Some(call));
+            if !belongs {
+                return Err(ErrorData::invalid_params(
+                    format!("inputResponses: {request:?} is not a Request of call {call}"),
+                    None,
+                ));
+            }
+            let result: ElicitResult = serde_json::from_value(response).map_err(|error| {
+                ErrorData::invalid_params(format!("inputResponses.{request}: not an ElicitResult: {error}"), None)
+            })?;
+            let answer = elicit_result_to_answer(&request, &result);
+            let registry = self.state.registry.clone();
+            let by = principal.name.clone();
+            let id = request.clone();
+            let answered = to_completion(async move { Ok(registry.answer(&id, answer, &by).await) })
+                .await
+                .map_err(|error| ErrorData::internal_error(error.detail().to_owned(), None))?;
+            match answered {
+                // Answered or ended meanwhile, in the inbox or by the upstream: the call goes on as it is.
+                Ok(_) | Err(AnswerError::Conflict(_) | AnswerError::Gone { .. }) => {}
+                Err(AnswerError::Invalid(violations)) => {
+                    return Err(ErrorData::invalid_params(
+                        format!("inputResponses.{request}: the answer does not satisfy the requested schema"),
+                        Some(json!({"errors": violations})),
+                    ));
+                }
+                Err(error) => {
+                    return Err(ErrorData::invalid_params(
+                        format!("inputResponses.{request}: {error}"),
+                        None,
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether the client speaks 2026-07-28, where the server asks by returning `input_required` and has no
+/// logging.
+pub(super) fn returned_era(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28)
+}
+
+/// How a client is asked what a call's upstream asks.
+#[derive(Debug)]
+pub(super) struct Relay {
+    /// It shows form-mode elicitations.
+    form: bool,
+    /// It shows URL-mode elicitations.
+    url: bool,
+    /// It speaks 2026-07-28: it gets them as an `input_required` result, not as requests.
+    pub(super) returned: bool,
+}
+
+/// The `input_required` result that relays Requests to a 2026-07-28 client; its `requestState` is the call's
+/// id, which the client's retry sends back with the answers.
+pub(super) fn input_required(call: &str, asks: Vec<(String, ElicitRequestParams)>) -> InputRequiredResult {
+    InputRequiredResult::new(Some(input_requests(asks)), Some(call.to_owned()))
+}
+
+/// Requests relayed to a client, keyed by their ids.
+pub(super) fn input_requests(asks: Vec<(String, ElicitRequestParams)>) -> InputRequests {
+    asks.into_iter()
+        .map(|(id, params)| (id, InputRequest::Elicitation(ElicitRequest::new(params))))
+        .collect()
+}
