@@ -7,7 +7,7 @@ mod names;
 mod relay;
 mod tasks;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,6 +48,8 @@ const AWAIT_CALL: &str = "gateway__await_call";
 /// How often a held call reports progress to a client that asked for it: well within the 60 s after which
 /// many client SDKs give up on a request.
 const HEARTBEAT: Duration = Duration::from_secs(15);
+/// The header that names a 2025-11-25 session.
+const SESSION_ID: &str = "mcp-session-id";
 /// The `_meta` key of a result that says which call it is about and how that call stands.
 const CALL_META: &str = "io.toolnexus/call";
 
@@ -88,15 +90,21 @@ pub fn routes(state: &AppState, policy: FrontDoorPolicy) -> Router<AppState> {
         Arc::new(LocalSessionManager::default()),
         config,
     );
+    let holders = Holders::default();
     Router::new()
         .nest_service(PATH, service)
-        .layer(middleware::from_fn_with_state(state.clone(), admit))
+        .layer(middleware::from_fn_with_state((state.clone(), holders), admit))
 }
 
+/// The principal that opened each 2025-11-25 session, by `Mcp-Session-Id`: a session answers no other.
+#[derive(Debug, Clone, Default)]
+struct Holders(Arc<Mutex<HashMap<String, String>>>);
+
 /// Refuses, before anything runs, a browser page from an origin that is neither the gateway's own nor on
-/// `http.cors_origins` (the MCP transport's guard against DNS rebinding), and an approver, which may not
-/// call tools.
-async fn admit(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// `http.cors_origins` (the MCP transport's guard against DNS rebinding), an approver, which may not call
+/// tools, and a 2025-11-25 session named by another principal than the one that opened it (`404`, as for a
+/// session that does not exist, so that a client opens its own).
+async fn admit(State((state, holders)): State<(AppState, Holders)>, request: Request, next: Next) -> Response {
     if let Some(origin) = request.headers().get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
         let own = request
@@ -126,7 +134,35 @@ async fn admit(State(state): State<AppState>, request: Request, next: Next) -> R
         return ApiError::forbidden(format!("{} is an approver: it may not call tools", principal.name))
             .into_response();
     }
-    next.run(request).await
+    let principal = request
+        .extensions()
+        .get::<Principal>()
+        .map(|principal| principal.name.clone())
+        .unwrap_or_default();
+    let session = request
+        .headers()
+        .get(SESSION_ID)
+        .and_then(|session| session.to_str().ok())
+        .map(str::to_owned);
+    if let Some(session) = &session
+        && lock(&holders.0).get(session).is_some_and(|holder| *holder != principal)
+    {
+        return ApiError::not_found(format!("no session {session:?} of yours")).into_response();
+    }
+    let closing = request.method() == axum::http::Method::DELETE;
+    let response = next.run(request).await;
+    match (&session, response.headers().get(SESSION_ID)) {
+        (None, Some(opened)) => {
+            if let Ok(opened) = opened.to_str() {
+                lock(&holders.0).insert(opened.to_owned(), principal);
+            }
+        }
+        (Some(session), _) if (closing && response.status().is_success()) || response.status() == 404 => {
+            lock(&holders.0).remove(session);
+        }
+        _ => {}
+    }
+    response
 }
 
 /// The handler behind `/mcp`; one per MCP session, all sharing what they learn of the upstreams.

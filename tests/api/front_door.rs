@@ -641,6 +641,23 @@ async fn tokens_decide_who_may_use_the_front_door_and_whose_calls_they_see() {
     assert_eq!(foreign.status(), 403);
     assert!(foreign.text().await.unwrap().contains("Origin"));
 
+    // A 2025-11-25 session answers only the principal that opened it.
+    let opened = post(Some("agent-a-token"), None).await.unwrap();
+    let session = opened.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let in_session = |token: &str| {
+        app.client
+            .post(format!("{}/mcp", app.address))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .bearer_auth(token)
+            .json(&initialized)
+            .send()
+    };
+    assert_eq!(in_session("agent-b-token").await.unwrap().status(), 404);
+    assert_eq!(in_session("agent-a-token").await.unwrap().status(), 202);
+
     let a = connect(&app, &ProtocolVersion::V_2026_07_28, Some("agent-a-token")).await;
     let held = call(&a, "modern__confirm_action", json!({"action": "mine"})).await;
     let id = waiting_call(&held)["id"].as_str().unwrap().to_owned();
