@@ -116,18 +116,32 @@ impl Direct {
 
     /// One plain tool call: `echo`.
     pub async fn echo(&self) -> anyhow::Result<()> {
-        let result = self.call("echo", json!({"text": "bench"})).await?;
-        let text = result
-            .content
-            .first()
-            .and_then(|c| c.as_text())
-            .map(|t| t.text.as_str());
-        ensure!(text == Some("bench"), "echo returned {result:?}");
-        Ok(())
+        check_echoed(&self.call("echo", json!({"text": "bench"})).await?)
+    }
+
+    /// Calls per second of `echo` from `concurrency` concurrent callers on this one session.
+    pub async fn echo_rate(self: &Arc<Self>, concurrency: usize, window: Duration) -> anyhow::Result<f64> {
+        let direct = self.clone();
+        crate::rate(concurrency, window, move || {
+            let direct = direct.clone();
+            async move { direct.echo().await }
+        })
+        .await
     }
 
     /// Closes the session; the demo server exits.
     pub async fn close(mut self) {
         let _ = self.service.close().await;
     }
+}
+
+/// Checks that `echo` returned the text it was given, `bench`.
+pub fn check_echoed(result: &CallToolResult) -> anyhow::Result<()> {
+    let text = result
+        .content
+        .first()
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.as_str());
+    ensure!(text == Some("bench"), "echo returned {result:?}");
+    Ok(())
 }

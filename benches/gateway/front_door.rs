@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::ensure;
 use rmcp::model::{CallToolRequestParams, ProtocolVersion};
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -13,7 +12,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
 use serde_json::json;
 
-use crate::direct::Direct;
+use crate::direct::{Direct, check_echoed};
 use crate::process::{GatewayProcess, MODERN_ONLY};
 use crate::stats::{Samples, overhead, p50_p99};
 use crate::{Era, Plan, rate, record, verdict};
@@ -47,14 +46,7 @@ impl Agent {
     async fn echo(&self) -> anyhow::Result<()> {
         let arguments = json!({"text": "bench"}).as_object().cloned().unwrap_or_default();
         let params = CallToolRequestParams::new(self.echo).with_arguments(arguments);
-        let result = self.service.call_tool(params).await?;
-        let text = result
-            .content
-            .first()
-            .and_then(|c| c.as_text())
-            .map(|t| t.text.as_str());
-        ensure!(text == Some("bench"), "echo returned {result:?}");
-        Ok(())
+        check_echoed(&self.service.call_tool(params).await?)
     }
 }
 
@@ -153,14 +145,7 @@ pub async fn table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
     );
     for &concurrency in plan.concurrencies {
         eprintln!("front door: concurrency {concurrency}");
-        let direct_rate = {
-            let direct = direct.clone();
-            rate(concurrency, plan.window, move || {
-                let direct = direct.clone();
-                async move { direct.echo().await }
-            })
-            .await?
-        };
+        let direct_rate = direct.echo_rate(concurrency, plan.window).await?;
         let door_rate = agents_rate(&door, ECHO, concurrency, plan).await?;
         let http_rate = agents_rate(&demo_url, "echo", concurrency, plan).await?;
         let ratio = door_rate / direct_rate;

@@ -285,14 +285,7 @@ async fn throughput(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
     );
     for &concurrency in plan.concurrencies {
         eprintln!("throughput: concurrency {concurrency}");
-        let direct_rate = {
-            let direct = direct.clone();
-            rate(concurrency, plan.window, move || {
-                let direct = direct.clone();
-                async move { direct.echo().await }
-            })
-            .await?
-        };
+        let direct_rate = direct.echo_rate(concurrency, plan.window).await?;
         let gateway_rate = {
             let rest: Rest = gateway.rest.clone();
             rate(concurrency, plan.window, move || {
