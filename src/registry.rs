@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::elicitation::{self, KIND_AUTHORIZATION};
 use crate::metrics::Metrics;
+use crate::posted::Posted;
 use crate::records::{Event, Filter, RequestView, Status};
 use crate::store::{
     Answered, Decision, NewRequest, NewRound, Pending, PendingCap, PendingCaps, RaiseError, Resolution, Resolved,
@@ -119,6 +120,21 @@ pub enum AskError {
     Store(#[from] StoreError),
 }
 
+/// Why a posted Request was not raised.
+#[derive(Debug, thiserror::Error)]
+pub enum PostError {
+    /// A Request with its id exists already.
+    #[error("a Request with id {0} exists already")]
+    Duplicate(String),
+    /// It is larger than one Request may hold, or its schema cannot be compiled.
+    #[error("{0}")]
+    Unusable(String),
+    #[error(transparent)]
+    Full(PendingCap),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// A 2025-11-25 elicitation raised as a Request, waiting for its outcome.
 #[derive(Debug)]
 pub struct Waiting {
@@ -211,6 +227,48 @@ impl Registry {
         self.raise(requests, Some(round), &origin.server).await
     }
 
+    /// Raises a Request a toolnexus host posted, owned by `owner`: it has no server, session or call, and
+    /// nothing upstream waits on it; its poster reads the Answer.
+    pub async fn post(&self, posted: Posted, owner: &str) -> Result<RequestView, PostError> {
+        let Posted { mut request, deadline } = posted;
+        if request.id.is_empty() {
+            request.id = crate::ids::mint(crate::ids::POSTED);
+        } else if self.shared.store.request_status(&request.id).await?.is_some() {
+            return Err(PostError::Duplicate(request.id));
+        }
+        let bytes = crate::records::json_size(&request);
+        let most = self.shared.policy.max_request_bytes;
+        if bytes > most {
+            return Err(PostError::Unusable(format!(
+                "the Request is {bytes} bytes, more than the {most} one Request may hold (requests.max_request_bytes)"
+            )));
+        }
+        if let Some(data) = request.data.take() {
+            request.data = Some(self.shared.data.share(data).map_err(PostError::Unusable)?.data);
+        }
+        let created_at = Timestamp::now();
+        let deadline = deadline.unwrap_or_else(|| created_at.after(self.shared.policy.ttl));
+        request.expires_at = Some(deadline.rfc3339());
+        let new = NewRequest {
+            request,
+            created_at,
+            deadline,
+            server: None,
+            session: None,
+            call: None,
+            owner: Some(owner.to_owned()),
+            elicitation_id: None,
+            input_key: None,
+            bytes,
+        };
+        match self.raise(vec![new], None, "").await {
+            Ok(mut views) => Ok(views.remove(0)),
+            Err(AskError::Full(cap)) => Err(PostError::Full(cap)),
+            Err(AskError::Store(error)) => Err(PostError::Store(error)),
+            Err(AskError::Unusable(why) | AskError::CallEnded(why)) => Err(PostError::Unusable(why)),
+        }
+    }
+
     async fn raise(
         &self,
         requests: Vec<NewRequest>,
@@ -239,11 +297,11 @@ impl Registry {
         for view in &views {
             self.shared
                 .metrics
-                .inc("toolnexus_requests_created_total", &[("server", &view.server)]);
+                .inc("toolnexus_requests_created_total", &[("server", server_label(view))]);
             tracing::info!(
                 request = %view.request.id,
-                server = %view.server,
-                session = %view.session,
+                server = server_label(view),
+                session = view.session.as_deref().unwrap_or_default(),
                 call = view.call.as_deref().unwrap_or(""),
                 kind = %view.request.kind,
                 "request created"
@@ -278,8 +336,8 @@ impl Registry {
             request,
             created_at,
             deadline,
-            server: origin.server.clone(),
-            session: origin.session.clone(),
+            server: Some(origin.server.clone()),
+            session: Some(origin.session.clone()),
             call: origin.call.clone(),
             owner: origin.owner.clone(),
             elicitation_id,
@@ -318,10 +376,14 @@ impl Registry {
         {
             validation::violations(&validator, data).map_err(AnswerError::Invalid)?;
         }
-        let mut result = elicitation::answer_to_elicit_result(&answer);
-        if is_url {
-            result.content = None;
-        }
+        // A posted Request has no upstream to send a result to.
+        let result = (!view.is_posted()).then(|| {
+            let mut result = elicitation::answer_to_elicit_result(&answer);
+            if is_url {
+                result.content = None;
+            }
+            result
+        });
         let decision = Decision {
             answer: answer.clone(),
             result,
@@ -394,8 +456,8 @@ impl Registry {
         match self.shared.store.undelivered(id, UNDELIVERED).await {
             Ok(Some(view)) => tracing::info!(
                 request = %view.request.id,
-                server = %view.server,
-                session = %view.session,
+                server = server_label(&view),
+                session = view.session.as_deref().unwrap_or_default(),
                 "request cancelled: the upstream withdrew it before the answer reached it"
             ),
             Ok(None) => {}
@@ -502,10 +564,14 @@ impl Registry {
             let metrics = &self.shared.metrics;
             metrics.inc(
                 "toolnexus_requests_resolved_total",
-                &[("server", &view.server), ("outcome", outcome)],
+                &[("server", server_label(view)), ("outcome", outcome)],
             );
             let age = view.created_at.elapsed().as_secs_f64();
-            metrics.observe("toolnexus_request_resolution_seconds", &[("server", &view.server)], age);
+            metrics.observe(
+                "toolnexus_request_resolution_seconds",
+                &[("server", server_label(view))],
+                age,
+            );
         }
     }
 
@@ -615,6 +681,11 @@ fn repeat(view: RequestView, answer: &Answer) -> Result<AnswerAccepted, AnswerEr
     }
 }
 
+/// The server a Request is counted and logged under: `""` for a posted one.
+fn server_label(view: &RequestView) -> &str {
+    view.server.as_deref().unwrap_or_default()
+}
+
 fn action_name(action: &ElicitationAction) -> &'static str {
     match action {
         ElicitationAction::Accept => "accept",
@@ -632,8 +703,8 @@ fn log_resolution(view: &RequestView) {
         .unwrap_or_default();
     tracing::info!(
         request = %view.request.id,
-        server = %view.server,
-        session = %view.session,
+        server = server_label(view),
+        session = view.session.as_deref().unwrap_or_default(),
         call = view.call.as_deref().unwrap_or(""),
         status = view.status.as_str(),
         ok = answer.map(|answer| answer.ok),

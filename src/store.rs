@@ -93,8 +93,9 @@ pub struct NewRequest {
     pub created_at: Timestamp,
     /// When it expires (its `expiresAt`).
     pub deadline: Timestamp,
-    pub server: String,
-    pub session: String,
+    /// The server and session it arrived on; `None` for a Request posted to `POST /requests`.
+    pub server: Option<String>,
+    pub session: Option<String>,
     pub call: Option<String>,
     pub owner: Option<String>,
     /// The `elicitationId` of a URL-mode elicitation, to match the upstream's completion notification.
@@ -134,8 +135,8 @@ pub enum RaiseError {
 #[derive(Debug, Clone)]
 pub struct Decision {
     pub answer: Answer,
-    /// The `ElicitResult` the answer maps to.
-    pub result: ElicitResult,
+    /// The `ElicitResult` the answer maps to; `None` for a posted Request, which has no upstream.
+    pub result: Option<ElicitResult>,
     /// The principal answering.
     pub by: String,
 }
@@ -177,7 +178,8 @@ pub enum Pending {
     Ids(Vec<String>),
     /// The elicitation requests (2025-11-25) raised on a session, which cannot outlive it.
     Session(String),
-    /// Elicitation requests (2025-11-25), which cannot outlive the upstream request they answer.
+    /// Elicitation requests (2025-11-25), which cannot outlive the upstream request they answer (posted
+    /// Requests, which no upstream request waits on, are not among them).
     Elicitations,
     /// Every one.
     All,
@@ -618,12 +620,14 @@ pub(crate) fn resolve_view(view: &mut RequestView, resolution: &Resolution, now:
         Resolution::Expired => {
             view.status = Status::Expired;
             view.answer = Some(Answer::expired(&view.request.id));
-            view.result = Some(ElicitResult::new(rmcp::model::ElicitationAction::Cancel));
+            if !view.is_posted() {
+                view.result = Some(ElicitResult::new(rmcp::model::ElicitationAction::Cancel));
+            }
         }
         Resolution::Cancelled { detail, told_cancel } => {
             view.status = Status::Cancelled;
             view.detail = Some(detail.clone());
-            if *told_cancel {
+            if *told_cancel && !view.is_posted() {
                 view.result = Some(ElicitResult::new(rmcp::model::ElicitationAction::Cancel));
             }
         }
@@ -636,7 +640,7 @@ pub(crate) fn answer_view(view: &mut RequestView, decision: Decision, now: Times
     view.resolved_at = Some(now);
     view.answer = Some(decision.answer);
     view.answered_by = Some(decision.by);
-    view.result = Some(decision.result);
+    view.result = decision.result;
 }
 
 /// The detail of the Requests of a call that ended while they were pending.

@@ -62,7 +62,7 @@ impl Sqlite {
                     request: new.request.id.clone(),
                     pending: PendingRequest {
                         owner: new.owner.clone(),
-                        server: new.server.clone(),
+                        server: new.server.clone().unwrap_or_default(),
                         bytes: new.bytes,
                     },
                 });
@@ -152,7 +152,11 @@ impl Sqlite {
                     "status = 'pending' AND session = ?1 AND round IS NULL",
                     params![session],
                 )?,
-                Pending::Elicitations => select_ids(tx.conn, "status = 'pending' AND round IS NULL", [])?,
+                Pending::Elicitations => select_ids(
+                    tx.conn,
+                    "status = 'pending' AND round IS NULL AND session IS NOT NULL",
+                    [],
+                )?,
                 Pending::All => select_ids(tx.conn, "status = 'pending'", [])?,
             };
             resolve_ids(tx, &ids, &resolution)
