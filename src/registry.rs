@@ -135,6 +135,18 @@ pub enum PostError {
     Store(#[from] StoreError),
 }
 
+impl From<RaiseError> for AskError {
+    fn from(error: RaiseError) -> Self {
+        match error {
+            RaiseError::Full(cap) => AskError::Full(cap),
+            RaiseError::CallEnded(call) => AskError::CallEnded(call),
+            // Minted ids are never taken; the store says so all the same.
+            RaiseError::Taken(id) => AskError::Unusable(format!("a Request with id {id} exists already")),
+            RaiseError::Store(error) => AskError::Store(error),
+        }
+    }
+}
+
 /// A 2025-11-25 elicitation raised as a Request, waiting for its outcome.
 #[derive(Debug)]
 pub struct Waiting {
@@ -207,7 +219,7 @@ impl Registry {
         self.waiters().insert(id.clone(), Waiter { reply, withdrawn });
         if let Err(error) = self.raise(vec![new], None, &origin.server).await {
             self.waiters().remove(&id);
-            return Err(error);
+            return Err(error.into());
         }
         Ok(Waiting { id, outcome })
     }
@@ -224,7 +236,7 @@ impl Registry {
                 self.new_request(&params, origin, Some(key.clone()))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        self.raise(requests, Some(round), &origin.server).await
+        Ok(self.raise(requests, Some(round), &origin.server).await?)
     }
 
     /// Raises a Request a toolnexus host posted, owned by `owner`: it has no server, session or call, and
@@ -233,8 +245,6 @@ impl Registry {
         let Posted { mut request, deadline } = posted;
         if request.id.is_empty() {
             request.id = crate::ids::mint(crate::ids::POSTED);
-        } else if self.shared.store.request_status(&request.id).await?.is_some() {
-            return Err(PostError::Duplicate(request.id));
         }
         let bytes = crate::records::json_size(&request);
         let most = self.shared.policy.max_request_bytes;
@@ -263,9 +273,10 @@ impl Registry {
         };
         match self.raise(vec![new], None, "").await {
             Ok(mut views) => Ok(views.remove(0)),
-            Err(AskError::Full(cap)) => Err(PostError::Full(cap)),
-            Err(AskError::Store(error)) => Err(PostError::Store(error)),
-            Err(AskError::Unusable(why) | AskError::CallEnded(why)) => Err(PostError::Unusable(why)),
+            Err(RaiseError::Full(cap)) => Err(PostError::Full(cap)),
+            Err(RaiseError::Taken(id)) => Err(PostError::Duplicate(id)),
+            Err(RaiseError::Store(error)) => Err(PostError::Store(error)),
+            Err(RaiseError::CallEnded(call)) => Err(PostError::Unusable(format!("call {call} has ended"))),
         }
     }
 
@@ -274,7 +285,7 @@ impl Registry {
         requests: Vec<NewRequest>,
         round: Option<NewRound>,
         server: &str,
-    ) -> Result<Vec<RequestView>, AskError> {
+    ) -> Result<Vec<RequestView>, RaiseError> {
         let count = requests.len();
         let soonest = requests.iter().map(|request| request.deadline).min();
         let views = match self.shared.store.raise(requests, round, self.shared.policy.caps).await {
@@ -285,10 +296,9 @@ impl Registry {
                         .metrics
                         .inc("toolnexus_requests_rejected_total", &[("server", server)]);
                 }
-                return Err(AskError::Full(cap));
+                return Err(RaiseError::Full(cap));
             }
-            Err(RaiseError::CallEnded(call)) => return Err(AskError::CallEnded(call)),
-            Err(RaiseError::Store(error)) => return Err(AskError::Store(error)),
+            Err(refused) => return Err(refused),
         };
         let planned = *lock(&self.shared.reaper_at);
         if soonest.is_some_and(|soonest| planned.is_none_or(|planned| soonest < planned)) {
@@ -557,9 +567,13 @@ impl Registry {
         for view in views {
             self.hand_over(view, tell);
             log_resolution(view);
-            let outcome = match (view.status, &view.result) {
-                (Status::Answered, Some(result)) => action_name(&result.action),
-                (status, _) => status.as_str(),
+            // A posted Request has no result: its answer is counted as the result it would map to.
+            let outcome = match (view.status, &view.result, &view.answer) {
+                (Status::Answered, Some(result), _) => action_name(&result.action),
+                (Status::Answered, None, Some(answer)) => {
+                    action_name(&elicitation::answer_to_elicit_result(answer).action)
+                }
+                (status, _, _) => status.as_str(),
             };
             let metrics = &self.shared.metrics;
             metrics.inc(

@@ -127,8 +127,19 @@ pub enum RaiseError {
     /// Their call has ended (or is unknown): nothing would take their answers.
     #[error("call {0} has ended")]
     CallEnded(String),
+    /// A posted Request's id is taken by a Request kept already.
+    #[error("a Request with id {0} exists already")]
+    Taken(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// The ids of `requests` that their posters chose (a minted id is never taken), to be checked as not taken.
+pub(crate) fn chosen_ids(requests: &[NewRequest]) -> impl Iterator<Item = &str> {
+    requests
+        .iter()
+        .filter(|new| new.server.is_none())
+        .map(|new| new.request.id.as_str())
 }
 
 /// An answer the gateway has checked and mapped, to be decided.
@@ -383,8 +394,8 @@ impl Store {
         matches!(self, Store::Sqlite(_) | Store::Postgres(_))
     }
 
-    /// Raises pending Requests, with the round they answer (2026-07-28), unless they do not fit `caps` or
-    /// their call has ended; their call, if they have one, waits on them.
+    /// Raises pending Requests, with the round they answer (2026-07-28), unless they do not fit `caps`, their
+    /// call has ended, or a posted one's id is taken; their call, if they have one, waits on them.
     pub async fn raise(
         &self,
         requests: Vec<NewRequest>,

@@ -141,13 +141,17 @@ pub async fn list(
 )]
 pub struct PostRequest {
     /// The Request's id, 1 to 128 of `A-Z a-z 0-9 _ - . :`; the gateway mints a `req-` one when absent.
+    #[schema(pattern = "^[A-Za-z0-9_.:-]{1,128}$")]
     id: Option<String>,
-    /// Open vocabulary; `input` needs `data.schema`, `question` needs `data.questions`, `authorization`
-    /// needs `url`.
+    /// Open vocabulary, 1 to 128 of `A-Z a-z 0-9 _ - . :`; `input` needs `data.schema`, `question` needs
+    /// `data.questions`, `authorization` needs `url`.
+    #[schema(pattern = "^[A-Za-z0-9_.:-]{1,128}$")]
     kind: String,
-    /// What is asked, in human words.
+    /// What is asked, in human words (not blank).
+    #[schema(pattern = "\\S")]
     prompt: String,
     /// An http or https URL: where the action happens (`authorization`).
+    #[schema(pattern = "^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\\s][^\\s]*$")]
     url: Option<String>,
     /// Kind-specific: `{"schema": …}` (a flat form, as for a form-mode elicitation) for `input`,
     /// `{"questions": [{"question", "header"?, "options"?, "multiple"?}]}` for `question`.

@@ -133,6 +133,9 @@ impl Memory {
         caps: PendingCaps,
     ) -> Result<Vec<RequestView>, RaiseError> {
         let mut state = self.lock();
+        if let Some(taken) = super::chosen_ids(&requests).find(|id| state.requests.get(id).is_some()) {
+            return Err(RaiseError::Taken(taken.to_owned()));
+        }
         state.shares.admit(&requests, &caps)?;
         for call in requests.iter().filter_map(|new| new.call.as_deref()) {
             if state.calls.get(call).is_none_or(|entry| entry.view.status.is_final()) {

@@ -393,6 +393,13 @@ async fn a_posted_request_counts_per_owner_and_in_all_but_against_no_server() {
         };
         let first = store.raise(vec![posted_request("ada")], None, caps).await.unwrap();
         assert_eq!((first[0].server.as_deref(), first[0].session.as_deref()), (None, None));
+        let mut again = posted_request("bob");
+        again.request.id = first[0].request.id.clone();
+        let taken = store.raise(vec![again], None, caps).await.unwrap_err();
+        assert!(
+            matches!(&taken, RaiseError::Taken(id) if *id == first[0].request.id),
+            "{taken:?}"
+        );
         store.raise(vec![posted_request("ada")], None, caps).await.unwrap();
         let refused = store.raise(vec![posted_request("ada")], None, caps).await.unwrap_err();
         assert!(

@@ -206,6 +206,16 @@ async fn a_duplicate_id_is_a_conflict_and_expiry_is_kept() {
         .post("/requests", &json!({"id": "once", "kind": "x", "prompt": "p"}))
         .await;
     assert_eq!(again.status(), 409);
+
+    let body = json!({"id": "raced", "kind": "x", "prompt": "p"});
+    let racing = (0..8).map(|_| app.post("/requests", &body));
+    let mut statuses: Vec<u16> = futures::future::join_all(racing)
+        .await
+        .iter()
+        .map(|response| response.status().as_u16())
+        .collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [201, 409, 409, 409, 409, 409, 409, 409]);
 }
 
 #[tokio::test]

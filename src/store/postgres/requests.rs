@@ -41,6 +41,15 @@ impl Postgres {
                         return Ok(Err(RaiseError::CallEnded(call.to_owned())));
                     }
                 }
+                for id in crate::store::chosen_ids(&requests) {
+                    let taken: bool = tx
+                        .query_one("SELECT EXISTS (SELECT 1 FROM requests WHERE id = $1)", &[&id])
+                        .await?
+                        .try_get(0)?;
+                    if taken {
+                        return Ok(Err(RaiseError::Taken(id.to_owned())));
+                    }
+                }
                 let now = Timestamp::now();
                 if let Some(round) = &round {
                     tx.execute(

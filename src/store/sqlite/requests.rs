@@ -39,6 +39,15 @@ impl Sqlite {
                     return Ok(Err(RaiseError::CallEnded(call.to_owned())));
                 }
             }
+            for id in crate::store::chosen_ids(&requests) {
+                let taken: bool = tx
+                    .conn
+                    .prepare_cached("SELECT EXISTS (SELECT 1 FROM requests WHERE id = ?1)")?
+                    .query_row([id], |row| row.get(0))?;
+                if taken {
+                    return Ok(Err(RaiseError::Taken(id.to_owned())));
+                }
+            }
             let now = Timestamp::now();
             if let Some(round) = &round {
                 tx.conn
