@@ -178,7 +178,7 @@ struct OpenApiJson(Arc<str>);
 /// Every route is registered through `routes!`, so the document describes each one by construction.
 pub fn router(state: AppState) -> Router {
     let (router, mut document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(requests::list))
+        .routes(routes!(requests::list, requests::post))
         .routes(routes!(requests::get))
         .routes(routes!(requests::answer))
         .routes(routes!(calls::list, calls::start))

@@ -2,6 +2,8 @@
 
 /// Prefix of Request ids minted by the elicitation bridge.
 pub const REQUEST: &str = "elc-";
+/// Prefix of Request ids minted for Requests posted to `POST /requests`.
+pub const POSTED: &str = "req-";
 /// Prefix of Call ids.
 pub const CALL: &str = "call-";
 /// Prefix of Session ids.

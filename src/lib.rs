@@ -16,6 +16,7 @@ pub mod front_door;
 pub mod ids;
 pub mod logs;
 pub mod metrics;
+pub mod posted;
 pub mod records;
 pub mod redact;
 pub mod registry;

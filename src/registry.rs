@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::elicitation::{self, KIND_AUTHORIZATION};
 use crate::metrics::Metrics;
+use crate::posted::Posted;
 use crate::records::{Event, Filter, RequestView, Status};
 use crate::store::{
     Answered, Decision, NewRequest, NewRound, Pending, PendingCap, PendingCaps, RaiseError, Resolution, Resolved,
@@ -119,6 +120,33 @@ pub enum AskError {
     Store(#[from] StoreError),
 }
 
+/// Why a posted Request was not raised.
+#[derive(Debug, thiserror::Error)]
+pub enum PostError {
+    /// A Request with its id exists already.
+    #[error("a Request with id {0} exists already")]
+    Duplicate(String),
+    /// It is larger than one Request may hold, or its schema cannot be compiled.
+    #[error("{0}")]
+    Unusable(String),
+    #[error(transparent)]
+    Full(PendingCap),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<RaiseError> for AskError {
+    fn from(error: RaiseError) -> Self {
+        match error {
+            RaiseError::Full(cap) => AskError::Full(cap),
+            RaiseError::CallEnded(call) => AskError::CallEnded(call),
+            // Minted ids are never taken; the store says so all the same.
+            RaiseError::Taken(id) => AskError::Unusable(format!("a Request with id {id} exists already")),
+            RaiseError::Store(error) => AskError::Store(error),
+        }
+    }
+}
+
 /// A 2025-11-25 elicitation raised as a Request, waiting for its outcome.
 #[derive(Debug)]
 pub struct Waiting {
@@ -191,7 +219,7 @@ impl Registry {
         self.waiters().insert(id.clone(), Waiter { reply, withdrawn });
         if let Err(error) = self.raise(vec![new], None, &origin.server).await {
             self.waiters().remove(&id);
-            return Err(error);
+            return Err(error.into());
         }
         Ok(Waiting { id, outcome })
     }
@@ -208,7 +236,48 @@ impl Registry {
                 self.new_request(&params, origin, Some(key.clone()))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        self.raise(requests, Some(round), &origin.server).await
+        Ok(self.raise(requests, Some(round), &origin.server).await?)
+    }
+
+    /// Raises a Request a toolnexus host posted, owned by `owner`: it has no server, session or call, and
+    /// nothing upstream waits on it; its poster reads the Answer.
+    pub async fn post(&self, posted: Posted, owner: &str) -> Result<RequestView, PostError> {
+        let Posted { mut request, deadline } = posted;
+        if request.id.is_empty() {
+            request.id = crate::ids::mint(crate::ids::POSTED);
+        }
+        let bytes = crate::records::json_size(&request);
+        let most = self.shared.policy.max_request_bytes;
+        if bytes > most {
+            return Err(PostError::Unusable(format!(
+                "the Request is {bytes} bytes, more than the {most} one Request may hold (requests.max_request_bytes)"
+            )));
+        }
+        if let Some(data) = request.data.take() {
+            request.data = Some(self.shared.data.share(data).map_err(PostError::Unusable)?.data);
+        }
+        let created_at = Timestamp::now();
+        let deadline = deadline.unwrap_or_else(|| created_at.after(self.shared.policy.ttl));
+        request.expires_at = Some(deadline.rfc3339());
+        let new = NewRequest {
+            request,
+            created_at,
+            deadline,
+            server: None,
+            session: None,
+            call: None,
+            owner: Some(owner.to_owned()),
+            elicitation_id: None,
+            input_key: None,
+            bytes,
+        };
+        match self.raise(vec![new], None, "").await {
+            Ok(mut views) => Ok(views.remove(0)),
+            Err(RaiseError::Full(cap)) => Err(PostError::Full(cap)),
+            Err(RaiseError::Taken(id)) => Err(PostError::Duplicate(id)),
+            Err(RaiseError::Store(error)) => Err(PostError::Store(error)),
+            Err(RaiseError::CallEnded(call)) => Err(PostError::Unusable(format!("call {call} has ended"))),
+        }
     }
 
     async fn raise(
@@ -216,7 +285,7 @@ impl Registry {
         requests: Vec<NewRequest>,
         round: Option<NewRound>,
         server: &str,
-    ) -> Result<Vec<RequestView>, AskError> {
+    ) -> Result<Vec<RequestView>, RaiseError> {
         let count = requests.len();
         let soonest = requests.iter().map(|request| request.deadline).min();
         let views = match self.shared.store.raise(requests, round, self.shared.policy.caps).await {
@@ -227,10 +296,9 @@ impl Registry {
                         .metrics
                         .inc("toolnexus_requests_rejected_total", &[("server", server)]);
                 }
-                return Err(AskError::Full(cap));
+                return Err(RaiseError::Full(cap));
             }
-            Err(RaiseError::CallEnded(call)) => return Err(AskError::CallEnded(call)),
-            Err(RaiseError::Store(error)) => return Err(AskError::Store(error)),
+            Err(refused) => return Err(refused),
         };
         let planned = *lock(&self.shared.reaper_at);
         if soonest.is_some_and(|soonest| planned.is_none_or(|planned| soonest < planned)) {
@@ -239,11 +307,11 @@ impl Registry {
         for view in &views {
             self.shared
                 .metrics
-                .inc("toolnexus_requests_created_total", &[("server", &view.server)]);
+                .inc("toolnexus_requests_created_total", &[("server", server_label(view))]);
             tracing::info!(
                 request = %view.request.id,
-                server = %view.server,
-                session = %view.session,
+                server = server_label(view),
+                session = view.session.as_deref().unwrap_or_default(),
                 call = view.call.as_deref().unwrap_or(""),
                 kind = %view.request.kind,
                 "request created"
@@ -278,8 +346,8 @@ impl Registry {
             request,
             created_at,
             deadline,
-            server: origin.server.clone(),
-            session: origin.session.clone(),
+            server: Some(origin.server.clone()),
+            session: Some(origin.session.clone()),
             call: origin.call.clone(),
             owner: origin.owner.clone(),
             elicitation_id,
@@ -318,10 +386,14 @@ impl Registry {
         {
             validation::violations(&validator, data).map_err(AnswerError::Invalid)?;
         }
-        let mut result = elicitation::answer_to_elicit_result(&answer);
-        if is_url {
-            result.content = None;
-        }
+        // A posted Request has no upstream to send a result to.
+        let result = (!view.is_posted()).then(|| {
+            let mut result = elicitation::answer_to_elicit_result(&answer);
+            if is_url {
+                result.content = None;
+            }
+            result
+        });
         let decision = Decision {
             answer: answer.clone(),
             result,
@@ -394,8 +466,8 @@ impl Registry {
         match self.shared.store.undelivered(id, UNDELIVERED).await {
             Ok(Some(view)) => tracing::info!(
                 request = %view.request.id,
-                server = %view.server,
-                session = %view.session,
+                server = server_label(&view),
+                session = view.session.as_deref().unwrap_or_default(),
                 "request cancelled: the upstream withdrew it before the answer reached it"
             ),
             Ok(None) => {}
@@ -495,17 +567,25 @@ impl Registry {
         for view in views {
             self.hand_over(view, tell);
             log_resolution(view);
-            let outcome = match (view.status, &view.result) {
-                (Status::Answered, Some(result)) => action_name(&result.action),
-                (status, _) => status.as_str(),
+            // A posted Request has no result: its answer is counted as the result it would map to.
+            let outcome = match (view.status, &view.result, &view.answer) {
+                (Status::Answered, Some(result), _) => action_name(&result.action),
+                (Status::Answered, None, Some(answer)) => {
+                    action_name(&elicitation::answer_to_elicit_result(answer).action)
+                }
+                (status, _, _) => status.as_str(),
             };
             let metrics = &self.shared.metrics;
             metrics.inc(
                 "toolnexus_requests_resolved_total",
-                &[("server", &view.server), ("outcome", outcome)],
+                &[("server", server_label(view)), ("outcome", outcome)],
             );
             let age = view.created_at.elapsed().as_secs_f64();
-            metrics.observe("toolnexus_request_resolution_seconds", &[("server", &view.server)], age);
+            metrics.observe(
+                "toolnexus_request_resolution_seconds",
+                &[("server", server_label(view))],
+                age,
+            );
         }
     }
 
@@ -615,6 +695,11 @@ fn repeat(view: RequestView, answer: &Answer) -> Result<AnswerAccepted, AnswerEr
     }
 }
 
+/// The server a Request is counted and logged under: `""` for a posted one.
+fn server_label(view: &RequestView) -> &str {
+    view.server.as_deref().unwrap_or_default()
+}
+
 fn action_name(action: &ElicitationAction) -> &'static str {
     match action {
         ElicitationAction::Accept => "accept",
@@ -632,8 +717,8 @@ fn log_resolution(view: &RequestView) {
         .unwrap_or_default();
     tracing::info!(
         request = %view.request.id,
-        server = %view.server,
-        session = %view.session,
+        server = server_label(view),
+        session = view.session.as_deref().unwrap_or_default(),
         call = view.call.as_deref().unwrap_or(""),
         status = view.status.as_str(),
         ok = answer.map(|answer| answer.ok),

@@ -93,8 +93,9 @@ pub struct NewRequest {
     pub created_at: Timestamp,
     /// When it expires (its `expiresAt`).
     pub deadline: Timestamp,
-    pub server: String,
-    pub session: String,
+    /// The server and session it arrived on; `None` for a Request posted to `POST /requests`.
+    pub server: Option<String>,
+    pub session: Option<String>,
     pub call: Option<String>,
     pub owner: Option<String>,
     /// The `elicitationId` of a URL-mode elicitation, to match the upstream's completion notification.
@@ -126,16 +127,27 @@ pub enum RaiseError {
     /// Their call has ended (or is unknown): nothing would take their answers.
     #[error("call {0} has ended")]
     CallEnded(String),
+    /// A posted Request's id is taken by a Request kept already.
+    #[error("a Request with id {0} exists already")]
+    Taken(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// The ids of `requests` that their posters chose (a minted id is never taken), to be checked as not taken.
+pub(crate) fn chosen_ids(requests: &[NewRequest]) -> impl Iterator<Item = &str> {
+    requests
+        .iter()
+        .filter(|new| new.server.is_none())
+        .map(|new| new.request.id.as_str())
 }
 
 /// An answer the gateway has checked and mapped, to be decided.
 #[derive(Debug, Clone)]
 pub struct Decision {
     pub answer: Answer,
-    /// The `ElicitResult` the answer maps to.
-    pub result: ElicitResult,
+    /// The `ElicitResult` the answer maps to; `None` for a posted Request, which has no upstream.
+    pub result: Option<ElicitResult>,
     /// The principal answering.
     pub by: String,
 }
@@ -177,7 +189,8 @@ pub enum Pending {
     Ids(Vec<String>),
     /// The elicitation requests (2025-11-25) raised on a session, which cannot outlive it.
     Session(String),
-    /// Elicitation requests (2025-11-25), which cannot outlive the upstream request they answer.
+    /// Elicitation requests (2025-11-25), which cannot outlive the upstream request they answer (posted
+    /// Requests, which no upstream request waits on, are not among them).
     Elicitations,
     /// Every one.
     All,
@@ -381,8 +394,8 @@ impl Store {
         matches!(self, Store::Sqlite(_) | Store::Postgres(_))
     }
 
-    /// Raises pending Requests, with the round they answer (2026-07-28), unless they do not fit `caps` or
-    /// their call has ended; their call, if they have one, waits on them.
+    /// Raises pending Requests, with the round they answer (2026-07-28), unless they do not fit `caps`, their
+    /// call has ended, or a posted one's id is taken; their call, if they have one, waits on them.
     pub async fn raise(
         &self,
         requests: Vec<NewRequest>,
@@ -618,12 +631,14 @@ pub(crate) fn resolve_view(view: &mut RequestView, resolution: &Resolution, now:
         Resolution::Expired => {
             view.status = Status::Expired;
             view.answer = Some(Answer::expired(&view.request.id));
-            view.result = Some(ElicitResult::new(rmcp::model::ElicitationAction::Cancel));
+            if !view.is_posted() {
+                view.result = Some(ElicitResult::new(rmcp::model::ElicitationAction::Cancel));
+            }
         }
         Resolution::Cancelled { detail, told_cancel } => {
             view.status = Status::Cancelled;
             view.detail = Some(detail.clone());
-            if *told_cancel {
+            if *told_cancel && !view.is_posted() {
                 view.result = Some(ElicitResult::new(rmcp::model::ElicitationAction::Cancel));
             }
         }
@@ -636,7 +651,7 @@ pub(crate) fn answer_view(view: &mut RequestView, decision: Decision, now: Times
     view.resolved_at = Some(now);
     view.answer = Some(decision.answer);
     view.answered_by = Some(decision.by);
-    view.result = Some(decision.result);
+    view.result = decision.result;
 }
 
 /// The detail of the Requests of a call that ended while they were pending.

@@ -298,11 +298,12 @@ function outcome(request) {
   }
 }
 
-/** What a Request is about, as nodes: its tool, server and prompt, each isolated. */
+/** What a Request is about, as nodes: its tool, server (or poster) and prompt, each isolated. */
 function title(request) {
   const entry = request.call && calls.get(request.call);
   const kind = request.kind === 'authorization' ? 'Authorization' : 'Request';
   const what = request.prompt ? isolated(request.prompt) : kind;
+  if (request.server === undefined) return ['Posted by ', isolated(poster(request)), ': ', what];
   const where = [isolated(request.server), ': ', what];
   return entry ? [isolated(entry.tool), ' on ', where] : where;
 }
@@ -361,10 +362,21 @@ function duration(ms) {
 
 // ---- one Request ----------------------------------------------------------------------------------------
 
+/** Who posted a Request that no server raised (POST /requests). */
+function poster(request) {
+  return request.owner || 'unknown';
+}
+
 function card(request, clock) {
   const heading = `h-${request.id}`;
   const known = request.call && calls.get(request.call);
-  const meta = h(
+  const posted = h(
+    'dl',
+    { class: 'meta' },
+    h('div', {}, h('dt', { text: 'Posted by' }), h('dd', {}, isolated(poster(request)))),
+    h('div', {}, h('dt', { text: 'Kind' }), h('dd', {}, isolated(request.kind))),
+  );
+  const meta = request.server === undefined ? posted : h(
     'dl',
     { class: 'meta' },
     h('div', {}, h('dt', { text: 'Server' }), h('dd', {}, isolated(request.server))),

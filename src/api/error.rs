@@ -4,7 +4,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use crate::registry::AnswerError;
+use crate::registry::{AnswerError, PostError};
 use crate::store::StoreError;
 use crate::upstream::UpstreamError;
 use crate::validation::Violation;
@@ -43,6 +43,14 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, detail)
     }
 
+    /// A problem listing every way the request is wrong, under `errors`.
+    pub fn listing(status: StatusCode, detail: impl Into<String>, errors: Vec<Violation>) -> Self {
+        Self {
+            errors: Some(errors),
+            ..Self::new(status, detail)
+        }
+    }
+
     /// `403`: the principal's role or ownership does not allow it.
     pub fn forbidden(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, detail)
@@ -66,6 +74,25 @@ impl From<AnswerError> for ApiError {
                 ..Self::new(StatusCode::UNPROCESSABLE_ENTITY, detail)
             },
             AnswerError::Store(error) => error.into(),
+        }
+    }
+}
+
+impl From<PostError> for ApiError {
+    fn from(error: PostError) -> Self {
+        let detail = error.to_string();
+        match error {
+            PostError::Duplicate(_) => Self::new(StatusCode::CONFLICT, detail),
+            PostError::Unusable(message) => Self::listing(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "the Request cannot be raised",
+                vec![Violation {
+                    path: String::new(),
+                    message,
+                }],
+            ),
+            PostError::Full(_) => Self::new(StatusCode::TOO_MANY_REQUESTS, detail),
+            PostError::Store(error) => error.into(),
         }
     }
 }
@@ -113,7 +140,8 @@ pub struct Problem {
     pub status: u16,
     /// What went wrong, in human words.
     pub detail: String,
-    /// For a `422`: every way the answer's data fails the requested schema.
+    /// Every way the body is wrong: for a `422`, each way an answer's data fails the requested schema; for
+    /// `POST /requests`, each problem of the posted Request (`400` and `422`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub errors: Option<Vec<Violation>>,
 }

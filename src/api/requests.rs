@@ -1,16 +1,18 @@
-//! `/requests`: list, read and answer Requests.
+//! `/requests`: list, post, read and answer Requests.
 
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
+use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
 use crate::feed::Concern;
+use crate::posted::{Posted, Refusal};
 use crate::records::{CallView, Event, EventKind, Filter, RequestView, Status};
 use crate::suspension::Answer;
 
@@ -130,6 +132,77 @@ pub async fn list(
     Ok((headers, Json(page)))
 }
 
+/// The body of `POST /requests`: a §10 Request. What each kind requires is checked (see the README).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(
+    dead_code,
+    reason = "documents the body, which is parsed by `Posted::parse` to list every problem"
+)]
+pub struct PostRequest {
+    /// The Request's id, 1 to 128 of `A-Z a-z 0-9 _ - . :`; the gateway mints a `req-` one when absent.
+    #[schema(pattern = "^[A-Za-z0-9_.:-]{1,128}$")]
+    id: Option<String>,
+    /// Open vocabulary, 1 to 128 of `A-Z a-z 0-9 _ - . :`; `input` needs `data.schema`, `question` needs
+    /// `data.questions`, `authorization` needs `url`.
+    #[schema(pattern = "^[A-Za-z0-9_.:-]{1,128}$")]
+    kind: String,
+    /// What is asked, in human words (not blank).
+    #[schema(pattern = "\\S")]
+    prompt: String,
+    /// An http or https URL: where the action happens (`authorization`).
+    #[schema(pattern = "^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\\s][^\\s]*$")]
+    url: Option<String>,
+    /// Kind-specific: `{"schema": …}` (a flat form, as for a form-mode elicitation) for `input`,
+    /// `{"questions": [{"question", "header"?, "options"?, "multiple"?}]}` for `question`.
+    #[schema(value_type = Option<Object>)]
+    data: Option<Map<String, Value>>,
+    /// RFC 3339 UTC instant after which the Request expires (default: `requests.ttl` from now).
+    #[schema(format = DateTime)]
+    expires_at: Option<String>,
+}
+
+/// `POST /requests`: raises a Request posted by a toolnexus host, owned by the principal posting it.
+#[utoipa::path(
+    post,
+    path = "/requests",
+    tag = "requests",
+    request_body(content = PostRequest, content_type = "application/json"),
+    responses(
+        (status = 201, description = "The Request, pending", body = RequestView,
+            headers(("Location" = String, description = "`/requests/{id}`"))),
+        (status = 400, description = "The body is malformed, repeats a key within an object, has unknown keys, misses `kind` or `prompt`, or has wrong types; `errors` lists every problem", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A Request with that id exists already", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The Request is not what its kind requires, `expiresAt` has passed, or a form or question would collect a credential; `errors` lists every problem", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "As many Requests are pending as requests.max_pending (or the principal's share of it, in count or bytes) allows", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn post(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    JsonBody(body): JsonBody<Map<String, Value>>,
+) -> Result<Response, ApiError> {
+    let posted = Posted::parse(&body).map_err(|refusal| match refusal {
+        Refusal::Malformed(problems) => {
+            ApiError::listing(StatusCode::BAD_REQUEST, "the body is not a Request", problems)
+        }
+        Refusal::Unprocessable(problems) => ApiError::listing(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "the Request is not one the gateway takes",
+            problems,
+        ),
+    })?;
+    let registry = state.registry.clone();
+    let view = to_completion(async move { Ok(registry.post(posted, &principal.name).await?) }).await?;
+    let mut response = (StatusCode::CREATED, Json(&view)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&format!("/requests/{}", view.request.id)) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
 /// `GET /requests/{id}`: one Request; with `wait`, held while it is pending.
 #[utoipa::path(
     get,
@@ -162,8 +235,14 @@ pub async fn get(
                 read => Some(read),
             }
         };
-        // Only a change to a Request of its session can resolve it.
-        let session = state.registry.get(id).await?.ok_or_else(unknown)?.session;
+        // Only a change to a Request of its session (none: a posted Request) can resolve it.
+        let session = state
+            .registry
+            .get(id)
+            .await?
+            .ok_or_else(unknown)?
+            .session
+            .unwrap_or_default();
         let concerns = |event: &Event| event.kind == EventKind::RequestResolved && event.session == session;
         let waited = state
             .feed

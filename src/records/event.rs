@@ -111,11 +111,11 @@ impl Event {
         }
     }
 
-    /// An event about a Request.
+    /// An event about a Request; one posted to `POST /requests` is tagged with an empty server and session.
     pub fn request(kind: EventKind, view: &RequestView) -> Self {
         let tags = Tags {
-            server: &view.server,
-            session: &view.session,
+            server: view.server.as_deref().unwrap_or_default(),
+            session: view.session.as_deref().unwrap_or_default(),
             call: view.call.as_deref(),
             owner: view.owner.as_deref(),
         };

@@ -47,8 +47,12 @@ pub struct RequestView {
     #[serde(flatten)]
     pub request: Request,
     pub status: Status,
-    pub server: String,
-    pub session: String,
+    /// The server that raised it; absent for a Request posted to `POST /requests`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// The session it arrived on; absent for a posted Request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub call: Option<String>,
     /// The principal that owns the Request's call or session (absent for a shared session's unattributed one).
@@ -72,6 +76,13 @@ pub struct RequestView {
     pub completed_at: Option<Timestamp>,
 }
 
+impl RequestView {
+    /// Whether it was posted to `POST /requests` rather than raised by an upstream: no upstream waits on it.
+    pub fn is_posted(&self) -> bool {
+        self.server.is_none()
+    }
+}
+
 /// Which Requests a listing returns, oldest first.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
@@ -89,8 +100,14 @@ impl Filter {
     /// Whether a Request is one the filter lets through.
     pub fn matches(&self, view: &RequestView) -> bool {
         self.status.is_none_or(|status| status == view.status)
-            && self.server.as_ref().is_none_or(|server| *server == view.server)
-            && self.session.as_ref().is_none_or(|session| *session == view.session)
+            && self
+                .server
+                .as_ref()
+                .is_none_or(|server| Some(server) == view.server.as_ref())
+            && self
+                .session
+                .as_ref()
+                .is_none_or(|session| Some(session) == view.session.as_ref())
             && self.call.as_ref().is_none_or(|call| Some(call) == view.call.as_ref())
             && self.kind.as_ref().is_none_or(|kind| *kind == view.request.kind)
             && self

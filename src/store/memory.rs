@@ -133,6 +133,9 @@ impl Memory {
         caps: PendingCaps,
     ) -> Result<Vec<RequestView>, RaiseError> {
         let mut state = self.lock();
+        if let Some(taken) = super::chosen_ids(&requests).find(|id| state.requests.get(id).is_some()) {
+            return Err(RaiseError::Taken(taken.to_owned()));
+        }
         state.shares.admit(&requests, &caps)?;
         for call in requests.iter().filter_map(|new| new.call.as_deref()) {
             if state.calls.get(call).is_none_or(|entry| entry.view.status.is_final()) {
@@ -152,7 +155,7 @@ impl Memory {
             let view = super::raised_view(&new);
             changes.events.push(Event::request(EventKind::RequestCreated, &view));
             if let Some(elicitation_id) = &new.elicitation_id {
-                let key = (new.session.clone(), elicitation_id.clone());
+                let key = (new.session.clone().unwrap_or_default(), elicitation_id.clone());
                 state.completions.insert(key, new.request.id.clone());
             }
             if let Some(call) = new.call.as_deref()
@@ -165,7 +168,9 @@ impl Memory {
                     calls.push(call.to_owned());
                 }
             }
-            state.shares.add(new.owner.as_deref(), &new.server, new.bytes);
+            state
+                .shares
+                .add(new.owner.as_deref(), super::shares::server_key(&new), new.bytes);
             let entry = RequestEntry {
                 view: view.clone(),
                 deadline: new.deadline,
@@ -227,13 +232,13 @@ impl Memory {
             Pending::Session(session) => state
                 .requests
                 .live()
-                .filter(|entry| entry.view.session == session && entry.input_key.is_none())
+                .filter(|entry| entry.view.session.as_ref() == Some(&session) && entry.input_key.is_none())
                 .map(|entry| entry.view.request.id.clone())
                 .collect(),
             Pending::Elicitations => state
                 .requests
                 .live()
-                .filter(|entry| entry.input_key.is_none())
+                .filter(|entry| entry.input_key.is_none() && !entry.view.is_posted())
                 .map(|entry| entry.view.request.id.clone())
                 .collect(),
             Pending::All => state
@@ -810,8 +815,8 @@ impl State {
     fn retire_request(&mut self, id: &str, now: Timestamp, changes: &mut Changes) -> Option<Retry> {
         let retention = {
             let entry = self.requests.get(id)?;
-            self.shares
-                .remove(entry.view.owner.as_deref(), &entry.view.server, entry.bytes);
+            let server = entry.view.server.as_deref().unwrap_or_default();
+            self.shares.remove(entry.view.owner.as_deref(), server, entry.bytes);
             entry.view.call.clone().map(|call| (call, entry.input_key.is_some()))
         };
         self.requests.retire(id, now.after(self.retention));
@@ -845,7 +850,7 @@ impl State {
         let purged = self.requests.purge(now);
         for entry in purged {
             if let Some(elicitation_id) = &entry.elicitation_id {
-                let key = (entry.view.session.clone(), elicitation_id.clone());
+                let key = (entry.view.session.clone().unwrap_or_default(), elicitation_id.clone());
                 if self.completions.get(&key) == Some(&entry.view.request.id) {
                     self.completions.remove(&key);
                 }

@@ -46,6 +46,11 @@ pub enum PendingCap {
     PrincipalBytes(usize),
 }
 
+/// The server a Request counts against: `""` for a posted one, which no server's cap covers.
+pub fn server_key(request: &NewRequest) -> &str {
+    request.server.as_deref().unwrap_or_default()
+}
+
 /// How many records, and how many bytes they hold.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Held {
@@ -133,7 +138,7 @@ impl Shares {
     pub fn admit(&self, new: &[NewRequest], caps: &PendingCaps) -> Result<(), PendingCap> {
         let mut after = self.clone();
         for request in new {
-            after.add(request.owner.as_deref(), &request.server, request.bytes);
+            after.add(request.owner.as_deref(), server_key(request), request.bytes);
         }
         if after.total.count > caps.total {
             return Err(PendingCap::Total(caps.total));
@@ -149,7 +154,7 @@ impl Shares {
             if principal.bytes > caps.bytes_per_principal {
                 return Err(PendingCap::PrincipalBytes(caps.bytes_per_principal));
             }
-            if after.servers[&request.server].count > caps.per_server {
+            if request.server.is_some() && after.servers[server_key(request)].count > caps.per_server {
                 return Err(PendingCap::Server(caps.per_server));
             }
         }

@@ -77,8 +77,8 @@ fn new_request(call: Option<&str>, input_key: Option<&str>) -> NewRequest {
         },
         created_at,
         deadline,
-        server: "demo".into(),
-        session: "ses-1".into(),
+        server: Some("demo".into()),
+        session: Some("ses-1".into()),
         call: call.map(str::to_owned),
         owner: Some("ada".into()),
         elicitation_id: None,
@@ -96,7 +96,9 @@ fn decision(confirm: bool) -> Decision {
             data: data.clone(),
             reason: None,
         },
-        result: ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(data.unwrap_or_default())),
+        result: Some(
+            ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(data.unwrap_or_default())),
+        ),
         by: "tester".into(),
     }
 }
@@ -269,7 +271,7 @@ async fn each_principal_and_server_has_its_share_and_gets_it_back() {
         };
         let from = |owner: &str, server: &str| NewRequest {
             owner: Some(owner.to_owned()),
-            server: server.to_owned(),
+            server: Some(server.to_owned()),
             ..new_request(None, None)
         };
         // Raised at once, so that the SQLite writer decides them in one transaction.
@@ -368,6 +370,101 @@ async fn events_are_numbered_in_order_and_a_reader_past_the_end_is_told_to_relis
         assert!(store.events_after(before + 99, 10).await.unwrap().gap);
     })
     .await;
+}
+
+/// A Request posted to `POST /requests`: no server, session or call.
+fn posted_request(owner: &str) -> NewRequest {
+    NewRequest {
+        server: None,
+        session: None,
+        owner: Some(owner.into()),
+        ..new_request(None, None)
+    }
+}
+
+#[tokio::test]
+async fn a_posted_request_counts_per_owner_and_in_all_but_against_no_server() {
+    on_every(|store| async move {
+        let caps = PendingCaps {
+            total: 3,
+            per_principal: 2,
+            per_server: 1,
+            ..PendingCaps::NONE
+        };
+        let first = store.raise(vec![posted_request("ada")], None, caps).await.unwrap();
+        assert_eq!((first[0].server.as_deref(), first[0].session.as_deref()), (None, None));
+        let mut again = posted_request("bob");
+        again.request.id = first[0].request.id.clone();
+        let taken = store.raise(vec![again], None, caps).await.unwrap_err();
+        assert!(
+            matches!(&taken, RaiseError::Taken(id) if *id == first[0].request.id),
+            "{taken:?}"
+        );
+        store.raise(vec![posted_request("ada")], None, caps).await.unwrap();
+        let refused = store.raise(vec![posted_request("ada")], None, caps).await.unwrap_err();
+        assert!(
+            matches!(refused, RaiseError::Full(PendingCap::Principal(2))),
+            "{refused:?}"
+        );
+        let raised = NewRequest {
+            owner: Some("bob".into()),
+            ..new_request(None, None)
+        };
+        store.raise(vec![raised], None, caps).await.unwrap();
+        let refused = store.raise(vec![posted_request("bob")], None, caps).await.unwrap_err();
+        assert!(matches!(refused, RaiseError::Full(PendingCap::Total(3))), "{refused:?}");
+
+        let id = first[0].request.id.clone();
+        let read = store.request(&id).await.unwrap().unwrap();
+        assert_eq!(read, first[0]);
+        let decision = Decision {
+            result: None,
+            ..decision(true)
+        };
+        let Answered::Won { view, .. } = store.answer(read, decision, still_wanted()).await.unwrap() else {
+            panic!("the answer did not win");
+        };
+        assert_eq!((view.status, view.result), (Status::Answered, None));
+        store.raise(vec![posted_request("bob")], None, caps).await.unwrap();
+        let expired = store
+            .expire_due(Timestamp::now().after(Duration::from_secs(61)), 10)
+            .await
+            .unwrap();
+        assert_eq!(expired.views.len(), 3);
+        assert!(
+            expired
+                .views
+                .iter()
+                .filter(|view| view.is_posted())
+                .all(|view| view.result.is_none())
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_posted_request_is_not_ended_by_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    for location in [
+        Location::Sqlite(dir.path().join("store.sqlite3")),
+        Location::Postgres(postgres::cluster::shared().database()),
+    ] {
+        let store = open(&location).await;
+        let posted = store
+            .raise(vec![posted_request("ada")], None, PendingCaps::NONE)
+            .await
+            .unwrap();
+        close(store).await;
+        let store = open(&location).await;
+        let recovered = store.recover("the gateway restarted").await.unwrap();
+        assert_eq!((recovered.ended_requests, recovered.pending), (0, 1));
+        let kept = store.request(&posted[0].request.id).await.unwrap().unwrap();
+        assert_eq!((kept.status, kept.server), (Status::Pending, None));
+        store.resolve(Pending::Elicitations, Resolution::Expired).await.unwrap();
+        let kept = store.request(&posted[0].request.id).await.unwrap().unwrap();
+        assert_eq!(kept.status, Status::Pending);
+        close(store).await;
+    }
 }
 
 #[tokio::test]

@@ -16,6 +16,7 @@ mod lifecycle;
 mod limits;
 mod openapi;
 mod operations;
+mod posted;
 mod postgres;
 mod races;
 mod replicas;

@@ -246,6 +246,26 @@ test('a form-mode Request is filled in the page and the call completes with exac
   assertStayedHome(requested, problems, [`422 ${gateway.base}/requests/${request}/answer`]);
 });
 
+test('a posted Request shows who posted it, and its poster reads the Answer', { timeout: 60_000 }, async (t) => {
+  const { page, requested, problems } = await openInbox(t);
+  const schema = { type: 'object', properties: { reason: { type: 'string', title: 'Reason' } }, required: ['reason'] };
+  const posted = await json('/requests', {
+    method: 'POST',
+    body: JSON.stringify({ kind: 'input', prompt: 'Why deploy on a Friday?', data: { schema } }),
+  });
+  const form = card(page, posted.id);
+  await form.getByRole('heading', { name: 'Why deploy on a Friday?' }).waitFor();
+  assert.match(await form.locator('.meta').innerText(), /Posted by\s+anonymous/);
+  await form.getByLabel('Reason').pressSequentially('hotfix');
+  await form.getByRole('button', { name: 'Accept' }).click();
+  await expectResolved(page, posted.id, 'Accepted');
+  const answered = await json(`/requests/${posted.id}?wait=20`);
+  assert.equal(answered.status, 'answered');
+  assert.deepEqual(answered.answer.data, { reason: 'hotfix' });
+  assert.equal(answered.result, undefined);
+  assertStayedHome(requested, problems);
+});
+
 test('Decline sends decline upstream', { timeout: 60_000 }, async (t) => {
   const { call, request } = await startCall('confirm_action', { action: 'deploy' });
   const { page, requested, problems } = await openInbox(t);

@@ -210,7 +210,7 @@ impl Postgres {
                 // Raised on one of their sessions, for one of their calls, or (at its own start) on a session
                 // never recorded.
                 let unrecorded = if itself {
-                    " OR NOT EXISTS (SELECT 1 FROM sessions AS s WHERE s.id = requests.session)"
+                    " OR (requests.session IS NOT NULL AND NOT EXISTS (SELECT 1 FROM sessions AS s WHERE s.id = requests.session))"
                 } else {
                     ""
                 };

@@ -41,6 +41,15 @@ impl Postgres {
                         return Ok(Err(RaiseError::CallEnded(call.to_owned())));
                     }
                 }
+                for id in crate::store::chosen_ids(&requests) {
+                    let taken: bool = tx
+                        .query_one("SELECT EXISTS (SELECT 1 FROM requests WHERE id = $1)", &[&id])
+                        .await?
+                        .try_get(0)?;
+                    if taken {
+                        return Ok(Err(RaiseError::Taken(id.to_owned())));
+                    }
+                }
                 let now = Timestamp::now();
                 if let Some(round) = &round {
                     tx.execute(
@@ -146,7 +155,10 @@ impl Postgres {
                     Pending::Session(session) => {
                         select_ids(tx, "status = 'pending' AND session = $1 AND round IS NULL", &[&session]).await?
                     }
-                    Pending::Elicitations => select_ids(tx, "status = 'pending' AND round IS NULL", &[]).await?,
+                    Pending::Elicitations => {
+                        let condition = "status = 'pending' AND round IS NULL AND session IS NOT NULL";
+                        select_ids(tx, condition, &[]).await?
+                    }
                     Pending::All => select_ids(tx, "status = 'pending'", &[]).await?,
                 };
                 resolve_ids(tx, &ids, &resolution).await
@@ -359,7 +371,7 @@ async fn pending_shares(conn: &impl Reader, new: &[NewRequest]) -> Result<Shares
         None => Held::default(),
     };
     let owners: Vec<&str> = new.iter().map(|new| new.owner.as_deref().unwrap_or("")).collect();
-    let servers: Vec<&str> = new.iter().map(|new| new.server.as_str()).collect();
+    let servers: Vec<&str> = new.iter().map(super::super::shares::server_key).collect();
     let rows = conn
         .rows(
             "SELECT owner, server, requests, bytes FROM pending_shares WHERE owner = ANY($1) OR server = ANY($2)",

@@ -195,6 +195,29 @@ INSERT INTO live_calls (owner, calls)
 -- How each call was started: 'rest' or 'mcp'.
 ALTER TABLE calls ADD COLUMN via TEXT NOT NULL DEFAULT 'rest';
 ",
+    r"
+-- A Request posted to POST /requests has no server or session; it counts in pending_shares under the server
+-- '', as a Request without an owner counts under the owner ''.
+ALTER TABLE requests ALTER COLUMN server DROP NOT NULL, ALTER COLUMN session DROP NOT NULL;
+
+CREATE OR REPLACE FUNCTION count_pending_shares() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.status = 'pending' THEN
+        UPDATE pending_shares SET requests = requests - 1, bytes = bytes - OLD.bytes
+            WHERE owner = COALESCE(OLD.owner, '') AND server = COALESCE(OLD.server, '');
+        DELETE FROM pending_shares
+            WHERE owner = COALESCE(OLD.owner, '') AND server = COALESCE(OLD.server, '') AND requests <= 0;
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') AND NEW.status = 'pending' THEN
+        INSERT INTO pending_shares (owner, server, requests, bytes)
+            VALUES (COALESCE(NEW.owner, ''), COALESCE(NEW.server, ''), 1, NEW.bytes)
+            ON CONFLICT (owner, server) DO UPDATE
+            SET requests = pending_shares.requests + 1, bytes = pending_shares.bytes + EXCLUDED.bytes;
+    END IF;
+    RETURN NULL;
+END
+$$;
+",
 ];
 
 /// The schema version this build writes.

@@ -9,7 +9,7 @@ use crate::store::live::{Live, Note, PendingRequest};
 pub fn load(conn: &Connection) -> rusqlite::Result<Live> {
     let mut notes = Vec::new();
     let mut statement = conn.prepare(
-        "SELECT id, owner, server, coalesce(bytes, \
+        "SELECT id, owner, coalesce(server, ''), coalesce(bytes, \
          length(CAST(prompt AS BLOB)) + coalesce(length(CAST(url AS BLOB)), 0) + coalesce(length(CAST(data AS BLOB)), 0)) \
          FROM requests WHERE status = 'pending'",
     )?;

@@ -116,7 +116,11 @@ impl Sqlite {
                 }
             }
             let mut recovered = Recovered::default();
-            let elicitations = select_ids(tx.conn, "status = 'pending' AND round IS NULL", [])?;
+            let elicitations = select_ids(
+                tx.conn,
+                "status = 'pending' AND round IS NULL AND session IS NOT NULL",
+                [],
+            )?;
             let detail = format!("{restarted}: the upstream request this Request answered ended with the previous run");
             let resolution = Resolution::Cancelled {
                 detail,

@@ -39,6 +39,15 @@ impl Sqlite {
                     return Ok(Err(RaiseError::CallEnded(call.to_owned())));
                 }
             }
+            for id in crate::store::chosen_ids(&requests) {
+                let taken: bool = tx
+                    .conn
+                    .prepare_cached("SELECT EXISTS (SELECT 1 FROM requests WHERE id = ?1)")?
+                    .query_row([id], |row| row.get(0))?;
+                if taken {
+                    return Ok(Err(RaiseError::Taken(id.to_owned())));
+                }
+            }
             let now = Timestamp::now();
             if let Some(round) = &round {
                 tx.conn
@@ -62,7 +71,7 @@ impl Sqlite {
                     request: new.request.id.clone(),
                     pending: PendingRequest {
                         owner: new.owner.clone(),
-                        server: new.server.clone(),
+                        server: new.server.clone().unwrap_or_default(),
                         bytes: new.bytes,
                     },
                 });
@@ -152,7 +161,11 @@ impl Sqlite {
                     "status = 'pending' AND session = ?1 AND round IS NULL",
                     params![session],
                 )?,
-                Pending::Elicitations => select_ids(tx.conn, "status = 'pending' AND round IS NULL", [])?,
+                Pending::Elicitations => select_ids(
+                    tx.conn,
+                    "status = 'pending' AND round IS NULL AND session IS NOT NULL",
+                    [],
+                )?,
                 Pending::All => select_ids(tx.conn, "status = 'pending'", [])?,
             };
             resolve_ids(tx, &ids, &resolution)

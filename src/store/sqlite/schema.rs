@@ -119,6 +119,48 @@ ALTER TABLE sessions ADD COLUMN replica TEXT;
 -- How each call was started: 'rest' or 'mcp'.
 ALTER TABLE calls ADD COLUMN via TEXT NOT NULL DEFAULT 'rest';
 ",
+    r"
+-- A Request posted to POST /requests has no server or session: both become nullable. SQLite cannot drop
+-- NOT NULL in place, so the table is built again, with its indexes.
+CREATE TABLE requests_nullable (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL,
+    prompt TEXT NOT NULL,
+    url TEXT,
+    data TEXT,
+    expires_at INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    -- NULL for a posted Request.
+    server TEXT,
+    session TEXT,
+    call_id TEXT,
+    round INTEGER,
+    input_key TEXT,
+    elicitation_id TEXT,
+    owner TEXT,
+    created_at INTEGER NOT NULL,
+    resolved_at INTEGER,
+    answer TEXT,
+    answered_by TEXT,
+    result TEXT,
+    detail TEXT,
+    completed_at INTEGER,
+    bytes INTEGER
+);
+INSERT INTO requests_nullable (seq, id, kind, prompt, url, data, expires_at, status, server, session, call_id, round,
+    input_key, elicitation_id, owner, created_at, resolved_at, answer, answered_by, result, detail, completed_at, bytes)
+    SELECT seq, id, kind, prompt, url, data, expires_at, status, server, session, call_id, round, input_key,
+        elicitation_id, owner, created_at, resolved_at, answer, answered_by, result, detail, completed_at, bytes
+    FROM requests;
+DROP TABLE requests;
+ALTER TABLE requests_nullable RENAME TO requests;
+CREATE INDEX requests_open ON requests (seq) WHERE status = 'pending';
+CREATE INDEX requests_pending ON requests (expires_at) WHERE status = 'pending';
+CREATE INDEX requests_call ON requests (call_id, status) WHERE call_id IS NOT NULL;
+CREATE INDEX requests_resolved ON requests (resolved_at) WHERE resolved_at IS NOT NULL;
+CREATE INDEX requests_completion ON requests (session, elicitation_id) WHERE elicitation_id IS NOT NULL;
+",
 ];
 
 /// The schema version this build writes.
