@@ -388,9 +388,13 @@ function card(request, clock) {
     ),
     h('div', {}, h('dt', { text: 'Call' }), h('dd', { class: 'id', text: request.call || 'not attributed' })),
   );
-  const body = request.url !== undefined ? urlForm(request) : request.data && request.data.schema
-    ? schemaForm(request)
-    : plainForm(request);
+  const body = request.url !== undefined
+    ? urlForm(request)
+    : request.data && request.data.schema
+      ? schemaForm(request)
+      : request.kind === 'question' && request.data && Array.isArray(request.data.questions)
+        ? questionForm(request)
+        : plainForm(request);
   return h(
     'article',
     { 'aria-labelledby': heading },
@@ -427,6 +431,45 @@ function schemaForm(request) {
     }
     if (local.length) return showErrors(local, fields, problem);
     await answer(request, { ok: true, data }, form, (errors) => showErrors(errors, fields, problem));
+  });
+  wireButtons(request, form, problem);
+  return form;
+}
+
+/**
+ * The form of a `question` Request (toolnexus `data.questions`): each question a choice among its options
+ * (several when `multiple`), or free text where it has none, its `header` shown under it. Accept answers
+ * `{answers: [...]}`, one per question in order: the option chosen, the options chosen, or the text.
+ */
+function questionForm(request) {
+  const fields = request.data.questions.map((question, index) => {
+    const options = Array.isArray(question.options) && question.options.length ? question.options.map(String) : null;
+    const shown = { title: String(question.question ?? ''), description: question.header ? String(question.header) : undefined };
+    const schema = !options
+      ? { type: 'string', ...shown }
+      : question.multiple
+        ? { type: 'array', items: { enum: options }, ...shown }
+        : { type: 'string', enum: options, ...shown };
+    const many = Boolean(options && question.multiple);
+    return { ...field(`f-${request.id}-${index}`, String(index), schema, !many), many };
+  });
+  const form = h('form', { novalidate: true, 'aria-labelledby': `h-${request.id}` });
+  const problem = h('p', { class: 'problem', role: 'alert', hidden: true, id: `p-${request.id}` });
+  form.append(...fields.map((f) => f.element), problem, buttons(request, 'Accept'));
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    clearErrors(fields, problem);
+    const answers = [];
+    const local = [];
+    for (const f of fields) {
+      const read = f.read();
+      // Nothing on the server checks a question's answers: one is needed here, but for a multiple choice.
+      const missing = !f.many && (!read.present || read.value === '');
+      if (read.error || missing) local.push({ path: `/${pointer(f.name)}`, message: read.error || 'An answer is needed.' });
+      else answers.push(read.present ? read.value : []);
+    }
+    if (local.length) return showErrors(local, fields, problem);
+    await answer(request, { ok: true, data: { answers } }, form, (errors) => showErrors(errors, fields, problem));
   });
   wireButtons(request, form, problem);
   return form;

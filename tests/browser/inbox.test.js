@@ -266,6 +266,32 @@ test('a posted Request shows who posted it, and its poster reads the Answer', { 
   assertStayedHome(requested, problems);
 });
 
+test('a question shows its options, one or several, and free text where it has none', { timeout: 60_000 }, async (t) => {
+  const { page, requested, problems } = await openInbox(t);
+  const questions = [
+    { question: 'Which color?', header: 'Color', options: ['red', 'green'] },
+    { question: 'Which regions?', options: ['eu', 'us', 'ap'], multiple: true },
+    { question: 'Anything else?' },
+  ];
+  const posted = await json('/requests', {
+    method: 'POST',
+    body: JSON.stringify({ kind: 'question', prompt: 'A few questions', data: { questions } }),
+  });
+  const form = card(page, posted.id);
+  await form.getByRole('heading', { name: 'A few questions' }).waitFor();
+  await form.getByRole('button', { name: 'Accept' }).click();
+  await form.getByText('Please correct the 2 marked fields.').waitFor();
+  await form.getByRole('radio', { name: 'green' }).check();
+  await form.getByRole('checkbox', { name: 'eu' }).check();
+  await form.getByRole('checkbox', { name: 'ap' }).check();
+  await form.getByLabel('Anything else?').pressSequentially('not today');
+  await form.getByRole('button', { name: 'Accept' }).click();
+  await expectResolved(page, posted.id, 'Accepted');
+  const answered = await json(`/requests/${posted.id}?wait=20`);
+  assert.deepEqual(answered.answer.data, { answers: ['green', ['eu', 'ap'], 'not today'] });
+  assertStayedHome(requested, problems);
+});
+
 test('Decline sends decline upstream', { timeout: 60_000 }, async (t) => {
   const { call, request } = await startCall('confirm_action', { action: 'deploy' });
   const { page, requested, problems } = await openInbox(t);
