@@ -20,6 +20,9 @@ const signin = document.getElementById('signin');
 const tokenInput = document.getElementById('token');
 const signinError = document.getElementById('signin-error');
 const signout = document.getElementById('signout');
+const alerts = document.getElementById('alerts');
+/** The page's title without the pending count. */
+const baseTitle = document.title;
 
 /** Pending Requests on the page, by id: `{request, item, clock}`. */
 const shown = new Map();
@@ -143,6 +146,16 @@ signout.addEventListener('click', () => {
   notify('Signed out.');
 });
 
+// A new Request can raise a browser notification, once the person allows it; the button asks.
+if ('Notification' in window && Notification.permission === 'default') {
+  alerts.hidden = false;
+  alerts.addEventListener('click', async () => {
+    const permission = await Notification.requestPermission();
+    alerts.hidden = permission !== 'default';
+    notify(permission === 'granted' ? 'New Requests will raise a notification.' : 'No notifications, then.');
+  });
+}
+
 // ---- the live list --------------------------------------------------------------------------------------
 
 async function relist() {
@@ -163,7 +176,7 @@ async function relist() {
 /** What each event of `GET /events` does to the page. */
 const HANDLERS = {
   resync: () => relist(),
-  'request.created': (data) => add(JSON.parse(data)),
+  'request.created': (data) => alert(add(JSON.parse(data))),
   'request.resolved': (data) => settle(JSON.parse(data)),
   'call.updated': (data) => learnCall(JSON.parse(data)),
 };
@@ -248,8 +261,9 @@ function sseParser(dispatch) {
   };
 }
 
+/** Shows a pending Request; returns it when it is new on the page. */
 function add(request) {
-  if (request.status !== 'pending' || shown.has(request.id) || resolved.has(request.id)) return;
+  if (request.status !== 'pending' || shown.has(request.id) || resolved.has(request.id)) return null;
   const clock = h('span', { class: 'clock' });
   const item = h('li', { class: 'request', id: `r-${request.id}`, 'data-request': request.id });
   item.append(card(request, clock));
@@ -263,6 +277,22 @@ function add(request) {
   tick();
   refreshEmpty();
   if (request.call) describeCall(request.call);
+  return request;
+}
+
+/** A browser notification of a Request that just arrived, when allowed and the page is not in view. */
+function alert(request) {
+  if (!request || !('Notification' in window) || Notification.permission !== 'granted' || !document.hidden) return;
+  const from = request.server === undefined ? `Posted by ${poster(request)}` : request.server;
+  const notification = new Notification(`A Request waits for an answer (${from})`, {
+    body: request.prompt || request.kind,
+    tag: request.id,
+  });
+  notification.addEventListener('click', () => {
+    window.focus();
+    const entry = shown.get(request.id);
+    if (entry) entry.item.querySelector('h2').focus();
+  });
 }
 
 /** A Request left the pending state (here or elsewhere): remove it with a short confirmation. */
@@ -317,6 +347,7 @@ function notify(content, tone = 'ok') {
 
 function refreshEmpty() {
   empty.hidden = shown.size > 0;
+  document.title = shown.size ? `(${shown.size}) ${baseTitle}` : baseTitle;
 }
 
 async function describeCall(id) {

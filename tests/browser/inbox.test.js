@@ -292,6 +292,31 @@ test('a question shows its options, one or several, and free text where it has n
   assertStayedHome(requested, problems);
 });
 
+test('the page title counts the pending Requests, and the page offers notifications until they are allowed', { timeout: 60_000 }, async (t) => {
+  const { page, requested, problems } = await openInbox(t);
+  const base = 'Approval inbox · toolnexus-gateway';
+  // Other tests may have left Requests pending: the count starts from theirs.
+  const listed = (await json('/requests?status=pending&limit=1000')).length;
+  const counted = (count) => (count ? `(${count}) ${base}` : base);
+  await page.waitForFunction((title) => document.title === title, counted(listed));
+  const posted = [];
+  for (const prompt of ['First?', 'Second?']) {
+    posted.push(await json('/requests', { method: 'POST', body: JSON.stringify({ kind: 'approval', prompt }) }));
+  }
+  await page.waitForFunction((title) => document.title === title, counted(listed + 2));
+  const ask = page.getByRole('button', { name: 'Notify me' });
+  await ask.waitFor();
+  await page.context().grantPermissions(['notifications']);
+  await ask.click();
+  await page.getByText('New Requests will raise a notification.').waitFor();
+  assert.equal(await ask.isHidden(), true);
+  for (const request of posted) {
+    await json(`/requests/${request.id}/answer`, { method: 'POST', body: JSON.stringify({ ok: true }) });
+  }
+  await page.waitForFunction((title) => document.title === title, counted(listed));
+  assertStayedHome(requested, problems);
+});
+
 test('Decline sends decline upstream', { timeout: 60_000 }, async (t) => {
   const { call, request } = await startCall('confirm_action', { action: 'deploy' });
   const { page, requested, problems } = await openInbox(t);
