@@ -114,7 +114,13 @@ impl Upstreams {
                 return None;
             }
             () = live.closed.cancelled() => {
-                Some(Finish::failed(format!("the session ended before the call completed: {}", live.ended())))
+                // A round the upstream asked just before it went away is the gateway's: the call waits on its
+                // Requests, and the answer that completes the round retries it on the server's next session.
+                let waits = live.keeps_rounds()
+                    && matches!(self.calls.status(&call.id).await, Ok(Some((CallStatus::InputRequired, _))));
+                (!waits).then(|| {
+                    Finish::failed(format!("the session ended before the call completed: {}", live.ended()))
+                })
             }
             ended = call::drive(&live.core, &live.peer, call, params, round) => ended,
             limit = budget => Some(Finish::failed(format!(
