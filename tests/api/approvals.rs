@@ -277,3 +277,16 @@ async fn a_call_awaiting_approval_when_the_gateway_stops_fails_and_its_approval_
         assert!(requests_of(&app, &id).await.len() == 1, "{how}: nothing went upstream");
     }
 }
+
+#[tokio::test]
+async fn cancelling_a_call_cancels_its_approval() {
+    let app = spawn_gated().await;
+    let call = app.call("modern", "echo", json!({"text": "never"})).await;
+    let id = call["id"].as_str().unwrap();
+    let request = app.request_of(&call).await["id"].as_str().unwrap().to_owned();
+    assert_eq!(app.delete(&format!("/calls/{id}")).await.status(), 200);
+    let approval = app.get_json(&format!("/requests/{request}?wait=20")).await;
+    assert_eq!(approval["status"], "cancelled", "{approval}");
+    assert_eq!(app.answer(&request, json!({"ok": true})).await.status(), 410);
+    assert_eq!(app.settled(id).await["status"], "cancelled");
+}
