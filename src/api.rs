@@ -1,5 +1,6 @@
 //! The REST API: routes, shared state and the query parameters common to several resources.
 
+mod approvals;
 mod auth;
 mod calls;
 mod error;
@@ -33,6 +34,7 @@ pub use auth::AuthPolicy;
 pub use error::{ApiError, Problem};
 pub use http::{HttpPolicy, LOOPBACK_HOSTS};
 
+use crate::approvals::Approvals;
 use crate::auth::{ANONYMOUS, Principal};
 use crate::calls::Calls;
 use crate::connections::Connections;
@@ -72,6 +74,8 @@ pub struct Services {
     pub calls: Calls,
     pub sessions: Sessions,
     pub upstreams: Arc<Upstreams>,
+    /// The approval policies, as `GET /approvals` lists them.
+    pub approvals: Approvals,
     /// Every change as it happens: long-polls wait on it, event streams follow it.
     pub feed: Feed,
     pub store: Store,
@@ -162,6 +166,7 @@ impl Services {
         (name = "calls", description = "Tool calls started over REST"),
         (name = "sessions", description = "MCP client sessions to the upstream servers"),
         (name = "servers", description = "The configured upstream servers"),
+        (name = "approvals", description = "The policies that hold tool calls for a person's approval"),
         (name = "events", description = "Live events"),
         (name = "operations", description = "Health, readiness, metrics and this document"),
         (name = "inbox", description = "The approval inbox, a page served from the binary"),
@@ -189,6 +194,7 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(sessions::servers))
         .routes(routes!(sessions::server))
         .routes(routes!(sessions::server_tools))
+        .routes(routes!(approvals::list))
         .routes(routes!(events::stream))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
@@ -416,8 +422,9 @@ mod tests {
     }
 
     /// Every source file of the API, to check how routes are registered.
-    const SOURCES: [(&str, &str); 9] = [
+    const SOURCES: [(&str, &str); 10] = [
         ("api.rs", include_str!("api.rs")),
+        ("approvals.rs", include_str!("api/approvals.rs")),
         ("calls.rs", include_str!("api/calls.rs")),
         ("events.rs", include_str!("api/events.rs")),
         ("extract.rs", include_str!("api/extract.rs")),

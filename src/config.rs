@@ -8,6 +8,7 @@ use std::time::Duration;
 use reqwest::Url;
 use serde::{Deserialize, Deserializer};
 
+use crate::approvals::{self, ApprovalPolicy, Glob};
 use crate::auth::{self, Role, Token};
 use crate::egress;
 use crate::records::EventKind;
@@ -81,6 +82,27 @@ pub struct Config {
     /// This gateway's name among the replicas sharing a store; unset, the host name and a random suffix.
     #[serde(default, deserialize_with = "expanded_option")]
     pub replica: Option<String>,
+    /// Tool calls that wait for a person's approval before they are forwarded.
+    #[serde(default)]
+    pub approvals: Vec<ApprovalConfig>,
+}
+
+/// One `[[approvals]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalConfig {
+    /// A server's name, or `"*"` for every server.
+    pub server: String,
+    /// Glob patterns (`*`, `?`) of the upstream tool names that need approval.
+    pub tools: Vec<String>,
+    /// The approval Request's prompt; `{tool}`, `{server}` and `{caller}` expand.
+    pub prompt: Option<String>,
+    /// How long the approval stays answerable; `requests.ttl` when unset.
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub ttl: Option<Duration>,
+    /// The token names that may answer; any approver or admin when unset.
+    #[serde(default)]
+    pub approvers: Vec<String>,
 }
 
 /// The `[store]` table.
@@ -486,6 +508,7 @@ impl Config {
             store: StoreConfig::default(),
             front_door: FrontDoorConfig::default(),
             replica: None,
+            approvals: Vec::new(),
         }
     }
 
@@ -673,6 +696,20 @@ impl Config {
             webhooks.push(Value::Table(entry));
         }
         root.insert("webhooks".into(), Value::Array(webhooks));
+        let mut approvals = Vec::new();
+        for policy in self.approvals()? {
+            let mut entry = Table::new();
+            entry.insert("server".into(), Value::from(policy.server));
+            let tools: Vec<Value> = policy.tools.iter().map(|glob| Value::from(glob.as_str())).collect();
+            entry.insert("tools".into(), Value::Array(tools));
+            entry.insert("prompt".into(), Value::from(policy.prompt));
+            if let Some(ttl) = policy.ttl {
+                entry.insert("ttl".into(), duration(ttl));
+            }
+            entry.insert("approvers".into(), Value::from(policy.approvers));
+            approvals.push(Value::Table(entry));
+        }
+        root.insert("approvals".into(), Value::Array(approvals));
         let mut auth = Table::new();
         auth.insert("public_metrics".into(), Value::from(self.auth.public_metrics));
         auth.insert("public_openapi".into(), Value::from(self.auth.public_openapi));
@@ -793,6 +830,7 @@ impl Config {
         }
         self.webhooks()?;
         self.tokens()?;
+        self.approvals()?;
         if self.http.max_connections == Some(0) {
             return Err("http.max_connections must be at least 1".to_owned());
         }
@@ -845,6 +883,48 @@ impl Config {
                     timeout: hook.timeout,
                     attempts: hook.attempts,
                     allow_link_local: hook.allow_link_local,
+                })
+            })
+            .collect()
+    }
+
+    /// The validated approval policies; the error names the entry.
+    pub fn approvals(&self) -> Result<Vec<ApprovalPolicy>, String> {
+        let servers = self.servers()?;
+        self.approvals
+            .iter()
+            .enumerate()
+            .map(|(index, entry)| {
+                let key = format!("approvals[{index}]");
+                if entry.server != approvals::ANY_SERVER && !servers.iter().any(|server| server.name == entry.server) {
+                    return Err(format!(
+                        "{key}.server = {:?}: no server has that name; name one of [[servers]], or \"*\" for all",
+                        entry.server
+                    ));
+                }
+                if entry.tools.is_empty() {
+                    return Err(format!("{key}.tools must list at least one pattern, such as \"*\""));
+                }
+                let tools = entry
+                    .tools
+                    .iter()
+                    .map(|pattern| Glob::parse(pattern).map_err(|why| format!("{key}.tools: {why}")))
+                    .collect::<Result<Vec<_>, _>>()?;
+                if entry.ttl.is_some_and(|ttl| ttl.is_zero()) {
+                    return Err(format!("{key}.ttl must be longer than zero"));
+                }
+                if let Some(name) = entry.approvers.iter().find(|name| name.trim().is_empty()) {
+                    return Err(format!("{key}.approvers: {name:?} is not a token name"));
+                }
+                Ok(ApprovalPolicy {
+                    server: entry.server.clone(),
+                    tools,
+                    prompt: entry
+                        .prompt
+                        .clone()
+                        .unwrap_or_else(|| approvals::DEFAULT_PROMPT.to_owned()),
+                    ttl: entry.ttl,
+                    approvers: entry.approvers.clone(),
                 })
             })
             .collect()
@@ -1274,6 +1354,39 @@ mod tests {
         let servers = config.servers().unwrap();
         assert_eq!(servers[0].startup_timeout, DEFAULT_STARTUP_TIMEOUT);
         assert_eq!(servers[1].startup_timeout, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn approvals_are_validated_and_printed() {
+        let demo = "[[servers]]\nname = \"demo\"\nbuiltin = \"demo\"\n";
+        let config = parse(&format!(
+            "{demo}[[approvals]]\nserver = \"demo\"\ntools = [\"confirm_*\", \"echo\"]\nttl = \"30m\"\n\
+             approvers = [\"on-call\"]\n[[approvals]]\nserver = \"*\"\ntools = [\"*\"]\nprompt = \"{{tool}}?\"\n"
+        ))
+        .unwrap();
+        let policies = config.approvals().unwrap();
+        assert_eq!(policies.len(), 2);
+        assert_eq!(policies[0].prompt, crate::approvals::DEFAULT_PROMPT);
+        assert_eq!(policies[0].ttl, Some(Duration::from_secs(1800)));
+        assert!(policies[0].applies("demo", "confirm_action") && !policies[0].applies("demo", "add"));
+        assert!(policies[1].applies("other", "add"));
+        let printed = config.masked_toml().unwrap();
+        assert!(printed.contains("[[approvals]]") && printed.contains("confirm_*") && printed.contains("30m"));
+        for (entry, named) in [
+            ("server = \"nope\"\ntools = [\"*\"]", "approvals[0].server"),
+            ("server = \"demo\"\ntools = []", "approvals[0].tools"),
+            ("server = \"demo\"\ntools = [\"a b\"]", "approvals[0].tools"),
+            ("server = \"demo\"\ntools = [\"*\"]\nttl = \"0s\"", "approvals[0].ttl"),
+        ] {
+            let error = parse(&format!("{demo}[[approvals]]\n{entry}\n")).unwrap_err();
+            assert!(error.starts_with(named), "{entry}: {error}");
+        }
+        assert!(
+            parse(&format!(
+                "{demo}[[approvals]]\nserver = \"demo\"\ntools = [\"*\"]\nwho = 1\n"
+            ))
+            .is_err()
+        );
     }
 
     #[test]

@@ -4,6 +4,8 @@
 pub const REQUEST: &str = "elc-";
 /// Prefix of Request ids minted for Requests posted to `POST /requests`.
 pub const POSTED: &str = "req-";
+/// Prefix of the ids of approval Requests, raised before a call an approval policy covers is forwarded.
+pub const APPROVAL: &str = "apv-";
 /// Prefix of Call ids.
 pub const CALL: &str = "call-";
 /// Prefix of Session ids.

@@ -4,6 +4,7 @@
 #![warn(clippy::await_holding_lock)]
 
 pub mod api;
+pub mod approvals;
 pub mod auth;
 pub mod calls;
 pub mod config;
@@ -38,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::api::{AppState, AuthPolicy, HttpPolicy, Services};
+use crate::approvals::Approvals;
 use crate::auth::Authenticator;
 use crate::calls::Calls;
 use crate::config::Config;
@@ -78,6 +80,7 @@ impl Gateway {
     pub async fn new(config: &Config, listener: TcpListener) -> anyhow::Result<Self> {
         let servers = config.servers().map_err(anyhow::Error::msg)?;
         let webhooks = config.webhooks().map_err(anyhow::Error::msg)?;
+        let approvals = Approvals::new(config.approvals().map_err(anyhow::Error::msg)?);
         let location = config.store_location().map_err(anyhow::Error::msg)?;
         let allowed_hosts = match &config.http.allowed_hosts {
             Some(hosts) if hosts.is_empty() => None,
@@ -143,12 +146,20 @@ impl Gateway {
             shutdown: shutdown.clone(),
             tracker: tracker.clone(),
         };
-        let upstreams = Upstreams::new(servers, domain, config.limits.clone(), store.is_durable(), background);
+        let upstreams = Upstreams::new(
+            servers,
+            domain,
+            config.limits.clone(),
+            approvals.clone(),
+            store.is_durable(),
+            background,
+        );
         let state = AppState::new(Services {
             registry,
             calls,
             sessions,
             upstreams,
+            approvals,
             feed,
             store: store.clone(),
             metrics,

@@ -23,7 +23,7 @@ use crate::store::{
     Answered, Decision, NewRequest, NewRound, Pending, PendingCap, PendingCaps, RaiseError, Resolution, Resolved,
     Retry, Store, StoreError,
 };
-use crate::suspension::Answer;
+use crate::suspension::{Answer, Request};
 use crate::time::Timestamp;
 use crate::validation::{self, Violation};
 use data::SharedData;
@@ -237,6 +237,49 @@ impl Registry {
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(self.raise(requests, Some(round), &origin.server).await?)
+    }
+
+    /// Raises the approval a call needs before it is forwarded, to wait on here; it expires after `ttl`, or
+    /// `requests.ttl` when that is `None`.
+    pub async fn ask_approval(
+        &self,
+        mut request: Request,
+        ttl: Option<Duration>,
+        origin: &Origin,
+    ) -> Result<Waiting, AskError> {
+        request.id = crate::ids::mint(crate::ids::APPROVAL);
+        let bytes = crate::records::json_size(&request);
+        let most = self.shared.policy.max_request_bytes;
+        if bytes > most {
+            return Err(AskError::Unusable(format!(
+                "the approval is {bytes} bytes, more than the {most} one Request may hold (requests.max_request_bytes)"
+            )));
+        }
+        let created_at = Timestamp::now();
+        let deadline = created_at.after(ttl.unwrap_or(self.shared.policy.ttl));
+        request.expires_at = Some(deadline.rfc3339());
+        let id = request.id.clone();
+        let new = NewRequest {
+            request,
+            created_at,
+            deadline,
+            server: Some(origin.server.clone()),
+            session: Some(origin.session.clone()),
+            call: origin.call.clone(),
+            owner: origin.owner.clone(),
+            elicitation_id: None,
+            input_key: None,
+            bytes,
+        };
+        let (reply, outcome) = oneshot::channel();
+        // Nothing upstream can withdraw an approval; cancelling the call cancels it in the store.
+        let withdrawn = CancellationToken::new();
+        self.waiters().insert(id.clone(), Waiter { reply, withdrawn });
+        if let Err(error) = self.raise(vec![new], None, &origin.server).await {
+            self.waiters().remove(&id);
+            return Err(error.into());
+        }
+        Ok(Waiting { id, outcome })
     }
 
     /// Raises a Request a toolnexus host posted, owned by `owner`: it has no server, session or call, and

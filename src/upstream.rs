@@ -1,6 +1,7 @@
 //! The upstream MCP servers: their shared sessions (re-opened with back-off), private sessions, the live
 //! connections behind them, and the calls that run on them.
 
+mod approval;
 mod call;
 mod client;
 mod connect;
@@ -28,6 +29,7 @@ pub use reports::{Following, Progress, Report};
 use reports::Reports;
 
 use crate::Background;
+use crate::approvals::Approvals;
 use crate::auth::Principal;
 use crate::calls::Calls;
 use crate::config::{LimitsConfig, ProtocolChoice, Server};
@@ -198,6 +200,8 @@ pub struct Upstreams {
     tools_changed: Arc<watch::Sender<u64>>,
     /// Where the upstreams' progress on calls goes.
     reports: Reports,
+    /// The calls that wait for a person's approval before they are forwarded.
+    approvals: Approvals,
 }
 
 #[derive(Debug)]
@@ -207,12 +211,13 @@ struct Slot {
 }
 
 impl Upstreams {
-    /// Creates the upstream side; `start` opens the shared sessions. With a `durable` store, 2026-07-28
-    /// rounds outlive a shutdown.
+    /// Creates the upstream side; `start` opens the shared sessions. Calls `approvals` cover wait for an
+    /// approval before they are forwarded. With a `durable` store, 2026-07-28 rounds outlive a shutdown.
     pub fn new(
         servers: Vec<Server>,
         domain: Domain,
         limits: LimitsConfig,
+        approvals: Approvals,
         durable: bool,
         background: Background,
     ) -> Arc<Self> {
@@ -265,6 +270,7 @@ impl Upstreams {
             call_tasks: TaskTracker::new(),
             tools_changed: Arc::new(watch::Sender::new(0)),
             reports: Reports::default(),
+            approvals,
         })
     }
 
@@ -406,6 +412,13 @@ impl Upstreams {
             })?;
         let view = started.view;
         let following = self.reports.follow(&view.id);
+        if let Some(policy) = self.approvals.find(&view.server, &view.tool) {
+            // Nothing goes upstream before the approval: the call must be kept before it can be raised.
+            started.kept.await?;
+            self.hold_for_approval(policy, &view, live).await;
+            let view = self.calls.get(&view.id).await?.unwrap_or(view);
+            return Ok((view, following));
+        }
         let mut params = CallToolRequestParams::new(String::from(tool));
         params.arguments = arguments;
         tracing::debug!(call = %view.id, server = %view.server, tool = %view.tool, "call started");

@@ -272,7 +272,7 @@ pub async fn get(
         (status = 200, description = "The resolved Request (also for an identical replay); with `wait`, and a call \
             the principal may see, that call under `resumedCall` once it stops running again", body = AnsweredRequest),
         (status = 400, description = "The body is malformed, repeats a key within an object, has unknown keys or wrong types, or its id differs from the path", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "The Request belongs to another principal", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The Request belongs to another principal; or, with tokens, it is the approval of the answerer's own call, or its policy's `approvers` do not list the answerer. Nothing changes", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No Request with that id", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Already answered with a different answer", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "No longer answerable: expired or cancelled", body = Problem, content_type = "application/problem+json"),
@@ -305,6 +305,9 @@ pub async fn answer(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no Request with id {id}")))?;
     visible(&principal, &id, owner.as_deref())?;
+    if state.auth.authenticator.enabled() && id.starts_with(crate::ids::APPROVAL) {
+        approver(&state, &principal, &id).await?;
+    }
     let wait = query.wait.duration();
     // Taken before the answer: past the principal's long-polls nothing is answered.
     let held = state.hold_long_poll(&principal, wait)?;
@@ -352,6 +355,22 @@ pub struct AnsweredRequest {
     /// passed.
     #[serde(skip_serializing_if = "Option::is_none")]
     resumed_call: Option<CallView>,
+}
+
+/// Refuses an approval's answer from the principal whose call it is, or from one its policy does not list.
+async fn approver(state: &AppState, principal: &Principal, id: &str) -> Result<(), ApiError> {
+    let Some(view) = state.registry.get(id).await? else {
+        return Ok(());
+    };
+    // A posted Request of the same kind is no approval: nothing waits on it to forward a call.
+    if view.request.kind != crate::approvals::KIND_APPROVAL || view.is_posted() {
+        return Ok(());
+    }
+    let data = view.request.data.as_deref();
+    match crate::approvals::refusal(data, view.owner.as_deref(), &principal.name) {
+        Some(why) => Err(ApiError::forbidden(why)),
+        None => Ok(()),
+    }
 }
 
 /// `403` unless the principal may see (and so answer) the Request `id` owned by `owner`.

@@ -106,6 +106,10 @@ pub enum CallFailure {
     GatewayRestarted,
     /// The replica that held the call's session is gone (its heartbeat stopped), and its result with it.
     ReplicaGone,
+    /// The approval the call needed was answered no (`declined` or `cancelled`); it was never forwarded.
+    Declined,
+    /// The approval the call needed expired unanswered; it was never forwarded.
+    Expired,
 }
 
 impl CallFailure {
@@ -115,6 +119,8 @@ impl CallFailure {
             CallFailure::StateRejected => "state_rejected",
             CallFailure::GatewayRestarted => "gateway_restarted",
             CallFailure::ReplicaGone => "replica_gone",
+            CallFailure::Declined => "declined",
+            CallFailure::Expired => "expired",
         }
     }
 
@@ -124,6 +130,8 @@ impl CallFailure {
             CallFailure::StateRejected,
             CallFailure::GatewayRestarted,
             CallFailure::ReplicaGone,
+            CallFailure::Declined,
+            CallFailure::Expired,
         ]
         .into_iter()
         .find(|reason| reason.as_str() == name)
@@ -260,7 +268,13 @@ mod tests {
             assert_eq!(serde_json::to_value(status).unwrap(), status.as_str());
             assert_eq!(CallStatus::parse(status.as_str()), Some(status));
         }
-        for reason in [CallFailure::StateRejected, CallFailure::GatewayRestarted] {
+        for reason in [
+            CallFailure::StateRejected,
+            CallFailure::GatewayRestarted,
+            CallFailure::ReplicaGone,
+            CallFailure::Declined,
+            CallFailure::Expired,
+        ] {
             assert_eq!(serde_json::to_value(reason).unwrap(), reason.as_str());
             assert_eq!(CallFailure::parse(reason.as_str()), Some(reason));
         }

@@ -380,6 +380,25 @@ async fn past_max_hold_the_client_is_told_to_await_the_call_and_awaiting_gets_it
 }
 
 #[tokio::test]
+async fn a_call_through_the_door_waits_for_its_approval_given_over_rest() {
+    let policy = "[[approvals]]\nserver = \"modern\"\ntools = [\"echo\"]\n";
+    let app = spawn_front_door(&format!("{BOTH_ERAS}{policy}"), "[front_door]\nmax_hold = \"1s\"\n").await;
+    let client = connect(&app, &ProtocolVersion::V_2026_07_28, None).await;
+    let held = call(&client, "modern__echo", json!({"text": "approved"})).await;
+    let waiting = waiting_call(&held);
+    assert_eq!(waiting["status"], "input_required", "{waiting}");
+    let approval = pending_request_of(&app).await;
+    assert_eq!(approval["kind"], "approval");
+    assert_eq!(approval["call"], waiting["id"]);
+    assert_eq!(approval["data"]["call"]["arguments"], json!({"text": "approved"}));
+    app.answer_ok(approval["id"].as_str().unwrap(), json!({"ok": true}))
+        .await;
+    let done = call(&client, "gateway__await_call", json!({"call": waiting["id"]})).await;
+    assert_eq!(text(&done), "approved");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_held_call_reports_progress_while_a_human_is_awaited() {
     let app = spawn_front_door(BOTH_ERAS, "[front_door]\nmax_hold = \"40s\"\n").await;
     let client = connect(&app, &ProtocolVersion::V_2025_11_25, None).await;

@@ -1,6 +1,7 @@
 //! Black-box tests: the real binary on port 0 with a temp config, driven over HTTP as curl would.
 
 mod answers;
+mod approvals;
 mod auth;
 mod calls;
 #[allow(dead_code, reason = "the durable server and its counts are for the bench")]

@@ -1,0 +1,302 @@
+//! Approval policies: which tool calls wait for a person's yes before the gateway forwards them, and the
+//! Request that asks for it — its prompt, and the digest that binds the answer to the call's arguments.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+/// `kind` of the Request that asks to let a call through.
+pub const KIND_APPROVAL: &str = "approval";
+/// The prompt of a policy that sets none.
+pub const DEFAULT_PROMPT: &str = "Allow {tool} on {server}?";
+/// The `server` of a policy that applies to every server.
+pub const ANY_SERVER: &str = "*";
+
+/// A glob pattern of tool names: `*` matches any run of characters, `?` any one character.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Glob(String);
+
+impl Glob {
+    /// Parses a pattern: 1 to 128 of the characters a tool name may have, `*` and `?`.
+    pub fn parse(pattern: &str) -> Result<Self, String> {
+        let fits = (1..=128).contains(&pattern.len())
+            && pattern
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || b"_-.*?".contains(&byte));
+        if fits {
+            Ok(Self(pattern.to_owned()))
+        } else {
+            Err(format!(
+                "{pattern:?} is not a pattern of tool names: 1 to 128 of A-Z a-z 0-9 _ - . and the wildcards * and ?"
+            ))
+        }
+    }
+
+    /// Whether `name` matches the whole pattern.
+    pub fn matches(&self, name: &str) -> bool {
+        let (pattern, name) = (self.0.as_bytes(), name.as_bytes());
+        let (mut p, mut n) = (0, 0);
+        // Where the last `*` was, and the name position it has matched up to: on a mismatch, it takes one more.
+        let mut star: Option<(usize, usize)> = None;
+        while n < name.len() {
+            match pattern.get(p) {
+                Some(b'*') => {
+                    star = Some((p, n));
+                    p += 1;
+                }
+                Some(&byte) if byte == b'?' || byte == name[n] => {
+                    p += 1;
+                    n += 1;
+                }
+                _ => match star {
+                    Some((at, taken)) => {
+                        p = at + 1;
+                        n = taken + 1;
+                        star = Some((at, taken + 1));
+                    }
+                    None => return false,
+                },
+            }
+        }
+        pattern[p..].iter().all(|&byte| byte == b'*')
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Serialize for Glob {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+/// One `[[approvals]]` entry, checked.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ApprovalPolicy {
+    /// A server's name, or `*` for every server.
+    pub server: String,
+    /// Glob patterns of the upstream tool names it applies to.
+    #[schema(value_type = Vec<String>)]
+    pub tools: Vec<Glob>,
+    /// The Request's prompt; `{tool}`, `{server}` and `{caller}` expand.
+    pub prompt: String,
+    /// How long the approval stays answerable (`"30m"`); `requests.ttl` when absent.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "human_duration")]
+    #[schema(value_type = Option<String>)]
+    pub ttl: Option<Duration>,
+    /// The token names that may answer; empty: any approver or admin.
+    pub approvers: Vec<String>,
+}
+
+fn human_duration<S: serde::Serializer>(duration: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
+    match duration {
+        Some(duration) => serializer.serialize_str(&humantime::format_duration(*duration).to_string()),
+        None => serializer.serialize_none(),
+    }
+}
+
+impl ApprovalPolicy {
+    /// Whether a call of `tool` on `server` needs this approval.
+    pub fn applies(&self, server: &str, tool: &str) -> bool {
+        (self.server == ANY_SERVER || self.server == server) && self.tools.iter().any(|glob| glob.matches(tool))
+    }
+
+    /// Its prompt for one call.
+    pub fn prompt_for(&self, server: &str, tool: &str, caller: &str) -> String {
+        expand(&self.prompt, server, tool, caller)
+    }
+}
+
+/// The configured policies, in the order written: the first that applies to a call is the one used.
+#[derive(Debug, Clone, Default)]
+pub struct Approvals(Vec<ApprovalPolicy>);
+
+impl Approvals {
+    /// The policies, in order.
+    pub fn new(policies: Vec<ApprovalPolicy>) -> Self {
+        Self(policies)
+    }
+
+    /// The first policy that applies to a call of `tool` on `server`.
+    pub fn find(&self, server: &str, tool: &str) -> Option<&ApprovalPolicy> {
+        self.0.iter().find(|policy| policy.applies(server, tool))
+    }
+
+    /// Every policy, in order.
+    pub fn all(&self) -> &[ApprovalPolicy] {
+        &self.0
+    }
+}
+
+/// Expands `{tool}`, `{server}` and `{caller}` in a prompt, in one pass: what they expand to is not expanded
+/// again.
+pub fn expand(template: &str, server: &str, tool: &str, caller: &str) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        let tail = &rest[start..];
+        let (value, taken) = [("{tool}", tool), ("{server}", server), ("{caller}", caller)]
+            .into_iter()
+            .find(|(name, _)| tail.starts_with(name))
+            .map_or(("{", 1), |(name, value)| (value, name.len()));
+        out.push_str(value);
+        rest = &tail[taken..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The canonical form of arguments that the digest covers: JSON with every object's keys sorted (by their
+/// UTF-8 bytes), no whitespace, strings escaped as `serde_json` escapes them.
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_unstable();
+            out.push('{');
+            for (index, key) in keys.into_iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// The lowercase hex SHA-256 of the canonical JSON of `arguments`.
+pub fn digest(arguments: &Value) -> String {
+    Sha256::digest(canonical_json(arguments).as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// The `data` of an approval Request: the call as it will be forwarded, its digest, and who may answer.
+pub fn request_data(
+    server: &str,
+    tool: &str,
+    arguments: &Value,
+    caller: &str,
+    approvers: &[String],
+) -> Map<String, Value> {
+    let mut data = Map::new();
+    data.insert(
+        "call".to_owned(),
+        serde_json::json!({"server": server, "tool": tool, "arguments": arguments, "caller": caller}),
+    );
+    data.insert("digest".to_owned(), Value::String(digest(arguments)));
+    if !approvers.is_empty() {
+        data.insert("approvers".to_owned(), Value::from(approvers.to_vec()));
+    }
+    data
+}
+
+/// Why a principal may not answer an approval, or `None` when it may. Applies only with tokens configured.
+pub fn refusal(data: Option<&Map<String, Value>>, owner: Option<&str>, by: &str) -> Option<String> {
+    if owner == Some(by) {
+        return Some(format!("{by} started this call and may not approve it"));
+    }
+    let approvers = data.and_then(|data| data.get("approvers")).and_then(Value::as_array)?;
+    if approvers.iter().any(|name| name.as_str() == Some(by)) {
+        None
+    } else {
+        Some(format!("{by} is not among the approvers of this call"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn glob(pattern: &str) -> Glob {
+        Glob::parse(pattern).unwrap()
+    }
+
+    #[test]
+    fn globs_match_whole_names_with_star_and_question_mark() {
+        assert!(glob("echo").matches("echo"));
+        assert!(!glob("echo").matches("echo2"));
+        assert!(!glob("echo").matches("ech"));
+        assert!(glob("confirm_*").matches("confirm_action"));
+        assert!(glob("confirm_*").matches("confirm_"));
+        assert!(!glob("confirm_*").matches("confirm"));
+        assert!(glob("*").matches("anything"));
+        assert!(glob("*").matches(""));
+        assert!(glob("*_action").matches("confirm_action"));
+        assert!(glob("a*b*c").matches("aXbYbZc"));
+        assert!(!glob("a*b*c").matches("aXbYbZ"));
+        assert!(glob("ech?").matches("echo"));
+        assert!(!glob("ech?").matches("ech"));
+        assert!(glob("*n?").matches("banana"));
+        assert!(!glob("*a?").matches("banana"));
+        assert!(glob("**x").matches("x"));
+    }
+
+    #[test]
+    fn patterns_outside_tool_name_characters_are_refused() {
+        for bad in ["", "a b", "a/b", "[ab]", &"x".repeat(129)] {
+            assert!(Glob::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn prompts_expand_their_placeholders_once() {
+        assert_eq!(expand(DEFAULT_PROMPT, "demo", "echo", "ci"), "Allow echo on demo?");
+        assert_eq!(
+            expand("{caller} wants {tool}{tool} {unknown} {", "s", "t", "c"),
+            "c wants tt {unknown} {"
+        );
+        assert_eq!(expand("{tool}", "s", "{server}", "c"), "{server}");
+    }
+
+    #[test]
+    fn the_digest_covers_canonical_json() {
+        let a = json!({"b": [1, {"z": true, "a": null}], "a": "x y", "é": 1.5});
+        assert_eq!(canonical_json(&a), r#"{"a":"x y","b":[1,{"a":null,"z":true}],"é":1.5}"#);
+        let b: Value = serde_json::from_str(r#"{ "é": 1.5, "a": "x y", "b": [1, {"a": null, "z": true}] }"#).unwrap();
+        assert_eq!(digest(&a), digest(&b));
+        assert_eq!(
+            digest(&json!({})),
+            "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+        );
+        assert_ne!(digest(&json!({"a": 1})), digest(&json!({"a": 2})));
+    }
+
+    #[test]
+    fn the_caller_and_those_off_the_list_may_not_approve() {
+        let open = request_data("s", "t", &json!({}), "ci", &[]);
+        assert!(refusal(Some(&open), Some("ci"), "ci").is_some());
+        assert!(refusal(Some(&open), Some("ci"), "ops").is_none());
+        let listed = request_data("s", "t", &json!({}), "ci", &["on-call".to_owned()]);
+        assert!(refusal(Some(&listed), Some("ci"), "ops").is_some());
+        assert!(refusal(Some(&listed), Some("ci"), "on-call").is_none());
+    }
+}
