@@ -421,11 +421,13 @@ function card(request, clock) {
   );
   const body = request.url !== undefined
     ? urlForm(request)
-    : request.data && request.data.schema
-      ? schemaForm(request)
-      : request.kind === 'question' && request.data && Array.isArray(request.data.questions)
-        ? questionForm(request)
-        : plainForm(request);
+    : request.kind === 'approval' && request.data && request.data.call
+      ? approvalForm(request)
+      : request.data && request.data.schema
+        ? schemaForm(request)
+        : request.kind === 'question' && request.data && Array.isArray(request.data.questions)
+          ? questionForm(request)
+          : plainForm(request);
   return h(
     'article',
     { 'aria-labelledby': heading },
@@ -464,6 +466,28 @@ function schemaForm(request) {
     await answer(request, { ok: true, data }, form, (errors) => showErrors(errors, fields, problem));
   });
   wireButtons(request, form, problem);
+  return form;
+}
+
+/**
+ * An approval (an approval policy held a tool call for it): who called which tool on which server, the
+ * arguments that go upstream if it is approved, as readable JSON that folds away, and Approve / Decline.
+ */
+function approvalForm(request) {
+  const call = request.data.call;
+  const fact = (name, value) => h('div', {}, h('dt', { text: name }), h('dd', {}, isolated(String(value ?? ''))));
+  const facts = h('dl', { class: 'meta facts' }, fact('Tool', call.tool), fact('Server', call.server), fact('Caller', call.caller));
+  const shown = JSON.stringify(call.arguments ?? {}, null, 2);
+  const args = h(
+    'details',
+    { class: 'arguments', open: shown.length <= 400 },
+    h('summary', { text: 'Arguments' }),
+    h('pre', { dir: 'ltr' }, isolated(shown)),
+  );
+  const form = h('form', { novalidate: true, 'aria-labelledby': `h-${request.id}` });
+  const problem = h('p', { class: 'problem', role: 'alert', hidden: true });
+  form.append(facts, args, problem, buttons(request, 'Approve'));
+  acceptOnSubmit(request, form, problem);
   return form;
 }
 

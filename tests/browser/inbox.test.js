@@ -41,7 +41,7 @@ let browser;
 before(async () => {
   assert.ok(existsSync(GATEWAY_BIN), `no gateway binary at ${GATEWAY_BIN}: run cargo build or set GATEWAY_BIN`);
   assert.ok(existsSync(CHROMIUM), `no browser at ${CHROMIUM}: apt-get install chromium, or set CHROMIUM`);
-  gateway = await startGateway();
+  gateway = await startGateway('[[approvals]]\nserver = "demo"\ntools = ["echo"]\n');
   secured = await startGateway(TOKENS);
   browser = await chromium.launch({
     executablePath: CHROMIUM,
@@ -314,6 +314,27 @@ test('the page title counts the pending Requests, and the page offers notificati
     await json(`/requests/${request.id}/answer`, { method: 'POST', body: JSON.stringify({ ok: true }) });
   }
   await page.waitForFunction((title) => document.title === title, counted(listed));
+  assertStayedHome(requested, problems);
+});
+
+test('an approval shows who calls which tool with what, and Approve sends exactly that call', { timeout: 60_000 }, async (t) => {
+  const { page, requested, problems } = await openInbox(t);
+  const { call, request } = await startCall('echo', { text: 'from the inbox \u202e' });
+  const form = card(page, request);
+  await form.getByRole('button', { name: 'Approve' }).waitFor();
+  const facts = await form.locator('.facts').innerText();
+  assert.match(facts, /Tool\s+echo/);
+  assert.match(facts, /Caller\s+anonymous/);
+  const args = form.locator('.arguments pre');
+  assert.equal(await args.isVisible(), true, 'short arguments are shown unfolded');
+  assert.match(await args.innerText(), /"text": "from the inbox ⟨U\+202E⟩"/);
+  await form.getByText('Arguments').click();
+  assert.equal(await args.isVisible(), false, 'the arguments fold away');
+  await form.getByRole('button', { name: 'Approve' }).click();
+  await expectResolved(page, request, 'Accepted');
+  const settled = await json(`/calls/${call}?wait=20`);
+  assert.equal(settled.status, 'completed', JSON.stringify(settled));
+  assert.equal(settled.result.content[0].text, 'from the inbox \u202e');
   assertStayedHome(requested, problems);
 });
 
