@@ -21,6 +21,12 @@ const tokenInput = document.getElementById('token');
 const signinError = document.getElementById('signin-error');
 const signout = document.getElementById('signout');
 const alerts = document.getElementById('alerts');
+const historyFilter = document.getElementById('history-filter');
+const historyNote = document.getElementById('history-note');
+const historyTable = document.getElementById('history-table');
+/** Pages of 1000 Requests the History reads at most, and rows it shows at most. */
+const HISTORY_PAGES = 20;
+const HISTORY_ROWS = 200;
 /** The page's title without the pending count. */
 const baseTitle = document.title;
 
@@ -155,6 +161,58 @@ if ('Notification' in window && Notification.permission === 'default') {
     notify(permission === 'granted' ? 'New Requests will raise a notification.' : 'No notifications, then.');
   });
 }
+
+// ---- the history ----------------------------------------------------------------------------------------
+
+// Resolved Requests with who answered, when and how, the latest first; read when asked, filtered by the API.
+historyFilter.addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const params = new URLSearchParams({ status: 'all', limit: '1000' });
+  for (const name of ['server', 'kind']) {
+    const value = historyFilter.elements[name].value.trim();
+    if (value) params.set(name, value);
+  }
+  let path = `requests?${params}`;
+  const done = [];
+  let pages = 0;
+  try {
+    // Oldest first, page by page, as the API lists them.
+    while (path && pages < HISTORY_PAGES) {
+      const response = await api(path);
+      if (!response.ok) throw new Error(`GET /requests answered ${response.status}`);
+      for (const request of await response.json()) if (request.status !== 'pending') done.push(request);
+      const next = /<\/([^>]*)>;\s*rel="next"/.exec(response.headers.get('link') || '');
+      path = next ? next[1] : null;
+      pages += 1;
+    }
+  } catch (error) {
+    if (!(error instanceof SignInNeeded)) notify(`Could not read the history: ${error.message}`, 'error');
+    return;
+  }
+  const when = (request) => Date.parse(request.resolvedAt || request.createdAt);
+  // Listed oldest first: reversed, a stable sort keeps the later of two resolved in the same millisecond first.
+  done.reverse().sort((a, b) => when(b) - when(a));
+  const rows = done.slice(0, HISTORY_ROWS).map((request) =>
+    h(
+      'tr',
+      { 'data-request': request.id },
+      h('td', { text: new Date(when(request)).toLocaleString() }),
+      h('td', {}, isolated(request.prompt || request.id)),
+      h('td', {}, isolated(request.kind)),
+      h('td', {}, request.server === undefined ? ['posted by ', isolated(poster(request))] : isolated(request.server)),
+      h('td', { text: outcome(request) }),
+      h('td', {}, request.answeredBy ? isolated(request.answeredBy) : '—'),
+    ),
+  );
+  historyTable.tBodies[0].replaceChildren(...rows);
+  historyTable.hidden = rows.length === 0;
+  const notes = [];
+  if (!rows.length) notes.push('Nothing resolved matches.');
+  if (done.length > rows.length) notes.push(`Showing the latest ${rows.length} of ${done.length}.`);
+  if (path) notes.push(`Only the oldest ${pages * 1000} Requests kept were read; narrow the filter to see later ones.`);
+  historyNote.textContent = notes.join(' ');
+  historyNote.hidden = !notes.length;
+});
 
 // ---- the live list --------------------------------------------------------------------------------------
 

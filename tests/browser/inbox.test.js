@@ -338,6 +338,27 @@ test('an approval shows who calls which tool with what, and Approve sends exactl
   assertStayedHome(requested, problems);
 });
 
+test('the history lists resolved Requests, the latest first, with who answered and how, filtered by kind', { timeout: 60_000 }, async (t) => {
+  const kind = `history.${Date.now()}`;
+  const post = (prompt) => json('/requests', { method: 'POST', body: JSON.stringify({ kind, prompt }) });
+  const accepted = await post('Approve this?');
+  const declined = await post('And this?');
+  await json(`/requests/${accepted.id}/answer`, { method: 'POST', body: JSON.stringify({ ok: true }) });
+  await json(`/requests/${declined.id}/answer`, { method: 'POST', body: JSON.stringify({ ok: false, reason: 'declined' }) });
+  const waiting = await post('Still waiting?');
+  const { page, requested, problems } = await openInbox(t);
+  await page.getByLabel('Kind').fill(kind);
+  await page.getByRole('button', { name: 'Show history' }).click();
+  const rows = page.locator('#history-table tbody tr');
+  await rows.first().waitFor();
+  assert.deepEqual(await rows.evaluateAll((all) => all.map((row) => row.dataset.request)), [declined.id, accepted.id]);
+  assert.match(await rows.nth(0).innerText(), /And this\?.*Declined\s+anonymous/s);
+  assert.match(await rows.nth(1).innerText(), /Approve this\?.*Accepted\s+anonymous/s);
+  // Other tests count what is pending.
+  await json(`/requests/${waiting.id}/answer`, { method: 'POST', body: JSON.stringify({ ok: false, reason: 'cancelled' }) });
+  assertStayedHome(requested, problems);
+});
+
 test('Decline sends decline upstream', { timeout: 60_000 }, async (t) => {
   const { call, request } = await startCall('confirm_action', { action: 'deploy' });
   const { page, requested, problems } = await openInbox(t);
