@@ -213,15 +213,50 @@ impl Registry {
     /// `withdrawn` fires if the upstream withdraws it.
     pub async fn ask(&self, params: Value, origin: &Origin, withdrawn: CancellationToken) -> Result<Waiting, AskError> {
         let new = self.new_request(&params, origin, None)?;
+        self.wait_on(new, &origin.server, withdrawn).await
+    }
+
+    /// Raises one Request to wait on here for its outcome; `withdrawn` fires if what raised it stops waiting.
+    async fn wait_on(&self, new: NewRequest, server: &str, withdrawn: CancellationToken) -> Result<Waiting, AskError> {
         let id = new.request.id.clone();
         let (reply, outcome) = oneshot::channel();
         // Registered first, so that an answer arriving as soon as the Request is visible finds it.
         self.waiters().insert(id.clone(), Waiter { reply, withdrawn });
-        if let Err(error) = self.raise(vec![new], None, &origin.server).await {
+        if let Err(error) = self.raise(vec![new], None, server).await {
             self.waiters().remove(&id);
             return Err(error.into());
         }
         Ok(Waiting { id, outcome })
+    }
+
+    /// `what` of `bytes` as JSON fits in one Request, or says why not.
+    fn fits(&self, what: &str, bytes: usize) -> Result<(), String> {
+        let most = self.shared.policy.max_request_bytes;
+        if bytes > most {
+            return Err(format!(
+                "{what} is {bytes} bytes, more than the {most} one Request may hold (requests.max_request_bytes)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// A Request raised for `origin` now, due after `ttl`, holding `bytes` against the caps.
+    fn at_origin(mut request: Request, origin: &Origin, ttl: Duration, bytes: usize) -> NewRequest {
+        let created_at = Timestamp::now();
+        let deadline = created_at.after(ttl);
+        request.expires_at = Some(deadline.rfc3339());
+        NewRequest {
+            request,
+            created_at,
+            deadline,
+            server: Some(origin.server.clone()),
+            session: Some(origin.session.clone()),
+            call: origin.call.clone(),
+            owner: origin.owner.clone(),
+            elicitation_id: None,
+            input_key: None,
+            bytes,
+        }
     }
 
     /// Raises the input requests of a 2026-07-28 round as Requests, all of them or none: each of the round's
@@ -249,37 +284,10 @@ impl Registry {
     ) -> Result<Waiting, AskError> {
         request.id = crate::ids::mint(crate::ids::APPROVAL);
         let bytes = crate::records::json_size(&request);
-        let most = self.shared.policy.max_request_bytes;
-        if bytes > most {
-            return Err(AskError::Unusable(format!(
-                "the approval is {bytes} bytes, more than the {most} one Request may hold (requests.max_request_bytes)"
-            )));
-        }
-        let created_at = Timestamp::now();
-        let deadline = created_at.after(ttl.unwrap_or(self.shared.policy.ttl));
-        request.expires_at = Some(deadline.rfc3339());
-        let id = request.id.clone();
-        let new = NewRequest {
-            request,
-            created_at,
-            deadline,
-            server: Some(origin.server.clone()),
-            session: Some(origin.session.clone()),
-            call: origin.call.clone(),
-            owner: origin.owner.clone(),
-            elicitation_id: None,
-            input_key: None,
-            bytes,
-        };
-        let (reply, outcome) = oneshot::channel();
+        self.fits("the approval", bytes).map_err(AskError::Unusable)?;
+        let new = Self::at_origin(request, origin, ttl.unwrap_or(self.shared.policy.ttl), bytes);
         // Nothing upstream can withdraw an approval; cancelling the call cancels it in the store.
-        let withdrawn = CancellationToken::new();
-        self.waiters().insert(id.clone(), Waiter { reply, withdrawn });
-        if let Err(error) = self.raise(vec![new], None, &origin.server).await {
-            self.waiters().remove(&id);
-            return Err(error.into());
-        }
-        Ok(Waiting { id, outcome })
+        self.wait_on(new, &origin.server, CancellationToken::new()).await
     }
 
     /// Raises a Request a toolnexus host posted, owned by `owner`: it has no server, session or call, and
@@ -290,12 +298,7 @@ impl Registry {
             request.id = crate::ids::mint(crate::ids::POSTED);
         }
         let bytes = crate::records::json_size(&request);
-        let most = self.shared.policy.max_request_bytes;
-        if bytes > most {
-            return Err(PostError::Unusable(format!(
-                "the Request is {bytes} bytes, more than the {most} one Request may hold (requests.max_request_bytes)"
-            )));
-        }
+        self.fits("the Request", bytes).map_err(PostError::Unusable)?;
         if let Some(data) = request.data.take() {
             request.data = Some(self.shared.data.share(data).map_err(PostError::Unusable)?.data);
         }
@@ -367,35 +370,20 @@ impl Registry {
     fn new_request(&self, params: &Value, origin: &Origin, input_key: Option<String>) -> Result<NewRequest, AskError> {
         elicitation::check_params(params).map_err(AskError::Unusable)?;
         let bytes = crate::records::json_size(params);
-        let most = self.shared.policy.max_request_bytes;
-        if bytes > most {
-            return Err(AskError::Unusable(format!(
-                "the elicitation is {bytes} bytes, more than the {most} one Request may hold (requests.max_request_bytes)"
-            )));
-        }
+        self.fits("the elicitation", bytes).map_err(AskError::Unusable)?;
         let mut request = elicitation::elicitation_to_request(params);
         if let Some(data) = request.data.take() {
             request.data = Some(self.shared.data.share(data).map_err(AskError::Unusable)?.data);
         }
-        let created_at = Timestamp::now();
-        let deadline = created_at.after(self.shared.policy.ttl);
-        request.expires_at = Some(deadline.rfc3339());
         let elicitation_id = params
             .get("elicitationId")
             .and_then(Value::as_str)
             .filter(|id| !id.is_empty())
             .map(str::to_owned);
         Ok(NewRequest {
-            request,
-            created_at,
-            deadline,
-            server: Some(origin.server.clone()),
-            session: Some(origin.session.clone()),
-            call: origin.call.clone(),
-            owner: origin.owner.clone(),
             elicitation_id,
             input_key,
-            bytes,
+            ..Self::at_origin(request, origin, self.shared.policy.ttl, bytes)
         })
     }
 
