@@ -507,12 +507,7 @@ function schemaForm(request) {
   const fields = Object.entries(schema.properties || {}).map(([name, property], index) =>
     field(`f-${request.id}-${index}`, name, property || {}, required.has(name)),
   );
-  const form = h('form', { novalidate: true, 'aria-labelledby': `h-${request.id}` });
-  const problem = h('p', { class: 'problem', role: 'alert', hidden: true, id: `p-${request.id}` });
-  form.append(...fields.map((f) => f.element), problem, buttons(request, 'Accept'));
-  form.addEventListener('submit', async (event) => {
-    event.preventDefault();
-    clearErrors(fields, problem);
+  return fieldsForm(request, fields, () => {
     const data = {};
     const local = [];
     for (const f of fields) {
@@ -520,6 +515,23 @@ function schemaForm(request) {
       if (read.error) local.push({ path: `/${pointer(f.name)}`, message: read.error });
       else if (read.present) data[f.name] = read.value;
     }
+    return { data, local };
+  });
+}
+
+/**
+ * A form of generated fields with Accept, Decline and Cancel. On Accept, `collect()` gives the answer's
+ * `data`, or in `local` the problems to show beside the fields before anything is sent; the gateway's `422`
+ * is shown the same way.
+ */
+function fieldsForm(request, fields, collect) {
+  const form = h('form', { novalidate: true, 'aria-labelledby': `h-${request.id}` });
+  const problem = h('p', { class: 'problem', role: 'alert', hidden: true, id: `p-${request.id}` });
+  form.append(...fields.map((f) => f.element), problem, buttons(request, 'Accept'));
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    clearErrors(fields, problem);
+    const { data, local } = collect();
     if (local.length) return showErrors(local, fields, problem);
     await answer(request, { ok: true, data }, form, (errors) => showErrors(errors, fields, problem));
   });
@@ -566,12 +578,7 @@ function questionForm(request) {
     const many = Boolean(options && question.multiple);
     return { ...field(`f-${request.id}-${index}`, String(index), schema, !many), many };
   });
-  const form = h('form', { novalidate: true, 'aria-labelledby': `h-${request.id}` });
-  const problem = h('p', { class: 'problem', role: 'alert', hidden: true, id: `p-${request.id}` });
-  form.append(...fields.map((f) => f.element), problem, buttons(request, 'Accept'));
-  form.addEventListener('submit', async (event) => {
-    event.preventDefault();
-    clearErrors(fields, problem);
+  return fieldsForm(request, fields, () => {
     const answers = [];
     const local = [];
     for (const f of fields) {
@@ -581,11 +588,8 @@ function questionForm(request) {
       if (read.error || missing) local.push({ path: `/${pointer(f.name)}`, message: read.error || 'An answer is needed.' });
       else answers.push(read.present ? read.value : []);
     }
-    if (local.length) return showErrors(local, fields, problem);
-    await answer(request, { ok: true, data: { answers } }, form, (errors) => showErrors(errors, fields, problem));
+    return { data: { answers }, local };
   });
-  wireButtons(request, form, problem);
-  return form;
 }
 
 /**
