@@ -3,7 +3,7 @@
 use reqwest::header::AUTHORIZATION;
 use serde_json::{Value, json};
 
-use crate::helpers::{BOTH_ERAS, TestApp, spawn_app, spawn_in};
+use crate::helpers::{BOTH_ERAS, TestApp, spawn_app, spawn_in, token_entry};
 
 /// `modern` calls of `confirm_*` and `echo` need approval; `legacy` calls of `confirm_*` need it within a second.
 const POLICIES: &str = r#"
@@ -129,17 +129,13 @@ async fn calls_no_policy_covers_run_at_once() {
 
 /// An agent, an approver, the on-call approver and an admin; `confirm_*` needs the on-call's yes.
 fn authenticated() -> String {
-    let token = |name: &str, role: &str| {
-        let digest = toolnexus_gateway::auth::digest_hex(&format!("{name}-token"));
-        format!("[[auth.tokens]]\nname = \"{name}\"\nrole = \"{role}\"\nsha256 = \"{digest}\"\n")
-    };
     format!(
         "{BOTH_ERAS}{}{}{}{}[[approvals]]\nserver = \"*\"\ntools = [\"confirm_*\"]\napprovers = [\"on-call\"]\n\
          [[approvals]]\nserver = \"modern\"\ntools = [\"echo\"]\n",
-        token("agent", "agent"),
-        token("lead", "approver"),
-        token("on-call", "approver"),
-        token("ops", "admin"),
+        token_entry("agent", "agent"),
+        token_entry("lead", "approver"),
+        token_entry("on-call", "approver"),
+        token_entry("ops", "admin"),
     )
 }
 

@@ -5,20 +5,16 @@ use std::process::{Command, Stdio};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
-use crate::helpers::{BINARY, BOTH_ERAS, Output, TestApp, first_request, spawn_app};
+use crate::helpers::{BINARY, BOTH_ERAS, Output, TestApp, first_request, spawn_app, token_entry};
 
 /// Two agents, an approver and an admin, each with its token given as its SHA-256.
 fn config() -> String {
-    let token = |name: &str, role: &str| {
-        let digest = toolnexus_gateway::auth::digest_hex(&format!("{name}-token"));
-        format!("[[auth.tokens]]\nname = \"{name}\"\nrole = \"{role}\"\nsha256 = \"{digest}\"\n")
-    };
     format!(
         "{BOTH_ERAS}\n{}{}{}{}",
-        token("agent-a", "agent"),
-        token("agent-b", "agent"),
-        token("lead", "approver"),
-        token("ops", "admin")
+        token_entry("agent-a", "agent"),
+        token_entry("agent-b", "agent"),
+        token_entry("lead", "approver"),
+        token_entry("ops", "admin")
     )
 }
 

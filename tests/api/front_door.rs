@@ -17,7 +17,7 @@ use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, Ser
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use crate::helpers::{BOTH_ERAS, TestApp, children, signal, spawn_app, start_with};
+use crate::helpers::{BOTH_ERAS, TestApp, children, signal, spawn_app, start_with, token_entry};
 
 /// The eras a front-door client may speak.
 const CLIENT_ERAS: [ProtocolVersion; 2] = [ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28];
@@ -625,15 +625,11 @@ async fn a_client_that_cancels_cancels_its_call_and_its_requests() {
 
 #[tokio::test]
 async fn tokens_decide_who_may_use_the_front_door_and_whose_calls_they_see() {
-    let token = |name: &str, role: &str| {
-        let digest = toolnexus_gateway::auth::digest_hex(&format!("{name}-token"));
-        format!("[[auth.tokens]]\nname = \"{name}\"\nrole = \"{role}\"\nsha256 = \"{digest}\"\n")
-    };
     let settings = format!(
         "[front_door]\nmax_hold = \"1s\"\n{}{}{}",
-        token("agent-a", "agent"),
-        token("agent-b", "agent"),
-        token("lead", "approver")
+        token_entry("agent-a", "agent"),
+        token_entry("agent-b", "agent"),
+        token_entry("lead", "approver")
     );
     let app = spawn_front_door(BOTH_ERAS, &settings).await;
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

@@ -161,6 +161,12 @@ pub fn stored_in(url: &str) -> String {
     format!("[store]\nurl = \"{url}\"\n")
 }
 
+/// An `[[auth.tokens]]` entry for `name` in `role`, whose token is `{name}-token`, given as its SHA-256.
+pub fn token_entry(name: &str, role: &str) -> String {
+    let digest = toolnexus_gateway::auth::digest_hex(&format!("{name}-token"));
+    format!("[[auth.tokens]]\nname = \"{name}\"\nrole = \"{role}\"\nsha256 = \"{digest}\"\n")
+}
+
 /// The config of a test gateway: port 0, the settings, Requests and servers given, and a SQLite store in
 /// `dir` unless the settings name one.
 pub fn config_text(dir: &std::path::Path, settings: &str, servers: &str, requests: &str) -> String {

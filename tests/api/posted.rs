@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, spawn_app, spawn_app_with, spawn_in};
+use crate::helpers::{TestApp, spawn_app, spawn_app_with, spawn_in, token_entry};
 
 /// A form with one field.
 fn form() -> Value {
@@ -234,15 +234,11 @@ async fn posted_requests_count_against_max_pending_and_expire() {
 
 /// Two agents and an approver, each with its token as its SHA-256.
 fn tokens() -> String {
-    let token = |name: &str, role: &str| {
-        let digest = toolnexus_gateway::auth::digest_hex(&format!("{name}-token"));
-        format!("[[auth.tokens]]\nname = \"{name}\"\nrole = \"{role}\"\nsha256 = \"{digest}\"\n")
-    };
     format!(
         "{}{}{}",
-        token("agent-a", "agent"),
-        token("agent-b", "agent"),
-        token("lead", "approver")
+        token_entry("agent-a", "agent"),
+        token_entry("agent-b", "agent"),
+        token_entry("lead", "approver")
     )
 }
 
