@@ -64,6 +64,11 @@ impl Calls {
         self.store.call(id).await
     }
 
+    /// Claims the sending of a call its approval held: `false` when it was sent already (or is not running).
+    pub async fn forwarding(&self, id: &str) -> Result<bool, StoreError> {
+        self.store.forwarding(id).await
+    }
+
     /// A call's status and owner, without reading the rest.
     pub async fn status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
         self.store.call_status(id).await

@@ -31,6 +31,7 @@ pub mod validation;
 pub mod webhooks;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -210,10 +211,12 @@ impl Gateway {
             .recover("the gateway restarted")
             .await
             .map_err(|error| anyhow::anyhow!("cannot recover the previous run's state: {error}"))?;
-        if recovered.ended_requests + recovered.ended_calls + recovered.resumes.len() + recovered.pending > 0 {
+        let carried = recovered.resumes.len() + recovered.approvals.len();
+        if recovered.ended_requests + recovered.ended_calls + carried + recovered.pending > 0 {
             tracing::info!(
                 pending = recovered.pending,
                 retried = recovered.resumes.len(),
+                awaiting_approval = recovered.approvals.len(),
                 ended_requests = recovered.ended_requests,
                 ended_calls = recovered.ended_calls,
                 "recovered the previous run's state"
@@ -222,13 +225,19 @@ impl Gateway {
         tracker.spawn(state.registry.clone().reap(state.shutdown.clone()));
         tracker.spawn(prune(store.clone(), retention, state.shutdown.clone()));
         if matches!(store, Store::Postgres(_)) {
-            let (registry, shutdown) = (state.registry.clone(), state.shutdown.clone());
-            tracker.spawn(reap_replicas(store.clone(), registry, shutdown));
+            let (upstreams, shutdown) = (state.upstreams.clone(), state.shutdown.clone());
+            tracker.spawn(reap_replicas(
+                store.clone(),
+                state.registry.clone(),
+                upstreams,
+                shutdown,
+            ));
             let feed = state.feed.clone();
             tracker.spawn(state.registry.clone().follow_replicas(feed, state.shutdown.clone()));
         }
         state.upstreams.start(resumes);
         resume(&store, &state.registry, recovered.resumes).await;
+        state.upstreams.adopt_approvals(recovered.approvals);
         let shutdown = state.shutdown.clone();
         let upstreams = state.upstreams.clone();
         tokio::spawn(async move {
@@ -255,9 +264,9 @@ impl Gateway {
     }
 }
 
-/// Ends what replicas that are gone left, every third of the lease, and retries the calls that fall to this
-/// one.
-async fn reap_replicas(store: Store, registry: Registry, shutdown: CancellationToken) {
+/// Ends what replicas that are gone left, every third of the lease, and retries or waits on the approval of
+/// the calls that fall to this one.
+async fn reap_replicas(store: Store, registry: Registry, upstreams: Arc<Upstreams>, shutdown: CancellationToken) {
     loop {
         tokio::select! {
             () = tokio::time::sleep(store::postgres::LEASE / 3) => {}
@@ -270,15 +279,17 @@ async fn reap_replicas(store: Store, registry: Registry, shutdown: CancellationT
                 continue;
             }
         };
-        if reaped.ended_requests + reaped.ended_calls + reaped.resumes.len() > 0 {
+        if reaped.ended_requests + reaped.ended_calls + reaped.resumes.len() + reaped.approvals.len() > 0 {
             tracing::info!(
                 retried = reaped.resumes.len(),
+                awaiting_approval = reaped.approvals.len(),
                 ended_requests = reaped.ended_requests,
                 ended_calls = reaped.ended_calls,
                 "ended what replicas that are gone left"
             );
         }
         resume(&store, &registry, reaped.resumes).await;
+        upstreams.adopt_approvals(reaped.approvals);
     }
 }
 

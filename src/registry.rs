@@ -285,9 +285,34 @@ impl Registry {
         request.id = crate::ids::mint(crate::ids::APPROVAL);
         let bytes = crate::records::json_size(&request);
         self.fits("the approval", bytes).map_err(AskError::Unusable)?;
-        let new = Self::at_origin(request, origin, ttl.unwrap_or(self.shared.policy.ttl), bytes);
+        let mut new = Self::at_origin(request, origin, ttl.unwrap_or(self.shared.policy.ttl), bytes);
+        // No session has heard of the call yet: the approval outlives the session open now (and the process),
+        // and the call goes to whichever session is open once it is approved.
+        new.session = None;
         // Nothing upstream can withdraw an approval; cancelling the call cancels it in the store.
         self.wait_on(new, &origin.server, CancellationToken::new()).await
+    }
+
+    /// Waits here on an approval raised before this process started; resolves at once if it is resolved
+    /// already.
+    pub async fn wait_on_approval(&self, id: &str) -> Result<Waiting, StoreError> {
+        let (reply, outcome) = oneshot::channel();
+        // Registered first, so that an answer committed after the status is read finds it.
+        let withdrawn = CancellationToken::new();
+        self.waiters().insert(id.to_owned(), Waiter { reply, withdrawn });
+        let status = self.status(id).await;
+        if !matches!(status, Ok(Some((Status::Pending, _)))) {
+            if let Some(waiter) = self.waiters().remove(id) {
+                let _ = waiter
+                    .reply
+                    .send(Outcome::Withdrawn("resolved before this start".to_owned()));
+            }
+            status?;
+        }
+        Ok(Waiting {
+            id: id.to_owned(),
+            outcome,
+        })
     }
 
     /// Raises a Request a toolnexus host posted, owned by `owner`: it has no server, session or call, and

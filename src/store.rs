@@ -189,8 +189,9 @@ pub enum Pending {
     Ids(Vec<String>),
     /// The elicitation requests (2025-11-25) raised on a session, which cannot outlive it.
     Session(String),
-    /// Elicitation requests (2025-11-25), which cannot outlive the upstream request they answer (posted
-    /// Requests, which no upstream request waits on, are not among them).
+    /// Elicitation requests (2025-11-25), which cannot outlive the upstream request they answer: those raised
+    /// on a session outside a round (posted Requests and approvals, which no upstream request waits on, are
+    /// not among them).
     Elicitations,
     /// Every one.
     All,
@@ -320,12 +321,27 @@ pub enum Lease {
 pub struct Recovered {
     /// 2026-07-28 calls whose latest round is answered, to be retried.
     pub resumes: Vec<String>,
+    /// Calls their approval holds, to be sent upstream once (and if) it is given.
+    pub approvals: Vec<HeldCall>,
     /// How many Requests and calls could not survive and were ended.
     pub ended_requests: usize,
     pub ended_calls: usize,
     /// How many Requests are still pending.
     pub pending: usize,
 }
+
+/// A call its approval holds, which the upstream has not heard of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldCall {
+    pub call: String,
+    /// The approval Request.
+    pub approval: String,
+}
+
+/// The approval of a call `c` it holds that has not been sent upstream, in the SQL both engines share. A call
+/// on a private session is not among them: its session ended with the process that opened it.
+pub(crate) const HELD_BY_APPROVAL: &str = "(SELECT q.id FROM requests AS q \
+     WHERE q.call_id = c.id AND c.shared AND c.forwarded_at IS NULL AND q.kind = 'approval' LIMIT 1)";
 
 /// The store; cheap to clone.
 #[derive(Debug, Clone)]
@@ -523,6 +539,12 @@ impl Store {
     /// One call.
     pub async fn call(&self, id: &str) -> Result<Option<CallView>, StoreError> {
         dispatch!(self, store => store.call(id).await)
+    }
+
+    /// Marks a running call, which its approval held, as sent upstream: `false` if it was already (or is not
+    /// running), so that it is sent once whoever sends it.
+    pub async fn forwarding(&self, id: &str) -> Result<bool, StoreError> {
+        dispatch!(self, store => store.forwarding(id).await)
     }
 
     /// A call's status and owner, without reading the rest.

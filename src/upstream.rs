@@ -415,7 +415,7 @@ impl Upstreams {
         if let Some(policy) = self.approvals.find(&view.server, &view.tool) {
             // Nothing goes upstream before the approval: the call must be kept before it can be raised.
             started.kept.await?;
-            self.hold_for_approval(policy, &view, live).await;
+            self.hold_for_approval(policy, &view).await;
             let view = self.calls.get(&view.id).await?.unwrap_or(view);
             return Ok((view, following));
         }
@@ -497,7 +497,9 @@ impl Upstreams {
         let detail = "the gateway is shutting down";
         for call in self.calls.running(None).await.unwrap_or_default() {
             let resumable = self.durable && self.calls.retry(&call.id).await.ok().flatten().is_some();
-            let waiting = self.durable && call.status == CallStatus::InputRequired && self.keeps_rounds(&call).await;
+            let waiting = self.durable
+                && call.status == CallStatus::InputRequired
+                && (self.keeps_rounds(&call).await || self.awaits_approval(&call).await);
             if resumable || waiting {
                 continue;
             }

@@ -102,6 +102,8 @@ struct CallEntry {
     /// How many of its Requests are pending.
     pending: usize,
     shared: bool,
+    /// Whether it was sent upstream once its approval was given.
+    forwarded: bool,
     /// Its latest round (2026-07-28): the number, the state to echo, and the Requests that answer it.
     round: Option<(u32, Option<String>, Vec<String>)>,
 }
@@ -238,7 +240,7 @@ impl Memory {
             Pending::Elicitations => state
                 .requests
                 .live()
-                .filter(|entry| entry.input_key.is_none() && !entry.view.is_posted())
+                .filter(|entry| entry.input_key.is_none() && entry.view.session.is_some())
                 .map(|entry| entry.view.request.id.clone())
                 .collect(),
             Pending::All => state
@@ -356,6 +358,7 @@ impl Memory {
             view: view.clone(),
             pending: 0,
             shared: call.shared,
+            forwarded: false,
             round: None,
         };
         state.calls.insert(&view.id, entry);
@@ -552,6 +555,16 @@ impl Memory {
 
     pub async fn call(&self, id: &str) -> Result<Option<CallView>, StoreError> {
         Ok(self.lock().calls.get(id).map(|entry| entry.view.clone()))
+    }
+
+    pub async fn forwarding(&self, id: &str) -> Result<bool, StoreError> {
+        let mut state = self.lock();
+        let Some(entry) = state.calls.get_mut(id) else {
+            return Ok(false);
+        };
+        let first = !entry.forwarded && entry.view.status == CallStatus::Running;
+        entry.forwarded |= first;
+        Ok(first)
     }
 
     pub async fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {

@@ -467,6 +467,85 @@ async fn a_posted_request_is_not_ended_by_a_restart() {
     }
 }
 
+/// The approval of `call`, raised as the gateway raises one: on no session.
+fn approval_of(call: &str) -> NewRequest {
+    let mut request = new_request(Some(call), None);
+    request.request.kind = "approval".into();
+    request.session = None;
+    request
+}
+
+#[tokio::test]
+async fn an_approved_call_is_claimed_for_sending_once() {
+    on_every(|store| async move {
+        let call = insert(&store, new_call("ada")).await;
+        let raised = store
+            .raise(vec![approval_of(&call.id)], None, PendingCaps::NONE)
+            .await
+            .unwrap();
+        assert!(!store.forwarding(&call.id).await.unwrap(), "not while it waits");
+        store.resolve(Pending::Elicitations, Resolution::Expired).await.unwrap();
+        assert_eq!(
+            store.request(&raised[0].request.id).await.unwrap().unwrap().status,
+            Status::Pending,
+            "an approval is not an elicitation"
+        );
+        let answered = store.answer(raised[0].clone(), decision(true), still_wanted()).await;
+        assert!(matches!(answered.unwrap(), Answered::Won { .. }));
+        assert!(store.forwarding(&call.id).await.unwrap());
+        assert!(!store.forwarding(&call.id).await.unwrap(), "sent once");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_restart_hands_over_the_calls_approvals_hold_until_they_are_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    for location in [
+        Location::Sqlite(dir.path().join("store.sqlite3")),
+        Location::Postgres(postgres::cluster::shared().database()),
+    ] {
+        let store = open(&location).await;
+        let mut approvals = Vec::new();
+        let mut calls = Vec::new();
+        for _ in 0..3 {
+            let call = insert(&store, new_call("ada")).await;
+            let raised = store
+                .raise(vec![approval_of(&call.id)], None, PendingCaps::NONE)
+                .await
+                .unwrap();
+            approvals.push(raised[0].clone());
+            calls.push(call.id);
+        }
+        // One waits; one is approved but was not sent; one was sent.
+        for approval in &approvals[1..] {
+            store
+                .answer(approval.clone(), decision(true), still_wanted())
+                .await
+                .unwrap();
+        }
+        assert!(store.forwarding(&calls[2]).await.unwrap());
+        close(store).await;
+
+        let store = open(&location).await;
+        let recovered = store.recover("the gateway restarted").await.unwrap();
+        let held = |at: usize| HeldCall {
+            call: calls[at].clone(),
+            approval: approvals[at].request.id.clone(),
+        };
+        assert_eq!(recovered.approvals, [held(0), held(1)]);
+        assert_eq!((recovered.ended_calls, recovered.pending), (1, 1));
+        let pending = store.request(&approvals[0].request.id).await.unwrap().unwrap();
+        assert_eq!(pending.status, Status::Pending);
+        let sent = store.call(&calls[2]).await.unwrap().unwrap();
+        assert_eq!(
+            sent.error.unwrap().reason,
+            Some(crate::records::CallFailure::GatewayRestarted)
+        );
+        close(store).await;
+    }
+}
+
 #[tokio::test]
 async fn a_restart_ends_what_cannot_survive_it_and_keeps_the_rounds() {
     let dir = tempfile::tempdir().unwrap();

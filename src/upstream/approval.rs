@@ -4,19 +4,20 @@
 use std::sync::Arc;
 
 use rmcp::model::CallToolRequestParams;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use super::{CallRef, Live, Upstreams};
+use super::{CallRef, Upstreams};
 use crate::approvals::{self, ApprovalPolicy, KIND_APPROVAL};
 use crate::records::{CallError, CallFailure, CallView, Finish, RequestView, Status};
 use crate::registry::{Origin, Waiting};
+use crate::store::{HeldCall, StoreError};
 use crate::suspension::{Reason, Request};
 
 /// What an approval's outcome does to its call.
 #[derive(Debug, PartialEq)]
 enum Verdict {
     /// Send exactly these arguments upstream.
-    Forward(Option<serde_json::Map<String, Value>>),
+    Forward(Option<Map<String, Value>>),
     /// End the call without sending it.
     Fail(CallError),
 }
@@ -24,7 +25,7 @@ enum Verdict {
 impl Upstreams {
     /// Raises the approval a call needs and waits for it on a task of its own; the call is `input_required`
     /// meanwhile. When the approval cannot be raised, the call fails saying why.
-    pub(super) async fn hold_for_approval(self: &Arc<Self>, policy: &ApprovalPolicy, view: &CallView, live: Arc<Live>) {
+    pub(super) async fn hold_for_approval(self: &Arc<Self>, policy: &ApprovalPolicy, view: &CallView) {
         let data = approvals::request_data(
             &view.server,
             &view.tool,
@@ -46,31 +47,43 @@ impl Upstreams {
             call: Some(view.id.clone()),
             owner: Some(view.owner.clone()),
         };
-        let call = CallRef {
-            id: view.id.clone(),
-            owner: view.owner.clone(),
-        };
         match self.registry.ask_approval(request, policy.ttl, &origin).await {
             Ok(waiting) => {
                 tracing::info!(call = %view.id, request = %waiting.id, tool = %view.tool, "call waits for approval");
-                let this = self.clone();
-                let tool = view.tool.clone();
+                let (this, call) = (self.clone(), view.id.clone());
                 self.tracker
-                    .spawn(async move { this.await_approval(waiting, call, tool, live).await });
+                    .spawn(async move { this.await_approval(waiting, call).await });
             }
             Err(error) => {
                 let message = format!("the approval the call needs could not be raised: {error}");
-                self.end_call(&call.id, Finish::failed(message)).await;
+                self.end_call(&view.id, Finish::failed(message)).await;
             }
         }
     }
 
+    /// Waits, each on a task of its own, on the approvals of calls a previous run of this gateway (or a
+    /// replica that is gone) held; each call is forwarded or ended as its approval says.
+    pub fn adopt_approvals(self: &Arc<Self>, held: Vec<HeldCall>) {
+        for HeldCall { call, approval } in held {
+            let this = self.clone();
+            self.tracker.spawn(async move {
+                match this.registry.wait_on_approval(&approval).await {
+                    Ok(waiting) => this.await_approval(waiting, call).await,
+                    Err(error) => {
+                        let message = format!("approval {approval} could not be read: {error}");
+                        this.end_call(&call, Finish::failed(message)).await;
+                    }
+                }
+            });
+        }
+    }
+
     /// Waits for an approval's outcome, then forwards the call as recorded or ends it.
-    async fn await_approval(self: Arc<Self>, mut waiting: Waiting, call: CallRef, tool: String, live: Arc<Live>) {
+    async fn await_approval(self: Arc<Self>, mut waiting: Waiting, call: String) {
         tokio::select! {
             biased;
             _ = waiting.outcome() => {}
-            // Still pending: a durable store keeps the approval, and the next start fails the call and cancels it.
+            // Still pending: a durable store keeps the approval, and the next start waits on it again.
             () = self.shutdown.cancelled() => return,
         }
         let verdict = match self.registry.get(&waiting.id).await {
@@ -83,16 +96,61 @@ impl Upstreams {
         };
         match verdict {
             Verdict::Forward(arguments) => {
-                tracing::info!(call = %call.id, request = %waiting.id, "call approved; forwarding it");
-                let mut params = CallToolRequestParams::new(tool.clone());
-                params.arguments = arguments;
-                let _ = self.spawn_leg(call, tool, live, params, 0).await;
+                tracing::info!(%call, request = %waiting.id, "call approved; forwarding it");
+                if let Err(detail) = self.forward(&call, arguments).await {
+                    self.end_call(&call, Finish::failed(detail)).await;
+                }
             }
             Verdict::Fail(error) => {
-                tracing::info!(call = %call.id, request = %waiting.id, message = %error.message, "call not approved");
-                self.end_call(&call.id, Finish::Failed(error)).await;
+                tracing::info!(%call, request = %waiting.id, message = %error.message, "call not approved");
+                self.end_call(&call, Finish::Failed(error)).await;
             }
         }
+    }
+
+    /// Whether a call on a shared session waits on its approval: nothing upstream has heard of it, and a
+    /// durable store keeps it for the next start.
+    pub(super) async fn awaits_approval(&self, call: &CallView) -> bool {
+        let session = self.sessions.get(&call.session).await.ok().flatten();
+        if !session.is_some_and(|session| session.shared) {
+            return false;
+        }
+        for id in &call.requests {
+            if let Ok(Some(view)) = self.registry.get(id).await
+                && view.request.kind == KIND_APPROVAL
+                && view.status == Status::Pending
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Sends an approved call upstream with the arguments approved, on its session or, if that was the
+    /// server's shared one and has ended since, on the shared session open now.
+    async fn forward(self: &Arc<Self>, call: &str, arguments: Option<Map<String, Value>>) -> Result<(), String> {
+        let unreadable = |error: StoreError| format!("the approved call could not be read or claimed: {error}");
+        let view = self
+            .calls
+            .get(call)
+            .await
+            .map_err(unreadable)?
+            .ok_or_else(|| format!("call {call} is gone"))?;
+        let session = self.sessions.get(&view.session).await.map_err(unreadable)?;
+        let shared = session.is_some_and(|session| session.shared);
+        let live = self.session_for(&view.server, &view.session, shared).await?;
+        // Whoever waited on the approval — this process, a previous run, or another replica — sends it once.
+        if !self.calls.forwarding(call).await.map_err(unreadable)? {
+            return Ok(());
+        }
+        let mut params = CallToolRequestParams::new(view.tool.clone());
+        params.arguments = arguments;
+        let call = CallRef {
+            id: view.id,
+            owner: view.owner,
+        };
+        let _ = self.clone().spawn_leg(call, view.tool, live, params, 0).await;
+        Ok(())
     }
 }
 
@@ -132,7 +190,7 @@ fn verdict(view: &RequestView) -> Verdict {
 }
 
 /// The arguments an approval carries, when their digest is the one it was raised with.
-fn approved_arguments(view: &RequestView) -> Option<Option<serde_json::Map<String, Value>>> {
+fn approved_arguments(view: &RequestView) -> Option<Option<Map<String, Value>>> {
     let data = view.request.data.as_ref()?;
     let arguments = data.get("call")?.get("arguments")?;
     if data.get("digest")?.as_str()? != approvals::digest(arguments) {

@@ -155,7 +155,7 @@ impl Upstreams {
         let this = self.clone();
         self.tracker.spawn(async move {
             let call = retry.call.clone();
-            let live = match this.session_for(&retry).await {
+            let live = match this.session_for(&retry.server, &retry.session, retry.shared).await {
                 Ok(live) => live,
                 Err(detail) => return this.end_call(&call, Finish::failed(detail)).await,
             };
@@ -174,17 +174,17 @@ impl Upstreams {
         });
     }
 
-    /// The session a retry goes to: the call's own while it is open; else the server's shared session (once
-    /// it is ready, within the server's `startup_timeout`) if the call ran on a shared one.
-    async fn session_for(&self, retry: &Retry) -> Result<Arc<Live>, String> {
-        if let Some(live) = lock(&self.live).get(&retry.session).cloned() {
+    /// The session a call's next `tools/call` goes to: the call's own while it is open; else the server's
+    /// shared session (once it is ready, within the server's `startup_timeout`) if the call was on a shared one.
+    pub(super) async fn session_for(&self, server: &str, session: &str, shared: bool) -> Result<Arc<Live>, String> {
+        if let Some(live) = lock(&self.live).get(session).cloned() {
             return Ok(live);
         }
-        if !retry.shared {
+        if !shared {
             return Err("the session ended before the call completed".to_owned());
         }
-        let slot = self.slot(&retry.server).map_err(|error| error.to_string())?;
-        let target = Target::Server(retry.server.clone());
+        let slot = self.slot(server).map_err(|error| error.to_string())?;
+        let target = Target::Server(server.to_owned());
         let target = &target;
         let ready = || async move { self.live(target).await.ok() };
         let wait = slot.server.startup_timeout;

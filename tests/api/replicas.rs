@@ -188,6 +188,45 @@ async fn what_a_killed_replica_held_ends_or_goes_on_elsewhere() {
     );
 }
 
+/// An approved `confirm_action` call, read on replica `via`, was forwarded once (it asks about the `action`
+/// approved) and completes once that is confirmed.
+async fn forwarded_once(fleet: &Fleet, via: usize, call: &Value, action: &str) {
+    let b = &fleet.replicas[1];
+    let id = call["id"].as_str().unwrap();
+    let asked = fleet.replicas[via].get_json(&format!("/calls/{id}?wait=60")).await;
+    let confirm = b.request_of(&asked).await;
+    assert_eq!(confirm["prompt"], format!("Confirm: {action}?"), "{confirm}");
+    b.answer_ok(
+        confirm["id"].as_str().unwrap(),
+        json!({"ok": true, "data": {"confirm": true}}),
+    )
+    .await;
+    let done = fleet.replicas[2].settled(id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["requests"].as_array().unwrap().len(), 2, "forwarded once: {done}");
+}
+
+#[tokio::test]
+async fn an_approval_answered_on_any_replica_forwards_its_call_once_even_when_its_replica_is_gone() {
+    let servers = format!("{BOTH_ERAS}[[approvals]]\nserver = \"*\"\ntools = [\"confirm_*\"]\n");
+    let mut fleet = fleet_of(&cluster::shared().database(), &servers).await;
+    let start = |action: &str| json!({"server": "legacy", "tool": "confirm_action", "arguments": {"action": action}});
+    let held = fleet.replicas[0].call_on(start("held")).await;
+    let orphaned = fleet.replicas[0].call_on(start("orphaned")).await;
+    // Approved on B, the call A holds is forwarded by A.
+    fleet.replicas[1]
+        .answer_ok(&first_request(&held), json!({"ok": true}))
+        .await;
+    forwarded_once(&fleet, 0, &held, "held").await;
+
+    // A is killed with a call waiting on its approval: approved on B, a survivor forwards it.
+    fleet.replicas[0].kill();
+    fleet.replicas[1]
+        .answer_ok(&first_request(&orphaned), json!({"ok": true}))
+        .await;
+    forwarded_once(&fleet, 1, &orphaned, "orphaned").await;
+}
+
 #[tokio::test]
 async fn answers_in_flight_to_a_replica_killed_with_sigkill_are_kept_whole_or_not_at_all() {
     let mut fleet = fleet(&cluster::shared().database()).await;

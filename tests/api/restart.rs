@@ -119,6 +119,71 @@ async fn an_elicitation_in_flight_ends_with_the_process_and_says_why() {
 }
 
 #[tokio::test]
+async fn a_call_waiting_on_its_approval_outlives_restarts_and_runs_once_approved() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = format!("{BOTH_ERAS}[[approvals]]\nserver = \"*\"\ntools = [\"confirm_*\"]\n");
+    let mut app = spawn_in(dir.path(), "", &servers, "").await;
+    let approved: Vec<Value> = [("modern", "deploy"), ("legacy", "ship")]
+        .into_iter()
+        .map(|(server, action)| json!({"server": server, "tool": "confirm_action", "arguments": {"action": action}}))
+        .collect();
+    let mut calls = Vec::new();
+    for body in approved
+        .iter()
+        .chain([&json!({"server": "legacy", "tool": "confirm_action",
+        "arguments": {"action": "drop"}})])
+    {
+        let call = app.call_on(body.clone()).await;
+        let approval = app.request_of(&call).await;
+        calls.push((
+            call["id"].as_str().unwrap().to_owned(),
+            approval["id"].as_str().unwrap().to_owned(),
+        ));
+    }
+
+    for how in [Stop::Terminate, Stop::Kill] {
+        stop(&mut app, how);
+        app = spawn_in(dir.path(), "", &servers, "").await;
+        for (call, approval) in &calls {
+            let waiting = app.get_json(&format!("/calls/{call}")).await;
+            assert_eq!(waiting["status"], "input_required", "after {how:?}: {waiting}");
+            let view = app.get_json(&format!("/requests/{approval}")).await;
+            assert_eq!(view["status"], "pending", "after {how:?}: {view}");
+        }
+    }
+
+    for ((call, approval), body) in calls.iter().zip(&approved) {
+        app.answer_ok(approval, json!({"ok": true})).await;
+        app.get_json(&format!("/requests/{approval}?wait=20")).await;
+        let asked = app.settled(call).await;
+        // confirm_action asks about the action it was given: the upstream got the arguments approved.
+        let confirm = app.request_of(&asked).await;
+        let action = body["arguments"]["action"].as_str().unwrap();
+        assert_eq!(confirm["prompt"], format!("Confirm: {action}?"), "{confirm}");
+        app.answer_ok(
+            confirm["id"].as_str().unwrap(),
+            json!({"ok": true, "data": {"confirm": true}}),
+        )
+        .await;
+        let done = app.settled(call).await;
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(done["requests"].as_array().unwrap().len(), 2, "forwarded once: {done}");
+    }
+
+    let (call, approval) = &calls[2];
+    app.answer_ok(approval, json!({"ok": false})).await;
+    app.get_json(&format!("/requests/{approval}?wait=20")).await;
+    let declined = app.settled(call).await;
+    assert_eq!(declined["status"], "failed", "{declined}");
+    assert_eq!(declined["error"]["reason"], "declined", "{declined}");
+    assert_eq!(
+        declined["requests"].as_array().unwrap().len(),
+        1,
+        "never forwarded: {declined}"
+    );
+}
+
+#[tokio::test]
 async fn every_answer_that_got_200_holds_after_a_kill_in_the_middle_of_a_burst() {
     let dir = tempfile::tempdir().unwrap();
     let mut app = gateway(&dir).await;

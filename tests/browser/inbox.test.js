@@ -338,6 +338,19 @@ test('an approval shows who calls which tool with what, and Approve sends exactl
   assertStayedHome(requested, problems);
 });
 
+test('declining an approval in the page fails its call, which never reaches the upstream', { timeout: 60_000 }, async (t) => {
+  const { page, requested, problems } = await openInbox(t);
+  const { call, request } = await startCall('echo', { text: 'never sent' });
+  const form = card(page, request);
+  await form.getByRole('button', { name: 'Decline' }).click();
+  await expectResolved(page, request, 'Declined');
+  const settled = await json(`/calls/${call}?wait=20`);
+  assert.equal(settled.status, 'failed', JSON.stringify(settled));
+  assert.equal(settled.error.reason, 'declined', JSON.stringify(settled));
+  assert.deepEqual(settled.requests, [request], 'nothing went upstream to ask anything');
+  assertStayedHome(requested, problems);
+});
+
 test('the history lists resolved Requests, the latest first, with who answered and how, filtered by kind', { timeout: 60_000 }, async (t) => {
   const kind = `history.${Date.now()}`;
   const post = (prompt) => json('/requests', { method: 'POST', body: JSON.stringify({ kind, prompt }) });

@@ -62,6 +62,22 @@ impl Postgres {
             .await
     }
 
+    pub async fn forwarding(&self, id: &str) -> Result<bool, StoreError> {
+        let id = id.to_owned();
+        self.write(move |tx| {
+            Box::pin(async move {
+                let changed = tx
+                    .execute(
+                        "UPDATE calls SET forwarded_at = $2 WHERE id = $1 AND forwarded_at IS NULL AND status = 'running'",
+                        &[&id, &Timestamp::now().millis()],
+                    )
+                    .await?;
+                Ok(changed == 1)
+            })
+        })
+        .await
+    }
+
     pub async fn retry(&self, call: &str) -> Result<Option<Retry>, StoreError> {
         self.read(async |conn| retry(conn, call).await).await
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::requests::{resolve_ids, select_ids};
 use super::{Conn, Postgres, rows};
 use crate::records::{CallError, CallFailure, Finish, SessionStatus};
-use crate::store::{EventPage, Lease, Recovered, Resolution, StoreError};
+use crate::store::{EventPage, HELD_BY_APPROVAL, HeldCall, Lease, Recovered, Resolution, StoreError};
 use crate::time::Timestamp;
 
 /// How many rows one pruning statement deletes, so that the writer never stops for long.
@@ -140,6 +140,7 @@ impl Postgres {
         let more = self.reap().await?;
         Ok(Recovered {
             resumes: gone.resumes.into_iter().chain(more.resumes).collect(),
+            approvals: gone.approvals.into_iter().chain(more.approvals).collect(),
             ended_requests: gone.ended_requests + more.ended_requests,
             ended_calls: gone.ended_calls + more.ended_calls,
             pending: more.pending,
@@ -217,7 +218,8 @@ impl Postgres {
                 let elicitations = select_ids(
                     &*tx,
                     &format!(
-                        "status = 'pending' AND round IS NULL AND (session IN (SELECT id FROM sessions WHERE {theirs}) \
+                        "status = 'pending' AND round IS NULL AND session IS NOT NULL \
+                         AND (session IN (SELECT id FROM sessions WHERE {theirs}) \
                          OR call_id IN (SELECT id FROM calls WHERE {theirs}){unrecorded})"
                     ),
                     &[&gone],
@@ -236,7 +238,7 @@ impl Postgres {
                     .query(
                         &format!(
                             "SELECT c.id, c.protocol_version, \
-                             c.shared AND EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id) \
+                             c.shared AND EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id), {HELD_BY_APPROVAL} \
                              FROM calls AS c WHERE c.status IN ('running', 'input_required') AND {theirs} \
                              ORDER BY c.seq"
                         ),
@@ -247,6 +249,13 @@ impl Postgres {
                     let call: String = row.try_get(0)?;
                     let protocol: Option<String> = row.try_get(1)?;
                     let resumable: bool = row.try_get(2)?;
+                    // The upstream has not heard of a call waiting on its approval: this replica forwards it.
+                    if let Some(approval) = row.try_get::<_, Option<String>>(3)? {
+                        tx.execute("UPDATE calls SET replica = $2 WHERE id = $1", &[&call, &me])
+                            .await?;
+                        recovered.approvals.push(HeldCall { call, approval });
+                        continue;
+                    }
                     let keeps_rounds = protocol.as_deref().is_some_and(|version| version >= ROUNDS_PROTOCOL);
                     if keeps_rounds && resumable {
                         if super::calls::retry(&*tx, &call).await?.is_some() {

@@ -218,6 +218,11 @@ BEGIN
 END
 $$;
 ",
+    r"
+-- When a call an approval held was sent upstream, so that one is sent once (calls already recorded count as sent).
+ALTER TABLE calls ADD COLUMN forwarded_at BIGINT;
+UPDATE calls SET forwarded_at = updated_at;
+",
 ];
 
 /// The schema version this build writes.

@@ -155,6 +155,19 @@ impl Sqlite {
         self.read(|conn| call(conn, id))
     }
 
+    pub async fn forwarding(&self, id: &str) -> Result<bool, StoreError> {
+        let id = id.to_owned();
+        self.write(move |tx| {
+            tx.conn
+                .prepare_cached(
+                    "UPDATE calls SET forwarded_at = ?2 WHERE id = ?1 AND forwarded_at IS NULL AND status = 'running'",
+                )?
+                .execute(params![id, Timestamp::now().millis()])
+                .map(|changed| changed == 1)
+        })
+        .await
+    }
+
     pub async fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
         if let Some(live) = super::lock_mutex(&self.shared.live).call(id) {
             return Ok(Some(live));

@@ -8,7 +8,7 @@ use rusqlite::{OptionalExtension, params};
 use super::requests::{resolve_ids, select_ids};
 use super::{Sqlite, rows};
 use crate::records::{CallError, CallFailure, Event, Finish, SessionStatus};
-use crate::store::{EventPage, Lease, Recovered, Resolution, StoreError};
+use crate::store::{EventPage, HELD_BY_APPROVAL, HeldCall, Lease, Recovered, Resolution, StoreError};
 use crate::time::Timestamp;
 
 /// How many rows one pruning statement deletes, so that the writer never stops for long.
@@ -128,16 +128,20 @@ impl Sqlite {
             };
             recovered.ended_requests += resolve_ids(tx, &elicitations, &resolution)?.views.len();
             // A round can be retried only on a shared session: a private one ended with the previous run.
-            let calls: Vec<(String, Option<String>, bool)> = {
-                let mut statement = tx.conn.prepare_cached(
+            let calls: Vec<(String, Option<String>, bool, Option<String>)> = {
+                let mut statement = tx.conn.prepare_cached(&format!(
                     "SELECT c.id, c.protocol_version, \
-                     c.shared = 1 AND EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id) \
-                     FROM calls AS c WHERE c.status IN ('running', 'input_required') ORDER BY c.seq",
-                )?;
-                let calls = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+                     c.shared = 1 AND EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id), {HELD_BY_APPROVAL} \
+                     FROM calls AS c WHERE c.status IN ('running', 'input_required') ORDER BY c.seq"
+                ))?;
+                let calls = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?;
                 calls.collect::<rusqlite::Result<_>>()?
             };
-            for (call, protocol, resumable) in calls {
+            for (call, protocol, resumable, approval) in calls {
+                if let Some(approval) = approval {
+                    recovered.approvals.push(HeldCall { call, approval });
+                    continue;
+                }
                 let keeps_rounds = protocol.as_deref().is_some_and(|version| version >= ROUNDS_PROTOCOL);
                 if keeps_rounds && resumable {
                     if super::calls::retry(tx.conn, &call)?.is_some() {

@@ -161,6 +161,11 @@ CREATE INDEX requests_call ON requests (call_id, status) WHERE call_id IS NOT NU
 CREATE INDEX requests_resolved ON requests (resolved_at) WHERE resolved_at IS NOT NULL;
 CREATE INDEX requests_completion ON requests (session, elicitation_id) WHERE elicitation_id IS NOT NULL;
 ",
+    r"
+-- When a call an approval held was sent upstream, so that one is sent once (calls already recorded count as sent).
+ALTER TABLE calls ADD COLUMN forwarded_at INTEGER;
+UPDATE calls SET forwarded_at = updated_at;
+",
 ];
 
 /// The schema version this build writes.
