@@ -380,7 +380,7 @@ async fn past_max_hold_the_client_is_told_to_await_the_call_and_awaiting_gets_it
 }
 
 #[tokio::test]
-async fn a_call_through_the_door_waits_for_its_approval_given_over_rest() {
+async fn a_call_through_the_door_waits_for_its_approval_given_over_rest_and_declined_never_runs() {
     let policy = "[[approvals]]\nserver = \"modern\"\ntools = [\"echo\"]\n";
     let app = spawn_front_door(&format!("{BOTH_ERAS}{policy}"), "[front_door]\nmax_hold = \"1s\"\n").await;
     let client = connect(&app, &ProtocolVersion::V_2026_07_28, None).await;
@@ -395,6 +395,21 @@ async fn a_call_through_the_door_waits_for_its_approval_given_over_rest() {
         .await;
     let done = call(&client, "gateway__await_call", json!({"call": waiting["id"]})).await;
     assert_eq!(text(&done), "approved");
+
+    // Declined, the call fails and the upstream never hears of it.
+    let refused = waiting_call(&call(&client, "modern__echo", json!({"text": "refused"})).await);
+    let approval = pending_request_of(&app).await;
+    assert_eq!(approval["call"], refused["id"]);
+    app.answer_ok(approval["id"].as_str().unwrap(), json!({"ok": false}))
+        .await;
+    let failed = call(&client, "gateway__await_call", json!({"call": refused["id"]})).await;
+    assert_eq!(failed.is_error, Some(true), "{failed:?}");
+    assert!(text(&failed).contains("declined"), "{failed:?}");
+    let ended = app
+        .get_json(&format!("/calls/{}", refused["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(ended["error"]["reason"], "declined", "{ended}");
+    assert_eq!(ended["requests"], json!([approval["id"]]), "it never ran: {ended}");
     client.cancel().await.unwrap();
 }
 
