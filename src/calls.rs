@@ -1,6 +1,6 @@
 //! The Calls: `tools/call`s started over REST, their status and result, kept in the store.
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metric, Metrics};
 use crate::records::{CallFilter, CallStatus, CallView, Finish};
 use crate::registry::{Registry, Tell};
 use crate::store::{InsertCallError, NewCall, Retry, Started, Store, StoreError};
@@ -28,7 +28,7 @@ impl Calls {
     pub async fn create(&self, call: NewCall, max_running: usize) -> Result<Started, InsertCallError> {
         let started = self.store.insert_call(call, max_running).await?;
         self.metrics
-            .inc("toolnexus_calls_started_total", &[("server", &started.view.server)]);
+            .inc(Metric::CallsStarted, &[("server", &started.view.server)]);
         Ok(started)
     }
 
@@ -45,7 +45,7 @@ impl Calls {
         };
         self.registry.deliver(resolved, Tell::Cancel);
         let labels = [("server", view.server.as_str()), ("status", view.status.as_str())];
-        self.metrics.inc("toolnexus_calls_finished_total", &labels);
+        self.metrics.inc(Metric::CallsFinished, &labels);
         Ok(Some(view))
     }
 

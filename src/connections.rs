@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metric, Metrics};
 
 /// How long accepting pauses after the process ran out of file descriptors (or another accept error).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -113,13 +113,13 @@ impl Connections {
                 .min_by_key(|(_, connection)| connection.idle_since)
                 .map(|(id, _)| *id);
             let Some(idlest) = idlest else {
-                metrics.inc("toolnexus_connections_refused_total", &[]);
+                metrics.inc(Metric::ConnectionsRefused, &[]);
                 return None;
             };
             if let Some(evicted) = table.open.remove(&idlest) {
                 evicted.close.cancel();
             }
-            metrics.inc("toolnexus_connections_evicted_total", &[]);
+            metrics.inc(Metric::ConnectionsEvicted, &[]);
         }
         let id = table.next_id;
         table.next_id += 1;
@@ -231,7 +231,7 @@ impl<C: Future<Output = hyper::Result<()>> + Send + GracefulShutdown> Serving<C>
         if let Some(Err(error)) = result
             && error.is_timeout()
         {
-            metrics.inc("toolnexus_connections_timed_out_total", &[]);
+            metrics.inc(Metric::ConnectionsTimedOut, &[]);
         }
         connections.lock().open.remove(&id);
     }

@@ -11,155 +11,129 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0, 5.0, 30.0,
 ];
 
-/// One metric family: its name, type, help text and, for a histogram, its buckets.
-struct Family {
-    name: &'static str,
-    kind: &'static str,
-    help: &'static str,
-    buckets: &'static [f64],
+/// What a metric is, as Prometheus names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
 }
 
-const FAMILIES: &[Family] = &[
-    Family {
-        name: "toolnexus_requests_pending",
-        kind: "gauge",
-        help: "Requests waiting for an answer.",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_requests_created_total",
-        kind: "counter",
-        help: "Requests raised by upstreams.",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_requests_rejected_total",
-        kind: "counter",
-        help: "Elicitations answered `cancel` at once because the pending Requests were at their cap.",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_requests_resolved_total",
-        kind: "counter",
-        help: "Requests resolved, by outcome (accept, decline, cancel, expired, cancelled).",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_request_resolution_seconds",
-        kind: "histogram",
-        help: "Time from a Request's creation to its resolution.",
-        buckets: RESOLUTION_BUCKETS,
-    },
-    Family {
-        name: "toolnexus_calls",
-        kind: "gauge",
-        help: "Calls currently held, by status.",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_calls_started_total",
-        kind: "counter",
-        help: "Tool calls started.",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_calls_finished_total",
-        kind: "counter",
-        help: "Tool calls ended, by status.",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_sessions",
-        kind: "gauge",
-        help: "Upstream sessions open, by server and state.",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_server_restarts_total",
-        kind: "counter",
-        help: "Times a server's shared session was re-opened.",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_http_requests_total",
-        kind: "counter",
-        help: "HTTP requests served, by route, method and status.",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_http_request_duration_seconds",
-        kind: "histogram",
-        help: "HTTP request latency by route (long-polls included).",
-        buckets: LATENCY_BUCKETS,
-    },
-    Family {
-        name: "toolnexus_event_streams",
-        kind: "gauge",
-        help: "Open GET /events streams.",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_long_polls",
-        kind: "gauge",
-        help: "Requests held open by wait=, waiting for a change.",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_long_poll_checks_total",
-        kind: "counter",
-        help: "Times a request held by wait= checked again after a change that may concern it.",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_connections",
-        kind: "gauge",
-        help: "Open connections to the API.",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_connections_evicted_total",
-        kind: "counter",
-        help: "Idle connections closed to make room for a new one at http.max_connections.",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_connections_refused_total",
-        kind: "counter",
-        help: "Connections closed at once because every open one had a request in progress at http.max_connections.",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_connections_timed_out_total",
-        kind: "counter",
-        help: "Connections closed because a request's headers did not arrive within http.header_timeout.",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_store_bytes",
-        kind: "gauge",
-        help: "Size of the SQLite store's database file (absent for the memory store).",
-        buckets: &[],
-    },
-    Family {
-        name: "toolnexus_webhook_deliveries_total",
-        kind: "counter",
-        help: "Webhook delivery attempts, by webhook and outcome (delivered, failed, dropped).",
-        buckets: &[],
-    },
-];
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// Declares every metric once: its variant of [`Metric`], kind, exported name, help text and, for a
+/// histogram, its buckets. A metric is named by its variant, so a misspelt one does not compile, and
+/// `/metrics` renders each one declared here.
+macro_rules! metrics {
+    ($($variant:ident: $kind:ident $name:literal $help:literal $(, $buckets:expr)?;)*) => {
+        /// A metric the gateway exports.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+        pub enum Metric {
+            $($variant),*
+        }
+
+        impl Metric {
+            /// Every metric, in the order `/metrics` renders them.
+            pub const ALL: &[Metric] = &[$(Metric::$variant),*];
+
+            pub fn kind(self) -> Kind {
+                match self {
+                    $(Metric::$variant => Kind::$kind),*
+                }
+            }
+
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Metric::$variant => $name),*
+                }
+            }
+
+            fn help(self) -> &'static str {
+                match self {
+                    $(Metric::$variant => $help),*
+                }
+            }
+
+            fn buckets(self) -> &'static [f64] {
+                match self {
+                    $(Metric::$variant => metrics!(@buckets $($buckets)?)),*
+                }
+            }
+        }
+    };
+    (@buckets) => { &[] };
+    (@buckets $buckets:expr) => { $buckets };
+}
+
+metrics! {
+    RequestsPending: Gauge "toolnexus_requests_pending" "Requests waiting for an answer.";
+    RequestsCreated: Counter "toolnexus_requests_created_total" "Requests raised by upstreams.";
+    RequestsRejected: Counter "toolnexus_requests_rejected_total"
+        "Elicitations answered `cancel` at once because the pending Requests were at their cap.";
+    RequestsResolved: Counter "toolnexus_requests_resolved_total"
+        "Requests resolved, by outcome (accept, decline, cancel, expired, cancelled).";
+    RequestResolution: Histogram "toolnexus_request_resolution_seconds"
+        "Time from a Request's creation to its resolution.", RESOLUTION_BUCKETS;
+    Calls: Gauge "toolnexus_calls" "Calls currently held, by status.";
+    CallsStarted: Counter "toolnexus_calls_started_total" "Tool calls started.";
+    CallsFinished: Counter "toolnexus_calls_finished_total" "Tool calls ended, by status.";
+    Sessions: Gauge "toolnexus_sessions" "Upstream sessions open, by server and state.";
+    ServerRestarts: Counter "toolnexus_server_restarts_total" "Times a server's shared session was re-opened.";
+    ReplicaInfo: Gauge "toolnexus_replica_info" "This gateway's replica id, as a label; always 1.";
+    HttpRequests: Counter "toolnexus_http_requests_total" "HTTP requests served, by route, method and status.";
+    HttpRequestDuration: Histogram "toolnexus_http_request_duration_seconds"
+        "HTTP request latency by route (long-polls included).", LATENCY_BUCKETS;
+    EventStreams: Gauge "toolnexus_event_streams" "Open GET /events streams.";
+    LongPolls: Gauge "toolnexus_long_polls" "Requests held open by wait=, waiting for a change.";
+    LongPollChecks: Counter "toolnexus_long_poll_checks_total"
+        "Times a request held by wait= checked again after a change that may concern it.";
+    Connections: Gauge "toolnexus_connections" "Open connections to the API.";
+    ConnectionsEvicted: Counter "toolnexus_connections_evicted_total"
+        "Idle connections closed to make room for a new one at http.max_connections.";
+    ConnectionsRefused: Counter "toolnexus_connections_refused_total"
+        "Connections closed at once because every open one had a request in progress at http.max_connections.";
+    ConnectionsTimedOut: Counter "toolnexus_connections_timed_out_total"
+        "Connections closed because a request's headers did not arrive within http.header_timeout.";
+    StoreBytes: Gauge "toolnexus_store_bytes"
+        "Size of the SQLite store's database file (absent for the memory store).";
+    WebhookDeliveries: Counter "toolnexus_webhook_deliveries_total"
+        "Webhook delivery attempts, by webhook and outcome (delivered, failed, dropped).";
+}
 
 /// A label set: pairs of name and value.
 pub type Labels<'a> = &'a [(&'static str, &'a str)];
 
-/// A series' identity: the family name and its owned labels.
-type SeriesKey = (&'static str, Vec<(&'static str, String)>);
+/// A series' identity: its metric and owned labels.
+type SeriesKey = (Metric, Vec<(&'static str, String)>);
 
-/// A gauge value read at scrape time.
+/// A value read at scrape time rather than recorded as things happen.
 #[derive(Debug, Clone)]
-pub struct Gauge {
-    pub name: &'static str,
+pub struct Reading {
+    pub metric: Metric,
     pub labels: Vec<(&'static str, String)>,
     pub value: f64,
+}
+
+impl Reading {
+    pub fn new(metric: Metric, value: f64) -> Self {
+        Self {
+            metric,
+            labels: Vec::new(),
+            value,
+        }
+    }
+
+    pub fn labelled(metric: Metric, labels: Vec<(&'static str, String)>, value: f64) -> Self {
+        Self { metric, labels, value }
+    }
 }
 
 /// The metrics store; cheap to clone.
@@ -176,18 +150,20 @@ enum Series {
 
 impl Metrics {
     /// Adds one to a counter.
-    pub fn inc(&self, name: &'static str, labels: Labels<'_>) {
+    pub fn inc(&self, metric: Metric, labels: Labels<'_>) {
+        debug_assert_eq!(metric.kind(), Kind::Counter, "{metric:?}");
         let mut series = self.series.lock().unwrap_or_else(|p| p.into_inner());
-        if let Series::Counter(value) = series.entry(key(name, labels)).or_insert(Series::Counter(0)) {
+        if let Series::Counter(value) = series.entry(key(metric, labels)).or_insert(Series::Counter(0)) {
             *value += 1;
         }
     }
 
     /// Records one observation in a histogram.
-    pub fn observe(&self, name: &'static str, labels: Labels<'_>, value: f64) {
-        let buckets = family(name).map_or(&[][..], |family| family.buckets);
+    pub fn observe(&self, metric: Metric, labels: Labels<'_>, value: f64) {
+        debug_assert_eq!(metric.kind(), Kind::Histogram, "{metric:?}");
+        let buckets = metric.buckets();
         let mut series = self.series.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = series.entry(key(name, labels)).or_insert_with(|| Series::Histogram {
+        let entry = series.entry(key(metric, labels)).or_insert_with(|| Series::Histogram {
             counts: vec![0; buckets.len()],
             sum: 0.0,
             count: 0,
@@ -203,51 +179,37 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition of every series plus the given gauges.
-    pub fn render(&self, gauges: &[Gauge]) -> String {
+    /// The Prometheus text exposition of every series plus the values read at scrape time.
+    pub fn render(&self, readings: &[Reading]) -> String {
         let series = self.series.lock().unwrap_or_else(|p| p.into_inner());
         let mut out = String::new();
-        for family in FAMILIES {
+        for &metric in Metric::ALL {
+            let name = metric.name();
             let _ = writeln!(
                 out,
-                "# HELP {} {}\n# TYPE {} {}",
-                family.name, family.help, family.name, family.kind
+                "# HELP {name} {}\n# TYPE {name} {}",
+                metric.help(),
+                metric.kind().as_str()
             );
-            for gauge in gauges.iter().filter(|gauge| gauge.name == family.name) {
-                let _ = writeln!(
-                    out,
-                    "{}{} {}",
-                    family.name,
-                    render_labels(&gauge.labels, None),
-                    gauge.value
-                );
+            for reading in readings.iter().filter(|reading| reading.metric == metric) {
+                let _ = writeln!(out, "{name}{} {}", render_labels(&reading.labels, None), reading.value);
             }
             for ((_, labels), value) in series
-                .range((family.name, Vec::new())..)
-                .take_while(|((n, _), _)| *n == family.name)
+                .range((metric, Vec::new())..)
+                .take_while(|((m, _), _)| *m == metric)
             {
                 match value {
                     Series::Counter(value) => {
-                        let _ = writeln!(out, "{}{} {value}", family.name, render_labels(labels, None));
+                        let _ = writeln!(out, "{name}{} {value}", render_labels(labels, None));
                     }
                     Series::Histogram { counts, sum, count } => {
-                        for (bound, bucket) in family.buckets.iter().zip(counts) {
+                        for (bound, bucket) in metric.buckets().iter().zip(counts) {
                             let le = bound.to_string();
-                            let _ = writeln!(
-                                out,
-                                "{}_bucket{} {bucket}",
-                                family.name,
-                                render_labels(labels, Some(&le))
-                            );
+                            let _ = writeln!(out, "{}_bucket{} {bucket}", name, render_labels(labels, Some(&le)));
                         }
-                        let _ = writeln!(
-                            out,
-                            "{}_bucket{} {count}",
-                            family.name,
-                            render_labels(labels, Some("+Inf"))
-                        );
-                        let _ = writeln!(out, "{}_sum{} {sum}", family.name, render_labels(labels, None));
-                        let _ = writeln!(out, "{}_count{} {count}", family.name, render_labels(labels, None));
+                        let _ = writeln!(out, "{}_bucket{} {count}", name, render_labels(labels, Some("+Inf")));
+                        let _ = writeln!(out, "{}_sum{} {sum}", name, render_labels(labels, None));
+                        let _ = writeln!(out, "{}_count{} {count}", name, render_labels(labels, None));
                     }
                 }
             }
@@ -256,13 +218,9 @@ impl Metrics {
     }
 }
 
-fn family(name: &str) -> Option<&'static Family> {
-    FAMILIES.iter().find(|family| family.name == name)
-}
-
-fn key(name: &'static str, labels: Labels<'_>) -> SeriesKey {
+fn key(metric: Metric, labels: Labels<'_>) -> SeriesKey {
     (
-        name,
+        metric,
         labels
             .iter()
             .map(|(label, value)| (*label, (*value).to_owned()))
@@ -296,15 +254,10 @@ mod tests {
     #[test]
     fn counters_histograms_and_gauges_render_in_text_format() {
         let metrics = Metrics::default();
-        metrics.inc("toolnexus_requests_created_total", &[("server", "demo")]);
-        metrics.inc("toolnexus_requests_created_total", &[("server", "demo")]);
-        metrics.observe("toolnexus_request_resolution_seconds", &[("server", "demo")], 3.0);
-        let gauge = Gauge {
-            name: "toolnexus_requests_pending",
-            labels: vec![],
-            value: 2.0,
-        };
-        let text = metrics.render(&[gauge]);
+        metrics.inc(Metric::RequestsCreated, &[("server", "demo")]);
+        metrics.inc(Metric::RequestsCreated, &[("server", "demo")]);
+        metrics.observe(Metric::RequestResolution, &[("server", "demo")], 3.0);
+        let text = metrics.render(&[Reading::new(Metric::RequestsPending, 2.0)]);
         assert!(text.contains("# TYPE toolnexus_requests_created_total counter\n"));
         assert!(text.contains("toolnexus_requests_created_total{server=\"demo\"} 2\n"));
         assert!(text.contains("toolnexus_request_resolution_seconds_bucket{server=\"demo\",le=\"1\"} 0\n"));
@@ -315,9 +268,20 @@ mod tests {
     }
 
     #[test]
+    fn every_metric_is_rendered_once_with_its_help_and_type() {
+        let text = Metrics::default().render(&[]);
+        for metric in Metric::ALL {
+            let declared = format!("# TYPE {} {}\n", metric.name(), metric.kind().as_str());
+            assert_eq!(text.matches(&declared).count(), 1, "{metric:?}");
+        }
+        let names: std::collections::BTreeSet<&str> = Metric::ALL.iter().map(|metric| metric.name()).collect();
+        assert_eq!(names.len(), Metric::ALL.len(), "names are unique");
+    }
+
+    #[test]
     fn label_values_are_escaped() {
         let metrics = Metrics::default();
-        metrics.inc("toolnexus_calls_started_total", &[("server", "a\"b")]);
+        metrics.inc(Metric::CallsStarted, &[("server", "a\"b")]);
         assert!(metrics.render(&[]).contains("server=\"a\\\"b\""));
     }
 }

@@ -16,7 +16,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::elicitation::{self, KIND_AUTHORIZATION};
-use crate::metrics::Metrics;
+use crate::metrics::{Metric, Metrics};
 use crate::posted::Posted;
 use crate::records::{Event, Filter, RequestView, Status};
 use crate::store::{
@@ -363,9 +363,7 @@ impl Registry {
             Ok(views) => views,
             Err(RaiseError::Full(cap)) => {
                 for _ in 0..count {
-                    self.shared
-                        .metrics
-                        .inc("toolnexus_requests_rejected_total", &[("server", server)]);
+                    self.shared.metrics.inc(Metric::RequestsRejected, &[("server", server)]);
                 }
                 return Err(RaiseError::Full(cap));
             }
@@ -378,7 +376,7 @@ impl Registry {
         for view in &views {
             self.shared
                 .metrics
-                .inc("toolnexus_requests_created_total", &[("server", server_label(view))]);
+                .inc(Metric::RequestsCreated, &[("server", server_label(view))]);
             tracing::info!(
                 request = %view.request.id,
                 server = server_label(view),
@@ -633,15 +631,11 @@ impl Registry {
             };
             let metrics = &self.shared.metrics;
             metrics.inc(
-                "toolnexus_requests_resolved_total",
+                Metric::RequestsResolved,
                 &[("server", server_label(view)), ("outcome", outcome)],
             );
             let age = view.created_at.elapsed().as_secs_f64();
-            metrics.observe(
-                "toolnexus_request_resolution_seconds",
-                &[("server", server_label(view))],
-                age,
-            );
+            metrics.observe(Metric::RequestResolution, &[("server", server_label(view))], age);
         }
     }
 

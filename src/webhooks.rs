@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::Webhook;
 use crate::egress::GuardedResolver;
 use crate::feed::Feed;
-use crate::metrics::Metrics;
+use crate::metrics::{Metric, Metrics};
 use crate::records::Event;
 use crate::store::{Lease, Store, StoreError};
 
@@ -259,7 +259,7 @@ impl Delivery {
 
     fn count(&self, outcome: &str) {
         let labels = [("webhook", self.webhook.name.as_str()), ("outcome", outcome)];
-        self.metrics.inc("toolnexus_webhook_deliveries_total", &labels);
+        self.metrics.inc(Metric::WebhookDeliveries, &labels);
     }
 }
 

@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::time::Instant;
 
 use super::AppState;
-use crate::metrics::{Gauge, Metrics};
+use crate::metrics::{Metric, Metrics, Reading};
 use crate::records::SessionStatus;
 
 /// `GET /metrics`.
@@ -18,18 +18,11 @@ use crate::records::SessionStatus;
         content_type = "text/plain; version=0.0.4; charset=utf-8"))
 )]
 pub async fn render(State(state): State<AppState>) -> Response {
-    let mut gauges = vec![Gauge {
-        name: "toolnexus_requests_pending",
-        labels: Vec::new(),
-        value: state.registry.pending_count().await.unwrap_or_default() as f64,
-    }];
+    let pending = state.registry.pending_count().await.unwrap_or_default();
+    let mut readings = vec![Reading::new(Metric::RequestsPending, pending as f64)];
     for (status, count) in state.calls.count_by_status().await.unwrap_or_default() {
-        let status = status.as_str().to_owned();
-        gauges.push(Gauge {
-            name: "toolnexus_calls",
-            labels: vec![("status", status)],
-            value: count as f64,
-        });
+        let labels = vec![("status", status.as_str().to_owned())];
+        readings.push(Reading::labelled(Metric::Calls, labels, count as f64));
     }
     let mut sessions = std::collections::BTreeMap::<(String, SessionStatus), usize>::new();
     for session in state.sessions.list(false).await.unwrap_or_default() {
@@ -37,53 +30,26 @@ pub async fn render(State(state): State<AppState>) -> Response {
     }
     for ((server, status), count) in sessions {
         let labels = vec![("server", server), ("state", status.as_str().to_owned())];
-        gauges.push(Gauge {
-            name: "toolnexus_sessions",
-            labels,
-            value: count as f64,
-        });
+        readings.push(Reading::labelled(Metric::Sessions, labels, count as f64));
     }
     for server in state.upstreams.servers() {
         let labels = vec![("server", server.name)];
-        gauges.push(Gauge {
-            name: "toolnexus_server_restarts_total",
+        readings.push(Reading::labelled(
+            Metric::ServerRestarts,
             labels,
-            value: f64::from(server.restarts),
-        });
+            f64::from(server.restarts),
+        ));
     }
-    gauges.push(Gauge {
-        name: "toolnexus_replica_info",
-        labels: vec![("replica", state.upstreams.replica().to_owned())],
-        value: 1.0,
-    });
-    gauges.push(Gauge {
-        name: "toolnexus_event_streams",
-        labels: Vec::new(),
-        value: state.feed.streams() as f64,
-    });
-    gauges.push(Gauge {
-        name: "toolnexus_connections",
-        labels: Vec::new(),
-        value: state.connections.open() as f64,
-    });
+    let replica = vec![("replica", state.upstreams.replica().to_owned())];
+    readings.push(Reading::labelled(Metric::ReplicaInfo, replica, 1.0));
+    readings.push(Reading::new(Metric::EventStreams, state.feed.streams() as f64));
+    readings.push(Reading::new(Metric::Connections, state.connections.open() as f64));
     if let Some(bytes) = state.store.size().await {
-        gauges.push(Gauge {
-            name: "toolnexus_store_bytes",
-            labels: Vec::new(),
-            value: bytes as f64,
-        });
+        readings.push(Reading::new(Metric::StoreBytes, bytes as f64));
     }
-    gauges.push(Gauge {
-        name: "toolnexus_long_polls",
-        labels: Vec::new(),
-        value: state.feed.long_polls() as f64,
-    });
-    gauges.push(Gauge {
-        name: "toolnexus_long_poll_checks_total",
-        labels: Vec::new(),
-        value: state.feed.checks() as f64,
-    });
-    let mut response = state.metrics.render(&gauges).into_response();
+    readings.push(Reading::new(Metric::LongPolls, state.feed.long_polls() as f64));
+    readings.push(Reading::new(Metric::LongPollChecks, state.feed.checks() as f64));
+    let mut response = state.metrics.render(&readings).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
@@ -121,9 +87,9 @@ impl Measured {
             ("method", self.method),
             ("status", status.as_str()),
         ];
-        metrics.inc("toolnexus_http_requests_total", &labels);
+        metrics.inc(Metric::HttpRequests, &labels);
         metrics.observe(
-            "toolnexus_http_request_duration_seconds",
+            Metric::HttpRequestDuration,
             &[("route", self.route.as_str())],
             self.started.elapsed().as_secs_f64(),
         );

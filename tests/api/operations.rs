@@ -47,6 +47,9 @@ async fn metrics_count_requests_calls_sessions_and_http() {
     ] {
         assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
     }
+    let replica = app.get_json("/servers").await[0]["replica"].clone();
+    let info = format!("toolnexus_replica_info{{replica={replica}}} 1");
+    assert!(text.lines().any(|l| l == info), "missing {info:?} in\n{text}");
 }
 
 #[tokio::test]
