@@ -2,7 +2,9 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{BINARY, BOTH_ERAS, ERAS, Output, TestApp, first_request, results, spawn_app, spawn_app_with};
+use crate::helpers::{
+    BINARY, BOTH_ERAS, ERAS, Output, TestApp, first_request, poll_until, results, spawn_app, spawn_app_with,
+};
 
 #[tokio::test]
 async fn echo_completes_without_a_request() {
@@ -108,15 +110,11 @@ async fn a_legacy_completion_notification_is_recorded_on_the_request() {
     app.answer_ok(&id, json!({"ok": true})).await;
     app.settled(call["id"].as_str().unwrap()).await;
     // The notification travels apart from the tool result, so it may land just after it.
-    let mut completed = Value::Null;
-    for _ in 0..100 {
-        completed = app.get_json(&format!("/requests/{id}")).await["completedAt"].clone();
-        if completed.is_string() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert!(completed.is_string(), "completedAt never set");
+    poll_until("completedAt set", || async {
+        let view = app.get_json(&format!("/requests/{id}")).await;
+        view["completedAt"].is_string().then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]

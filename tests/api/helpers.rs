@@ -36,6 +36,22 @@ pub struct Reply {
     pub body: Value,
 }
 
+/// Probes every 25 ms until `probe` gives a value, for what nothing signals (a counter updated after a
+/// response, a process exiting, a back-off timed by the gateway); fails the test after 30 s naming `what`.
+pub async fn poll_until<T, Fut>(what: &str, mut probe: impl FnMut() -> Fut) -> T
+where
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 /// A running gateway.
 pub struct TestApp {
     pub address: String,
@@ -306,16 +322,20 @@ impl TestApp {
         })
     }
 
-    /// Polls `GET /metrics` until a line starts with `prefix` (counters updated after a response have no other signal).
-    pub async fn metric_reaches(&self, prefix: &str) {
-        for _ in 0..200 {
+    /// Polls `GET /metrics` until it has the line `line` (counters updated after a response, and
+    /// disconnects noticed in the background, have no other signal).
+    pub async fn metric_reaches(&self, line: &str) {
+        self.metric_line(&format!("/metrics showing {line:?}"), |l| l == line)
+            .await;
+    }
+
+    /// Polls `GET /metrics` until one of its lines satisfies `wanted`, and returns it.
+    pub async fn metric_line(&self, what: &str, wanted: impl Fn(&str) -> bool) -> String {
+        poll_until(what, || async {
             let text = self.get("/metrics").await.text().await.unwrap();
-            if text.lines().any(|l| l.starts_with(prefix)) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("/metrics never showed {prefix:?}");
+            text.lines().find(|line| wanted(line)).map(str::to_owned)
+        })
+        .await
     }
 
     /// Sends SIGTERM and waits for the process to exit, returning its exit code.

@@ -1,10 +1,8 @@
 //! Hostile and broken upstreams, each a small Python server in `tests/upstreams/` speaking raw JSON-RPC.
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, spawn_app, spawn_app_with, start};
+use crate::helpers::{TestApp, poll_until, spawn_app, spawn_app_with, start};
 
 /// A `[[servers]]` entry running `tests/upstreams/{script}` with python3, plus extra keys.
 pub fn python_server(name: &str, script: &str, extra: &str) -> String {
@@ -14,27 +12,12 @@ pub fn python_server(name: &str, script: &str, extra: &str) -> String {
 
 /// Reads a server until `done` holds for it; fails the test after 30 s.
 async fn server_until(app: &TestApp, name: &str, done: impl Fn(&Value) -> bool) -> Value {
-    // Restarts and back-off are timed by the gateway and nothing signals them, so this polls.
-    for _ in 0..600 {
+    // Restarts and back-off are timed by the gateway and nothing signals them.
+    poll_until(&format!("server {name} in the expected state"), || async {
         let server = app.get_json(&format!("/servers/{name}")).await;
-        if done(&server) {
-            return server;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("server {name} never reached the expected state");
-}
-
-/// Polls `GET /metrics` until a line starts with `prefix`; fails the test after 30 s.
-async fn metric_becomes(app: &TestApp, prefix: &str) {
-    for _ in 0..600 {
-        let text = app.get("/metrics").await.text().await.unwrap();
-        if text.lines().any(|line| line.starts_with(prefix)) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("/metrics never showed {prefix:?}");
+        done(&server).then_some(server)
+    })
+    .await
 }
 
 #[tokio::test]
@@ -177,7 +160,7 @@ async fn a_flood_of_elicitations_leaves_the_gateway_responsive() {
     let app = spawn_app(&python_server("flood", "flood.py", "protocol = \"2025-11-25\"")).await;
 
     let call = app.call("flood", "flood", json!({"count": FLOOD})).await;
-    metric_becomes(&app, &format!("toolnexus_requests_pending {FLOOD}")).await;
+    app.metric_reaches(&format!("toolnexus_requests_pending {FLOOD}")).await;
 
     assert_eq!(app.get("/healthz").await.status(), 200);
     let page = app.get("/requests?limit=10").await;
@@ -189,7 +172,7 @@ async fn a_flood_of_elicitations_leaves_the_gateway_responsive() {
     assert_eq!(call["requests"].as_array().unwrap().len(), FLOOD);
 
     assert_eq!(app.delete(&format!("/calls/{id}")).await.status(), 200);
-    metric_becomes(&app, "toolnexus_requests_pending 0").await;
+    app.metric_reaches("toolnexus_requests_pending 0").await;
     app.stderr()
         .wait_for(&format!("[flood] all {FLOOD} elicitations answered"));
 }

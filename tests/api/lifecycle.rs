@@ -1,10 +1,8 @@
 //! Shutdown: nothing left pending upstream, no child process left behind.
 
-use std::time::{Duration, Instant};
-
 use serde_json::json;
 
-use crate::helpers::{BOTH_ERAS, alive, children, signal, spawn_app};
+use crate::helpers::{BOTH_ERAS, alive, children, poll_until, signal, spawn_app};
 use crate::hostile::python_server;
 
 #[tokio::test]
@@ -39,14 +37,11 @@ async fn sigkill_leaves_no_child_running() {
     let kids = children(app.pid());
     assert_eq!(kids.len(), 2);
     signal(app.pid(), "KILL");
-    // The children see EOF on stdin and exit on their own; nothing signals the test when, so it polls.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while kids.iter().any(|kid| alive(*kid)) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    for kid in kids {
-        assert!(!alive(kid), "child {kid} outlived the killed gateway");
-    }
+    // The children see EOF on stdin and exit on their own; nothing signals the test when.
+    poll_until(&format!("children {kids:?} exiting after the gateway"), || async {
+        kids.iter().all(|kid| !alive(*kid)).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -101,28 +96,16 @@ async fn clients_that_disconnect_from_long_polls_and_streams_leave_nothing_behin
             tokio::spawn(request.send())
         })
         .collect();
-    metric_is(&app, "toolnexus_event_streams 20").await;
-    metric_is(&app, "toolnexus_long_polls 20").await;
+    app.metric_reaches("toolnexus_event_streams 20").await;
+    app.metric_reaches("toolnexus_long_polls 20").await;
 
     drop(held);
     for poll in polls {
         poll.abort();
     }
 
-    metric_is(&app, "toolnexus_event_streams 0").await;
-    metric_is(&app, "toolnexus_long_polls 0").await;
+    app.metric_reaches("toolnexus_event_streams 0").await;
+    app.metric_reaches("toolnexus_long_polls 0").await;
     let call = app.call("legacy", "echo", json!({"text": "still here"})).await;
     assert_eq!(call["status"], "completed");
-}
-
-/// Polls `GET /metrics` until it has the line `line` (disconnects are noticed asynchronously).
-async fn metric_is(app: &crate::helpers::TestApp, line: &str) {
-    for _ in 0..400 {
-        let text = app.get("/metrics").await.text().await.unwrap();
-        if text.lines().any(|l| l == line) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("/metrics never showed {line:?}");
 }

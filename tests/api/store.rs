@@ -11,7 +11,9 @@ use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::helpers::{BINARY, BOTH_ERAS, TestApp, config_text, first_request, results, spawn_app_with, spawn_in};
+use crate::helpers::{
+    BINARY, BOTH_ERAS, TestApp, config_text, first_request, poll_until, results, spawn_app_with, spawn_in,
+};
 
 /// Runs the gateway on `dir` and expects it to refuse to start; returns what it wrote to stderr.
 fn refused_start(dir: &std::path::Path, settings: &str) -> String {
@@ -170,16 +172,12 @@ async fn ended_records_are_pruned_after_the_retention_and_the_file_stays_bounded
             let call = app.call("modern", "echo", json!({"text": "x".repeat(2000)})).await;
             wave.push(call["id"].as_str().unwrap().to_owned());
         }
-        // Pruning runs every second and is signalled by nothing: poll until the wave is gone.
-        let last = wave.last().unwrap().clone();
-        let gone = async {
-            while app.get(&format!("/calls/{last}")).await.status() != 404 {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(30), gone)
-            .await
-            .expect("the wave was pruned");
+        // Pruning runs every second and is signalled by nothing.
+        let last = wave.last().unwrap();
+        poll_until("the wave pruned", || async {
+            (app.get(&format!("/calls/{last}")).await.status() == 404).then_some(())
+        })
+        .await;
         first.get_or_insert(wave[0].clone());
         sizes.push(store_bytes(&app).await);
     }
