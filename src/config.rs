@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use reqwest::Url;
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::approvals::{self, ApprovalPolicy, Glob};
 use crate::auth::{self, Role, Token};
@@ -42,7 +42,7 @@ pub enum ConfigError {
 }
 
 /// The whole configuration, built once at start-up.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// The address the REST API listens on.
@@ -88,7 +88,7 @@ pub struct Config {
 }
 
 /// One `[[approvals]]` entry.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalConfig {
     /// A server's name, or `"*"` for every server.
@@ -98,7 +98,11 @@ pub struct ApprovalConfig {
     /// The approval Request's prompt; `{tool}`, `{server}` and `{caller}` expand.
     pub prompt: Option<String>,
     /// How long the approval stays answerable; `requests.ttl` when unset.
-    #[serde(default, deserialize_with = "optional_duration")]
+    #[serde(
+        default,
+        deserialize_with = "optional_duration",
+        serialize_with = "as_optional_humantime"
+    )]
     pub ttl: Option<Duration>,
     /// The token names that may answer; any approver or admin when unset.
     #[serde(default)]
@@ -106,16 +110,20 @@ pub struct ApprovalConfig {
 }
 
 /// The `[store]` table.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
     /// `"sqlite:PATH"`, `"postgres://…"` or `"memory"`; unset, a SQLite file in the user's state directory.
-    #[serde(default, deserialize_with = "expanded_option")]
+    #[serde(
+        default,
+        deserialize_with = "expanded_option",
+        serialize_with = "redacted_optional_url"
+    )]
     pub url: Option<String>,
 }
 
 /// The `[front_door]` table: how `/mcp` names upstream tools and how long it holds a call that waits on a human.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FrontDoorConfig {
     /// Whether tool names carry their server's name.
@@ -126,7 +134,11 @@ pub struct FrontDoorConfig {
     pub elicitation: Elicitations,
     /// How long a `tools/call` is held while its call waits on a human before it answers that the call is
     /// waiting (shorter than the 60 s many MCP clients give a request).
-    #[serde(default = "default_max_hold", deserialize_with = "duration")]
+    #[serde(
+        default = "default_max_hold",
+        deserialize_with = "duration",
+        serialize_with = "as_humantime"
+    )]
     pub max_hold: Duration,
 }
 
@@ -141,7 +153,7 @@ impl Default for FrontDoorConfig {
 }
 
 /// Who is asked what an upstream asks during a front-door call.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Elicitations {
     /// A Request, answered over REST or in the inbox.
@@ -162,7 +174,7 @@ impl Elicitations {
 }
 
 /// Whether the front door's tool names carry their server's name.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Prefix {
     /// `{server}__{tool}` for every tool.
@@ -183,7 +195,7 @@ impl Prefix {
 }
 
 /// The `[auth]` table.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
     /// The bearer tokens; with none the gateway serves without authentication (on loopback only, by default).
@@ -197,8 +209,18 @@ pub struct AuthConfig {
     pub public_openapi: bool,
 }
 
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            tokens: Vec::new(),
+            public_metrics: false,
+            public_openapi: default_true(),
+        }
+    }
+}
+
 /// One `[[auth.tokens]]` entry: a name, a role, and the token as its SHA-256 or from the environment.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenConfig {
     /// The principal's name: it owns what the token starts and signs the answers it gives.
@@ -206,28 +228,33 @@ pub struct TokenConfig {
     /// `agent`, `approver` or `admin`.
     pub role: Role,
     /// The lowercase hex SHA-256 of the token.
+    #[serde(serialize_with = "masked")]
     pub sha256: Option<String>,
     /// The environment variable that holds the token itself.
     pub env: Option<String>,
 }
 
 /// One `[[webhooks]]` entry.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookConfig {
     /// Its name in logs and metrics (default `webhook-<n>`, counting from 1).
     pub name: Option<String>,
     /// Where events are POSTed.
-    #[serde(deserialize_with = "expanded")]
+    #[serde(deserialize_with = "expanded", serialize_with = "redacted_url")]
     pub url: String,
     /// The event types to send; all of them when empty.
     #[serde(default)]
     pub events: Vec<EventKind>,
     /// Key of the `X-Toolnexus-Signature` HMAC-SHA256 over the body.
-    #[serde(default, deserialize_with = "expanded_option")]
+    #[serde(default, deserialize_with = "expanded_option", serialize_with = "masked")]
     pub secret: Option<String>,
     /// How long one delivery attempt may take.
-    #[serde(default = "default_webhook_timeout", deserialize_with = "duration")]
+    #[serde(
+        default = "default_webhook_timeout",
+        deserialize_with = "duration",
+        serialize_with = "as_humantime"
+    )]
     pub timeout: Duration,
     /// How many times an event is tried before it is given up.
     #[serde(default = "default_webhook_attempts")]
@@ -252,7 +279,7 @@ pub struct Webhook {
 }
 
 /// The `[log]` table.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogConfig {
     /// A `tracing` filter such as `info` or `info,toolnexus_gateway=debug`; `RUST_LOG` overrides it.
@@ -273,7 +300,7 @@ impl Default for LogConfig {
 }
 
 /// How log lines are written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -284,18 +311,26 @@ pub enum LogFormat {
 }
 
 /// The `[requests]` table.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RequestsConfig {
     /// How long a Request stays answerable; on expiry the upstream gets `cancel`.
-    #[serde(default = "default_ttl", deserialize_with = "duration")]
+    #[serde(
+        default = "default_ttl",
+        deserialize_with = "duration",
+        serialize_with = "as_humantime"
+    )]
     pub ttl: Duration,
     /// Whether schema defaults fill properties a form answer leaves out.
     #[serde(default = "default_true")]
     pub apply_defaults: bool,
     /// How long resolved Requests, finished Calls, closed Sessions and events stay readable; unset, 7 days
     /// with a SQLite store and 1 hour in memory.
-    #[serde(default, deserialize_with = "optional_duration")]
+    #[serde(
+        default,
+        deserialize_with = "optional_duration",
+        serialize_with = "as_optional_humantime"
+    )]
     pub retention: Option<Duration>,
     /// The most Requests pending at once; past it a new elicitation is answered `cancel` at once.
     #[serde(default = "default_max_pending")]
@@ -314,7 +349,7 @@ pub struct RequestsConfig {
 }
 
 /// The `[limits]` table: what one principal may hold at once, and how long upstream work may take.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsConfig {
     /// Calls one principal may have running (or waiting on input) at once.
@@ -324,7 +359,11 @@ pub struct LimitsConfig {
     #[serde(default = "default_sessions_per_principal")]
     pub sessions_per_principal: usize,
     /// How long the upstream may work on a call, not counting time spent waiting on a human; none by default.
-    #[serde(default, deserialize_with = "optional_duration")]
+    #[serde(
+        default,
+        deserialize_with = "optional_duration",
+        serialize_with = "as_optional_humantime"
+    )]
     pub call_timeout: Option<Duration>,
     /// Responses one principal may have held by `wait` at once.
     #[serde(default = "default_long_polls_per_principal")]
@@ -347,7 +386,7 @@ impl Default for LimitsConfig {
 }
 
 /// The `[http]` table: what the REST API accepts, and from where.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
     /// The largest request body, in bytes.
@@ -363,7 +402,11 @@ pub struct HttpConfig {
     pub max_connections: Option<usize>,
     /// How long a client may take to send a request's headers, and to start the next request on a kept-alive
     /// connection; then the connection is closed.
-    #[serde(default = "default_header_timeout", deserialize_with = "duration")]
+    #[serde(
+        default = "default_header_timeout",
+        deserialize_with = "duration",
+        serialize_with = "as_humantime"
+    )]
     pub header_timeout: Duration,
 }
 
@@ -395,7 +438,7 @@ impl Default for RequestsConfig {
 }
 
 /// One `[[servers]]` entry as written in the file.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     /// The server's name in the REST API.
@@ -408,13 +451,27 @@ pub struct ServerConfig {
     #[serde(default)]
     pub args: Vec<String>,
     /// Extra environment for the child process.
-    #[serde(default, deserialize_with = "expanded_map")]
+    #[serde(
+        default,
+        deserialize_with = "expanded_map",
+        serialize_with = "masked_values",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub env: BTreeMap<String, String>,
     /// The endpoint of a streamable-HTTP server.
-    #[serde(default, deserialize_with = "expanded_option")]
+    #[serde(
+        default,
+        deserialize_with = "expanded_option",
+        serialize_with = "redacted_optional_url"
+    )]
     pub url: Option<String>,
     /// Headers sent with every HTTP request.
-    #[serde(default, deserialize_with = "expanded_map")]
+    #[serde(
+        default,
+        deserialize_with = "expanded_map",
+        serialize_with = "masked_values",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub headers: BTreeMap<String, String>,
     /// A server built into this binary.
     pub builtin: Option<Builtin>,
@@ -422,12 +479,16 @@ pub struct ServerConfig {
     #[serde(default)]
     pub protocol: ProtocolChoice,
     /// How long starting the server and its MCP handshake may take (default 30 s).
-    #[serde(default, deserialize_with = "optional_duration")]
+    #[serde(
+        default,
+        deserialize_with = "optional_duration",
+        serialize_with = "as_optional_humantime"
+    )]
     pub startup_timeout: Option<Duration>,
 }
 
 /// Servers built into this binary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Builtin {
     /// The demo server (`toolnexus-gateway demo-server`) over stdio.
@@ -435,7 +496,7 @@ pub enum Builtin {
 }
 
 /// The protocol era a server is spoken to in.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 pub enum ProtocolChoice {
     /// 2026-07-28 where the upstream supports it, else 2025-11-25.
     #[default]
@@ -589,156 +650,35 @@ impl Config {
         Ok(config)
     }
 
-    /// The effective configuration as TOML, with header values, environment values and secrets masked.
+    /// The effective configuration as TOML: the file's keys with every default the gateway resolves filled
+    /// in, and secrets masked (header and environment values, webhook secrets, token digests, and the
+    /// passwords and query values of URLs). Arguments are shown as written, before `${VAR}` expansion.
     pub fn masked_toml(&self) -> Result<String, String> {
-        use toml::{Table, Value};
-        const MASK: &str = "***";
-        let masked = |map: &BTreeMap<String, String>| -> Value {
-            Value::Table(map.keys().map(|key| (key.clone(), Value::from(MASK))).collect())
-        };
-        let duration = |duration: Duration| Value::from(humantime::format_duration(duration).to_string());
-        let count = |count: usize| Value::from(i64::try_from(count).unwrap_or(i64::MAX));
-        let mut root = Table::new();
-        root.insert("listen".into(), Value::from(self.listen.to_string()));
-        root.insert("workers".into(), Value::from(self.workers as i64));
-        let replica = self
-            .replica
-            .clone()
-            .unwrap_or_else(|| "(the host name and a random suffix)".to_owned());
-        root.insert("replica".into(), Value::from(replica));
-        let mut requests = Table::new();
-        requests.insert("ttl".into(), duration(self.requests.ttl));
-        requests.insert("apply_defaults".into(), Value::from(self.requests.apply_defaults));
-        requests.insert("retention".into(), duration(self.retention()));
+        toml::to_string(&self.effective()?).map_err(|error| error.to_string())
+    }
+
+    /// This configuration with the defaults the gateway resolves at start written in.
+    fn effective(&self) -> Result<Config, String> {
+        let mut effective = self.clone();
         let caps = self.pending_caps();
-        requests.insert("max_pending".into(), count(caps.total));
-        requests.insert("max_pending_per_principal".into(), count(caps.per_principal));
-        requests.insert("max_pending_per_server".into(), count(caps.per_server));
-        requests.insert("max_request_bytes".into(), count(self.requests.max_request_bytes));
-        requests.insert("max_pending_bytes".into(), count(caps.bytes));
-        root.insert("requests".into(), Value::Table(requests));
-        let mut limits = Table::new();
-        limits.insert("calls_per_principal".into(), count(self.limits.calls_per_principal));
-        limits.insert(
-            "sessions_per_principal".into(),
-            count(self.limits.sessions_per_principal),
-        );
-        limits.insert(
-            "long_polls_per_principal".into(),
-            count(self.limits.long_polls_per_principal),
-        );
-        limits.insert("streams_per_principal".into(), count(self.limits.streams_per_principal));
-        if let Some(timeout) = self.limits.call_timeout {
-            limits.insert("call_timeout".into(), duration(timeout));
+        let requests = &mut effective.requests;
+        requests.retention = Some(self.retention());
+        requests.max_pending_per_principal = Some(caps.per_principal);
+        requests.max_pending_per_server = Some(caps.per_server);
+        for (entry, server) in effective.servers.iter_mut().zip(self.servers()?) {
+            entry.startup_timeout = Some(server.startup_timeout);
         }
-        root.insert("limits".into(), Value::Table(limits));
-        let mut http = Table::new();
-        http.insert("max_body_bytes".into(), count(self.http.max_body_bytes));
-        http.insert("cors_origins".into(), Value::from(self.http.cors_origins.clone()));
-        if let Some(hosts) = &self.http.allowed_hosts {
-            http.insert("allowed_hosts".into(), Value::from(hosts.clone()));
+        for (entry, webhook) in effective.webhooks.iter_mut().zip(self.webhooks()?) {
+            entry.name = Some(webhook.name);
         }
-        if let Some(connections) = self.http.max_connections {
-            http.insert("max_connections".into(), count(connections));
+        for (entry, policy) in effective.approvals.iter_mut().zip(self.approvals()?) {
+            entry.prompt = Some(policy.prompt);
         }
-        http.insert("header_timeout".into(), duration(self.http.header_timeout));
-        root.insert("http".into(), Value::Table(http));
-        let mut front_door = Table::new();
-        front_door.insert("prefix".into(), Value::from(self.front_door.prefix.as_str()));
-        front_door.insert("elicitation".into(), Value::from(self.front_door.elicitation.as_str()));
-        front_door.insert("max_hold".into(), duration(self.front_door.max_hold));
-        root.insert("front_door".into(), Value::Table(front_door));
-        let mut log = Table::new();
-        log.insert("level".into(), Value::from(self.log.level.clone()));
-        log.insert(
-            "format".into(),
-            Value::from(format!("{:?}", self.log.format).to_lowercase()),
-        );
-        root.insert("log".into(), Value::Table(log));
-        let mut servers = Vec::new();
-        for (server, written) in self.servers()?.into_iter().zip(&self.servers) {
-            let mut entry = Table::new();
-            entry.insert("name".into(), Value::from(server.name));
-            match server.transport {
-                Transport::Stdio { command, env, .. } => {
-                    entry.insert("command".into(), Value::from(command.display().to_string()));
-                    entry.insert("args".into(), Value::from(written.args.clone()));
-                    entry.insert("env".into(), masked(&env));
-                }
-                Transport::Http { url, headers } => {
-                    entry.insert("url".into(), Value::from(redact::url(&url)));
-                    entry.insert("headers".into(), masked(&headers));
-                }
-            }
-            let protocol = match server.protocol {
-                ProtocolChoice::Auto => "auto",
-                ProtocolChoice::Legacy => "2025-11-25",
-                ProtocolChoice::Modern => "2026-07-28",
-            };
-            entry.insert("protocol".into(), Value::from(protocol));
-            entry.insert("startup_timeout".into(), duration(server.startup_timeout));
-            servers.push(Value::Table(entry));
-        }
-        root.insert("servers".into(), Value::Array(servers));
-        let mut webhooks = Vec::new();
-        for hook in self.webhooks()? {
-            let mut entry = Table::new();
-            entry.insert("name".into(), Value::from(hook.name));
-            entry.insert("url".into(), Value::from(redact::url(hook.url.as_str())));
-            let events: Vec<Value> = hook.events.iter().map(|kind| Value::from(kind.name())).collect();
-            entry.insert("events".into(), Value::Array(events));
-            if hook.secret.is_some() {
-                entry.insert("secret".into(), Value::from(MASK));
-            }
-            entry.insert("timeout".into(), duration(hook.timeout));
-            entry.insert("attempts".into(), Value::from(i64::from(hook.attempts)));
-            entry.insert("allow_link_local".into(), Value::from(hook.allow_link_local));
-            webhooks.push(Value::Table(entry));
-        }
-        root.insert("webhooks".into(), Value::Array(webhooks));
-        let mut approvals = Vec::new();
-        for policy in self.approvals()? {
-            let mut entry = Table::new();
-            entry.insert("server".into(), Value::from(policy.server));
-            let tools: Vec<Value> = policy.tools.iter().map(|glob| Value::from(glob.as_str())).collect();
-            entry.insert("tools".into(), Value::Array(tools));
-            entry.insert("prompt".into(), Value::from(policy.prompt));
-            if let Some(ttl) = policy.ttl {
-                entry.insert("ttl".into(), duration(ttl));
-            }
-            entry.insert("approvers".into(), Value::from(policy.approvers));
-            approvals.push(Value::Table(entry));
-        }
-        root.insert("approvals".into(), Value::Array(approvals));
-        let mut auth = Table::new();
-        auth.insert("public_metrics".into(), Value::from(self.auth.public_metrics));
-        auth.insert("public_openapi".into(), Value::from(self.auth.public_openapi));
-        let tokens: Vec<Value> = self
-            .auth
-            .tokens
-            .iter()
-            .map(|token| {
-                let mut entry = Table::new();
-                entry.insert("name".into(), Value::from(token.name.clone()));
-                entry.insert("role".into(), Value::from(format!("{:?}", token.role).to_lowercase()));
-                if let Some(variable) = &token.env {
-                    entry.insert("env".into(), Value::from(variable.clone()));
-                } else {
-                    entry.insert("sha256".into(), Value::from(MASK));
-                }
-                Value::Table(entry)
-            })
-            .collect();
-        auth.insert("tokens".into(), Value::Array(tokens));
-        root.insert("auth".into(), Value::Table(auth));
-        let mut store = Table::new();
-        let shown = match self.store_location()? {
-            Location::Postgres(url) => crate::redact::url(&url),
-            location => location.url(),
-        };
-        store.insert("url".into(), Value::from(shown));
-        root.insert("store".into(), Value::Table(store));
-        toml::to_string(&root).map_err(|error| error.to_string())
+        effective.store.url = Some(self.store_location()?.url());
+        effective
+            .replica
+            .get_or_insert_with(|| "(the host name and a random suffix)".to_owned());
+        Ok(effective)
     }
 
     /// The configured tokens, each reduced to its digest.
@@ -1117,6 +1057,45 @@ fn optional_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Optio
     duration(deserializer).map(Some)
 }
 
+/// Writes a duration as `check-config` shows it, such as `30s` or `1h 30m`.
+fn as_humantime<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(&humantime::format_duration(*duration))
+}
+
+fn as_optional_humantime<S: Serializer>(duration: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
+    match duration {
+        Some(duration) => as_humantime(duration, serializer),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// What a secret shows as.
+const MASK: &str = "***";
+
+fn masked<S: Serializer>(secret: &Option<String>, serializer: S) -> Result<S::Ok, S::Error> {
+    match secret {
+        Some(_) => serializer.serialize_str(MASK),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// A map whose keys are shown and whose values are masked (headers, environment variables).
+fn masked_values<S: Serializer>(map: &BTreeMap<String, String>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(map.keys().map(|key| (key, MASK)))
+}
+
+/// A URL with its user information and query values masked.
+fn redacted_url<S: Serializer>(url: &str, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&redact::url(url))
+}
+
+fn redacted_optional_url<S: Serializer>(url: &Option<String>, serializer: S) -> Result<S::Ok, S::Error> {
+    match url {
+        Some(url) => redacted_url(url, serializer),
+        None => serializer.serialize_none(),
+    }
+}
+
 fn default_max_pending() -> usize {
     10_000
 }
@@ -1226,6 +1205,40 @@ mod tests {
         let config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
         config.validate()?;
         Ok(config)
+    }
+
+    #[test]
+    fn the_printed_config_is_a_config_that_prints_the_same() {
+        let text = "replica = \"r1\"\n[requests]\nttl = \"5m\"\n\
+            [[servers]]\nname = \"remote\"\nurl = \"https://ada:pw@mcp.example.com/mcp?key=k\"\n\
+            headers = { Authorization = \"Bearer x\" }\n\
+            [[servers]]\nname = \"demo\"\nbuiltin = \"demo\"\nargs = [\"--seal-state\"]\nenv = { A = \"a\" }\n\
+            [[webhooks]]\nurl = \"http://127.0.0.1:9/hook?token=t\"\nsecret = \"s\"\n\
+            [[approvals]]\nserver = \"demo\"\ntools = [\"confirm_*\"]\nttl = \"1h\"\n\
+            [limits]\ncall_timeout = \"2m\"\n[http]\nallowed_hosts = [\"gw.example.com\"]\nmax_connections = 10\n\
+            [front_door]\nprefix = \"when-needed\"\n[store]\nurl = \"memory\"\n";
+        let printed = parse(text).unwrap().masked_toml().unwrap();
+        // Every key printed is one the file may set (unknown keys are refused), with the defaults written in.
+        let reread: Config = toml::from_str(&printed).unwrap_or_else(|error| panic!("{error}\n{printed}"));
+        assert_eq!(reread.masked_toml().unwrap(), printed);
+        for shown in [
+            "ttl = \"5m\"",
+            "retention = \"1h\"",
+            "call_timeout = \"2m\"",
+            "max_connections = 10",
+            "prefix = \"when-needed\"",
+            "startup_timeout = \"30s\"",
+            "name = \"webhook-1\"",
+            "prompt = \"Allow {tool} on {server}?\"",
+            "Authorization = \"***\"",
+            "A = \"***\"",
+            "secret = \"***\"",
+        ] {
+            assert!(printed.contains(shown), "{shown} missing from\n{printed}");
+        }
+        for secret in ["Bearer x", "pw", "key=k", "token=t", "= \"a\"", "= \"s\""] {
+            assert!(!printed.contains(secret), "{secret} shown in\n{printed}");
+        }
     }
 
     #[test]
