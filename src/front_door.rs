@@ -441,7 +441,7 @@ impl FrontDoor {
                     }
                 } else {
                     for (request, params) in asks {
-                        self.ask(context.peer.clone(), request, params, principal.name.clone());
+                        self.ask(context.peer.clone(), call, request, params, principal.name.clone());
                     }
                 }
             }

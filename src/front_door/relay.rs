@@ -2,12 +2,14 @@
 //! when it declared elicitation in that mode.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
+use rmcp::model::{ClientResult, ServerRequest};
 use rmcp::model::{
     ElicitRequest, ElicitRequestParams, ElicitResult, ErrorData, InputRequest, InputRequests, InputRequiredResult,
     InputResponses, ProtocolVersion,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{PeerRequestOptions, RequestContext};
 use rmcp::{Peer, RoleServer};
 use serde_json::json;
 
@@ -15,8 +17,12 @@ use super::{FrontDoor, lock};
 use crate::api::to_completion;
 use crate::auth::Principal;
 use crate::elicitation::{KIND_AUTHORIZATION, KIND_INPUT, elicit_result_to_answer, request_to_elicitation};
-use crate::records::{CallView, Status};
+use crate::feed::Concern;
+use crate::records::{CallView, Event, EventKind, Status};
 use crate::registry::AnswerError;
+
+/// The longest a relayed question is followed for a resolution elsewhere: as long as a Request may live.
+const RELAY_MOST: Duration = Duration::from_secs(365 * 24 * 3600);
 
 impl FrontDoor {
     /// How the client is asked what the call's upstream asks, if it is: only with `front_door.elicitation =
@@ -65,24 +71,66 @@ impl FrontDoor {
         asks
     }
 
-    /// Sends a Request to a 2025-11-25 client as `elicitation/create`, and answers the Request with what it
-    /// returns (validated as any answer is). The exchange outlives the hold that started it; a Request being
-    /// asked is not asked again.
-    pub(super) fn ask(&self, peer: Peer<RoleServer>, request: String, params: ElicitRequestParams, by: String) {
+    /// Sends a Request of `call` to a 2025-11-25 client as `elicitation/create`, and answers the Request with
+    /// what it returns (validated as any answer is). The exchange outlives the hold that started it; a Request
+    /// being asked is not asked again. When the Request is resolved elsewhere first (in the inbox, over REST, by
+    /// its expiry), the client is told that its question is withdrawn (`notifications/cancelled`).
+    pub(super) fn ask(
+        &self,
+        peer: Peer<RoleServer>,
+        call: &str,
+        request: String,
+        params: ElicitRequestParams,
+        by: String,
+    ) {
         if !lock(&self.asking).insert(request.clone()) {
             return;
         }
         let asking = self.asking.clone();
-        let registry = self.state.registry.clone();
+        let (registry, feed, shutdown) = (
+            self.state.registry.clone(),
+            self.state.feed.clone(),
+            self.state.shutdown.clone(),
+        );
+        let call = call.to_owned();
         tokio::spawn(async move {
-            match peer.create_elicitation(params).await {
-                Ok(result) => {
-                    let answer = elicit_result_to_answer(&request, &result);
-                    if let Err(error) = registry.answer(&request, answer, &by).await {
-                        tracing::warn!(%request, %error, "an MCP client's answer to a relayed Request was not taken");
+            let question = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+            let mut asked = match peer
+                .send_cancellable_request(question, PeerRequestOptions::no_options())
+                .await
+            {
+                Ok(asked) => asked,
+                Err(error) => {
+                    tracing::warn!(%request, %error, "relaying a Request to its MCP client failed");
+                    lock(&asking).remove(&request);
+                    return;
+                }
+            };
+            let concerns =
+                |event: &Event| event.kind == EventKind::RequestResolved && event.call.as_deref() == Some(&call);
+            let resolved = || async {
+                let status = registry.status(&request).await;
+                (!matches!(status, Ok(Some((Status::Pending, _))))).then_some(())
+            };
+            let resolved_elsewhere = feed.wait_for(RELAY_MOST, &shutdown, Concern::Events(&concerns), resolved);
+            tokio::select! {
+                replied = &mut asked.rx => match replied {
+                    Ok(Ok(ClientResult::ElicitResult(result))) => {
+                        let answer = elicit_result_to_answer(&request, &result);
+                        if let Err(error) = registry.answer(&request, answer, &by).await {
+                            tracing::warn!(%request, %error, "an MCP client's answer to a relayed Request was not taken");
+                        }
+                    }
+                    Ok(Ok(_)) => tracing::warn!(%request, "an MCP client answered a relayed Request with something else"),
+                    Ok(Err(error)) => tracing::warn!(%request, %error, "relaying a Request to its MCP client failed"),
+                    Err(_) => tracing::debug!(%request, "the MCP client's session ended before it answered"),
+                },
+                Some(()) = resolved_elsewhere => {
+                    let reason = "the Request was resolved in the gateway before the client answered".to_owned();
+                    if let Err(error) = asked.cancel(Some(reason)).await {
+                        tracing::debug!(%request, %error, "a relayed Request could not be withdrawn from its MCP client");
                     }
                 }
-                Err(error) => tracing::warn!(%request, %error, "relaying a Request to its MCP client failed"),
             }
             lock(&asking).remove(&request);
         });

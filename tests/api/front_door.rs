@@ -4,11 +4,11 @@
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
-    ClientConfig, ClientRequest, DetailedTask, ElicitRequestParams, ElicitResult, ElicitationAction,
-    ElicitationCapability, ErrorData, FormElicitationCapability, GetTaskParams, Implementation,
-    ProgressNotificationParam, ProtocolVersion, ServerNotification, SubscriptionFilter, TaskPayload, TaskStatus,
-    UpdateTaskParams,
+    CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest, DetailedTask, ElicitRequestParams,
+    ElicitResult, ElicitationAction, ElicitationCapability, ErrorData, FormElicitationCapability, GetTaskParams,
+    Implementation, ProgressNotificationParam, ProtocolVersion, ServerNotification, SubscriptionFilter, TaskPayload,
+    TaskStatus, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -81,6 +81,40 @@ impl ClientHandler for Confirming {
         self.asked.lock().unwrap().push(asked);
         Ok(ElicitResult::new(ElicitationAction::Accept)
             .with_content(json!({"confirm": true, "note": "from the client"})))
+    }
+}
+
+/// An MCP client that declares form-mode elicitation and never answers what it is shown.
+#[derive(Clone, Default)]
+struct Hesitant {
+    /// Signalled when it is asked something.
+    asked: Arc<Notify>,
+    /// The reasons of the `notifications/cancelled` it got.
+    withdrawn: Arc<Mutex<Vec<Option<String>>>>,
+    /// Signalled at each `notifications/cancelled`.
+    told: Arc<Notify>,
+}
+
+impl ClientHandler for Hesitant {
+    fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(ElicitationCapability::new().with_form(FormElicitationCapability::new()));
+        ClientConfig::new(capabilities, Implementation::new("hesitant", "1"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        _params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        self.asked.notify_one();
+        context.ct.cancelled().await;
+        Err(ErrorData::internal_error("withdrawn", None))
+    }
+
+    async fn on_cancelled(&self, params: CancelledNotificationParam, _context: NotificationContext<RoleClient>) {
+        self.withdrawn.lock().unwrap().push(params.reason);
+        self.told.notify_one();
     }
 }
 
@@ -524,6 +558,44 @@ async fn in_relay_mode_a_client_that_can_elicit_answers_and_one_that_cannot_leav
         );
         client.cancel().await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn in_relay_mode_a_question_answered_in_the_inbox_first_is_withdrawn_from_the_client() {
+    let app = spawn_front_door(BOTH_ERAS, "[front_door]\nelicitation = \"relay\"\n").await;
+    let hesitant = Hesitant::default();
+    let client = connect_as(&app, &ProtocolVersion::V_2025_11_25, None, hesitant.clone()).await;
+    let waiting = tokio::spawn({
+        let peer = client.peer().clone();
+        async move {
+            peer.call_tool(params("legacy__confirm_action", json!({"action": "either"})))
+                .await
+                .unwrap()
+        }
+    });
+    hesitant.asked.notified().await;
+    let request = pending_request_of(&app).await;
+    app.answer_ok(
+        request["id"].as_str().unwrap(),
+        json!({"ok": true, "data": {"confirm": true}}),
+    )
+    .await;
+    tokio::time::timeout(std::time::Duration::from_secs(30), hesitant.told.notified())
+        .await
+        .expect("the client was told its question is withdrawn");
+    let reasons = hesitant.withdrawn.lock().unwrap().clone();
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert!(
+        reasons[0].as_deref().unwrap_or_default().contains("resolved"),
+        "{reasons:?}"
+    );
+    let result = waiting.await.unwrap();
+    assert_eq!(
+        result.structured_content.unwrap()["results"],
+        json!([{"action": "accept", "content": {"confirm": true, "note": ""}}]),
+        "the inbox's answer is the one the upstream got"
+    );
+    client.cancel().await.unwrap();
 }
 
 #[tokio::test]
