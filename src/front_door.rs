@@ -8,6 +8,7 @@ mod relay;
 mod tasks;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -85,20 +86,45 @@ pub fn routes(state: &AppState, policy: FrontDoorPolicy) -> Router<AppState> {
         // A response that is one message goes as JSON rather than as an event stream.
         .with_json_response(true)
         .with_cancellation_token(state.shutdown.child_token());
-    let service = StreamableHttpService::new(
-        move || Ok(door.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
-    let holders = Holders::default();
+    let sessions = Arc::new(LocalSessionManager::default());
+    let holders = Holders {
+        by_session: Arc::default(),
+        prune_at: Arc::new(AtomicUsize::new(PRUNE_HOLDERS_FROM)),
+        sessions: sessions.clone(),
+    };
+    let service = StreamableHttpService::new(move || Ok(door.clone()), sessions, config);
     Router::new()
         .nest_service(PATH, service)
         .layer(middleware::from_fn_with_state((state.clone(), holders), admit))
 }
 
 /// The principal that opened each 2025-11-25 session, by `Mcp-Session-Id`: a session answers no other.
-#[derive(Debug, Clone, Default)]
-struct Holders(Arc<Mutex<HashMap<String, String>>>);
+#[derive(Clone)]
+struct Holders {
+    by_session: Arc<Mutex<HashMap<String, String>>>,
+    /// How many holders there may be before those of ended sessions are forgotten.
+    prune_at: Arc<AtomicUsize>,
+    /// The sessions rmcp holds, which end unseen here when they idle out.
+    sessions: Arc<LocalSessionManager>,
+}
+
+impl Holders {
+    /// Records who opened `session`, first forgetting the holders of sessions that idled out once there are
+    /// twice as many as the last time (so that each opening pays a constant amount for it).
+    async fn opened(&self, session: &str, principal: String) {
+        if lock(&self.by_session).len() >= self.prune_at.load(Ordering::Relaxed) {
+            let live = self.sessions.sessions.read().await;
+            let mut by_session = lock(&self.by_session);
+            by_session.retain(|id, _| live.contains_key(id.as_str()));
+            let next = (by_session.len() * 2).max(PRUNE_HOLDERS_FROM);
+            self.prune_at.store(next, Ordering::Relaxed);
+        }
+        lock(&self.by_session).insert(session.to_owned(), principal);
+    }
+}
+
+/// The fewest recorded holders at which those of ended sessions are looked for.
+const PRUNE_HOLDERS_FROM: usize = 64;
 
 /// Refuses, before anything runs, a browser page from an origin that is neither the gateway's own nor on
 /// `http.cors_origins` (the MCP transport's guard against DNS rebinding), an approver, which may not call
@@ -145,7 +171,9 @@ async fn admit(State((state, holders)): State<(AppState, Holders)>, request: Req
         .and_then(|session| session.to_str().ok())
         .map(str::to_owned);
     if let Some(session) = &session
-        && lock(&holders.0).get(session).is_some_and(|holder| *holder != principal)
+        && lock(&holders.by_session)
+            .get(session)
+            .is_some_and(|holder| *holder != principal)
     {
         return ApiError::not_found(format!("no session {session:?} of yours")).into_response();
     }
@@ -154,11 +182,11 @@ async fn admit(State((state, holders)): State<(AppState, Holders)>, request: Req
     match (&session, response.headers().get(SESSION_ID)) {
         (None, Some(opened)) => {
             if let Ok(opened) = opened.to_str() {
-                lock(&holders.0).insert(opened.to_owned(), principal);
+                holders.opened(opened, principal).await;
             }
         }
         (Some(session), _) if (closing && response.status().is_success()) || response.status() == 404 => {
-            lock(&holders.0).remove(session);
+            lock(&holders.by_session).remove(session);
         }
         _ => {}
     }
@@ -667,4 +695,30 @@ fn await_call_tool() -> Tool {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::transport::streamable_http_server::session::SessionManager;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn holders_of_sessions_that_ended_are_forgotten_as_new_ones_open() {
+        let sessions = Arc::new(LocalSessionManager::default());
+        let holders = Holders {
+            by_session: Arc::default(),
+            prune_at: Arc::new(AtomicUsize::new(PRUNE_HOLDERS_FROM)),
+            sessions: sessions.clone(),
+        };
+        let (open, _transport) = sessions.create_session().await.unwrap();
+        holders.opened(&open, "ada".to_owned()).await;
+        for ended in 1..PRUNE_HOLDERS_FROM {
+            holders.opened(&format!("ended-{ended}"), "bob".to_owned()).await;
+        }
+        assert_eq!(lock(&holders.by_session).len(), PRUNE_HOLDERS_FROM);
+        holders.opened("newest", "eve".to_owned()).await;
+        let kept: HashSet<String> = lock(&holders.by_session).keys().cloned().collect();
+        assert_eq!(kept, HashSet::from([open.to_string(), "newest".to_owned()]));
+    }
 }
