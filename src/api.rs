@@ -205,6 +205,7 @@ pub fn router(state: AppState) -> Router {
         .merge(ui::routes(&mut document))
         .merge(front_door::routes(&state, state.front_door));
     constrain(&mut document);
+    events::document(&mut document);
     document_unavailable(&mut document);
     state.auth.document(&mut document);
     state.http.document(&mut document);
