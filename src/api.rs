@@ -365,7 +365,8 @@ pub async fn to_completion<T: Send + 'static>(
     }
 }
 
-/// The `wait` query parameter: seconds to hold a response, capped at `MAX_WAIT`.
+/// The `wait` query parameter: seconds to hold a response, capped at `MAX_WAIT`. A wait over the cap is held
+/// for the cap rather than refused: a long-poll may end early anyway, so a client asks again either way.
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
 #[serde(try_from = "f64")]
 pub struct Wait(Duration);
@@ -374,7 +375,8 @@ impl TryFrom<f64> for Wait {
     type Error = String;
 
     fn try_from(seconds: f64) -> Result<Self, Self::Error> {
-        if !seconds.is_finite() || seconds < 0.0 {
+        // Infinity is a number over the cap too (`1e400` parses to it).
+        if seconds.is_nan() || seconds < 0.0 {
             return Err(format!("wait must be a number of seconds >= 0, not {seconds}"));
         }
         Ok(Wait(Duration::from_secs_f64(seconds.min(MAX_WAIT.as_secs_f64()))))
@@ -418,8 +420,11 @@ mod tests {
     fn a_huge_wait_is_capped_not_a_panic() {
         assert_eq!(Wait::try_from(1.8e19).unwrap().duration(), MAX_WAIT);
         assert_eq!(Wait::try_from(f64::MAX).unwrap().duration(), MAX_WAIT);
+        assert_eq!(Wait::try_from(f64::INFINITY).unwrap().duration(), MAX_WAIT);
         assert_eq!(Wait::try_from(1.5).unwrap().duration(), Duration::from_millis(1500));
-        assert!(Wait::try_from(-1.0).is_err() && Wait::try_from(f64::NAN).is_err());
+        for refused in [-1.0, f64::NEG_INFINITY, f64::NAN] {
+            assert!(Wait::try_from(refused).is_err(), "{refused}");
+        }
     }
 
     /// Every source file of the API, to check how routes are registered.
