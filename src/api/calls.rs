@@ -64,8 +64,6 @@ pub struct ListQuery {
         (status = 403, description = "An approver, or a session of another principal", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such server or session", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The session is closed", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "The principal has as many calls running as limits.calls_per_principal allows, or (with `wait`) holds as many responses as limits.long_polls_per_principal allows", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The server's shared session is not ready", body = Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "Seconds to wait before trying again"))),

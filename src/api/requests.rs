@@ -173,8 +173,6 @@ pub struct PostRequest {
             headers(("Location" = String, description = "`/requests/{id}`"))),
         (status = 400, description = "The body is malformed, repeats a key within an object, has unknown keys, misses `kind` or `prompt`, or has wrong types; `errors` lists every problem", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A Request with that id exists already", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The Request is not what its kind requires, `expiresAt` has passed, or a form or question would collect a credential; `errors` lists every problem", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "As many Requests are pending as requests.max_pending (or the principal's share of it, in count or bytes) allows", body = Problem, content_type = "application/problem+json"),
     )
@@ -276,8 +274,6 @@ pub async fn get(
         (status = 404, description = "No Request with that id", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Already answered with a different answer", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "No longer answerable: expired or cancelled", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The data does not satisfy the requested schema; `errors` lists every violation", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "With `wait`: the principal holds as many responses held by `wait` as limits.long_polls_per_principal allows; nothing was answered", body = Problem, content_type = "application/problem+json"),
     )

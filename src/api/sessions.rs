@@ -54,8 +54,6 @@ pub struct ListQuery {
         (status = 400, description = "The body is malformed or repeats a key within an object", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "An approver may not open sessions", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such server", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "The principal has as many sessions open as limits.sessions_per_principal allows", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "The upstream cannot be reached or refused the session", body = Problem, content_type = "application/problem+json"),
     )
