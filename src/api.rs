@@ -31,7 +31,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use auth::AuthPolicy;
-pub use error::{ApiError, Problem};
+pub use error::{ApiError, InvalidQuery, LongPollsHeld, Problem};
 pub use http::{HttpPolicy, LOOPBACK_HOSTS};
 
 use crate::approvals::Approvals;
@@ -161,6 +161,7 @@ impl Services {
         title = "toolnexus-gateway",
         description = "Turns MCP elicitations into Requests that can be listed and answered over REST."
     ),
+    components(responses(InvalidQuery, LongPollsHeld)),
     tags(
         (name = "requests", description = "What upstreams ask of a human, and the answers"),
         (name = "calls", description = "Tool calls started over REST"),

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
-use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size, to_completion};
+use super::{ApiError, AppState, InvalidQuery, LongPollsHeld, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
 use crate::feed::Concern;
 use crate::records::{CallFilter, CallStatus, CallView, Event, ToolName, Via};
@@ -113,7 +113,7 @@ pub async fn start(
     params(ListQuery),
     responses(
         (status = 200, description = "Calls, oldest first", body = Vec<CallView>),
-        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 400, response = InvalidQuery),
     )
 )]
 pub async fn list(
@@ -139,10 +139,10 @@ pub async fn list(
     params(("id" = String, Path, description = "The call id"), WaitQuery),
     responses(
         (status = 200, description = "The call", body = CallView),
-        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 400, response = InvalidQuery),
         (status = 403, description = "The call belongs to another principal", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No call with that id", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "The principal holds as many responses held by `wait` as limits.long_polls_per_principal allows", body = Problem, content_type = "application/problem+json"),
+        (status = 429, response = LongPollsHeld),
     )
 )]
 pub async fn get(

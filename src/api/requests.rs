@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
-use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size, to_completion};
+use super::{ApiError, AppState, InvalidQuery, LongPollsHeld, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
 use crate::feed::Concern;
 use crate::posted::{Posted, Refusal};
@@ -68,8 +68,8 @@ pub struct ListQuery {
     responses(
         (status = 200, description = "Matching Requests, oldest first", body = Vec<RequestView>,
             headers(("Link" = String, description = "The next page, as `<…>; rel=\"next\"`"))),
-        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "The principal holds as many responses held by `wait` as limits.long_polls_per_principal allows", body = Problem, content_type = "application/problem+json"),
+        (status = 400, response = InvalidQuery),
+        (status = 429, response = LongPollsHeld),
     )
 )]
 pub async fn list(
@@ -209,10 +209,10 @@ pub async fn post(
     params(("id" = String, Path, description = "The Request id"), WaitQuery),
     responses(
         (status = 200, description = "The Request", body = RequestView),
-        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 400, response = InvalidQuery),
         (status = 403, description = "The Request belongs to another principal", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No Request with that id", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "The principal holds as many responses held by `wait` as limits.long_polls_per_principal allows", body = Problem, content_type = "application/problem+json"),
+        (status = 429, response = LongPollsHeld),
     )
 )]
 pub async fn get(

@@ -111,13 +111,28 @@ async fn responses_every_route_shares_are_written_once_and_state_the_configured_
             assert!(!inline("503").starts_with("The store cannot"), "{what}");
             assert!(!inline("403").starts_with("Forbidden: the role"), "{what}");
             assert!(!inline("400").starts_with("Bad Request: the request has"), "{what}");
+            assert!(!inline("400").starts_with("A query parameter is invalid"), "{what}");
+            assert!(
+                !inline("429").starts_with("The principal holds as many responses"),
+                "{what}"
+            );
         }
     }
     assert_eq!(
         with_body, 4,
         "POST /requests, /requests/{{id}}/answer, /calls and /sessions take a body"
     );
+    assert_eq!(
+        document["paths"]["/requests"]["get"]["responses"]["400"],
+        reference("InvalidQuery")
+    );
+    assert_eq!(
+        document["paths"]["/calls/{id}"]["get"]["responses"]["429"],
+        reference("LongPollsHeld")
+    );
     for name in [
+        "InvalidQuery",
+        "LongPollsHeld",
         "BodyTooLarge",
         "NotJson",
         "Unauthorized",
