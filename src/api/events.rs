@@ -281,6 +281,7 @@ fn event_schema(name: &str, data: RefOr<Schema>) -> RefOr<Schema> {
         .into()
 }
 
+/// `word` with its first letter in upper case, for a component name (`call` → `Call`).
 fn capitalized(word: &str) -> String {
     let mut chars = word.chars();
     chars

@@ -140,8 +140,14 @@ async fn every_event_type_matches_the_schema_the_document_gives_it() {
     app.delete(&format!("/sessions/{}", session["id"].as_str().unwrap()))
         .await;
 
+    let live: BTreeSet<String> = schemas
+        .types()
+        .into_iter()
+        .filter(|name| *name != "resync")
+        .map(str::to_owned)
+        .collect();
     let mut seen = BTreeSet::new();
-    while seen.len() < schemas.types().len() - 1 {
+    while !live.is_subset(&seen) {
         let event = events.next().await;
         schemas.check(&event);
         seen.insert(event.event);
