@@ -3,6 +3,7 @@
 mod approvals;
 mod auth;
 mod calls;
+mod document;
 mod error;
 mod events;
 mod extract;
@@ -25,13 +26,12 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tower_http::LatencyUnit;
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
-use utoipa::openapi::schema::{AllOfBuilder, ObjectBuilder, OneOfBuilder, Type};
 use utoipa::{IntoParams, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use auth::AuthPolicy;
-pub use error::{ApiError, Problem};
+pub use error::{ApiError, InvalidQuery, LongPollsHeld, Problem};
 pub use http::{HttpPolicy, LOOPBACK_HOSTS};
 
 use crate::approvals::Approvals;
@@ -161,6 +161,7 @@ impl Services {
         title = "toolnexus-gateway",
         description = "Turns MCP elicitations into Requests that can be listed and answered over REST."
     ),
+    components(responses(InvalidQuery, LongPollsHeld)),
     tags(
         (name = "requests", description = "What upstreams ask of a human, and the answers"),
         (name = "calls", description = "Tool calls started over REST"),
@@ -204,8 +205,9 @@ pub fn router(state: AppState) -> Router {
     let router = router
         .merge(ui::routes(&mut document))
         .merge(front_door::routes(&state, state.front_door));
-    constrain(&mut document);
-    document_unavailable(&mut document);
+    document::constrain(&mut document);
+    events::document(&mut document);
+    document::unavailable(&mut document);
     state.auth.document(&mut document);
     state.http.document(&mut document);
     let document = OpenApiJson(document.to_json().unwrap_or_default().into());
@@ -260,80 +262,6 @@ async fn gate(State(state): State<AppState>, mut request: Request, next: Next) -
     response
 }
 
-/// Adds to the document the constraints between fields that the derived schemas cannot state.
-fn constrain(document: &mut utoipa::openapi::OpenApi) {
-    let string = |name: &str| {
-        ObjectBuilder::new()
-            .required(name)
-            .property(name, ObjectBuilder::new().schema_type(Type::String))
-    };
-    // `POST /calls` names exactly one of `server` and `session`.
-    one_of(document, "StartCall", [string("server"), string("session")]);
-    let ok = |value: bool| {
-        ObjectBuilder::new().property(
-            "ok",
-            ObjectBuilder::new()
-                .schema_type(Type::Boolean)
-                .enum_values(Some([value])),
-        )
-    };
-    // An Answer gives a `reason` only when `ok` is false.
-    let accept = ok(true).property("reason", ObjectBuilder::new().schema_type(Type::Null));
-    one_of(document, "Answer", [ok(false), accept]);
-}
-
-/// The routes that never use the store (they answer without it, or swallow its errors).
-const WITHOUT_STORE: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/openapi.json"];
-
-/// Documents the `503` every route that reads or changes the store answers when the store cannot be used.
-fn document_unavailable(document: &mut utoipa::openapi::OpenApi) {
-    use utoipa::openapi::{ContentBuilder, HeaderBuilder, Ref, RefOr, ResponseBuilder};
-    let problem = ContentBuilder::new()
-        .schema(Some(RefOr::Ref(Ref::from_schema_name("Problem"))))
-        .build();
-    let unavailable = ResponseBuilder::new()
-        .description(
-            "The store cannot keep or read this right now (a full disk, an I/O error); nothing was changed: try \
-             again after Retry-After",
-        )
-        .content("application/problem+json", problem)
-        .header(
-            "Retry-After",
-            HeaderBuilder::new()
-                .schema(Some(ObjectBuilder::new().schema_type(Type::Integer)))
-                .description(Some("Seconds to wait before trying again"))
-                .build(),
-        )
-        .build();
-    for (path, item) in document.paths.paths.iter_mut() {
-        if WITHOUT_STORE.contains(&path.as_str()) || path.starts_with("/ui") || path.starts_with("/servers") {
-            continue;
-        }
-        for operation in [&mut item.get, &mut item.post, &mut item.delete].into_iter().flatten() {
-            operation
-                .responses
-                .responses
-                .entry("503".to_owned())
-                .or_insert_with(|| RefOr::T(unavailable.clone()));
-        }
-    }
-}
-
-/// Narrows a component schema: a value must also match exactly one of the branches.
-fn one_of(document: &mut utoipa::openapi::OpenApi, name: &str, branches: impl IntoIterator<Item = ObjectBuilder>) {
-    let Some(schema) = document
-        .components
-        .as_mut()
-        .and_then(|components| components.schemas.get_mut(name))
-    else {
-        return;
-    };
-    let branches = branches
-        .into_iter()
-        .fold(OneOfBuilder::new(), |one_of, branch| one_of.item(branch));
-    *schema = AllOfBuilder::new().item(schema.clone()).item(branches).into();
-}
-
 /// `GET /openapi.json`: this document, OpenAPI 3.1.
 #[utoipa::path(
     get,
@@ -364,7 +292,8 @@ pub async fn to_completion<T: Send + 'static>(
     }
 }
 
-/// The `wait` query parameter: seconds to hold a response, capped at `MAX_WAIT`.
+/// The `wait` query parameter: seconds to hold a response, capped at `MAX_WAIT`. A wait over the cap is held
+/// for the cap rather than refused: a long-poll may end early anyway, so a client asks again either way.
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
 #[serde(try_from = "f64")]
 pub struct Wait(Duration);
@@ -373,7 +302,8 @@ impl TryFrom<f64> for Wait {
     type Error = String;
 
     fn try_from(seconds: f64) -> Result<Self, Self::Error> {
-        if !seconds.is_finite() || seconds < 0.0 {
+        // Infinity is a number over the cap too (`1e400` parses to it).
+        if seconds.is_nan() || seconds < 0.0 {
             return Err(format!("wait must be a number of seconds >= 0, not {seconds}"));
         }
         Ok(Wait(Duration::from_secs_f64(seconds.min(MAX_WAIT.as_secs_f64()))))
@@ -417,15 +347,19 @@ mod tests {
     fn a_huge_wait_is_capped_not_a_panic() {
         assert_eq!(Wait::try_from(1.8e19).unwrap().duration(), MAX_WAIT);
         assert_eq!(Wait::try_from(f64::MAX).unwrap().duration(), MAX_WAIT);
+        assert_eq!(Wait::try_from(f64::INFINITY).unwrap().duration(), MAX_WAIT);
         assert_eq!(Wait::try_from(1.5).unwrap().duration(), Duration::from_millis(1500));
-        assert!(Wait::try_from(-1.0).is_err() && Wait::try_from(f64::NAN).is_err());
+        for refused in [-1.0, f64::NEG_INFINITY, f64::NAN] {
+            assert!(Wait::try_from(refused).is_err(), "{refused}");
+        }
     }
 
     /// Every source file of the API, to check how routes are registered.
-    const SOURCES: [(&str, &str); 10] = [
+    const SOURCES: [(&str, &str); 11] = [
         ("api.rs", include_str!("api.rs")),
         ("approvals.rs", include_str!("api/approvals.rs")),
         ("calls.rs", include_str!("api/calls.rs")),
+        ("document.rs", include_str!("api/document.rs")),
         ("events.rs", include_str!("api/events.rs")),
         ("extract.rs", include_str!("api/extract.rs")),
         ("health.rs", include_str!("api/health.rs")),

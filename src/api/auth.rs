@@ -4,10 +4,10 @@
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use utoipa::openapi::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
-use utoipa::openapi::{ContentBuilder, OpenApi, RefOr, ResponseBuilder};
 
-use super::ApiError;
+use super::{ApiError, document};
 use crate::auth::{AuthError, Authenticator};
 
 /// The name of the bearer scheme in the OpenAPI document.
@@ -40,22 +40,17 @@ impl AuthPolicy {
         }
         let components = document.components.get_or_insert_with(Default::default);
         components.add_security_scheme(BEARER, SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
-        let problem = ContentBuilder::new().schema(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name("Problem"))));
-        let unauthorized = ResponseBuilder::new()
-            .description("No bearer token, or one that is not valid")
-            .content("application/problem+json", problem.build())
-            .build();
-        for (path, item) in document.paths.paths.iter_mut() {
+        let unauthorized = document::problem("No bearer token, or one that is not valid").build();
+        let unauthorized = document::shared(document, "Unauthorized", unauthorized);
+        for (path, operation) in document::operations(document) {
             if self.is_open(path) {
                 continue;
             }
-            for operation in [&mut item.get, &mut item.post, &mut item.delete].into_iter().flatten() {
-                operation
-                    .responses
-                    .responses
-                    .insert("401".to_owned(), RefOr::T(unauthorized.clone()));
-                operation.security = Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
-            }
+            operation
+                .responses
+                .responses
+                .insert("401".to_owned(), unauthorized.clone());
+            operation.security = Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
         }
     }
 }

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
-use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size, to_completion};
+use super::{ApiError, AppState, InvalidQuery, LongPollsHeld, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
 use crate::feed::Concern;
 use crate::records::{CallFilter, CallStatus, CallView, Event, ToolName, Via};
@@ -64,8 +64,6 @@ pub struct ListQuery {
         (status = 403, description = "An approver, or a session of another principal", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such server or session", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The session is closed", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "The principal has as many calls running as limits.calls_per_principal allows, or (with `wait`) holds as many responses as limits.long_polls_per_principal allows", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The server's shared session is not ready", body = Problem, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "Seconds to wait before trying again"))),
@@ -115,7 +113,7 @@ pub async fn start(
     params(ListQuery),
     responses(
         (status = 200, description = "Calls, oldest first", body = Vec<CallView>),
-        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 400, response = InvalidQuery),
     )
 )]
 pub async fn list(
@@ -141,10 +139,10 @@ pub async fn list(
     params(("id" = String, Path, description = "The call id"), WaitQuery),
     responses(
         (status = 200, description = "The call", body = CallView),
-        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 400, response = InvalidQuery),
         (status = 403, description = "The call belongs to another principal", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No call with that id", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "The principal holds as many responses held by `wait` as limits.long_polls_per_principal allows", body = Problem, content_type = "application/problem+json"),
+        (status = 429, response = LongPollsHeld),
     )
 )]
 pub async fn get(

@@ -146,6 +146,18 @@ pub struct Problem {
     pub errors: Option<Vec<Violation>>,
 }
 
+/// A query parameter is invalid, or the request has more than one Host header.
+#[derive(utoipa::ToResponse)]
+#[response(content_type = "application/problem+json")]
+#[allow(dead_code, reason = "documents a response that ApiError renders")]
+pub struct InvalidQuery(Problem);
+
+/// The principal holds as many responses held by `wait` as limits.long_polls_per_principal allows.
+#[derive(utoipa::ToResponse)]
+#[response(content_type = "application/problem+json")]
+#[allow(dead_code, reason = "documents a response that ApiError renders")]
+pub struct LongPollsHeld(Problem);
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = Problem {

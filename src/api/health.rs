@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use super::extract::QueryParams;
-use super::{AppState, Problem, WaitQuery};
+use super::{AppState, InvalidQuery, WaitQuery};
 use crate::feed::{Concern, Hold};
 
 /// Who holds the `/readyz` long-polls (no token name can be empty).
@@ -35,7 +35,7 @@ pub async fn healthz() -> Json<Value> {
     params(WaitQuery),
     responses(
         (status = 200, description = "Every shared session is ready: `{\"status\": \"ready\"}`", body = Object),
-        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 400, response = InvalidQuery),
         (status = 503, description = "Not ready: `{\"status\": \"not ready\", \"notReady\": [server, …]}`, or `{\"status\": \"not ready\", \"store\": \"unreachable\"}` while a PostgreSQL store does not answer", body = Object),
     )
 )]

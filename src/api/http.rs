@@ -6,9 +6,9 @@ use std::collections::btree_map::Entry;
 use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use tower_http::cors::{AllowOrigin, CorsLayer};
-use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr, ResponseBuilder};
+use utoipa::openapi::{OpenApi, RefOr};
 
-use super::ApiError;
+use super::{ApiError, document};
 
 /// The `Host` names answered by default when the gateway listens on loopback.
 pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
@@ -25,43 +25,45 @@ pub struct HttpPolicy {
 }
 
 impl HttpPolicy {
-    /// Documents what every route answers about the `Host`: `400` to more than one `Host` header, and `403`
-    /// to a `Host` off the allow-list.
+    /// Documents what every route answers about the `Host` (`400` to more than one `Host` header, and `403` to
+    /// a `Host` off the allow-list) and what every route with a body answers about it (`413` past the configured
+    /// `http.max_body_bytes`, `415` when it is not JSON).
     pub fn document(&self, document: &mut OpenApi) {
-        let problem = ContentBuilder::new()
-            .schema(Some(RefOr::Ref(Ref::from_schema_name("Problem"))))
-            .build();
-        let response = |description: &str| {
-            RefOr::T(
-                ResponseBuilder::new()
-                    .description(description)
-                    .content("application/problem+json", problem.clone())
-                    .build(),
-            )
-        };
-        let bad_request = response("Bad Request: the request has more than one Host header");
-        let forbidden = self
-            .allowed_hosts
-            .as_ref()
-            .map(|_| response("Forbidden: the role or owner does not fit, or the Host is not on http.allowed_hosts"));
-        for item in document.paths.paths.values_mut() {
-            for operation in [&mut item.get, &mut item.post, &mut item.delete].into_iter().flatten() {
-                let responses = &mut operation.responses.responses;
-                match responses.entry("400".to_owned()) {
-                    Entry::Occupied(mut documented) => {
-                        if let RefOr::T(documented) = documented.get_mut() {
-                            documented
-                                .description
-                                .push_str(", or the request has more than one Host header");
-                        }
-                    }
-                    Entry::Vacant(undocumented) => {
-                        undocumented.insert(bad_request.clone());
+        let bad_request = document::problem("Bad Request: the request has more than one Host header").build();
+        let bad_request = document::shared(document, "MoreThanOneHost", bad_request);
+        let forbidden = self.allowed_hosts.as_ref().map(|_| {
+            let forbidden = document::problem(
+                "Forbidden: the role or owner does not fit, or the Host is not on http.allowed_hosts",
+            );
+            document::shared(document, "Forbidden", forbidden.build())
+        });
+        let too_large = document::problem(&format!(
+            "The body is larger than {} bytes (http.max_body_bytes)",
+            self.max_body_bytes
+        ));
+        let too_large = document::shared(document, "BodyTooLarge", too_large.build());
+        let not_json = document::problem("The body is not JSON: send Content-Type: application/json").build();
+        let not_json = document::shared(document, "NotJson", not_json);
+        for (_, operation) in document::operations(document) {
+            let responses = &mut operation.responses.responses;
+            match responses.entry("400".to_owned()) {
+                Entry::Occupied(mut documented) => {
+                    if let RefOr::T(documented) = documented.get_mut() {
+                        documented
+                            .description
+                            .push_str(", or the request has more than one Host header");
                     }
                 }
-                if let Some(forbidden) = &forbidden {
-                    responses.entry("403".to_owned()).or_insert_with(|| forbidden.clone());
+                Entry::Vacant(undocumented) => {
+                    undocumented.insert(bad_request.clone());
                 }
+            }
+            if let Some(forbidden) = &forbidden {
+                responses.entry("403".to_owned()).or_insert_with(|| forbidden.clone());
+            }
+            if operation.request_body.is_some() {
+                responses.insert("413".to_owned(), too_large.clone());
+                responses.insert("415".to_owned(), not_json.clone());
             }
         }
     }

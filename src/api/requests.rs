@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
-use super::{ApiError, AppState, Problem, Wait, WaitQuery, page_size, to_completion};
+use super::{ApiError, AppState, InvalidQuery, LongPollsHeld, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
 use crate::feed::Concern;
 use crate::posted::{Posted, Refusal};
@@ -68,8 +68,8 @@ pub struct ListQuery {
     responses(
         (status = 200, description = "Matching Requests, oldest first", body = Vec<RequestView>,
             headers(("Link" = String, description = "The next page, as `<…>; rel=\"next\"`"))),
-        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "The principal holds as many responses held by `wait` as limits.long_polls_per_principal allows", body = Problem, content_type = "application/problem+json"),
+        (status = 400, response = InvalidQuery),
+        (status = 429, response = LongPollsHeld),
     )
 )]
 pub async fn list(
@@ -173,8 +173,6 @@ pub struct PostRequest {
             headers(("Location" = String, description = "`/requests/{id}`"))),
         (status = 400, description = "The body is malformed, repeats a key within an object, has unknown keys, misses `kind` or `prompt`, or has wrong types; `errors` lists every problem", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A Request with that id exists already", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The Request is not what its kind requires, `expiresAt` has passed, or a form or question would collect a credential; `errors` lists every problem", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "As many Requests are pending as requests.max_pending (or the principal's share of it, in count or bytes) allows", body = Problem, content_type = "application/problem+json"),
     )
@@ -211,10 +209,10 @@ pub async fn post(
     params(("id" = String, Path, description = "The Request id"), WaitQuery),
     responses(
         (status = 200, description = "The Request", body = RequestView),
-        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 400, response = InvalidQuery),
         (status = 403, description = "The Request belongs to another principal", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No Request with that id", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "The principal holds as many responses held by `wait` as limits.long_polls_per_principal allows", body = Problem, content_type = "application/problem+json"),
+        (status = 429, response = LongPollsHeld),
     )
 )]
 pub async fn get(
@@ -276,8 +274,6 @@ pub async fn get(
         (status = 404, description = "No Request with that id", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Already answered with a different answer", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "No longer answerable: expired or cancelled", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The data does not satisfy the requested schema; `errors` lists every violation", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "With `wait`: the principal holds as many responses held by `wait` as limits.long_polls_per_principal allows; nothing was answered", body = Problem, content_type = "application/problem+json"),
     )

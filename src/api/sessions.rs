@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
-use super::{ApiError, AppState, Problem, WaitQuery, to_completion};
+use super::{ApiError, AppState, InvalidQuery, LongPollsHeld, Problem, WaitQuery, to_completion};
 use crate::auth::Principal;
 use crate::feed::Concern;
 use crate::records::SessionView;
@@ -54,8 +54,6 @@ pub struct ListQuery {
         (status = 400, description = "The body is malformed or repeats a key within an object", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "An approver may not open sessions", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such server", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than 1 MiB", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "The principal has as many sessions open as limits.sessions_per_principal allows", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "The upstream cannot be reached or refused the session", body = Problem, content_type = "application/problem+json"),
     )
@@ -88,7 +86,7 @@ pub async fn open(
     params(ListQuery),
     responses(
         (status = 200, description = "Sessions, oldest first", body = Vec<SessionView>),
-        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 400, response = InvalidQuery),
     )
 )]
 pub async fn list(
@@ -196,9 +194,9 @@ pub async fn servers(State(state): State<AppState>) -> Json<Vec<ServerView>> {
     params(("name" = String, Path, description = "The server's name"), WaitQuery),
     responses(
         (status = 200, description = "The server", body = ServerView),
-        (status = 400, description = "A query parameter is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 400, response = InvalidQuery),
         (status = 404, description = "No server with that name", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "The principal holds as many responses held by `wait` as limits.long_polls_per_principal allows", body = Problem, content_type = "application/problem+json"),
+        (status = 429, response = LongPollsHeld),
     )
 )]
 pub async fn server(

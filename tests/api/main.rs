@@ -25,4 +25,5 @@ mod restart;
 mod sessions;
 mod store;
 mod ui;
+mod waits;
 mod webhooks;
