@@ -277,8 +277,11 @@ fn without_tokens_it_refuses_a_non_loopback_address() {
         "{message}"
     );
 
+    // The built-in default's store is a file in the user's state directory: this run keeps its own.
+    let state = tempfile::tempdir().unwrap();
     let mut allowed = Command::new(BINARY)
         .args(["--listen", "0.0.0.0:0", "--allow-unauthenticated"])
+        .env("XDG_STATE_HOME", state.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
