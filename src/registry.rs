@@ -547,11 +547,6 @@ impl Registry {
             })
     }
 
-    /// Whether an elicitation request of this process waits on the Request: it ends with its session.
-    pub fn waits_here(&self, id: &str) -> bool {
-        self.waiters().contains_key(id)
-    }
-
     /// How many Requests are pending.
     pub async fn pending_count(&self) -> Result<usize, StoreError> {
         self.shared.store.pending_count().await

@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+use futures::FutureExt;
+
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientRequest,
     CustomResult, ElicitResult, ElicitationAction, ErrorCode, ErrorData, InputResponses, RequestId, ServerResult,
@@ -14,6 +16,7 @@ use rmcp::{Peer, RoleClient};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::Live;
 use super::client::{CallRef, ELICITATION_CREATE, SessionCore};
 use crate::records::{CallError, CallFailure, Finish};
 use crate::registry::{AskError, Outcome};
@@ -26,17 +29,28 @@ const URL_ELICITATION_REQUIRED: ErrorCode = ErrorCode(-32042);
 
 /// Sends a call's `tools/call` (after `round` answered rounds) and follows it: returns how the call ended,
 /// or `None` when it waits on a round of Requests.
-pub async fn drive(
-    core: &Arc<SessionCore>,
-    peer: &Peer<RoleClient>,
-    call: &CallRef,
-    mut params: CallToolRequestParams,
-    mut round: u32,
-) -> Option<Finish> {
+pub async fn drive(live: &Live, call: &CallRef, mut params: CallToolRequestParams, mut round: u32) -> Option<Finish> {
+    let (core, peer) = (&live.core, &live.peer);
     let mut url_retry_used = false;
     while round <= MAX_ROUNDS {
         let retrying = params.request_state.is_some() || params.input_responses.is_some();
-        let response = match send(core, peer, call, params.clone()).await {
+        // Only the wait for the response races the session's end: a response read before it, such as a round
+        // the upstream returned just before it exited, is acted on in full.
+        let mut sending = std::pin::pin!(send(core, peer, call, params.clone()));
+        let sent = tokio::select! {
+            biased;
+            () = live.closed.cancelled() => match sending.as_mut().now_or_never() {
+                Some(Ok(response)) => Ok(response),
+                _ => {
+                    return Some(Finish::failed(format!(
+                        "the session ended before the call completed: {}",
+                        live.ended()
+                    )));
+                }
+            },
+            sent = &mut sending => sent,
+        };
+        let response = match sent {
             Ok(response) => response,
             Err(ServiceError::McpError(error)) if error.code == URL_ELICITATION_REQUIRED && !url_retry_used => {
                 url_retry_used = true;

@@ -113,14 +113,7 @@ impl Upstreams {
                 tracing::info!("call cancelled");
                 return None;
             }
-            () = live.closed.cancelled() => {
-                // A round the upstream asked just before it went away is the gateway's: the call waits on its
-                // Requests, and the answer that completes the round retries it on the server's next session.
-                (!self.waits_on_round(&call.id, live).await).then(|| {
-                    Finish::failed(format!("the session ended before the call completed: {}", live.ended()))
-                })
-            }
-            ended = call::drive(&live.core, &live.peer, call, params, round) => ended,
+            ended = call::drive(live, call, params, round) => ended,
             limit = budget => Some(Finish::failed(format!(
                 "the upstream worked on the call for longer than {}s (limits.call_timeout); it was cancelled",
                 limit.as_secs_f64()
@@ -131,20 +124,6 @@ impl Upstreams {
         }
         *lock(&self.worked).entry(call.id.clone()).or_default() += started.elapsed();
         ended
-    }
-
-    /// Whether a call whose session ended waits on a round of Requests, which outlive the session, rather than
-    /// on an elicitation request (which some upstreams send on a 2026-07-28 session too) that ended with it.
-    async fn waits_on_round(&self, call: &str, live: &Live) -> bool {
-        if !live.keeps_rounds() {
-            return false;
-        }
-        match self.calls.get(call).await {
-            Ok(Some(view)) => {
-                view.status == CallStatus::InputRequired && !view.requests.iter().any(|id| self.registry.waits_here(id))
-            }
-            _ => false,
-        }
     }
 
     /// Resolves, with the limit, once a call has used up `limits.call_timeout` of upstream work; never
