@@ -313,7 +313,11 @@ fn tools() -> Vec<Tool> {
             "two_step",
             "Asks for a name, then for a confirmation.",
             object(json!({}), &[]),
-        ),
+        )
+        .with_raw_output_schema(Arc::new(object(
+            json!({"results": {"type": "array", "items": {"type": "object"}}}),
+            &["results"],
+        ))),
         Tool::new(
             "slow",
             "Sleeps, reporting progress (and in 2025-11-25 logging that it sleeps); no elicitation.",

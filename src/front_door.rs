@@ -538,7 +538,14 @@ impl FrontDoor {
     /// The result that tells the client the call waits on a human, and how to go on waiting.
     async fn waiting(&self, view: CallView, context: &RequestContext<RoleServer>) -> CallToolResult {
         let pending = self.pending(&view).await;
-        let mut result = CallToolResult::success(vec![ContentBlock::text(waiting_text(&view, &pending, context))]);
+        let told = vec![ContentBlock::text(waiting_text(&view, &pending, context))];
+        // A successful result of a tool with an `outputSchema` must carry `structuredContent` that fits it, which
+        // a waiting call has none of; clients check no schema against an error result.
+        let mut result = if self.catalog().await.declares_output(&view.server, &view.tool) {
+            CallToolResult::error(told)
+        } else {
+            CallToolResult::success(told)
+        };
         result.meta = Some(call_meta(&view, &pending));
         result
     }

@@ -125,6 +125,16 @@ impl Catalog {
     pub fn route(&self, name: &str) -> Option<&Route> {
         self.routes.get(name)
     }
+
+    /// Whether `tool` of `server`, as offered, declares an `outputSchema`.
+    pub fn declares_output(&self, server: &str, tool: &str) -> bool {
+        self.tools.iter().any(|offered| {
+            offered.output_schema.is_some()
+                && self
+                    .route(&offered.name)
+                    .is_some_and(|route| route.server == server && route.tool == tool)
+        })
+    }
 }
 
 #[cfg(test)]

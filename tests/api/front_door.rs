@@ -374,6 +374,28 @@ async fn a_declined_request_reaches_the_tool_as_decline() {
 }
 
 #[tokio::test]
+async fn a_waiting_call_of_a_tool_with_an_output_schema_is_told_as_an_error_result() {
+    let app = spawn_front_door(BOTH_ERAS, "[front_door]\nmax_hold = \"1s\"\n").await;
+    let client = connect(&app, &ProtocolVersion::V_2026_07_28, None).await;
+    let tools = client.list_all_tools().await.unwrap();
+    let two_step = tools.iter().find(|tool| tool.name == "modern__two_step").unwrap();
+    assert!(two_step.output_schema.is_some(), "{two_step:?}");
+    // A success without the structuredContent its schema promises is one clients refuse.
+    let held = call(&client, "modern__two_step", json!({})).await;
+    assert_eq!(
+        (held.is_error, held.structured_content.is_none()),
+        (Some(true), true),
+        "{held:?}"
+    );
+    let waiting = waiting_call(&held);
+    assert_eq!(waiting["status"], "input_required");
+    assert!(text(&held).contains("gateway__await_call"), "{held:?}");
+    let id = waiting["id"].as_str().unwrap();
+    assert_eq!(app.delete(&format!("/calls/{id}")).await.status(), 200);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
 async fn past_max_hold_the_client_is_told_to_await_the_call_and_awaiting_gets_its_result() {
     let app = spawn_front_door(BOTH_ERAS, "[front_door]\nmax_hold = \"1s\"\n").await;
     for era in CLIENT_ERAS {
