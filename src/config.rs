@@ -41,6 +41,58 @@ pub enum ConfigError {
     },
 }
 
+/// What makes a configuration unusable: a message that names the key, and the entry of an array of tables
+/// (`[[servers]]` …) it is about, when it is about one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Problem {
+    pub message: String,
+    pub entry: Option<Entry>,
+}
+
+impl Problem {
+    fn in_entry(table: &'static str, index: usize, message: String) -> Self {
+        Self {
+            message,
+            entry: Some(Entry { table, index }),
+        }
+    }
+}
+
+impl From<String> for Problem {
+    fn from(message: String) -> Self {
+        Self { message, entry: None }
+    }
+}
+
+/// One entry of an array of tables: `table` is its dotted key (`servers`, `auth.tokens`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub table: &'static str,
+    pub index: usize,
+}
+
+impl Entry {
+    /// The line of the config file `text` the entry starts on, as the TOML parser saw it.
+    fn line_in(self, text: &str) -> Option<usize> {
+        let document = toml::de::DeTable::parse(text).ok()?;
+        let mut table = document.get_ref();
+        let mut keys = self.table.split('.').peekable();
+        while let Some(key) = keys.next() {
+            let value = table.get(key)?.get_ref();
+            match value {
+                toml::de::DeValue::Table(inner) if keys.peek().is_some() => table = inner,
+                toml::de::DeValue::Array(entries) if keys.peek().is_none() => {
+                    let start = entries.get(self.index)?.span().start;
+                    return Some(text[..start].matches('\n').count() + 1);
+                }
+                _ => return None,
+            }
+        }
+        None
+    }
+}
+
 /// The whole configuration, built once at start-up.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -642,10 +694,10 @@ impl Config {
             path: path.to_owned(),
             message: error.to_string(),
         })?;
-        config.validate().map_err(|message| ConfigError::Invalid {
+        config.validate().map_err(|problem| ConfigError::Invalid {
             path: path.to_owned(),
-            line: entry_line(&text, &message),
-            message,
+            line: problem.entry.and_then(|entry| entry.line_in(&text)),
+            message: problem.message,
         })?;
         Ok(config)
     }
@@ -654,11 +706,12 @@ impl Config {
     /// in, and secrets masked (header and environment values, webhook secrets, token digests, and the
     /// passwords and query values of URLs). Arguments are shown as written, before `${VAR}` expansion.
     pub fn masked_toml(&self) -> Result<String, String> {
-        toml::to_string(&self.effective()?).map_err(|error| error.to_string())
+        let effective = self.effective().map_err(|problem| problem.message)?;
+        toml::to_string(&effective).map_err(|error| error.to_string())
     }
 
     /// This configuration with the defaults the gateway resolves at start written in.
-    fn effective(&self) -> Result<Config, String> {
+    fn effective(&self) -> Result<Config, Problem> {
         let mut effective = self.clone();
         let caps = self.pending_caps();
         let requests = &mut effective.requests;
@@ -682,54 +735,48 @@ impl Config {
     }
 
     /// The configured tokens, each reduced to its digest.
-    pub fn tokens(&self) -> Result<Vec<Token>, String> {
-        let tokens = self
-            .auth
-            .tokens
-            .iter()
-            .enumerate()
-            .map(|(index, token)| {
-                let key = format!("auth.tokens[{index}]");
-                if token.name.trim().is_empty() {
-                    return Err(format!("{key}.name must not be empty"));
-                }
-                if token.name == auth::ANONYMOUS {
+    pub fn tokens(&self) -> Result<Vec<Token>, Problem> {
+        let tokens = each_entry("auth.tokens", &self.auth.tokens, |index, token| {
+            let key = format!("auth.tokens[{index}]");
+            if token.name.trim().is_empty() {
+                return Err(format!("{key}.name must not be empty"));
+            }
+            if token.name == auth::ANONYMOUS {
+                return Err(format!(
+                    "{key}.name = {:?} is the name of everyone when there are no tokens; choose another",
+                    token.name
+                ));
+            }
+            let digest = match (&token.sha256, &token.env) {
+                (Some(hex), None) => auth::parse_digest(hex)
+                    .ok_or_else(|| format!("{key}.sha256 must be 64 hex digits: the SHA-256 of the token"))?,
+                (None, Some(variable)) => match std::env::var(variable) {
+                    Ok(value) if !value.trim().is_empty() => {
+                        auth::parse_digest(&auth::digest_hex(value.trim())).expect("a digest's hex parses")
+                    }
+                    _ => {
+                        return Err(format!(
+                            "{key}.env: environment variable {variable} is not set or empty"
+                        ));
+                    }
+                },
+                _ => {
                     return Err(format!(
-                        "{key}.name = {:?} is the name of everyone when there are no tokens; choose another",
+                        "{key} ({:?}) needs exactly one of `sha256` and `env`",
                         token.name
                     ));
                 }
-                let digest = match (&token.sha256, &token.env) {
-                    (Some(hex), None) => auth::parse_digest(hex)
-                        .ok_or_else(|| format!("{key}.sha256 must be 64 hex digits: the SHA-256 of the token"))?,
-                    (None, Some(variable)) => match std::env::var(variable) {
-                        Ok(value) if !value.trim().is_empty() => {
-                            auth::parse_digest(&auth::digest_hex(value.trim())).expect("a digest's hex parses")
-                        }
-                        _ => {
-                            return Err(format!(
-                                "{key}.env: environment variable {variable} is not set or empty"
-                            ));
-                        }
-                    },
-                    _ => {
-                        return Err(format!(
-                            "{key} ({:?}) needs exactly one of `sha256` and `env`",
-                            token.name
-                        ));
-                    }
-                };
-                Ok(Token {
-                    name: token.name.clone(),
-                    role: token.role,
-                    digest,
-                })
+            };
+            Ok(Token {
+                name: token.name.clone(),
+                role: token.role,
+                digest,
             })
-            .collect::<Result<Vec<_>, String>>()?;
+        })?;
         if let Some(name) = auth::duplicate_names(&tokens) {
-            return Err(format!(
+            return Err(Problem::from(format!(
                 "auth.tokens: the name {name:?} is used twice; give each token its own name"
-            ));
+            )));
         }
         Ok(tokens)
     }
@@ -743,7 +790,7 @@ impl Config {
     }
 
     /// Checks everything serde cannot: servers, webhooks, tokens, the store, the log filter.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Problem> {
         let servers = self.servers()?;
         for (index, server) in servers.iter().enumerate() {
             let prefix = server.name.replace('.', "_");
@@ -751,10 +798,14 @@ impl Config {
                 .iter()
                 .find(|other| other.name.replace('.', "_") == prefix)
             {
-                return Err(format!(
-                    "servers[{index}].name = {:?}: its tools would be named {prefix}__… on /mcp, as those of server \
-                     {:?} are; rename one",
-                    server.name, other.name
+                return Err(Problem::in_entry(
+                    "servers",
+                    index,
+                    format!(
+                        "servers[{index}].name = {:?}: its tools would be named {prefix}__… on /mcp, as those of \
+                         server {:?} are; rename one",
+                        server.name, other.name
+                    ),
                 ));
             }
         }
@@ -765,20 +816,20 @@ impl Config {
                     .bytes()
                     .all(|byte| byte.is_ascii_alphanumeric() || b"._-".contains(&byte));
             if !fits {
-                return Err(format!("replica {replica:?}: 1 to 64 letters, digits, '.', '_' or '-'"));
+                return Err(format!("replica {replica:?}: 1 to 64 letters, digits, '.', '_' or '-'").into());
             }
         }
         self.webhooks()?;
         self.tokens()?;
         self.approvals()?;
         if self.http.max_connections == Some(0) {
-            return Err("http.max_connections must be at least 1".to_owned());
+            return Err(Problem::from("http.max_connections must be at least 1".to_owned()));
         }
         if self.http.header_timeout.is_zero() {
-            return Err("http.header_timeout must be longer than zero".to_owned());
+            return Err(Problem::from("http.header_timeout must be longer than zero".to_owned()));
         }
         if self.front_door.max_hold.is_zero() {
-            return Err("front_door.max_hold must be longer than zero".to_owned());
+            return Err(Problem::from("front_door.max_hold must be longer than zero".to_owned()));
         }
         for origin in &self.http.cors_origins {
             check_origin(origin).map_err(|problem| format!("http.cors_origins: {origin:?} {problem}"))?;
@@ -793,116 +844,107 @@ impl Config {
     }
 
     /// The validated webhooks.
-    pub fn webhooks(&self) -> Result<Vec<Webhook>, String> {
-        self.webhooks
-            .iter()
-            .enumerate()
-            .map(|(index, hook)| {
-                let key = format!("webhooks[{index}]");
-                let name = hook.name.clone().unwrap_or_else(|| format!("webhook-{}", index + 1));
-                let url = Url::parse(&hook.url)
-                    .ok()
-                    .filter(|url| matches!(url.scheme(), "http" | "https") && url.host_str().is_some())
-                    .ok_or_else(|| format!("{key}.url: the URL must start with http:// or https:// and name a host"))?;
-                if !hook.allow_link_local
-                    && let Some(why) = egress::host_refusal(&url)
-                {
-                    return Err(format!(
-                        "{key}.url of webhook {name:?}: {why}; webhooks do not post to link-local or cloud metadata \
+    pub fn webhooks(&self) -> Result<Vec<Webhook>, Problem> {
+        each_entry("webhooks", &self.webhooks, |index, hook| {
+            let key = format!("webhooks[{index}]");
+            let name = hook.name.clone().unwrap_or_else(|| format!("webhook-{}", index + 1));
+            let url = Url::parse(&hook.url)
+                .ok()
+                .filter(|url| matches!(url.scheme(), "http" | "https") && url.host_str().is_some())
+                .ok_or_else(|| format!("{key}.url: the URL must start with http:// or https:// and name a host"))?;
+            if !hook.allow_link_local
+                && let Some(why) = egress::host_refusal(&url)
+            {
+                return Err(format!(
+                    "{key}.url of webhook {name:?}: {why}; webhooks do not post to link-local or cloud metadata \
                          addresses unless the webhook sets allow_link_local = true"
-                    ));
-                }
-                if hook.attempts == 0 {
-                    return Err(format!("{key}.attempts must be at least 1"));
-                }
-                Ok(Webhook {
-                    name,
-                    url,
-                    events: hook.events.clone(),
-                    secret: hook.secret.clone(),
-                    timeout: hook.timeout,
-                    attempts: hook.attempts,
-                    allow_link_local: hook.allow_link_local,
-                })
+                ));
+            }
+            if hook.attempts == 0 {
+                return Err(format!("{key}.attempts must be at least 1"));
+            }
+            Ok(Webhook {
+                name,
+                url,
+                events: hook.events.clone(),
+                secret: hook.secret.clone(),
+                timeout: hook.timeout,
+                attempts: hook.attempts,
+                allow_link_local: hook.allow_link_local,
             })
-            .collect()
+        })
     }
 
     /// The validated approval policies; the error names the entry.
-    pub fn approvals(&self) -> Result<Vec<ApprovalPolicy>, String> {
+    pub fn approvals(&self) -> Result<Vec<ApprovalPolicy>, Problem> {
         let servers = self.servers()?;
-        self.approvals
-            .iter()
-            .enumerate()
-            .map(|(index, entry)| {
-                let key = format!("approvals[{index}]");
-                if entry.server != approvals::ANY_SERVER && !servers.iter().any(|server| server.name == entry.server) {
-                    return Err(format!(
-                        "{key}.server = {:?}: no server has that name; name one of [[servers]], or \"*\" for all",
-                        entry.server
-                    ));
-                }
-                if entry.tools.is_empty() {
-                    return Err(format!("{key}.tools must list at least one pattern, such as \"*\""));
-                }
-                let tools = entry
-                    .tools
-                    .iter()
-                    .map(|pattern| Glob::parse(pattern).map_err(|why| format!("{key}.tools: {why}")))
-                    .collect::<Result<Vec<_>, _>>()?;
-                if entry.ttl.is_some_and(|ttl| ttl.is_zero()) {
-                    return Err(format!("{key}.ttl must be longer than zero"));
-                }
-                if let Some(name) = entry.approvers.iter().find(|name| name.trim().is_empty()) {
-                    return Err(format!("{key}.approvers: {name:?} is not a token name"));
-                }
-                Ok(ApprovalPolicy {
-                    server: entry.server.clone(),
-                    tools,
-                    prompt: entry
-                        .prompt
-                        .clone()
-                        .unwrap_or_else(|| approvals::DEFAULT_PROMPT.to_owned()),
-                    ttl: entry.ttl,
-                    approvers: entry.approvers.clone(),
-                })
+        each_entry("approvals", &self.approvals, |index, entry| {
+            let key = format!("approvals[{index}]");
+            if entry.server != approvals::ANY_SERVER && !servers.iter().any(|server| server.name == entry.server) {
+                return Err(format!(
+                    "{key}.server = {:?}: no server has that name; name one of [[servers]], or \"*\" for all",
+                    entry.server
+                ));
+            }
+            if entry.tools.is_empty() {
+                return Err(format!("{key}.tools must list at least one pattern, such as \"*\""));
+            }
+            let tools = entry
+                .tools
+                .iter()
+                .map(|pattern| Glob::parse(pattern).map_err(|why| format!("{key}.tools: {why}")))
+                .collect::<Result<Vec<_>, _>>()?;
+            if entry.ttl.is_some_and(|ttl| ttl.is_zero()) {
+                return Err(format!("{key}.ttl must be longer than zero"));
+            }
+            if let Some(name) = entry.approvers.iter().find(|name| name.trim().is_empty()) {
+                return Err(format!("{key}.approvers: {name:?} is not a token name"));
+            }
+            Ok(ApprovalPolicy {
+                server: entry.server.clone(),
+                tools,
+                prompt: entry
+                    .prompt
+                    .clone()
+                    .unwrap_or_else(|| approvals::DEFAULT_PROMPT.to_owned()),
+                ttl: entry.ttl,
+                approvers: entry.approvers.clone(),
             })
-            .collect()
+        })
     }
 
     /// The validated servers; the error names the offending key and the fix.
-    pub fn servers(&self) -> Result<Vec<Server>, String> {
+    pub fn servers(&self) -> Result<Vec<Server>, Problem> {
         let mut seen = std::collections::HashSet::new();
-        self.servers
-            .iter()
-            .enumerate()
-            .map(|(index, server)| {
-                let key = format!("servers[{index}]");
-                if server.name.is_empty()
-                    || !server.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-                {
-                    return Err(format!(
-                        "{key}.name = {:?}: a server name must be non-empty and use only letters, digits, '-', '_' and '.'",
-                        server.name
-                    ));
-                }
-                if !seen.insert(server.name.as_str()) {
-                    return Err(format!(
-                        "{key}.name = {:?}: duplicate server name; give each [[servers]] entry its own name",
-                        server.name
-                    ));
-                }
-                if server.startup_timeout.is_some_and(|timeout| timeout.is_zero()) {
-                    return Err(format!("{key}.startup_timeout must be longer than zero"));
-                }
-                Ok(Server {
-                    name: server.name.clone(),
-                    transport: server.transport(&key)?,
-                    protocol: server.protocol,
-                    startup_timeout: server.startup_timeout.unwrap_or(DEFAULT_STARTUP_TIMEOUT),
-                })
+        each_entry("servers", &self.servers, |index, server| {
+            let key = format!("servers[{index}]");
+            if server.name.is_empty()
+                || !server
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return Err(format!(
+                    "{key}.name = {:?}: a server name must be non-empty and use only letters, digits, '-', '_' and '.'",
+                    server.name
+                ));
+            }
+            if !seen.insert(server.name.as_str()) {
+                return Err(format!(
+                    "{key}.name = {:?}: duplicate server name; give each [[servers]] entry its own name",
+                    server.name
+                ));
+            }
+            if server.startup_timeout.is_some_and(|timeout| timeout.is_zero()) {
+                return Err(format!("{key}.startup_timeout must be longer than zero"));
+            }
+            Ok(Server {
+                name: server.name.clone(),
+                transport: server.transport(&key)?,
+                protocol: server.protocol,
+                startup_timeout: server.startup_timeout.unwrap_or(DEFAULT_STARTUP_TIMEOUT),
             })
-            .collect()
+        })
     }
 }
 
@@ -975,19 +1017,17 @@ fn check_origin(origin: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// The line of the `[[servers]]` or `[[webhooks]]` entry a validation message starts with (`servers[2]…`).
-fn entry_line(text: &str, message: &str) -> Option<usize> {
-    let (table, rest) = message.split_once('[')?;
-    if table.contains(' ') {
-        return None;
-    }
-    let index: usize = rest.split_once(']')?.0.parse().ok()?;
-    let header = format!("[[{table}]]");
-    text.lines()
+/// Checks each entry of the array of tables `table` with `check`; a problem names the entry it is in.
+fn each_entry<'a, T, U: 'a>(
+    table: &'static str,
+    entries: impl IntoIterator<Item = &'a U>,
+    mut check: impl FnMut(usize, &'a U) -> Result<T, String>,
+) -> Result<Vec<T>, Problem> {
+    entries
+        .into_iter()
         .enumerate()
-        .filter(|(_, line)| line.trim() == header)
-        .nth(index)
-        .map(|(number, _)| number + 1)
+        .map(|(index, entry)| check(index, entry).map_err(|message| Problem::in_entry(table, index, message)))
+        .collect()
 }
 
 /// Expands `${VAR}` from the environment; `$${` is a literal `${`.
@@ -1203,7 +1243,7 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, String> {
         let config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
-        config.validate()?;
+        config.validate().map_err(|problem| problem.message)?;
         Ok(config)
     }
 
@@ -1311,8 +1351,27 @@ mod tests {
     fn validation_errors_name_the_line_of_the_entry() {
         let text =
             "listen = \"127.0.0.1:1\"\n\n[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\n\n[[servers]]\nname = \"b\"\n";
-        let message = toml::from_str::<Config>(text).unwrap().validate().unwrap_err();
-        assert_eq!(entry_line(text, &message), Some(7), "{message}");
+        let problem = toml::from_str::<Config>(text).unwrap().validate().unwrap_err();
+        assert_eq!(
+            problem.entry.and_then(|entry| entry.line_in(text)),
+            Some(7),
+            "{problem}"
+        );
+        // The line is the parser's, however the entry is written.
+        let text = "[[auth.tokens]]\nname = \"a\"\nrole = \"admin\"\nenv = \"TOOLNEXUS_SURELY_UNSET\"\n";
+        let problem = toml::from_str::<Config>(text).unwrap().validate().unwrap_err();
+        assert_eq!(
+            problem.entry.and_then(|entry| entry.line_in(text)),
+            Some(1),
+            "{problem}"
+        );
+        let text = "servers = [\n  {name = \"a\", builtin = \"demo\"},\n  {name = \"b\"},\n]\n";
+        let problem = toml::from_str::<Config>(text).unwrap().validate().unwrap_err();
+        assert_eq!(
+            problem.entry.and_then(|entry| entry.line_in(text)),
+            Some(3),
+            "{problem}"
+        );
     }
 
     #[test]
