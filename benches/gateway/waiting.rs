@@ -111,15 +111,15 @@ async fn run(binary: &Path, era: Era, backend: &Backend, count: usize, plan: &Pl
     // Pay for lazily built state (connections, first-use allocations) before the baseline.
     let warmup = plan.waiting_warmup;
     start_calls(&rest, era, warmup).await?;
-    pending(&rest, warmup).await?;
+    pending(&rest, era, warmup).await?;
     let ids = pending_ids(&rest, warmup).await?;
     answer_all(&rest, ids).await?;
-    completed(&rest, warmup).await?;
+    completed(&rest, era, warmup).await?;
     let baseline = gateway.rss()?;
 
     let started = Instant::now();
     let calls = start_calls(&rest, era, count).await?;
-    pending(&rest, count).await?;
+    pending(&rest, era, count).await?;
     let raise_time = started.elapsed();
     let rss_per_call = gateway.rss()?.saturating_sub(baseline) as f64 / count as f64;
     let ids = pending_ids(&rest, count).await?;
@@ -156,8 +156,9 @@ async fn run(binary: &Path, era: Era, backend: &Backend, count: usize, plan: &Pl
         answer.push(started.elapsed());
     }
     answer_all(&rest, ids[sampled..].to_vec()).await?;
-    completed(&rest, warmup + count).await?;
-    for call in calls.iter().take(sampled) {
+    completed(&rest, era, warmup + count).await?;
+    // The latest calls: a gateway keeps the ended calls of one principal up to a count, the oldest forgotten first.
+    for call in calls.iter().rev().take(sampled) {
         let done = rest.settled(call).await?;
         check_confirmed(done.pointer("/result/structuredContent"))?;
     }
@@ -224,17 +225,22 @@ where
 }
 
 /// Waits until `count` Requests are pending.
-async fn pending(rest: &Rest, count: usize) -> anyhow::Result<()> {
-    until(rest, "toolnexus_requests_pending", count).await
+async fn pending(rest: &Rest, era: Era, count: usize) -> anyhow::Result<()> {
+    until(rest, era, "toolnexus_requests_pending", count).await
 }
 
-/// Waits until `count` calls have completed since the gateway started, failing if any failed.
-async fn completed(rest: &Rest, count: usize) -> anyhow::Result<()> {
-    until(rest, "toolnexus_calls{status=\"completed\"}", count).await
+/// Waits until `count` calls have completed since the gateway started, failing if any failed. (The
+/// `toolnexus_calls` gauge counts only the ended calls still kept, at most 25 000 per principal.)
+async fn completed(rest: &Rest, era: Era, count: usize) -> anyhow::Result<()> {
+    let name = format!(
+        "toolnexus_calls_finished_total{{server=\"{}\",status=\"completed\"}}",
+        era.server()
+    );
+    until(rest, era, &name, count).await
 }
 
 /// Polls `GET /metrics` until the sample `name` reaches `count`; fails on a failed or cancelled call.
-async fn until(rest: &Rest, name: &str, count: usize) -> anyhow::Result<()> {
+async fn until(rest: &Rest, era: Era, name: &str, count: usize) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         let metrics = rest.text("/metrics").await?;
@@ -245,7 +251,10 @@ async fn until(rest: &Rest, name: &str, count: usize) -> anyhow::Result<()> {
                 .unwrap_or_default() as usize
         };
         for ended in ["failed", "cancelled"] {
-            let ended = sample(&format!("toolnexus_calls{{status=\"{ended}\"}}"));
+            let ended = sample(&format!(
+                "toolnexus_calls_finished_total{{server=\"{}\",status=\"{ended}\"}}",
+                era.server()
+            ));
             ensure!(ended == 0, "{ended} calls ended without completing");
         }
         let reached = sample(name);
