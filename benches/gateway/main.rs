@@ -2,13 +2,14 @@
 //! with a direct in-process MCP client of the same demo server.
 //!
 //! `cargo bench --bench gateway` builds in release mode and prints a markdown table; names after `--`
-//! (`latency`, `throughput`, `scale`, `footprint`, `front_door`, `store`) run only those sections. Every section but
+//! (`latency`, `throughput`, `scale`, `footprint`, `front_door`, `store`, `waiting`) run only those sections. Every section but
 //! `store` runs the gateway with its state in memory; `store` compares that with a SQLite file and with a
 //! PostgreSQL database (a throwaway durable server, started for the section), one replica and three. Under `cargo test` it runs
 //! every code path once with tiny counts and checks only that everything completed correctly.
 //!
-//! `BENCH_ITERATIONS=N` overrides the round trips per latency cell, `BENCH_SCALE=N` runs only the scale rows of N, `BENCH_WRAP="valgrind --tool=callgrind"`
-//! runs the gateway under a profiler, and `BENCH_LOG=1` shows the gateway's stderr.
+//! `BENCH_ITERATIONS=N` overrides the round trips per latency cell, `BENCH_SCALE=N` runs only the scale (and waiting) rows of N, `BENCH_WRAP="valgrind --tool=callgrind"`
+//! runs the gateway under a profiler (`heaptrack` too), `BENCH_GATEWAY=path` runs another build of it, and `BENCH_LOG=1`
+//! shows the gateway's stderr.
 
 #[allow(dead_code, reason = "the bench uses only part of the tests' PostgreSQL harness")]
 #[path = "../../src/store/postgres/cluster.rs"]
@@ -21,6 +22,7 @@ mod rest;
 mod scale;
 mod stats;
 mod store;
+mod waiting;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -85,6 +87,11 @@ pub struct Plan {
     pub footprint_runs: usize,
     /// Requests held pending in the store comparison.
     pub store_pending: usize,
+    /// Waiting-call counts, each on a fresh gateway per era and store.
+    pub waiting: &'static [usize],
+    /// Calls made and answered on each of those gateways before its baseline RSS: enough to fill the event
+    /// replay buffer (`REPLAY_CAPACITY` events), which every gateway that has served a while holds.
+    pub waiting_warmup: usize,
 }
 
 const FULL: Plan = Plan {
@@ -103,6 +110,8 @@ const FULL: Plan = Plan {
     scale_samples: 500,
     footprint_runs: 7,
     store_pending: 100_000,
+    waiting: &[1_000, 10_000, 100_000],
+    waiting_warmup: 1_024,
 };
 
 const SMOKE: Plan = Plan {
@@ -114,6 +123,8 @@ const SMOKE: Plan = Plan {
     scale_samples: 3,
     footprint_runs: 1,
     store_pending: 20,
+    waiting: &[20],
+    waiting_warmup: 8,
 };
 
 fn main() -> anyhow::Result<()> {
@@ -131,7 +142,9 @@ fn main() -> anyhow::Result<()> {
         .filter(|arg| !arg.starts_with('-'))
         .collect();
     let wanted = |section: &str| sections.is_empty() || sections.contains(&section);
-    let binary = PathBuf::from(env!("CARGO_BIN_EXE_toolnexus-gateway"));
+    // `BENCH_GATEWAY=path` measures another build of the gateway (an older commit's, for a before/after in one run).
+    let binary = std::env::var_os("BENCH_GATEWAY")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_toolnexus-gateway")), PathBuf::from);
     let runtime = tokio::runtime::Runtime::new()?;
     if !measuring {
         println!("\n(smoke run: tiny counts to check the harness; these timings are not measurements)");
@@ -154,6 +167,9 @@ fn main() -> anyhow::Result<()> {
         }
         if wanted("store") {
             show(store::table(&binary, plan).await?);
+        }
+        if wanted("waiting") {
+            show(waiting::table(&binary, plan).await?);
         }
         anyhow::Ok(())
     })?;

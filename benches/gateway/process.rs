@@ -85,8 +85,10 @@ impl GatewayProcess {
         dir: tempfile::TempDir,
     ) -> anyhow::Result<Self> {
         let config = dir.path().join("gateway.toml");
-        // The scale rows hold more Requests than the default `requests.max_pending`.
-        let requests = "[requests]\nmax_pending = 1000000\n";
+        // The scale rows hold more Requests than the default `requests.max_pending` (and their bytes), and the
+        // waiting rows more calls than the default `limits.calls_per_principal`.
+        let requests = "[requests]\nmax_pending = 1000000\nmax_pending_bytes = 4294967296\n\
+                        [limits]\ncalls_per_principal = 1000000\n";
         let store = match backend {
             Backend::Memory => "memory".to_owned(),
             Backend::Sqlite => format!("sqlite:{}", dir.path().join("gateway.sqlite3").display()),
@@ -122,6 +124,11 @@ impl GatewayProcess {
         let mut stdout = BufReader::new(child.stdout.take().context("no stdout")?);
         let mut line = String::new();
         stdout.read_line(&mut line).await?;
+        // A wrapper (heaptrack) may print lines of its own first.
+        while !wrap.is_empty() && !line.is_empty() && !line.starts_with("listening on ") {
+            line.clear();
+            stdout.read_line(&mut line).await?;
+        }
         let listening_after = spawned.elapsed();
         let Some(address) = line.trim().strip_prefix("listening on ") else {
             bail!("the gateway's first line was {line:?}, not `listening on …`");

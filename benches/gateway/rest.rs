@@ -43,6 +43,26 @@ impl Rest {
         Ok((status, response.json().await?))
     }
 
+    /// `GET path`, expecting `200` → the body as text (`/metrics`).
+    pub async fn text(&self, path: &str) -> anyhow::Result<String> {
+        let response = self.client.get(format!("{}{path}", self.base)).send().await?;
+        ensure!(response.status() == 200, "GET {path} → {}", response.status());
+        Ok(response.text().await?)
+    }
+
+    /// `GET path` of a paged list, expecting `200` → the page and the path of the next one (its `Link` header).
+    pub async fn page(&self, path: &str) -> anyhow::Result<(Value, Option<String>)> {
+        let response = self.client.get(format!("{}{path}", self.base)).send().await?;
+        ensure!(response.status() == 200, "GET {path} → {}", response.status());
+        let next = response
+            .headers()
+            .get(reqwest::header::LINK)
+            .and_then(|link| link.to_str().ok())
+            .and_then(|link| link.strip_prefix('<')?.split_once(">; rel=\"next\""))
+            .map(|(next, _)| next.to_owned());
+        Ok((response.json().await?, next))
+    }
+
     /// `POST path` with a JSON body → status and JSON body.
     pub async fn post(&self, path: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
         let response = self

@@ -61,7 +61,12 @@ struct State {
     /// What the pending Requests hold.
     shares: Shares,
     /// Every call kept; the live ones have not ended.
-    calls: Retained<CallEntry>,
+    ///
+    /// Boxed, as the Requests are: a table slot stays small.
+    calls: Retained<Box<CallEntry>>,
+    /// How many calls each principal has running (or waiting on input), so that starting one does not walk
+    /// every live call.
+    running: HashMap<String, usize>,
     /// Every session kept; the live ones are open.
     sessions: Retained<SessionView>,
     /// URL-mode Requests by session and `elicitationId`, to match `notifications/elicitation/complete`
@@ -346,11 +351,7 @@ impl Memory {
         };
         let mut state = self.lock();
         state.purge(now);
-        let running = state
-            .calls
-            .live()
-            .filter(|entry| entry.view.owner == view.owner)
-            .count();
+        let running = state.running.get(&view.owner).copied().unwrap_or_default();
         if running >= max_running {
             return Err(InsertCallError::TooMany(running));
         }
@@ -361,7 +362,8 @@ impl Memory {
             forwarded: false,
             round: None,
         };
-        state.calls.insert(&view.id, entry);
+        state.calls.insert(&view.id, Box::new(entry));
+        *state.running.entry(view.owner.clone()).or_default() += 1;
         let event = Event::call(&view);
         self.publish(&mut state, Changes { events: vec![event] });
         Ok(Started {
@@ -388,6 +390,12 @@ impl Memory {
         let view = entry.view.clone();
         let until = now.after(state.retention);
         state.calls.retire(id, until);
+        if let Some(running) = state.running.get_mut(&view.owner) {
+            *running -= 1;
+            if *running == 0 {
+                state.running.remove(&view.owner);
+            }
+        }
         state.keep_ended(&view);
         let mut changes = Changes::default();
         let resolution = Resolution::Cancelled {

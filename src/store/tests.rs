@@ -309,6 +309,26 @@ async fn each_principal_and_server_has_its_share_and_gets_it_back() {
 }
 
 #[tokio::test]
+async fn a_principal_s_running_calls_are_counted_until_they_end() {
+    on_every(|store| async move {
+        let first = insert(&store, new_call("ada")).await;
+        insert(&store, new_call("bob")).await;
+        assert!(matches!(
+            store.insert_call(new_call("ada"), 1).await,
+            Err(InsertCallError::TooMany(1))
+        ));
+        store.finish_call(&first.id, Finish::failed("done")).await.unwrap();
+        let started = store.insert_call(new_call("ada"), 1).await.unwrap();
+        started.kept.await.unwrap();
+        assert!(matches!(
+            store.insert_call(new_call("ada"), 1).await,
+            Err(InsertCallError::TooMany(1))
+        ));
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_call_that_ends_cancels_its_pending_requests_once() {
     on_every(|store| async move {
         let call = insert(&store, new_call("ada")).await;

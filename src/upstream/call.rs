@@ -54,13 +54,13 @@ pub async fn drive(live: &Live, call: &CallRef, mut params: CallToolRequestParam
             Ok(response) => response,
             Err(ServiceError::McpError(error)) if error.code == URL_ELICITATION_REQUIRED && !url_retry_used => {
                 url_retry_used = true;
-                match authorize(core, call, &error).await {
+                match Box::pin(authorize(core, call, &error)).await {
                     Ok(()) => continue,
                     Err(finish) => return Some(finish),
                 }
             }
             Err(ServiceError::McpError(error)) if retrying && error.code == ErrorCode::INVALID_PARAMS => {
-                return Some(state_rejected(core, &call.id, &error).await);
+                return Some(Box::pin(state_rejected(core, &call.id, &error)).await);
             }
             Err(error) => return Some(Finish::failed(describe(&error))),
         };
@@ -100,7 +100,8 @@ pub async fn drive(live: &Live, call: &CallRef, mut params: CallToolRequestParam
             request_state: state,
             input_requests: requests,
         };
-        match core.registry.ask_round(new_round, &core.origin(Some(call))).await {
+        // Boxed, as what follows a response is: a call's task keeps room only for waiting on the upstream.
+        match Box::pin(core.registry.ask_round(new_round, &core.origin(Some(call)))).await {
             Ok(_) => return None,
             Err(AskError::Full(cap)) => {
                 tracing::warn!(

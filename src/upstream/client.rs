@@ -222,8 +222,9 @@ impl SessionCore {
             let outcome = tokio::select! {
                 outcome = waiting.outcome() => outcome,
                 () = withdrawn.cancelled() => {
-                    // Unless an answer resolved it first, in which case that answer is sent.
-                    core.registry.withdraw(&waiting.id).await;
+                    // Unless an answer resolved it first, in which case that answer is sent. Boxed, as is the
+                    // withdrawal after a reply below: a pending elicitation's task keeps room only for its wait.
+                    Box::pin(core.registry.withdraw(&waiting.id)).await;
                     waiting.outcome().await
                 }
             };
@@ -244,7 +245,7 @@ impl SessionCore {
                     }
                     if withdrawn.is_cancelled() {
                         // The reply will not be sent (rmcp drops it), or not be taken.
-                        core.withdrawn_after_reply(&request).await;
+                        Box::pin(core.withdrawn_after_reply(&request)).await;
                     }
                     Ok(result)
                 }

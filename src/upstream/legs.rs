@@ -2,6 +2,7 @@
 //! waits on a round of Requests; the answer that completes a round starts the next leg, on the call's
 //! session or on its server's current shared one.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,17 +54,19 @@ impl Upstreams {
             session = %live.core.id, tool = %tool);
         let this = self.clone();
         let token = leg.clone();
+        // What runs after the upstream answers is boxed, so that the task of a call waiting on its upstream (a
+        // 2025-11-25 elicitation in flight) holds only what that wait takes.
         let run = async move {
             let ended = this.drive(&call, &live, params, round, &token).await;
             this.forget_leg(&call.id, id);
-            live.core.settle_withdrawn().await;
+            Box::pin(live.core.settle_withdrawn()).await;
             let Some(finish) = ended else { return };
             match &finish {
                 Finish::Completed(_) => tracing::info!("call completed"),
                 Finish::Failed(error) => tracing::info!(message = %error.message, "call ended"),
                 Finish::Cancelled(message) => tracing::info!(message, "call ended"),
             }
-            this.end_call(&call.id, finish).await;
+            Box::pin(this.end_call(&call.id, finish)).await;
         };
         self.tracker.spawn(self.call_tasks.track_future(run.instrument(span)));
         leg
@@ -128,16 +131,16 @@ impl Upstreams {
 
     /// Resolves, with the limit, once a call has used up `limits.call_timeout` of upstream work; never
     /// without a limit. Time the call spends waiting on a Request does not count.
-    fn budget(&self, call: &str) -> impl Future<Output = Duration> + Send + 'static {
-        let limit = self.limits.call_timeout;
+    ///
+    /// Boxed, and without a limit empty (a box of nothing allocates nothing), so that a call's task does not
+    /// keep room for a budget it does not have.
+    fn budget(&self, call: &str) -> Pin<Box<dyn Future<Output = Duration> + Send>> {
+        let Some(limit) = self.limits.call_timeout else {
+            return Box::pin(std::future::pending());
+        };
         let used = lock(&self.worked).get(call).copied().unwrap_or_default();
         let (calls, call, feed) = (self.calls.clone(), call.to_owned(), self.feed.clone());
-        async move {
-            let Some(limit) = limit else {
-                return std::future::pending().await;
-            };
-            work_budget(limit, used, calls, call, feed).await
-        }
+        Box::pin(work_budget(limit, used, calls, call, feed))
     }
 
     /// Retries a call whose round was answered, on its session or, if that was the server's shared one,
