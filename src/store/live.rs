@@ -20,6 +20,8 @@ pub struct Live {
     shares: Shares,
     /// Calls that have not ended, with their status and owner.
     calls: HashMap<String, (CallStatus, String)>,
+    /// How many of them each owner has.
+    running: HashMap<String, usize>,
 }
 
 /// A pending Request's owner, and what it holds.
@@ -73,10 +75,19 @@ impl Live {
                     }
                 }
                 Note::Call { call, status, owner } => {
-                    self.calls.insert(call, (status, owner));
+                    if self.calls.insert(call, (status, owner.clone())).is_none() {
+                        *self.running.entry(owner).or_default() += 1;
+                    }
                 }
                 Note::Ended(call) => {
-                    self.calls.remove(&call);
+                    if let Some((_, owner)) = self.calls.remove(&call)
+                        && let Some(running) = self.running.get_mut(&owner)
+                    {
+                        *running -= 1;
+                        if *running == 0 {
+                            self.running.remove(&owner);
+                        }
+                    }
                 }
             }
         }
@@ -119,6 +130,11 @@ impl Live {
     /// What pending Requests hold.
     pub fn shares(&self) -> &Shares {
         &self.shares
+    }
+
+    /// How many calls that have not ended `owner` has.
+    pub fn running(&self, owner: &str) -> usize {
+        self.running.get(owner).copied().unwrap_or(0)
     }
 
     /// A live call's status and owner; `None` if it has ended (or is unknown).

@@ -324,6 +324,10 @@ async fn a_principal_s_running_calls_are_counted_until_they_end() {
             store.insert_call(new_call("ada"), 1).await,
             Err(InsertCallError::TooMany(1))
         ));
+        // Started together (one transaction on SQLite), no more than the cap are taken.
+        let together = futures::future::join_all((0..10).map(|_| store.insert_call(new_call("eve"), 3))).await;
+        let taken: Vec<bool> = together.iter().map(Result::is_ok).collect();
+        assert_eq!(taken.iter().filter(|taken| **taken).count(), 3, "{taken:?}");
     })
     .await;
 }

@@ -264,11 +264,8 @@ fn insert_call_in(
     call: &NewCall,
     max_running: usize,
 ) -> rusqlite::Result<Result<CallView, InsertCallError>> {
-    let running: i64 = tx
-        .conn
-        .prepare_cached("SELECT count(*) FROM calls WHERE owner = ?1 AND status IN ('running', 'input_required')")?
-        .query_row([&call.owner], |row| row.get(0))?;
-    let running = usize::try_from(running).unwrap_or(usize::MAX);
+    // Counted in the live records: a count over the calls table grows with the calls running.
+    let running = tx.running(&call.owner);
     if running >= max_running {
         return Ok(Err(InsertCallError::TooMany(running)));
     }
@@ -294,6 +291,7 @@ fn insert_call_in(
             call.via.as_str(),
         ])?;
     let view = self::call(tx.conn, &id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+    tx.started(&call.owner);
     tx.note(Note::Call {
         call: id,
         status: CallStatus::Running,

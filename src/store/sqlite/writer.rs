@@ -1,6 +1,7 @@
 //! The one connection that writes, on a thread of its own: it takes every change waiting, applies them in
 //! one transaction with one sync to disk (group commit), then publishes their events and answers each.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, mpsc};
 
 use rusqlite::Connection;
@@ -37,6 +38,8 @@ pub struct Tx<'a> {
     /// they resolved is released once kept: a Request is admitted against the larger figure); copied from
     /// `live` by the first change that raises, so that a batch of answers copies nothing.
     shares: &'a mut Option<Shares>,
+    /// The calls this transaction's changes started so far, by owner.
+    started: &'a mut HashMap<String, usize>,
     live: &'a Mutex<Live>,
 }
 
@@ -52,6 +55,18 @@ impl Tx<'_> {
         let live = self.live;
         self.shares
             .get_or_insert_with(|| super::lock_mutex(live).shares().clone())
+    }
+
+    /// How many calls that have not ended `owner` has as last kept, plus those this transaction started (those
+    /// it ended count until kept: a call is admitted against the larger figure).
+    pub fn running(&self, owner: &str) -> usize {
+        let kept = super::lock_mutex(self.live).running(owner);
+        kept + self.started.get(owner).copied().unwrap_or(0)
+    }
+
+    /// Counts a call this change started, for the changes after it in the transaction.
+    pub fn started(&mut self, owner: &str) {
+        *self.started.entry(owner.to_owned()).or_default() += 1;
     }
 
     /// Records what the change does to the live records, applied once it is kept.
@@ -118,6 +133,7 @@ fn commit(conn: &Connection, batch: &mut std::vec::IntoIter<Job>, feed: &Feed, l
     let mut notes = Vec::new();
     let mut now_pending = super::lock_mutex(live).pending();
     let mut shares = None;
+    let mut started = HashMap::new();
     let mut failed = false;
     for job in batch.by_ref() {
         let mut tx = Tx {
@@ -126,6 +142,7 @@ fn commit(conn: &Connection, batch: &mut std::vec::IntoIter<Job>, feed: &Feed, l
             notes: Vec::new(),
             pending_before: now_pending,
             shares: &mut shares,
+            started: &mut started,
             live,
         };
         match job(&mut tx) {
