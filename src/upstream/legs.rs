@@ -122,7 +122,8 @@ impl Upstreams {
                 limit.as_secs_f64()
             ))),
         };
-        if !live.keeps_rounds() {
+        // Counted across legs only where a call has several (rounds), and only against a limit.
+        if !live.keeps_rounds() || self.limits.call_timeout.is_none() {
             return ended;
         }
         *lock(&self.worked).entry(call.id.clone()).or_default() += started.elapsed();
