@@ -51,36 +51,12 @@ pub async fn run(binary: &Path, era: Era, count: usize, plan: &Plan) -> anyhow::
     let raise_time = started.elapsed();
     let rss_per_request = gateway.rss()?.saturating_sub(baseline) as f64 / count as f64;
 
-    let mut list = Samples::default();
-    let expected_page = count.min(100);
-    for _ in 0..plan.scale_samples {
-        let started = Instant::now();
-        let (status, page) = rest.get("/requests?limit=100").await?;
-        list.push(started.elapsed());
-        ensure!(
-            status == 200 && page.as_array().map(Vec::len) == Some(expected_page),
-            "GET /requests?limit=100 → {status}, not a full page"
-        );
-    }
-    let mut get = Samples::default();
-    let mut pick = Lcg(0x5eed);
-    for _ in 0..plan.scale_samples {
-        let id = &ids[pick.next() % ids.len()];
-        let started = Instant::now();
-        let (status, view) = rest.get(&format!("/requests/{id}")).await?;
-        get.push(started.elapsed());
-        ensure!(
-            status == 200 && view["status"] == "pending",
-            "GET /requests/{id} → {status}: {view}"
-        );
-    }
-    let sampled = plan.scale_samples.min(count);
-    let mut answer = Samples::default();
-    for id in &ids[..sampled] {
-        let started = Instant::now();
-        rest.answer(id).await?;
-        answer.push(started.elapsed());
-    }
+    let Latencies {
+        list,
+        get,
+        answer,
+        sampled,
+    } = latencies(&rest, &ids, plan.scale_samples).await?;
     let rest_of = Arc::new(ids[sampled..].to_vec());
     let drain_rate = drain(std::slice::from_ref(&rest), rest_of).await?;
     completed(&rest, &calls).await?;
@@ -204,6 +180,56 @@ pub async fn flood_and_drain(rest: &Rest, era: Era, count: usize) -> anyhow::Res
 }
 
 /// A tiny deterministic generator for picking Requests.
+/// The read and answer latencies of pending Requests.
+pub struct Latencies {
+    pub list: Samples,
+    pub get: Samples,
+    pub answer: Samples,
+    /// How many of `ids` (the first ones) were answered.
+    pub sampled: usize,
+}
+
+/// Times `samples` listings of the first page, reads of pending Requests picked from `ids` (all pending), and
+/// answers to the first `samples` of them.
+pub async fn latencies(rest: &Rest, ids: &[String], samples: usize) -> anyhow::Result<Latencies> {
+    let mut list = Samples::default();
+    let expected_page = ids.len().min(100);
+    for _ in 0..samples {
+        let started = Instant::now();
+        let (status, page) = rest.get("/requests?limit=100").await?;
+        list.push(started.elapsed());
+        ensure!(
+            status == 200 && page.as_array().map(Vec::len) == Some(expected_page),
+            "GET /requests?limit=100 → {status}, not a full page"
+        );
+    }
+    let mut get = Samples::default();
+    let mut pick = Lcg(0x5eed);
+    for _ in 0..samples {
+        let id = &ids[pick.next() % ids.len()];
+        let started = Instant::now();
+        let (status, view) = rest.get(&format!("/requests/{id}")).await?;
+        get.push(started.elapsed());
+        ensure!(
+            status == 200 && view["status"] == "pending",
+            "GET /requests/{id} → {status}: {view}"
+        );
+    }
+    let sampled = samples.min(ids.len());
+    let mut answer = Samples::default();
+    for id in &ids[..sampled] {
+        let started = Instant::now();
+        rest.answer(id).await?;
+        answer.push(started.elapsed());
+    }
+    Ok(Latencies {
+        list,
+        get,
+        answer,
+        sampled,
+    })
+}
+
 struct Lcg(u64);
 
 impl Lcg {

@@ -12,6 +12,7 @@ use serde_json::json;
 
 use crate::process::{Backend, GatewayProcess};
 use crate::rest::{Rest, check_confirmed};
+use crate::scale::{Latencies, latencies};
 use crate::stats::{Samples, p50_p99};
 use crate::{Era, Plan, verdict};
 
@@ -124,37 +125,12 @@ async fn run(binary: &Path, era: Era, backend: &Backend, count: usize, plan: &Pl
     let rss_per_call = gateway.rss()?.saturating_sub(baseline) as f64 / count as f64;
     let ids = pending_ids(&rest, count).await?;
 
-    let mut list = Samples::default();
-    let expected_page = count.min(100);
-    for _ in 0..plan.scale_samples {
-        let started = Instant::now();
-        let (status, page) = rest.get("/requests?limit=100").await?;
-        list.push(started.elapsed());
-        ensure!(
-            status == 200 && page.as_array().map(Vec::len) == Some(expected_page),
-            "GET /requests?limit=100 → {status}, not a full page"
-        );
-    }
-    let mut get = Samples::default();
-    let mut pick = 0x5eed_u64;
-    for _ in 0..plan.scale_samples {
-        pick = pick.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let id = &ids[(pick >> 33) as usize % ids.len()];
-        let started = Instant::now();
-        let (status, view) = rest.get(&format!("/requests/{id}")).await?;
-        get.push(started.elapsed());
-        ensure!(
-            status == 200 && view["status"] == "pending",
-            "GET /requests/{id} → {status}: {view}"
-        );
-    }
-    let sampled = plan.scale_samples.min(count);
-    let mut answer = Samples::default();
-    for id in &ids[..sampled] {
-        let started = Instant::now();
-        rest.answer(id).await?;
-        answer.push(started.elapsed());
-    }
+    let Latencies {
+        list,
+        get,
+        answer,
+        sampled,
+    } = latencies(&rest, &ids, plan.scale_samples).await?;
     answer_all(&rest, ids[sampled..].to_vec()).await?;
     completed(&rest, era, warmup + count).await?;
     // The latest calls: a gateway keeps the ended calls of one principal up to a count, the oldest forgotten first.
