@@ -56,8 +56,9 @@ pub struct Policy {
 pub struct Origin {
     /// The server that raised it.
     pub server: String,
-    /// The session it arrived on.
-    pub session: String,
+    /// The session it arrived on; none for an approval, which no session has heard of (it outlives the
+    /// session open when it is raised, and the process).
+    pub session: Option<String>,
     /// The call it belongs to, when the gateway can tell.
     pub call: Option<String>,
     /// The principal that owns that call, or else the session.
@@ -250,7 +251,7 @@ impl Registry {
             created_at,
             deadline,
             server: Some(origin.server.clone()),
-            session: Some(origin.session.clone()),
+            session: origin.session.clone(),
             call: origin.call.clone(),
             owner: origin.owner.clone(),
             elicitation_id: None,
@@ -285,10 +286,7 @@ impl Registry {
         request.id = crate::ids::mint(crate::ids::APPROVAL);
         let bytes = crate::records::json_size(&request);
         self.fits("the approval", bytes).map_err(AskError::Unusable)?;
-        let mut new = Self::at_origin(request, origin, ttl.unwrap_or(self.shared.policy.ttl), bytes);
-        // No session has heard of the call yet: the approval outlives the session open now (and the process),
-        // and the call goes to whichever session is open once it is approved.
-        new.session = None;
+        let new = Self::at_origin(request, origin, ttl.unwrap_or(self.shared.policy.ttl), bytes);
         // Nothing upstream can withdraw an approval; cancelling the call cancels it in the store.
         self.wait_on(new, &origin.server, CancellationToken::new()).await
     }

@@ -43,7 +43,8 @@ impl Upstreams {
         };
         let origin = Origin {
             server: view.server.clone(),
-            session: view.session.clone(),
+            // The call goes to whichever session is open once it is approved.
+            session: None,
             call: Some(view.id.clone()),
             owner: Some(view.owner.clone()),
         };

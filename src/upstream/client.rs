@@ -148,7 +148,7 @@ impl SessionCore {
     pub fn origin(&self, call: Option<&CallRef>) -> Origin {
         Origin {
             server: self.server.clone(),
-            session: self.id.clone(),
+            session: Some(self.id.clone()),
             call: call.map(|call| call.id.clone()),
             owner: call.map(|call| call.owner.clone()).or_else(|| self.owner.clone()),
         }
