@@ -17,16 +17,20 @@ where
     Fut: Future<Output = ()>,
 {
     let dir = tempfile::tempdir().unwrap();
-    let locations = [
-        Location::Memory,
-        Location::Sqlite(dir.path().join("store.sqlite3")),
-        Location::Postgres(postgres::cluster::shared().database()),
-    ];
-    for location in &locations {
+    let [file, database] = durable(&dir);
+    for location in &[Location::Memory, file, database] {
         let store = open(location).await;
         scenario(store.clone()).await;
         close(store).await;
     }
+}
+
+/// A SQLite file in `dir` and a fresh PostgreSQL database: the stores whose state outlives a process.
+fn durable(dir: &tempfile::TempDir) -> [Location; 2] {
+    [
+        Location::Sqlite(dir.path().join("store.sqlite3")),
+        Location::Postgres(postgres::cluster::shared().database()),
+    ]
 }
 
 async fn open(location: &Location) -> Store {
@@ -469,10 +473,7 @@ async fn a_posted_request_counts_per_owner_and_in_all_but_against_no_server() {
 #[tokio::test]
 async fn a_posted_request_is_not_ended_by_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    for location in [
-        Location::Sqlite(dir.path().join("store.sqlite3")),
-        Location::Postgres(postgres::cluster::shared().database()),
-    ] {
+    for location in durable(&dir) {
         let store = open(&location).await;
         let posted = store
             .raise(vec![posted_request("ada")], None, PendingCaps::NONE)
@@ -525,10 +526,7 @@ async fn an_approved_call_is_claimed_for_sending_once() {
 #[tokio::test]
 async fn a_restart_hands_over_the_calls_approvals_hold_until_they_are_sent() {
     let dir = tempfile::tempdir().unwrap();
-    for location in [
-        Location::Sqlite(dir.path().join("store.sqlite3")),
-        Location::Postgres(postgres::cluster::shared().database()),
-    ] {
+    for location in durable(&dir) {
         let store = open(&location).await;
         let mut approvals = Vec::new();
         let mut calls = Vec::new();
@@ -573,8 +571,9 @@ async fn a_restart_hands_over_the_calls_approvals_hold_until_they_are_sent() {
 #[tokio::test]
 async fn a_restart_ends_what_cannot_survive_it_and_keeps_the_rounds() {
     let dir = tempfile::tempdir().unwrap();
-    restart_ends_what_cannot_survive_it(&Location::Sqlite(dir.path().join("store.sqlite3"))).await;
-    restart_ends_what_cannot_survive_it(&Location::Postgres(postgres::cluster::shared().database())).await;
+    for location in durable(&dir) {
+        restart_ends_what_cannot_survive_it(&location).await;
+    }
 }
 
 async fn restart_ends_what_cannot_survive_it(location: &Location) {
