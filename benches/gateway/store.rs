@@ -58,63 +58,81 @@ impl Postgres {
     }
 }
 
-/// The store section: round trips in both eras, then `plan.store_pending` Requests held and drained.
+/// The store section: round trips in both eras on each store, then `plan.store_pending` Requests held and
+/// drained. `BENCH_STORE=sqlite` (or `postgres`) compares that store with memory only.
 pub async fn table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
-    let postgres = Postgres::start();
+    let only = std::env::var("BENCH_STORE").ok();
+    let wanted = |name: &str| only.as_deref().is_none_or(|only| only == name);
+    let postgres = wanted("postgres").then(Postgres::start);
     let mut table = String::from(
         "\n### Store: memory vs SQLite vs PostgreSQL (µs unless stated)\n\n\
          | measurement | protocol | memory | sqlite | postgres | sqlite / memory | postgres / memory | target |\n\
          |---|---|---|---|---|---|---|---|\n",
     );
-    round_trips(binary, plan, &postgres, &mut table).await?;
+    round_trips(binary, plan, wanted("sqlite"), postgres.as_ref(), &mut table).await?;
 
     let count = plan.store_pending;
     let in_memory = hold_and_drain(binary, &Backend::Memory, 1, count, None).await?;
-    let on_disk = hold_and_drain(binary, &Backend::Sqlite, 1, count, None).await?;
-    let one = hold_and_drain(binary, &postgres.database(), 1, count, Some(&postgres)).await?;
-    let fleet = hold_and_drain(binary, &postgres.database(), FLEET, count, Some(&postgres)).await?;
+    let on_disk = match wanted("sqlite") {
+        true => Some(hold_and_drain(binary, &Backend::Sqlite, 1, count, None).await?),
+        false => None,
+    };
+    let (one, fleet) = match &postgres {
+        Some(postgres) => (
+            Some(hold_and_drain(binary, &postgres.database(), 1, count, Some(postgres)).await?),
+            Some(hold_and_drain(binary, &postgres.database(), FLEET, count, Some(postgres)).await?),
+        ),
+        None => (None, None),
+    };
     let c = scale::DRAIN_CONCURRENCY;
+    let rate = |held: &Option<Held>| held.as_ref().map(|held| held.drain_rate);
     let _ = writeln!(
         table,
-        "| answers/s draining {count} pending (c={c}), one gateway | 2026-07-28 | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | \
+        "| answers/s draining {count} pending (c={c}), one gateway | 2026-07-28 | {:.0} | {} | {} | {} | {} | \
          sqlite ≥ 20 000: {} |",
         in_memory.drain_rate,
-        on_disk.drain_rate,
-        one.drain_rate,
-        on_disk.drain_rate / in_memory.drain_rate,
-        one.drain_rate / in_memory.drain_rate,
-        verdict(on_disk.drain_rate >= DRAIN_TARGET)
+        cell(rate(&on_disk), 0),
+        cell(rate(&one), 0),
+        cell(rate(&on_disk).map(|rate| rate / in_memory.drain_rate), 2),
+        cell(rate(&one).map(|rate| rate / in_memory.drain_rate), 2),
+        verdict(rate(&on_disk).is_some_and(|rate| rate >= DRAIN_TARGET))
     );
-    let _ = writeln!(
-        table,
-        "| answers/s draining {count} pending (c={c}), {FLEET} replicas on one database | 2026-07-28 | | | {:.0} | | \
-         {:.2} | fleet ≥ 20 000: {} ({:.2}× one replica) |",
-        fleet.drain_rate,
-        fleet.drain_rate / in_memory.drain_rate,
-        verdict(fleet.drain_rate >= DRAIN_TARGET),
-        fleet.drain_rate / one.drain_rate,
-    );
-    for (replicas, held) in [("one replica", &one), ("three replicas", &fleet)] {
-        per_answer_rows(&mut table, replicas, held.per_answer.as_ref());
+    if let (Some(one), Some(fleet)) = (&one, &fleet) {
+        let _ = writeln!(
+            table,
+            "| answers/s draining {count} pending (c={c}), {FLEET} replicas on one database | 2026-07-28 | | | {:.0} | | \
+             {:.2} | fleet ≥ 20 000: {} ({:.2}× one replica) |",
+            fleet.drain_rate,
+            fleet.drain_rate / in_memory.drain_rate,
+            verdict(fleet.drain_rate >= DRAIN_TARGET),
+            fleet.drain_rate / one.drain_rate,
+        );
+        for (replicas, held) in [("one replica", one), ("three replicas", fleet)] {
+            per_answer_rows(&mut table, replicas, held.per_answer.as_ref());
+        }
     }
+    let rss = |held: &Option<Held>| held.as_ref().map(|held| held.rss_per_request);
     let _ = writeln!(
         table,
-        "| RSS per pending Request at {count} (B), one gateway | 2026-07-28 | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | \
+        "| RSS per pending Request at {count} (B), one gateway | 2026-07-28 | {:.0} | {} | {} | {} | {} | \
          sqlite ≤ memory: {} |",
         in_memory.rss_per_request,
-        on_disk.rss_per_request,
-        one.rss_per_request,
-        on_disk.rss_per_request / in_memory.rss_per_request,
-        one.rss_per_request / in_memory.rss_per_request,
-        verdict(on_disk.rss_per_request <= in_memory.rss_per_request)
+        cell(rss(&on_disk), 0),
+        cell(rss(&one), 0),
+        cell(rss(&on_disk).map(|rss| rss / in_memory.rss_per_request), 2),
+        cell(rss(&one).map(|rss| rss / in_memory.rss_per_request), 2),
+        verdict(rss(&on_disk).is_some_and(|rss| rss <= in_memory.rss_per_request))
     );
-    let ready = on_disk.ready_with_them.unwrap_or_default();
-    let _ = writeln!(
-        table,
-        "| start → `/readyz` 200 with {count} pending in the file (ms) | 2026-07-28 | | {} | | | | ≤ 1000 ms: {} |",
-        millis(ready),
-        verdict(ready <= Duration::from_secs(1))
-    );
+    if let Some(on_disk) = &on_disk {
+        let ready = on_disk.ready_with_them.unwrap_or_default();
+        let _ = writeln!(
+            table,
+            "| start → `/readyz` 200 with {count} pending in the file (ms) | 2026-07-28 | | {} | | | | ≤ 1000 ms: {} |",
+            millis(ready),
+            verdict(ready <= Duration::from_secs(1))
+        );
+    }
+    let statements = postgres.as_ref().is_some_and(|postgres| postgres.statements);
     let _ = writeln!(
         table,
         "\n{} measured round trips per cell after {} warm-up ones, memory, SQLite and PostgreSQL alternating. \
@@ -126,12 +144,12 @@ pub async fn table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
          reads meanwhile), read from `pg_stat_database.xact_commit`{}.",
         plan.iterations,
         plan.warmup,
-        if postgres.statements {
+        if statements {
             " and `pg_stat_statements` loaded"
         } else {
             ""
         },
-        if postgres.statements {
+        if statements {
             " and the sum of `pg_stat_statements.calls` (every statement, `BEGIN` and `COMMIT` included)"
         } else {
             ""
@@ -140,12 +158,26 @@ pub async fn table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
     Ok(table)
 }
 
-/// Elicitation round trips in both eras on the three stores, alternating.
-async fn round_trips(binary: &Path, plan: &Plan, postgres: &Postgres, table: &mut String) -> anyhow::Result<()> {
+/// Elicitation round trips in both eras on memory and the stores asked for, alternating.
+async fn round_trips(
+    binary: &Path,
+    plan: &Plan,
+    sqlite: bool,
+    postgres: Option<&Postgres>,
+    table: &mut String,
+) -> anyhow::Result<()> {
     let memory = GatewayProcess::spawn_in(binary, BOTH_ERAS, &Backend::Memory, tempfile::tempdir()?).await?;
-    let sqlite = GatewayProcess::spawn_in(binary, BOTH_ERAS, &Backend::Sqlite, tempfile::tempdir()?).await?;
-    let pg = GatewayProcess::spawn_in(binary, BOTH_ERAS, &postgres.database(), tempfile::tempdir()?).await?;
-    for gateway in [&memory, &sqlite, &pg] {
+    let sqlite = match sqlite {
+        true => Some(GatewayProcess::spawn_in(binary, BOTH_ERAS, &Backend::Sqlite, tempfile::tempdir()?).await?),
+        false => None,
+    };
+    let pg = match postgres {
+        Some(postgres) => {
+            Some(GatewayProcess::spawn_in(binary, BOTH_ERAS, &postgres.database(), tempfile::tempdir()?).await?)
+        }
+        None => None,
+    };
+    for gateway in [Some(&memory), sqlite.as_ref(), pg.as_ref()].into_iter().flatten() {
         gateway.ready().await?;
     }
     for era in [Era::Modern, Era::Legacy] {
@@ -156,35 +188,47 @@ async fn round_trips(binary: &Path, plan: &Plan, postgres: &Postgres, table: &mu
         for round in 0..plan.warmup + plan.iterations {
             let measured = round >= plan.warmup;
             record(measured, &mut in_memory, memory.rest.confirm(era.server())).await?;
-            record(measured, &mut on_disk, sqlite.rest.confirm(era.server())).await?;
-            if stalled.is_none() {
+            if let Some(sqlite) = &sqlite {
+                record(measured, &mut on_disk, sqlite.rest.confirm(era.server())).await?;
+            }
+            if let Some(pg) = pg.as_ref().filter(|_| stalled.is_none()) {
                 let started = Instant::now();
                 record(measured, &mut in_postgres, pg.rest.confirm(era.server())).await?;
                 stalled = Some(started.elapsed()).filter(|took| *took >= STALL);
             }
         }
         let ratio = |samples: &Samples| samples.p50().as_secs_f64() / in_memory.p50().as_secs_f64().max(1e-9);
-        let target = match era {
-            Era::Modern => format!("sqlite ≤ 1.5: {}", verdict(ratio(&on_disk) <= 1.5)),
-            Era::Legacy => String::new(),
+        let (sqlite_cell, sqlite_ratio, target) = match (&sqlite, era) {
+            (None, _) => (String::new(), String::new(), String::new()),
+            (Some(_), Era::Modern) => (
+                p50_p99(&on_disk),
+                format!("{:.2}", ratio(&on_disk)),
+                format!("sqlite ≤ 1.5: {}", verdict(ratio(&on_disk) <= 1.5)),
+            ),
+            (Some(_), Era::Legacy) => (p50_p99(&on_disk), format!("{:.2}", ratio(&on_disk)), String::new()),
         };
-        let (postgres_cell, postgres_ratio) = match stalled {
-            Some(took) => (
+        let (postgres_cell, postgres_ratio) = match (&pg, stalled) {
+            (None, _) => (String::new(), String::new()),
+            (Some(_), Some(took)) => (
                 format!("stalled: one took {:.1} s, then not sampled", took.as_secs_f64()),
                 String::new(),
             ),
-            None => (p50_p99(&in_postgres), format!("{:.2}", ratio(&in_postgres))),
+            (Some(_), None) => (p50_p99(&in_postgres), format!("{:.2}", ratio(&in_postgres))),
         };
         let _ = writeln!(
             table,
-            "| elicitation round trip | {} | {} | {} | {postgres_cell} | {:.2} | {postgres_ratio} | {target} |",
+            "| elicitation round trip | {} | {} | {sqlite_cell} | {postgres_cell} | {sqlite_ratio} | {postgres_ratio} | \
+             {target} |",
             era.protocol(),
             p50_p99(&in_memory),
-            p50_p99(&on_disk),
-            ratio(&on_disk),
         );
     }
     Ok(())
+}
+
+/// A table cell: the value with `decimals` places, or empty when not measured.
+fn cell(value: Option<f64>, decimals: usize) -> String {
+    value.map_or_else(String::new, |value| format!("{value:.decimals$}"))
 }
 
 /// The rows of what the database counted per answer while `replicas` drained.
