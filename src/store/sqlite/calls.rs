@@ -347,9 +347,8 @@ pub(super) fn finish_in(tx: &mut Tx<'_>, id: &str, finish: Finish) -> rusqlite::
 pub(super) fn retry(conn: &Connection, id: &str) -> rusqlite::Result<Option<Retry>> {
     let found = conn
         .prepare_cached(
-            "SELECT c.server, c.session, c.shared, c.tool, c.arguments, r.round, r.request_state, c.owner \
-             FROM calls AS c JOIN rounds AS r ON r.call_id = c.id \
-             WHERE c.id = ?1 AND c.status IN ('running', 'input_required') ORDER BY r.round DESC LIMIT 1",
+            "SELECT server, session, shared, tool, arguments, owner FROM calls \
+             WHERE id = ?1 AND status IN ('running', 'input_required')",
         )?
         .query_row([id], |row| {
             Ok((
@@ -358,13 +357,26 @@ pub(super) fn retry(conn: &Connection, id: &str) -> rusqlite::Result<Option<Retr
                 row.get::<_, bool>(2)?,
                 row.get::<_, String>(3)?,
                 row.get::<_, String>(4)?,
-                row.get::<_, u32>(5)?,
-                row.get::<_, Option<String>>(6)?,
-                row.get::<_, String>(7)?,
+                row.get::<_, String>(5)?,
             ))
         })
         .optional()?;
-    let Some((server, session, shared, tool, arguments, round, request_state, owner)) = found else {
+    let Some((server, session, shared, tool, arguments, owner)) = found else {
+        return Ok(None);
+    };
+    // The latest round, taken here: `ORDER BY round DESC LIMIT 1` (or `max`) would have SQLite compile the
+    // statement again for every call id it is given.
+    let mut latest: Option<(u32, Option<String>)> = None;
+    let mut rounds = conn.prepare_cached("SELECT round, request_state FROM rounds WHERE call_id = ?1")?;
+    for found in rounds.query_map([id], |row| {
+        Ok((row.get::<_, u32>(0)?, row.get::<_, Option<String>>(1)?))
+    })? {
+        let found = found?;
+        if latest.as_ref().is_none_or(|(round, _)| found.0 > *round) {
+            latest = Some(found);
+        }
+    }
+    let Some((round, request_state)) = latest else {
         return Ok(None);
     };
     let mut statement =

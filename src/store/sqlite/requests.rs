@@ -120,17 +120,22 @@ impl Sqlite {
                 let (view, _) = resolve_one(tx, current, &resolution, now)?;
                 return Ok(Answered::Withdrawn(view));
             }
-            let resolved: Option<(Option<String>, Option<i64>, Option<i64>)> = tx
-                .conn
-                .prepare_cached(
-                    "UPDATE requests SET status = 'answered', resolved_at = ?2, answer = ?3, answered_by = ?4, \
-                     result = ?5 WHERE id = ?1 AND status = 'pending' RETURNING call_id, round, completed_at",
-                )?
-                .query_row(params![id, now.millis(), answer, view.answered_by, result], |row| {
-                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
-                })
-                .optional()?;
-            let Some((call, round, completed_at)) = resolved else {
+            let resolved = pending_row(tx.conn, &id)?;
+            if let Some(row) = &resolved {
+                tx.conn
+                    .prepare_cached(
+                        "UPDATE requests SET status = 'answered', resolved_at = ?2, answer = ?3, answered_by = ?4, \
+                         result = ?5 WHERE seq = ?1",
+                    )?
+                    .execute(params![row.seq, now.millis(), answer, view.answered_by, result])?;
+            }
+            let Some(PendingRow {
+                call,
+                round,
+                completed_at,
+                ..
+            }) = resolved
+            else {
                 return Ok(request(tx.conn, &id)?.map_or(Answered::NotFound, Answered::Lost));
             };
             tx.note(Note::Resolved(id.clone()));
@@ -379,6 +384,30 @@ pub(super) fn resolve_ids(tx: &mut Tx<'_>, ids: &[String], resolution: &Resoluti
     Ok(resolved)
 }
 
+/// What resolving a pending Request needs of its row.
+struct PendingRow {
+    seq: i64,
+    call: Option<String>,
+    round: Option<i64>,
+    completed_at: Option<i64>,
+}
+
+/// The row of Request `id` if it is pending. Read, then updated by `seq`, rather than one `UPDATE … RETURNING`,
+/// which builds a temporary table per statement: the writer is the only one changing rows, so nothing changes
+/// in between.
+fn pending_row(conn: &Connection, id: &str) -> rusqlite::Result<Option<PendingRow>> {
+    conn.prepare_cached("SELECT seq, call_id, round, completed_at FROM requests WHERE id = ?1 AND status = 'pending'")?
+        .query_row([id], |row| {
+            Ok(PendingRow {
+                seq: row.get(0)?,
+                call: row.get(1)?,
+                round: row.get(2)?,
+                completed_at: row.get(3)?,
+            })
+        })
+        .optional()
+}
+
 /// Resolves one pending Request without an answer; returns it and the call whose round it completed.
 fn resolve_one(
     tx: &mut Tx<'_>,
@@ -387,23 +416,20 @@ fn resolve_one(
     now: Timestamp,
 ) -> rusqlite::Result<(RequestView, Option<Retry>)> {
     crate::store::resolve_view(&mut view, resolution, now);
-    let round: Option<i64> = tx
-        .conn
+    let row = pending_row(tx.conn, &view.request.id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+    tx.conn
         .prepare_cached(
-            "UPDATE requests SET status = ?2, resolved_at = ?3, answer = ?4, result = ?5, detail = ?6 \
-             WHERE id = ?1 AND status = 'pending' RETURNING round",
+            "UPDATE requests SET status = ?2, resolved_at = ?3, answer = ?4, result = ?5, detail = ?6 WHERE seq = ?1",
         )?
-        .query_row(
-            params![
-                view.request.id,
-                view.status.as_str(),
-                now.millis(),
-                rows::to_json_opt(view.answer.as_ref()),
-                rows::to_json_opt(view.result.as_ref()),
-                view.detail,
-            ],
-            |row| row.get(0),
-        )?;
+        .execute(params![
+            row.seq,
+            view.status.as_str(),
+            now.millis(),
+            rows::to_json_opt(view.answer.as_ref()),
+            rows::to_json_opt(view.result.as_ref()),
+            view.detail,
+        ])?;
+    let round = row.round;
     tx.note(Note::Resolved(view.request.id.clone()));
     tx.record(Event::request(EventKind::RequestResolved, &view))?;
     let resumes = after_resolution(tx, view.call.clone(), round, now)?;

@@ -20,7 +20,7 @@ pub const REQUEST: &str = "id, kind, prompt, url, data, expires_at, status, serv
 /// The columns `call` reads, in order (from `calls AS c`).
 pub const CALL: &str = "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, \
      c.error_message, c.error_reason, c.created_at, c.updated_at, \
-     (SELECT json_group_array(r.id ORDER BY r.seq) FROM requests AS r WHERE r.call_id = c.id), c.via";
+     (SELECT json_group_array(id) FROM (SELECT r.id FROM requests AS r WHERE r.call_id = c.id ORDER BY r.seq)), c.via";
 
 /// The columns `session` reads, in order.
 pub const SESSION: &str =

@@ -166,6 +166,12 @@ CREATE INDEX requests_completion ON requests (session, elicitation_id) WHERE eli
 ALTER TABLE calls ADD COLUMN forwarded_at INTEGER;
 UPDATE calls SET forwarded_at = updated_at;
 ",
+    r"
+-- A call's Requests in the order they were raised, read without sorting; its pending ones found at once.
+DROP INDEX requests_call;
+CREATE INDEX requests_call ON requests (call_id, seq) WHERE call_id IS NOT NULL;
+CREATE INDEX requests_call_pending ON requests (call_id) WHERE status = 'pending' AND call_id IS NOT NULL;
+",
 ];
 
 /// The schema version this build writes.

@@ -80,10 +80,13 @@ impl Tx<'_> {
 
     /// Records an event: it is numbered now and published once the transaction is kept.
     pub fn record(&mut self, mut event: Event) -> rusqlite::Result<Arc<Event>> {
-        let seq: i64 = self.conn.prepare_cached(
-            "INSERT INTO events (at, kind, server, session, call_id, owner, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING seq",
-        )?.query_row(
-            rusqlite::params![
+        // The row id, not `RETURNING`, which would build a temporary table per event.
+        self.conn
+            .prepare_cached(
+                "INSERT INTO events (at, kind, server, session, call_id, owner, data) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(rusqlite::params![
                 Timestamp::now().millis(),
                 event.kind.name(),
                 event.server,
@@ -91,9 +94,8 @@ impl Tx<'_> {
                 event.call,
                 event.owner,
                 event.data,
-            ],
-            |row| row.get(0),
-        )?;
+            ])?;
+        let seq = self.conn.last_insert_rowid();
         event.id = u64::try_from(seq).unwrap_or_default();
         let event = Arc::new(event);
         self.events.push(event.clone());
