@@ -7,7 +7,7 @@ use rmcp::model::{ElicitResult, ElicitationAction};
 use serde_json::{Map, Value, json};
 
 use crate::ids;
-use crate::suspension::{Answer, Reason, Request};
+use crate::suspension::{Answer, Reason, Request, Verdict};
 use crate::validation::UNUSABLE_SCHEMA;
 
 /// `kind` of a form-mode Request.
@@ -76,13 +76,13 @@ fn form_schema(params: &Map<String, Value>) -> Result<(), String> {
 /// Maps an Answer to the MCP `ElicitResult`: `ok` → accept with `data` (or `{}`), `declined` → decline,
 /// anything else → cancel.
 pub fn answer_to_elicit_result(answer: &Answer) -> ElicitResult {
-    if answer.ok {
-        let content = answer.data.clone().unwrap_or_default();
-        return ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(content));
-    }
-    match answer.reason {
-        Some(Reason::Declined) => ElicitResult::new(ElicitationAction::Decline),
-        _ => ElicitResult::new(ElicitationAction::Cancel),
+    match answer.verdict {
+        Verdict::Accept => {
+            let content = answer.data.clone().unwrap_or_default();
+            ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(content))
+        }
+        Verdict::Refuse(Some(Reason::Declined)) => ElicitResult::new(ElicitationAction::Decline),
+        Verdict::Refuse(_) => ElicitResult::new(ElicitationAction::Cancel),
     }
 }
 
@@ -109,19 +109,18 @@ pub fn request_to_elicitation(request: &Request) -> Option<Value> {
 /// The Answer an MCP client gave as an `ElicitResult` (the way back of `answer_to_elicit_result`): `accept`
 /// → `ok` with its `content` as `data`, `decline` → `declined`, anything else → `cancelled`.
 pub fn elicit_result_to_answer(id: &str, result: &ElicitResult) -> Answer {
-    let (ok, reason) = match result.action {
-        ElicitationAction::Accept => (true, None),
-        ElicitationAction::Decline => (false, Some(Reason::Declined)),
-        _ => (false, Some(Reason::Cancelled)),
+    let (verdict, data) = match result.action {
+        ElicitationAction::Accept => (
+            Verdict::Accept,
+            result.content.as_ref().and_then(Value::as_object).cloned(),
+        ),
+        ElicitationAction::Decline => (Verdict::Refuse(Some(Reason::Declined)), None),
+        _ => (Verdict::Refuse(Some(Reason::Cancelled)), None),
     };
-    let data = ok
-        .then(|| result.content.as_ref().and_then(Value::as_object).cloned())
-        .flatten();
     Answer {
         id: id.to_owned(),
-        ok,
+        verdict,
         data,
-        reason,
     }
 }
 
@@ -328,7 +327,6 @@ mod tests {
 
     mod properties {
         use super::*;
-        use crate::suspension::Reason;
         use proptest::prelude::*;
         use std::collections::HashSet;
 
@@ -393,13 +391,12 @@ mod tests {
                 Just(Reason::Cancelled),
                 Just(Reason::Expired)
             ]);
-            (
-                "(elc-[a-z0-9]{1,8})?",
-                any::<bool>(),
-                prop::option::of(object()),
-                reason,
-            )
-                .prop_map(|(id, ok, data, reason)| Answer { id, ok, data, reason })
+            let verdict = prop_oneof![Just(Verdict::Accept), reason.prop_map(Verdict::Refuse)];
+            ("(elc-[a-z0-9]{1,8})?", verdict, prop::option::of(object())).prop_map(|(id, verdict, data)| Answer {
+                id,
+                verdict,
+                data,
+            })
         }
 
         /// No top-level key of a serialized value is `null`.
@@ -438,10 +435,10 @@ mod tests {
             #[test]
             fn answers_map_to_accept_decline_or_cancel(answer in answers()) {
                 let wire = serde_json::to_value(answer_to_elicit_result(&answer)).unwrap();
-                let expected = match (&answer.ok, answer.reason) {
-                    (true, _) => json!({"action": "accept", "content": answer.data.clone().unwrap_or_default()}),
-                    (false, Some(Reason::Declined)) => json!({"action": "decline"}),
-                    (false, _) => json!({"action": "cancel"}),
+                let expected = match answer.verdict {
+                    Verdict::Accept => json!({"action": "accept", "content": answer.data.clone().unwrap_or_default()}),
+                    Verdict::Refuse(Some(Reason::Declined)) => json!({"action": "decline"}),
+                    Verdict::Refuse(_) => json!({"action": "cancel"}),
                 };
                 prop_assert_eq!(wire, expected);
             }

@@ -292,9 +292,6 @@ pub async fn answer(
             answer.id
         )));
     }
-    if answer.ok && answer.reason.is_some() {
-        return Err(ApiError::bad_request("reason is only allowed when ok is false"));
-    }
     let (_, owner) = state
         .registry
         .status(&id)

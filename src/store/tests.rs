@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::records::{CallStatus, EventKind, Finish, SessionStatus, Status, Via};
-use crate::suspension::Answer;
+use crate::suspension::{Answer, Verdict};
 
 /// Runs a scenario on a memory store, on a SQLite file in a temp dir and on a fresh PostgreSQL database.
 async fn on_every<F, Fut>(scenario: F)
@@ -96,9 +96,8 @@ fn decision(confirm: bool) -> Decision {
     Decision {
         answer: Answer {
             id: String::new(),
-            ok: true,
+            verdict: Verdict::Accept,
             data: data.clone(),
-            reason: None,
         },
         result: Some(
             ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(data.unwrap_or_default())),

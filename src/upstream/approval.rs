@@ -161,7 +161,7 @@ fn verdict(view: &RequestView) -> Verdict {
     let id = &view.request.id;
     let by = view.answered_by.as_deref().unwrap_or("nobody");
     match (view.status, &view.answer) {
-        (Status::Answered, Some(answer)) if answer.ok => approved_arguments(view).map_or_else(
+        (Status::Answered, Some(answer)) if answer.ok() => approved_arguments(view).map_or_else(
             || {
                 Verdict::Fail(CallError::new(format!(
                     "approval {id} does not match the call it approved"
@@ -170,7 +170,7 @@ fn verdict(view: &RequestView) -> Verdict {
             Verdict::Forward,
         ),
         (Status::Answered, Some(answer)) => {
-            let said = match answer.reason {
+            let said = match answer.reason() {
                 Some(Reason::Cancelled) => "cancelled",
                 _ => "declined",
             };
