@@ -7,13 +7,8 @@ use rmcp::model::{ElicitResult, ElicitationAction};
 use serde_json::{Map, Value, json};
 
 use crate::ids;
-use crate::suspension::{Answer, Reason, Request, Verdict};
+use crate::suspension::{Answer, Reason, Request, RequestKind, Verdict};
 use crate::validation::UNUSABLE_SCHEMA;
-
-/// `kind` of a form-mode Request.
-pub const KIND_INPUT: &str = "input";
-/// `kind` of a URL-mode Request.
-pub const KIND_AUTHORIZATION: &str = "authorization";
 
 /// Maps MCP elicitation params (as JSON) to a Request with a fresh `elc-` id.
 ///
@@ -38,7 +33,11 @@ pub fn elicitation_to_request(params: &Value) -> Request {
         .map(|schema| Arc::new(Map::from_iter([("schema".to_owned(), schema.clone())])));
     Request {
         id: ids::mint(ids::REQUEST),
-        kind: if is_url { KIND_AUTHORIZATION } else { KIND_INPUT }.to_owned(),
+        kind: if is_url {
+            RequestKind::Authorization
+        } else {
+            RequestKind::Input
+        },
         prompt,
         url,
         data,
@@ -90,13 +89,13 @@ pub fn answer_to_elicit_result(answer: &Answer) -> ElicitResult {
 /// `input` in form mode with `data.schema`, `authorization` in URL mode with the Request's id as its
 /// `elicitationId`; `None` for any other kind.
 pub fn request_to_elicitation(request: &Request) -> Option<Value> {
-    match request.kind.as_str() {
-        KIND_INPUT => Some(json!({
+    match request.kind {
+        RequestKind::Input => Some(json!({
             "mode": "form",
             "message": request.prompt,
             "requestedSchema": request.data.as_ref()?.get("schema")?,
         })),
-        KIND_AUTHORIZATION => Some(json!({
+        RequestKind::Authorization => Some(json!({
             "mode": "url",
             "message": request.prompt,
             "url": request.url.as_ref()?,
@@ -152,7 +151,7 @@ mod tests {
             Some(json!({"mode": "url", "message": "Sign in", "url": "https://x.example/a", "elicitationId": url.id}))
         );
         let other = Request {
-            kind: "question".to_owned(),
+            kind: RequestKind::Question,
             ..form
         };
         assert_eq!(request_to_elicitation(&other), None);
@@ -180,7 +179,7 @@ mod tests {
         let schema = json!({"type": "object", "properties": {"postal_code": {"type": "string"}}});
         let params = json!({"mode": null, "message": "What is your shipping postal code?", "requestedSchema": schema, "url": null});
         let request = elicitation_to_request(&params);
-        assert_eq!(request.kind, "input");
+        assert_eq!(request.kind.as_str(), "input");
         assert_eq!(request.prompt, "What is your shipping postal code?");
         assert_eq!(
             Value::Object(Arc::unwrap_or_clone(request.data.unwrap())),
@@ -195,7 +194,7 @@ mod tests {
     fn modeless_form_carries_the_schema_through() {
         let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
         let request = elicitation_to_request(&json!({"message": "Your name?", "requestedSchema": schema}));
-        assert_eq!(request.kind, "input");
+        assert_eq!(request.kind.as_str(), "input");
         assert_eq!(request.prompt, "Your name?");
         assert_eq!(request.url, None);
         assert_eq!(request.data.unwrap()["schema"], schema);
@@ -206,7 +205,7 @@ mod tests {
         let request = elicitation_to_request(
             &json!({"mode": "form", "message": "m", "requestedSchema": {"type": "object", "properties": {}}}),
         );
-        assert_eq!(request.kind, "input");
+        assert_eq!(request.kind.as_str(), "input");
     }
 
     // Python seed, example 2.
@@ -215,7 +214,7 @@ mod tests {
         let params = json!({"mode": "url", "message": "Please authorize access to your calendar.",
             "url": "https://example.com/oauth/authorize?state=abc123", "requestedSchema": null});
         let request = elicitation_to_request(&params);
-        assert_eq!(request.kind, "authorization");
+        assert_eq!(request.kind.as_str(), "authorization");
         assert_eq!(
             request.url.as_deref(),
             Some("https://example.com/oauth/authorize?state=abc123")
@@ -230,7 +229,7 @@ mod tests {
         let request = elicitation_to_request(
             &json!({"mode": "url", "message": "Log in to continue", "url": "https://example.com/auth"}),
         );
-        assert_eq!(request.kind, "authorization");
+        assert_eq!(request.kind.as_str(), "authorization");
         assert_eq!(request.url.as_deref(), Some("https://example.com/auth"));
         assert_eq!(request.data, None);
         let with_schema = elicitation_to_request(

@@ -15,7 +15,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::elicitation::{self, KIND_AUTHORIZATION};
+use crate::elicitation;
 use crate::metrics::{Metric, Metrics};
 use crate::posted::Posted;
 use crate::records::{Event, Filter, RequestView, Status};
@@ -23,7 +23,7 @@ use crate::store::{
     Answered, Decision, NewRequest, NewRound, Pending, PendingCap, PendingCaps, RaiseError, Resolution, Resolved,
     Retry, Store, StoreError,
 };
-use crate::suspension::{Answer, Request};
+use crate::suspension::{Answer, Request, RequestKind};
 use crate::time::Timestamp;
 use crate::validation::{self, Violation};
 use data::SharedData;
@@ -419,7 +419,7 @@ impl Registry {
             .request(id)
             .await?
             .ok_or_else(|| AnswerError::NotFound(id.to_owned()))?;
-        let is_url = view.request.kind == KIND_AUTHORIZATION;
+        let is_url = view.request.kind == RequestKind::Authorization;
         let schema = view.request.data.as_ref().and_then(|data| data.get("schema"));
         if answer.ok() && !is_url {
             let data = answer.data.get_or_insert_with(Default::default);

@@ -2,6 +2,7 @@
 //!
 //! Wire keys are pinned exactly; optional keys are omitted when unset, never `null`.
 
+use std::fmt;
 use std::sync::Arc;
 
 use serde::ser::SerializeStruct;
@@ -15,7 +16,8 @@ pub struct Request {
     /// Unique per suspension; elicitation ids start with `elc-`.
     pub id: String,
     /// Open vocabulary: `input` (form mode) or `authorization` (URL mode) from the elicitation bridge.
-    pub kind: String,
+    #[schema(value_type = String)]
+    pub kind: RequestKind,
     /// What is asked, in human words.
     pub prompt: String,
     /// Where the action happens, for URL mode.
@@ -31,6 +33,72 @@ pub struct Request {
     #[serde(rename = "expiresAt", default, skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime)]
     pub expires_at: Option<String>,
+}
+
+/// What a Request asks for: an open vocabulary, with the kinds the gateway raises or checks named and any
+/// other kept as written. On the wire it is a plain string.
+#[derive(Debug, Clone, Eq)]
+pub enum RequestKind {
+    /// A form: `data.schema` describes the values to enter (a form-mode elicitation).
+    Input,
+    /// An action at `url` (a URL-mode elicitation).
+    Authorization,
+    /// Whether to let a call through, raised by an approval policy.
+    Approval,
+    /// toolnexus questions, under `data.questions`.
+    Question,
+    /// Any other kind.
+    Other(String),
+}
+
+impl RequestKind {
+    /// The kind as written on the wire.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Input => "input",
+            Self::Authorization => "authorization",
+            Self::Approval => "approval",
+            Self::Question => "question",
+            Self::Other(kind) => kind,
+        }
+    }
+}
+
+impl From<String> for RequestKind {
+    fn from(kind: String) -> Self {
+        match kind.as_str() {
+            "input" => Self::Input,
+            "authorization" => Self::Authorization,
+            "approval" => Self::Approval,
+            "question" => Self::Question,
+            _ => Self::Other(kind),
+        }
+    }
+}
+
+/// Kinds are equal when they are written the same, even an `Other` that names a known kind.
+impl PartialEq for RequestKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl fmt::Display for RequestKind {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+impl Serialize for RequestKind {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestKind {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self::from)
+    }
 }
 
 /// Why an Answer is not satisfied.
@@ -181,7 +249,7 @@ mod tests {
     fn request_omits_unset_optional_keys() {
         let request = Request {
             id: "r1".into(),
-            kind: "authorization".into(),
+            kind: RequestKind::Authorization,
             prompt: "Log in".into(),
             url: Some("https://x/login".into()),
             data: None,
@@ -197,7 +265,7 @@ mod tests {
     fn full_request_uses_pinned_keys_in_order() {
         let request = Request {
             id: "r2".into(),
-            kind: "input".into(),
+            kind: RequestKind::Input,
             prompt: "Pick".into(),
             url: Some("u".into()),
             data: Some(Arc::new(object(json!({"k": "v"})))),
@@ -259,5 +327,21 @@ mod tests {
         assert_eq!(error.to_string(), "reason is only allowed when ok is false");
         let null_reason: Answer = serde_json::from_value(json!({"ok": true, "reason": null})).unwrap();
         assert_eq!(null_reason.verdict, Verdict::Accept);
+    }
+
+    #[test]
+    fn kinds_are_plain_strings_and_unknown_ones_round_trip() {
+        for (wire, kind) in [
+            ("\"input\"", RequestKind::Input),
+            ("\"authorization\"", RequestKind::Authorization),
+            ("\"approval\"", RequestKind::Approval),
+            ("\"question\"", RequestKind::Question),
+            ("\"tool_call\"", RequestKind::Other("tool_call".into())),
+            ("\"Input\"", RequestKind::Other("Input".into())),
+        ] {
+            assert_eq!(serde_json::from_str::<RequestKind>(wire).unwrap(), kind);
+            assert_eq!(serde_json::to_string(&kind).unwrap(), wire);
+        }
+        assert_eq!(RequestKind::Other("input".into()), RequestKind::Input);
     }
 }
