@@ -7,8 +7,6 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-/// `kind` of the Request that asks to let a call through.
-pub const KIND_APPROVAL: &str = "approval";
 /// The prompt of a policy that sets none.
 pub const DEFAULT_PROMPT: &str = "Allow {tool} on {server}?";
 /// The `server` of a policy that applies to every server.

@@ -7,13 +7,8 @@ use rmcp::model::{ElicitResult, ElicitationAction};
 use serde_json::{Map, Value, json};
 
 use crate::ids;
-use crate::suspension::{Answer, Reason, Request};
+use crate::suspension::{Answer, Reason, Request, RequestKind, Verdict};
 use crate::validation::UNUSABLE_SCHEMA;
-
-/// `kind` of a form-mode Request.
-pub const KIND_INPUT: &str = "input";
-/// `kind` of a URL-mode Request.
-pub const KIND_AUTHORIZATION: &str = "authorization";
 
 /// Maps MCP elicitation params (as JSON) to a Request with a fresh `elc-` id.
 ///
@@ -38,7 +33,11 @@ pub fn elicitation_to_request(params: &Value) -> Request {
         .map(|schema| Arc::new(Map::from_iter([("schema".to_owned(), schema.clone())])));
     Request {
         id: ids::mint(ids::REQUEST),
-        kind: if is_url { KIND_AUTHORIZATION } else { KIND_INPUT }.to_owned(),
+        kind: if is_url {
+            RequestKind::Authorization
+        } else {
+            RequestKind::Input
+        },
         prompt,
         url,
         data,
@@ -76,13 +75,13 @@ fn form_schema(params: &Map<String, Value>) -> Result<(), String> {
 /// Maps an Answer to the MCP `ElicitResult`: `ok` → accept with `data` (or `{}`), `declined` → decline,
 /// anything else → cancel.
 pub fn answer_to_elicit_result(answer: &Answer) -> ElicitResult {
-    if answer.ok {
-        let content = answer.data.clone().unwrap_or_default();
-        return ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(content));
-    }
-    match answer.reason {
-        Some(Reason::Declined) => ElicitResult::new(ElicitationAction::Decline),
-        _ => ElicitResult::new(ElicitationAction::Cancel),
+    match answer.verdict {
+        Verdict::Accept => {
+            let content = answer.data.clone().unwrap_or_default();
+            ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(content))
+        }
+        Verdict::Refuse(Some(Reason::Declined)) => ElicitResult::new(ElicitationAction::Decline),
+        Verdict::Refuse(_) => ElicitResult::new(ElicitationAction::Cancel),
     }
 }
 
@@ -90,13 +89,13 @@ pub fn answer_to_elicit_result(answer: &Answer) -> ElicitResult {
 /// `input` in form mode with `data.schema`, `authorization` in URL mode with the Request's id as its
 /// `elicitationId`; `None` for any other kind.
 pub fn request_to_elicitation(request: &Request) -> Option<Value> {
-    match request.kind.as_str() {
-        KIND_INPUT => Some(json!({
+    match request.kind {
+        RequestKind::Input => Some(json!({
             "mode": "form",
             "message": request.prompt,
             "requestedSchema": request.data.as_ref()?.get("schema")?,
         })),
-        KIND_AUTHORIZATION => Some(json!({
+        RequestKind::Authorization => Some(json!({
             "mode": "url",
             "message": request.prompt,
             "url": request.url.as_ref()?,
@@ -109,19 +108,18 @@ pub fn request_to_elicitation(request: &Request) -> Option<Value> {
 /// The Answer an MCP client gave as an `ElicitResult` (the way back of `answer_to_elicit_result`): `accept`
 /// → `ok` with its `content` as `data`, `decline` → `declined`, anything else → `cancelled`.
 pub fn elicit_result_to_answer(id: &str, result: &ElicitResult) -> Answer {
-    let (ok, reason) = match result.action {
-        ElicitationAction::Accept => (true, None),
-        ElicitationAction::Decline => (false, Some(Reason::Declined)),
-        _ => (false, Some(Reason::Cancelled)),
+    let (verdict, data) = match result.action {
+        ElicitationAction::Accept => (
+            Verdict::Accept,
+            result.content.as_ref().and_then(Value::as_object).cloned(),
+        ),
+        ElicitationAction::Decline => (Verdict::Refuse(Some(Reason::Declined)), None),
+        _ => (Verdict::Refuse(Some(Reason::Cancelled)), None),
     };
-    let data = ok
-        .then(|| result.content.as_ref().and_then(Value::as_object).cloned())
-        .flatten();
     Answer {
         id: id.to_owned(),
-        ok,
+        verdict,
         data,
-        reason,
     }
 }
 
@@ -153,7 +151,7 @@ mod tests {
             Some(json!({"mode": "url", "message": "Sign in", "url": "https://x.example/a", "elicitationId": url.id}))
         );
         let other = Request {
-            kind: "question".to_owned(),
+            kind: RequestKind::Question,
             ..form
         };
         assert_eq!(request_to_elicitation(&other), None);
@@ -181,7 +179,7 @@ mod tests {
         let schema = json!({"type": "object", "properties": {"postal_code": {"type": "string"}}});
         let params = json!({"mode": null, "message": "What is your shipping postal code?", "requestedSchema": schema, "url": null});
         let request = elicitation_to_request(&params);
-        assert_eq!(request.kind, "input");
+        assert_eq!(request.kind.as_str(), "input");
         assert_eq!(request.prompt, "What is your shipping postal code?");
         assert_eq!(
             Value::Object(Arc::unwrap_or_clone(request.data.unwrap())),
@@ -196,7 +194,7 @@ mod tests {
     fn modeless_form_carries_the_schema_through() {
         let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
         let request = elicitation_to_request(&json!({"message": "Your name?", "requestedSchema": schema}));
-        assert_eq!(request.kind, "input");
+        assert_eq!(request.kind.as_str(), "input");
         assert_eq!(request.prompt, "Your name?");
         assert_eq!(request.url, None);
         assert_eq!(request.data.unwrap()["schema"], schema);
@@ -207,7 +205,7 @@ mod tests {
         let request = elicitation_to_request(
             &json!({"mode": "form", "message": "m", "requestedSchema": {"type": "object", "properties": {}}}),
         );
-        assert_eq!(request.kind, "input");
+        assert_eq!(request.kind.as_str(), "input");
     }
 
     // Python seed, example 2.
@@ -216,7 +214,7 @@ mod tests {
         let params = json!({"mode": "url", "message": "Please authorize access to your calendar.",
             "url": "https://example.com/oauth/authorize?state=abc123", "requestedSchema": null});
         let request = elicitation_to_request(&params);
-        assert_eq!(request.kind, "authorization");
+        assert_eq!(request.kind.as_str(), "authorization");
         assert_eq!(
             request.url.as_deref(),
             Some("https://example.com/oauth/authorize?state=abc123")
@@ -231,7 +229,7 @@ mod tests {
         let request = elicitation_to_request(
             &json!({"mode": "url", "message": "Log in to continue", "url": "https://example.com/auth"}),
         );
-        assert_eq!(request.kind, "authorization");
+        assert_eq!(request.kind.as_str(), "authorization");
         assert_eq!(request.url.as_deref(), Some("https://example.com/auth"));
         assert_eq!(request.data, None);
         let with_schema = elicitation_to_request(
@@ -328,7 +326,6 @@ mod tests {
 
     mod properties {
         use super::*;
-        use crate::suspension::Reason;
         use proptest::prelude::*;
         use std::collections::HashSet;
 
@@ -393,13 +390,12 @@ mod tests {
                 Just(Reason::Cancelled),
                 Just(Reason::Expired)
             ]);
-            (
-                "(elc-[a-z0-9]{1,8})?",
-                any::<bool>(),
-                prop::option::of(object()),
-                reason,
-            )
-                .prop_map(|(id, ok, data, reason)| Answer { id, ok, data, reason })
+            let verdict = prop_oneof![Just(Verdict::Accept), reason.prop_map(Verdict::Refuse)];
+            ("(elc-[a-z0-9]{1,8})?", verdict, prop::option::of(object())).prop_map(|(id, verdict, data)| Answer {
+                id,
+                verdict,
+                data,
+            })
         }
 
         /// No top-level key of a serialized value is `null`.
@@ -438,10 +434,10 @@ mod tests {
             #[test]
             fn answers_map_to_accept_decline_or_cancel(answer in answers()) {
                 let wire = serde_json::to_value(answer_to_elicit_result(&answer)).unwrap();
-                let expected = match (&answer.ok, answer.reason) {
-                    (true, _) => json!({"action": "accept", "content": answer.data.clone().unwrap_or_default()}),
-                    (false, Some(Reason::Declined)) => json!({"action": "decline"}),
-                    (false, _) => json!({"action": "cancel"}),
+                let expected = match answer.verdict {
+                    Verdict::Accept => json!({"action": "accept", "content": answer.data.clone().unwrap_or_default()}),
+                    Verdict::Refuse(Some(Reason::Declined)) => json!({"action": "decline"}),
+                    Verdict::Refuse(_) => json!({"action": "cancel"}),
                 };
                 prop_assert_eq!(wire, expected);
             }

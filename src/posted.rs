@@ -6,13 +6,9 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Map, Value};
 
-use crate::elicitation::{KIND_AUTHORIZATION, KIND_INPUT};
-use crate::suspension::Request;
+use crate::suspension::{Request, RequestKind};
 use crate::time::Timestamp;
 use crate::validation::{self, Violation};
-
-/// `kind` of a Request that asks questions (toolnexus `data.questions`).
-pub const KIND_QUESTION: &str = "question";
 
 /// The keys a posted body may have.
 const KEYS: [&str; 6] = ["id", "kind", "prompt", "url", "data", "expiresAt"];
@@ -104,6 +100,7 @@ impl Posted {
             wrong.push(problem("/url", "must be an http or https URL"));
         }
         let deadline = expires_at.as_deref().and_then(|at| deadline(at, &mut wrong));
+        let kind = RequestKind::from(kind);
         check_kind(&kind, url.as_deref(), data.as_ref(), &mut wrong);
         if !wrong.is_empty() {
             return Err(Refusal::Unprocessable(wrong));
@@ -124,12 +121,14 @@ impl Posted {
 
 /// Checks what each kind requires, and that `data.schema`, whatever the kind, is a usable form that
 /// collects no credential.
-fn check_kind(kind: &str, url: Option<&str>, data: Option<&Map<String, Value>>, wrong: &mut Vec<Violation>) {
+fn check_kind(kind: &RequestKind, url: Option<&str>, data: Option<&Map<String, Value>>, wrong: &mut Vec<Violation>) {
     let schema = data.and_then(|data| data.get("schema"));
     match kind {
-        KIND_INPUT if schema.is_none() => wrong.push(problem("/data/schema", "is required for kind \"input\"")),
-        KIND_QUESTION => check_questions(data.and_then(|data| data.get("questions")), wrong),
-        KIND_AUTHORIZATION if url.is_none() => wrong.push(problem("/url", "is required for kind \"authorization\"")),
+        RequestKind::Input if schema.is_none() => wrong.push(problem("/data/schema", "is required for kind \"input\"")),
+        RequestKind::Question => check_questions(data.and_then(|data| data.get("questions")), wrong),
+        RequestKind::Authorization if url.is_none() => {
+            wrong.push(problem("/url", "is required for kind \"authorization\""))
+        }
         _ => {}
     }
     if let Some(schema) = schema {

@@ -15,7 +15,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::elicitation::{self, KIND_AUTHORIZATION};
+use crate::elicitation;
 use crate::metrics::{Metric, Metrics};
 use crate::posted::Posted;
 use crate::records::{Event, Filter, RequestView, Status};
@@ -23,7 +23,7 @@ use crate::store::{
     Answered, Decision, NewRequest, NewRound, Pending, PendingCap, PendingCaps, RaiseError, Resolution, Resolved,
     Retry, Store, StoreError,
 };
-use crate::suspension::{Answer, Request};
+use crate::suspension::{Answer, Request, RequestKind};
 use crate::time::Timestamp;
 use crate::validation::{self, Violation};
 use data::SharedData;
@@ -419,9 +419,9 @@ impl Registry {
             .request(id)
             .await?
             .ok_or_else(|| AnswerError::NotFound(id.to_owned()))?;
-        let is_url = view.request.kind == KIND_AUTHORIZATION;
+        let is_url = view.request.kind == RequestKind::Authorization;
         let schema = view.request.data.as_ref().and_then(|data| data.get("schema"));
-        if answer.ok && !is_url {
+        if answer.ok() && !is_url {
             let data = answer.data.get_or_insert_with(Default::default);
             if let Some(schema) = schema
                 && self.shared.policy.apply_defaults
@@ -432,7 +432,7 @@ impl Registry {
         if view.status != Status::Pending {
             return repeat(view, &answer);
         }
-        if answer.ok
+        if answer.ok()
             && let (Some(data), Some(request_data)) = (&answer.data, &view.request.data)
             && let Some(validator) = self.shared.data.validator(request_data)
         {
@@ -769,9 +769,9 @@ fn log_resolution(view: &RequestView) {
         session = view.session.as_deref().unwrap_or_default(),
         call = view.call.as_deref().unwrap_or(""),
         status = view.status.as_str(),
-        ok = answer.map(|answer| answer.ok),
+        ok = answer.map(Answer::ok),
         answered_by = view.answered_by.as_deref().unwrap_or(""),
-        reason = ?answer.and_then(|answer| answer.reason),
+        reason = ?answer.and_then(Answer::reason),
         data_keys = ?keys,
         detail = view.detail.as_deref().unwrap_or(""),
         "request resolved"

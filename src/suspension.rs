@@ -2,10 +2,13 @@
 //!
 //! Wire keys are pinned exactly; optional keys are omitted when unset, never `null`.
 
+use std::fmt;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 use serde_json::{Map, Value};
+use utoipa::openapi::{RefOr, schema::Schema};
 
 /// What a suspended call asks of a human, in the §10 wire shape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -13,7 +16,8 @@ pub struct Request {
     /// Unique per suspension; elicitation ids start with `elc-`.
     pub id: String,
     /// Open vocabulary: `input` (form mode) or `authorization` (URL mode) from the elicitation bridge.
-    pub kind: String,
+    #[schema(value_type = String)]
+    pub kind: RequestKind,
     /// What is asked, in human words.
     pub prompt: String,
     /// Where the action happens, for URL mode.
@@ -31,6 +35,72 @@ pub struct Request {
     pub expires_at: Option<String>,
 }
 
+/// What a Request asks for: an open vocabulary, with the kinds the gateway raises or checks named and any
+/// other kept as written. On the wire it is a plain string.
+#[derive(Debug, Clone, Eq)]
+pub enum RequestKind {
+    /// A form: `data.schema` describes the values to enter (a form-mode elicitation).
+    Input,
+    /// An action at `url` (a URL-mode elicitation).
+    Authorization,
+    /// Whether to let a call through, raised by an approval policy.
+    Approval,
+    /// toolnexus questions, under `data.questions`.
+    Question,
+    /// Any other kind.
+    Other(String),
+}
+
+impl RequestKind {
+    /// The kind as written on the wire.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Input => "input",
+            Self::Authorization => "authorization",
+            Self::Approval => "approval",
+            Self::Question => "question",
+            Self::Other(kind) => kind,
+        }
+    }
+}
+
+impl From<String> for RequestKind {
+    fn from(kind: String) -> Self {
+        match kind.as_str() {
+            "input" => Self::Input,
+            "authorization" => Self::Authorization,
+            "approval" => Self::Approval,
+            "question" => Self::Question,
+            _ => Self::Other(kind),
+        }
+    }
+}
+
+/// Kinds are equal when they are written the same, even an `Other` that names a known kind.
+impl PartialEq for RequestKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl fmt::Display for RequestKind {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+impl Serialize for RequestKind {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestKind {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self::from)
+    }
+}
+
 /// Why an Answer is not satisfied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -43,22 +113,26 @@ pub enum Reason {
     Expired,
 }
 
-/// The resolution of a Request, in the §10 wire shape.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
+/// The resolution of a Request, in the §10 wire shape: `{"id", "ok", "data", "reason"}`, with `reason` only
+/// when `ok` is false.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Answer {
-    /// Echoes the Request id.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    /// Echoes the Request id; empty when the answerer left it out.
     pub id: String,
-    /// Satisfied or not.
-    pub ok: bool,
+    /// Satisfied, or not and why.
+    pub verdict: Verdict,
     /// The values entered (form mode).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub data: Option<Map<String, Value>>,
-    /// Only when `ok` is false.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<Reason>,
+}
+
+/// What an Answer says: `ok: true`, or `ok: false` with the `reason` if one was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Satisfied (`ok: true`); the upstream gets `accept`.
+    Accept,
+    /// Not satisfied (`ok: false`); the upstream gets `decline` for `declined`, `cancel` for any other reason or
+    /// none.
+    Refuse(Option<Reason>),
 }
 
 impl Answer {
@@ -66,10 +140,99 @@ impl Answer {
     pub fn expired(id: &str) -> Self {
         Self {
             id: id.to_owned(),
-            ok: false,
+            verdict: Verdict::Refuse(Some(Reason::Expired)),
             data: None,
-            reason: Some(Reason::Expired),
         }
+    }
+
+    /// Whether the Answer is satisfied (`ok` on the wire).
+    pub fn ok(&self) -> bool {
+        self.verdict == Verdict::Accept
+    }
+
+    /// The `reason` on the wire: set only for a refusal that gave one.
+    pub fn reason(&self) -> Option<Reason> {
+        match self.verdict {
+            Verdict::Accept => None,
+            Verdict::Refuse(reason) => reason,
+        }
+    }
+}
+
+/// The resolution of a Request, in the §10 wire shape.
+// An Answer as written, before `ok` and `reason` are known to agree; its doc and fields are the Answer's schema.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct AnswerWire {
+    /// Echoes the Request id.
+    #[serde(default)]
+    id: String,
+    /// Satisfied or not.
+    ok: bool,
+    /// The values entered (form mode).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    data: Option<Map<String, Value>>,
+    /// Only when `ok` is false.
+    #[serde(default)]
+    reason: Option<Reason>,
+}
+
+impl TryFrom<AnswerWire> for Answer {
+    type Error = &'static str;
+
+    fn try_from(wire: AnswerWire) -> Result<Self, Self::Error> {
+        let verdict = match (wire.ok, wire.reason) {
+            (true, None) => Verdict::Accept,
+            (true, Some(_)) => return Err("reason is only allowed when ok is false"),
+            (false, reason) => Verdict::Refuse(reason),
+        };
+        Ok(Self {
+            id: wire.id,
+            verdict,
+            data: wire.data,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Answer {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        AnswerWire::deserialize(deserializer)?
+            .try_into()
+            .map_err(de::Error::custom)
+    }
+}
+
+impl Serialize for Answer {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut wire = serializer.serialize_struct("Answer", 4)?;
+        if self.id.is_empty() {
+            wire.skip_field("id")?;
+        } else {
+            wire.serialize_field("id", &self.id)?;
+        }
+        wire.serialize_field("ok", &self.ok())?;
+        match &self.data {
+            Some(data) => wire.serialize_field("data", data)?,
+            None => wire.skip_field("data")?,
+        }
+        match self.reason() {
+            Some(reason) => wire.serialize_field("reason", &reason)?,
+            None => wire.skip_field("reason")?,
+        }
+        wire.end()
+    }
+}
+
+impl utoipa::PartialSchema for Answer {
+    fn schema() -> RefOr<Schema> {
+        AnswerWire::schema()
+    }
+}
+
+impl utoipa::ToSchema for Answer {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        AnswerWire::schemas(schemas);
     }
 }
 
@@ -86,7 +249,7 @@ mod tests {
     fn request_omits_unset_optional_keys() {
         let request = Request {
             id: "r1".into(),
-            kind: "authorization".into(),
+            kind: RequestKind::Authorization,
             prompt: "Log in".into(),
             url: Some("https://x/login".into()),
             data: None,
@@ -102,7 +265,7 @@ mod tests {
     fn full_request_uses_pinned_keys_in_order() {
         let request = Request {
             id: "r2".into(),
-            kind: "input".into(),
+            kind: RequestKind::Input,
             prompt: "Pick".into(),
             url: Some("u".into()),
             data: Some(Arc::new(object(json!({"k": "v"})))),
@@ -118,9 +281,8 @@ mod tests {
     fn answer_serializes_to_pinned_keys() {
         let bare = Answer {
             id: "r1".into(),
-            ok: true,
+            verdict: Verdict::Accept,
             data: None,
-            reason: None,
         };
         assert_eq!(serde_json::to_string(&bare).unwrap(), r#"{"id":"r1","ok":true}"#);
         let with_data = Answer {
@@ -141,7 +303,45 @@ mod tests {
             r#"{"id":"r3","ok":false,"reason":"expired"}"#
         );
         let declined: Answer = serde_json::from_str(r#"{"id":"r","ok":false,"reason":"declined"}"#).unwrap();
-        assert_eq!(declined.reason, Some(Reason::Declined));
+        assert_eq!(declined.verdict, Verdict::Refuse(Some(Reason::Declined)));
         assert!(serde_json::from_str::<Answer>(r#"{"ok":false,"reason":"nope"}"#).is_err());
+    }
+
+    #[test]
+    fn every_legal_answer_reads_and_writes_the_same_bytes() {
+        for wire in [
+            r#"{"ok":true}"#,
+            r#"{"id":"r","ok":true,"data":{"k":"v"}}"#,
+            r#"{"ok":false}"#,
+            r#"{"id":"r","ok":false,"reason":"cancelled"}"#,
+            r#"{"id":"r","ok":false,"data":{"k":"v"},"reason":"declined"}"#,
+        ] {
+            let answer: Answer = serde_json::from_str(wire).unwrap();
+            assert_eq!(serde_json::to_string(&answer).unwrap(), wire);
+        }
+    }
+
+    #[test]
+    fn a_reason_with_ok_true_does_not_parse() {
+        let error = serde_json::from_value::<Answer>(json!({"ok": true, "reason": "declined"})).unwrap_err();
+        assert_eq!(error.to_string(), "reason is only allowed when ok is false");
+        let null_reason: Answer = serde_json::from_value(json!({"ok": true, "reason": null})).unwrap();
+        assert_eq!(null_reason.verdict, Verdict::Accept);
+    }
+
+    #[test]
+    fn kinds_are_plain_strings_and_unknown_ones_round_trip() {
+        for (wire, kind) in [
+            ("\"input\"", RequestKind::Input),
+            ("\"authorization\"", RequestKind::Authorization),
+            ("\"approval\"", RequestKind::Approval),
+            ("\"question\"", RequestKind::Question),
+            ("\"tool_call\"", RequestKind::Other("tool_call".into())),
+            ("\"Input\"", RequestKind::Other("Input".into())),
+        ] {
+            assert_eq!(serde_json::from_str::<RequestKind>(wire).unwrap(), kind);
+            assert_eq!(serde_json::to_string(&kind).unwrap(), wire);
+        }
+        assert_eq!(RequestKind::Other("input".into()), RequestKind::Input);
     }
 }

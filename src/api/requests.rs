@@ -14,7 +14,7 @@ use crate::auth::{Principal, Role};
 use crate::feed::Concern;
 use crate::posted::{Posted, Refusal};
 use crate::records::{CallView, Event, EventKind, Filter, RequestView, Status};
-use crate::suspension::Answer;
+use crate::suspension::{Answer, RequestKind};
 
 /// The largest page of `GET /requests`.
 const MAX_PAGE: usize = 1000;
@@ -46,7 +46,8 @@ pub struct ListQuery {
     /// Only Requests of this call.
     call: Option<String>,
     /// Only Requests of this kind (`input`, `authorization`).
-    kind: Option<String>,
+    #[param(value_type = Option<String>)]
+    kind: Option<RequestKind>,
     /// Seconds to hold the response while nothing matches; a value over 300 counts as 300.
     #[serde(default)]
     #[param(value_type = Option<f64>, minimum = 0)]
@@ -292,9 +293,6 @@ pub async fn answer(
             answer.id
         )));
     }
-    if answer.ok && answer.reason.is_some() {
-        return Err(ApiError::bad_request("reason is only allowed when ok is false"));
-    }
     let (_, owner) = state
         .registry
         .status(&id)
@@ -359,7 +357,7 @@ async fn approver(state: &AppState, principal: &Principal, id: &str) -> Result<(
         return Ok(());
     };
     // A posted Request of the same kind is no approval: nothing waits on it to forward a call.
-    if view.request.kind != crate::approvals::KIND_APPROVAL || view.is_posted() {
+    if view.request.kind != RequestKind::Approval || view.is_posted() {
         return Ok(());
     }
     let data = view.request.data.as_deref();

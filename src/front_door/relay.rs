@@ -16,10 +16,11 @@ use serde_json::json;
 use super::{FrontDoor, lock};
 use crate::api::to_completion;
 use crate::auth::Principal;
-use crate::elicitation::{KIND_AUTHORIZATION, KIND_INPUT, elicit_result_to_answer, request_to_elicitation};
+use crate::elicitation::{elicit_result_to_answer, request_to_elicitation};
 use crate::feed::Concern;
 use crate::records::{CallView, Event, EventKind, Status};
 use crate::registry::AnswerError;
+use crate::suspension::RequestKind;
 
 /// The longest a relayed question is followed for a resolution elsewhere: as long as a Request may live.
 const RELAY_MOST: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -54,9 +55,9 @@ impl FrontDoor {
             let Ok(Some(request)) = self.state.registry.get(id).await else {
                 continue;
             };
-            let shown = match request.request.kind.as_str() {
-                KIND_INPUT => relay.form,
-                KIND_AUTHORIZATION => relay.url,
+            let shown = match request.request.kind {
+                RequestKind::Input => relay.form,
+                RequestKind::Authorization => relay.url,
                 _ => false,
             };
             if request.status != Status::Pending || !shown || !principal.may_see(request.owner.as_deref()) {

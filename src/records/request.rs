@@ -4,7 +4,7 @@ use rmcp::model::ElicitResult;
 use serde::{Deserialize, Serialize};
 
 use super::{Event, EventKind};
-use crate::suspension::{Answer, Request};
+use crate::suspension::{Answer, Request, RequestKind};
 use crate::time::Timestamp;
 
 /// Where a Request is in its life.
@@ -91,7 +91,7 @@ pub struct Filter {
     pub server: Option<String>,
     pub session: Option<String>,
     pub call: Option<String>,
-    pub kind: Option<String>,
+    pub kind: Option<RequestKind>,
     /// Only Requests owned by this principal.
     pub owner: Option<String>,
 }

@@ -181,7 +181,9 @@ async fn step(world: &mut World, tracked: &mut Vec<Tracked>, op: Op) -> Result<(
             let result = registry.answer(&entry.id, given.clone(), "tester").await;
             let gone = entry.withdrawn.is_cancelled() || (entry.waiting.is_none() && entry.received.is_none());
             match before.status {
-                Status::Pending if matches!(reply, Reply::AcceptInvalid) && before.request.kind == "input" => {
+                Status::Pending
+                    if matches!(reply, Reply::AcceptInvalid) && before.request.kind == RequestKind::Input =>
+                {
                     prop_assert!(matches!(result, Err(AnswerError::Invalid(_))), "{result:?}");
                 }
                 Status::Pending if gone => {

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::records::{CallStatus, EventKind, Finish, SessionStatus, Status, Via};
-use crate::suspension::Answer;
+use crate::suspension::{Answer, RequestKind, Verdict};
 
 /// Runs a scenario on a memory store, on a SQLite file in a temp dir and on a fresh PostgreSQL database.
 async fn on_every<F, Fut>(scenario: F)
@@ -73,7 +73,7 @@ fn new_request(call: Option<&str>, input_key: Option<&str>) -> NewRequest {
     NewRequest {
         request: Request {
             id: crate::ids::mint(crate::ids::REQUEST),
-            kind: "input".into(),
+            kind: RequestKind::Input,
             prompt: "Go on?".into(),
             url: None,
             data: None,
@@ -96,9 +96,8 @@ fn decision(confirm: bool) -> Decision {
     Decision {
         answer: Answer {
             id: String::new(),
-            ok: true,
+            verdict: Verdict::Accept,
             data: data.clone(),
-            reason: None,
         },
         result: Some(
             ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(data.unwrap_or_default())),
@@ -495,7 +494,7 @@ async fn a_posted_request_is_not_ended_by_a_restart() {
 /// The approval of `call`, raised as the gateway raises one: on no session.
 fn approval_of(call: &str) -> NewRequest {
     let mut request = new_request(Some(call), None);
-    request.request.kind = "approval".into();
+    request.request.kind = RequestKind::Approval;
     request.session = None;
     request
 }

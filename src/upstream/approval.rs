@@ -7,11 +7,11 @@ use rmcp::model::CallToolRequestParams;
 use serde_json::{Map, Value};
 
 use super::{CallRef, Upstreams};
-use crate::approvals::{self, ApprovalPolicy, KIND_APPROVAL};
+use crate::approvals::{self, ApprovalPolicy};
 use crate::records::{CallError, CallFailure, CallView, Finish, RequestView, Status};
 use crate::registry::{Origin, Waiting};
 use crate::store::{HeldCall, StoreError};
-use crate::suspension::{Reason, Request};
+use crate::suspension::{Reason, Request, RequestKind};
 
 /// What an approval's outcome does to its call.
 #[derive(Debug, PartialEq)]
@@ -35,7 +35,7 @@ impl Upstreams {
         );
         let request = Request {
             id: String::new(),
-            kind: KIND_APPROVAL.to_owned(),
+            kind: RequestKind::Approval,
             prompt: policy.prompt_for(&view.server, &view.tool, &view.owner),
             url: None,
             data: Some(Arc::new(data)),
@@ -118,7 +118,7 @@ impl Upstreams {
         }
         for id in &call.requests {
             if let Ok(Some(view)) = self.registry.get(id).await
-                && view.request.kind == KIND_APPROVAL
+                && view.request.kind == RequestKind::Approval
                 && view.status == Status::Pending
             {
                 return true;
@@ -161,7 +161,7 @@ fn verdict(view: &RequestView) -> Verdict {
     let id = &view.request.id;
     let by = view.answered_by.as_deref().unwrap_or("nobody");
     match (view.status, &view.answer) {
-        (Status::Answered, Some(answer)) if answer.ok => approved_arguments(view).map_or_else(
+        (Status::Answered, Some(answer)) if answer.ok() => approved_arguments(view).map_or_else(
             || {
                 Verdict::Fail(CallError::new(format!(
                     "approval {id} does not match the call it approved"
@@ -170,7 +170,7 @@ fn verdict(view: &RequestView) -> Verdict {
             Verdict::Forward,
         ),
         (Status::Answered, Some(answer)) => {
-            let said = match answer.reason {
+            let said = match answer.reason() {
                 Some(Reason::Cancelled) => "cancelled",
                 _ => "declined",
             };

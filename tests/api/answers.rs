@@ -67,6 +67,9 @@ async fn malformed_answers_are_400_and_leave_the_request_pending() {
         let (status, problem) = raw_answer(&app, &id, "application/json", body).await;
         assert_eq!(status, 400, "{body}: {problem}");
     }
+    let (_, problem) = raw_answer(&app, &id, "application/json", r#"{"ok": true, "reason": "declined"}"#).await;
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.ends_with("reason is only allowed when ok is false"), "{detail}");
     assert_eq!(app.get_json(&format!("/requests/{id}")).await["status"], "pending");
     let matching_id = app
         .answer(&id, json!({"id": id, "ok": true, "data": {"confirm": true}}))

@@ -14,6 +14,7 @@ use crate::store::{
     Answered, Decision, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry,
     StoreError, Withdrawal,
 };
+use crate::suspension::RequestKind;
 use crate::time::Timestamp;
 
 impl Postgres {
@@ -311,7 +312,7 @@ impl Postgres {
         conditions.equal("server", filter.server.as_deref());
         conditions.equal("session", filter.session.as_deref());
         conditions.equal("call_id", filter.call.as_deref());
-        conditions.equal("kind", filter.kind.as_deref());
+        conditions.equal("kind", filter.kind.as_ref().map(RequestKind::as_str));
         conditions.equal("owner", filter.owner.as_deref());
         let fetch = conditions.param(Box::new(fetch));
         let sql = format!(
@@ -417,7 +418,7 @@ async fn insert_request(tx: &Tx<'_>, new: &NewRequest, round: Option<u32>) -> Re
          VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $11, $12, $13, $14, $15)",
         &[
             &request.id,
-            &request.kind,
+            &request.kind.as_str(),
             &request.prompt,
             &request.url,
             &rows::to_json_opt(request.data.as_deref()),

@@ -12,7 +12,7 @@ use crate::records::{
     CallError, CallFailure, CallStatus, CallView, Event, EventKind, RequestView, SessionStatus, SessionView, Status,
     Via,
 };
-use crate::suspension::Request;
+use crate::suspension::{Request, RequestKind};
 use crate::time::Timestamp;
 
 /// The columns `request` reads, in order.
@@ -42,7 +42,7 @@ pub fn request_at(row: &Row, at: usize) -> Result<RequestView, tokio_postgres::E
     Ok(RequestView {
         request: Request {
             id: row.try_get(at)?,
-            kind: row.try_get(at + 1)?,
+            kind: RequestKind::from(row.try_get::<_, String>(at + 1)?),
             prompt: row.try_get(at + 2)?,
             url: row.try_get(at + 3)?,
             data: row

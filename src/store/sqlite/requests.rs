@@ -14,6 +14,7 @@ use crate::store::{
     Answered, Decision, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry,
     StoreError, Withdrawal,
 };
+use crate::suspension::RequestKind;
 use crate::time::Timestamp;
 
 impl Sqlite {
@@ -301,7 +302,7 @@ impl Sqlite {
         conditions.equal("server", filter.server.as_deref());
         conditions.equal("session", filter.session.as_deref());
         conditions.equal("call_id", filter.call.as_deref());
-        conditions.equal("kind", filter.kind.as_deref());
+        conditions.equal("kind", filter.kind.as_ref().map(RequestKind::as_str));
         conditions.equal("owner", filter.owner.as_deref());
         self.read(|conn| {
             let sql = format!(
@@ -351,7 +352,7 @@ fn insert_request(conn: &Connection, new: &NewRequest, round: Option<u32>) -> ru
     )?
     .execute(params![
         request.id,
-        request.kind,
+        request.kind.as_str(),
         request.prompt,
         request.url,
         rows::to_json_opt(request.data.as_deref()),

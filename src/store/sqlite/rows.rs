@@ -10,7 +10,7 @@ use crate::records::{
     CallError, CallFailure, CallStatus, CallView, Event, EventKind, RequestView, SessionStatus, SessionView, Status,
     Via,
 };
-use crate::suspension::Request;
+use crate::suspension::{Request, RequestKind};
 use crate::time::Timestamp;
 
 /// The columns `request` reads, in order.
@@ -39,7 +39,7 @@ pub fn request_at(row: &Row<'_>, at: usize) -> rusqlite::Result<RequestView> {
     Ok(RequestView {
         request: Request {
             id: row.get(at)?,
-            kind: row.get(at + 1)?,
+            kind: RequestKind::from(row.get::<_, String>(at + 1)?),
             prompt: row.get(at + 2)?,
             url: row.get(at + 3)?,
             data: json_opt::<serde_json::Map<String, serde_json::Value>>(row, at + 4)?.map(Arc::new),
