@@ -216,11 +216,14 @@ impl ServerHandler for Demo {
                     .get("timeout")
                     .and_then(Value::as_f64)
                     .map(Duration::from_secs_f64);
-                let crash = name == "crash";
+                if name == "crash" {
+                    // Its one elicitation goes out before the exit.
+                    exit_soon();
+                }
                 if modern {
-                    self.next_round(name, steps, &request, crash)
+                    self.next_round(name, steps, &request)
                 } else {
-                    elicit_in_turn(name, steps, &context, crash, timeout).await
+                    elicit_in_turn(name, steps, &context, timeout).await
                 }
             }
         }
@@ -406,16 +409,12 @@ async fn elicit_in_turn(
     tool: &str,
     steps: Vec<Value>,
     context: &RequestContext<RoleServer>,
-    crash: bool,
     timeout: Option<Duration>,
 ) -> Result<CallToolResponse, ErrorData> {
     let mut results = Vec::new();
     for step in steps {
         let params: ElicitRequestParams =
             serde_json::from_value(step).map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        if crash {
-            exit_soon();
-        }
         let received = context
             .peer
             .create_elicitation_with_timeout(params.clone(), timeout)
@@ -455,7 +454,6 @@ impl Demo {
         tool: &str,
         steps: Vec<Value>,
         request: &CallToolRequestParams,
-        crash: bool,
     ) -> Result<CallToolResponse, ErrorData> {
         let mut results = self.unseal(request.request_state.as_deref())?;
         let key = |round: usize| format!("step{round}");
@@ -474,9 +472,6 @@ impl Demo {
         };
         let params: ElicitRequestParams =
             serde_json::from_value(step.clone()).map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        if crash {
-            exit_soon();
-        }
         let requests = BTreeMap::from([(
             key(results.len()),
             InputRequest::Elicitation(ElicitRequest::new(params)),

@@ -65,11 +65,11 @@ impl Posted {
         for key in body.keys().filter(|key| !KEYS.contains(&key.as_str())) {
             shape.push(problem(&format!("/{key}"), "is not a key of a Request"));
         }
-        let id = text(body, "id", false, &mut shape);
-        let kind = text(body, "kind", true, &mut shape);
-        let prompt = text(body, "prompt", true, &mut shape);
-        let url = text(body, "url", false, &mut shape);
-        let expires_at = text(body, "expiresAt", false, &mut shape);
+        let id = text(body, "id", Presence::Optional, &mut shape);
+        let kind = text(body, "kind", Presence::Required, &mut shape);
+        let prompt = text(body, "prompt", Presence::Required, &mut shape);
+        let url = text(body, "url", Presence::Optional, &mut shape);
+        let expires_at = text(body, "expiresAt", Presence::Optional, &mut shape);
         let data = match body.get("data") {
             None | Some(Value::Null) => None,
             Some(Value::Object(data)) => Some(data.clone()),
@@ -201,15 +201,22 @@ fn check_questions(questions: Option<&Value>, wrong: &mut Vec<Violation>) {
     }
 }
 
-/// The string under `key`, noting its absence (when `required`) or another type; `null` is absent.
-fn text(body: &Map<String, Value>, key: &str, required: bool, shape: &mut Vec<Violation>) -> Option<String> {
+/// Whether a key of a posted Request must be there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Presence {
+    Required,
+    Optional,
+}
+
+/// The string under `key`, noting its absence (when required) or another type; `null` is absent.
+fn text(body: &Map<String, Value>, key: &str, presence: Presence, shape: &mut Vec<Violation>) -> Option<String> {
     match body.get(key).filter(|value| !value.is_null()) {
         Some(Value::String(text)) => Some(text.clone()),
         Some(_) => {
             shape.push(problem(&format!("/{key}"), "must be a string"));
             None
         }
-        None if required => {
+        None if presence == Presence::Required => {
             shape.push(problem(&format!("/{key}"), "is required"));
             None
         }

@@ -9,7 +9,7 @@ mod session;
 pub use call::{CallError, CallFailure, CallFilter, CallStatus, CallView, Finish, ToolName, Via};
 pub use event::{Event, EventKind, Tags};
 pub use request::{Filter, RequestView, Status};
-pub use session::{SessionStatus, SessionView};
+pub use session::{SessionFilter, SessionStatus, SessionView};
 
 /// The length of `value` as JSON, without writing it out.
 pub fn json_size(value: &impl serde::Serialize) -> usize {

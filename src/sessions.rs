@@ -3,7 +3,7 @@
 
 use rmcp::model::Implementation;
 
-use crate::records::{SessionStatus, SessionView};
+use crate::records::{SessionFilter, SessionStatus, SessionView};
 use crate::store::{InsertSessionError, NewSession, Store, StoreError};
 
 /// The Sessions; cheap to clone.
@@ -58,8 +58,8 @@ impl Sessions {
         self.store.session(id).await
     }
 
-    /// Sessions oldest first; closed and failed ones only with `all`.
-    pub async fn list(&self, all: bool) -> Result<Vec<SessionView>, StoreError> {
-        self.store.sessions(all).await
+    /// The sessions `filter` keeps, oldest first.
+    pub async fn list(&self, filter: SessionFilter) -> Result<Vec<SessionView>, StoreError> {
+        self.store.sessions(filter).await
     }
 }

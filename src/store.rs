@@ -19,7 +19,8 @@ use serde_json::{Map, Value};
 
 use crate::feed::Feed;
 use crate::records::{
-    CallFilter, CallStatus, CallView, Event, Filter, Finish, RequestView, SessionStatus, SessionView, Status, Via,
+    CallFilter, CallStatus, CallView, Event, Filter, Finish, RequestView, SessionFilter, SessionStatus, SessionView,
+    Status, Via,
 };
 use crate::suspension::{Answer, Request};
 use crate::time::Timestamp;
@@ -572,9 +573,9 @@ impl Store {
         dispatch!(self, store => store.session(id).await)
     }
 
-    /// Sessions oldest first; closed and failed ones only with `all`.
-    pub async fn sessions(&self, all: bool) -> Result<Vec<SessionView>, StoreError> {
-        dispatch!(self, store => store.sessions(all).await)
+    /// The sessions `filter` keeps, oldest first.
+    pub async fn sessions(&self, filter: SessionFilter) -> Result<Vec<SessionView>, StoreError> {
+        dispatch!(self, store => store.sessions(filter).await)
     }
 
     /// Up to `limit` events recorded after event `after`, oldest first.

@@ -24,7 +24,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use client::{CallRef, SessionCore, capabilities};
+pub use connect::ConnectError;
 pub use reports::{Following, Progress, Report};
+pub use supervise::OpenError;
 
 use reports::Reports;
 
@@ -61,8 +63,12 @@ pub enum UpstreamError {
     ServerNotReady { server: String, detail: String },
     #[error("session {0} is the shared session of its server; the gateway manages it")]
     SharedSession(String),
-    #[error("{0}")]
-    Unreachable(String),
+    /// A private session could not be opened.
+    #[error("cannot open a session to {server:?}: {error}")]
+    Unopened { server: String, error: OpenError },
+    /// The upstream did not answer `tools/list`.
+    #[error("tools/list failed: {0}")]
+    ToolsList(rmcp::service::ServiceError),
     #[error("{0}")]
     Forbidden(String),
     #[error("{0}")]
@@ -319,7 +325,10 @@ impl Upstreams {
         self.open_session(id, &slot.server, Some(owner))
             .await
             .map(|(view, _)| view)
-            .map_err(|detail| UpstreamError::Unreachable(format!("cannot open a session to {server:?}: {detail}")))
+            .map_err(|error| UpstreamError::Unopened {
+                server: server.to_owned(),
+                error,
+            })
     }
 
     /// Closes a private session; its pending Requests are cancelled (the upstream is told `cancel`) and its
@@ -464,10 +473,7 @@ impl Upstreams {
             self.session(id, by).await?;
         }
         let live = self.live(target).await?;
-        live.peer
-            .list_all_tools()
-            .await
-            .map_err(|error| UpstreamError::Unreachable(format!("tools/list failed: {error}")))
+        live.peer.list_all_tools().await.map_err(UpstreamError::ToolsList)
     }
 
     /// The progress the upstream reports on a call, while the returned value lives.

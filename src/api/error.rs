@@ -121,7 +121,7 @@ impl From<UpstreamError> for ApiError {
                 retry_after: Some(RETRY_AFTER_SECS),
                 ..Self::new(StatusCode::SERVICE_UNAVAILABLE, detail)
             },
-            UpstreamError::Unreachable(_) => Self::new(StatusCode::BAD_GATEWAY, detail),
+            UpstreamError::Unopened { .. } | UpstreamError::ToolsList(_) => Self::new(StatusCode::BAD_GATEWAY, detail),
             UpstreamError::Forbidden(_) => Self::forbidden(detail),
             UpstreamError::TooMany(_) => Self::new(StatusCode::TOO_MANY_REQUESTS, detail),
             UpstreamError::Store(error) => error.into(),

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::AppState;
 use crate::metrics::{Metric, Metrics, Reading};
-use crate::records::SessionStatus;
+use crate::records::{SessionFilter, SessionStatus};
 
 /// `GET /metrics`.
 #[utoipa::path(
@@ -25,7 +25,7 @@ pub async fn render(State(state): State<AppState>) -> Response {
         readings.push(Reading::labelled(Metric::Calls, labels, count as f64));
     }
     let mut sessions = std::collections::BTreeMap::<(String, SessionStatus), usize>::new();
-    for session in state.sessions.list(false).await.unwrap_or_default() {
+    for session in state.sessions.list(SessionFilter::Open).await.unwrap_or_default() {
         *sessions.entry((session.server, session.status)).or_default() += 1;
     }
     for ((server, status), count) in sessions {

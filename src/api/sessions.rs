@@ -12,7 +12,7 @@ use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, InvalidQuery, LongPollsHeld, Problem, WaitQuery, to_completion};
 use crate::auth::Principal;
 use crate::feed::Concern;
-use crate::records::SessionView;
+use crate::records::{SessionFilter, SessionView};
 use crate::upstream::{ServerStatus, ServerView, Target};
 
 /// What `POST /sessions` opens.
@@ -21,15 +21,6 @@ use crate::upstream::{ServerStatus, ServerView, Target};
 pub struct OpenSession {
     /// The server to open a private session to.
     server: String,
-}
-
-/// Which sessions `GET /sessions` lists.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum SessionFilter {
-    #[default]
-    Open,
-    All,
 }
 
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -94,7 +85,7 @@ pub async fn list(
     Extension(principal): Extension<Principal>,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Json<Vec<SessionView>>, ApiError> {
-    let sessions = state.sessions.list(matches!(query.status, SessionFilter::All)).await?;
+    let sessions = state.sessions.list(query.status).await?;
     Ok(Json(
         sessions
             .into_iter()

@@ -209,7 +209,7 @@ pub struct CallView {
 }
 
 /// How a call ended.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Finish {
     Completed(Value),
     Failed(CallError),

@@ -19,6 +19,17 @@ pub enum SessionStatus {
     Failed,
 }
 
+/// Which sessions a listing returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionFilter {
+    /// Those starting or ready.
+    #[default]
+    Open,
+    /// Closed and failed ones too.
+    All,
+}
+
 impl SessionStatus {
     /// The status as the API spells it.
     pub fn as_str(self) -> &'static str {

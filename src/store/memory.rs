@@ -18,8 +18,8 @@ use crate::feed::Feed;
 use crate::ids;
 use crate::records::json_size;
 use crate::records::{
-    CallError, CallFilter, CallStatus, CallView, Event, EventKind, Filter, Finish, RequestView, SessionStatus,
-    SessionView, Status,
+    CallError, CallFilter, CallStatus, CallView, Event, EventKind, Filter, Finish, RequestView, SessionFilter,
+    SessionStatus, SessionView, Status,
 };
 use crate::retained::Retained;
 use crate::time::Timestamp;
@@ -616,12 +616,11 @@ impl Memory {
         Ok(self.lock().sessions.get(id).cloned())
     }
 
-    pub async fn sessions(&self, all: bool) -> Result<Vec<SessionView>, StoreError> {
+    pub async fn sessions(&self, filter: SessionFilter) -> Result<Vec<SessionView>, StoreError> {
         let state = self.lock();
-        Ok(if all {
-            state.sessions.values().cloned().collect()
-        } else {
-            state.sessions.live().cloned().collect()
+        Ok(match filter {
+            SessionFilter::All => state.sessions.values().cloned().collect(),
+            SessionFilter::Open => state.sessions.live().cloned().collect(),
         })
     }
 

@@ -7,7 +7,7 @@ use rmcp::model::{ElicitResult, ElicitationAction};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::records::{CallStatus, EventKind, Finish, SessionStatus, Status, Via};
+use crate::records::{CallStatus, EventKind, Finish, SessionFilter, SessionStatus, Status, Via};
 use crate::suspension::{Answer, RequestKind, Verdict};
 
 /// Runs a scenario on a memory store, on a SQLite file in a temp dir and on a fresh PostgreSQL database.
@@ -898,7 +898,7 @@ async fn listings_cursors_and_pruning_read_what_was_kept() {
             .await
             .unwrap()
             .unwrap();
-        assert!(store.sessions(true).await.unwrap().is_empty());
+        assert!(store.sessions(SessionFilter::All).await.unwrap().is_empty());
 
         store.save_webhook_cursor("hook", 3);
         store.save_webhook_cursor("hook", 7);

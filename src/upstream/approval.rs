@@ -6,12 +6,24 @@ use std::sync::Arc;
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Map, Value};
 
+use super::legs::LegError;
 use super::{CallRef, Upstreams};
 use crate::approvals::{self, ApprovalPolicy};
 use crate::records::{CallError, CallFailure, CallView, Finish, RequestView, Status};
 use crate::registry::{Origin, Waiting};
 use crate::store::{HeldCall, StoreError};
 use crate::suspension::{Reason, Request, RequestKind};
+
+/// Why an approved call could not be forwarded.
+#[derive(Debug, thiserror::Error)]
+enum ForwardError {
+    #[error("the approved call could not be read or claimed: {0}")]
+    Store(#[from] StoreError),
+    #[error("call {0} is gone")]
+    Gone(String),
+    #[error(transparent)]
+    Session(#[from] LegError),
+}
 
 /// What an approval's outcome does to its call.
 #[derive(Debug, PartialEq)]
@@ -98,8 +110,8 @@ impl Upstreams {
         match verdict {
             Verdict::Forward(arguments) => {
                 tracing::info!(%call, request = %waiting.id, "call approved; forwarding it");
-                if let Err(detail) = self.forward(&call, arguments).await {
-                    self.end_call(&call, Finish::failed(detail)).await;
+                if let Err(error) = self.forward(&call, arguments).await {
+                    self.end_call(&call, Finish::failed(error.to_string())).await;
                 }
             }
             Verdict::Fail(error) => {
@@ -129,19 +141,17 @@ impl Upstreams {
 
     /// Sends an approved call upstream with the arguments approved, on its session or, if that was the
     /// server's shared one and has ended since, on the shared session open now.
-    async fn forward(self: &Arc<Self>, call: &str, arguments: Option<Map<String, Value>>) -> Result<(), String> {
-        let unreadable = |error: StoreError| format!("the approved call could not be read or claimed: {error}");
+    async fn forward(self: &Arc<Self>, call: &str, arguments: Option<Map<String, Value>>) -> Result<(), ForwardError> {
         let view = self
             .calls
             .get(call)
-            .await
-            .map_err(unreadable)?
-            .ok_or_else(|| format!("call {call} is gone"))?;
-        let session = self.sessions.get(&view.session).await.map_err(unreadable)?;
+            .await?
+            .ok_or_else(|| ForwardError::Gone(call.to_owned()))?;
+        let session = self.sessions.get(&view.session).await?;
         let shared = session.is_some_and(|session| session.shared);
         let live = self.session_for(&view.server, &view.session, shared).await?;
         // Whoever waited on the approval — this process, a previous run, or another replica — sends it once.
-        if !self.calls.forwarding(call).await.map_err(unreadable)? {
+        if !self.calls.forwarding(call).await? {
             return Ok(());
         }
         let mut params = CallToolRequestParams::new(view.tool.clone());

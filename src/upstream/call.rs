@@ -27,6 +27,15 @@ const MAX_ROUNDS: u32 = 32;
 /// JSON-RPC error code of a 2025-11-25 `URLElicitationRequiredError`.
 const URL_ELICITATION_REQUIRED: ErrorCode = ErrorCode(-32042);
 
+/// Why an `input_required` result cannot be read.
+#[derive(Debug, thiserror::Error)]
+enum RoundError {
+    #[error("inputRequests is not an object")]
+    Requests,
+    #[error("requestState is not a string")]
+    State,
+}
+
 /// Sends a call's `tools/call` (after `round` answered rounds) and follows it: returns how the call ended,
 /// or `None` when it waits on a round of Requests.
 pub async fn drive(live: &Live, call: &CallRef, mut params: CallToolRequestParams, mut round: u32) -> Option<Finish> {
@@ -73,9 +82,9 @@ pub async fn drive(live: &Live, call: &CallRef, mut params: CallToolRequestParam
         };
         let (requests, state) = match read_input_required(input) {
             Ok(round) => round,
-            Err(detail) => {
+            Err(error) => {
                 return Some(Finish::failed(format!(
-                    "the upstream asked for input the gateway cannot show: {detail}"
+                    "the upstream asked for input the gateway cannot show: {error}"
                 )));
             }
         };
@@ -157,16 +166,16 @@ fn is_input_required(result: &Value) -> bool {
 }
 
 /// The `inputRequests` of an `input_required` result and its `requestState`, to be echoed byte for byte.
-fn read_input_required(mut result: Value) -> Result<(Map<String, Value>, Option<String>), String> {
+fn read_input_required(mut result: Value) -> Result<(Map<String, Value>, Option<String>), RoundError> {
     let requests = match result.get_mut("inputRequests").map(Value::take) {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(requests)) => requests,
-        Some(_) => return Err("inputRequests is not an object".to_owned()),
+        Some(_) => return Err(RoundError::Requests),
     };
     let state = match result.get_mut("requestState").map(Value::take) {
         None | Some(Value::Null) => None,
         Some(Value::String(state)) => Some(state),
-        Some(_) => return Err("requestState is not a string".to_owned()),
+        Some(_) => return Err(RoundError::State),
     };
     Ok((requests, state))
 }
@@ -305,27 +314,19 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn result(finish: Finish) -> Result<Value, String> {
-        match finish {
-            Finish::Completed(result) => Ok(result),
-            Finish::Failed(error) => Err(error.message),
-            Finish::Cancelled(message) => Err(message),
-        }
-    }
-
     #[test]
     fn call_tool_results_pass_through_as_the_upstream_wrote_them() {
         let text = json!({"content": [{"type": "text", "text": "hi", "annotations": {"x": 1}}], "isError": false,
             "resultType": "complete", "_meta": {"k": "v"}});
-        assert_eq!(result(completed_json(text.clone())), Ok(text));
+        assert_eq!(completed_json(text.clone()), Finish::Completed(text));
         let structured = json!({"structuredContent": {"n": 1}});
         assert_eq!(
-            result(completed_json(structured)),
-            Ok(json!({"structuredContent": {"n": 1}, "content": []}))
+            completed_json(structured),
+            Finish::Completed(json!({"structuredContent": {"n": 1}, "content": []}))
         );
         assert_eq!(
-            result(completed_json(json!({"isError": true}))),
-            Ok(json!({"isError": true, "content": []}))
+            completed_json(json!({"isError": true})),
+            Finish::Completed(json!({"isError": true, "content": []}))
         );
     }
 
@@ -341,8 +342,7 @@ mod tests {
             json!({"content": [], "isError": "yes"}),
             json!({"content": [], "resultType": "task"}),
         ] {
-            let message = result(completed_json(other.clone())).unwrap_err();
-            assert!(message.contains("not a CallToolResult"), "{other}: {message}");
+            assert_eq!(completed_json(other), not_a_call_tool_result());
         }
     }
 }

@@ -1,7 +1,11 @@
 //! Opening the MCP connection of a session: the transport, the protocol era, and prompt end-of-stream detection.
 
 use std::collections::HashMap;
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
 
+use axum::http::header::{InvalidHeaderName, InvalidHeaderValue};
 use axum::http::{HeaderName, HeaderValue};
 use rmcp::model::ProtocolVersion;
 use rmcp::service::{RunningService, RxJsonRpcMessage, TxJsonRpcMessage};
@@ -18,6 +22,35 @@ use crate::redact::Secrets;
 /// A live MCP client connection.
 pub type Connection = RunningService<RoleClient, GatewayClient>;
 
+/// Why a session's connection could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error(
+        "the server did not finish starting and its MCP handshake within {} (startup_timeout)",
+        humantime::format_duration(*.0)
+    )]
+    StartupTimeout(Duration),
+    /// `auto` failed in both eras.
+    #[error("{legacy} (and with 2026-07-28: {modern})")]
+    NoEra {
+        legacy: Box<ConnectError>,
+        modern: Box<ConnectError>,
+    },
+    #[error("cannot start {}: {error}", program.display())]
+    Spawn { program: PathBuf, error: io::Error },
+    #[error("header name {name:?}: {error}")]
+    HeaderName { name: String, error: InvalidHeaderName },
+    #[error("header {name}: {error}")]
+    HeaderValue { name: String, error: InvalidHeaderValue },
+    #[error("cannot build an HTTP client: {0}")]
+    HttpClient(reqwest::Error),
+    /// The config pins 2026-07-28 and the server refused it.
+    #[error("the server does not speak protocol 2026-07-28, which its config pins: {0}")]
+    NotModern(ScrubbedError),
+    #[error("the MCP handshake failed: {0}")]
+    Handshake(ScrubbedError),
+}
+
 /// Connects to a server and completes the handshake in the era its config asks for, within its `startup_timeout`.
 ///
 /// `auto` tries 2026-07-28 first; when that handshake fails it connects afresh with 2025-11-25.
@@ -26,28 +59,26 @@ pub type Connection = RunningService<RoleClient, GatewayClient>;
 pub async fn connect(
     server: &Server,
     handler: impl Fn(ProtocolVersion) -> GatewayClient,
-) -> Result<(Connection, oneshot::Receiver<String>), String> {
+) -> Result<(Connection, oneshot::Receiver<String>), ConnectError> {
     let timeout = server.startup_timeout;
     tokio::time::timeout(timeout, connect_in_era(server, handler))
         .await
-        .unwrap_or_else(|_| {
-            Err(format!(
-                "the server did not finish starting and its MCP handshake within {} (startup_timeout)",
-                humantime::format_duration(timeout)
-            ))
-        })
+        .unwrap_or(Err(ConnectError::StartupTimeout(timeout)))
 }
 
 async fn connect_in_era(
     server: &Server,
     handler: impl Fn(ProtocolVersion) -> GatewayClient,
-) -> Result<(Connection, oneshot::Receiver<String>), String> {
+) -> Result<(Connection, oneshot::Receiver<String>), ConnectError> {
     match server.protocol {
         ProtocolChoice::Auto => match attempt(server, &handler, ProtocolChoice::Auto).await {
             Ok(connected) => Ok(connected),
             Err(modern) => attempt(server, &handler, ProtocolChoice::Legacy)
                 .await
-                .map_err(|legacy| format!("{legacy} (and with 2026-07-28: {modern})")),
+                .map_err(|legacy| ConnectError::NoEra {
+                    legacy: Box::new(legacy),
+                    modern: Box::new(modern),
+                }),
         },
         protocol => attempt(server, &handler, protocol).await,
     }
@@ -57,7 +88,7 @@ async fn attempt(
     server: &Server,
     handler: &impl Fn(ProtocolVersion) -> GatewayClient,
     protocol: ProtocolChoice,
-) -> Result<(Connection, oneshot::Receiver<String>), String> {
+) -> Result<(Connection, oneshot::Receiver<String>), ConnectError> {
     let (eof, ended) = oneshot::channel();
     let handler = handler(match protocol {
         ProtocolChoice::Legacy | ProtocolChoice::Auto => ProtocolVersion::V_2025_11_25,
@@ -66,20 +97,28 @@ async fn attempt(
     let connection = match &server.transport {
         ServerTransport::Stdio { command, args, env } => {
             let child = ChildTransport::spawn(&server.name, command, args, env, eof)
-                .map_err(|error| format!("cannot start {}: {error}", command.display()))?
+                .map_err(|error| ConnectError::Spawn {
+                    program: command.clone(),
+                    error,
+                })?
                 .answering(handler.core().clone());
-            handshake(child, handler, protocol).await?
+            handshake(child, handler, protocol, &Secrets::default()).await?
         }
         ServerTransport::Http { url, headers } => {
             let headers = headers
                 .iter()
                 .map(|(name, value)| {
-                    Ok((
-                        HeaderName::try_from(name.as_str()).map_err(|e| format!("header name {name:?}: {e}"))?,
-                        HeaderValue::try_from(value.as_str()).map_err(|e| format!("header {name}: {e}"))?,
-                    ))
+                    let header = HeaderName::try_from(name.as_str()).map_err(|error| ConnectError::HeaderName {
+                        name: name.clone(),
+                        error,
+                    })?;
+                    let value = HeaderValue::try_from(value.as_str()).map_err(|error| ConnectError::HeaderValue {
+                        name: name.clone(),
+                        error,
+                    })?;
+                    Ok((header, value))
                 })
-                .collect::<Result<HashMap<_, _>, String>>()?;
+                .collect::<Result<HashMap<_, _>, ConnectError>>()?;
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
             let transport = StreamableHttpClientTransport::with_client(http_client()?, config);
             let secrets = Secrets::of_url(url);
@@ -88,9 +127,7 @@ async fn attempt(
                 eof: Some(eof),
                 secrets: secrets.clone(),
             };
-            handshake(watched, handler, protocol)
-                .await
-                .map_err(|error| secrets.scrub(&error))?
+            handshake(watched, handler, protocol, &secrets).await?
         }
     };
     Ok((connection, ended))
@@ -98,14 +135,20 @@ async fn attempt(
 
 /// The HTTP client of an upstream's session: it follows no redirect, so that a server cannot send the
 /// session's headers (its credentials) on to another address.
-fn http_client() -> Result<reqwest::Client, String> {
+fn http_client() -> Result<reqwest::Client, ConnectError> {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .map_err(|error| format!("cannot build an HTTP client: {error}"))
+        .map_err(ConnectError::HttpClient)
 }
 
-async fn handshake<T>(transport: T, handler: GatewayClient, protocol: ProtocolChoice) -> Result<Connection, String>
+/// Completes the MCP handshake in an era; its error never quotes `secrets`.
+async fn handshake<T>(
+    transport: T,
+    handler: GatewayClient,
+    protocol: ProtocolChoice,
+    secrets: &Secrets,
+) -> Result<Connection, ConnectError>
 where
     T: Transport<RoleClient> + 'static,
 {
@@ -127,13 +170,13 @@ where
             }
         }
     };
-    match serving.await {
-        Ok(connection) => Ok(connection),
-        Err(error) if protocol == ProtocolChoice::Modern => Err(format!(
-            "the server does not speak protocol 2026-07-28, which its config pins: {error}"
-        )),
-        Err(error) => Err(format!("the MCP handshake failed: {error}")),
-    }
+    serving.await.map_err(|error| {
+        let error = ScrubbedError(secrets.scrub(&error.to_string()));
+        match protocol {
+            ProtocolChoice::Modern => ConnectError::NotModern(error),
+            ProtocolChoice::Legacy | ProtocolChoice::Auto => ConnectError::Handshake(error),
+        }
+    })
 }
 
 /// An HTTP transport that reports the end of the upstream's stream the moment it is read, and whose errors
@@ -144,7 +187,7 @@ struct EofWatch<T> {
     secrets: Secrets,
 }
 
-/// A transport error with the URL's secrets taken out of its message.
+/// An error's message with the URL's secrets taken out.
 #[derive(Debug)]
 pub struct ScrubbedError(String);
 

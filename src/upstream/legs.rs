@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::call;
-use super::{CallRef, Leg, Live, Target, Upstreams, lock};
+use super::{CallRef, Leg, Live, Target, UpstreamError, Upstreams, lock};
 use crate::calls::Calls;
 use crate::feed::{Concern, Feed};
 use crate::records::{CallStatus, Finish};
@@ -21,6 +21,21 @@ use crate::store::Retry;
 /// The first pause before recording a call's end again; it doubles up to `RETRY_MOST`.
 const RETRY_FIRST: Duration = Duration::from_millis(250);
 const RETRY_MOST: Duration = Duration::from_secs(30);
+
+/// Why a call's next `tools/call` has no session to go to.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum LegError {
+    /// The call's private session has ended.
+    #[error("the session ended before the call completed")]
+    SessionEnded,
+    #[error(transparent)]
+    UnknownServer(UpstreamError),
+    /// The server's shared session was not ready within its `startup_timeout`.
+    #[error("the call could not be retried: {0}")]
+    NotReady(UpstreamError),
+    #[error("the gateway is shutting down")]
+    ShuttingDown,
+}
 
 impl Upstreams {
     /// Sends one `tools/call` of a call on a task of its own, and acts on how it ends: the call ends, or
@@ -152,7 +167,7 @@ impl Upstreams {
             let call = retry.call.clone();
             let live = match this.session_for(&retry.server, &retry.session, retry.shared).await {
                 Ok(live) => live,
-                Err(detail) => return this.end_call(&call, Finish::failed(detail)).await,
+                Err(error) => return this.end_call(&call, Finish::failed(error.to_string())).await,
             };
             let mut params = CallToolRequestParams::new(retry.tool.clone());
             params.arguments = match retry.arguments {
@@ -171,14 +186,14 @@ impl Upstreams {
 
     /// The session a call's next `tools/call` goes to: the call's own while it is open; else the server's
     /// shared session (once it is ready, within the server's `startup_timeout`) if the call was on a shared one.
-    pub(super) async fn session_for(&self, server: &str, session: &str, shared: bool) -> Result<Arc<Live>, String> {
+    pub(super) async fn session_for(&self, server: &str, session: &str, shared: bool) -> Result<Arc<Live>, LegError> {
         if let Some(live) = lock(&self.live).get(session).cloned() {
             return Ok(live);
         }
         if !shared {
-            return Err("the session ended before the call completed".to_owned());
+            return Err(LegError::SessionEnded);
         }
-        let slot = self.slot(server).map_err(|error| error.to_string())?;
+        let slot = self.slot(server).map_err(LegError::UnknownServer)?;
         let target = Target::Server(server.to_owned());
         let target = &target;
         let ready = || async move { self.live(target).await.ok() };
@@ -187,8 +202,8 @@ impl Upstreams {
             return Ok(live);
         }
         match self.live(target).await {
-            Err(error) => Err(format!("the call could not be retried: {error}")),
-            Ok(_) => Err("the gateway is shutting down".to_owned()),
+            Err(error) => Err(LegError::NotReady(error)),
+            Ok(_) => Err(LegError::ShuttingDown),
         }
     }
 }

@@ -6,6 +6,14 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 /// The longest line logged; the rest of a longer line is dropped and the logged part marked `truncated`.
 const MAX_LINE_BYTES: usize = 8 * 1024;
 
+/// Whether a logged line is all of what the server wrote on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Extent {
+    Whole,
+    /// Cut at `MAX_LINE_BYTES`; the rest was dropped.
+    Truncated,
+}
+
 /// Logs each line `stderr` carries until it closes, on a task of its own that keeps reading, so the server
 /// never blocks on a full pipe.
 pub fn follow(server: &str, stderr: impl AsyncRead + Unpin + Send + 'static) {
@@ -17,7 +25,7 @@ pub fn follow(server: &str, stderr: impl AsyncRead + Unpin + Send + 'static) {
 async fn log_lines(server: &str, stderr: impl AsyncRead + Unpin) {
     let mut reader = BufReader::new(stderr);
     let mut lines = Lines::default();
-    let mut emit = |line: &[u8], truncated| log(server, line, truncated);
+    let mut emit = |line: &[u8], extent| log(server, line, extent);
     loop {
         let available = match reader.fill_buf().await {
             Ok([]) | Err(_) => break,
@@ -39,15 +47,15 @@ struct Lines {
 
 impl Lines {
     /// Takes `chunk` up to and including its first newline, emits the line that ends or overflows there
-    /// (with whether it was cut), and returns how many bytes it took.
-    fn feed(&mut self, chunk: &[u8], emit: &mut impl FnMut(&[u8], bool)) -> usize {
+    /// (with its extent), and returns how many bytes it took.
+    fn feed(&mut self, chunk: &[u8], emit: &mut impl FnMut(&[u8], Extent)) -> usize {
         let newline = chunk.iter().position(|byte| *byte == b'\n');
         let part = &chunk[..newline.unwrap_or(chunk.len())];
         if !self.dropping {
             let room = MAX_LINE_BYTES - self.line.len();
             if part.len() > room {
                 self.line.extend_from_slice(&part[..room]);
-                emit(&self.line, true);
+                emit(&self.line, Extent::Truncated);
                 self.line.clear();
                 self.dropping = true;
             } else {
@@ -58,7 +66,7 @@ impl Lines {
             return chunk.len();
         };
         if !self.dropping {
-            emit(&self.line, false);
+            emit(&self.line, Extent::Whole);
         }
         self.line.clear();
         self.dropping = false;
@@ -66,9 +74,9 @@ impl Lines {
     }
 
     /// Emits a last line the stream ended without a newline.
-    fn finish(&mut self, emit: &mut impl FnMut(&[u8], bool)) {
+    fn finish(&mut self, emit: &mut impl FnMut(&[u8], Extent)) {
         if !self.dropping && !self.line.is_empty() {
-            emit(&self.line, false);
+            emit(&self.line, Extent::Whole);
         }
         self.line.clear();
     }
@@ -76,16 +84,15 @@ impl Lines {
 
 /// Logs one line at `info`: stderr is the only log a stdio server has, so a line on it is not a fault by
 /// itself. Blank lines are skipped.
-fn log(server: &str, line: &[u8], truncated: bool) {
+fn log(server: &str, line: &[u8], extent: Extent) {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if line.iter().all(u8::is_ascii_whitespace) {
         return;
     }
     let text = printable(line);
-    if truncated {
-        tracing::info!(server = %server, truncated, "{text}");
-    } else {
-        tracing::info!(server = %server, "{text}");
+    match extent {
+        Extent::Truncated => tracing::info!(server = %server, truncated = true, "{text}"),
+        Extent::Whole => tracing::info!(server = %server, "{text}"),
     }
 }
 
@@ -120,10 +127,10 @@ mod tests {
     }
 
     /// Feeds the chunks as reads would return them, and returns every line emitted.
-    fn cut(chunks: &[&[u8]]) -> Vec<(String, bool)> {
+    fn cut(chunks: &[&[u8]]) -> Vec<(String, Extent)> {
         let mut lines = Lines::default();
         let mut emitted = Vec::new();
-        let mut emit = |line: &[u8], truncated| emitted.push((String::from_utf8_lossy(line).into_owned(), truncated));
+        let mut emit = |line: &[u8], extent| emitted.push((String::from_utf8_lossy(line).into_owned(), extent));
         for chunk in chunks {
             let mut chunk = *chunk;
             while !chunk.is_empty() {
@@ -137,7 +144,7 @@ mod tests {
 
     #[test]
     fn lines_are_cut_at_newlines_across_reads() {
-        let whole = |text: &str| (text.to_owned(), false);
+        let whole = |text: &str| (text.to_owned(), Extent::Whole);
         assert_eq!(
             cut(&[b"one\ntw", b"o\n\nthr", b"ee"]),
             [whole("one"), whole("two"), whole(""), whole("three")]
@@ -154,11 +161,14 @@ mod tests {
             "{:?}",
             emitted.iter().map(|(l, t)| (l.len(), t)).collect::<Vec<_>>()
         );
-        assert_eq!(emitted[0], ("before".to_owned(), false));
-        assert_eq!((emitted[1].0.len(), emitted[1].1), (MAX_LINE_BYTES, true));
-        assert_eq!(emitted[2], ("after".to_owned(), false));
+        assert_eq!(emitted[0], ("before".to_owned(), Extent::Whole));
+        assert_eq!((emitted[1].0.len(), emitted[1].1), (MAX_LINE_BYTES, Extent::Truncated));
+        assert_eq!(emitted[2], ("after".to_owned(), Extent::Whole));
         // Exactly the bound is not cut.
         let exact = cut(&[&long[..MAX_LINE_BYTES], b"\n"]);
-        assert_eq!((exact.len(), exact[0].0.len(), exact[0].1), (1, MAX_LINE_BYTES, false));
+        assert_eq!(
+            (exact.len(), exact[0].0.len(), exact[0].1),
+            (1, MAX_LINE_BYTES, Extent::Whole)
+        );
     }
 }

@@ -1,39 +1,33 @@
-//! The transport of a stdio server: newline-delimited JSON-RPC over its child process's pipes, with bounded
-//! messages, and messages rmcp cannot read answered or failed by their id instead of dropped. The upstream's
-//! `elicitation/create` requests are answered here, through the session's Requests.
+//! The transport of a stdio server: rmcp's messages as lines on its child process's pipes, with messages rmcp
+//! cannot read answered or failed by their id instead of dropped, and the responses to `tools/call` passed on
+//! as JSON. The upstream's `elicitation/create` requests are answered here, through the session's Requests.
 
-use std::collections::{HashMap, HashSet};
+mod framing;
+mod process;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
-use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use rmcp::RoleClient;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestMethod, ClientNotification, ClientRequest, CustomRequest, CustomResult,
-    JsonRpcMessage, JsonRpcRequest, JsonRpcResponse, JsonRpcVersion2_0, MetaObject, RequestId, RequestMetaObject,
-    ServerRequest, ServerResult,
+    ClientNotification, ClientRequest, CustomRequest, CustomResult, JsonRpcMessage, JsonRpcResponse, JsonRpcVersion2_0,
+    RequestId, ServerRequest, ServerResult,
 };
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
+use serde::Deserialize;
 use serde::de::IgnoredAny;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout};
-use tokio::sync::{Mutex, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::client::{ELICITATION_CREATE, SessionCore};
+use framing::{Line, MAX_MESSAGE_BYTES, Reader, Writer};
+use process::Process;
 
-/// The largest message an upstream may send; a longer line ends its session (the same bound rmcp puts on HTTP).
-pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
-/// How long a closing server gets after its stdin closes, and again after `SIGTERM`, before it is killed.
-const EXIT_GRACE: Duration = Duration::from_secs(3);
 /// The session detail when the upstream's stdout ends.
 pub const ENDED: &str = "the upstream ended the session (its process exited or its connection closed)";
 /// The MCP method by which either side cancels a request it sent.
@@ -44,11 +38,9 @@ pub const UNREADABLE: &str = "unreadable-response";
 /// A child process spoken to over its stdin and stdout.
 pub struct ChildTransport {
     server: String,
-    child: Child,
-    stdout: BufReader<ChildStdout>,
-    /// The line being read; it survives a cancelled `receive`, which rmcp polls inside a `select!`.
-    line: Vec<u8>,
-    stdin: Arc<Mutex<Option<ChildStdin>>>,
+    process: Process,
+    stdout: Reader,
+    stdin: Writer,
     /// Fires with the reason once the stream ends.
     ended: Option<oneshot::Sender<String>>,
     /// The `tools/call` requests sent and not yet answered or cancelled. Their responses are read straight
@@ -62,43 +54,21 @@ pub struct ChildTransport {
     waits: JoinSet<RequestId>,
 }
 
-/// How reading one line ended.
-enum Line {
-    Whole,
-    Oversized,
-    Eof,
-    Failed(io::Error),
-}
-
 impl ChildTransport {
-    /// Starts a server in its own process group (a Ctrl-C at the terminal reaches only the gateway, which
-    /// then shuts it down in order), its stderr logged line by line under its name.
+    /// Starts a server in its own process group, its stderr logged line by line under its name.
     pub fn spawn(
         server: &str,
         program: &Path,
         args: &[String],
-        env: &std::collections::BTreeMap<String, String>,
+        env: &BTreeMap<String, String>,
         ended: oneshot::Sender<String>,
     ) -> io::Result<Self> {
-        let mut child = tokio::process::Command::new(program)
-            .args(args)
-            .envs(env)
-            .process_group(0)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()?;
-        let stdin = child.stdin.take().ok_or_else(|| io::Error::other("no stdin pipe"))?;
-        let stdout = child.stdout.take().ok_or_else(|| io::Error::other("no stdout pipe"))?;
-        let stderr = child.stderr.take().ok_or_else(|| io::Error::other("no stderr pipe"))?;
-        super::stderr::follow(server, stderr);
+        let (process, stdin, stdout) = Process::spawn(server, program, args, env)?;
         Ok(Self {
             server: server.to_owned(),
-            child,
-            stdout: BufReader::new(stdout),
-            line: Vec::new(),
-            stdin: Arc::new(Mutex::new(Some(stdin))),
+            process,
+            stdout: Reader::new(stdout),
+            stdin: Writer::new(stdin),
             ended: Some(ended),
             tool_calls: HashSet::new(),
             session: None,
@@ -125,7 +95,9 @@ impl ChildTransport {
                 Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
                 Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
             };
-            let _ = write(stdin, line_of(&response)).await;
+            if let Ok(line) = framing::line(&response) {
+                let _ = stdin.write(line).await;
+            }
             id
         });
     }
@@ -159,27 +131,6 @@ impl ChildTransport {
             && let Some(withdrawn) = self.elicitations.remove(&notification.params.request_id)
         {
             withdrawn.cancel();
-        }
-    }
-
-    /// Reads into `self.line` up to a newline without letting it grow past `MAX_MESSAGE_BYTES`; cancel-safe.
-    async fn read_line(&mut self) -> Line {
-        loop {
-            let available = match self.stdout.fill_buf().await {
-                Ok([]) => return Line::Eof,
-                Ok(available) => available,
-                Err(error) => return Line::Failed(error),
-            };
-            let newline = available.iter().position(|byte| *byte == b'\n');
-            let take = newline.map_or(available.len(), |index| index + 1);
-            if self.line.len() + take > MAX_MESSAGE_BYTES + 1 {
-                return Line::Oversized;
-            }
-            self.line.extend_from_slice(&available[..take]);
-            self.stdout.consume(take);
-            if newline.is_some() {
-                return Line::Whole;
-            }
         }
     }
 
@@ -235,7 +186,10 @@ impl ChildTransport {
                 tracing::warn!(server = %self.server, method, %error, "the upstream sent a request the gateway cannot read; answering it with an error");
                 let reply = json!({"code": -32600, "message": format!("the gateway cannot read this {method} request: {error}")});
                 let reply = json!({"jsonrpc": "2.0", "id": id, "error": reply});
-                tokio::spawn(write(self.stdin.clone(), line_of(&reply)));
+                if let Ok(line) = framing::line(&reply) {
+                    let stdin = self.stdin.clone();
+                    tokio::spawn(async move { stdin.write(line).await });
+                }
                 None
             }
             (Some(id), None) if value.get("result").is_some() || value.get("error").is_some() => {
@@ -283,52 +237,6 @@ impl ChildTransport {
             result,
         }))
     }
-}
-
-/// A `tools/call` request as rmcp would write it, params `_meta` included, without rmcp's generic request
-/// serializer: to merge the `_meta` it turns the params into a JSON tree first, the arguments and any
-/// `inputResponses` copied along (a tenth of the gateway's instructions per call). For params without `_meta`
-/// of their own; the request's comes from its extensions, the typed one over the legacy one, as in rmcp.
-fn tool_call_line(id: &RequestId, call: &CallToolRequest) -> serde_json::Result<Vec<u8>> {
-    #[derive(Serialize)]
-    struct Head<'a> {
-        jsonrpc: JsonRpcVersion2_0,
-        id: &'a RequestId,
-        method: &'a CallToolRequestMethod,
-    }
-    let typed = call.extensions.get::<RequestMetaObject>().map(|meta| &meta.0.0);
-    let legacy = call.extensions.get::<MetaObject>().map(|meta| &meta.0);
-    let merged;
-    let meta = match (typed, legacy) {
-        (Some(typed), Some(legacy)) => {
-            let mut both = legacy.clone();
-            both.extend(typed.iter().map(|(key, value)| (key.clone(), value.clone())));
-            merged = both;
-            Some(&merged)
-        }
-        (typed, legacy) => typed.or(legacy),
-    };
-    let mut line = serde_json::to_vec(&Head {
-        jsonrpc: JsonRpcVersion2_0,
-        id,
-        method: &call.method,
-    })?;
-    line.pop();
-    line.extend_from_slice(b",\"params\":");
-    let params = serde_json::to_vec(&call.params)?;
-    match (meta, params.split_first()) {
-        (Some(meta), Some((b'{', rest))) => {
-            line.extend_from_slice(b"{\"_meta\":");
-            serde_json::to_writer(&mut line, meta)?;
-            if rest != b"}" {
-                line.push(b',');
-            }
-            line.extend_from_slice(rest);
-        }
-        _ => line.extend_from_slice(&params),
-    }
-    line.push(b'}');
-    Ok(line)
 }
 
 /// The id and params of a 2025-11-25 `elicitation/create` request, its params unread: the gateway reads them
@@ -380,26 +288,15 @@ impl Transport<RoleClient> for ChildTransport {
             }
             _ => {}
         }
-        let line = match &message {
-            JsonRpcMessage::Request(JsonRpcRequest {
-                id,
-                request: ClientRequest::CallToolRequest(call),
-                ..
-            }) if call.params.meta.is_none() => tool_call_line(id, call),
-            _ => serde_json::to_vec(&message),
-        }
-        .map(|mut line| {
-            line.push(b'\n');
-            line
-        });
+        let line = framing::line(&message);
         let stdin = self.stdin.clone();
-        async move { write(stdin, line?).await }
+        async move { stdin.write(line?).await }
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
-            match self.read_line().await {
-                Line::Whole => {}
+            let line = match self.stdout.read_line().await {
+                Line::Whole(line) => line,
                 Line::Oversized => {
                     return self.end(format!(
                         "the upstream sent a message larger than {} MiB, so the gateway ended the session",
@@ -408,9 +305,8 @@ impl Transport<RoleClient> for ChildTransport {
                 }
                 Line::Eof => return self.end(ENDED.to_owned()),
                 Line::Failed(error) => return self.end(format!("reading from the upstream failed: {error}")),
-            }
+            };
             self.reap();
-            let line = std::mem::take(&mut self.line);
             if let Some(message) = self.interpret(&line) {
                 return Some(message);
             }
@@ -419,56 +315,17 @@ impl Transport<RoleClient> for ChildTransport {
 
     /// Closes stdin and waits for the process to exit, then sends its group `SIGTERM`, then kills it.
     async fn close(&mut self) -> Result<(), Self::Error> {
-        drop(self.stdin.lock().await.take());
-        if tokio::time::timeout(EXIT_GRACE, self.child.wait()).await.is_ok() {
-            return Ok(());
-        }
-        self.signal_group(Signal::SIGTERM);
-        if tokio::time::timeout(EXIT_GRACE, self.child.wait()).await.is_ok() {
-            return Ok(());
-        }
-        self.signal_group(Signal::SIGKILL);
-        self.child.wait().await.map(|_| ())
+        self.stdin.close().await;
+        self.process.close().await
     }
-}
-
-impl ChildTransport {
-    /// Signals the child's process group while the child has not been reaped (after that its id may be reused).
-    fn signal_group(&mut self, signal: Signal) {
-        if let (Ok(None), Some(id)) = (self.child.try_wait(), self.child.id())
-            && let Ok(id) = i32::try_from(id)
-        {
-            let _ = killpg(Pid::from_raw(id), signal);
-        }
-    }
-}
-
-impl Drop for ChildTransport {
-    fn drop(&mut self) {
-        // `kill_on_drop` then kills and reaps the child itself.
-        self.signal_group(Signal::SIGKILL);
-    }
-}
-
-fn line_of(message: &Value) -> Vec<u8> {
-    let mut line = serde_json::to_vec(message).unwrap_or_default();
-    line.push(b'\n');
-    line
-}
-
-async fn write(stdin: Arc<Mutex<Option<ChildStdin>>>, line: Vec<u8>) -> io::Result<()> {
-    let mut stdin = stdin.lock().await;
-    let pipe = stdin
-        .as_mut()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "the upstream's stdin is closed"))?;
-    pipe.write_all(&line).await?;
-    pipe.flush().await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rmcp::model::{CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam};
+    use rmcp::model::{
+        CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam, JsonRpcRequest,
+    };
 
     fn transport() -> ChildTransport {
         let (ended, _) = oneshot::channel();
@@ -510,39 +367,6 @@ mod tests {
             other => panic!("not passed on as JSON: {other:?}"),
         }
         assert!(transport.tool_calls.is_empty());
-    }
-
-    #[test]
-    fn tool_calls_are_written_as_rmcp_writes_them() {
-        let object = |value: Value| value.as_object().cloned().unwrap();
-        let mut retry = CallToolRequestParams::new("confirm_action")
-            .with_arguments(object(json!({"action": "deploy", "n": [1, {"deep": null}]})))
-            .with_input_responses([("k".to_owned(), json!({"action": "accept", "content": {"ok": true}}))].into());
-        retry.request_state = Some("st\"ate".to_owned());
-        let typed = RequestMetaObject(MetaObject(object(
-            json!({"progressToken": 3, "io.modelcontextprotocol/protocolVersion": "2026-07-28"}),
-        )));
-        let legacy = MetaObject(object(json!({"progressToken": 1, "trace": "t"})));
-        let cases = [
-            (CallToolRequestParams::new("echo"), None, None),
-            (retry.clone(), Some(typed.clone()), None),
-            (retry.clone(), None, Some(legacy.clone())),
-            (retry, Some(typed), Some(legacy)),
-        ];
-        for (params, typed, legacy) in cases {
-            let mut request = CallToolRequest::new(params);
-            if let Some(meta) = typed {
-                request.extensions.insert(meta);
-            }
-            if let Some(meta) = legacy {
-                request.extensions.insert(meta);
-            }
-            let id = RequestId::Number(42);
-            let ours: Value = serde_json::from_slice(&tool_call_line(&id, &request).unwrap()).unwrap();
-            let message: TxJsonRpcMessage<RoleClient> =
-                JsonRpcMessage::request(ClientRequest::CallToolRequest(request), id);
-            assert_eq!(ours, serde_json::to_value(&message).unwrap());
-        }
     }
 
     #[tokio::test]

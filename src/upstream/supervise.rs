@@ -7,12 +7,13 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::client::GatewayClient;
+use super::connect::ConnectError;
 use super::{CLOSE_TIMEOUT, Live, ServerStatus, ServerView, SessionCore, Slot, Upstreams, connect, lock, stdio};
 use crate::config::Server;
 use crate::ids;
 use crate::records::{Finish, SessionStatus, SessionView};
 use crate::registry::Tell;
-use crate::store::Pending;
+use crate::store::{InsertSessionError, Pending};
 use crate::time::Timestamp;
 
 /// The first pause before re-opening a shared session; it doubles up to `MAX_BACKOFF`.
@@ -23,6 +24,20 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const STABLE_AFTER: Duration = Duration::from_secs(30);
 /// The first pause before recording a session's end again; it doubles up to `MAX_BACKOFF`.
 const RECORD_RETRY: Duration = Duration::from_millis(250);
+
+/// Why a session could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("the store cannot record its session: {0}")]
+    Unrecorded(InsertSessionError),
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error("the gateway is shutting down")]
+    ShuttingDown,
+    /// Its record was gone once it was connected.
+    #[error("the session vanished while connecting")]
+    Vanished,
+}
 
 impl Upstreams {
     /// Keeps a server's shared session open until shutdown, re-opening it with back-off.
@@ -41,7 +56,7 @@ impl Upstreams {
             let id = ids::mint(ids::SESSION);
             let opened = match self.sessions.starting(&id, &slot.server.name, None, usize::MAX).await {
                 Ok(_) => self.open_session(id, &slot.server, None).await,
-                Err(error) => Err(format!("the store cannot record its session: {error}")),
+                Err(error) => Err(OpenError::Unrecorded(error)),
             };
             match opened {
                 Ok((view, live)) => {
@@ -66,9 +81,9 @@ impl Upstreams {
                         state.restarts += 1;
                     });
                 }
-                Err(detail) => self.update(slot, |state| {
+                Err(error) => self.update(slot, |state| {
                     state.status = ServerStatus::Failed;
-                    state.detail = Some(format!("{detail} (retrying in {}ms)", backoff.as_millis()));
+                    state.detail = Some(format!("{error} (retrying in {}ms)", backoff.as_millis()));
                 }),
             }
             self.update(slot, |state| {
@@ -104,7 +119,7 @@ impl Upstreams {
         id: String,
         server: &Server,
         owner: Option<&str>,
-    ) -> Result<(SessionView, Arc<Live>), String> {
+    ) -> Result<(SessionView, Arc<Live>), OpenError> {
         let core = Arc::new(SessionCore::new(
             id.clone(),
             server.name.clone(),
@@ -115,14 +130,16 @@ impl Upstreams {
             self.reports.clone(),
         ));
         let connected = tokio::select! {
-            connected = connect::connect(server, |protocol| GatewayClient::new(core.clone(), protocol)) => connected,
-            () = self.shutdown.cancelled() => Err("the gateway is shutting down".to_owned()),
+            connected = connect::connect(server, |protocol| GatewayClient::new(core.clone(), protocol)) => {
+                connected.map_err(OpenError::Connect)
+            }
+            () = self.shutdown.cancelled() => Err(OpenError::ShuttingDown),
         };
         let (connection, eof) = match connected {
             Ok(connected) => connected,
-            Err(detail) => {
-                self.record_end(&id, SessionStatus::Failed, &detail).await;
-                return Err(detail);
+            Err(error) => {
+                self.record_end(&id, SessionStatus::Failed, &error.to_string()).await;
+                return Err(error);
             }
         };
         let info = connection.peer_info();
@@ -141,7 +158,7 @@ impl Upstreams {
             Ok(None) | Err(_) => {
                 self.end_session(&id, SessionStatus::Failed, "the session could not be recorded as ready")
                     .await;
-                return Err("the session vanished while connecting".to_owned());
+                return Err(OpenError::Vanished);
             }
         };
         let this = self.clone();

@@ -9,7 +9,9 @@ use super::rows::Conditions;
 use super::writer::Tx;
 use super::{Postgres, Reader, rows};
 use crate::ids;
-use crate::records::{CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionStatus, SessionView, Status};
+use crate::records::{
+    CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView, Status,
+};
 use crate::store::{
     Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
 };
@@ -257,7 +259,8 @@ impl Postgres {
         self.read(async |conn| session(conn, id).await).await
     }
 
-    pub async fn sessions(&self, all: bool) -> Result<Vec<SessionView>, StoreError> {
+    pub async fn sessions(&self, filter: SessionFilter) -> Result<Vec<SessionView>, StoreError> {
+        let all = filter == SessionFilter::All;
         self.read(async |conn| {
             let sql = format!(
                 "SELECT {} FROM sessions WHERE $1::BOOLEAN OR status IN ('starting', 'ready') ORDER BY seq",

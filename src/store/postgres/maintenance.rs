@@ -15,6 +15,15 @@ const PRUNE_BATCH: i64 = 5000;
 /// The first protocol version whose suspensions are data the gateway keeps (`input_required`).
 const ROUNDS_PROTOCOL: &str = "2026-07-28";
 
+/// Whose records `end_replicas` ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Whose {
+    /// The replicas without a heartbeat for longer than the lease.
+    Gone,
+    /// Those, and what this replica's previous run left (at its start).
+    GoneAndPreviousRun,
+}
+
 /// How the records of a replica that is gone end.
 struct Ending {
     detail: String,
@@ -136,7 +145,7 @@ impl Postgres {
             detail: restarted.to_owned(),
             reason: CallFailure::GatewayRestarted,
         };
-        let gone = self.end_replicas(true, ended).await?;
+        let gone = self.end_replicas(Whose::GoneAndPreviousRun, ended).await?;
         let more = self.reap().await?;
         Ok(Recovered {
             resumes: gone.resumes.into_iter().chain(more.resumes).collect(),
@@ -156,13 +165,14 @@ impl Postgres {
             detail: "the replica holding its session is gone".to_owned(),
             reason: CallFailure::ReplicaGone,
         };
-        self.end_replicas(false, ended).await
+        self.end_replicas(Whose::Gone, ended).await
     }
 
     /// Ends what the replicas gone for longer than the lease left (their records are deleted by the one
-    /// replica that does this), and with `itself` what this replica's previous run left.
-    async fn end_replicas(&self, itself: bool, ended: Ending) -> Result<Recovered, StoreError> {
+    /// replica that does this), and with [`Whose::GoneAndPreviousRun`] what this replica's previous run left.
+    async fn end_replicas(&self, whose: Whose, ended: Ending) -> Result<Recovered, StoreError> {
         let lease = i64::try_from(super::LEASE.as_millis()).unwrap_or(i64::MAX);
+        let itself = whose == Whose::GoneAndPreviousRun;
         self.write(move |tx| {
             Box::pin(async move {
                 let me = tx.replica.to_owned();

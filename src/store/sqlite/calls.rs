@@ -10,7 +10,9 @@ use super::rows::Conditions;
 use super::writer::Tx;
 use super::{Sqlite, rows};
 use crate::ids;
-use crate::records::{CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionStatus, SessionView, Status};
+use crate::records::{
+    CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView, Status,
+};
 use crate::store::live::Note;
 use crate::store::{
     Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
@@ -233,8 +235,9 @@ impl Sqlite {
         self.read(|conn| session(conn, id))
     }
 
-    pub async fn sessions(&self, all: bool) -> Result<Vec<SessionView>, StoreError> {
-        self.read(|conn| {
+    pub async fn sessions(&self, filter: SessionFilter) -> Result<Vec<SessionView>, StoreError> {
+        let all = filter == SessionFilter::All;
+        self.read(move |conn| {
             let sql = format!(
                 "SELECT {} FROM sessions WHERE ?1 OR status IN ('starting', 'ready') ORDER BY seq",
                 rows::SESSION
