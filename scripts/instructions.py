@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -65,7 +66,11 @@ def main():
     raw = f"target/callgrind.{args.op}.%p"
     command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={raw}", args.binary,
                "--listen", f"127.0.0.1:{port}"] + (["--config", args.config] if args.config else [])
-    gateway = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Without a config the gateway keeps its state in a SQLite file under $XDG_STATE_HOME: a fresh one per run, so
+    # that the counts do not grow with what earlier runs left there.
+    state = tempfile.TemporaryDirectory()
+    environment = dict(os.environ, XDG_STATE_HOME=state.name)
+    gateway = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment)
     try:
         request = None
         for _ in range(200):
@@ -84,6 +89,7 @@ def main():
     finally:
         gateway.send_signal(signal.SIGINT)
         gateway.wait()
+        state.cleanup()
     dump = raw.replace("%p", str(gateway.pid)) + ".1"
     profile = f"target/callgrind.{args.op}.out"
     os.replace(dump, profile)
