@@ -121,24 +121,21 @@ impl Sqlite {
                 let (view, _) = resolve_one(tx, current, &resolution, now)?;
                 return Ok(Answered::Withdrawn(view));
             }
-            let resolved = pending_row(tx.conn, &id)?;
-            if let Some(row) = &resolved {
-                tx.conn
-                    .prepare_cached(
-                        "UPDATE requests SET status = 'answered', resolved_at = ?2, answer = ?3, answered_by = ?4, \
-                         result = ?5 WHERE seq = ?1",
-                    )?
-                    .execute(params![row.seq, now.millis(), answer, view.answered_by, result])?;
-            }
-            let Some(PendingRow {
+            let Some(row) = pending_row(tx.conn, &id)? else {
+                return Ok(request(tx.conn, &id)?.map_or(Answered::NotFound, Answered::Lost));
+            };
+            tx.conn
+                .prepare_cached(
+                    "UPDATE requests SET status = 'answered', resolved_at = ?2, answer = ?3, answered_by = ?4, \
+                     result = ?5 WHERE seq = ?1",
+                )?
+                .execute(params![row.seq, now.millis(), answer, view.answered_by, result])?;
+            let PendingRow {
                 call,
                 round,
                 completed_at,
                 ..
-            }) = resolved
-            else {
-                return Ok(request(tx.conn, &id)?.map_or(Answered::NotFound, Answered::Lost));
-            };
+            } = row;
             tx.note(Note::Resolved(id.clone()));
             let completed_at = completed_at.map(Timestamp::from_millis);
             let event = if completed_at == view.completed_at {
