@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::records::{CallStatus, Status};
-use crate::store::shares::Shares;
+use crate::store::shares::{Running, Shares};
 
 /// The live records' status and owner.
 #[derive(Debug, Default)]
@@ -21,7 +21,7 @@ pub struct Live {
     /// Calls that have not ended, with their status and owner.
     calls: HashMap<String, (CallStatus, String)>,
     /// How many of them each owner has.
-    running: HashMap<String, usize>,
+    running: Running,
 }
 
 /// A pending Request's owner, and what it holds.
@@ -75,18 +75,14 @@ impl Live {
                     }
                 }
                 Note::Call { call, status, owner } => {
-                    if self.calls.insert(call, (status, owner.clone())).is_none() {
-                        *self.running.entry(owner).or_default() += 1;
+                    if !self.calls.contains_key(&call) {
+                        self.running.start(&owner);
                     }
+                    self.calls.insert(call, (status, owner));
                 }
                 Note::Ended(call) => {
-                    if let Some((_, owner)) = self.calls.remove(&call)
-                        && let Some(running) = self.running.get_mut(&owner)
-                    {
-                        *running -= 1;
-                        if *running == 0 {
-                            self.running.remove(&owner);
-                        }
+                    if let Some((_, owner)) = self.calls.remove(&call) {
+                        self.running.end(&owner);
                     }
                 }
             }
@@ -134,7 +130,7 @@ impl Live {
 
     /// How many calls that have not ended `owner` has.
     pub fn running(&self, owner: &str) -> usize {
-        self.running.get(owner).copied().unwrap_or(0)
+        self.running.of(owner)
     }
 
     /// A live call's status and owner; `None` if it has ended (or is unknown).

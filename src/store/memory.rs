@@ -8,7 +8,7 @@ use std::time::Duration;
 use rmcp::model::Implementation;
 use serde_json::Map;
 
-use super::shares::{Held, Shares};
+use super::shares::{Held, Running, Shares};
 use super::{
     Answered, Decision, EventPage, Finished, InsertCallError, InsertSessionError, Lease, NewCall, NewRequest, NewRound,
     NewSession, Pending, PendingCaps, RaiseError, Recovered, Resolution, Resolved, Retry, Started, StoreError,
@@ -66,7 +66,7 @@ struct State {
     calls: Retained<Box<CallEntry>>,
     /// How many calls each principal has running (or waiting on input), so that starting one does not walk
     /// every live call.
-    running: HashMap<String, usize>,
+    running: Running,
     /// Every session kept; the live ones are open.
     sessions: Retained<SessionView>,
     /// URL-mode Requests by session and `elicitationId`, to match `notifications/elicitation/complete`
@@ -351,7 +351,7 @@ impl Memory {
         };
         let mut state = self.lock();
         state.purge(now);
-        let running = state.running.get(&view.owner).copied().unwrap_or_default();
+        let running = state.running.of(&view.owner);
         if running >= max_running {
             return Err(InsertCallError::TooMany(running));
         }
@@ -363,7 +363,7 @@ impl Memory {
             round: None,
         };
         state.calls.insert(&view.id, Box::new(entry));
-        *state.running.entry(view.owner.clone()).or_default() += 1;
+        state.running.start(&view.owner);
         let event = Event::call(&view);
         self.publish(&mut state, Changes { events: vec![event] });
         Ok(Started {
@@ -390,12 +390,7 @@ impl Memory {
         let view = entry.view.clone();
         let until = now.after(state.retention);
         state.calls.retire(id, until);
-        if let Some(running) = state.running.get_mut(&view.owner) {
-            *running -= 1;
-            if *running == 0 {
-                state.running.remove(&view.owner);
-            }
-        }
+        state.running.end(&view.owner);
         state.keep_ended(&view);
         let mut changes = Changes::default();
         let resolution = Resolution::Cancelled {

@@ -1,5 +1,6 @@
 //! What pending Requests hold — how many, and how many bytes — in all, per principal and per server, and
-//! the caps a new Request must fit: no principal and no server can take the whole of the pending cap.
+//! the caps a new Request must fit: no principal and no server can take the whole of the pending cap; and how
+//! many calls each principal runs, which `limits.calls_per_principal` caps.
 
 use std::collections::HashMap;
 
@@ -159,5 +160,36 @@ impl Shares {
             }
         }
         Ok(())
+    }
+}
+
+/// How many calls that have not ended each principal has.
+#[derive(Debug, Clone, Default)]
+pub struct Running(HashMap<String, usize>);
+
+impl Running {
+    /// How many `owner` has.
+    pub fn of(&self, owner: &str) -> usize {
+        self.0.get(owner).copied().unwrap_or(0)
+    }
+
+    /// Counts one more call of `owner`.
+    pub fn start(&mut self, owner: &str) {
+        match self.0.get_mut(owner) {
+            Some(running) => *running += 1,
+            None => {
+                self.0.insert(owner.to_owned(), 1);
+            }
+        }
+    }
+
+    /// Counts one call of `owner` less.
+    pub fn end(&mut self, owner: &str) {
+        if let Some(running) = self.0.get_mut(owner) {
+            *running -= 1;
+            if *running == 0 {
+                self.0.remove(owner);
+            }
+        }
     }
 }

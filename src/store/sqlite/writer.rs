@@ -1,7 +1,6 @@
 //! The one connection that writes, on a thread of its own: it takes every change waiting, applies them in
 //! one transaction with one sync to disk (group commit), then publishes their events and answers each.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, mpsc};
 
 use rusqlite::Connection;
@@ -10,7 +9,7 @@ use super::super::StoreError;
 use crate::feed::Feed;
 use crate::records::Event;
 use crate::store::live::{self, Live, Note};
-use crate::store::shares::Shares;
+use crate::store::shares::{Running, Shares};
 use crate::time::Timestamp;
 
 /// The most changes one transaction takes.
@@ -39,7 +38,7 @@ pub struct Tx<'a> {
     /// `live` by the first change that raises, so that a batch of answers copies nothing.
     shares: &'a mut Option<Shares>,
     /// The calls this transaction's changes started so far, by owner.
-    started: &'a mut HashMap<String, usize>,
+    started: &'a mut Running,
     live: &'a Mutex<Live>,
 }
 
@@ -61,12 +60,12 @@ impl Tx<'_> {
     /// it ended count until kept: a call is admitted against the larger figure).
     pub fn running(&self, owner: &str) -> usize {
         let kept = super::lock_mutex(self.live).running(owner);
-        kept + self.started.get(owner).copied().unwrap_or(0)
+        kept + self.started.of(owner)
     }
 
     /// Counts a call this change started, for the changes after it in the transaction.
     pub fn started(&mut self, owner: &str) {
-        *self.started.entry(owner.to_owned()).or_default() += 1;
+        self.started.start(owner);
     }
 
     /// Records what the change does to the live records, applied once it is kept.
@@ -135,7 +134,7 @@ fn commit(conn: &Connection, batch: &mut std::vec::IntoIter<Job>, feed: &Feed, l
     let mut notes = Vec::new();
     let mut now_pending = super::lock_mutex(live).pending();
     let mut shares = None;
-    let mut started = HashMap::new();
+    let mut started = Running::default();
     let mut failed = false;
     for job in batch.by_ref() {
         let mut tx = Tx {
