@@ -5,7 +5,6 @@
 use std::fmt;
 use std::sync::Arc;
 
-use serde::ser::SerializeStruct;
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 use serde_json::{Map, Value};
 use utoipa::openapi::{RefOr, schema::Schema};
@@ -203,24 +202,27 @@ impl<'de> Deserialize<'de> for Answer {
     }
 }
 
+/// An Answer as written: the keys of [`AnswerWire`], those unset left out.
+#[derive(Serialize)]
+struct AnswerOut<'a> {
+    #[serde(skip_serializing_if = "str::is_empty")]
+    id: &'a str,
+    ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<&'a Map<String, Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<Reason>,
+}
+
 impl Serialize for Answer {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut wire = serializer.serialize_struct("Answer", 4)?;
-        if self.id.is_empty() {
-            wire.skip_field("id")?;
-        } else {
-            wire.serialize_field("id", &self.id)?;
+        AnswerOut {
+            id: &self.id,
+            ok: self.ok(),
+            data: self.data.as_ref(),
+            reason: self.reason(),
         }
-        wire.serialize_field("ok", &self.ok())?;
-        match &self.data {
-            Some(data) => wire.serialize_field("data", data)?,
-            None => wire.skip_field("data")?,
-        }
-        match self.reason() {
-            Some(reason) => wire.serialize_field("reason", &reason)?,
-            None => wire.skip_field("reason")?,
-        }
-        wire.end()
+        .serialize(serializer)
     }
 }
 
