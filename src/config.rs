@@ -1349,29 +1349,28 @@ mod tests {
 
     #[test]
     fn validation_errors_name_the_line_of_the_entry() {
-        let text =
-            "listen = \"127.0.0.1:1\"\n\n[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\n\n[[servers]]\nname = \"b\"\n";
-        let problem = toml::from_str::<Config>(text).unwrap().validate().unwrap_err();
-        assert_eq!(
-            problem.entry.and_then(|entry| entry.line_in(text)),
-            Some(7),
-            "{problem}"
-        );
         // The line is the parser's, however the entry is written.
-        let text = "[[auth.tokens]]\nname = \"a\"\nrole = \"admin\"\nenv = \"TOOLNEXUS_SURELY_UNSET\"\n";
-        let problem = toml::from_str::<Config>(text).unwrap().validate().unwrap_err();
-        assert_eq!(
-            problem.entry.and_then(|entry| entry.line_in(text)),
-            Some(1),
-            "{problem}"
-        );
-        let text = "servers = [\n  {name = \"a\", builtin = \"demo\"},\n  {name = \"b\"},\n]\n";
-        let problem = toml::from_str::<Config>(text).unwrap().validate().unwrap_err();
-        assert_eq!(
-            problem.entry.and_then(|entry| entry.line_in(text)),
-            Some(3),
-            "{problem}"
-        );
+        for (text, line) in [
+            (
+                "listen = \"127.0.0.1:1\"\n\n[[servers]]\nname = \"a\"\nbuiltin = \"demo\"\n\n[[servers]]\nname = \"b\"\n",
+                7,
+            ),
+            (
+                "[[auth.tokens]]\nname = \"a\"\nrole = \"admin\"\nenv = \"TOOLNEXUS_SURELY_UNSET\"\n",
+                1,
+            ),
+            (
+                "servers = [\n  {name = \"a\", builtin = \"demo\"},\n  {name = \"b\"},\n]\n",
+                3,
+            ),
+        ] {
+            let problem = toml::from_str::<Config>(text).unwrap().validate().unwrap_err();
+            assert_eq!(
+                problem.entry.and_then(|entry| entry.line_in(text)),
+                Some(line),
+                "{text}: {problem}"
+            );
+        }
     }
 
     #[test]
