@@ -413,45 +413,8 @@ impl Registry {
     /// Posting the identical answer again returns the same Request. `by` is the principal answering.
     pub async fn answer(&self, id: &str, mut answer: Answer, by: &str) -> Result<AnswerAccepted, AnswerError> {
         answer.id = id.to_owned();
-        let view = self
-            .shared
-            .store
-            .request(id)
-            .await?
-            .ok_or_else(|| AnswerError::NotFound(id.to_owned()))?;
-        let is_url = view.request.kind == RequestKind::Authorization;
-        let schema = view.request.data.as_ref().and_then(|data| data.get("schema"));
-        if answer.ok() && !is_url {
-            let data = answer.data.get_or_insert_with(Default::default);
-            if let Some(schema) = schema
-                && self.shared.policy.apply_defaults
-            {
-                validation::apply_defaults(schema, data);
-            }
-        }
-        if view.status != Status::Pending {
-            return repeat(view, &answer);
-        }
-        if answer.ok()
-            && let (Some(data), Some(request_data)) = (&answer.data, &view.request.data)
-            && let Some(validator) = self.shared.data.validator(request_data)
-        {
-            validation::violations(&validator, data).map_err(AnswerError::Invalid)?;
-        }
-        // A posted Request has no upstream to send a result to.
-        let result = (!view.is_posted()).then(|| {
-            let mut result = elicitation::answer_to_elicit_result(&answer);
-            if is_url {
-                result.content = None;
-            }
-            result
-        });
-        let decision = Decision {
-            answer: answer.clone(),
-            result,
-            by: by.to_owned(),
-        };
-        let answered = self.shared.store.answer(view, decision, self.withdrawal(id)).await?;
+        let decide = self.decider(answer.clone(), by);
+        let answered = self.shared.store.answer(id, decide, self.withdrawal(id)).await?;
         match answered {
             Answered::Won { view, event, resumes } => {
                 self.settled(std::slice::from_ref(&view), Tell::Cancel);
@@ -468,9 +431,37 @@ impl Registry {
                     status: view.status,
                 })
             }
-            Answered::Lost(view) => repeat(view, &answer),
+            Answered::Lost(view) => {
+                let answer = with_defaults(&view, answer, self.shared.policy.apply_defaults);
+                repeat(view, &answer)
+            }
+            Answered::Invalid(violations) => Err(AnswerError::Invalid(violations)),
             Answered::NotFound => Err(AnswerError::NotFound(id.to_owned())),
         }
+    }
+
+    /// What the store runs on the pending Request to decide `answer`: its schema's defaults filled in, its data
+    /// validated, and the `ElicitResult` it maps to (none for a posted Request, which has no upstream).
+    fn decider(&self, answer: Answer, by: &str) -> crate::store::Decide {
+        let registry = self.clone();
+        let by = by.to_owned();
+        Box::new(move |view: &RequestView| {
+            let answer = with_defaults(view, answer, registry.shared.policy.apply_defaults);
+            if answer.ok()
+                && let (Some(data), Some(request_data)) = (&answer.data, &view.request.data)
+                && let Some(validator) = registry.shared.data.validator(request_data)
+            {
+                validation::violations(&validator, data)?;
+            }
+            let result = (!view.is_posted()).then(|| {
+                let mut result = elicitation::answer_to_elicit_result(&answer);
+                if view.request.kind == RequestKind::Authorization {
+                    result.content = None;
+                }
+                result
+            });
+            Ok(Decision { answer, result, by })
+        })
     }
 
     /// What the store asks at the moment it decides an answer: whether the 2025-11-25 elicitation behind the
@@ -729,6 +720,20 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The `detail` of a Request whose upstream withdrew its elicitation.
 fn client_withdrew() -> String {
     "the upstream cancelled the elicitation".to_owned()
+}
+
+/// `answer` as it applies to a Request: an accepting answer to a form carries data (`{}` when it has none), with
+/// the form's defaults filled in when `apply_defaults`.
+fn with_defaults(view: &RequestView, mut answer: Answer, apply_defaults: bool) -> Answer {
+    if answer.ok() && view.request.kind != RequestKind::Authorization {
+        let data = answer.data.get_or_insert_with(Default::default);
+        if let Some(schema) = view.request.data.as_ref().and_then(|data| data.get("schema"))
+            && apply_defaults
+        {
+            validation::apply_defaults(schema, data);
+        }
+    }
+    answer
 }
 
 /// An answer to a Request already resolved: the same answer again is that Request, another is refused.

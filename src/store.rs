@@ -24,6 +24,7 @@ use crate::records::{
 };
 use crate::suspension::{Answer, Request};
 use crate::time::Timestamp;
+use crate::validation::Violation;
 
 pub use memory::Memory;
 pub use postgres::Postgres;
@@ -153,6 +154,11 @@ pub struct Decision {
     pub by: String,
 }
 
+/// Makes, of the Request as the store reads it while it is pending, the decision to record; or says why the
+/// answer does not fit it (its data breaks the Request's schema). It runs where the store decides, so that the
+/// Request is read once, as it is then.
+pub type Decide = Box<dyn FnOnce(&RequestView) -> Result<Decision, Vec<Violation>> + Send>;
+
 /// Says, at the moment an answer is decided, why the Request can no longer take one (its upstream withdrew
 /// the elicitation or stopped listening), or `None` while it can.
 pub type Withdrawal = Box<dyn Fn() -> Option<String> + Send>;
@@ -172,6 +178,8 @@ pub enum Answered {
     Withdrawn(RequestView),
     /// The Request was resolved already (by this same answer, perhaps).
     Lost(RequestView),
+    /// The answer does not fit the Request, which stays pending.
+    Invalid(Vec<Violation>),
     NotFound,
 }
 
@@ -422,15 +430,10 @@ impl Store {
         dispatch!(self, store => store.raise(requests, round, caps).await)
     }
 
-    /// Decides an answer to `pending`, a Request the caller read while it was pending: it resolves the
-    /// Request if it is still pending and `withdrawal` says nothing against it.
-    pub async fn answer(
-        &self,
-        pending: RequestView,
-        decision: Decision,
-        withdrawal: Withdrawal,
-    ) -> Result<Answered, StoreError> {
-        dispatch!(self, store => store.answer(pending, decision, withdrawal).await)
+    /// Decides an answer to Request `id`: if it is pending, `decide` makes the decision of it, which resolves
+    /// it unless `withdrawal` says something against it.
+    pub async fn answer(&self, id: &str, decide: Decide, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
+        dispatch!(self, store => store.answer(id, decide, withdrawal).await)
     }
 
     /// Resolves pending Requests without an answer.

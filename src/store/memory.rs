@@ -10,7 +10,7 @@ use serde_json::Map;
 
 use super::shares::{Held, Running, Shares};
 use super::{
-    Answered, Decision, EventPage, Finished, InsertCallError, InsertSessionError, Lease, NewCall, NewRequest, NewRound,
+    Answered, Decide, EventPage, Finished, InsertCallError, InsertSessionError, Lease, NewCall, NewRequest, NewRound,
     NewSession, Pending, PendingCaps, RaiseError, Recovered, Resolution, Resolved, Retry, Started, StoreError,
     Withdrawal,
 };
@@ -195,13 +195,7 @@ impl Memory {
         Ok(views)
     }
 
-    pub async fn answer(
-        &self,
-        pending: RequestView,
-        decision: Decision,
-        withdrawal: Withdrawal,
-    ) -> Result<Answered, StoreError> {
-        let id = pending.request.id.as_str();
+    pub async fn answer(&self, id: &str, decide: Decide, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
         let mut state = self.lock();
         let Some(entry) = state.requests.get_mut(id) else {
             return Ok(Answered::NotFound);
@@ -209,6 +203,10 @@ impl Memory {
         if entry.view.status != Status::Pending {
             return Ok(Answered::Lost(entry.view.clone()));
         }
+        let decision = match decide(&entry.view) {
+            Ok(decision) => decision,
+            Err(violations) => return Ok(Answered::Invalid(violations)),
+        };
         let mut changes = Changes::default();
         let now = Timestamp::now();
         if let Some(detail) = withdrawal() {

@@ -106,6 +106,11 @@ fn decision(confirm: bool) -> Decision {
     }
 }
 
+/// Decides `decision(confirm)` whatever the Request.
+fn decided(confirm: bool) -> Decide {
+    Box::new(move |_| Ok(decision(confirm)))
+}
+
 /// Records a call and waits until it is kept.
 async fn insert(store: &Store, call: NewCall) -> crate::records::CallView {
     let started = store.insert_call(call, 10).await.unwrap();
@@ -146,7 +151,7 @@ async fn a_round_answered_in_full_gives_what_its_retry_sends() {
         );
 
         let first = store
-            .answer(raised[0].clone(), decision(true), still_wanted())
+            .answer(&raised[0].request.id, decided(true), still_wanted())
             .await
             .unwrap();
         assert!(matches!(first, Answered::Won { resumes: None, .. }), "{first:?}");
@@ -181,8 +186,8 @@ async fn of_two_answers_one_wins_and_the_other_sees_it() {
             .unwrap();
         let id = raised[0].request.id.clone();
         let (first, second) = tokio::join!(
-            store.answer(raised[0].clone(), decision(true), still_wanted()),
-            store.answer(raised[0].clone(), decision(false), still_wanted())
+            store.answer(&raised[0].request.id, decided(true), still_wanted()),
+            store.answer(&raised[0].request.id, decided(false), still_wanted())
         );
         let outcomes = [first.unwrap(), second.unwrap()];
         let won: Vec<_> = outcomes
@@ -202,6 +207,52 @@ async fn of_two_answers_one_wins_and_the_other_sees_it() {
 }
 
 #[tokio::test]
+async fn an_answer_is_decided_on_the_request_as_it_is_kept_and_one_that_does_not_fit_changes_nothing() {
+    on_every(|store| async move {
+        let raised = store
+            .raise(vec![new_request(None, None)], None, PendingCaps::NONE)
+            .await
+            .unwrap();
+        let id = raised[0].request.id.clone();
+        let (seen, saw) = std::sync::mpsc::channel();
+        let refuse: Decide = Box::new(move |view: &RequestView| {
+            let _ = seen.send(view.clone());
+            Err(vec![crate::validation::Violation {
+                path: "/confirm".into(),
+                message: "a boolean is required".into(),
+            }])
+        });
+        let outcome = store.answer(&id, refuse, still_wanted()).await.unwrap();
+        assert!(
+            matches!(&outcome, Answered::Invalid(violations) if violations.len() == 1),
+            "{outcome:?}"
+        );
+        assert_eq!(saw.recv().unwrap(), raised[0], "decided on the Request as raised");
+        assert_eq!(
+            store.request(&id).await.unwrap().unwrap(),
+            raised[0],
+            "still pending, unchanged"
+        );
+        assert_eq!(store.pending_count().await.unwrap(), 1);
+
+        let outcome = store.answer(&id, decided(true), still_wanted()).await.unwrap();
+        assert!(matches!(outcome, Answered::Won { .. }), "{outcome:?}");
+        let decide_again: Decide = Box::new(|_| panic!("a resolved Request is not decided again"));
+        let outcome = store.answer(&id, decide_again, still_wanted()).await.unwrap();
+        assert!(
+            matches!(&outcome, Answered::Lost(view) if view.status == Status::Answered),
+            "{outcome:?}"
+        );
+        let outcome = store
+            .answer("req-unknown", decided(true), still_wanted())
+            .await
+            .unwrap();
+        assert!(matches!(outcome, Answered::NotFound), "{outcome:?}");
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_withdrawn_elicitation_takes_no_answer() {
     on_every(|store| async move {
         let raised = store
@@ -211,7 +262,7 @@ async fn a_withdrawn_elicitation_takes_no_answer() {
         let id = raised[0].request.id.clone();
         let withdrawn: Withdrawal = Box::new(|| Some("the upstream cancelled the elicitation".into()));
         let outcome = store
-            .answer(raised[0].clone(), decision(true), withdrawn)
+            .answer(&raised[0].request.id, decided(true), withdrawn)
             .await
             .unwrap();
         let Answered::Withdrawn(view) = outcome else {
@@ -448,7 +499,11 @@ async fn a_posted_request_counts_per_owner_and_in_all_but_against_no_server() {
             result: None,
             ..decision(true)
         };
-        let Answered::Won { view, .. } = store.answer(read, decision, still_wanted()).await.unwrap() else {
+        let Answered::Won { view, .. } = store
+            .answer(&id, Box::new(move |_| Ok(decision)), still_wanted())
+            .await
+            .unwrap()
+        else {
             panic!("the answer did not win");
         };
         assert_eq!((view.status, view.result), (Status::Answered, None));
@@ -514,7 +569,7 @@ async fn an_approved_call_is_claimed_for_sending_once() {
             Status::Pending,
             "an approval is not an elicitation"
         );
-        let answered = store.answer(raised[0].clone(), decision(true), still_wanted()).await;
+        let answered = store.answer(&raised[0].request.id, decided(true), still_wanted()).await;
         assert!(matches!(answered.unwrap(), Answered::Won { .. }));
         assert!(store.forwarding(&call.id).await.unwrap());
         assert!(!store.forwarding(&call.id).await.unwrap(), "sent once");
@@ -541,7 +596,7 @@ async fn a_restart_hands_over_the_calls_approvals_hold_until_they_are_sent() {
         // One waits; one is approved but was not sent; one was sent.
         for approval in &approvals[1..] {
             store
-                .answer(approval.clone(), decision(true), still_wanted())
+                .answer(&approval.request.id, decided(true), still_wanted())
                 .await
                 .unwrap();
         }
@@ -618,7 +673,7 @@ async fn restart_ends_what_cannot_survive_it(location: &Location) {
         .await
         .unwrap();
     store
-        .answer(answered[0].clone(), decision(true), still_wanted())
+        .answer(&answered[0].request.id, decided(true), still_wanted())
         .await
         .unwrap();
     close(store).await;

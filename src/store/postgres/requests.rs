@@ -11,8 +11,8 @@ use super::{Postgres, Reader, rows};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
 use crate::store::shares::{Held, Shares};
 use crate::store::{
-    Answered, Decision, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry,
-    StoreError, Withdrawal,
+    Answered, Decide, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry, StoreError,
+    Withdrawal,
 };
 use crate::suspension::RequestKind;
 use crate::time::Timestamp;
@@ -88,12 +88,19 @@ impl Postgres {
 
     /// Decides an answer to `pending`, the Request as the caller read it: the update that resolves it is
     /// made only if it is still pending, so the view and its event are built before the writer takes the change.
-    pub async fn answer(
-        &self,
-        pending: RequestView,
-        decision: Decision,
-        withdrawal: Withdrawal,
-    ) -> Result<Answered, StoreError> {
+    /// Reads the Request, decides on what it read, then writes the decision if the Request is still pending: the
+    /// read stays off the writer, which every replica's changes take turns on.
+    pub async fn answer(&self, id: &str, decide: Decide, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
+        let Some(pending) = self.request(id).await? else {
+            return Ok(Answered::NotFound);
+        };
+        if pending.status != Status::Pending {
+            return Ok(Answered::Lost(pending));
+        }
+        let decision = match decide(&pending) {
+            Ok(decision) => decision,
+            Err(violations) => return Ok(Answered::Invalid(violations)),
+        };
         let id = pending.request.id.clone();
         let now = Timestamp::now();
         let mut view = pending;

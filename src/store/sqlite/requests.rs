@@ -11,8 +11,8 @@ use super::{Sqlite, rows};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
 use crate::store::live::{Note, PendingRequest};
 use crate::store::{
-    Answered, Decision, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry,
-    StoreError, Withdrawal,
+    Answered, Decide, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry, StoreError,
+    Withdrawal,
 };
 use crate::suspension::RequestKind;
 use crate::time::Timestamp;
@@ -91,61 +91,47 @@ impl Sqlite {
         .await?
     }
 
-    /// Decides an answer to `pending`, the Request as the caller read it: the update that resolves it is
-    /// made only if it is still pending, so the view and its event are built before the writer takes the change.
-    pub async fn answer(
-        &self,
-        pending: RequestView,
-        decision: Decision,
-        withdrawal: Withdrawal,
-    ) -> Result<Answered, StoreError> {
-        let id = pending.request.id.clone();
-        let now = Timestamp::now();
-        let mut view = pending;
-        crate::store::answer_view(&mut view, decision, now);
-        let answer = rows::to_json_opt(view.answer.as_ref());
-        let result = rows::to_json_opt(view.result.as_ref());
-        let event = Event::request(EventKind::RequestResolved, &view);
+    /// Decides an answer in the writer, which reads the Request where its pages are at hand and decides on what
+    /// it read: nothing changes the row in between.
+    pub async fn answer(&self, id: &str, decide: Decide, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
+        let id = id.to_owned();
         self.write(move |tx| {
+            let Some((row, current)) = pending_request(tx.conn, &id)? else {
+                return Ok(Answered::NotFound);
+            };
+            if current.status != Status::Pending {
+                return Ok(Answered::Lost(current));
+            }
+            let decision = match decide(&current) {
+                Ok(decision) => decision,
+                Err(violations) => return Ok(Answered::Invalid(violations)),
+            };
+            let now = Timestamp::now();
             if let Some(detail) = withdrawal() {
-                let Some(current) = request(tx.conn, &id)? else {
-                    return Ok(Answered::NotFound);
-                };
-                if current.status != Status::Pending {
-                    return Ok(Answered::Lost(current));
-                }
                 let resolution = Resolution::Cancelled {
                     detail,
                     told_cancel: false,
                 };
-                let (view, _) = resolve_one(tx, current, &resolution, now)?;
+                let (view, _) = resolve_one(tx, row, current, &resolution, now)?;
                 return Ok(Answered::Withdrawn(view));
             }
-            let Some(row) = pending_row(tx.conn, &id)? else {
-                return Ok(request(tx.conn, &id)?.map_or(Answered::NotFound, Answered::Lost));
-            };
+            let mut view = current;
+            crate::store::answer_view(&mut view, decision, now);
             tx.conn
                 .prepare_cached(
                     "UPDATE requests SET status = 'answered', resolved_at = ?2, answer = ?3, answered_by = ?4, \
                      result = ?5 WHERE seq = ?1",
                 )?
-                .execute(params![row.seq, now.millis(), answer, view.answered_by, result])?;
-            let PendingRow {
-                call,
-                round,
-                completed_at,
-                ..
-            } = row;
+                .execute(params![
+                    row.seq,
+                    now.millis(),
+                    rows::to_json_opt(view.answer.as_ref()),
+                    view.answered_by,
+                    rows::to_json_opt(view.result.as_ref())
+                ])?;
             tx.note(Note::Resolved(id.clone()));
-            let completed_at = completed_at.map(Timestamp::from_millis);
-            let event = if completed_at == view.completed_at {
-                event
-            } else {
-                view.completed_at = completed_at;
-                Event::request(EventKind::RequestResolved, &view)
-            };
-            let event = tx.record(event)?;
-            let resumes = after_resolution(tx, call, round, now)?;
+            let event = tx.record(Event::request(EventKind::RequestResolved, &view))?;
+            let resumes = after_resolution(tx, view.call.clone(), row.round, now)?;
             Ok(Answered::Won {
                 view,
                 event,
@@ -372,36 +358,34 @@ pub(super) fn resolve_ids(tx: &mut Tx<'_>, ids: &[String], resolution: &Resoluti
     let now = Timestamp::now();
     let mut resolved = Resolved::default();
     for id in ids {
-        let Some(view) = request(tx.conn, id)?.filter(|view| view.status == Status::Pending) else {
+        let Some((row, view)) = pending_request(tx.conn, id)?.filter(|(_, view)| view.status == Status::Pending) else {
             continue;
         };
-        let (view, resumes) = resolve_one(tx, view, resolution, now)?;
+        let (view, resumes) = resolve_one(tx, row, view, resolution, now)?;
         resolved.views.push(view);
         resolved.resumes.extend(resumes);
     }
     Ok(resolved)
 }
 
-/// What resolving a pending Request needs of its row.
-struct PendingRow {
+/// Where a Request's row is, and the round it answers.
+struct RowOf {
     seq: i64,
-    call: Option<String>,
     round: Option<i64>,
-    completed_at: Option<i64>,
 }
 
-/// The row of Request `id` if it is pending. Read, then updated by `seq`, rather than one `UPDATE … RETURNING`,
-/// which builds a temporary table per statement: the writer is the only one changing rows, so nothing changes
-/// in between.
-fn pending_row(conn: &Connection, id: &str) -> rusqlite::Result<Option<PendingRow>> {
-    conn.prepare_cached("SELECT seq, call_id, round, completed_at FROM requests WHERE id = ?1 AND status = 'pending'")?
+/// Request `id`, with where its row is. Read, then updated by `seq`, rather than one `UPDATE … RETURNING`, which
+/// builds a temporary table per statement: the writer is the only one changing rows, so nothing changes in
+/// between.
+fn pending_request(conn: &Connection, id: &str) -> rusqlite::Result<Option<(RowOf, RequestView)>> {
+    let sql = format!("SELECT seq, round, {} FROM requests WHERE id = ?1", rows::REQUEST);
+    conn.prepare_cached(&sql)?
         .query_row([id], |row| {
-            Ok(PendingRow {
+            let at = RowOf {
                 seq: row.get(0)?,
-                call: row.get(1)?,
-                round: row.get(2)?,
-                completed_at: row.get(3)?,
-            })
+                round: row.get(1)?,
+            };
+            Ok((at, rows::request_at(row, 2)?))
         })
         .optional()
 }
@@ -409,12 +393,12 @@ fn pending_row(conn: &Connection, id: &str) -> rusqlite::Result<Option<PendingRo
 /// Resolves one pending Request without an answer; returns it and the call whose round it completed.
 fn resolve_one(
     tx: &mut Tx<'_>,
+    row: RowOf,
     mut view: RequestView,
     resolution: &Resolution,
     now: Timestamp,
 ) -> rusqlite::Result<(RequestView, Option<Retry>)> {
     crate::store::resolve_view(&mut view, resolution, now);
-    let row = pending_row(tx.conn, &view.request.id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
     tx.conn
         .prepare_cached(
             "UPDATE requests SET status = ?2, resolved_at = ?3, answer = ?4, result = ?5, detail = ?6 WHERE seq = ?1",
@@ -427,10 +411,9 @@ fn resolve_one(
             rows::to_json_opt(view.result.as_ref()),
             view.detail,
         ])?;
-    let round = row.round;
     tx.note(Note::Resolved(view.request.id.clone()));
     tx.record(Event::request(EventKind::RequestResolved, &view))?;
-    let resumes = after_resolution(tx, view.call.clone(), round, now)?;
+    let resumes = after_resolution(tx, view.call.clone(), row.round, now)?;
     Ok((view, resumes))
 }
 
