@@ -337,7 +337,7 @@ impl ServerHandler for FrontDoor {
         let arguments = request.arguments;
         let by = principal.clone();
         // Started to its end even if the client goes away meanwhile, so that the call is not half made.
-        let (call, reports) = to_completion(async move {
+        let (call, reports, keeping) = to_completion(async move {
             upstreams
                 .start_call(target, tool, arguments, &by, Via::Mcp)
                 .await
@@ -349,9 +349,13 @@ impl ServerHandler for FrontDoor {
             .client_capabilities()
             .is_some_and(|capabilities| capabilities.supports_tasks())
         {
+            keeping.kept().await.map_err(|error| refused(error.into()))?;
             return Ok(CreateTaskResult::new(task(&call)).into());
         }
-        self.hold(&call.id, &principal, &context, Some(reports)).await
+        let held = self.hold(&call.id, &principal, &context, Some(reports)).await;
+        // Whatever the client is told names the call, or follows from it: the call is kept first.
+        keeping.kept().await.map_err(|error| refused(error.into()))?;
+        held
     }
 }
 

@@ -176,6 +176,35 @@ struct Leg {
     token: CancellationToken,
 }
 
+/// Whether a call just started is kept: the upstream works on it meanwhile, and if it cannot be kept it is
+/// abandoned.
+pub struct Keeping {
+    kept: crate::store::Kept,
+    /// The call's work upstream, stopped when the call cannot be kept.
+    leg: Option<CancellationToken>,
+}
+
+impl Keeping {
+    /// For a call kept already.
+    fn already() -> Self {
+        Self {
+            kept: Box::pin(std::future::ready(Ok(()))),
+            leg: None,
+        }
+    }
+
+    /// Waits until the call is kept; if it cannot be, its work upstream stops.
+    pub async fn kept(self) -> Result<(), UpstreamError> {
+        let Self { kept, leg } = self;
+        kept.await.map_err(|error| {
+            if let Some(leg) = leg {
+                leg.cancel();
+            }
+            UpstreamError::Store(error)
+        })
+    }
+}
+
 /// The upstream side of the gateway.
 #[derive(Debug)]
 pub struct Upstreams {
@@ -378,7 +407,8 @@ impl Upstreams {
     }
 
     /// Starts a `tools/call` for `by` and returns the running Call, with its upstream's reports followed from
-    /// before the upstream hears of it.
+    /// before the upstream hears of it, and what says when it is kept, which the caller awaits before it gives
+    /// the call's id to anyone.
     pub async fn start_call(
         self: &Arc<Self>,
         target: Target,
@@ -386,7 +416,7 @@ impl Upstreams {
         arguments: Option<Map<String, Value>>,
         by: &Principal,
         via: Via,
-    ) -> Result<(CallView, Following), UpstreamError> {
+    ) -> Result<(CallView, Following, Keeping), UpstreamError> {
         if let Target::Session(id) = &target {
             let session = self.session(id, by).await?;
             if !session.shared && !by.may_change(session.owner.as_deref()) {
@@ -426,7 +456,7 @@ impl Upstreams {
             started.kept.await?;
             self.hold_for_approval(policy, &view).await;
             let view = self.calls.get(&view.id).await?.unwrap_or(view);
-            return Ok((view, following));
+            return Ok((view, following, Keeping::already()));
         }
         let mut params = CallToolRequestParams::new(String::from(tool));
         params.arguments = arguments;
@@ -445,11 +475,15 @@ impl Upstreams {
                 0,
             )
             .await;
-        if let Err(error) = started.kept.await {
-            leg.cancel();
-            return Err(UpstreamError::Store(error));
+        let keeping = Keeping {
+            kept: started.kept,
+            leg: Some(leg),
+        };
+        if started.deferred {
+            return Ok((view, following, keeping));
         }
-        Ok((view, following))
+        keeping.kept().await?;
+        Ok((view, following, Keeping::already()))
     }
 
     /// Cancels a call: its pending Requests become `cancelled` and the upstream is told.

@@ -89,14 +89,15 @@ pub async fn start(
     // Taken before the call starts: past the principal's long-polls nothing is started.
     let held = state.hold_long_poll(&principal, query.wait.duration())?;
     let upstreams = state.upstreams.clone();
-    let call = to_completion(async move {
+    let (call, _, keeping) = to_completion(async move {
         Ok(upstreams
             .start_call(target, body.tool, body.arguments, &principal, Via::Rest)
-            .await?
-            .0)
+            .await?)
     })
     .await?;
     let call = settled(&state, &call.id, query.wait).await?.unwrap_or(call);
+    // Kept before its id leaves: most often with the change that ended its running, its end or its round.
+    keeping.kept().await?;
     drop(held);
     let mut response = (StatusCode::CREATED, Json(&call)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/calls/{}", call.id)) {

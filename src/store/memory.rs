@@ -367,6 +367,7 @@ impl Memory {
         Ok(Started {
             view,
             kept: Box::pin(std::future::ready(Ok(()))),
+            deferred: false,
         })
     }
 

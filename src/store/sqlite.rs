@@ -2,6 +2,7 @@
 //! thread that commits every change waiting in one transaction, and read-only connections for reads.
 
 mod calls;
+mod deferred;
 mod live;
 mod maintenance;
 mod requests;
@@ -44,6 +45,8 @@ struct Shared {
     readers: Mutex<Vec<Connection>>,
     /// The status and owner of the live records, as last kept (the writer keeps it).
     live: Arc<Mutex<crate::store::live::Live>>,
+    /// The calls recorded but not written yet.
+    deferred: Arc<deferred::Deferred>,
     /// Held while the store is open, so that a second gateway cannot open the same file.
     _lock: Flock<File>,
 }
@@ -80,9 +83,11 @@ impl Sqlite {
         let live = Arc::new(Mutex::new(live));
         let (jobs, receiver) = mpsc::channel();
         let kept = live.clone();
+        let deferred = Arc::new(deferred::Deferred::default());
+        let to_write = deferred.clone();
         let writer = std::thread::Builder::new()
             .name("store-writer".to_owned())
-            .spawn(move || writer::run(conn, receiver, feed, kept))
+            .spawn(move || writer::run(conn, receiver, feed, kept, to_write))
             .map_err(|error| failed(format!("cannot start its writer thread: {error}")))?;
         Ok(Self {
             shared: Arc::new(Shared {
@@ -91,6 +96,7 @@ impl Sqlite {
                 writer: Mutex::new(Some(writer)),
                 readers: Mutex::default(),
                 live,
+                deferred,
                 _lock: lock,
             }),
         })

@@ -49,7 +49,11 @@ impl Postgres {
             }
         };
         match decision {
-            Ok(Ok(Ok(view))) => Ok(Started { view, kept }),
+            Ok(Ok(Ok(view))) => Ok(Started {
+                view,
+                kept,
+                deferred: false,
+            }),
             Ok(Ok(Err(refused))) => Err(refused),
             Ok(Err(error)) => Err(InsertCallError::Store(error)),
             Err(_) => Err(InsertCallError::Store(StoreError::Unavailable(

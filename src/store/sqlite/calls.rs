@@ -3,8 +3,8 @@
 use rmcp::model::Implementation;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Map;
-use tokio::sync::oneshot;
 
+use super::deferred::ToWrite;
 use super::requests::{resolve_ids, select_ids};
 use super::rows::Conditions;
 use super::writer::Tx;
@@ -20,46 +20,70 @@ use crate::store::{
 use crate::time::Timestamp;
 
 impl Sqlite {
-    /// Answers as soon as the writer has decided (the cap, then the row), before the change is on disk.
+    /// Records the call as deferred (see [`super::deferred`]): the cap is decided at once, and the call is kept
+    /// once the change that writes it is.
     pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<Started, InsertCallError> {
-        let (decided, decision) = oneshot::channel();
-        let kept = self.write(move |tx| {
-            let inserted = insert_call_in(tx, &call, max_running);
-            let early = match &inserted {
-                Ok(Ok(view)) => Ok(Ok(view.clone())),
-                Ok(Err(InsertCallError::TooMany(running))) => Ok(Err(InsertCallError::TooMany(*running))),
-                Ok(Err(InsertCallError::Store(error))) => Ok(Err(InsertCallError::Store(error.clone()))),
-                Err(error) => Err(super::unavailable(error)),
-            };
-            let _ = decided.send(early);
-            inserted.map(|_| ())
-        });
-        let kept: Kept = Box::pin(kept);
-        let (kept, decision) = {
-            // The write runs on the writer; its decision arrives first, its outcome once the batch is kept.
-            let mut kept = kept;
-            tokio::select! {
-                biased;
-                decision = decision => (kept, decision),
-                outcome = &mut kept => {
-                    let error = outcome.err().unwrap_or_else(|| StoreError::Unavailable("the call was not recorded".into()));
-                    return Err(InsertCallError::Store(error));
-                }
-            }
+        let now = Timestamp::from_millis(Timestamp::now().millis());
+        let view = CallView {
+            id: ids::mint(ids::CALL),
+            server: call.server.clone(),
+            session: call.session.clone(),
+            tool: call.tool.clone(),
+            arguments: call.arguments.clone(),
+            owner: call.owner.clone(),
+            via: call.via,
+            status: CallStatus::Running,
+            requests: Vec::new(),
+            result: None,
+            error: None,
+            created_at: now,
+            updated_at: now,
         };
-        match decision {
-            Ok(Ok(Ok(view))) => Ok(Started { view, kept }),
-            Ok(Ok(Err(refused))) => Err(refused),
-            Ok(Err(error)) => Err(InsertCallError::Store(error)),
-            Err(_) => Err(InsertCallError::Store(StoreError::Unavailable(
-                "the store could not record the call".to_owned(),
-            ))),
+        self.shared
+            .deferred
+            .add(call, view.clone(), max_running, &self.shared.live)
+            .map_err(InsertCallError::TooMany)?;
+        let kept = self.keep(view.id.clone());
+        Ok(Started {
+            view,
+            kept,
+            deferred: true,
+        })
+    }
+
+    /// Resolves once call `id` is kept: at once if it is written, else once the change that writes it is kept
+    /// (a change of its own when no other is writing it).
+    fn keep(&self, id: String) -> Kept {
+        let this = self.clone();
+        Box::pin(async move {
+            let Some((kept, write)) = this.shared.deferred.wait(&id) else {
+                return Ok(());
+            };
+            if write {
+                this.write_behind(move |tx| write_deferred(tx, &id));
+            }
+            kept.await
+                .unwrap_or_else(|_| Err(StoreError::Unavailable("the call was not recorded".to_owned())))
+        })
+    }
+
+    /// Writes every deferred call, for a read that must see every call started.
+    async fn keep_all(&self) -> Result<(), StoreError> {
+        if self.shared.deferred.is_empty() {
+            return Ok(());
         }
+        let ids = self.shared.deferred.all();
+        self.write(move |tx| ids.iter().try_for_each(|id| write_deferred(tx, id)))
+            .await
     }
 
     pub async fn finish_call(&self, id: &str, finish: Finish) -> Result<Option<Finished>, StoreError> {
         let id = id.to_owned();
-        self.write(move |tx| finish_in(tx, &id, finish)).await
+        self.write(move |tx| {
+            write_deferred(tx, &id)?;
+            finish_in(tx, &id, finish)
+        })
+        .await
     }
 
     pub async fn retry(&self, call: &str) -> Result<Option<Retry>, StoreError> {
@@ -154,12 +178,14 @@ impl Sqlite {
     }
 
     pub async fn call(&self, id: &str) -> Result<Option<CallView>, StoreError> {
+        self.keep(id.to_owned()).await?;
         self.read(|conn| call(conn, id))
     }
 
     pub async fn forwarding(&self, id: &str) -> Result<bool, StoreError> {
         let id = id.to_owned();
         self.write(move |tx| {
+            write_deferred(tx, &id)?;
             tx.conn
                 .prepare_cached(
                     "UPDATE calls SET forwarded_at = ?2 WHERE id = ?1 AND forwarded_at IS NULL AND status = 'running'",
@@ -173,6 +199,9 @@ impl Sqlite {
     pub async fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
         if let Some(live) = super::lock_mutex(&self.shared.live).call(id) {
             return Ok(Some(live));
+        }
+        if let Some(owner) = self.shared.deferred.owner(id) {
+            return Ok(Some((CallStatus::Running, owner)));
         }
         self.read(|conn| {
             conn.prepare_cached("SELECT status, owner FROM calls WHERE id = ?1")?
@@ -189,6 +218,7 @@ impl Sqlite {
         conditions.equal("c.server", filter.server.as_deref());
         conditions.equal("c.session", filter.session.as_deref());
         conditions.equal("c.owner", filter.owner.as_deref());
+        self.keep_all().await?;
         self.read(|conn| {
             let sql = format!(
                 "SELECT {} FROM calls AS c WHERE {} ORDER BY c.seq LIMIT ?",
@@ -202,6 +232,7 @@ impl Sqlite {
     }
 
     pub async fn running_calls(&self, session: Option<&str>) -> Result<Vec<CallView>, StoreError> {
+        self.keep_all().await?;
         self.read(|conn| {
             let sql = format!(
                 "SELECT {} FROM calls AS c WHERE c.status IN ('running', 'input_required') \
@@ -215,6 +246,7 @@ impl Sqlite {
     }
 
     pub async fn count_calls(&self) -> Result<Vec<(CallStatus, usize)>, StoreError> {
+        self.keep_all().await?;
         self.read(|conn| {
             let mut statement =
                 conn.prepare_cached("SELECT status, count(*) FROM calls GROUP BY status ORDER BY status")?;
@@ -261,19 +293,18 @@ pub(super) fn session(conn: &Connection, id: &str) -> rusqlite::Result<Option<Se
     conn.prepare_cached(&sql)?.query_row([id], rows::session).optional()
 }
 
-/// Records a running call unless its owner has `max_running` calls that have not ended.
-fn insert_call_in(
-    tx: &mut Tx<'_>,
-    call: &NewCall,
-    max_running: usize,
-) -> rusqlite::Result<Result<CallView, InsertCallError>> {
-    // Counted in the live records: a count over the calls table grows with the calls running.
-    let running = tx.running(&call.owner);
-    if running >= max_running {
-        return Ok(Err(InsertCallError::TooMany(running)));
+/// Writes deferred call `id`, unless it is written or another change is writing it.
+pub(super) fn write_deferred(tx: &mut Tx<'_>, id: &str) -> rusqlite::Result<()> {
+    match tx.take_deferred(id) {
+        Some(call) => write_call(tx, &call),
+        None => Ok(()),
     }
-    let id = ids::mint(ids::CALL);
-    let now = Timestamp::now().millis();
+}
+
+/// Writes a running call as it was recorded.
+pub(super) fn write_call(tx: &mut Tx<'_>, call: &ToWrite) -> rusqlite::Result<()> {
+    let ToWrite { call, view } = call;
+    let created = view.created_at.millis();
     tx.conn
         .prepare_cached(
             "INSERT INTO calls (id, server, session, shared, tool, arguments, owner, protocol_version, \
@@ -281,7 +312,7 @@ fn insert_call_in(
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'running', ?10, ?10, ?11)",
         )?
         .execute(params![
-            id,
+            view.id,
             call.server,
             call.session,
             call.shared,
@@ -290,18 +321,16 @@ fn insert_call_in(
             call.owner,
             call.protocol_version,
             rows::to_json(&call.capabilities),
-            now,
+            created,
             call.via.as_str(),
         ])?;
-    let view = self::call(tx.conn, &id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
-    tx.started(&call.owner);
     tx.note(Note::Call {
-        call: id,
+        call: view.id.clone(),
         status: CallStatus::Running,
         owner: view.owner.clone(),
     });
-    tx.record(Event::call(&view))?;
-    Ok(Ok(view))
+    tx.record(Event::call(view))?;
+    Ok(())
 }
 
 /// Ends a call that has not ended, cancelling its pending Requests.

@@ -30,6 +30,7 @@ impl Sqlite {
             }
             let calls: BTreeSet<&str> = requests.iter().filter_map(|new| new.call.as_deref()).collect();
             for call in calls {
+                super::calls::write_deferred(tx, call)?;
                 let live: bool = tx
                     .conn
                     .prepare_cached(

@@ -6,10 +6,11 @@ use std::sync::{Arc, Mutex, mpsc};
 use rusqlite::Connection;
 
 use super::super::StoreError;
+use super::deferred::{Deferred, KEEP_AFTER, ToWrite};
 use crate::feed::Feed;
 use crate::records::Event;
 use crate::store::live::{self, Live, Note};
-use crate::store::shares::{Running, Shares};
+use crate::store::shares::Shares;
 use crate::time::Timestamp;
 
 /// The most changes one transaction takes.
@@ -37,9 +38,10 @@ pub struct Tx<'a> {
     /// they resolved is released once kept: a Request is admitted against the larger figure); copied from
     /// `live` by the first change that raises, so that a batch of answers copies nothing.
     shares: &'a mut Option<Shares>,
-    /// The calls this transaction's changes started so far, by owner.
-    started: &'a mut Running,
     live: &'a Mutex<Live>,
+    deferred: &'a Deferred,
+    /// The deferred calls this transaction's changes wrote so far.
+    written: &'a mut Vec<String>,
 }
 
 impl Tx<'_> {
@@ -56,16 +58,11 @@ impl Tx<'_> {
             .get_or_insert_with(|| super::lock_mutex(live).shares().clone())
     }
 
-    /// How many calls that have not ended `owner` has as last kept, plus those this transaction started (those
-    /// it ended count until kept: a call is admitted against the larger figure).
-    pub fn running(&self, owner: &str) -> usize {
-        let kept = super::lock_mutex(self.live).running(owner);
-        kept + self.started.of(owner)
-    }
-
-    /// Counts a call this change started, for the changes after it in the transaction.
-    pub fn started(&mut self, owner: &str) {
-        self.started.start(owner);
+    /// Call `id`, for this change to write, if it waits to be written and no other change is writing it.
+    pub fn take_deferred(&mut self, id: &str) -> Option<Arc<ToWrite>> {
+        let call = self.deferred.take(id)?;
+        self.written.push(id.to_owned());
+        Some(call)
     }
 
     /// Records what the change does to the live records, applied once it is kept.
@@ -102,27 +99,63 @@ impl Tx<'_> {
     }
 }
 
-/// Runs the writer until every sender of `jobs` is gone, keeping `live` up to date.
-pub fn run(conn: Connection, jobs: mpsc::Receiver<Job>, feed: Feed, live: Arc<Mutex<Live>>) {
-    while let Ok(first) = jobs.recv() {
-        let mut batch = vec![first];
+/// Runs the writer until every sender of `jobs` is gone, keeping `live` up to date, and writes each deferred
+/// call no change has written within [`KEEP_AFTER`] of its start (and, at the end, every one left).
+pub fn run(conn: Connection, jobs: mpsc::Receiver<Job>, feed: Feed, live: Arc<Mutex<Live>>, deferred: Arc<Deferred>) {
+    let open = loop {
+        let mut batch = Vec::new();
+        match jobs.recv_timeout(KEEP_AFTER) {
+            Ok(job) => batch.push(job),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break false,
+        }
         while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
                 Ok(job) => batch.push(job),
                 Err(_) => break,
             }
         }
+        let due = deferred.due(std::time::Instant::now());
+        if !due.is_empty() {
+            batch.push(write_calls(due));
+        }
         let mut batch = batch.into_iter();
         while batch.len() > 0 {
-            commit(&conn, &mut batch, &feed, &live);
+            commit(&conn, &mut batch, &feed, &live, &deferred);
         }
+    };
+    debug_assert!(!open);
+    let left = deferred.all();
+    if !left.is_empty() {
+        commit(&conn, &mut vec![write_calls(left)].into_iter(), &feed, &live, &deferred);
     }
+}
+
+/// A change that writes the deferred calls `ids` that no other change has taken.
+pub fn write_calls(ids: Vec<String>) -> Job {
+    Box::new(move |tx| {
+        for id in &ids {
+            if let Err(error) = super::calls::write_deferred(tx, id) {
+                tracing::error!(%error, "the store could not write a call");
+                return Err(());
+            }
+        }
+        Ok(Applied {
+            reply: Box::new(|_| {}),
+        })
+    })
 }
 
 /// Applies changes from `batch` in one transaction until one fails; the ones applied share its fate (the
 /// failure rolls them back: a change that fails midway leaves nothing of itself), and the rest are left
 /// for the next transaction.
-fn commit(conn: &Connection, batch: &mut std::vec::IntoIter<Job>, feed: &Feed, live: &Mutex<Live>) {
+fn commit(
+    conn: &Connection,
+    batch: &mut std::vec::IntoIter<Job>,
+    feed: &Feed,
+    live: &Mutex<Live>,
+    deferred: &Deferred,
+) {
     if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
         // Dropped unapplied, each change tells its caller that the store could not make it.
         tracing::error!(%error, "the store cannot start a transaction");
@@ -134,7 +167,7 @@ fn commit(conn: &Connection, batch: &mut std::vec::IntoIter<Job>, feed: &Feed, l
     let mut notes = Vec::new();
     let mut now_pending = super::lock_mutex(live).pending();
     let mut shares = None;
-    let mut started = Running::default();
+    let mut written = Vec::new();
     let mut failed = false;
     for job in batch.by_ref() {
         let mut tx = Tx {
@@ -143,8 +176,9 @@ fn commit(conn: &Connection, batch: &mut std::vec::IntoIter<Job>, feed: &Feed, l
             notes: Vec::new(),
             pending_before: now_pending,
             shares: &mut shares,
-            started: &mut started,
             live,
+            deferred,
+            written: &mut written,
         };
         match job(&mut tx) {
             Ok(done) => {
@@ -171,7 +205,9 @@ fn commit(conn: &Connection, batch: &mut std::vec::IntoIter<Job>, feed: &Feed, l
     };
     match committed {
         Ok(()) => {
+            // Counted in `live` before they leave `deferred`, so that the cap on running calls always sees them.
             super::lock_mutex(live).apply(notes);
+            deferred.settle(&written, &Ok(()));
             if !events.is_empty() {
                 feed.publish(events);
             }
@@ -181,6 +217,7 @@ fn commit(conn: &Connection, batch: &mut std::vec::IntoIter<Job>, feed: &Feed, l
         }
         Err(error) => {
             let _ = conn.execute_batch("ROLLBACK");
+            deferred.settle(&written, &Err(error.clone()));
             for done in applied {
                 (done.reply)(Err(error.clone()));
             }
