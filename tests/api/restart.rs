@@ -328,3 +328,25 @@ async fn a_request_due_while_the_gateway_was_down_expires_at_start() {
     assert_eq!(results(&done), json!([{"action": "cancel"}]));
     let _: Value = done;
 }
+
+#[tokio::test]
+async fn a_call_that_runs_on_is_recorded_while_its_starter_still_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = gateway(&dir).await;
+    let mut events = app.events("?server=modern", None).await;
+    let body = json!({"server": "modern", "tool": "slow", "arguments": {"seconds": 60}});
+    let mut started = Box::pin(app.post("/calls?wait=20", &body));
+    let recorded = tokio::select! {
+        event = events.next_of("call.updated") => event,
+        response = &mut started => panic!("the call was answered ({}) before it was recorded", response.status()),
+    };
+    assert_eq!(recorded.data["status"], "running", "{:?}", recorded.data);
+    let id = recorded.data["id"].as_str().unwrap().to_owned();
+    drop(started);
+
+    stop(&mut app, Stop::Kill);
+    app = gateway(&dir).await;
+    let ended = app.get_json(&format!("/calls/{id}")).await;
+    assert_eq!(ended["status"], "failed", "{ended}");
+    assert_eq!(ended["error"]["reason"], "gateway_restarted", "{ended}");
+}
