@@ -45,9 +45,8 @@ pub struct SessionCore {
     in_flight: Mutex<HashMap<RequestId, (CallRef, ProgressToken)>>,
     /// The principals whose calls this session has run.
     served: Mutex<HashSet<String>>,
-    /// Legacy elicitations waiting on their Request, by Request id, with their JSON-RPC id and the token
-    /// fired when the upstream withdraws one.
-    elicitations: Mutex<HashMap<String, (RequestId, CancellationToken)>>,
+    /// Legacy elicitations waiting on their Request.
+    elicitations: Mutex<Elicitations>,
     /// The latest legacy elicitations replied to, by JSON-RPC id, with their Request: a withdrawal that crosses
     /// the reply on the wire arrives after it.
     replied: Mutex<VecDeque<Replied>>,
@@ -154,16 +153,13 @@ impl SessionCore {
         }
     }
 
-    /// Cancels the Requests of elicitations the upstream has withdrawn but whose wait has not yet woken.
+    /// Cancels the Requests of a call's elicitations that the upstream has withdrawn but whose wait has not yet
+    /// woken, before the call's end would cancel them for ending.
     ///
     /// rmcp cancels a handler's token before it routes the response that follows, so a call that just ended
     /// runs this to record the upstream's withdrawal rather than its own ending.
-    pub async fn settle_withdrawn(&self) {
-        let withdrawn: Vec<String> = lock(&self.elicitations)
-            .iter()
-            .filter(|(_, (_, token))| token.is_cancelled())
-            .map(|(id, _)| id.clone())
-            .collect();
+    pub async fn settle_withdrawn(&self, call: &str) {
+        let withdrawn = lock(&self.elicitations).withdrawn_of(call);
         for id in withdrawn {
             self.registry.withdraw(&id).await;
         }
@@ -173,7 +169,7 @@ impl SessionCore {
     /// reply did not count, so an answer in it was never received.
     pub async fn withdrawn_after_reply(&self, request: &RequestId) {
         // One still waiting is withdrawn through its token; this is for one replied to already.
-        if lock(&self.elicitations).values().any(|(rpc, _)| rpc == request) {
+        if lock(&self.elicitations).waits_on(request) {
             return;
         }
         let replied = {
@@ -204,10 +200,10 @@ impl SessionCore {
             let call = core.attribute(stream.as_ref()).await;
             let origin = core.origin_of(call.as_ref());
             let asked = core.registry.ask(params, &origin, withdrawn.clone()).await;
-            (core, asked, withdrawn)
+            (core, asked, withdrawn, origin.call)
         });
         async move {
-            let (core, asked, withdrawn) = asked.await;
+            let (core, asked, withdrawn, call) = asked.await;
             let mut waiting = match asked {
                 Ok(waiting) => waiting,
                 Err(AskError::Full(cap)) => {
@@ -218,7 +214,7 @@ impl SessionCore {
                 Err(AskError::Unusable(detail)) => return Err(ErrorData::invalid_params(detail, None)),
                 Err(AskError::Store(error)) => return Err(ErrorData::internal_error(error.to_string(), None)),
             };
-            lock(&core.elicitations).insert(waiting.id.clone(), (request.clone(), withdrawn.clone()));
+            lock(&core.elicitations).insert(&waiting.id, request.clone(), withdrawn.clone(), call);
             let outcome = tokio::select! {
                 outcome = waiting.outcome() => outcome,
                 () = withdrawn.cancelled() => {
@@ -255,6 +251,55 @@ impl SessionCore {
                 )),
             }
         }
+    }
+}
+
+/// The legacy elicitations of a session waiting on their Request, by Request id, each with its JSON-RPC id,
+/// the token fired when the upstream withdraws it and the call it was attributed to; and those of each call.
+#[derive(Debug, Default)]
+struct Elicitations {
+    by_request: HashMap<String, (RequestId, CancellationToken, Option<String>)>,
+    by_call: HashMap<String, HashSet<String>>,
+}
+
+impl Elicitations {
+    fn insert(&mut self, id: &str, rpc: RequestId, withdrawn: CancellationToken, call: Option<String>) {
+        if let Some(call) = &call {
+            self.by_call.entry(call.clone()).or_default().insert(id.to_owned());
+        }
+        self.by_request.insert(id.to_owned(), (rpc, withdrawn, call));
+    }
+
+    fn remove(&mut self, id: &str) {
+        let Some((_, _, Some(call))) = self.by_request.remove(id) else {
+            return;
+        };
+        if let Some(ids) = self.by_call.get_mut(&call) {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.by_call.remove(&call);
+            }
+        }
+    }
+
+    /// The Requests of `call`'s elicitations that the upstream has withdrawn.
+    fn withdrawn_of(&self, call: &str) -> Vec<String> {
+        let Some(ids) = self.by_call.get(call) else {
+            return Vec::new();
+        };
+        ids.iter()
+            .filter(|id| {
+                self.by_request
+                    .get(*id)
+                    .is_some_and(|(_, token, _)| token.is_cancelled())
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Whether an elicitation with JSON-RPC id `rpc` still waits on its Request.
+    fn waits_on(&self, rpc: &RequestId) -> bool {
+        self.by_request.values().any(|(waiting, _, _)| waiting == rpc)
     }
 }
 
@@ -416,4 +461,33 @@ impl ClientHandler for GatewayClient {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_calls_withdrawn_elicitations_are_found_without_the_others() {
+        let mut elicitations = Elicitations::default();
+        let (kept, withdrawn, elsewhere) = (
+            CancellationToken::new(),
+            CancellationToken::new(),
+            CancellationToken::new(),
+        );
+        elicitations.insert("req-1", RequestId::Number(1), kept, Some("call-a".into()));
+        elicitations.insert("req-2", RequestId::Number(2), withdrawn.clone(), Some("call-a".into()));
+        elicitations.insert("req-3", RequestId::Number(3), elsewhere.clone(), None);
+        withdrawn.cancel();
+        elsewhere.cancel();
+        assert_eq!(elicitations.withdrawn_of("call-a"), ["req-2"]);
+        assert!(elicitations.withdrawn_of("call-b").is_empty());
+        assert!(elicitations.waits_on(&RequestId::Number(3)));
+
+        for id in ["req-1", "req-2", "req-3"] {
+            elicitations.remove(id);
+        }
+        assert!(elicitations.by_request.is_empty() && elicitations.by_call.is_empty());
+        assert!(!elicitations.waits_on(&RequestId::Number(3)));
+    }
 }

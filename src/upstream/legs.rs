@@ -74,7 +74,7 @@ impl Upstreams {
         let run = async move {
             let ended = this.drive(&call, &live, params, round, &token).await;
             this.forget_leg(&call.id, id);
-            Box::pin(live.core.settle_withdrawn()).await;
+            Box::pin(live.core.settle_withdrawn(&call.id)).await;
             let Some(finish) = ended else { return };
             match &finish {
                 Finish::Completed(_) => tracing::info!("call completed"),
