@@ -218,9 +218,8 @@ async fn send(
 ) -> Result<ServerResult, ServiceError> {
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     let sending = core.sending().await;
-    let handle = peer
-        .send_request_with_option(request, PeerRequestOptions::no_options())
-        .await?;
+    // Boxed: what sending takes (about 3 KB of rmcp's future) is not kept while the response is awaited.
+    let handle = Box::pin(peer.send_request_with_option(request, PeerRequestOptions::no_options())).await?;
     let mut guard = InFlight {
         core,
         peer,
@@ -228,7 +227,9 @@ async fn send(
     };
     core.track(handle.id.clone(), handle.progress_token.clone(), call);
     drop(sending);
-    let response = handle.await_response().await;
+    // The response itself, as `RequestHandle::await_response` gives it without a timeout (none is set): that
+    // future keeps room for its timeouts and their cancellations, about 3 KB more per call in flight.
+    let response = handle.rx.await.unwrap_or(Err(ServiceError::TransportClosed));
     guard.finish();
     response
 }
