@@ -59,86 +59,111 @@ pub async fn drive(live: &Live, call: &CallRef, mut params: CallToolRequestParam
             },
             sent = &mut sending => sent,
         };
-        let response = match sent {
-            Ok(response) => response,
-            Err(ServiceError::McpError(error)) if error.code == URL_ELICITATION_REQUIRED && !url_retry_used => {
-                url_retry_used = true;
-                match Box::pin(authorize(core, call, &error)).await {
-                    Ok(()) => continue,
-                    Err(finish) => return Some(finish),
-                }
-            }
-            Err(ServiceError::McpError(error)) if retrying && error.code == ErrorCode::INVALID_PARAMS => {
-                return Some(Box::pin(state_rejected(core, &call.id, &error)).await);
-            }
-            Err(error) => return Some(Finish::failed(describe(&error))),
+        let turn = Turn {
+            retrying,
+            url_retry_used: &mut url_retry_used,
+            params: &mut params,
+            round: &mut round,
         };
-        let input = match response {
-            ServerResult::CustomResult(CustomResult(result)) if is_input_required(&result) => result,
-            ServerResult::CustomResult(CustomResult(result)) => return Some(completed_json(result)),
-            ServerResult::InputRequiredResult(input) => serde_json::to_value(input).unwrap_or_default(),
-            // What rmcp read over HTTP, through an untagged enum: a result may arrive as another variant.
-            other => return Some(completed_json(serde_json::to_value(other).unwrap_or_default())),
-        };
-        let (requests, state) = match read_input_required(input) {
-            Ok(round) => round,
-            Err(error) => {
-                return Some(Finish::failed(format!(
-                    "the upstream asked for input the gateway cannot show: {error}"
-                )));
-            }
-        };
-        round += 1;
-        if let Some((key, _)) = requests
-            .iter()
-            .find(|(_, request)| request.get("method").and_then(Value::as_str) != Some(ELICITATION_CREATE))
-        {
-            return Some(Finish::failed(format!(
-                "the upstream asked for input {key:?} of a kind the gateway does not provide (only elicitation is)"
-            )));
-        }
-        params.input_responses = None;
-        params.request_state = state.clone();
-        if requests.is_empty() {
-            continue;
-        }
-        let keys: Vec<String> = requests.keys().cloned().collect();
-        let new_round = NewRound {
-            call: call.id.clone(),
-            number: round,
-            request_state: state,
-            input_requests: requests,
-        };
-        // Boxed, as what follows a response is: a call's task keeps room only for waiting on the upstream.
-        match Box::pin(core.registry.ask_round(new_round, &core.origin(Some(call)))).await {
-            Ok(_) => return None,
-            Err(AskError::Full(cap)) => {
-                tracing::warn!(
-                    call = %call.id,
-                    %cap,
-                    "pending Requests at their cap: the round's input requests answered cancel"
-                );
-                let cancel = serde_json::to_value(ElicitResult::new(ElicitationAction::Cancel)).unwrap_or_default();
-                let responses: InputResponses = keys.into_iter().map(|key| (key, cancel.clone())).collect();
-                params.input_responses = Some(responses);
-            }
-            Err(AskError::Unusable(detail)) => {
-                return Some(Finish::failed(format!(
-                    "the upstream sent an elicitation the gateway cannot show: {detail}"
-                )));
-            }
-            // The call was cancelled while its upstream worked: its end is recorded already.
-            Err(AskError::CallEnded(_)) => return None,
-            Err(AskError::Store(error)) => {
-                return Some(Finish::failed(format!(
-                    "the gateway could not record the round: {error}"
-                )));
-            }
+        // Boxed: a call's task keeps room only for waiting on the upstream, not for what follows its response.
+        if let Some(ended) = Box::pin(after(core, call, sent, turn)).await {
+            return ended;
         }
     }
     Some(Finish::failed(format!(
         "the upstream asked for input more than {MAX_ROUNDS} times"
     )))
+}
+
+/// What one response of a call's loop may change for the next `tools/call`.
+struct Turn<'a> {
+    /// Whether the request carried answers, or a state, to the upstream.
+    retrying: bool,
+    url_retry_used: &'a mut bool,
+    params: &'a mut CallToolRequestParams,
+    round: &'a mut u32,
+}
+
+/// Acts on the response to one `tools/call`: `Some` with how the call goes on when it ends or waits on a round,
+/// `None` when another `tools/call` is to be sent.
+async fn after(
+    core: &Arc<SessionCore>,
+    call: &CallRef,
+    sent: Result<ServerResult, ServiceError>,
+    turn: Turn<'_>,
+) -> Option<Option<Finish>> {
+    let response = match sent {
+        Ok(response) => response,
+        Err(ServiceError::McpError(error)) if error.code == URL_ELICITATION_REQUIRED && !*turn.url_retry_used => {
+            *turn.url_retry_used = true;
+            return match authorize(core, call, &error).await {
+                Ok(()) => None,
+                Err(finish) => Some(Some(finish)),
+            };
+        }
+        Err(ServiceError::McpError(error)) if turn.retrying && error.code == ErrorCode::INVALID_PARAMS => {
+            return Some(Some(state_rejected(core, &call.id, &error).await));
+        }
+        Err(error) => return Some(Some(Finish::failed(describe(&error)))),
+    };
+    let input = match response {
+        ServerResult::CustomResult(CustomResult(result)) if is_input_required(&result) => result,
+        ServerResult::CustomResult(CustomResult(result)) => return Some(Some(completed_json(result))),
+        ServerResult::InputRequiredResult(input) => serde_json::to_value(input).unwrap_or_default(),
+        // What rmcp read over HTTP, through an untagged enum: a result may arrive as another variant.
+        other => return Some(Some(completed_json(serde_json::to_value(other).unwrap_or_default()))),
+    };
+    let (requests, state) = match read_input_required(input) {
+        Ok(round) => round,
+        Err(error) => {
+            return Some(Some(Finish::failed(format!(
+                "the upstream asked for input the gateway cannot show: {error}"
+            ))));
+        }
+    };
+    *turn.round += 1;
+    if let Some((key, _)) = requests
+        .iter()
+        .find(|(_, request)| request.get("method").and_then(Value::as_str) != Some(ELICITATION_CREATE))
+    {
+        return Some(Some(Finish::failed(format!(
+            "the upstream asked for input {key:?} of a kind the gateway does not provide (only elicitation is)"
+        ))));
+    }
+    turn.params.input_responses = None;
+    turn.params.request_state = state.clone();
+    if requests.is_empty() {
+        return None;
+    }
+    let keys: Vec<String> = requests.keys().cloned().collect();
+    let new_round = NewRound {
+        call: call.id.clone(),
+        number: *turn.round,
+        request_state: state,
+        input_requests: requests,
+    };
+    match core.registry.ask_round(new_round, &core.origin(Some(call))).await {
+        Ok(_) => Some(None),
+        Err(AskError::Full(cap)) => {
+            tracing::warn!(
+                call = %call.id,
+                %cap,
+                "pending Requests at their cap: the round's input requests answered cancel"
+            );
+            let cancel = serde_json::to_value(ElicitResult::new(ElicitationAction::Cancel)).unwrap_or_default();
+            let responses: InputResponses = keys.into_iter().map(|key| (key, cancel.clone())).collect();
+            turn.params.input_responses = Some(responses);
+            None
+        }
+        Err(AskError::Unusable(detail)) => Some(Some(Finish::failed(format!(
+            "the upstream sent an elicitation the gateway cannot show: {detail}"
+        )))),
+        // The call was cancelled while its upstream worked: its end is recorded already.
+        Err(AskError::CallEnded(_)) => Some(None),
+        Err(AskError::Store(error)) => Some(Some(Finish::failed(format!(
+            "the gateway could not record the round: {error}"
+        )))),
+    }
 }
 
 /// The end of a call whose retry the upstream refused: the `requestState` the gateway echoed is not one it

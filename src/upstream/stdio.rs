@@ -90,16 +90,23 @@ impl ChildTransport {
         let waiting = session.elicit(id.clone(), params, None, withdrawn.clone());
         self.elicitations.insert(id.clone(), withdrawn);
         let stdin = self.stdin.clone();
-        self.waits.spawn(async move {
-            let response = match waiting.await {
-                Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-                Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
-            };
-            if let Ok(line) = framing::line(&response) {
-                let _ = stdin.write(line).await;
-            }
-            id
-        });
+        // Boxed, as is writing the response: the task keeps one copy of the wait, and room for nothing else.
+        let waiting = Box::pin(waiting);
+        let task = async move {
+            let outcome = waiting.await;
+            Box::pin(async move {
+                let response = match outcome {
+                    Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                    Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
+                };
+                if let Ok(line) = framing::line(&response) {
+                    let _ = stdin.write(line).await;
+                }
+                id
+            })
+            .await
+        };
+        self.waits.spawn(task);
     }
 
     /// Forgets the elicitations whose response has been written.
