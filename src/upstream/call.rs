@@ -11,7 +11,7 @@ use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientRequest,
     CustomResult, ElicitResult, ElicitationAction, ErrorCode, ErrorData, InputResponses, RequestId, ServerResult,
 };
-use rmcp::service::{PeerRequestOptions, ServiceError};
+use rmcp::service::{PeerRequestOptions, RequestHandle, ServiceError};
 use rmcp::{Peer, RoleClient};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
@@ -38,7 +38,12 @@ enum RoundError {
 
 /// Sends a call's `tools/call` (after `round` answered rounds) and follows it: returns how the call ended,
 /// or `None` when it waits on a round of Requests.
-pub async fn drive(live: &Live, call: &CallRef, mut params: CallToolRequestParams, mut round: u32) -> Option<Finish> {
+pub async fn drive(
+    live: &Live,
+    call: &CallRef,
+    mut params: Box<CallToolRequestParams>,
+    mut round: u32,
+) -> Option<Finish> {
     let (core, peer) = (&live.core, &live.peer);
     let mut url_retry_used = false;
     while round <= MAX_ROUNDS {
@@ -239,24 +244,38 @@ async fn send(
     core: &SessionCore,
     peer: &Peer<RoleClient>,
     call: &CallRef,
-    params: CallToolRequestParams,
+    params: Box<CallToolRequestParams>,
 ) -> Result<ServerResult, ServiceError> {
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    // Boxed: what sending and tracking the request take (rmcp's future alone is about 3 KB) is not kept while
+    // the response is awaited.
+    let (handle, mut guard) = Box::pin(start(core, peer, call, params)).await?;
+    // The response itself, as `RequestHandle::await_response` gives it without a timeout (none is set): that
+    // future keeps room for its timeouts and their cancellations, about 3 KB more per call in flight.
+    let response = handle.rx.await.unwrap_or(Err(ServiceError::TransportClosed));
+    guard.finish();
+    response
+}
+
+/// Sends one `tools/call` and tracks it as in flight, until the guard returned is finished or dropped.
+async fn start<'a>(
+    core: &'a SessionCore,
+    peer: &'a Peer<RoleClient>,
+    call: &CallRef,
+    params: Box<CallToolRequestParams>,
+) -> Result<(RequestHandle<RoleClient>, InFlight<'a>), ServiceError> {
     let sending = core.sending().await;
-    // Boxed: what sending takes (about 3 KB of rmcp's future) is not kept while the response is awaited.
-    let handle = Box::pin(peer.send_request_with_option(request, PeerRequestOptions::no_options())).await?;
-    let mut guard = InFlight {
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(*params));
+    let handle = peer
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await?;
+    let guard = InFlight {
         core,
         peer,
         request: Some(handle.id.clone()),
     };
     core.track(handle.id.clone(), handle.progress_token.clone(), call);
     drop(sending);
-    // The response itself, as `RequestHandle::await_response` gives it without a timeout (none is set): that
-    // future keeps room for its timeouts and their cancellations, about 3 KB more per call in flight.
-    let response = handle.rx.await.unwrap_or(Err(ServiceError::TransportClosed));
-    guard.finish();
-    response
+    Ok((handle, guard))
 }
 
 /// Turns the URL elicitations of a `-32042` error into Requests; `Ok` when every one was accepted.

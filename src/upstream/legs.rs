@@ -69,8 +69,9 @@ impl Upstreams {
             session = %live.core.id, tool = %tool);
         let this = self.clone();
         let token = leg.clone();
-        // What runs after the upstream answers is boxed, so that the task of a call waiting on its upstream (a
-        // 2025-11-25 elicitation in flight) holds only what that wait takes.
+        // The params and what runs after the upstream answers are boxed, so that the task of a call waiting on
+        // its upstream (a 2025-11-25 elicitation in flight) holds only what that wait takes.
+        let params = Box::new(params);
         let run = async move {
             let ended = this.drive(&call, &live, params, round, &token).await;
             this.forget_leg(&call.id, id);
@@ -119,7 +120,7 @@ impl Upstreams {
         &self,
         call: &CallRef,
         live: &Arc<Live>,
-        params: CallToolRequestParams,
+        params: Box<CallToolRequestParams>,
         round: u32,
         leg: &CancellationToken,
     ) -> Option<Finish> {
