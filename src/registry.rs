@@ -633,7 +633,7 @@ impl Registry {
         if let Some(waiter) = self.waiters().remove(&view.request.id) {
             let outcome = match (&view.result, tell, view.status) {
                 (Some(result), _, Status::Answered | Status::Expired) | (Some(result), Tell::Cancel, _) => {
-                    Outcome::Reply(result.clone())
+                    Outcome::Reply(ElicitResult::clone(result))
                 }
                 _ => Outcome::Withdrawn(view.detail.clone().unwrap_or_default()),
             };
@@ -739,7 +739,7 @@ fn with_defaults(view: &RequestView, mut answer: Answer, apply_defaults: bool) -
 /// An answer to a Request already resolved: the same answer again is that Request, another is refused.
 fn repeat(view: RequestView, answer: &Answer) -> Result<AnswerAccepted, AnswerError> {
     match view.status {
-        Status::Answered if view.answer.as_ref() == Some(answer) => Ok(AnswerAccepted { view, event: None }),
+        Status::Answered if view.answer.as_deref() == Some(answer) => Ok(AnswerAccepted { view, event: None }),
         Status::Answered => Err(AnswerError::Conflict(view.request.id)),
         status => Err(AnswerError::Gone {
             id: view.request.id,
@@ -763,7 +763,7 @@ fn action_name(action: &ElicitationAction) -> &'static str {
 
 /// Logs how a Request ended: the keys of its answer's data, never the values.
 fn log_resolution(view: &RequestView) {
-    let answer = view.answer.as_ref();
+    let answer = view.answer.as_deref();
     let keys: Vec<&str> = answer
         .and_then(|answer| answer.data.as_ref())
         .map(|data| data.keys().map(String::as_str).collect())

@@ -660,16 +660,16 @@ pub(crate) fn resolve_view(view: &mut RequestView, resolution: &Resolution, now:
     match resolution {
         Resolution::Expired => {
             view.status = Status::Expired;
-            view.answer = Some(Answer::expired(&view.request.id));
+            view.answer = Some(Box::new(Answer::expired(&view.request.id)));
             if !view.is_posted() {
-                view.result = Some(ElicitResult::new(rmcp::model::ElicitationAction::Cancel));
+                view.result = Some(Box::new(ElicitResult::new(rmcp::model::ElicitationAction::Cancel)));
             }
         }
         Resolution::Cancelled { detail, told_cancel } => {
             view.status = Status::Cancelled;
             view.detail = Some(detail.clone());
             if *told_cancel && !view.is_posted() {
-                view.result = Some(ElicitResult::new(rmcp::model::ElicitationAction::Cancel));
+                view.result = Some(Box::new(ElicitResult::new(rmcp::model::ElicitationAction::Cancel)));
             }
         }
     }
@@ -679,9 +679,9 @@ pub(crate) fn resolve_view(view: &mut RequestView, resolution: &Resolution, now:
 pub(crate) fn answer_view(view: &mut RequestView, decision: Decision, now: Timestamp) {
     view.status = Status::Answered;
     view.resolved_at = Some(now);
-    view.answer = Some(decision.answer);
+    view.answer = Some(Box::new(decision.answer));
     view.answered_by = Some(decision.by);
-    view.result = decision.result;
+    view.result = decision.result.map(Box::new);
 }
 
 /// The detail of the Requests of a call that ended while they were pending.

@@ -61,15 +61,17 @@ pub struct RequestView {
     pub created_at: Timestamp,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resolved_at: Option<Timestamp>,
+    /// Boxed, as `result` is: both are set only once the Request is resolved, and a pending one (a store may
+    /// keep many) keeps no room for them.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub answer: Option<Answer>,
+    pub answer: Option<Box<Answer>>,
     /// The principal whose answer resolved it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answered_by: Option<String>,
     /// The MCP `ElicitResult` sent upstream.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    pub result: Option<ElicitResult>,
+    pub result: Option<Box<ElicitResult>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
