@@ -38,19 +38,30 @@ enum RoundError {
 
 /// Sends a call's `tools/call` (after `round` answered rounds) and follows it: returns how the call ended,
 /// or `None` when it waits on a round of Requests.
-pub async fn drive(
-    live: &Live,
-    call: &CallRef,
-    mut params: Box<CallToolRequestParams>,
-    mut round: u32,
-) -> Option<Finish> {
+///
+/// Only the request in flight holds the call's arguments: a later `tools/call` of the call (a retry after a
+/// URL elicitation, or the next round) reads them again from the store, which keeps them exactly as sent.
+pub async fn drive(live: &Live, call: &CallRef, params: Box<CallToolRequestParams>, mut round: u32) -> Option<Finish> {
     let (core, peer) = (&live.core, &live.peer);
     let mut url_retry_used = false;
+    let mut next = Next {
+        input_responses: params.input_responses.clone(),
+        request_state: params.request_state.clone(),
+    };
+    let mut first = Some(params);
     while round <= MAX_ROUNDS {
-        let retrying = params.request_state.is_some() || params.input_responses.is_some();
+        let params = match first.take() {
+            Some(params) => params,
+            // Boxed: a read of the store is a large future, and a call's task keeps room only for its wait.
+            None => match Box::pin(next.params(core, &call.id)).await {
+                Ok(params) => params,
+                Err(finish) => return Some(finish),
+            },
+        };
+        let retrying = next.input_responses.is_some() || next.request_state.is_some();
         // Only the wait for the response races the session's end: a response read before it, such as a round
         // the upstream returned just before it exited, is acted on in full.
-        let mut sending = std::pin::pin!(send(core, peer, call, params.clone()));
+        let mut sending = std::pin::pin!(send(core, peer, call, params));
         let sent = tokio::select! {
             biased;
             () = live.closed.cancelled() => match sending.as_mut().now_or_never() {
@@ -67,7 +78,7 @@ pub async fn drive(
         let turn = Turn {
             retrying,
             url_retry_used: &mut url_retry_used,
-            params: &mut params,
+            next: &mut next,
             round: &mut round,
         };
         // Boxed: a call's task keeps room only for waiting on the upstream, not for what follows its response.
@@ -80,12 +91,47 @@ pub async fn drive(
     )))
 }
 
+/// The params of a call's `tools/call`: its tool, and its arguments as the store keeps them.
+pub fn call_params(tool: String, arguments: Value) -> CallToolRequestParams {
+    let mut params = CallToolRequestParams::new(tool);
+    params.arguments = match arguments {
+        Value::Object(arguments) => Some(arguments),
+        _ => None,
+    };
+    params
+}
+
+/// What a call's next `tools/call` carries besides its tool and arguments.
+struct Next {
+    input_responses: Option<InputResponses>,
+    request_state: Option<String>,
+}
+
+impl Next {
+    /// The next `tools/call`'s params, of the call as the store keeps it.
+    async fn params(&self, core: &SessionCore, call: &str) -> Result<Box<CallToolRequestParams>, Finish> {
+        let view = match core.calls.get(call).await {
+            Ok(Some(view)) => view,
+            Ok(None) => return Err(Finish::failed("the call is no longer kept, so it cannot be sent again")),
+            Err(error) => {
+                return Err(Finish::failed(format!(
+                    "the gateway could not read the call to send it again: {error}"
+                )));
+            }
+        };
+        let mut params = call_params(view.tool, view.arguments);
+        params.input_responses = self.input_responses.clone();
+        params.request_state = self.request_state.clone();
+        Ok(Box::new(params))
+    }
+}
+
 /// What one response of a call's loop may change for the next `tools/call`.
 struct Turn<'a> {
     /// Whether the request carried answers, or a state, to the upstream.
     retrying: bool,
     url_retry_used: &'a mut bool,
-    params: &'a mut CallToolRequestParams,
+    next: &'a mut Next,
     round: &'a mut u32,
 }
 
@@ -135,8 +181,8 @@ async fn after(
             "the upstream asked for input {key:?} of a kind the gateway does not provide (only elicitation is)"
         ))));
     }
-    turn.params.input_responses = None;
-    turn.params.request_state = state.clone();
+    turn.next.input_responses = None;
+    turn.next.request_state = state.clone();
     if requests.is_empty() {
         return None;
     }
@@ -157,7 +203,7 @@ async fn after(
             );
             let cancel = serde_json::to_value(ElicitResult::new(ElicitationAction::Cancel)).unwrap_or_default();
             let responses: InputResponses = keys.into_iter().map(|key| (key, cancel.clone())).collect();
-            turn.params.input_responses = Some(responses);
+            turn.next.input_responses = Some(responses);
             None
         }
         Err(AskError::Unusable(detail)) => Some(Some(Finish::failed(format!(

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::CallToolRequestParams;
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -170,11 +169,7 @@ impl Upstreams {
                 Ok(live) => live,
                 Err(error) => return this.end_call(&call, Finish::failed(error.to_string())).await,
             };
-            let mut params = CallToolRequestParams::new(retry.tool.clone());
-            params.arguments = match retry.arguments {
-                Value::Object(arguments) => Some(arguments),
-                _ => None,
-            };
+            let mut params = call::call_params(retry.tool.clone(), retry.arguments);
             params.input_responses = Some(retry.input_responses.into_iter().collect());
             params.request_state = retry.request_state;
             let call = CallRef {
