@@ -632,7 +632,7 @@ fn ended(view: CallView) -> CallToolResult {
         .result
         .clone()
         .filter(|_| view.status == CallStatus::Completed)
-        .and_then(|result| serde_json::from_value::<CallToolResult>(result).ok());
+        .and_then(|result| serde_json::from_value::<CallToolResult>(*result).ok());
     if let Some(result) = completed {
         return result;
     }

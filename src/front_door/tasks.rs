@@ -44,7 +44,7 @@ impl FrontDoor {
             CallStatus::Completed => TaskPayload::Completed {
                 result: view
                     .result
-                    .as_ref()
+                    .as_deref()
                     .and_then(Value::as_object)
                     .cloned()
                     .unwrap_or_default(),

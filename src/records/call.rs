@@ -198,12 +198,13 @@ pub struct CallView {
     pub via: Via,
     pub status: CallStatus,
     pub requests: Vec<String>,
-    /// The MCP `CallToolResult`, once completed.
+    /// The MCP `CallToolResult`, once completed. Boxed, as `error` is: a running call (a store may keep many)
+    /// keeps no room for either.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    pub result: Option<Value>,
+    pub result: Option<Box<Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<CallError>,
+    pub error: Option<Box<CallError>>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }

@@ -381,9 +381,9 @@ impl Memory {
         entry.view.status = finish.status();
         entry.view.updated_at = now;
         match finish {
-            Finish::Completed(result) => entry.view.result = Some(result),
-            Finish::Failed(error) => entry.view.error = Some(error),
-            Finish::Cancelled(message) => entry.view.error = Some(CallError::new(message)),
+            Finish::Completed(result) => entry.view.result = Some(Box::new(result)),
+            Finish::Failed(error) => entry.view.error = Some(Box::new(error)),
+            Finish::Cancelled(message) => entry.view.error = Some(Box::new(CallError::new(message))),
         }
         let requests = entry.view.requests.clone();
         let view = entry.view.clone();

@@ -83,8 +83,8 @@ pub fn call(row: &Row) -> Result<CallView, tokio_postgres::Error> {
         via: Via::parse(row.try_get(13)?),
         status: row.try_get::<_, Named<CallStatus>>(6)?.0,
         requests: row.try_get::<_, Json<_>>(12)?.0,
-        result: json_opt(row, 7)?,
-        error,
+        result: json_opt(row, 7)?.map(Box::new),
+        error: error.map(Box::new),
         created_at: timestamp(row, 10)?,
         updated_at: timestamp(row, 11)?,
     })

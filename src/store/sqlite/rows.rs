@@ -78,8 +78,8 @@ pub fn call(row: &Row<'_>) -> rusqlite::Result<CallView> {
         via: Via::parse(&row.get::<_, String>(13)?),
         status: parsed(row, 6, CallStatus::parse)?,
         requests: json(row, 12)?,
-        result: json_opt(row, 7)?,
-        error,
+        result: json_opt(row, 7)?.map(Box::new),
+        error: error.map(Box::new),
         created_at: timestamp(row, 10)?,
         updated_at: timestamp(row, 11)?,
     })
