@@ -29,11 +29,31 @@ const URL_ELICITATION_REQUIRED: ErrorCode = ErrorCode(-32042);
 /// The most elicitations one `flood` call raises.
 const MAX_FLOOD: u64 = 200_000;
 
+/// The protocol eras the demo server speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Eras {
+    /// 2026-07-28 as well as 2025-11-25 and earlier.
+    #[default]
+    All,
+    /// Only 2025-11-25 and earlier, like a server that predates `server/discover`.
+    LegacyOnly,
+}
+
+/// How the demo server hands out `requestState` (2026-07-28).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StateSeal {
+    /// Plain JSON, which any process of the demo accepts.
+    #[default]
+    None,
+    /// Sealed with a key made when the process starts, as SDK servers do by default: a later process (or a
+    /// tampered state) is refused with `-32602`.
+    ThisProcess,
+}
+
 /// The demo server.
 #[derive(Debug, Clone, Default)]
 pub struct Demo {
-    /// Speak only protocol 2025-11-25 and earlier, like a server that predates `server/discover`.
-    pub legacy_only: bool,
+    eras: Eras,
     /// The key `requestState` is sealed with (2026-07-28), made when the process starts; without one the
     /// state is plain JSON that any process accepts.
     state_key: Option<[u8; 32]>,
@@ -42,13 +62,11 @@ pub struct Demo {
 }
 
 impl Demo {
-    /// A demo server; `legacy_only` makes it refuse `server/discover`, `seal_state` makes it seal
-    /// `requestState` with a key of this process, as SDK servers do by default, so that a later process (or
-    /// a tampered state) is refused with `-32602`.
-    pub fn new(legacy_only: bool, seal_state: bool) -> Self {
+    /// A demo server speaking `eras`, sealing its `requestState` as `seal` says.
+    pub fn new(eras: Eras, seal: StateSeal) -> Self {
         Self {
-            legacy_only,
-            state_key: seal_state.then(process_key),
+            eras,
+            state_key: (seal == StateSeal::ThisProcess).then(process_key),
             connecting: Arc::default(),
         }
     }
@@ -137,7 +155,7 @@ impl ServerHandler for Demo {
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        if self.legacy_only {
+        if self.eras == Eras::LegacyOnly {
             Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
         } else {
             Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
@@ -145,7 +163,7 @@ impl ServerHandler for Demo {
     }
 
     async fn discover(&self, _context: RequestContext<RoleServer>) -> Result<DiscoverResult, ErrorData> {
-        if self.legacy_only {
+        if self.eras == Eras::LegacyOnly {
             return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, "server/discover", None));
         }
         Ok(DiscoverResult::from_server_info(

@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use toolnexus_gateway::Gateway;
 use toolnexus_gateway::config::{Config, LogConfig, LogFormat, MAX_WORKERS};
-use toolnexus_gateway::demo::{self, Demo};
+use toolnexus_gateway::demo::{self, Demo, Eras, StateSeal};
 use toolnexus_gateway::logs;
 use toolnexus_gateway::redact::{Scrubbed, Secrets};
 use toolnexus_gateway::store::Location;
@@ -282,7 +282,13 @@ fn serve(args: &ServeArgs) -> anyhow::Result<()> {
 }
 
 async fn demo_server(args: DemoArgs) -> anyhow::Result<()> {
-    let demo = Demo::new(args.legacy, args.seal_state);
+    let eras = if args.legacy { Eras::LegacyOnly } else { Eras::All };
+    let seal = if args.seal_state {
+        StateSeal::ThisProcess
+    } else {
+        StateSeal::None
+    };
+    let demo = Demo::new(eras, seal);
     match args.http {
         Some(address) => demo::serve_http(demo, address, shutdown_signal()?).await,
         None => demo::serve_stdio(demo).await,
