@@ -69,12 +69,37 @@ pub enum UpstreamError {
     /// The upstream did not answer `tools/list`.
     #[error("tools/list failed: {0}")]
     ToolsList(rmcp::service::ServiceError),
-    #[error("{0}")]
-    Forbidden(String),
-    #[error("{0}")]
-    TooMany(String),
+    #[error("session {0} belongs to another principal")]
+    NotYours(String),
+    /// A principal that may see a session may not change it this way.
+    #[error("{principal} may not {action} session {session}")]
+    NotPermitted {
+        principal: String,
+        action: SessionAction,
+        session: String,
+    },
+    #[error("{principal} has {open} sessions open, the most one principal may hold (limits.sessions_per_principal)")]
+    TooManySessions { principal: String, open: usize },
+    #[error("{principal} has {running} calls running, the most one principal may hold (limits.calls_per_principal)")]
+    TooManyCalls { principal: String, running: usize },
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// What a principal does to a session that is not its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionAction {
+    Close,
+    CallTools,
+}
+
+impl std::fmt::Display for SessionAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SessionAction::Close => "close",
+            SessionAction::CallTools => "call tools on",
+        })
+    }
 }
 
 /// Where a call runs.
@@ -346,9 +371,10 @@ impl Upstreams {
             .starting(&id, &slot.server.name, Some(owner), self.limits.sessions_per_principal)
             .await
             .map_err(|error| match error {
-                InsertSessionError::TooMany(open) => UpstreamError::TooMany(format!(
-                    "{owner} has {open} sessions open, the most one principal may hold (limits.sessions_per_principal)"
-                )),
+                InsertSessionError::TooMany(open) => UpstreamError::TooManySessions {
+                    principal: owner.to_owned(),
+                    open,
+                },
                 InsertSessionError::Store(error) => UpstreamError::Store(error),
             })?;
         self.open_session(id, &slot.server, Some(owner))
@@ -368,10 +394,11 @@ impl Upstreams {
             return Err(UpstreamError::SharedSession(id.to_owned()));
         }
         if !by.may_change(view.owner.as_deref()) {
-            return Err(UpstreamError::Forbidden(format!(
-                "{} may not close session {id}",
-                by.name
-            )));
+            return Err(UpstreamError::NotPermitted {
+                principal: by.name.clone(),
+                action: SessionAction::Close,
+                session: id.to_owned(),
+            });
         }
         // Taken first, so that a call whose round this completes is not retried on it.
         let live = lock(&self.live).remove(id);
@@ -400,9 +427,7 @@ impl Upstreams {
         if view.shared || by.may_see(view.owner.as_deref()) {
             Ok(view)
         } else {
-            Err(UpstreamError::Forbidden(format!(
-                "session {id} belongs to another principal"
-            )))
+            Err(UpstreamError::NotYours(id.to_owned()))
         }
     }
 
@@ -420,10 +445,11 @@ impl Upstreams {
         if let Target::Session(id) = &target {
             let session = self.session(id, by).await?;
             if !session.shared && !by.may_change(session.owner.as_deref()) {
-                return Err(UpstreamError::Forbidden(format!(
-                    "{} may not call tools on session {id}",
-                    by.name
-                )));
+                return Err(UpstreamError::NotPermitted {
+                    principal: by.name.clone(),
+                    action: SessionAction::CallTools,
+                    session: id.clone(),
+                });
             }
         }
         let live = self.live(&target).await?;
@@ -443,10 +469,10 @@ impl Upstreams {
             .create(call, self.limits.calls_per_principal)
             .await
             .map_err(|error| match error {
-                InsertCallError::TooMany(running) => UpstreamError::TooMany(format!(
-                    "{} has {running} calls running, the most one principal may hold (limits.calls_per_principal)",
-                    by.name
-                )),
+                InsertCallError::TooMany(running) => UpstreamError::TooManyCalls {
+                    principal: by.name.clone(),
+                    running,
+                },
                 InsertCallError::Store(error) => UpstreamError::Store(error),
             })?;
         let view = started.view;

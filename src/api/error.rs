@@ -122,8 +122,10 @@ impl From<UpstreamError> for ApiError {
                 ..Self::new(StatusCode::SERVICE_UNAVAILABLE, detail)
             },
             UpstreamError::Unopened { .. } | UpstreamError::ToolsList(_) => Self::new(StatusCode::BAD_GATEWAY, detail),
-            UpstreamError::Forbidden(_) => Self::forbidden(detail),
-            UpstreamError::TooMany(_) => Self::new(StatusCode::TOO_MANY_REQUESTS, detail),
+            UpstreamError::NotYours(_) | UpstreamError::NotPermitted { .. } => Self::forbidden(detail),
+            UpstreamError::TooManySessions { .. } | UpstreamError::TooManyCalls { .. } => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, detail)
+            }
             UpstreamError::Store(error) => error.into(),
         }
     }
