@@ -95,10 +95,28 @@ struct EndedShare {
 struct RequestEntry {
     view: RequestView,
     deadline: Timestamp,
+    /// Boxed: a 2025-11-25 form has neither key, and its entry keeps no room for them.
+    keys: Option<Box<Keys>>,
+    bytes: usize,
+}
+
+/// What a Request is matched by besides its id.
+#[derive(Debug)]
+struct Keys {
+    /// The `elicitationId` of a URL-mode Request.
     elicitation_id: Option<String>,
     /// Its key in its call's round (2026-07-28).
     input_key: Option<String>,
-    bytes: usize,
+}
+
+impl RequestEntry {
+    fn elicitation_id(&self) -> Option<&String> {
+        self.keys.as_ref()?.elicitation_id.as_ref()
+    }
+
+    fn input_key(&self) -> Option<&String> {
+        self.keys.as_ref()?.input_key.as_ref()
+    }
 }
 
 #[derive(Debug)]
@@ -181,8 +199,12 @@ impl Memory {
             let entry = RequestEntry {
                 view: view.clone(),
                 deadline: new.deadline,
-                elicitation_id: new.elicitation_id,
-                input_key: new.input_key,
+                keys: (new.elicitation_id.is_some() || new.input_key.is_some()).then(|| {
+                    Box::new(Keys {
+                        elicitation_id: new.elicitation_id,
+                        input_key: new.input_key,
+                    })
+                }),
                 bytes: new.bytes,
             };
             state.requests.insert(&new.request.id, Box::new(entry));
@@ -237,13 +259,13 @@ impl Memory {
             Pending::Session(session) => state
                 .requests
                 .live()
-                .filter(|entry| entry.view.session.as_ref() == Some(&session) && entry.input_key.is_none())
+                .filter(|entry| entry.view.session.as_ref() == Some(&session) && entry.input_key().is_none())
                 .map(|entry| entry.view.request.id.clone())
                 .collect(),
             Pending::Elicitations => state
                 .requests
                 .live()
-                .filter(|entry| entry.input_key.is_none() && entry.view.session.is_some())
+                .filter(|entry| entry.input_key().is_none() && entry.view.session.is_some())
                 .map(|entry| entry.view.request.id.clone())
                 .collect(),
             Pending::All => state
@@ -808,7 +830,7 @@ impl State {
                 || serde_json::json!({"action": "cancel"}),
                 |result| serde_json::to_value(result).unwrap_or_default(),
             );
-            input_responses.insert(request.input_key.clone()?, result);
+            input_responses.insert(request.input_key()?.clone(), result);
         }
         Some(Retry {
             call: call.to_owned(),
@@ -831,7 +853,7 @@ impl State {
             let entry = self.requests.get(id)?;
             let server = entry.view.server.as_deref().unwrap_or_default();
             self.shares.remove(entry.view.owner.as_deref(), server, entry.bytes);
-            entry.view.call.clone().map(|call| (call, entry.input_key.is_some()))
+            entry.view.call.clone().map(|call| (call, entry.input_key().is_some()))
         };
         self.requests.retire(id, now.after(self.retention));
         let (call, in_round) = retention?;
@@ -863,7 +885,7 @@ impl State {
     fn purge(&mut self, now: Timestamp) {
         let purged = self.requests.purge(now);
         for entry in purged {
-            if let Some(elicitation_id) = &entry.elicitation_id {
+            if let Some(elicitation_id) = entry.elicitation_id() {
                 let key = (entry.view.session.clone().unwrap_or_default(), elicitation_id.clone());
                 if self.completions.get(&key) == Some(&entry.view.request.id) {
                     self.completions.remove(&key);
