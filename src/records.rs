@@ -6,7 +6,7 @@ mod event;
 mod request;
 mod session;
 
-pub use call::{CallError, CallFailure, CallFilter, CallStatus, CallView, Finish, ToolName, Via};
+pub use call::{Arguments, CallError, CallFailure, CallFilter, CallStatus, CallView, Finish, ToolName, Via};
 pub use event::{Event, EventKind, Tags};
 pub use request::{Filter, RequestView, Status};
 pub use session::{SessionFilter, SessionStatus, SessionView};

@@ -19,8 +19,8 @@ use serde_json::{Map, Value};
 
 use crate::feed::Feed;
 use crate::records::{
-    CallFilter, CallStatus, CallView, Event, Filter, Finish, RequestView, SessionFilter, SessionStatus, SessionView,
-    Status, Via,
+    Arguments, CallFilter, CallStatus, CallView, Event, Filter, Finish, RequestView, SessionFilter, SessionStatus,
+    SessionView, Status, Via,
 };
 use crate::suspension::{Answer, Request};
 use crate::time::Timestamp;
@@ -223,7 +223,7 @@ pub struct NewCall {
     pub shared: bool,
     pub tool: String,
     /// The arguments exactly as they are sent upstream.
-    pub arguments: Value,
+    pub arguments: Arguments,
     pub owner: String,
     pub via: Via,
     /// The protocol version of the session it starts on.
@@ -281,7 +281,7 @@ pub struct Retry {
     pub session: String,
     pub shared: bool,
     pub tool: String,
-    pub arguments: Value,
+    pub arguments: Arguments,
     pub round: u32,
     pub request_state: Option<String>,
     /// The `ElicitResult` of every input request, under the key the upstream gave it.

@@ -37,7 +37,7 @@ use crate::calls::Calls;
 use crate::config::{LimitsConfig, ProtocolChoice, Server};
 use crate::feed::Feed;
 use crate::ids;
-use crate::records::{CallStatus, CallView, Finish, SessionStatus, SessionView, ToolName, Via};
+use crate::records::{Arguments, CallStatus, CallView, Finish, SessionStatus, SessionView, ToolName, Via};
 use crate::registry::{Registry, Tell};
 use crate::sessions::Sessions;
 use crate::store::{InsertCallError, InsertSessionError, NewCall, Pending, Retry, StoreError};
@@ -458,7 +458,7 @@ impl Upstreams {
             session: live.core.id.clone(),
             shared: live.core.owner.is_none(),
             tool: tool.as_str().to_owned(),
-            arguments: arguments.clone().map_or(Value::Object(Map::new()), Value::Object),
+            arguments: arguments.as_ref().map_or_else(Arguments::empty, Arguments::of),
             owner: by.name.clone(),
             via,
             protocol_version: live.protocol_version.clone(),

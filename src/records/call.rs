@@ -1,7 +1,8 @@
 //! A Call as the REST API shows it, where it is in its life, and how it ends.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 use crate::time::Timestamp;
 
@@ -182,6 +183,45 @@ impl Via {
     }
 }
 
+/// A call's arguments as JSON text, exactly as they are sent upstream: a store keeps many, and parsed they
+/// would be a tree of allocations several times the size of the text.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Arguments(Box<RawValue>);
+
+impl Arguments {
+    /// The arguments of `map`.
+    pub fn of(map: &Map<String, Value>) -> Self {
+        Self(serde_json::value::to_raw_value(map).expect("a JSON map serializes"))
+    }
+
+    /// No arguments: `{}`.
+    pub fn empty() -> Self {
+        Self::of(&Map::new())
+    }
+
+    /// The arguments as a JSON object.
+    pub fn to_map(&self) -> Map<String, Value> {
+        serde_json::from_str(self.0.get()).unwrap_or_default()
+    }
+
+    /// The arguments as a JSON value.
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(self.0.get()).unwrap_or_default()
+    }
+
+    /// The JSON text.
+    pub fn text(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for Arguments {
+    fn eq(&self, other: &Self) -> bool {
+        self.text() == other.text()
+    }
+}
+
 /// A Call as the REST API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -191,7 +231,7 @@ pub struct CallView {
     pub session: String,
     pub tool: String,
     #[schema(value_type = Object)]
-    pub arguments: Value,
+    pub arguments: Arguments,
     /// The principal that started it.
     pub owner: String,
     /// How it was started.

@@ -901,7 +901,7 @@ impl State {
 
 /// What an ended call holds in memory: its arguments and its result or error.
 fn ended_bytes(view: &CallView) -> usize {
-    json_size(&view.arguments)
+    view.arguments.text().len()
         + view.result.as_ref().map_or(0, json_size)
         + view.error.as_ref().map_or(0, |error| error.message.len())
 }

@@ -7,7 +7,7 @@ use rmcp::model::{ElicitResult, ElicitationAction};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::records::{CallStatus, EventKind, Finish, SessionFilter, SessionStatus, Status, Via};
+use crate::records::{Arguments, CallStatus, EventKind, Finish, SessionFilter, SessionStatus, Status, Via};
 use crate::suspension::{Answer, RequestKind, Verdict};
 
 /// Runs a scenario on a memory store, on a SQLite file in a temp dir and on a fresh PostgreSQL database.
@@ -59,7 +59,7 @@ fn new_call(owner: &str) -> NewCall {
         session: "ses-1".into(),
         shared: true,
         tool: "two_step".into(),
-        arguments: json!({"b": 1, "a": [2]}),
+        arguments: Arguments::of(json!({"b": 1, "a": [2]}).as_object().unwrap()),
         owner: owner.into(),
         via: Via::Mcp,
         protocol_version: Some("2026-07-28".into()),
@@ -168,7 +168,7 @@ async fn a_round_answered_in_full_gives_what_its_retry_sends() {
         );
         assert_eq!(retry.round, 1);
         assert_eq!(retry.request_state.as_deref(), Some("opaque \"state\""));
-        assert_eq!(retry.arguments, json!({"b": 1, "a": [2]}));
+        assert_eq!(retry.arguments.to_value(), json!({"b": 1, "a": [2]}));
         assert_eq!(
             Value::Object(retry.input_responses),
             json!({"a": {"action": "accept", "content": {"confirm": true}}, "b": {"action": "cancel"}})

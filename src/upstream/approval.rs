@@ -41,7 +41,7 @@ impl Upstreams {
         let data = approvals::request_data(
             &view.server,
             &view.tool,
-            &view.arguments,
+            &view.arguments.to_value(),
             &view.owner,
             &policy.approvers,
         );

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Live;
 use super::client::{CallRef, ELICITATION_CREATE, SessionCore};
-use crate::records::{CallError, CallFailure, Finish};
+use crate::records::{Arguments, CallError, CallFailure, Finish};
 use crate::registry::{AskError, Outcome};
 use crate::store::NewRound;
 
@@ -92,12 +92,9 @@ pub async fn drive(live: &Live, call: &CallRef, params: Box<CallToolRequestParam
 }
 
 /// The params of a call's `tools/call`: its tool, and its arguments as the store keeps them.
-pub fn call_params(tool: String, arguments: Value) -> CallToolRequestParams {
+pub fn call_params(tool: String, arguments: &Arguments) -> CallToolRequestParams {
     let mut params = CallToolRequestParams::new(tool);
-    params.arguments = match arguments {
-        Value::Object(arguments) => Some(arguments),
-        _ => None,
-    };
+    params.arguments = Some(arguments.to_map());
     params
 }
 
@@ -119,7 +116,7 @@ impl Next {
                 )));
             }
         };
-        let mut params = call_params(view.tool, view.arguments);
+        let mut params = call_params(view.tool, &view.arguments);
         params.input_responses = self.input_responses.clone();
         params.request_state = self.request_state.clone();
         Ok(Box::new(params))

@@ -169,7 +169,7 @@ impl Upstreams {
                 Ok(live) => live,
                 Err(error) => return this.end_call(&call, Finish::failed(error.to_string())).await,
             };
-            let mut params = call::call_params(retry.tool.clone(), retry.arguments);
+            let mut params = call::call_params(retry.tool.clone(), &retry.arguments);
             params.input_responses = Some(retry.input_responses.into_iter().collect());
             params.request_state = retry.request_state;
             let call = CallRef {

@@ -157,6 +157,8 @@ impl Deferred {
 mod tests {
     use serde_json::json;
 
+    use crate::records::Arguments;
+
     use super::*;
     use crate::records::{CallStatus, Via};
     use crate::time::Timestamp;
@@ -167,7 +169,7 @@ mod tests {
             session: "ses-1".into(),
             shared: true,
             tool: "echo".into(),
-            arguments: json!({}),
+            arguments: Arguments::empty(),
             owner: owner.into(),
             via: Via::Rest,
             protocol_version: None,
@@ -179,7 +181,7 @@ mod tests {
             server: new.server.clone(),
             session: new.session.clone(),
             tool: new.tool.clone(),
-            arguments: json!({}),
+            arguments: Arguments::empty(),
             owner: owner.into(),
             via: Via::Rest,
             status: CallStatus::Running,
