@@ -82,8 +82,10 @@ pub async fn drive(live: &Live, call: &CallRef, params: Box<CallToolRequestParam
             round: &mut round,
         };
         // Boxed: a call's task keeps room only for waiting on the upstream, not for what follows its response.
-        if let Some(ended) = Box::pin(after(core, call, sent, turn)).await {
-            return ended;
+        match Box::pin(after(core, call, sent, turn)).await {
+            Then::SendAgain => {}
+            Then::Ended(finish) => return Some(finish),
+            Then::Done => return None,
         }
     }
     Some(Finish::failed(format!(
@@ -123,6 +125,15 @@ impl Next {
     }
 }
 
+/// How a call goes on after one response.
+enum Then {
+    /// Another `tools/call` is sent.
+    SendAgain,
+    Ended(Finish),
+    /// Nothing more runs here: the call waits on a round of Requests, or its end is recorded already.
+    Done,
+}
+
 /// What one response of a call's loop may change for the next `tools/call`.
 struct Turn<'a> {
     /// Whether the request carried answers, or a state, to the upstream.
@@ -132,41 +143,40 @@ struct Turn<'a> {
     round: &'a mut u32,
 }
 
-/// Acts on the response to one `tools/call`: `Some` with how the call goes on when it ends or waits on a round,
-/// `None` when another `tools/call` is to be sent.
+/// Acts on the response to one `tools/call`, and says how the call goes on.
 async fn after(
     core: &Arc<SessionCore>,
     call: &CallRef,
     sent: Result<ServerResult, ServiceError>,
     turn: Turn<'_>,
-) -> Option<Option<Finish>> {
+) -> Then {
     let response = match sent {
         Ok(response) => response,
         Err(ServiceError::McpError(error)) if error.code == URL_ELICITATION_REQUIRED && !*turn.url_retry_used => {
             *turn.url_retry_used = true;
             return match authorize(core, call, &error).await {
-                Ok(()) => None,
-                Err(finish) => Some(Some(finish)),
+                Ok(()) => Then::SendAgain,
+                Err(finish) => Then::Ended(finish),
             };
         }
         Err(ServiceError::McpError(error)) if turn.retrying && error.code == ErrorCode::INVALID_PARAMS => {
-            return Some(Some(state_rejected(core, &call.id, &error).await));
+            return Then::Ended(state_rejected(core, &call.id, &error).await);
         }
-        Err(error) => return Some(Some(Finish::failed(describe(&error)))),
+        Err(error) => return Then::Ended(Finish::failed(describe(&error))),
     };
     let input = match response {
         ServerResult::CustomResult(CustomResult(result)) if is_input_required(&result) => result,
-        ServerResult::CustomResult(CustomResult(result)) => return Some(Some(completed_json(result))),
+        ServerResult::CustomResult(CustomResult(result)) => return Then::Ended(completed_json(result)),
         ServerResult::InputRequiredResult(input) => serde_json::to_value(input).unwrap_or_default(),
         // What rmcp read over HTTP, through an untagged enum: a result may arrive as another variant.
-        other => return Some(Some(completed_json(serde_json::to_value(other).unwrap_or_default()))),
+        other => return Then::Ended(completed_json(serde_json::to_value(other).unwrap_or_default())),
     };
     let (requests, state) = match read_input_required(input) {
         Ok(round) => round,
         Err(error) => {
-            return Some(Some(Finish::failed(format!(
+            return Then::Ended(Finish::failed(format!(
                 "the upstream asked for input the gateway cannot show: {error}"
-            ))));
+            )));
         }
     };
     *turn.round += 1;
@@ -174,14 +184,14 @@ async fn after(
         .iter()
         .find(|(_, request)| request.get("method").and_then(Value::as_str) != Some(ELICITATION_CREATE))
     {
-        return Some(Some(Finish::failed(format!(
+        return Then::Ended(Finish::failed(format!(
             "the upstream asked for input {key:?} of a kind the gateway does not provide (only elicitation is)"
-        ))));
+        )));
     }
     turn.next.input_responses = None;
     turn.next.request_state = state.clone();
     if requests.is_empty() {
-        return None;
+        return Then::SendAgain;
     }
     let keys: Vec<String> = requests.keys().cloned().collect();
     let new_round = NewRound {
@@ -191,7 +201,7 @@ async fn after(
         input_requests: requests,
     };
     match core.registry.ask_round(new_round, &core.origin(Some(call))).await {
-        Ok(_) => Some(None),
+        Ok(_) => Then::Done,
         Err(AskError::Full(cap)) => {
             tracing::warn!(
                 call = %call.id,
@@ -201,16 +211,16 @@ async fn after(
             let cancel = serde_json::to_value(ElicitResult::new(ElicitationAction::Cancel)).unwrap_or_default();
             let responses: InputResponses = keys.into_iter().map(|key| (key, cancel.clone())).collect();
             turn.next.input_responses = Some(responses);
-            None
+            Then::SendAgain
         }
-        Err(AskError::Unusable(detail)) => Some(Some(Finish::failed(format!(
+        Err(AskError::Unusable(detail)) => Then::Ended(Finish::failed(format!(
             "the upstream sent an elicitation the gateway cannot show: {detail}"
-        )))),
+        ))),
         // The call was cancelled while its upstream worked: its end is recorded already.
-        Err(AskError::CallEnded(_)) => Some(None),
-        Err(AskError::Store(error)) => Some(Some(Finish::failed(format!(
+        Err(AskError::CallEnded(_)) => Then::Done,
+        Err(AskError::Store(error)) => Then::Ended(Finish::failed(format!(
             "the gateway could not record the round: {error}"
-        )))),
+        ))),
     }
 }
 
