@@ -207,7 +207,7 @@ impl Arguments {
 
     /// The arguments as a JSON value.
     pub fn to_value(&self) -> Value {
-        serde_json::from_str(self.0.get()).unwrap_or_default()
+        Value::Object(self.to_map())
     }
 
     /// The JSON text.

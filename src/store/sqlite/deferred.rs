@@ -157,10 +157,8 @@ impl Deferred {
 mod tests {
     use serde_json::json;
 
-    use crate::records::Arguments;
-
     use super::*;
-    use crate::records::{CallStatus, Via};
+    use crate::records::{Arguments, CallStatus, Via};
     use crate::time::Timestamp;
 
     fn call(id: &str, owner: &str) -> (NewCall, CallView) {
