@@ -203,13 +203,16 @@ async fn a_second_answer_is_409_unless_it_is_identical() {
 #[tokio::test]
 async fn answers_to_expired_or_cancelled_requests_are_410() {
     let app = spawn_app_with(BOTH_ERAS, "ttl = \"2s\"").await;
-    let (expired, _) = pending_request(&app, "confirm_action").await;
+    let (expired, first_call) = pending_request(&app, "confirm_action").await;
     assert_eq!(
         app.get_json(&format!("/requests/{expired}?wait=20")).await["status"],
         "expired"
     );
     let (status, _) = raw_answer(&app, &expired, "application/json", r#"{"ok": false}"#).await;
     assert_eq!(status, 410);
+    // The upstream answers the expired elicitation's call in its own time: until it has, a second call on the
+    // shared session would share it with this one, and its elicitation could not be attributed to either.
+    assert_eq!(app.settled(&first_call).await["status"], "completed");
 
     let (cancelled, call) = pending_request(&app, "confirm_action").await;
     assert_eq!(app.delete(&format!("/calls/{call}")).await.status(), 200);
