@@ -34,29 +34,40 @@ impl Postgres {
     pub async fn events_after(&self, after: u64, limit: usize) -> Result<EventPage, StoreError> {
         let after = i64::try_from(after).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let gap = |resume_after: i64| EventPage {
+            events: Vec::new(),
+            gap: true,
+            resume_after: u64::try_from(resume_after).unwrap_or(0),
+        };
         self.read(async |conn| {
-            let bounds = conn.query_opt("SELECT max(seq), min(seq) FROM events", &[]).await?;
-            let (last, oldest) = match bounds {
-                Some(row) => (row.try_get::<_, Option<i64>>(0)?, row.try_get::<_, Option<i64>>(1)?),
-                None => (None, None),
-            };
-            let last = last.unwrap_or(0);
-            let oldest = oldest.unwrap_or(last + 1);
-            if after > last || after + 1 < oldest {
-                let resume_after = if after > last { last } else { oldest - 1 };
-                return Ok(EventPage {
-                    events: Vec::new(),
-                    gap: true,
-                    resume_after: u64::try_from(resume_after).unwrap_or(0),
-                });
-            }
+            // The page and the oldest event kept, as one snapshot saw them.
             let sql = format!(
-                "SELECT {} FROM events WHERE seq > $1 ORDER BY seq LIMIT $2",
+                "SELECT {}, (SELECT min(seq) FROM events) FROM events WHERE seq > $1 ORDER BY seq LIMIT $2",
                 rows::EVENT
             );
-            let events = conn
-                .query(&sql, &[&after, &limit])
-                .await?
+            let found = conn.query(&sql, &[&after, &limit]).await?;
+            let Some(first) = found.first() else {
+                // Nothing after it: a cursor past the newest event kept resumes from there.
+                let last = conn.query_opt("SELECT max(seq) FROM events", &[]).await?;
+                let last = match last {
+                    Some(row) => row.try_get::<_, Option<i64>>(0)?.unwrap_or(0),
+                    None => 0,
+                };
+                return Ok(if after > last {
+                    gap(last)
+                } else {
+                    EventPage {
+                        events: Vec::new(),
+                        gap: false,
+                        resume_after: u64::try_from(after).unwrap_or(0),
+                    }
+                });
+            };
+            let oldest: i64 = first.try_get(rows::EVENT_COLUMNS)?;
+            if after + 1 < oldest {
+                return Ok(gap(oldest - 1));
+            }
+            let events = found
                 .iter()
                 .map(|row| rows::event(row).map(Arc::new))
                 .collect::<Result<_, _>>()?;

@@ -31,6 +31,8 @@ pub const SESSION: &str =
 
 /// The columns `event` reads, in order.
 pub const EVENT: &str = "seq, kind, server, session, call_id, owner, data";
+/// How many columns [`EVENT`] names.
+pub const EVENT_COLUMNS: usize = 7;
 
 /// A Request read with the `REQUEST` columns.
 pub fn request(row: &Row) -> Result<RequestView, tokio_postgres::Error> {

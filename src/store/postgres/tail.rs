@@ -75,7 +75,7 @@ impl Publisher {
 /// Follows the log until `stop` fires.
 pub async fn run(store: Postgres, publisher: Arc<Publisher>, stop: CancellationToken) {
     loop {
-        let listening = match listen(&store.shared.connector, publisher.clone()).await {
+        let listening = match listen(&store.shared.connector, publisher.clone(), store.replica()).await {
             Ok(listening) => Some(listening),
             Err(error) => {
                 tracing::warn!(%error, "the store cannot listen for other replicas' events; it reads its log every second");
@@ -127,12 +127,14 @@ async fn catch_up(store: &Postgres, publisher: &Publisher) {
     }
 }
 
-/// A connection that listens on [`CHANNEL`] and wakes the tail on each notification, with a token that
-/// fires when it closes.
+/// A connection that listens on [`CHANNEL`] and wakes the tail on each notification from another replica
+/// than `replica` (whose writer publishes what it keeps), with a token that fires when it closes.
 async fn listen(
     connector: &Connector,
     publisher: Arc<Publisher>,
+    replica: &str,
 ) -> Result<(Client, CancellationToken), tokio_postgres::Error> {
+    let replica = replica.to_owned();
     let (client, mut connection) = connector.config.connect(tokio_postgres::NoTls).await?;
     let closed = CancellationToken::new();
     let ended = closed.clone();
@@ -140,7 +142,7 @@ async fn listen(
     tokio::spawn(async move {
         while let Some(message) = messages.next().await {
             match message {
-                Ok(AsyncMessage::Notification(_)) => publisher.wake.notify_one(),
+                Ok(AsyncMessage::Notification(told)) if told.payload() != replica => publisher.wake.notify_one(),
                 Ok(_) => {}
                 Err(error) => {
                     tracing::warn!(%error, "the store's listening connection ended");

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Row, Transaction};
+use tokio_postgres::{Client, Row};
 
 use super::super::StoreError;
 use super::tail::{self, Publisher};
@@ -35,7 +35,7 @@ pub struct Applied {
 /// The writer's connection inside a transaction, and the events the current change records. Every gateway
 /// on the database writes under the same lock, so what the transaction reads is exact until it commits.
 pub struct Tx<'c> {
-    conn: &'c Transaction<'c>,
+    conn: &'c Client,
     /// The replica whose writer this is.
     pub replica: &'c str,
     /// The statements the writer's connection has prepared.
@@ -73,7 +73,7 @@ impl Tx<'_> {
     }
 
     /// Records an event: it is numbered now and published once the transaction is kept.
-    pub async fn record(&mut self, mut event: Event) -> Result<Arc<Event>, tokio_postgres::Error> {
+    pub async fn record(&mut self, event: Event) -> Result<Arc<Event>, tokio_postgres::Error> {
         let row = self
             .query_one(
                 "INSERT INTO events (at, kind, server, session, call_id, owner, data) \
@@ -89,10 +89,16 @@ impl Tx<'_> {
                 ],
             )
             .await?;
-        event.id = u64::try_from(row.get::<_, i64>(0)).unwrap_or_default();
+        Ok(self.numbered(event, row.get(0)))
+    }
+
+    /// An event a statement of this change inserted as number `seq`, to be published once the transaction
+    /// is kept.
+    pub fn numbered(&mut self, mut event: Event, seq: i64) -> Arc<Event> {
+        event.id = u64::try_from(seq).unwrap_or_default();
         let event = Arc::new(event);
         self.events.push(event.clone());
-        Ok(event)
+        event
     }
 }
 
@@ -133,8 +139,7 @@ pub async fn run(
                     }
                 },
             };
-            let mut client = client;
-            commit(&mut client, &statements, &mut batch, &publisher, &replica).await;
+            commit(&client, &statements, &mut batch, &publisher, &replica).await;
             conn = Some(client);
         }
     }
@@ -144,25 +149,19 @@ pub async fn run(
 /// failure rolls them back: a change that fails midway leaves nothing of itself), and the rest are left
 /// for the next transaction.
 async fn commit(
-    client: &mut tokio_postgres::Client,
+    client: &Client,
     statements: &Statements,
     batch: &mut std::vec::IntoIter<Job>,
     publisher: &Publisher,
     replica: &str,
 ) {
-    let transaction = match client.transaction().await {
-        Ok(transaction) => transaction,
-        Err(error) => {
-            tracing::error!(%error, "the store cannot start a transaction");
-            batch.for_each(drop);
-            return;
-        }
-    };
-    if let Err(error) = transaction
-        .execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
-        .await
-    {
-        tracing::error!(%error, "the store cannot take its write lock");
+    // One exchange: the transaction begins holding the lock.
+    let begun = client
+        .batch_execute(&format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"))
+        .await;
+    if let Err(error) = begun {
+        tracing::error!(%error, "the store cannot start a transaction holding its write lock");
+        roll_back(client).await;
         batch.for_each(drop);
         return;
     }
@@ -171,7 +170,7 @@ async fn commit(
     let mut failed = false;
     for job in batch.by_ref() {
         let mut tx = Tx {
-            conn: &transaction,
+            conn: client,
             replica,
             statements,
             events: Vec::new(),
@@ -188,22 +187,19 @@ async fn commit(
         }
     }
     let committed = if failed {
-        drop(transaction);
+        roll_back(client).await;
         Err(StoreError::Unavailable(
             "another change of the same transaction failed; nothing was changed".to_owned(),
         ))
     } else {
-        let told = if events.is_empty() {
-            Ok(0)
+        // One exchange: every replica's tail is told, when the transaction commits, which replica recorded
+        // events (its own tail has them already).
+        let commit = if events.is_empty() {
+            "COMMIT".to_owned()
         } else {
-            // Delivered to every replica's tail when the transaction commits.
-            transaction.execute(&format!("NOTIFY {}", tail::CHANNEL), &[]).await
+            format!("NOTIFY {}, '{}'; COMMIT", tail::CHANNEL, replica.replace('\'', "''"))
         };
-        let committing = async {
-            told?;
-            transaction.commit().await
-        };
-        committing.await.map_err(|error| {
+        client.batch_execute(&commit).await.map_err(|error| {
             tracing::error!(%error, "the store could not keep a change; it was not made");
             unavailable(&error)
         })
@@ -220,6 +216,15 @@ async fn commit(
                 (done.reply)(Err(error.clone()));
             }
         }
+    }
+}
+
+/// Ends a transaction that is not to be kept; a connection that failed ends it by closing.
+async fn roll_back(client: &Client) {
+    if let Err(error) = client.batch_execute("ROLLBACK").await
+        && !client.is_closed()
+    {
+        tracing::warn!(%error, "the store could not roll back a transaction");
     }
 }
 
