@@ -20,8 +20,8 @@ use crate::metrics::{Metric, Metrics};
 use crate::posted::Posted;
 use crate::records::{Event, Filter, RequestView, Status};
 use crate::store::{
-    Answered, Decision, NewRequest, NewRound, Pending, PendingCap, PendingCaps, RaiseError, Resolution, Resolved,
-    Retry, Store, StoreError,
+    Answered, Decision, Looked, NewRequest, NewRound, Pending, PendingCap, PendingCaps, RaiseError, Resolution,
+    Resolved, Retry, Store, StoreError,
 };
 use crate::suspension::{Answer, Request, RequestKind};
 use crate::time::Timestamp;
@@ -411,10 +411,21 @@ impl Registry {
     /// Resolves a pending Request with an Answer, and sends the mapped `ElicitResult` to whatever waits on it.
     ///
     /// Posting the identical answer again returns the same Request. `by` is the principal answering.
-    pub async fn answer(&self, id: &str, mut answer: Answer, by: &str) -> Result<AnswerAccepted, AnswerError> {
+    pub async fn answer(&self, id: &str, answer: Answer, by: &str) -> Result<AnswerAccepted, AnswerError> {
+        self.answer_looked(id, None, answer, by).await
+    }
+
+    /// Answers a Request that [`Registry::look`] read as `read` (if it read it).
+    pub async fn answer_looked(
+        &self,
+        id: &str,
+        read: Option<Box<RequestView>>,
+        mut answer: Answer,
+        by: &str,
+    ) -> Result<AnswerAccepted, AnswerError> {
         answer.id = id.to_owned();
         let decide = self.decider(answer.clone(), by);
-        let answered = self.shared.store.answer(id, decide, self.withdrawal(id)).await?;
+        let answered = self.shared.store.answer(id, read, decide, self.withdrawal(id)).await?;
         match answered {
             Answered::Won { view, event, resumes } => {
                 self.settled(std::slice::from_ref(&view), Tell::Cancel);
@@ -549,6 +560,11 @@ impl Registry {
     /// The status and owner of one Request, without reading the rest.
     pub async fn status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
         self.shared.store.request_status(id).await
+    }
+
+    /// A Request's status and owner as one about to answer it looks; see [`Store::look`].
+    pub async fn look(&self, id: &str) -> Result<Option<Looked>, StoreError> {
+        self.shared.store.look(id).await
     }
 
     /// Up to `limit` Requests matching the filter, oldest first, starting at `cursor`; and the next page's cursor.

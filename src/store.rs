@@ -163,6 +163,15 @@ pub type Decide = Box<dyn FnOnce(&RequestView) -> Result<Decision, Vec<Violation
 /// the elicitation or stopped listening), or `None` while it can.
 pub type Withdrawal = Box<dyn Fn() -> Option<String> + Send>;
 
+/// A Request as [`Store::look`] saw it.
+#[derive(Debug)]
+pub struct Looked {
+    pub status: Status,
+    pub owner: Option<String>,
+    /// The whole Request, where the look read it.
+    pub read: Option<Box<RequestView>>,
+}
+
 /// What deciding an answer came to.
 #[derive(Debug)]
 pub enum Answered {
@@ -436,8 +445,20 @@ impl Store {
 
     /// Decides an answer to Request `id`: if it is pending, `decide` makes the decision of it, which resolves
     /// it unless `withdrawal` says something against it.
-    pub async fn answer(&self, id: &str, decide: Decide, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
-        dispatch!(self, store => store.answer(id, decide, withdrawal).await)
+    /// `read` is the Request as [`Store::look`] read it, if it did: PostgreSQL decides on it rather than
+    /// reading it again; the other stores read it where they decide.
+    pub async fn answer(
+        &self,
+        id: &str,
+        read: Option<Box<RequestView>>,
+        decide: Decide,
+        withdrawal: Withdrawal,
+    ) -> Result<Answered, StoreError> {
+        match self {
+            Store::Memory(store) => store.answer(id, decide, withdrawal).await,
+            Store::Sqlite(store) => store.answer(id, decide, withdrawal).await,
+            Store::Postgres(store) => store.answer(id, read, decide, withdrawal).await,
+        }
     }
 
     /// Resolves pending Requests without an answer.
@@ -527,6 +548,25 @@ impl Store {
     /// A Request's status and owner, without reading the rest.
     pub async fn request_status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
         dispatch!(self, store => store.request_status(id).await)
+    }
+
+    /// A Request's status and owner, as one about to answer it looks: PostgreSQL, which reads them from the
+    /// database, reads the whole Request for the answer to decide on.
+    pub async fn look(&self, id: &str) -> Result<Option<Looked>, StoreError> {
+        let seen = |(status, owner)| Looked {
+            status,
+            owner,
+            read: None,
+        };
+        match self {
+            Store::Memory(store) => Ok(store.request_status(id).await?.map(seen)),
+            Store::Sqlite(store) => Ok(store.request_status(id).await?.map(seen)),
+            Store::Postgres(store) => Ok(store.request(id).await?.map(|view| Looked {
+                status: view.status,
+                owner: view.owner.clone(),
+                read: Some(Box::new(view)),
+            })),
+        }
     }
 
     /// Up to `limit` Requests matching the filter, oldest first, from `cursor`; and the next page's cursor.

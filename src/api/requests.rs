@@ -293,12 +293,12 @@ pub async fn answer(
             answer.id
         )));
     }
-    let (_, owner) = state
+    let looked = state
         .registry
-        .status(&id)
+        .look(&id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no Request with id {id}")))?;
-    visible(&principal, &id, owner.as_deref())?;
+    visible(&principal, &id, looked.owner.as_deref())?;
     if state.auth.authenticator.enabled() && id.starts_with(crate::ids::APPROVAL) {
         approver(&state, &principal, &id).await?;
     }
@@ -307,7 +307,8 @@ pub async fn answer(
     let held = state.hold_long_poll(&principal, wait)?;
     let registry = state.registry.clone();
     let by = principal.name.clone();
-    let answered = to_completion(async move { Ok(registry.answer(&id, answer, &by).await?) }).await?;
+    let read = looked.read;
+    let answered = to_completion(async move { Ok(registry.answer_looked(&id, read, answer, &by).await?) }).await?;
     if held.is_some()
         && let Some(call) = answered.view.call.as_deref()
         && let Some((_, owner)) = state.calls.status(call).await?

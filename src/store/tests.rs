@@ -151,7 +151,7 @@ async fn a_round_answered_in_full_gives_what_its_retry_sends() {
         );
 
         let first = store
-            .answer(&raised[0].request.id, decided(true), still_wanted())
+            .answer(&raised[0].request.id, None, decided(true), still_wanted())
             .await
             .unwrap();
         assert!(matches!(first, Answered::Won { resumes: None, .. }), "{first:?}");
@@ -186,8 +186,8 @@ async fn of_two_answers_one_wins_and_the_other_sees_it() {
             .unwrap();
         let id = raised[0].request.id.clone();
         let (first, second) = tokio::join!(
-            store.answer(&raised[0].request.id, decided(true), still_wanted()),
-            store.answer(&raised[0].request.id, decided(false), still_wanted())
+            store.answer(&raised[0].request.id, None, decided(true), still_wanted()),
+            store.answer(&raised[0].request.id, None, decided(false), still_wanted())
         );
         let outcomes = [first.unwrap(), second.unwrap()];
         let won: Vec<_> = outcomes
@@ -222,7 +222,7 @@ async fn an_answer_is_decided_on_the_request_as_it_is_kept_and_one_that_does_not
                 message: "a boolean is required".into(),
             }])
         });
-        let outcome = store.answer(&id, refuse, still_wanted()).await.unwrap();
+        let outcome = store.answer(&id, None, refuse, still_wanted()).await.unwrap();
         assert!(
             matches!(&outcome, Answered::Invalid(violations) if violations.len() == 1),
             "{outcome:?}"
@@ -235,16 +235,16 @@ async fn an_answer_is_decided_on_the_request_as_it_is_kept_and_one_that_does_not
         );
         assert_eq!(store.pending_count().await.unwrap(), 1);
 
-        let outcome = store.answer(&id, decided(true), still_wanted()).await.unwrap();
+        let outcome = store.answer(&id, None, decided(true), still_wanted()).await.unwrap();
         assert!(matches!(outcome, Answered::Won { .. }), "{outcome:?}");
         let decide_again: Decide = Box::new(|_| panic!("a resolved Request is not decided again"));
-        let outcome = store.answer(&id, decide_again, still_wanted()).await.unwrap();
+        let outcome = store.answer(&id, None, decide_again, still_wanted()).await.unwrap();
         assert!(
             matches!(&outcome, Answered::Lost(view) if view.status == Status::Answered),
             "{outcome:?}"
         );
         let outcome = store
-            .answer("req-unknown", decided(true), still_wanted())
+            .answer("req-unknown", None, decided(true), still_wanted())
             .await
             .unwrap();
         assert!(matches!(outcome, Answered::NotFound), "{outcome:?}");
@@ -262,7 +262,7 @@ async fn a_withdrawn_elicitation_takes_no_answer() {
         let id = raised[0].request.id.clone();
         let withdrawn: Withdrawal = Box::new(|| Some("the upstream cancelled the elicitation".into()));
         let outcome = store
-            .answer(&raised[0].request.id, decided(true), withdrawn)
+            .answer(&raised[0].request.id, None, decided(true), withdrawn)
             .await
             .unwrap();
         let Answered::Withdrawn(view) = outcome else {
@@ -500,7 +500,7 @@ async fn a_posted_request_counts_per_owner_and_in_all_but_against_no_server() {
             ..decision(true)
         };
         let Answered::Won { view, .. } = store
-            .answer(&id, Box::new(move |_| Ok(decision)), still_wanted())
+            .answer(&id, None, Box::new(move |_| Ok(decision)), still_wanted())
             .await
             .unwrap()
         else {
@@ -569,7 +569,9 @@ async fn an_approved_call_is_claimed_for_sending_once() {
             Status::Pending,
             "an approval is not an elicitation"
         );
-        let answered = store.answer(&raised[0].request.id, decided(true), still_wanted()).await;
+        let answered = store
+            .answer(&raised[0].request.id, None, decided(true), still_wanted())
+            .await;
         assert!(matches!(answered.unwrap(), Answered::Won { .. }));
         assert!(store.forwarding(&call.id).await.unwrap());
         assert!(!store.forwarding(&call.id).await.unwrap(), "sent once");
@@ -596,7 +598,7 @@ async fn a_restart_hands_over_the_calls_approvals_hold_until_they_are_sent() {
         // One waits; one is approved but was not sent; one was sent.
         for approval in &approvals[1..] {
             store
-                .answer(&approval.request.id, decided(true), still_wanted())
+                .answer(&approval.request.id, None, decided(true), still_wanted())
                 .await
                 .unwrap();
         }
@@ -673,7 +675,7 @@ async fn restart_ends_what_cannot_survive_it(location: &Location) {
         .await
         .unwrap();
     store
-        .answer(&answered[0].request.id, decided(true), still_wanted())
+        .answer(&answered[0].request.id, None, decided(true), still_wanted())
         .await
         .unwrap();
     close(store).await;

@@ -86,13 +86,22 @@ impl Postgres {
         .await?
     }
 
-    /// Decides an answer to `pending`, the Request as the caller read it: the update that resolves it is
-    /// made only if it is still pending, so the view and its event are built before the writer takes the change.
-    /// Reads the Request, decides on what it read, then writes the decision if the Request is still pending: the
-    /// read stays off the writer, which every replica's changes take turns on.
-    pub async fn answer(&self, id: &str, decide: Decide, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
-        let Some(pending) = self.request(id).await? else {
-            return Ok(Answered::NotFound);
+    /// Decides an answer on the Request as `read` holds it (the caller's read of it, else one made now), then
+    /// writes the decision in one statement that resolves it only if it is still pending: the read stays off
+    /// the writer, which every replica's changes take turns on.
+    pub async fn answer(
+        &self,
+        id: &str,
+        read: Option<Box<RequestView>>,
+        decide: Decide,
+        withdrawal: Withdrawal,
+    ) -> Result<Answered, StoreError> {
+        let pending = match read {
+            Some(read) => *read,
+            None => match self.request(id).await? {
+                Some(pending) => pending,
+                None => return Ok(Answered::NotFound),
+            },
         };
         if pending.status != Status::Pending {
             return Ok(Answered::Lost(pending));
@@ -124,27 +133,62 @@ impl Postgres {
                     let (view, _) = resolve_one(tx, current, &resolution, now).await?;
                     return Ok(Answered::Withdrawn(view));
                 }
-                let resolved = tx
+                let at = Timestamp::now().millis();
+                // The Request resolved, its event numbered, and its call as it is now, in one exchange. The
+                // statement sees the Request as pending still, so the call's other pending ones are counted.
+                let won = tx
                     .query_opt(
-                        "UPDATE requests SET status = 'answered', resolved_at = $2, answer = $3, answered_by = $4, \
-                         result = $5 WHERE id = $1 AND status = 'pending' RETURNING call_id, round, completed_at",
-                        &[&id, &now.millis(), &answer, &view.answered_by, &result],
+                        "WITH won AS (UPDATE requests SET status = 'answered', resolved_at = $2, answer = $3, \
+                         answered_by = $4, result = $5 WHERE id = $1 AND status = 'pending' \
+                         RETURNING call_id, round, completed_at), \
+                         numbered AS (INSERT INTO events (at, kind, server, session, call_id, owner, data) \
+                         SELECT $6::BIGINT, $7::TEXT, $8::TEXT, $9::TEXT, $10::TEXT, $11::TEXT, $12::TEXT FROM won \
+                         RETURNING seq) \
+                         SELECT won.call_id, won.round, won.completed_at, numbered.seq, c.status, \
+                         EXISTS (SELECT 1 FROM requests AS r WHERE r.call_id = c.id AND r.status = 'pending' \
+                         AND r.id <> $1) \
+                         FROM won CROSS JOIN numbered \
+                         LEFT JOIN calls AS c ON c.id = won.call_id AND c.status IN ('running', 'input_required')",
+                        &[
+                            &id,
+                            &now.millis(),
+                            &answer,
+                            &view.answered_by,
+                            &result,
+                            &at,
+                            &event.kind.name(),
+                            &event.server,
+                            &event.session,
+                            &event.call,
+                            &event.owner,
+                            &event.data,
+                        ],
                     )
                     .await?;
-                let Some(resolved) = resolved else {
+                let Some(won) = won else {
                     return Ok(request(tx, &id).await?.map_or(Answered::NotFound, Answered::Lost));
                 };
-                let call: Option<String> = resolved.try_get(0)?;
-                let round: Option<i32> = resolved.try_get(1)?;
-                let completed_at = resolved.try_get::<_, Option<i64>>(2)?.map(Timestamp::from_millis);
-                let event = if completed_at == view.completed_at {
-                    event
-                } else {
+                let call: Option<String> = won.try_get(0)?;
+                let round: Option<i32> = won.try_get(1)?;
+                let completed_at = won.try_get::<_, Option<i64>>(2)?.map(Timestamp::from_millis);
+                let seq: i64 = won.try_get(3)?;
+                let mut event = event;
+                if completed_at != view.completed_at {
+                    // Its URL-mode completion was kept after the read: the event says so too.
                     view.completed_at = completed_at;
-                    Event::request(EventKind::RequestResolved, &view)
+                    event = Event::request(EventKind::RequestResolved, &view);
+                    tx.execute("UPDATE events SET data = $2 WHERE seq = $1", &[&seq, &event.data])
+                        .await?;
+                }
+                let event = tx.numbered(event, seq);
+                let resumes = match (call, won.try_get::<_, Option<String>>(4)?) {
+                    (Some(call), Some(before)) => {
+                        let waiting: bool = won.try_get(5)?;
+                        let status = settle_call(tx, &call, &before, waiting, now).await?;
+                        resume_round(tx, &call, round, Some(status)).await?
+                    }
+                    _ => None,
                 };
-                let event = tx.record(event).await?;
-                let resumes = after_resolution(tx, call, round, now).await?;
                 Ok(Answered::Won {
                     view,
                     event,
@@ -502,6 +546,17 @@ async fn after_resolution(
 ) -> Result<Option<Retry>, tokio_postgres::Error> {
     let Some(call) = call else { return Ok(None) };
     let status = call_changed(tx, &call, now).await?;
+    resume_round(tx, &call, round, status).await
+}
+
+/// What retrying `call` takes if a Request of its round `round` was resolved and the call is `running` now
+/// (none of its Requests pending).
+async fn resume_round(
+    tx: &mut Tx<'_>,
+    call: &str,
+    round: Option<i32>,
+    status: Option<CallStatus>,
+) -> Result<Option<Retry>, tokio_postgres::Error> {
     if round.is_none() || status != Some(CallStatus::Running) {
         return Ok(None);
     }
@@ -509,7 +564,7 @@ async fn after_resolution(
     let replica = tx.replica;
     tx.execute("UPDATE calls SET replica = $2 WHERE id = $1", &[&call, &replica])
         .await?;
-    super::calls::retry(tx, &call).await
+    super::calls::retry(tx, call).await
 }
 
 /// Sets a call that has not ended to `input_required` or `running` as its pending Requests say, recording
@@ -531,6 +586,18 @@ pub(super) async fn call_changed(
     };
     let before: String = found.try_get(0)?;
     let waiting: bool = found.try_get(1)?;
+    settle_call(tx, call, &before, waiting, now).await.map(Some)
+}
+
+/// Sets a call that has not ended, in status `before`, to `input_required` while Requests of it are pending
+/// (`waiting`) and to `running` otherwise, recording `call.updated` when that changes it; returns that status.
+async fn settle_call(
+    tx: &mut Tx<'_>,
+    call: &str,
+    before: &str,
+    waiting: bool,
+    now: Timestamp,
+) -> Result<CallStatus, tokio_postgres::Error> {
     let status = if waiting {
         CallStatus::InputRequired
     } else {
@@ -546,5 +613,5 @@ pub(super) async fn call_changed(
             tx.record(Event::call(&view)).await?;
         }
     }
-    Ok(Some(status))
+    Ok(status)
 }
