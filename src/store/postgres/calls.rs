@@ -3,8 +3,9 @@
 use rmcp::model::Implementation;
 use serde_json::Map;
 use tokio::sync::oneshot;
+use tokio_postgres::Row;
 
-use super::requests::{resolve_ids, select_ids};
+use super::requests::resolve_ids;
 use super::rows::Conditions;
 use super::writer::Tx;
 use super::{Postgres, Reader, rows};
@@ -317,30 +318,29 @@ async fn insert_call_in(
     }
     let id = ids::mint(ids::CALL);
     let now = Timestamp::now().millis();
-    tx.execute(
-        "INSERT INTO calls (id, server, session, shared, tool, arguments, owner, protocol_version, \
+    let inserted = format!(
+        "INSERT INTO calls AS c (id, server, session, shared, tool, arguments, owner, protocol_version, \
          capabilities, status, created_at, updated_at, replica, via) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11, $12)",
-        &[
-            &id,
-            &call.server,
-            &call.session,
-            &call.shared,
-            &call.tool,
-            &rows::to_json(&call.arguments),
-            &call.owner,
-            &call.protocol_version,
-            &rows::to_json(&call.capabilities),
-            &now,
-            &replica,
-            &call.via.as_str(),
-        ],
-    )
-    .await?;
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11, $12) RETURNING {}",
+        rows::CALL
+    );
     let row = tx
         .query_one(
-            &format!("SELECT {} FROM calls AS c WHERE c.id = $1", rows::CALL),
-            &[&id],
+            &inserted,
+            &[
+                &id,
+                &call.server,
+                &call.session,
+                &call.shared,
+                &call.tool,
+                &rows::to_json(&call.arguments),
+                &call.owner,
+                &call.protocol_version,
+                &rows::to_json(&call.capabilities),
+                &now,
+                &replica,
+                &call.via.as_str(),
+            ],
         )
         .await?;
     let view = rows::call(&row)?;
@@ -362,10 +362,16 @@ pub(super) async fn finish_in(
         Finish::Failed(error) => (None, Some(error)),
         Finish::Cancelled(message) => (None, Some(CallError::new(message))),
     };
-    let changed = tx
-        .execute(
-            "UPDATE calls SET status = $2, result = $3, error_message = $4, error_reason = $5, \
-             updated_at = $6, ended_at = $6 WHERE id = $1 AND status IN ('running', 'input_required')",
+    // The call as ended, and its Requests still pending: the view names its Requests, whatever they become.
+    let ended = format!(
+        "UPDATE calls AS c SET status = $2, result = $3, error_message = $4, error_reason = $5, \
+         updated_at = $6, ended_at = $6 WHERE c.id = $1 AND c.status IN ('running', 'input_required') \
+         RETURNING {}, ARRAY(SELECT r.id FROM requests AS r WHERE r.call_id = c.id AND r.status = 'pending')",
+        rows::CALL
+    );
+    let row = tx
+        .query_opt(
+            &ended,
             &[
                 &id,
                 &status.as_str(),
@@ -379,51 +385,62 @@ pub(super) async fn finish_in(
             ],
         )
         .await?;
-    if changed == 0 {
+    let Some(row) = row else {
         return Ok(None);
-    }
-    let pending = select_ids(&*tx, "call_id = $1 AND status = 'pending'", &[&id]).await?;
+    };
+    let view = rows::call(&row)?;
+    let pending: Vec<String> = row.try_get(rows::CALL_COLUMNS)?;
     let resolution = Resolution::Cancelled {
         detail,
         told_cancel: true,
     };
     let cancelled = resolve_ids(tx, &pending, &resolution).await?.views;
-    let row = tx
-        .query_one(
-            &format!("SELECT {} FROM calls AS c WHERE c.id = $1", rows::CALL),
-            &[&id],
-        )
-        .await?;
-    let view = rows::call(&row)?;
     tx.record(Event::call(&view)).await?;
     Ok(Some(Finished { view, cancelled }))
 }
 
 /// What retrying a call takes, if its latest round is answered and it has not ended.
 pub(super) async fn retry(conn: &impl Reader, id: &str) -> Result<Option<Retry>, tokio_postgres::Error> {
-    let found = conn
-        .row(
-            "SELECT c.server, c.session, c.shared, c.tool, c.arguments, r.round, r.request_state, c.owner \
-             FROM calls AS c JOIN rounds AS r ON r.call_id = c.id \
-             WHERE c.id = $1 AND c.status IN ('running', 'input_required') ORDER BY r.round DESC LIMIT 1",
-            &[&id],
+    match conn.row(&retry_sql(""), &[&id]).await? {
+        Some(found) => retry_from(id, &found),
+        None => Ok(None),
+    }
+}
+
+/// [`retry`], with the call claimed by this replica, which retries it: the call is its own until it ends.
+pub(super) async fn claim_retry(tx: &Tx<'_>, id: &str) -> Result<Option<Retry>, tokio_postgres::Error> {
+    let claimed = retry_sql("WITH claimed AS (UPDATE calls SET replica = $2 WHERE id = $1) ");
+    match tx.query_opt(&claimed, &[&id, &tx.replica]).await? {
+        Some(found) => retry_from(id, &found),
+        None => Ok(None),
+    }
+}
+
+/// The call `$1`, its latest round, and that round's Requests, in one exchange, after `prefix`.
+fn retry_sql(prefix: &str) -> String {
+    let of_round = |column: &str| {
+        format!(
+            "ARRAY(SELECT q.{column} FROM requests AS q WHERE q.call_id = c.id AND q.round = r.round ORDER BY q.seq)"
         )
-        .await?;
-    let Some(found) = found else {
-        return Ok(None);
     };
+    format!(
+        "{prefix}SELECT c.server, c.session, c.shared, c.tool, c.arguments, r.round, r.request_state, c.owner, \
+         {}, {}, {} FROM calls AS c JOIN rounds AS r ON r.call_id = c.id \
+         WHERE c.id = $1 AND c.status IN ('running', 'input_required') ORDER BY r.round DESC LIMIT 1",
+        of_round("input_key"),
+        of_round("status"),
+        of_round("result")
+    )
+}
+
+/// What retrying call `id` takes, from the row of [`retry_sql`]; `None` while a Request of its round is pending.
+fn retry_from(id: &str, found: &Row) -> Result<Option<Retry>, tokio_postgres::Error> {
     let round: i32 = found.try_get(5)?;
-    let answers = conn
-        .rows(
-            "SELECT input_key, status, result FROM requests WHERE call_id = $1 AND round = $2",
-            &[&id, &round],
-        )
-        .await?;
+    let keys: Vec<String> = found.try_get(8)?;
+    let statuses: Vec<String> = found.try_get(9)?;
+    let results: Vec<Option<String>> = found.try_get(10)?;
     let mut input_responses = Map::new();
-    for answer in answers {
-        let key: String = answer.try_get(0)?;
-        let status: String = answer.try_get(1)?;
-        let result: Option<String> = answer.try_get(2)?;
+    for ((key, status), result) in keys.into_iter().zip(statuses).zip(results) {
         if status == Status::Pending.as_str() {
             return Ok(None);
         }

@@ -30,16 +30,18 @@ impl Postgres {
                     return Ok(Err(RaiseError::Full(cap)));
                 }
                 let calls: BTreeSet<&str> = requests.iter().filter_map(|new| new.call.as_deref()).collect();
+                // Each call's status before: it waits on the Requests raised for it once they are kept.
+                let mut before = Vec::with_capacity(calls.len());
                 for call in calls {
-                    let live: bool = tx
-                        .query_one(
-                            "SELECT EXISTS (SELECT 1 FROM calls WHERE id = $1 AND status IN ('running', 'input_required'))",
+                    let live = tx
+                        .query_opt(
+                            "SELECT status FROM calls WHERE id = $1 AND status IN ('running', 'input_required')",
                             &[&call],
                         )
-                        .await?
-                        .try_get(0)?;
-                    if !live {
-                        return Ok(Err(RaiseError::CallEnded(call.to_owned())));
+                        .await?;
+                    match live {
+                        Some(row) => before.push((call.to_owned(), row.try_get::<_, String>(0)?)),
+                        None => return Ok(Err(RaiseError::CallEnded(call.to_owned()))),
                     }
                 }
                 for id in crate::store::chosen_ids(&requests) {
@@ -67,18 +69,14 @@ impl Postgres {
                     .await?;
                 }
                 let mut views = Vec::with_capacity(requests.len());
-                let mut calls = BTreeSet::new();
                 for new in requests {
                     insert_request(tx, &new, round.as_ref().map(|round| round.number)).await?;
                     let view = crate::store::raised_view(&new);
                     tx.record(Event::request(EventKind::RequestCreated, &view)).await?;
-                    if let Some(call) = &new.call {
-                        calls.insert(call.clone());
-                    }
                     views.push(view);
                 }
-                for call in calls {
-                    call_changed(tx, &call, now).await?;
+                for (call, before) in before {
+                    settle_call(tx, &call, &before, true, now).await?;
                 }
                 Ok(Ok(views))
             })
@@ -412,29 +410,28 @@ pub(super) async fn pending_count(conn: &impl Reader) -> Result<usize, tokio_pos
 
 /// What pending Requests hold, as far as admitting `new` looks: in all, and per owner and per server of `new`.
 async fn pending_shares(conn: &impl Reader, new: &[NewRequest]) -> Result<Shares, tokio_postgres::Error> {
-    let total = conn
-        .row(
-            "SELECT COALESCE(sum(requests), 0)::BIGINT, COALESCE(sum(bytes), 0)::BIGINT FROM pending_shares",
-            &[],
-        )
-        .await?;
-    let total = match total {
-        Some(row) => held(row.try_get(0)?, row.try_get(1)?),
-        None => Held::default(),
-    };
     let owners: Vec<&str> = new.iter().map(|new| new.owner.as_deref().unwrap_or("")).collect();
     let servers: Vec<&str> = new.iter().map(super::super::shares::server_key).collect();
+    // The total (the row with no owner and no server) and the pairs of `new`'s owners and servers, at once.
     let rows = conn
         .rows(
-            "SELECT owner, server, requests, bytes FROM pending_shares WHERE owner = ANY($1) OR server = ANY($2)",
+            "SELECT NULL::TEXT, NULL::TEXT, COALESCE(sum(requests), 0)::BIGINT, COALESCE(sum(bytes), 0)::BIGINT \
+             FROM pending_shares \
+             UNION ALL SELECT owner, server, requests::BIGINT, bytes::BIGINT FROM pending_shares \
+             WHERE owner = ANY($1) OR server = ANY($2)",
             &[&owners, &servers],
         )
         .await?;
+    let mut total = Held::default();
     let mut pairs = Vec::with_capacity(rows.len());
     for row in rows {
-        let owner: String = row.try_get(0)?;
-        let owner = Some(owner).filter(|owner| !owner.is_empty());
-        pairs.push((owner, row.try_get(1)?, held(row.try_get(2)?, row.try_get(3)?)));
+        let owner: Option<String> = row.try_get(0)?;
+        let server: Option<String> = row.try_get(1)?;
+        let held = held(row.try_get(2)?, row.try_get(3)?);
+        match (owner, server) {
+            (Some(owner), Some(server)) => pairs.push((Some(owner).filter(|owner| !owner.is_empty()), server, held)),
+            _ => total = held,
+        }
     }
     Ok(Shares::from_pairs(total, pairs))
 }
@@ -560,11 +557,7 @@ async fn resume_round(
     if round.is_none() || status != Some(CallStatus::Running) {
         return Ok(None);
     }
-    // This replica retries it: the call is its own until it ends.
-    let replica = tx.replica;
-    tx.execute("UPDATE calls SET replica = $2 WHERE id = $1", &[&call, &replica])
-        .await?;
-    super::calls::retry(tx, call).await
+    super::calls::claim_retry(tx, call).await
 }
 
 /// Sets a call that has not ended to `input_required` or `running` as its pending Requests say, recording
@@ -604,13 +597,12 @@ async fn settle_call(
         CallStatus::Running
     };
     if before != status.as_str() {
-        tx.execute(
-            "UPDATE calls SET status = $2, updated_at = $3 WHERE id = $1",
-            &[&call, &status.as_str(), &now.millis()],
-        )
-        .await?;
-        if let Some(view) = super::calls::call(tx, call).await? {
-            tx.record(Event::call(&view)).await?;
+        let sql = format!(
+            "UPDATE calls AS c SET status = $2, updated_at = $3 WHERE c.id = $1 RETURNING {}",
+            rows::CALL
+        );
+        if let Some(row) = tx.query_opt(&sql, &[&call, &status.as_str(), &now.millis()]).await? {
+            tx.record(Event::call(&rows::call(&row)?)).await?;
         }
     }
     Ok(status)

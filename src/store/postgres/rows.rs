@@ -24,6 +24,8 @@ pub const CALL: &str = "c.id, c.server, c.session, c.tool, c.arguments, c.owner,
      c.error_message, c.error_reason, c.created_at, c.updated_at, \
      COALESCE((SELECT json_agg(r.id ORDER BY r.seq)::TEXT FROM requests AS r WHERE r.call_id = c.id), '[]'), \
      c.via";
+/// How many columns [`CALL`] names.
+pub const CALL_COLUMNS: usize = 14;
 
 /// The columns `session` reads, in order.
 pub const SESSION: &str =
