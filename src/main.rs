@@ -47,7 +47,8 @@ struct ServeArgs {
     /// The address to listen on, overriding the config's `listen`.
     #[arg(long, env = "TOOLNEXUS_LISTEN")]
     listen: Option<SocketAddr>,
-    /// Where the gateway keeps its state (`sqlite:PATH` or `memory`), overriding the config's `store.url`.
+    /// Where the gateway keeps its state (`sqlite:PATH`, `postgres://…` or `memory`), overriding the config's
+    /// `store.url`.
     #[arg(long, env = "TOOLNEXUS_STORE")]
     store: Option<String>,
     /// The threads that run the gateway, overriding the config's `workers`.
