@@ -70,9 +70,9 @@ impl Postgres {
                 }
                 let mut views = Vec::with_capacity(requests.len());
                 for new in requests {
-                    insert_request(tx, &new, round.as_ref().map(|round| round.number)).await?;
                     let view = crate::store::raised_view(&new);
-                    tx.record(Event::request(EventKind::RequestCreated, &view)).await?;
+                    let event = Event::request(EventKind::RequestCreated, &view);
+                    insert_request(tx, &new, round.as_ref().map(|round| round.number), event).await?;
                     views.push(view);
                 }
                 for (call, before) in before {
@@ -458,31 +458,49 @@ pub(super) async fn select_ids(
         .collect()
 }
 
-async fn insert_request(tx: &Tx<'_>, new: &NewRequest, round: Option<u32>) -> Result<(), tokio_postgres::Error> {
+/// Inserts a pending Request and its `request.created` event, in one statement.
+async fn insert_request(
+    tx: &mut Tx<'_>,
+    new: &NewRequest,
+    round: Option<u32>,
+    event: Event,
+) -> Result<(), tokio_postgres::Error> {
     let request = &new.request;
-    tx.execute(
-        "INSERT INTO requests (id, kind, prompt, url, data, expires_at, status, server, session, call_id, round, \
-         input_key, elicitation_id, owner, created_at, bytes) \
-         VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-        &[
-            &request.id,
-            &request.kind.as_str(),
-            &request.prompt,
-            &request.url,
-            &rows::to_json_opt(request.data.as_deref()),
-            &new.deadline.millis(),
-            &new.server,
-            &new.session,
-            &new.call,
-            &round.filter(|_| new.input_key.is_some()).map(round_number),
-            &new.input_key,
-            &new.elicitation_id,
-            &new.owner,
-            &new.created_at.millis(),
-            &i64::try_from(new.bytes).unwrap_or(i64::MAX),
-        ],
-    )
-    .await?;
+    let row = tx
+        .query_one(
+            "WITH raised AS (INSERT INTO requests (id, kind, prompt, url, data, expires_at, status, server, session, \
+             call_id, round, input_key, elicitation_id, owner, created_at, bytes) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING 1) \
+             INSERT INTO events (at, kind, server, session, call_id, owner, data) \
+             SELECT $16::BIGINT, $17::TEXT, $18::TEXT, $19::TEXT, $20::TEXT, $21::TEXT, $22::TEXT FROM raised \
+             RETURNING seq",
+            &[
+                &request.id,
+                &request.kind.as_str(),
+                &request.prompt,
+                &request.url,
+                &rows::to_json_opt(request.data.as_deref()),
+                &new.deadline.millis(),
+                &new.server,
+                &new.session,
+                &new.call,
+                &round.filter(|_| new.input_key.is_some()).map(round_number),
+                &new.input_key,
+                &new.elicitation_id,
+                &new.owner,
+                &new.created_at.millis(),
+                &i64::try_from(new.bytes).unwrap_or(i64::MAX),
+                &Timestamp::now().millis(),
+                &event.kind.name(),
+                &event.server,
+                &event.session,
+                &event.call,
+                &event.owner,
+                &event.data,
+            ],
+        )
+        .await?;
+    tx.numbered(event, row.try_get(0)?);
     Ok(())
 }
 
