@@ -286,7 +286,8 @@ pub async fn answer(
     QueryParams(query): QueryParams<AnswerQuery>,
     JsonBody(answer): JsonBody<Answer>,
 ) -> Result<Response, ApiError> {
-    // The body's own faults come first (400), then whether the Request exists (404): DESIGN's check order.
+    // The body's own faults come first (400), then whether the Request exists (404): the order README's API
+    // section gives.
     if !answer.id.is_empty() && answer.id != id {
         return Err(ApiError::bad_request(format!(
             "the answer's id {:?} differs from the path's {id:?}",
