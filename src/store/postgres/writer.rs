@@ -199,10 +199,15 @@ async fn commit(
         } else {
             format!("NOTIFY {}, '{}'; COMMIT", tail::CHANNEL, replica.replace('\'', "''"))
         };
-        client.batch_execute(&commit).await.map_err(|error| {
-            tracing::error!(%error, "the store could not keep a change; it was not made");
-            unavailable(&error)
-        })
+        match client.batch_execute(&commit).await {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                tracing::error!(%error, "the store could not keep a change; it was not made");
+                // A `NOTIFY` that failed leaves the transaction open, aborted, with the `COMMIT` not run.
+                roll_back(client).await;
+                Err(unavailable(&error))
+            }
+        }
     };
     match committed {
         Ok(()) => {
