@@ -21,8 +21,8 @@ pub struct Counters {
     /// The sum of `pg_stat_statements.calls`: every statement run, `BEGIN` and `COMMIT` included; `None`
     /// when the server did not load `pg_stat_statements`.
     statements: Option<u64>,
-    /// Of those, the ones a gateway sends in one message after another statement: its write lock (after
-    /// `BEGIN`) and `NOTIFY` (before `COMMIT`).
+    /// Of those, the ones a gateway sends in one message with another statement: its write lock (after
+    /// `BEGIN`) and the `NOTIFY` or `SELECT 1` before `COMMIT`.
     riders: Option<u64>,
 }
 
@@ -44,7 +44,7 @@ impl Counters {
             (
                 "(SELECT sum(calls) FROM pg_stat_statements WHERE dbid = d.datid)",
                 "(SELECT COALESCE(sum(calls), 0) FROM pg_stat_statements WHERE dbid = d.datid \
-                 AND (query LIKE 'SELECT pg_advisory_xact_lock(%' OR query LIKE 'NOTIFY %'))",
+                 AND (query LIKE 'SELECT pg_advisory_xact_lock(%' OR query LIKE 'NOTIFY %' OR query = 'SELECT $1'))",
             )
         } else {
             ("NULL", "NULL")

@@ -156,8 +156,8 @@ pub async fn table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
         },
         if statements {
             " and the sum of `pg_stat_statements.calls` (every statement, `BEGIN` and `COMMIT` included; round \
-             trips leave out the write lock and `NOTIFY`, which go in one message with the `BEGIN` before and the \
-             `COMMIT` after them)"
+             trips leave out the write lock and the `NOTIFY` or `SELECT 1`, which go in one message with the \
+             `BEGIN` before and the `COMMIT` after them)"
         } else {
             ""
         },

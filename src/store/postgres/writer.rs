@@ -139,31 +139,32 @@ pub async fn run(
                     }
                 },
             };
-            commit(&client, &statements, &mut batch, &publisher, &replica).await;
-            conn = Some(client);
+            if commit(&client, &statements, &mut batch, &publisher, &replica).await {
+                conn = Some(client);
+            }
         }
     }
 }
 
 /// Applies changes from `batch` in one transaction until one fails; the ones applied share its fate (the
 /// failure rolls them back: a change that fails midway leaves nothing of itself), and the rest are left
-/// for the next transaction.
+/// for the next transaction. Whether the connection is fit for the next transaction.
 async fn commit(
     client: &Client,
     statements: &Statements,
     batch: &mut std::vec::IntoIter<Job>,
     publisher: &Publisher,
     replica: &str,
-) {
+) -> bool {
     // One exchange: the transaction begins holding the lock.
     let begun = client
         .batch_execute(&format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"))
         .await;
     if let Err(error) = begun {
         tracing::error!(%error, "the store cannot start a transaction holding its write lock");
-        roll_back(client).await;
+        let usable = roll_back(client).await;
         batch.for_each(drop);
-        return;
+        return usable;
     }
     let mut applied = Vec::with_capacity(batch.len());
     let mut events = Vec::new();
@@ -186,25 +187,27 @@ async fn commit(
             }
         }
     }
+    let mut usable = true;
     let committed = if failed {
-        roll_back(client).await;
+        usable = roll_back(client).await;
         Err(StoreError::Unavailable(
             "another change of the same transaction failed; nothing was changed".to_owned(),
         ))
     } else {
         // One exchange: every replica's tail is told, when the transaction commits, which replica recorded
-        // events (its own tail has them already).
+        // events (its own tail has them already). The statement before `COMMIT` fails in a transaction an error aborted, where a `COMMIT` alone would
+        // roll it back and report success.
         let commit = if events.is_empty() {
-            "COMMIT".to_owned()
+            "SELECT 1; COMMIT".to_owned()
         } else {
-            format!("NOTIFY {}, '{}'; COMMIT", tail::CHANNEL, replica.replace('\'', "''"))
+            format!("NOTIFY {}, {}; COMMIT", tail::CHANNEL, escaped_literal(replica))
         };
         match client.batch_execute(&commit).await {
             Ok(()) => Ok(()),
             Err(error) => {
                 tracing::error!(%error, "the store could not keep a change; it was not made");
-                // A `NOTIFY` that failed leaves the transaction open, aborted, with the `COMMIT` not run.
-                roll_back(client).await;
+                // A statement that failed before `COMMIT` leaves the transaction open, aborted.
+                usable = roll_back(client).await;
                 Err(unavailable(&error))
             }
         }
@@ -222,16 +225,38 @@ async fn commit(
             }
         }
     }
+    usable
 }
 
-/// Ends a transaction that is not to be kept; a connection that failed ends it by closing.
-async fn roll_back(client: &Client) {
-    if let Err(error) = client.batch_execute("ROLLBACK").await
-        && !client.is_closed()
-    {
-        tracing::warn!(%error, "the store could not roll back a transaction");
+/// Ends a transaction that is not to be kept; a connection that failed ends it by closing. Whether the
+/// connection is fit for another transaction.
+async fn roll_back(client: &Client) -> bool {
+    match client.batch_execute("ROLLBACK").await {
+        Ok(()) => true,
+        Err(error) => {
+            if !client.is_closed() {
+                tracing::warn!(%error, "the store could not roll back a transaction; it connects again");
+            }
+            false
+        }
     }
+}
+
+/// `text` as an SQL string literal, whatever `standard_conforming_strings` says.
+fn escaped_literal(text: &str) -> String {
+    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
 /// What a change's statements come to, with the value they return.
 pub type Work<'t, T> = Pin<Box<dyn Future<Output = Result<T, tokio_postgres::Error>> + Send + 't>>;
+
+#[cfg(test)]
+mod tests {
+    use super::escaped_literal;
+
+    #[test]
+    fn a_literal_escapes_quotes_and_backslashes() {
+        assert_eq!(escaped_literal("vm-1.a_b"), "E'vm-1.a_b'");
+        assert_eq!(escaped_literal(r"a'b\c"), r"E'a\'b\\c'");
+    }
+}
