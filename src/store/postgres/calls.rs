@@ -416,7 +416,8 @@ pub(super) async fn claim_retry(tx: &Tx<'_>, id: &str) -> Result<Option<Retry>, 
     }
 }
 
-/// The call `$1`, its latest round, and that round's Requests, in one exchange, after `prefix`.
+/// The call `$1`, its latest round, and that round's Requests (read for that round only), in one exchange, after
+/// `prefix`.
 fn retry_sql(prefix: &str) -> String {
     let of_round = |column: &str| {
         format!(
@@ -425,8 +426,9 @@ fn retry_sql(prefix: &str) -> String {
     };
     format!(
         "{prefix}SELECT c.server, c.session, c.shared, c.tool, c.arguments, r.round, r.request_state, c.owner, \
-         {}, {}, {} FROM calls AS c JOIN rounds AS r ON r.call_id = c.id \
-         WHERE c.id = $1 AND c.status IN ('running', 'input_required') ORDER BY r.round DESC LIMIT 1",
+         {}, {}, {} FROM calls AS c CROSS JOIN LATERAL (SELECT round, request_state FROM rounds \
+         WHERE call_id = c.id ORDER BY round DESC LIMIT 1) AS r \
+         WHERE c.id = $1 AND c.status IN ('running', 'input_required')",
         of_round("input_key"),
         of_round("status"),
         of_round("result")
