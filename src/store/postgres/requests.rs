@@ -2,11 +2,12 @@
 //! and reading them.
 
 use std::collections::BTreeSet;
+use std::sync::LazyLock;
 
 use tokio_postgres::types::ToSql;
 
 use super::rows::Conditions;
-use super::writer::Tx;
+use super::writer::{EventValues, Tx, insert_event};
 use super::{Postgres, Reader, rows};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
 use crate::store::shares::{Held, Shares};
@@ -131,38 +132,25 @@ impl Postgres {
                     let (view, _) = resolve_one(tx, current, &resolution, now).await?;
                     return Ok(Answered::Withdrawn(view));
                 }
-                let at = Timestamp::now().millis();
                 // The Request resolved, its event numbered, and its call as it is now, in one exchange. The
                 // statement sees the Request as pending still, so the call's other pending ones are counted.
-                let won = tx
-                    .query_opt(
+                static ANSWER: LazyLock<String> = LazyLock::new(|| {
+                    format!(
                         "WITH won AS (UPDATE requests SET status = 'answered', resolved_at = $2, answer = $3, \
                          answered_by = $4, result = $5 WHERE id = $1 AND status = 'pending' \
-                         RETURNING call_id, round, completed_at), \
-                         numbered AS (INSERT INTO events (at, kind, server, session, call_id, owner, data) \
-                         SELECT $6::BIGINT, $7::TEXT, $8::TEXT, $9::TEXT, $10::TEXT, $11::TEXT, $12::TEXT FROM won \
-                         RETURNING seq) \
+                         RETURNING call_id, round, completed_at), numbered AS ({}) \
                          SELECT won.call_id, won.round, won.completed_at, numbered.seq, c.status, \
                          EXISTS (SELECT 1 FROM requests AS r WHERE r.call_id = c.id AND r.status = 'pending' \
                          AND r.id <> $1) \
                          FROM won CROSS JOIN numbered \
                          LEFT JOIN calls AS c ON c.id = won.call_id AND c.status IN ('running', 'input_required')",
-                        &[
-                            &id,
-                            &now.millis(),
-                            &answer,
-                            &view.answered_by,
-                            &result,
-                            &at,
-                            &event.kind.name(),
-                            &event.server,
-                            &event.session,
-                            &event.call,
-                            &event.owner,
-                            &event.data,
-                        ],
+                        insert_event(6, "SELECT {} FROM won")
                     )
-                    .await?;
+                });
+                let (resolved_at, values) = (now.millis(), EventValues::now(&event));
+                let mut params: Vec<&(dyn ToSql + Sync)> = vec![&id, &resolved_at, &answer, &view.answered_by, &result];
+                params.extend(values.params());
+                let won = tx.query_opt(&ANSWER, &params).await?;
                 let Some(won) = won else {
                     return Ok(request(tx, &id).await?.map_or(Answered::NotFound, Answered::Lost));
                 };
@@ -465,42 +453,46 @@ async fn insert_request(
     round: Option<u32>,
     event: Event,
 ) -> Result<(), tokio_postgres::Error> {
-    let request = &new.request;
-    let row = tx
-        .query_one(
+    static INSERT: LazyLock<String> = LazyLock::new(|| {
+        format!(
             "WITH raised AS (INSERT INTO requests (id, kind, prompt, url, data, expires_at, status, server, session, \
              call_id, round, input_key, elicitation_id, owner, created_at, bytes) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING 1) \
-             INSERT INTO events (at, kind, server, session, call_id, owner, data) \
-             SELECT $16::BIGINT, $17::TEXT, $18::TEXT, $19::TEXT, $20::TEXT, $21::TEXT, $22::TEXT FROM raised \
-             RETURNING seq",
-            &[
-                &request.id,
-                &request.kind.as_str(),
-                &request.prompt,
-                &request.url,
-                &rows::to_json_opt(request.data.as_deref()),
-                &new.deadline.millis(),
-                &new.server,
-                &new.session,
-                &new.call,
-                &round.filter(|_| new.input_key.is_some()).map(round_number),
-                &new.input_key,
-                &new.elicitation_id,
-                &new.owner,
-                &new.created_at.millis(),
-                &i64::try_from(new.bytes).unwrap_or(i64::MAX),
-                &Timestamp::now().millis(),
-                &event.kind.name(),
-                &event.server,
-                &event.session,
-                &event.call,
-                &event.owner,
-                &event.data,
-            ],
+             VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING 1) {}",
+            insert_event(16, "SELECT {} FROM raised")
         )
-        .await?;
-    tx.numbered(event, row.try_get(0)?);
+    });
+    let request = &new.request;
+    let (data, deadline, created_at) = (
+        rows::to_json_opt(request.data.as_deref()),
+        new.deadline.millis(),
+        new.created_at.millis(),
+    );
+    let (round, bytes) = (
+        round.filter(|_| new.input_key.is_some()).map(round_number),
+        i64::try_from(new.bytes).unwrap_or(i64::MAX),
+    );
+    let kind = request.kind.as_str();
+    let values = EventValues::now(&event);
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+        &request.id,
+        &kind,
+        &request.prompt,
+        &request.url,
+        &data,
+        &deadline,
+        &new.server,
+        &new.session,
+        &new.call,
+        &round,
+        &new.input_key,
+        &new.elicitation_id,
+        &new.owner,
+        &created_at,
+        &bytes,
+    ];
+    params.extend(values.params());
+    let seq = tx.query_one(&INSERT, &params).await?.try_get(0)?;
+    tx.numbered(event, seq);
     Ok(())
 }
 

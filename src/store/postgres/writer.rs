@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use tokio::sync::mpsc;
 use tokio_postgres::types::ToSql;
@@ -74,21 +74,9 @@ impl Tx<'_> {
 
     /// Records an event: it is numbered now and published once the transaction is kept.
     pub async fn record(&mut self, event: Event) -> Result<Arc<Event>, tokio_postgres::Error> {
-        let row = self
-            .query_one(
-                "INSERT INTO events (at, kind, server, session, call_id, owner, data) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq",
-                &[
-                    &Timestamp::now().millis(),
-                    &event.kind.name(),
-                    &event.server,
-                    &event.session,
-                    &event.call,
-                    &event.owner,
-                    &event.data,
-                ],
-            )
-            .await?;
+        static RECORD: LazyLock<String> = LazyLock::new(|| insert_event(1, "VALUES ({})"));
+        let values = EventValues::now(&event);
+        let row = self.query_one(&RECORD, &values.params()).await?;
         Ok(self.numbered(event, row.get(0)))
     }
 
@@ -99,6 +87,51 @@ impl Tx<'_> {
         let event = Arc::new(event);
         self.events.push(event.clone());
         event
+    }
+}
+
+/// The statement inserting an event whose seven values are parameters `$first` on, in the order of
+/// [`EventValues::params`], placed in `source` at its `{}` (`VALUES ({})`, or `SELECT {} FROM rows` to record
+/// it once per row of another part of the statement); it returns the event's number.
+pub fn insert_event(first: usize, source: &str) -> String {
+    let values: Vec<String> = ["BIGINT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT"]
+        .iter()
+        .enumerate()
+        .map(|(at, kind)| format!("${}::{kind}", first + at))
+        .collect();
+    format!(
+        "INSERT INTO events (at, kind, server, session, call_id, owner, data) {} RETURNING seq",
+        source.replace("{}", &values.join(", "))
+    )
+}
+
+/// An event's values as [`insert_event`] takes them, recorded at one moment.
+pub struct EventValues<'e> {
+    at: i64,
+    kind: &'static str,
+    event: &'e Event,
+}
+
+impl<'e> EventValues<'e> {
+    /// `event`'s values, recorded now.
+    pub fn now(event: &'e Event) -> Self {
+        Self {
+            at: Timestamp::now().millis(),
+            kind: event.kind.name(),
+            event,
+        }
+    }
+
+    pub fn params(&self) -> [&(dyn ToSql + Sync); 7] {
+        [
+            &self.at,
+            &self.kind,
+            &self.event.server,
+            &self.event.session,
+            &self.event.call,
+            &self.event.owner,
+            &self.event.data,
+        ]
     }
 }
 
