@@ -411,12 +411,8 @@ impl Registry {
     /// Resolves a pending Request with an Answer, and sends the mapped `ElicitResult` to whatever waits on it.
     ///
     /// Posting the identical answer again returns the same Request. `by` is the principal answering.
-    pub async fn answer(&self, id: &str, answer: Answer, by: &str) -> Result<AnswerAccepted, AnswerError> {
-        self.answer_looked(id, None, answer, by).await
-    }
-
-    /// Answers a Request that [`Registry::look`] read as `read` (if it read it).
-    pub async fn answer_looked(
+    /// `read` is the Request as [`Registry::look`] read it, if it did (see [`Store::answer`]).
+    pub async fn answer(
         &self,
         id: &str,
         read: Option<Box<RequestView>>,

@@ -309,7 +309,7 @@ pub async fn answer(
     let registry = state.registry.clone();
     let by = principal.name.clone();
     let read = looked.read;
-    let answered = to_completion(async move { Ok(registry.answer_looked(&id, read, answer, &by).await?) }).await?;
+    let answered = to_completion(async move { Ok(registry.answer(&id, read, answer, &by).await?) }).await?;
     if held.is_some()
         && let Some(call) = answered.view.call.as_deref()
         && let Some((_, owner)) = state.calls.status(call).await?

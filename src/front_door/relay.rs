@@ -118,7 +118,7 @@ impl FrontDoor {
                 replied = &mut asked.rx => match replied {
                     Ok(Ok(ClientResult::ElicitResult(result))) => {
                         let answer = elicit_result_to_answer(&request, &result);
-                        if let Err(error) = registry.answer(&request, answer, &by).await {
+                        if let Err(error) = registry.answer(&request, None, answer, &by).await {
                             tracing::warn!(%request, %error, "an MCP client's answer to a relayed Request was not taken");
                         }
                     }
@@ -167,7 +167,7 @@ impl FrontDoor {
             let registry = self.state.registry.clone();
             let by = principal.name.clone();
             let id = request.clone();
-            let answered = to_completion(async move { Ok(registry.answer(&id, answer, &by).await) })
+            let answered = to_completion(async move { Ok(registry.answer(&id, None, answer, &by).await) })
                 .await
                 .map_err(|error| ErrorData::internal_error(error.detail().to_owned(), None))?;
             match answered {

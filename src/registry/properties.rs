@@ -178,7 +178,7 @@ async fn step(world: &mut World, tracked: &mut Vec<Tracked>, op: Op) -> Result<(
             let entry = &mut tracked[index];
             let before = registry.get(&entry.id).await.unwrap().unwrap();
             let given = answer(reply);
-            let result = registry.answer(&entry.id, given.clone(), "tester").await;
+            let result = registry.answer(&entry.id, None, given.clone(), "tester").await;
             let gone = entry.withdrawn.is_cancelled() || (entry.waiting.is_none() && entry.received.is_none());
             match before.status {
                 Status::Pending
@@ -225,7 +225,11 @@ async fn step(world: &mut World, tracked: &mut Vec<Tracked>, op: Op) -> Result<(
             let Some(index) = pick(target) else { return Ok(()) };
             let entry = &tracked[index];
             if let Some(given) = entry.answered_with.clone() {
-                let view = registry.answer(&entry.id, given, "someone else").await.unwrap().view;
+                let view = registry
+                    .answer(&entry.id, None, given, "someone else")
+                    .await
+                    .unwrap()
+                    .view;
                 prop_assert_eq!(Some(serde_json::to_value(view).unwrap()), entry.resolved.clone());
             }
         }

@@ -39,7 +39,7 @@ async fn ask(registry: &Registry) -> Waiting {
 /// Answers `id` on `registry`, confirming; the `request.resolved` event it recorded.
 async fn confirm(registry: &Registry, id: &str) -> Arc<Event> {
     let answer: Answer = serde_json::from_value(json!({"ok": true, "data": {"confirm": true}})).unwrap();
-    registry.answer(id, answer, "ada").await.unwrap().event.unwrap()
+    registry.answer(id, None, answer, "ada").await.unwrap().event.unwrap()
 }
 
 fn confirmed(outcome: Outcome) -> bool {
