@@ -24,7 +24,7 @@ use tokio_postgres::{Client, GenericClient, NoTls, Row, Statement};
 
 use super::{OpenError, StoreError};
 use crate::feed::Feed;
-use writer::{Applied, Job, Tx};
+use writer::{Applied, Change, Job, Tx};
 
 /// The advisory lock a transaction that writes holds until it commits.
 const WRITE_LOCK: i64 = 0x746e_6777_7269_7465;
@@ -305,27 +305,42 @@ impl Postgres {
         &self,
         work: impl for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
-        let (sender, receiver) = oneshot::channel();
-        let job: Job = Box::new(move |tx| {
-            Box::pin(async move {
-                match work(tx).await {
-                    Ok(value) => Ok(Applied {
-                        reply: Box::new(move |kept| {
-                            let _ = sender.send(kept.map(|()| value));
-                        }),
-                    }),
-                    Err(error) => {
-                        tracing::error!(%error, "the store could not apply a change");
-                        let _ = sender.send(Err(unavailable(&error)));
-                        Err(())
-                    }
-                }
-            })
-        });
+        let (change, kept) = replying(work);
+        self.applied(
+            Job {
+                change,
+                alongside: false,
+            },
+            kept,
+        )
+    }
+
+    /// Applies a change in the writer alongside the changes of its kind next to it (see [`Job::alongside`]);
+    /// the future resolves once it is kept, with what `work` returned.
+    fn write_alongside<T: Send + 'static>(
+        &self,
+        work: impl for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
+        let (change, kept) = replying(work);
+        self.applied(
+            Job {
+                change,
+                alongside: true,
+            },
+            kept,
+        )
+    }
+
+    /// Submits `job`; the future resolves with what `kept` receives once the writer has kept it, or why not.
+    fn applied<T: Send + 'static>(
+        &self,
+        job: Job,
+        kept: oneshot::Receiver<Result<T, StoreError>>,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
         let submitted = self.submit(job);
         async move {
             submitted?;
-            receiver.await.unwrap_or_else(|_| {
+            kept.await.unwrap_or_else(|_| {
                 Err(StoreError::Unavailable(
                     "the store could not apply the change".to_owned(),
                 ))
@@ -335,7 +350,7 @@ impl Postgres {
 
     /// Applies a change in the writer without waiting for it.
     fn write_behind(&self, work: impl for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> writer::Work<'t, ()> + Send + 'static) {
-        let job: Job = Box::new(move |tx| {
+        let change: Change = Box::new(move |tx| {
             Box::pin(async move {
                 match work(tx).await {
                     Ok(()) => Ok(Applied {
@@ -348,7 +363,10 @@ impl Postgres {
                 }
             })
         });
-        let _ = self.submit(job);
+        let _ = self.submit(Job {
+            change,
+            alongside: false,
+        });
     }
 
     fn submit(&self, job: Job) -> Result<(), StoreError> {
@@ -412,6 +430,31 @@ impl Postgres {
         .flatten()
         .and_then(|size| u64::try_from(size).ok())
     }
+}
+
+/// The change running `work` in the writer, and where its value arrives once the change is kept (or why it
+/// was not).
+fn replying<T: Send + 'static>(
+    work: impl for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
+) -> (Change, oneshot::Receiver<Result<T, StoreError>>) {
+    let (sender, receiver) = oneshot::channel();
+    let change: Change = Box::new(move |tx| {
+        Box::pin(async move {
+            match work(tx).await {
+                Ok(value) => Ok(Applied {
+                    reply: Box::new(move |kept| {
+                        let _ = sender.send(kept.map(|()| value));
+                    }),
+                }),
+                Err(error) => {
+                    tracing::error!(%error, "the store could not apply a change");
+                    let _ = sender.send(Err(unavailable(&error)));
+                    Err(())
+                }
+            }
+        })
+    });
+    (change, receiver)
 }
 
 /// Records that replica `$1` is alive now, by the database's clock.

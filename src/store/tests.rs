@@ -207,6 +207,81 @@ async fn of_two_answers_one_wins_and_the_other_sees_it() {
 }
 
 #[tokio::test]
+async fn answers_to_whole_rounds_at_once_hand_each_on_once_and_publish_their_events_in_order() {
+    const KEYS: usize = 12;
+    let dir = tempfile::tempdir().unwrap();
+    let [file, database] = durable(&dir);
+    for location in &[Location::Memory, file, database] {
+        let feed = Feed::default();
+        let mut published = feed.subscribe();
+        let store = Store::open(location, feed, Duration::from_secs(3600), "replica-under-test")
+            .await
+            .unwrap();
+        let mut calls = Vec::new();
+        let mut rounds = Vec::new();
+        for _ in 0..2 {
+            let call = insert(&store, new_call("ada")).await;
+            let keys: Vec<String> = (0..KEYS).map(|key| format!("k{key}")).collect();
+            let round = NewRound {
+                call: call.id.clone(),
+                number: 1,
+                request_state: None,
+                input_requests: keys
+                    .iter()
+                    .map(|key| (key.clone(), json!({"method": "elicitation/create"})))
+                    .collect(),
+            };
+            let requests = keys.iter().map(|key| new_request(Some(&call.id), Some(key))).collect();
+            rounds.push(store.raise(requests, Some(round), PendingCaps::NONE).await.unwrap());
+            calls.push(call.id);
+        }
+        let before = store.last_event_id().await.unwrap();
+
+        // One call's Requests, then the other's, each answered twice at once (one of the two wins), all
+        // sent before the store takes any: the first round is completed midway through them.
+        let answers = rounds.iter().flatten().flat_map(|view| {
+            let store = &store;
+            [true, false].map(move |confirm| {
+                let read = Some(Box::new(view.clone()));
+                store.answer(&view.request.id, read, decided(confirm), still_wanted())
+            })
+        });
+        let outcomes: Vec<Answered> = futures::future::join_all(answers)
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+
+        let won = outcomes
+            .iter()
+            .filter(|outcome| matches!(outcome, Answered::Won { .. }));
+        assert_eq!(won.count(), 2 * KEYS, "{location:?}: {outcomes:?}");
+        let handed_on = outcomes
+            .iter()
+            .filter(|outcome| matches!(outcome, Answered::Won { resumes: Some(_), .. }));
+        assert_eq!(handed_on.count(), 2, "{location:?}: each round is retried once");
+        for call in &calls {
+            assert_eq!(store.call(call).await.unwrap().unwrap().status, CallStatus::Running);
+        }
+        let last = before + 2 * KEYS as u64 + 2;
+        let logged = store.events_after(before, 100).await.unwrap().events;
+        let ids: Vec<u64> = logged.iter().map(|event| event.id).collect();
+        assert_eq!(ids, (before + 1..=last).collect::<Vec<_>>(), "{location:?}");
+        let updated = logged.iter().filter(|event| event.kind == EventKind::CallUpdated);
+        assert_eq!(updated.count(), 2, "{location:?}");
+        let mut seen = Vec::new();
+        while seen.last().is_none_or(|seen| *seen < last) {
+            let event = published.recv().await.unwrap();
+            if event.id > before {
+                seen.push(event.id);
+            }
+        }
+        assert_eq!(seen, ids, "{location:?}: published in the log's order");
+        close(store).await;
+    }
+}
+
+#[tokio::test]
 async fn an_answer_is_decided_on_the_request_as_it_is_kept_and_one_that_does_not_fit_changes_nothing() {
     on_every(|store| async move {
         let raised = store

@@ -116,22 +116,31 @@ impl Postgres {
         let answer = rows::to_json_opt(view.answer.as_ref());
         let result = rows::to_json_opt(view.result.as_ref());
         let event = Event::request(EventKind::RequestResolved, &view);
-        self.write(move |tx| {
+        // Asked as the answer is decided: a withdrawal after this finds the answer kept, and the Request is
+        // told that it was not delivered.
+        if let Some(detail) = withdrawal() {
+            return self
+                .write(move |tx| {
+                    Box::pin(async move {
+                        let Some(current) = request(tx, &id).await? else {
+                            return Ok(Answered::NotFound);
+                        };
+                        if current.status != Status::Pending {
+                            return Ok(Answered::Lost(current));
+                        }
+                        let resolution = Resolution::Cancelled {
+                            detail,
+                            told_cancel: false,
+                        };
+                        let (view, _) = resolve_one(tx, current, &resolution, now).await?;
+                        Ok(Answered::Withdrawn(view))
+                    })
+                })
+                .await;
+        }
+        // Alongside other answers: what this one decides is read by its own statements as they run.
+        self.write_alongside(move |tx| {
             Box::pin(async move {
-                if let Some(detail) = withdrawal() {
-                    let Some(current) = request(tx, &id).await? else {
-                        return Ok(Answered::NotFound);
-                    };
-                    if current.status != Status::Pending {
-                        return Ok(Answered::Lost(current));
-                    }
-                    let resolution = Resolution::Cancelled {
-                        detail,
-                        told_cancel: false,
-                    };
-                    let (view, _) = resolve_one(tx, current, &resolution, now).await?;
-                    return Ok(Answered::Withdrawn(view));
-                }
                 // The Request resolved, its event numbered, and its call as it is now, in one exchange. The
                 // statement sees the Request as pending still, so the call's other pending ones are counted.
                 static ANSWER: LazyLock<String> = LazyLock::new(|| {
@@ -594,6 +603,9 @@ pub(super) async fn call_changed(
 
 /// Sets a call that has not ended, in status `before`, to `input_required` while Requests of it are pending
 /// (`waiting`) and to `running` otherwise, recording `call.updated` when that changes it; returns that status.
+///
+/// The update reads the call's pending Requests again as it runs, so that an answer run alongside others
+/// (whose statements may run between this one's read and its update) leaves the call as its Requests are.
 async fn settle_call(
     tx: &mut Tx<'_>,
     call: &str,
@@ -601,19 +613,24 @@ async fn settle_call(
     waiting: bool,
     now: Timestamp,
 ) -> Result<CallStatus, tokio_postgres::Error> {
+    static SETTLE: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "UPDATE calls AS c SET status = s.status, updated_at = $2 FROM (SELECT CASE WHEN EXISTS \
+             (SELECT 1 FROM requests AS r WHERE r.call_id = $1 AND r.status = 'pending') \
+             THEN 'input_required' ELSE 'running' END AS status) AS s \
+             WHERE c.id = $1 AND c.status IN ('running', 'input_required') AND c.status <> s.status RETURNING {}",
+            rows::CALL
+        )
+    });
     let status = if waiting {
         CallStatus::InputRequired
     } else {
         CallStatus::Running
     };
-    if before != status.as_str() {
-        let sql = format!(
-            "UPDATE calls AS c SET status = $2, updated_at = $3 WHERE c.id = $1 RETURNING {}",
-            rows::CALL
-        );
-        if let Some(row) = tx.query_opt(&sql, &[&call, &status.as_str(), &now.millis()]).await? {
-            tx.record(Event::call(&rows::call(&row)?)).await?;
-        }
+    if before != status.as_str()
+        && let Some(row) = tx.query_opt(&SETTLE, &[&call, &now.millis()]).await?
+    {
+        tx.record(Event::call(&rows::call(&row)?)).await?;
     }
     Ok(status)
 }

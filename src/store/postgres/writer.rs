@@ -1,6 +1,8 @@
 //! The one connection that writes: it takes every change waiting, applies them in one transaction that
 //! holds the store's write lock (so that events are numbered in the order they are kept), commits once
-//! (group commit), then publishes their events and answers each.
+//! (group commit), then publishes their events and answers each. Consecutive changes that may run alongside
+//! each other (answers) have their statements pipelined: the connection sends them without waiting for
+//! each reply, and the server runs them in the order they arrive.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,8 +25,18 @@ const MAX_BATCH: usize = 512;
 /// transaction is rolled back with it.
 pub type Outcome<'t> = Pin<Box<dyn Future<Output = Result<Applied, ()>> + Send + 't>>;
 
-/// One change: its statements, run inside the batch's transaction.
-pub type Job = Box<dyn for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> Outcome<'t> + Send>;
+/// The statements of one change, run inside the batch's transaction.
+pub type Change = Box<dyn for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> Outcome<'t> + Send>;
+
+/// One change.
+pub struct Job {
+    pub change: Change,
+    /// Whether the change may run alongside the other such changes next to it in the queue: each decides
+    /// everything it reads and writes in statements exact at the moment the server runs them, whatever the
+    /// other changes' statements sent before or between its own, so that any order of them is one they
+    /// could have run in one by one.
+    pub alongside: bool,
+}
 
 /// A change that was applied, waiting for its transaction to be kept.
 pub struct Applied {
@@ -202,24 +214,39 @@ async fn commit(
     let mut applied = Vec::with_capacity(batch.len());
     let mut events = Vec::new();
     let mut failed = false;
-    for job in batch.by_ref() {
-        let mut tx = Tx {
-            conn: client,
-            replica,
-            statements,
-            events: Vec::new(),
-        };
-        match job(&mut tx).await {
-            Ok(done) => {
-                events.extend(tx.events);
-                applied.push(done);
-            }
-            Err(()) => {
-                failed = true;
-                break;
+    let mut batch = batch.by_ref().peekable();
+    while let Some(first) = batch.next() {
+        let mut group = vec![first.change];
+        if first.alongside {
+            while let Some(next) = batch.next_if(|job| job.alongside) {
+                group.push(next.change);
             }
         }
+        let mut txs: Vec<Tx> = group
+            .iter()
+            .map(|_| Tx {
+                conn: client,
+                replica,
+                statements,
+                events: Vec::new(),
+            })
+            .collect();
+        let outcomes = futures::future::join_all(group.into_iter().zip(&mut txs).map(|(change, tx)| change(tx))).await;
+        for (outcome, tx) in outcomes.into_iter().zip(txs) {
+            match outcome {
+                Ok(done) => {
+                    events.extend(tx.events);
+                    applied.push(done);
+                }
+                Err(()) => failed = true,
+            }
+        }
+        if failed {
+            break;
+        }
     }
+    // Changes run alongside each other number their events in the order the server ran their statements.
+    events.sort_unstable_by_key(|event| event.id);
     let mut usable = true;
     let committed = if failed {
         usable = roll_back(client).await;
