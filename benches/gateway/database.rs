@@ -21,9 +21,6 @@ pub struct Counters {
     /// The sum of `pg_stat_statements.calls`: every statement run, `BEGIN` and `COMMIT` included; `None`
     /// when the server did not load `pg_stat_statements`.
     statements: Option<u64>,
-    /// Of those, the ones a gateway sends in one message with another statement: its write lock (after
-    /// `BEGIN`) and the `NOTIFY` or `SELECT 1` before `COMMIT`.
-    riders: Option<u64>,
 }
 
 /// What the work between two [`Counters`] cost per unit of work.
@@ -32,27 +29,21 @@ pub struct PerAnswer {
     pub commits: f64,
     pub request_updates: f64,
     pub statements: Option<f64>,
-    /// Exchanges with the server: statements, less those sent in one message with another.
-    pub exchanges: Option<f64>,
 }
 
 impl Counters {
     /// Reads the counters of database `url`, once the server has published what its backends did.
     pub async fn read(cluster: &Cluster, url: &str, statements: bool) -> anyhow::Result<Self> {
         tokio::time::sleep(STATS_FLUSH).await;
-        let (calls, riders) = if statements {
-            (
-                "(SELECT sum(calls) FROM pg_stat_statements WHERE dbid = d.datid)",
-                "(SELECT COALESCE(sum(calls), 0) FROM pg_stat_statements WHERE dbid = d.datid \
-                 AND (query LIKE 'SELECT pg_advisory_xact_lock(%' OR query LIKE 'NOTIFY %' OR query = 'SELECT $1'))",
-            )
+        let calls = if statements {
+            "(SELECT sum(calls) FROM pg_stat_statements WHERE dbid = d.datid)"
         } else {
-            ("NULL", "NULL")
+            "NULL"
         };
         let sql = format!(
             "SELECT d.xact_commit, \
              (SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'requests' AND schemaname = 'public'), \
-             {calls}, {riders} FROM pg_stat_database d WHERE d.datname = current_database()"
+             {calls} FROM pg_stat_database d WHERE d.datname = current_database()"
         );
         let row = cluster.query(url, &sql).map_err(anyhow::Error::msg)?;
         let fields: Vec<&str> = row.split('|').collect();
@@ -67,7 +58,6 @@ impl Counters {
             commits: number(0)?.context("no xact_commit")?,
             request_updates: number(1)?.unwrap_or(0),
             statements: number(2)?,
-            riders: number(3)?,
         })
     }
 
@@ -81,13 +71,6 @@ impl Counters {
                 .statements
                 .zip(later.statements)
                 .map(|(before, after)| per(before, after)),
-            exchanges: self
-                .statements
-                .zip(later.statements)
-                .zip(self.riders.zip(later.riders))
-                .map(|((before, after), (riders_before, riders_after))| {
-                    per(before, after) - per(riders_before, riders_after)
-                }),
         }
     }
 }

@@ -18,6 +18,7 @@ mod database;
 mod direct;
 mod front_door;
 mod process;
+mod relay;
 mod rest;
 mod scale;
 mod stats;

@@ -1,0 +1,97 @@
+//! A loopback TCP relay in front of the database that counts round trips: a connection's client starts one
+//! each time it sends after having received something (or sends first). Statements sent together, or sent
+//! before the replies to earlier ones arrive (pipelined), share one.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A relay accepting connections until dropped.
+pub struct Relay {
+    pub port: u16,
+    round_trips: Arc<AtomicU64>,
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    /// Relays each connection to `127.0.0.1:target`.
+    pub async fn start(target: u16) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let round_trips = Arc::new(AtomicU64::new(0));
+        let counted = round_trips.clone();
+        let accepting = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    if let Ok(server) = TcpStream::connect(("127.0.0.1", target)).await {
+                        relay(client, server, counted).await;
+                    }
+                });
+            }
+        });
+        Ok(Self {
+            port,
+            round_trips,
+            accepting,
+        })
+    }
+
+    /// Round trips started so far, over every connection.
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// `url` (a `postgres://…@127.0.0.1:PORT/…` URL) through this relay.
+    pub fn url(&self, url: &str) -> String {
+        let (head, tail) = url.split_once("@127.0.0.1:").expect("a loopback database URL");
+        let database = tail.split_once('/').map_or("", |(_, database)| database);
+        format!("{head}@127.0.0.1:{}/{database}", self.port)
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.accepting.abort();
+    }
+}
+
+/// Copies both ways until either side closes, counting the client's turns.
+async fn relay(client: TcpStream, server: TcpStream, round_trips: Arc<AtomicU64>) {
+    let _ = (client.set_nodelay(true), server.set_nodelay(true));
+    let (mut from_client, mut to_client) = client.into_split();
+    let (mut from_server, mut to_server) = server.into_split();
+    // Whether the server has sent something since the client last did.
+    let replied = Arc::new(AtomicBool::new(true));
+    let heard = replied.clone();
+    let upstream = async move {
+        let mut buffer = vec![0; 64 * 1024];
+        while let Ok(read) = from_client.read(&mut buffer).await
+            && read > 0
+        {
+            if heard.swap(false, Ordering::AcqRel) {
+                round_trips.fetch_add(1, Ordering::Relaxed);
+            }
+            if to_server.write_all(&buffer[..read]).await.is_err() {
+                break;
+            }
+        }
+    };
+    let downstream = async move {
+        let mut buffer = vec![0; 64 * 1024];
+        while let Ok(read) = from_server.read(&mut buffer).await
+            && read > 0
+        {
+            replied.store(true, Ordering::Release);
+            if to_client.write_all(&buffer[..read]).await.is_err() {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        () = upstream => {}
+        () = downstream => {}
+    }
+}
