@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 
 use super::{OpenError, StoreError};
 use crate::feed::Feed;
-use writer::{Applied, Job, Tx};
+use writer::{Applied, Job, Message, Tx};
 
 /// How long a statement waits for a lock another process holds (a backup copying the file).
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,7 +40,7 @@ pub struct Sqlite {
 struct Shared {
     path: PathBuf,
     /// Changes for the writer; `None` once the store is closed.
-    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    jobs: Mutex<Option<mpsc::Sender<Message>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     readers: Mutex<Vec<Connection>>,
     /// The status and owner of the live records, as last kept (the writer keeps it).
@@ -159,13 +159,17 @@ impl Sqlite {
     }
 
     fn submit(&self, job: Job) -> Result<(), StoreError> {
-        let jobs = lock_mutex(&self.shared.jobs);
-        let sent = jobs.as_ref().is_some_and(|jobs| jobs.send(job).is_ok());
-        if sent {
+        if self.send(Message::Change(job)) {
             Ok(())
         } else {
             Err(StoreError::Unavailable("the store is closed".to_owned()))
         }
+    }
+
+    /// Sends the writer `message`; whether it is running to take it.
+    fn send(&self, message: Message) -> bool {
+        let jobs = lock_mutex(&self.shared.jobs);
+        jobs.as_ref().is_some_and(|jobs| jobs.send(message).is_ok())
     }
 
     /// Runs a read on a read-only connection; it sees every change kept so far.

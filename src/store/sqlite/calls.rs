@@ -7,7 +7,7 @@ use serde_json::Map;
 use super::deferred::ToWrite;
 use super::requests::{resolve_ids, select_ids};
 use super::rows::Conditions;
-use super::writer::Tx;
+use super::writer::{Message, Tx};
 use super::{Sqlite, rows};
 use crate::ids;
 use crate::records::{
@@ -39,10 +39,14 @@ impl Sqlite {
             created_at: now,
             updated_at: now,
         };
-        self.shared
+        let first = self
+            .shared
             .deferred
             .add(call, view.clone(), max_running, &self.shared.live)
             .map_err(InsertCallError::TooMany)?;
+        if first {
+            self.send(Message::Deferred);
+        }
         let kept = self.keep(view.id.clone());
         Ok(Started {
             view,

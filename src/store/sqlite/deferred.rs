@@ -48,8 +48,9 @@ pub struct ToWrite {
 
 impl Deferred {
     /// Records a call, unless its owner has `max_running` calls that have not ended, these and the ones `live`
-    /// counts together: then `Err` with that number.
-    pub fn add(&self, call: NewCall, view: CallView, max_running: usize, live: &Mutex<Live>) -> Result<(), usize> {
+    /// counts together: then `Err` with that number. `Ok(true)` when no other call was due before it, so
+    /// that the writer has no timer set.
+    pub fn add(&self, call: NewCall, view: CallView, max_running: usize, live: &Mutex<Live>) -> Result<bool, usize> {
         let mut calls = lock_mutex(&self.0);
         // Read under this lock: a call moves from here to `live` when it is kept (`live` first), so that it is
         // always counted once at least.
@@ -58,6 +59,7 @@ impl Deferred {
             return Err(running);
         }
         calls.running.start(&call.owner);
+        let first = calls.order.is_empty();
         calls.order.push_back((Instant::now(), view.id.clone()));
         let id = view.id.clone();
         let call = Arc::new(ToWrite { call, view });
@@ -69,7 +71,7 @@ impl Deferred {
                 waiters: Vec::new(),
             },
         );
-        Ok(())
+        Ok(first)
     }
 
     /// Call `id` for the change that writes it, unless it is written or being written.
@@ -78,6 +80,11 @@ impl Deferred {
         let entry = calls.by_id.get_mut(id).filter(|entry| !entry.writing)?;
         entry.writing = true;
         Some(entry.call.clone())
+    }
+
+    /// When the oldest call recorded is due to be written, if any is waiting.
+    pub fn next_due(&self) -> Option<Instant> {
+        lock_mutex(&self.0).order.front().map(|(since, _)| *since + KEEP_AFTER)
     }
 
     /// The calls recorded `KEEP_AFTER` ago or earlier, for a change to take and write.
@@ -192,7 +199,7 @@ mod tests {
         (new, view)
     }
 
-    fn add(deferred: &Deferred, id: &str, owner: &str, max: usize) -> Result<(), usize> {
+    fn add(deferred: &Deferred, id: &str, owner: &str, max: usize) -> Result<bool, usize> {
         let (new, view) = call(id, owner);
         deferred.add(new, view, max, &Mutex::default())
     }
@@ -240,13 +247,17 @@ mod tests {
     #[test]
     fn only_calls_recorded_long_enough_ago_are_due() {
         let deferred = Deferred::default();
-        add(&deferred, "cal-1", "ada", 10).unwrap();
-        add(&deferred, "cal-2", "ada", 10).unwrap();
+        assert_eq!(deferred.next_due(), None);
+        assert!(add(&deferred, "cal-1", "ada", 10).unwrap(), "the first to wait");
+        let first_due = deferred.next_due().unwrap();
+        assert!(!add(&deferred, "cal-2", "ada", 10).unwrap(), "a timer is set already");
+        assert_eq!(deferred.next_due(), Some(first_due), "the oldest is due first");
         assert!(deferred.due(Instant::now()).is_empty());
         deferred.take("cal-1");
         let later = Instant::now() + KEEP_AFTER;
         assert_eq!(deferred.due(later), ["cal-2"], "one being written is not due");
         assert!(deferred.due(later).is_empty(), "due once");
+        assert_eq!(deferred.next_due(), None, "nothing left to time");
         assert_eq!(deferred.all(), ["cal-2"]);
     }
 }

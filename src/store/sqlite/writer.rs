@@ -2,11 +2,12 @@
 //! one transaction with one sync to disk (group commit), then publishes their events and answers each.
 
 use std::sync::{Arc, Mutex, mpsc};
+use std::time::Instant;
 
 use rusqlite::Connection;
 
 use super::super::StoreError;
-use super::deferred::{Deferred, KEEP_AFTER, ToWrite};
+use super::deferred::{Deferred, ToWrite};
 use crate::feed::Feed;
 use crate::records::Event;
 use crate::store::live::{self, Live, Note};
@@ -19,6 +20,14 @@ const MAX_BATCH: usize = 512;
 /// One change: its statements, run inside the batch's transaction. `Err(())` means it failed and has
 /// answered its caller already; the transaction is rolled back with it.
 pub type Job = Box<dyn FnOnce(&mut Tx<'_>) -> Result<Applied, ()> + Send>;
+
+/// What the writer is sent.
+pub enum Message {
+    /// A change to apply.
+    Change(Job),
+    /// The first call waiting to be written was just recorded: the writer, idle until now, sets a timer.
+    Deferred,
+}
 
 /// A change that was applied, waiting for its transaction to be kept.
 pub struct Applied {
@@ -100,22 +109,34 @@ impl Tx<'_> {
 }
 
 /// Runs the writer until every sender of `jobs` is gone, keeping `live` up to date, and writes each deferred
-/// call no change has written within [`KEEP_AFTER`] of its start (and, at the end, every one left).
-pub fn run(conn: Connection, jobs: mpsc::Receiver<Job>, feed: Feed, live: Arc<Mutex<Live>>, deferred: Arc<Deferred>) {
+/// call no change has written within [`KEEP_AFTER`](super::deferred::KEEP_AFTER) of its start (and, at the end, every one left).
+pub fn run(
+    conn: Connection,
+    messages: mpsc::Receiver<Message>,
+    feed: Feed,
+    live: Arc<Mutex<Live>>,
+    deferred: Arc<Deferred>,
+) {
     let open = loop {
         let mut batch = Vec::new();
-        match jobs.recv_timeout(KEEP_AFTER) {
-            Ok(job) => batch.push(job),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        // Idle with no call waiting to be written, the writer sleeps until it is sent something.
+        let received = match deferred.next_due() {
+            Some(due) => messages.recv_timeout(due.saturating_duration_since(Instant::now())),
+            None => messages.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+        };
+        match received {
+            Ok(Message::Change(job)) => batch.push(job),
+            Ok(Message::Deferred) | Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break false,
         }
         while batch.len() < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
+            match messages.try_recv() {
+                Ok(Message::Change(job)) => batch.push(job),
+                Ok(Message::Deferred) => {}
                 Err(_) => break,
             }
         }
-        let due = deferred.due(std::time::Instant::now());
+        let due = deferred.due(Instant::now());
         if !due.is_empty() {
             batch.push(write_calls(due));
         }
