@@ -207,6 +207,50 @@ async fn of_two_answers_one_wins_and_the_other_sees_it() {
 }
 
 #[tokio::test]
+async fn an_elicitation_withdrawn_after_its_answers_were_sent_takes_none() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // PostgreSQL's writer is a task of this test's runtime, so the answers wait for it until this test
+    // yields; the other stores' writers do not wait.
+    let store = open(&Location::Postgres(postgres::cluster::shared().database())).await;
+    let raised = store
+        .raise(vec![new_request(None, None)], None, PendingCaps::NONE)
+        .await
+        .unwrap();
+    let view = &raised[0];
+    let gone = Arc::new(AtomicBool::new(false));
+    let answer = |confirm| {
+        let gone = gone.clone();
+        let withdrawal: Withdrawal = Box::new(move || {
+            gone.load(Ordering::SeqCst)
+                .then(|| "the upstream cancelled it".to_owned())
+        });
+        Box::pin(store.answer(
+            &view.request.id,
+            Some(Box::new(view.clone())),
+            decided(confirm),
+            withdrawal,
+        ))
+    };
+    let (mut first, mut second) = (answer(true), answer(false));
+    assert!(futures::poll!(&mut first).is_pending() && futures::poll!(&mut second).is_pending());
+    gone.store(true, Ordering::SeqCst);
+
+    let outcomes = [first.await.unwrap(), second.await.unwrap()];
+    let kept = store.request(&view.request.id).await.unwrap().unwrap();
+    assert_eq!(kept.status, Status::Cancelled, "{outcomes:?}");
+    assert_eq!(kept.answer, None);
+    assert!(
+        matches!(
+            outcomes,
+            [Answered::Withdrawn(_), Answered::Lost(_)] | [Answered::Lost(_), Answered::Withdrawn(_)]
+        ),
+        "{outcomes:?}"
+    );
+    close(store).await;
+}
+
+#[tokio::test]
 async fn answers_to_whole_rounds_at_once_hand_each_on_once_and_publish_their_events_in_order() {
     const KEYS: usize = 12;
     let dir = tempfile::tempdir().unwrap();

@@ -116,31 +116,26 @@ impl Postgres {
         let answer = rows::to_json_opt(view.answer.as_ref());
         let result = rows::to_json_opt(view.result.as_ref());
         let event = Event::request(EventKind::RequestResolved, &view);
-        // Asked as the answer is decided: a withdrawal after this finds the answer kept, and the Request is
-        // told that it was not delivered.
-        if let Some(detail) = withdrawal() {
-            return self
-                .write(move |tx| {
-                    Box::pin(async move {
-                        let Some(current) = request(tx, &id).await? else {
-                            return Ok(Answered::NotFound);
-                        };
-                        if current.status != Status::Pending {
-                            return Ok(Answered::Lost(current));
-                        }
-                        let resolution = Resolution::Cancelled {
-                            detail,
-                            told_cancel: false,
-                        };
-                        let (view, _) = resolve_one(tx, current, &resolution, now).await?;
-                        Ok(Answered::Withdrawn(view))
-                    })
-                })
-                .await;
-        }
-        // Alongside other answers: what this one decides is read by its own statements as they run.
+        // Alongside other answers: what this one decides is read by its own statements as they run. So is a
+        // withdrawal's cancellation (a Request with a waiter to withdraw has no round to hand on).
         self.write_alongside(move |tx| {
             Box::pin(async move {
+                if let Some(detail) = withdrawal() {
+                    let Some(current) = request(tx, &id).await? else {
+                        return Ok(Answered::NotFound);
+                    };
+                    if current.status != Status::Pending {
+                        return Ok(Answered::Lost(current));
+                    }
+                    let resolution = Resolution::Cancelled {
+                        detail,
+                        told_cancel: false,
+                    };
+                    return Ok(match resolve_one(tx, current, &resolution, now).await? {
+                        Some((view, _)) => Answered::Withdrawn(view),
+                        None => request(tx, &id).await?.map_or(Answered::NotFound, Answered::Lost),
+                    });
+                }
                 // The Request resolved, its event numbered, and its call as it is now, in one exchange. The
                 // statement sees the Request as pending still, so the call's other pending ones are counted.
                 static ANSWER: LazyLock<String> = LazyLock::new(|| {
@@ -517,23 +512,25 @@ pub(super) async fn resolve_ids(
         let Some(view) = request(tx, id).await?.filter(|view| view.status == Status::Pending) else {
             continue;
         };
-        let (view, resumes) = resolve_one(tx, view, resolution, now).await?;
-        resolved.views.push(view);
-        resolved.resumes.extend(resumes);
+        if let Some((view, resumes)) = resolve_one(tx, view, resolution, now).await? {
+            resolved.views.push(view);
+            resolved.resumes.extend(resumes);
+        }
     }
     Ok(resolved)
 }
 
-/// Resolves one pending Request without an answer; returns it and the call whose round it completed.
+/// Resolves one Request read as pending without an answer; returns it and the call whose round it completed,
+/// or `None` if something resolved it since the read (an answer run alongside).
 async fn resolve_one(
     tx: &mut Tx<'_>,
     mut view: RequestView,
     resolution: &Resolution,
     now: Timestamp,
-) -> Result<(RequestView, Option<Retry>), tokio_postgres::Error> {
+) -> Result<Option<(RequestView, Option<Retry>)>, tokio_postgres::Error> {
     crate::store::resolve_view(&mut view, resolution, now);
-    let round: Option<i32> = tx
-        .query_one(
+    let resolved = tx
+        .query_opt(
             "UPDATE requests SET status = $2, resolved_at = $3, answer = $4, result = $5, detail = $6 \
              WHERE id = $1 AND status = 'pending' RETURNING round",
             &[
@@ -545,11 +542,14 @@ async fn resolve_one(
                 &view.detail,
             ],
         )
-        .await?
-        .try_get(0)?;
+        .await?;
+    let Some(resolved) = resolved else {
+        return Ok(None);
+    };
+    let round: Option<i32> = resolved.try_get(0)?;
     tx.record(Event::request(EventKind::RequestResolved, &view)).await?;
     let resumes = after_resolution(tx, view.call.clone(), round, now).await?;
-    Ok((view, resumes))
+    Ok(Some((view, resumes)))
 }
 
 /// Updates the call of a Request just resolved (from round `round` of it); returns what retrying the call

@@ -192,8 +192,9 @@ pub async fn run(
 }
 
 /// Applies changes from `batch` in one transaction until one fails; the ones applied share its fate (the
-/// failure rolls them back: a change that fails midway leaves nothing of itself), and the rest are left
-/// for the next transaction. Whether the connection is fit for the next transaction.
+/// failure rolls them back: a change that fails midway leaves nothing of itself), as do those run alongside
+/// it (their statements were sent with its own, and fail once it has), and the rest are left for the next
+/// transaction. Whether the connection is fit for the next transaction.
 async fn commit(
     client: &Client,
     statements: &Statements,
