@@ -12,7 +12,7 @@ use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, InvalidQuery, LongPollsHeld, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
 use crate::feed::Concern;
-use crate::records::{CallFilter, CallStatus, CallView, Event, ToolName, Via};
+use crate::records::{CallFilter, CallStatus, CallView, Event, EventKind, ToolName, Via};
 use crate::upstream::Target;
 
 /// The largest page of `GET /calls`.
@@ -215,7 +215,8 @@ pub(super) async fn settled(state: &AppState, id: &str, wait: Wait) -> Result<Op
             read => Some(read),
         }
     };
-    let concerns = |event: &Event| event.call.as_deref() == Some(id);
+    // A call's status changes only with a `call.updated` event of it: its Requests' events need no read.
+    let concerns = |event: &Event| event.kind == EventKind::CallUpdated && event.call.as_deref() == Some(id);
     let waited = state
         .feed
         .wait_for(
