@@ -19,12 +19,13 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, GenericClient, NoTls, Row, Statement};
 
 use super::{OpenError, StoreError};
 use crate::feed::Feed;
-use writer::{Applied, Change, Job, Tx};
+use writer::{Applied, Change, Failed, Job, Tx};
 
 /// The advisory lock a transaction that writes holds until it commits.
 const WRITE_LOCK: i64 = 0x746e_6777_7269_7465;
@@ -319,16 +320,10 @@ impl Postgres {
     /// the future resolves once it is kept, with what `work` returned.
     fn write_alongside<T: Send + 'static>(
         &self,
-        work: impl for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
+        work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
-        let (change, kept) = replying(work);
-        self.applied(
-            Job {
-                change,
-                alongside: true,
-            },
-            kept,
-        )
+        let (sender, kept) = oneshot::channel();
+        self.applied(alongside(work, sender), kept)
     }
 
     /// Submits `job`; the future resolves with what `kept` receives once the writer has kept it, or why not.
@@ -358,7 +353,7 @@ impl Postgres {
                     }),
                     Err(error) => {
                         tracing::warn!(%error, "the store could not apply a change");
-                        Err(())
+                        Err(Failed::Told)
                     }
                 }
             })
@@ -449,12 +444,46 @@ fn replying<T: Send + 'static>(
                 Err(error) => {
                     tracing::error!(%error, "the store could not apply a change");
                     let _ = sender.send(Err(unavailable(&error)));
-                    Err(())
+                    Err(Failed::Told)
                 }
             }
         })
     });
     (change, receiver)
+}
+
+/// The job running `work` alongside other changes, whose value goes to `sender` once the change is kept (or
+/// why it was not). When another change's failure aborted the transaction before `work` ran, the job comes
+/// back to run again in the next one.
+fn alongside<T, W>(work: W, sender: oneshot::Sender<Result<T, StoreError>>) -> Job
+where
+    T: Send + 'static,
+    W: for<'t, 'c> Fn(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
+{
+    let change: Change = Box::new(move |tx| {
+        Box::pin(async move {
+            let ran = work(tx);
+            match ran.await {
+                Ok(value) => Ok(Applied {
+                    reply: Box::new(move |kept| {
+                        let _ = sender.send(kept.map(|()| value));
+                    }),
+                }),
+                Err(error) if error.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
+                    Err(Failed::Again(alongside(work, sender)))
+                }
+                Err(error) => {
+                    tracing::error!(%error, "the store could not apply a change");
+                    let _ = sender.send(Err(unavailable(&error)));
+                    Err(Failed::Told)
+                }
+            }
+        })
+    });
+    Job {
+        change,
+        alongside: true,
+    }
 }
 
 /// Records that replica `$1` is alive now, by the database's clock.

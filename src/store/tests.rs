@@ -251,6 +251,66 @@ async fn an_elicitation_withdrawn_after_its_answers_were_sent_takes_none() {
 }
 
 #[tokio::test]
+async fn an_answer_run_alongside_one_that_fails_runs_again_in_the_next_transaction() {
+    let url = postgres::cluster::shared().database();
+    let store = open(&Location::Postgres(url.clone())).await;
+    let mut raised = Vec::new();
+    for _ in 0..3 {
+        raised.extend(
+            store
+                .raise(vec![new_request(None, None)], None, PendingCaps::NONE)
+                .await
+                .unwrap(),
+        );
+    }
+    postgres::cluster::shared()
+        .query(
+            &url,
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$; \
+             CREATE TRIGGER refuse BEFORE UPDATE ON requests FOR EACH ROW WHEN (NEW.answered_by = 'refused') \
+             EXECUTE FUNCTION refuse()",
+        )
+        .unwrap();
+    let by = |who: &'static str| -> Decide {
+        Box::new(move |_| {
+            let mut decision = decision(true);
+            decision.by = who.into();
+            Ok(decision)
+        })
+    };
+    // All three sent before the writer (a task of this test's runtime) takes any: one transaction.
+    let answers = raised
+        .iter()
+        .zip(["tester", "refused", "tester"])
+        .map(|(view, by_whom)| {
+            store.answer(
+                &view.request.id,
+                Some(Box::new(view.clone())),
+                by(by_whom),
+                still_wanted(),
+            )
+        });
+    let outcomes = futures::future::join_all(answers).await;
+
+    assert!(
+        outcomes[0].is_err(),
+        "applied before the failure, rolled back with it: {outcomes:?}"
+    );
+    assert!(outcomes[1].is_err(), "{outcomes:?}");
+    assert!(matches!(outcomes[2], Ok(Answered::Won { .. })), "{outcomes:?}");
+    let status = |at: usize| {
+        let store = &store;
+        let id = raised[at].request.id.clone();
+        async move { store.request(&id).await.unwrap().unwrap().status }
+    };
+    assert_eq!(
+        [status(0).await, status(1).await, status(2).await],
+        [Status::Pending, Status::Pending, Status::Answered]
+    );
+    close(store).await;
+}
+
+#[tokio::test]
 async fn answers_to_whole_rounds_at_once_hand_each_on_once_and_publish_their_events_in_order() {
     const KEYS: usize = 12;
     let dir = tempfile::tempdir().unwrap();

@@ -119,8 +119,12 @@ impl Postgres {
         // Alongside other answers: what this one decides is read by its own statements as they run. So is a
         // withdrawal's cancellation (a Request with a waiter to withdraw has no round to hand on).
         self.write_alongside(move |tx| {
+            // Each run its own copy: a run that another change's failure cut short runs again.
+            let withdrawn = withdrawal();
+            let (id, answer, result) = (id.clone(), answer.clone(), result.clone());
+            let (mut view, event) = (view.clone(), event.clone());
             Box::pin(async move {
-                if let Some(detail) = withdrawal() {
+                if let Some(detail) = withdrawn {
                     let Some(current) = request(tx, &id).await? else {
                         return Ok(Answered::NotFound);
                     };

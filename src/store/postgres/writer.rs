@@ -4,6 +4,7 @@
 //! each other (answers) have their statements pipelined: the connection sends them without waiting for
 //! each reply, and the server runs them in the order they arrive.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
@@ -21,9 +22,17 @@ use crate::time::Timestamp;
 /// The most changes one transaction takes.
 const MAX_BATCH: usize = 512;
 
-/// What a change's statements come to: `Err(())` means it failed and has answered its caller already; the
-/// transaction is rolled back with it.
-pub type Outcome<'t> = Pin<Box<dyn Future<Output = Result<Applied, ()>> + Send + 't>>;
+/// What a change's statements come to; the transaction is rolled back with one that failed.
+pub type Outcome<'t> = Pin<Box<dyn Future<Output = Result<Applied, Failed>> + Send + 't>>;
+
+/// A change that was not applied.
+pub enum Failed {
+    /// It failed, and has told its caller.
+    Told,
+    /// It ran alongside one that failed, whose error aborted the transaction before its own statements ran:
+    /// it runs again, as this job, in the next transaction.
+    Again(Job),
+}
 
 /// The statements of one change, run inside the batch's transaction.
 pub type Change = Box<dyn for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> Outcome<'t> + Send>;
@@ -157,15 +166,14 @@ pub async fn run(
     let mut conn = None;
     let mut statements = Statements::default();
     while let Some(first) = jobs.recv().await {
-        let mut batch = vec![first];
+        let mut batch = VecDeque::from([first]);
         while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
-                Ok(job) => batch.push(job),
+                Ok(job) => batch.push_back(job),
                 Err(_) => break,
             }
         }
-        let mut batch = batch.into_iter();
-        while batch.len() > 0 {
+        while !batch.is_empty() {
             let client = match conn
                 .take()
                 .filter(|client: &tokio_postgres::Client| !client.is_closed())
@@ -179,7 +187,7 @@ pub async fn run(
                     Err(error) => {
                         // Dropped unapplied, each change tells its caller that the store could not make it.
                         tracing::error!(%error, "the store's writer cannot connect");
-                        batch.by_ref().for_each(drop);
+                        batch.clear();
                         continue;
                     }
                 },
@@ -192,13 +200,13 @@ pub async fn run(
 }
 
 /// Applies changes from `batch` in one transaction until one fails; the ones applied share its fate (the
-/// failure rolls them back: a change that fails midway leaves nothing of itself), as do those run alongside
-/// it (their statements were sent with its own, and fail once it has), and the rest are left for the next
-/// transaction. Whether the connection is fit for the next transaction.
+/// failure rolls them back: a change that fails midway leaves nothing of itself), and the rest are left for
+/// the next transaction, first among them the changes run alongside it that the aborted transaction refused.
+/// Whether the connection is fit for the next transaction.
 async fn commit(
     client: &Client,
     statements: &Statements,
-    batch: &mut std::vec::IntoIter<Job>,
+    batch: &mut VecDeque<Job>,
     publisher: &Publisher,
     replica: &str,
 ) -> bool {
@@ -209,19 +217,20 @@ async fn commit(
     if let Err(error) = begun {
         tracing::error!(%error, "the store cannot start a transaction holding its write lock");
         let usable = roll_back(client).await;
-        batch.for_each(drop);
+        batch.clear();
         return usable;
     }
     let mut applied = Vec::with_capacity(batch.len());
     let mut events = Vec::new();
+    let mut again = Vec::new();
     let mut failed = false;
-    let mut batch = batch.by_ref().peekable();
-    while let Some(first) = batch.next() {
+    while let Some(first) = batch.pop_front() {
         let mut group = vec![first.change];
-        if first.alongside {
-            while let Some(next) = batch.next_if(|job| job.alongside) {
-                group.push(next.change);
-            }
+        while first.alongside
+            && batch.front().is_some_and(|job| job.alongside)
+            && let Some(next) = batch.pop_front()
+        {
+            group.push(next.change);
         }
         let mut txs: Vec<Tx> = group
             .iter()
@@ -239,17 +248,24 @@ async fn commit(
                     events.extend(tx.events);
                     applied.push(done);
                 }
-                Err(()) => failed = true,
+                Err(Failed::Told) => failed = true,
+                Err(Failed::Again(job)) => again.push(job),
             }
         }
-        if failed {
+        if failed || !again.is_empty() {
             break;
         }
+    }
+    // An aborted transaction is one a change failed in, whether or not it told its caller.
+    let aborted = failed || !again.is_empty();
+    // First in the next transaction, in the order they came.
+    for job in again.into_iter().rev() {
+        batch.push_front(job);
     }
     // Changes run alongside each other number their events in the order the server ran their statements.
     events.sort_unstable_by_key(|event| event.id);
     let mut usable = true;
-    let committed = if failed {
+    let committed = if aborted {
         usable = roll_back(client).await;
         Err(StoreError::Unavailable(
             "another change of the same transaction failed; nothing was changed".to_owned(),
