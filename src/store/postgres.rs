@@ -25,7 +25,7 @@ use tokio_postgres::{Client, GenericClient, NoTls, Row, Statement};
 
 use super::{OpenError, StoreError};
 use crate::feed::Feed;
-use writer::{Applied, Change, Failed, Job, Tx};
+use writer::{Applied, Change, Failed, Fate, Job, Tx};
 
 /// The advisory lock a transaction that writes holds until it commits.
 const WRITE_LOCK: i64 = 0x746e_6777_7269_7465;
@@ -349,7 +349,7 @@ impl Postgres {
             Box::pin(async move {
                 match work(tx).await {
                     Ok(()) => Ok(Applied {
-                        reply: Box::new(|_| {}),
+                        reply: Box::new(|_| None),
                     }),
                     Err(error) => {
                         tracing::warn!(%error, "the store could not apply a change");
@@ -437,8 +437,12 @@ fn replying<T: Send + 'static>(
         Box::pin(async move {
             match work(tx).await {
                 Ok(value) => Ok(Applied {
-                    reply: Box::new(move |kept| {
-                        let _ = sender.send(kept.map(|()| value));
+                    reply: Box::new(move |fate| {
+                        let _ = sender.send(match fate {
+                            Fate::Kept => Ok(value),
+                            Fate::RolledBack(error) | Fate::Lost(error) => Err(error),
+                        });
+                        None
                     }),
                 }),
                 Err(error) => {
@@ -453,8 +457,8 @@ fn replying<T: Send + 'static>(
 }
 
 /// The job running `work` alongside other changes, whose value goes to `sender` once the change is kept (or
-/// why it was not). When another change's failure aborted the transaction before `work` ran, the job comes
-/// back to run again in the next one.
+/// why it was not). When another change's failure aborted or rolled back the transaction, the job comes back
+/// to run again in the next one.
 fn alongside<T, W>(work: W, sender: oneshot::Sender<Result<T, StoreError>>) -> Job
 where
     T: Send + 'static,
@@ -465,8 +469,15 @@ where
             let ran = work(tx);
             match ran.await {
                 Ok(value) => Ok(Applied {
-                    reply: Box::new(move |kept| {
-                        let _ = sender.send(kept.map(|()| value));
+                    reply: Box::new(move |fate| {
+                        let kept = match fate {
+                            Fate::Kept => Ok(value),
+                            // Nothing of it was kept: it runs again.
+                            Fate::RolledBack(_) => return Some(alongside(work, sender)),
+                            Fate::Lost(error) => Err(error),
+                        };
+                        let _ = sender.send(kept);
+                        None
                     }),
                 }),
                 Err(error) if error.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {

@@ -29,8 +29,8 @@ pub type Outcome<'t> = Pin<Box<dyn Future<Output = Result<Applied, Failed>> + Se
 pub enum Failed {
     /// It failed, and has told its caller.
     Told,
-    /// It ran alongside one that failed, whose error aborted the transaction before its own statements ran:
-    /// it runs again, as this job, in the next transaction.
+    /// It ran alongside one that failed, whose error aborted the transaction before its own statements were
+    /// done: it runs again, as this job, in the next transaction.
     Again(Job),
 }
 
@@ -49,8 +49,19 @@ pub struct Job {
 
 /// A change that was applied, waiting for its transaction to be kept.
 pub struct Applied {
-    /// Told whether the transaction was kept.
-    pub reply: Box<dyn FnOnce(Result<(), StoreError>) + Send>,
+    /// Told what became of the transaction; a change that may run alongside others returns itself, to run
+    /// again, when another change's failure rolled it back.
+    pub reply: Box<dyn FnOnce(Fate) -> Option<Job> + Send>,
+}
+
+/// What became of a transaction, as its changes are told.
+#[derive(Clone)]
+pub enum Fate {
+    Kept,
+    /// Rolled back, because another of its changes failed: nothing of it was kept.
+    RolledBack(StoreError),
+    /// Not kept (its commit failed).
+    Lost(StoreError),
 }
 
 /// The writer's connection inside a transaction, and the events the current change records. Every gateway
@@ -200,9 +211,9 @@ pub async fn run(
 }
 
 /// Applies changes from `batch` in one transaction until one fails; the ones applied share its fate (the
-/// failure rolls them back: a change that fails midway leaves nothing of itself), and the rest are left for
-/// the next transaction, first among them the changes run alongside it that the aborted transaction refused.
-/// Whether the connection is fit for the next transaction.
+/// failure rolls them back: a change that fails midway leaves nothing of itself), except those that may run
+/// alongside others, which run again in the next transaction with the rest, first among the rest. Whether
+/// the connection is fit for the next transaction.
 async fn commit(
     client: &Client,
     statements: &Statements,
@@ -258,9 +269,10 @@ async fn commit(
     }
     // An aborted transaction is one a change failed in, whether or not it told its caller.
     let aborted = failed || !again.is_empty();
-    // First in the next transaction, in the order they came.
-    for job in again.into_iter().rev() {
-        batch.push_front(job);
+    if !failed {
+        // Every change fails by telling its caller, so this does not happen; dropped, a change's caller is told
+        // that it could not be made, rather than running it again for ever.
+        again.clear();
     }
     // Changes run alongside each other number their events in the order the server ran their statements.
     events.sort_unstable_by_key(|event| event.id);
@@ -289,18 +301,21 @@ async fn commit(
             }
         }
     };
-    match committed {
+    let fate = match committed {
         Ok(()) => {
             publisher.kept(events);
-            for done in applied {
-                (done.reply)(Ok(()));
-            }
+            Fate::Kept
         }
-        Err(error) => {
-            for done in applied {
-                (done.reply)(Err(error.clone()));
-            }
-        }
+        Err(error) if failed => Fate::RolledBack(error),
+        Err(error) => Fate::Lost(error),
+    };
+    let mut next = Vec::new();
+    for done in applied {
+        next.extend((done.reply)(fate.clone()));
+    }
+    // First in the next transaction, in the order they came.
+    for job in next.into_iter().chain(again).rev() {
+        batch.push_front(job);
     }
     usable
 }
