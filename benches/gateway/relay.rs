@@ -5,19 +5,24 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use anyhow::Context;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// A relay accepting connections until dropped.
 pub struct Relay {
-    pub port: u16,
+    /// The database's URL with the relay's port in place of the server's.
+    pub url: String,
     round_trips: Arc<AtomicU64>,
     accepting: tokio::task::JoinHandle<()>,
 }
 
 impl Relay {
-    /// Relays each connection to `127.0.0.1:target`.
-    pub async fn start(target: u16) -> anyhow::Result<Self> {
+    /// Relays each connection to the server of `url` (a `postgres://…@127.0.0.1:PORT/…` URL).
+    pub async fn in_front_of(url: &str) -> anyhow::Result<Self> {
+        let (head, tail) = url.split_once("@127.0.0.1:").context("a loopback database URL")?;
+        let (target, database) = tail.split_once('/').context("a database in the URL")?;
+        let target: u16 = target.parse().context("the URL's port")?;
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
         let round_trips = Arc::new(AtomicU64::new(0));
@@ -33,7 +38,7 @@ impl Relay {
             }
         });
         Ok(Self {
-            port,
+            url: format!("{head}@127.0.0.1:{port}/{database}"),
             round_trips,
             accepting,
         })
@@ -42,13 +47,6 @@ impl Relay {
     /// Round trips started so far, over every connection.
     pub fn round_trips(&self) -> u64 {
         self.round_trips.load(Ordering::Relaxed)
-    }
-
-    /// `url` (a `postgres://…@127.0.0.1:PORT/…` URL) through this relay.
-    pub fn url(&self, url: &str) -> String {
-        let (head, tail) = url.split_once("@127.0.0.1:").expect("a loopback database URL");
-        let database = tail.split_once('/').map_or("", |(_, database)| database);
-        format!("{head}@127.0.0.1:{}/{database}", self.port)
     }
 }
 

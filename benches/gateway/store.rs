@@ -7,8 +7,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-
 use crate::cluster::Cluster;
 use crate::database::{Counters, PerAnswer};
 use crate::process::{BOTH_ERAS, Backend, GatewayProcess};
@@ -313,13 +311,8 @@ async fn relayed_round_trips(
     let Backend::Postgres(url) = postgres.database() else {
         unreachable!("a PostgreSQL database")
     };
-    let port = url
-        .split_once("@127.0.0.1:")
-        .and_then(|(_, tail)| tail.split_once('/'))
-        .and_then(|(port, _)| port.parse().ok())
-        .context("a loopback database URL")?;
-    let relay = Relay::start(port).await?;
-    let backend = Backend::Postgres(relay.url(&url));
+    let relay = Relay::in_front_of(&url).await?;
+    let backend = Backend::Postgres(relay.url.clone());
     let mut gateways = Vec::with_capacity(replicas);
     for _ in 0..replicas {
         let gateway = GatewayProcess::spawn_in(binary, BOTH_ERAS, &backend, tempfile::tempdir()?).await?;

@@ -445,11 +445,7 @@ fn replying<T: Send + 'static>(
                         None
                     }),
                 }),
-                Err(error) => {
-                    tracing::error!(%error, "the store could not apply a change");
-                    let _ = sender.send(Err(unavailable(&error)));
-                    Err(Failed::Told)
-                }
+                Err(error) => Err(told(&error, sender)),
             }
         })
     });
@@ -483,11 +479,7 @@ where
                 Err(error) if error.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
                     Err(Failed::Again(alongside(work, sender)))
                 }
-                Err(error) => {
-                    tracing::error!(%error, "the store could not apply a change");
-                    let _ = sender.send(Err(unavailable(&error)));
-                    Err(Failed::Told)
-                }
+                Err(error) => Err(told(&error, sender)),
             }
         })
     });
@@ -495,6 +487,13 @@ where
         change,
         alongside: true,
     }
+}
+
+/// Tells `sender` that its change failed with `error`.
+fn told<T>(error: &tokio_postgres::Error, sender: oneshot::Sender<Result<T, StoreError>>) -> Failed {
+    tracing::error!(%error, "the store could not apply a change");
+    let _ = sender.send(Err(unavailable(error)));
+    Failed::Told
 }
 
 /// Records that replica `$1` is alive now, by the database's clock.

@@ -39,7 +39,7 @@ pub struct Sqlite {
 
 struct Shared {
     path: PathBuf,
-    /// Changes for the writer; `None` once the store is closed.
+    /// What the writer is sent; `None` once the store is closed.
     jobs: Mutex<Option<mpsc::Sender<Message>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     readers: Mutex<Vec<Connection>>,

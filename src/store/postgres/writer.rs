@@ -284,8 +284,8 @@ async fn commit(
         ))
     } else {
         // One exchange: every replica's tail is told, when the transaction commits, which replica recorded
-        // events (its own tail has them already). The statement before `COMMIT` fails in a transaction an error aborted, where a `COMMIT` alone would
-        // roll it back and report success.
+        // events (its own tail has them already). The statement before `COMMIT` fails in a transaction an error
+        // aborted, where a `COMMIT` alone would roll it back and report success.
         let commit = if events.is_empty() {
             "SELECT 1; COMMIT".to_owned()
         } else {

@@ -108,8 +108,9 @@ impl Tx<'_> {
     }
 }
 
-/// Runs the writer until every sender of `jobs` is gone, keeping `live` up to date, and writes each deferred
-/// call no change has written within [`KEEP_AFTER`](super::deferred::KEEP_AFTER) of its start (and, at the end, every one left).
+/// Runs the writer until every sender of `messages` is gone, keeping `live` up to date, and writes each
+/// deferred call no change has written within [`KEEP_AFTER`](super::deferred::KEEP_AFTER) of its start (and,
+/// at the end, every one left).
 pub fn run(
     conn: Connection,
     messages: mpsc::Receiver<Message>,
