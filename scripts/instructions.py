@@ -1,11 +1,13 @@
 """Counts the gateway's instructions per operation under callgrind, with a keep-alive REST client.
 
-    python3 scripts/instructions.py [--config FILE] [--count N] echo|confirm
+    python3 scripts/instructions.py [--config FILE] [--count N] echo|confirm|mcp-echo|answer
 
 `echo` is one `POST /calls?wait=30` on the demo's echo tool; `confirm` is an elicitation round trip
-(`POST /calls?wait=30` -> answer -> `GET /calls/{id}?wait=30`). Needs valgrind and a release build
-(`cargo build --release`). Only the gateway process is counted, after a warm-up; the profile is left in
-target/callgrind.<op>.out for callgrind_annotate.
+(`POST /calls?wait=30` -> answer -> `GET /calls/{id}?wait=30`); `mcp-echo` is the echo tool called through the
+front door, one stateless 2026-07-28 `tools/call` to `/mcp`; `answer` is one answer to a pending Request, the
+drain's operation, one at a time (the Requests are raised by one `flood` call before counting starts). Needs
+valgrind and a release build (`cargo build --release`). Only the gateway process is counted, after a warm-up;
+the profile is left in target/callgrind.<op>.out for callgrind_annotate.
 """
 
 import argparse
@@ -21,12 +23,16 @@ import tempfile
 import time
 
 
+WARM_UP = 50
+
+
 def client(port):
     connection = http.client.HTTPConnection("127.0.0.1", port)
 
-    def request(method, path, body=None):
+    def request(method, path, body=None, headers=None):
         payload = json.dumps(body) if body is not None else None
-        connection.request(method, path, body=payload, headers={"content-type": "application/json"})
+        headers = {"content-type": "application/json", **(headers or {})}
+        connection.request(method, path, body=payload, headers=headers)
         response = connection.getresponse()
         return response.status, json.loads(response.read())
 
@@ -48,6 +54,34 @@ def confirm(request):
     assert done["status"] == "completed", done
 
 
+MCP_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "instructions", "version": "1"},
+}
+
+
+def mcp_echo(request):
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "demo__echo", "arguments": {"text": "x"}, "_meta": MCP_META}}
+    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28",
+               "mcp-method": "tools/call", "mcp-name": "demo__echo"}
+    status, reply = request("POST", "/mcp", body, headers)
+    assert status == 200 and reply["result"]["content"][0]["text"] == "x", reply
+
+
+def answerer(request, count):
+    status, call = request("POST", "/calls?wait=30", {"server": "demo", "tool": "flood", "arguments": {"count": count}})
+    assert status == 201 and call["status"] == "input_required" and len(call["requests"]) == count, call
+    pending = iter(call["requests"])
+
+    def answer(request):
+        status, view = request("POST", f"/requests/{next(pending)}/answer", {"ok": True, "data": {"confirm": True}})
+        assert status == 200, view
+
+    return answer
+
+
 def free_port():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -56,12 +90,12 @@ def free_port():
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("op", choices=["echo", "confirm"])
+    parser.add_argument("op", choices=["echo", "confirm", "mcp-echo", "answer"])
     parser.add_argument("--config")
     parser.add_argument("--count", type=int, default=300)
     parser.add_argument("--binary", default="target/release/toolnexus-gateway")
     args = parser.parse_args()
-    operation = {"echo": echo, "confirm": confirm}[args.op]
+    operation = {"echo": echo, "confirm": confirm, "mcp-echo": mcp_echo}.get(args.op)
     port = free_port()
     raw = f"target/callgrind.{args.op}.%p"
     command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={raw}", args.binary,
@@ -80,7 +114,9 @@ def main():
                     break
             except OSError:
                 time.sleep(0.2)
-        for _ in range(50):
+        if operation is None:
+            operation = answerer(request, WARM_UP + args.count)
+        for _ in range(WARM_UP):
             operation(request)
         subprocess.run(["callgrind_control", "-z", str(gateway.pid)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(args.count):

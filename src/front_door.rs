@@ -306,7 +306,21 @@ impl ServerHandler for FrontDoor {
         Ok(ListToolsResult::with_all_items(tools))
     }
 
-    async fn call_tool(
+    fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + Send + '_ {
+        // rmcp spawns each request's handling with room for the largest method's future and moves it whole
+        // more than once on the way: boxed, what it moves of a call is a pointer, not ~9 KB.
+        Box::pin(self.call(request, context))
+    }
+}
+
+impl FrontDoor {
+    /// A `tools/call`: an upstream tool's call held to its end, `gateway__await_call`, or the answers of a
+    /// 2026-07-28 client to the Requests it was relayed.
+    async fn call(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
@@ -357,9 +371,7 @@ impl ServerHandler for FrontDoor {
         keeping.kept().await.map_err(|error| refused(error.into()))?;
         held
     }
-}
 
-impl FrontDoor {
     /// The tools of every ready server, named as the policy says; listed again after each change to the tools
     /// offered.
     async fn catalog(&self) -> Arc<Catalog> {
