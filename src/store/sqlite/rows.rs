@@ -1,5 +1,7 @@
 //! Records as rows: the columns each read selects, and how a row becomes a record.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use rusqlite::Row;
@@ -42,7 +44,7 @@ pub fn request_at(row: &Row<'_>, at: usize) -> rusqlite::Result<RequestView> {
             kind: RequestKind::from(row.get::<_, String>(at + 1)?),
             prompt: row.get(at + 2)?,
             url: row.get(at + 3)?,
-            data: json_opt::<serde_json::Map<String, serde_json::Value>>(row, at + 4)?.map(Arc::new),
+            data: shared_data(row, at + 4)?,
             expires_at: Some(timestamp(row, at + 5)?.rfc3339()),
         },
         status: parsed(row, at + 6, Status::parse)?,
@@ -141,6 +143,42 @@ fn json_opt<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> rusqlite::Resul
     .transpose()
 }
 
+/// The `data` of a Request as read. Requests raised alike (one form put to many callers) hold the same text,
+/// which each thread parses once and shares while it keeps being read, as the memory store shares it.
+fn shared_data(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Arc<RequestData>>> {
+    /// How many distinct texts a thread keeps parsed, and the longest it keeps, so that what it keeps stays
+    /// small (at most 256 KiB of text, and what it parses to).
+    const KEPT: usize = 64;
+    const LONGEST: usize = 4096;
+    thread_local! {
+        static PARSED: RefCell<HashMap<Box<str>, Arc<RequestData>>> = RefCell::default();
+    }
+    let Some(text) = row.get_ref(index)?.as_str_or_null()? else {
+        return Ok(None);
+    };
+    let parse = || {
+        serde_json::from_str(text)
+            .map(Arc::new)
+            .map_err(|error| rusqlite::Error::FromSqlConversionFailure(index, Type::Text, Box::new(error)))
+    };
+    if text.len() > LONGEST {
+        return parse().map(Some);
+    }
+    PARSED.with_borrow_mut(|parsed| {
+        if let Some(data) = parsed.get(text) {
+            return Ok(Some(data.clone()));
+        }
+        let data = parse()?;
+        if parsed.len() >= KEPT {
+            parsed.clear();
+        }
+        parsed.insert(text.into(), data.clone());
+        Ok(Some(data))
+    })
+}
+
+type RequestData = serde_json::Map<String, serde_json::Value>;
+
 fn timestamp(row: &Row<'_>, index: usize) -> rusqlite::Result<Timestamp> {
     row.get::<_, i64>(index).map(Timestamp::from_millis)
 }
@@ -197,5 +235,40 @@ impl Conditions {
     /// The parameters, then the `LIMIT` that ends the statement.
     pub fn params_then(&self, limit: i64) -> impl rusqlite::Params + '_ {
         rusqlite::params_from_iter(self.params.iter().cloned().chain([Value::Integer(limit)]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::Connection;
+
+    use super::*;
+
+    fn read(conn: &Connection, text: Option<&str>) -> rusqlite::Result<Option<Arc<RequestData>>> {
+        conn.query_row("SELECT ?1", [text], |row| shared_data(row, 0))
+    }
+
+    #[test]
+    fn requests_with_the_same_data_share_it_once_parsed() {
+        let conn = Connection::open_in_memory().unwrap();
+        let form = r#"{"requestedSchema":{"type":"object","properties":{"confirm":{"type":"boolean"}}}}"#;
+        let first = read(&conn, Some(form)).unwrap().unwrap();
+        let again = read(&conn, Some(form)).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!(first["requestedSchema"]["type"], "object");
+        let other = read(&conn, Some(r#"{"url":"https://example.com"}"#)).unwrap().unwrap();
+        assert!(!Arc::ptr_eq(&first, &other));
+        assert_eq!(read(&conn, None).unwrap(), None);
+        assert!(read(&conn, Some("{not json")).is_err());
+    }
+
+    #[test]
+    fn long_data_is_parsed_each_time_rather_than_kept() {
+        let conn = Connection::open_in_memory().unwrap();
+        let long = serde_json::json!({"message": "x".repeat(5000)}).to_string();
+        let first = read(&conn, Some(&long)).unwrap().unwrap();
+        let again = read(&conn, Some(&long)).unwrap().unwrap();
+        assert!(!Arc::ptr_eq(&first, &again));
+        assert_eq!(first, again);
     }
 }
