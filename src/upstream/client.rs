@@ -255,11 +255,13 @@ impl SessionCore {
 }
 
 /// The legacy elicitations of a session waiting on their Request, by Request id, each with its JSON-RPC id,
-/// the token fired when the upstream withdraws it and the call it was attributed to; and those of each call.
+/// the token fired when the upstream withdraws it and the call it was attributed to; those of each call;
+/// and how many wait under each JSON-RPC id (an upstream whose ids repeat can have several).
 #[derive(Debug, Default)]
 struct Elicitations {
     by_request: HashMap<String, (RequestId, CancellationToken, Option<String>)>,
     by_call: HashMap<String, HashSet<String>>,
+    by_rpc: HashMap<RequestId, usize>,
 }
 
 impl Elicitations {
@@ -267,13 +269,18 @@ impl Elicitations {
         if let Some(call) = &call {
             self.by_call.entry(call.clone()).or_default().insert(id.to_owned());
         }
-        self.by_request.insert(id.to_owned(), (rpc, withdrawn, call));
+        *self.by_rpc.entry(rpc.clone()).or_default() += 1;
+        if let Some((replaced, ..)) = self.by_request.insert(id.to_owned(), (rpc, withdrawn, call)) {
+            self.forget_rpc(&replaced);
+        }
     }
 
     fn remove(&mut self, id: &str) {
-        let Some((_, _, Some(call))) = self.by_request.remove(id) else {
+        let Some((rpc, _, call)) = self.by_request.remove(id) else {
             return;
         };
+        self.forget_rpc(&rpc);
+        let Some(call) = call else { return };
         if let Some(ids) = self.by_call.get_mut(&call) {
             ids.remove(id);
             if ids.is_empty() {
@@ -299,7 +306,16 @@ impl Elicitations {
 
     /// Whether an elicitation with JSON-RPC id `rpc` still waits on its Request.
     fn waits_on(&self, rpc: &RequestId) -> bool {
-        self.by_request.values().any(|(waiting, _, _)| waiting == rpc)
+        self.by_rpc.contains_key(rpc)
+    }
+
+    fn forget_rpc(&mut self, rpc: &RequestId) {
+        if let Some(count) = self.by_rpc.get_mut(rpc) {
+            *count -= 1;
+            if *count == 0 {
+                self.by_rpc.remove(rpc);
+            }
+        }
     }
 }
 
@@ -489,5 +505,21 @@ mod tests {
         }
         assert!(elicitations.by_request.is_empty() && elicitations.by_call.is_empty());
         assert!(!elicitations.waits_on(&RequestId::Number(3)));
+        assert!(elicitations.by_rpc.is_empty());
+    }
+
+    #[test]
+    fn elicitations_under_one_json_rpc_id_wait_until_the_last_is_answered() {
+        let mut elicitations = Elicitations::default();
+        let rpc = RequestId::Number(0);
+        elicitations.insert("req-1", rpc.clone(), CancellationToken::new(), None);
+        elicitations.insert("req-2", rpc.clone(), CancellationToken::new(), Some("call-a".into()));
+        elicitations.remove("req-1");
+        assert!(elicitations.waits_on(&rpc), "req-2 still waits under it");
+        elicitations.remove("req-1");
+        assert!(elicitations.waits_on(&rpc), "removing one twice counts once");
+        elicitations.remove("req-2");
+        assert!(!elicitations.waits_on(&rpc));
+        assert!(elicitations.by_rpc.is_empty());
     }
 }
