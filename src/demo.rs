@@ -116,8 +116,15 @@ fn mac(key: &[u8; 32], text: &str) -> String {
 
 /// Serves the demo over stdin/stdout until the client goes away.
 pub async fn serve_stdio(demo: Demo) -> anyhow::Result<()> {
-    demo.serve(rmcp::transport::stdio()).await?.waiting().await?;
-    Ok(())
+    match demo.serve(rmcp::transport::stdio()).await {
+        Ok(running) => {
+            running.waiting().await?;
+            Ok(())
+        }
+        // A client that never sent `initialize` (one of 2026-07-28, whose requests stand alone) went away.
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => Ok(()),
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// Serves the demo over streamable HTTP at `/mcp`, printing the endpoint on stdout, until `shutdown`.

@@ -30,6 +30,16 @@ async fn sigterm_cancels_pending_requests_upstream_and_reaps_every_child() {
 }
 
 #[tokio::test]
+async fn sessions_that_end_unused_end_without_an_error() {
+    let mut app = spawn_app(BOTH_ERAS).await;
+    assert_eq!(app.terminate(), Some(0));
+    app.stderr().wait_for("stopped");
+    // A 2026-07-28 session sends no `initialize` (its requests stand alone): its server ends it without one.
+    let lines = app.stderr().lines();
+    assert!(!lines.iter().any(|line| line.contains("error")), "{lines:#?}");
+}
+
+#[tokio::test]
 async fn sigkill_leaves_no_child_running() {
     let app = spawn_app(BOTH_ERAS).await;
     let call = app.call("legacy", "confirm_action", json!({"action": "kill"})).await;
