@@ -435,8 +435,7 @@ pub(super) fn retry(conn: &Connection, id: &str) -> rusqlite::Result<Option<Retr
             .unwrap_or_else(|| serde_json::json!({"action": "cancel"}));
         input_responses.insert(key, result);
     }
-    let arguments = serde_json::from_str(&arguments)
-        .map_err(|error| rusqlite::Error::FromSqlConversionFailure(4, rusqlite::types::Type::Text, Box::new(error)))?;
+    let arguments = super::rows::from_json(&arguments, 4)?;
     Ok(Some(Retry {
         call: id.to_owned(),
         owner,

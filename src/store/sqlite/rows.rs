@@ -128,19 +128,20 @@ pub fn to_json_opt<T: serde::Serialize>(value: Option<&T>) -> Option<String> {
     value.map(to_json)
 }
 
+/// The value the JSON text of column `index` holds; text that is not such a value is a conversion error.
+pub(super) fn from_json<T: DeserializeOwned>(text: &str, index: usize) -> rusqlite::Result<T> {
+    serde_json::from_str(text)
+        .map_err(|error| rusqlite::Error::FromSqlConversionFailure(index, Type::Text, Box::new(error)))
+}
+
 fn json<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> rusqlite::Result<T> {
     let text: String = row.get(index)?;
-    serde_json::from_str(&text)
-        .map_err(|error| rusqlite::Error::FromSqlConversionFailure(index, Type::Text, Box::new(error)))
+    from_json(&text, index)
 }
 
 fn json_opt<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<T>> {
     let text: Option<String> = row.get(index)?;
-    text.map(|text| {
-        serde_json::from_str(&text)
-            .map_err(|error| rusqlite::Error::FromSqlConversionFailure(index, Type::Text, Box::new(error)))
-    })
-    .transpose()
+    text.map(|text| from_json(&text, index)).transpose()
 }
 
 /// The `data` of a Request as read. Requests raised alike (one form put to many callers) hold the same text,
@@ -156,11 +157,7 @@ fn shared_data(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Arc<Reque
     let Some(text) = row.get_ref(index)?.as_str_or_null()? else {
         return Ok(None);
     };
-    let parse = || {
-        serde_json::from_str(text)
-            .map(Arc::new)
-            .map_err(|error| rusqlite::Error::FromSqlConversionFailure(index, Type::Text, Box::new(error)))
-    };
+    let parse = || from_json(text, index).map(Arc::new);
     if text.len() > LONGEST {
         return parse().map(Some);
     }
