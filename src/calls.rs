@@ -1,5 +1,6 @@
 //! The Calls: `tools/call`s started over REST, their status and result, kept in the store.
 
+use crate::ids::{CallId, SessionId};
 use crate::metrics::{Metric, Metrics};
 use crate::records::{CallFilter, CallStatus, CallView, Finish};
 use crate::registry::{Registry, Tell};
@@ -34,7 +35,7 @@ impl Calls {
 
     /// Ends a call that has not ended; its Requests still pending are cancelled with the reason it ended (the
     /// upstream is told `cancel`). `None` if it had ended already.
-    pub async fn finish(&self, id: &str, finish: Finish) -> Result<Option<CallView>, StoreError> {
+    pub async fn finish(&self, id: &CallId, finish: Finish) -> Result<Option<CallView>, StoreError> {
         let Some(finished) = self.store.finish_call(id, finish).await? else {
             return Ok(None);
         };
@@ -50,27 +51,27 @@ impl Calls {
     }
 
     /// Records why the upstream refused the call's latest round, on the Requests that answered it.
-    pub async fn annotate_round(&self, id: &str, detail: &str) -> Result<(), StoreError> {
+    pub async fn annotate_round(&self, id: &CallId, detail: &str) -> Result<(), StoreError> {
         self.store.annotate_round(id, detail).await
     }
 
     /// What retrying a call takes, if its latest round is answered and it has not ended.
-    pub async fn retry(&self, id: &str) -> Result<Option<Retry>, StoreError> {
+    pub async fn retry(&self, id: &CallId) -> Result<Option<Retry>, StoreError> {
         self.store.retry(id).await
     }
 
     /// One call by id.
-    pub async fn get(&self, id: &str) -> Result<Option<CallView>, StoreError> {
+    pub async fn get(&self, id: &CallId) -> Result<Option<CallView>, StoreError> {
         self.store.call(id).await
     }
 
     /// Claims the sending of a call its approval held: `false` when it was sent already (or is not running).
-    pub async fn forwarding(&self, id: &str) -> Result<bool, StoreError> {
+    pub async fn forwarding(&self, id: &CallId) -> Result<bool, StoreError> {
         self.store.forwarding(id).await
     }
 
     /// A call's status and owner, without reading the rest.
-    pub async fn status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
+    pub async fn status(&self, id: &CallId) -> Result<Option<(CallStatus, String)>, StoreError> {
         self.store.call_status(id).await
     }
 
@@ -80,7 +81,7 @@ impl Calls {
     }
 
     /// The calls that have not ended, on one session or on all.
-    pub async fn running(&self, session: Option<&str>) -> Result<Vec<CallView>, StoreError> {
+    pub async fn running(&self, session: Option<&SessionId>) -> Result<Vec<CallView>, StoreError> {
         self.store.running_calls(session).await
     }
 

@@ -36,6 +36,7 @@ use crate::api::{ApiError, AppState, to_completion};
 use crate::auth::Principal;
 use crate::config::Prefix;
 use crate::feed::Concern;
+use crate::ids::CallId;
 use crate::records::{CallStatus, CallView, Event, Status, ToolName, Via};
 use crate::upstream::{Following, Progress, Report, ServerStatus, Target};
 use names::Catalog;
@@ -284,8 +285,8 @@ impl ServerHandler for FrontDoor {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let principal = principal(&context)?;
-        self.answer_relayed(&request.task_id, request.input_responses, &principal)
-            .await
+        let call = relay::relayed_call(&request.task_id)?;
+        self.answer_relayed(&call, request.input_responses, &principal).await
     }
 
     async fn cancel_task(
@@ -326,10 +327,11 @@ impl FrontDoor {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let principal = principal(&context)?;
-        if let Some(call) = request.request_state.as_deref() {
+        if let Some(state) = request.request_state.as_deref() {
+            let call = relay::relayed_call(state)?;
             let responses = request.input_responses.unwrap_or_default();
-            self.answer_relayed(call, responses, &principal).await?;
-            return self.hold(call, &principal, &context, None).await;
+            self.answer_relayed(&call, responses, &principal).await?;
+            return self.hold(&call, &principal, &context, None).await;
         }
         if request.name == AWAIT_CALL {
             let call = request
@@ -338,8 +340,8 @@ impl FrontDoor {
                 .and_then(|arguments| arguments.get("call"))
                 .and_then(Value::as_str)
                 .ok_or_else(|| ErrorData::invalid_params(format!("{AWAIT_CALL} takes {{\"call\": \"<id>\"}}"), None))?;
-            self.own_call(call, &principal, Principal::may_see).await?;
-            return self.hold(call, &principal, &context, None).await;
+            let view = self.own_call(call, &principal, Principal::may_see).await?;
+            return self.hold(&view.id, &principal, &context, None).await;
         }
         let catalog = self.catalog().await;
         let route = catalog
@@ -426,7 +428,7 @@ impl FrontDoor {
     /// is sent `elicitation/create`, a 2026-07-28 one gets them as an `input_required` result.
     async fn hold(
         &self,
-        call: &str,
+        call: &CallId,
         principal: &Principal,
         context: &RequestContext<RoleServer>,
         reports: Option<Following>,
@@ -500,11 +502,11 @@ impl FrontDoor {
     /// is when `wait` passes.
     async fn changed(
         &self,
-        call: &str,
+        call: &CallId,
         wait: Duration,
         relayed: Option<&HashSet<String>>,
     ) -> Result<CallView, ErrorData> {
-        let concerns = |event: &Event| event.call.as_deref() == Some(call);
+        let concerns = |event: &Event| event.call.as_deref() == Some(call.as_str());
         let check = || async move {
             let Some(relayed) = relayed else {
                 return match self.state.calls.status(call).await {
@@ -544,9 +546,11 @@ impl FrontDoor {
         principal: &Principal,
         rule: fn(&Principal, Option<&str>) -> bool,
     ) -> Result<CallView, ErrorData> {
-        match self.state.calls.get(id).await {
+        let unknown = || ErrorData::invalid_params(format!("no call {id:?} of yours"), None);
+        let call = CallId::parse(id).ok_or_else(unknown)?;
+        match self.state.calls.get(&call).await {
             Ok(Some(view)) if rule(principal, Some(&view.owner)) => Ok(view),
-            Ok(_) => Err(ErrorData::invalid_params(format!("no call {id:?} of yours"), None)),
+            Ok(_) => Err(unknown()),
             Err(error) => Err(ErrorData::internal_error(error.to_string(), None)),
         }
     }

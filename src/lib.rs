@@ -46,6 +46,7 @@ use crate::calls::Calls;
 use crate::config::Config;
 use crate::connections::{Connections, Limits};
 use crate::feed::Feed;
+use crate::ids::CallId;
 use crate::metrics::Metrics;
 use crate::registry::{Policy, Registry};
 use crate::sessions::Sessions;
@@ -294,7 +295,7 @@ async fn reap_replicas(store: Store, registry: Registry, upstreams: Arc<Upstream
 }
 
 /// Hands the calls whose round is answered on to be retried, with what retrying each takes.
-async fn resume(store: &Store, registry: &Registry, calls: Vec<String>) {
+async fn resume(store: &Store, registry: &Registry, calls: Vec<CallId>) {
     for call in calls {
         match store.retry(&call).await {
             Ok(Some(retry)) => registry.resume(retry),

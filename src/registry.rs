@@ -16,6 +16,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::elicitation;
+use crate::ids::{CallId, SessionId};
 use crate::metrics::{Metric, Metrics};
 use crate::posted::Posted;
 use crate::records::{Event, Filter, RequestView, Status};
@@ -58,9 +59,9 @@ pub struct Origin {
     pub server: String,
     /// The session it arrived on; none for an approval, which no session has heard of (it outlives the
     /// session open when it is raised, and the process).
-    pub session: Option<String>,
+    pub session: Option<SessionId>,
     /// The call it belongs to, when the gateway can tell.
-    pub call: Option<String>,
+    pub call: Option<CallId>,
     /// The principal that owns that call, or else the session.
     pub owner: Option<String>,
 }
@@ -116,7 +117,7 @@ pub enum AskError {
     Full(PendingCap),
     /// The call it belongs to has ended: nothing would take the answer.
     #[error("call {0} has ended")]
-    CallEnded(String),
+    CallEnded(CallId),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -378,8 +379,8 @@ impl Registry {
             tracing::info!(
                 request = %view.request.id,
                 server = server_label(view),
-                session = view.session.as_deref().unwrap_or_default(),
-                call = view.call.as_deref().unwrap_or(""),
+                session = view.session.as_ref().map(SessionId::as_str).unwrap_or_default(),
+                call = view.call.as_ref().map(CallId::as_str).unwrap_or(""),
                 kind = %view.request.kind,
                 "request created"
             );
@@ -517,7 +518,7 @@ impl Registry {
             Ok(Some(view)) => tracing::info!(
                 request = %view.request.id,
                 server = server_label(&view),
-                session = view.session.as_deref().unwrap_or_default(),
+                session = view.session.as_ref().map(SessionId::as_str).unwrap_or_default(),
                 "request cancelled: the upstream withdrew it before the answer reached it"
             ),
             Ok(None) => {}
@@ -532,13 +533,13 @@ impl Registry {
     }
 
     /// Records `notifications/elicitation/complete` on the matching URL-mode Request of a session.
-    pub async fn complete(&self, session: &str, elicitation_id: &str) -> bool {
+    pub async fn complete(&self, session: &SessionId, elicitation_id: &str) -> bool {
         self.shared
             .store
             .complete(session, elicitation_id)
             .await
             .unwrap_or_else(|error| {
-                tracing::warn!(%error, session, "a URL-mode completion could not be recorded");
+                tracing::warn!(%error, %session, "a URL-mode completion could not be recorded");
                 false
             })
     }
@@ -783,8 +784,8 @@ fn log_resolution(view: &RequestView) {
     tracing::info!(
         request = %view.request.id,
         server = server_label(view),
-        session = view.session.as_deref().unwrap_or_default(),
-        call = view.call.as_deref().unwrap_or(""),
+        session = view.session.as_ref().map(SessionId::as_str).unwrap_or_default(),
+        call = view.call.as_ref().map(CallId::as_str).unwrap_or(""),
         status = view.status.as_str(),
         ok = answer.map(Answer::ok),
         answered_by = view.answered_by.as_deref().unwrap_or(""),

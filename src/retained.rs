@@ -37,8 +37,8 @@ impl<V> Default for Retained<V> {
 
 impl<V> Retained<V> {
     /// Adds a live entry after every other.
-    pub fn insert(&mut self, id: &str, value: V) {
-        let id: Arc<str> = id.into();
+    pub fn insert(&mut self, id: impl AsRef<str>, value: V) {
+        let id: Arc<str> = id.as_ref().into();
         let seq = self.next_seq;
         self.next_seq += 1;
         self.order.insert(seq, id.clone());
@@ -47,13 +47,13 @@ impl<V> Retained<V> {
     }
 
     /// One entry.
-    pub fn get(&self, id: &str) -> Option<&V> {
-        self.entries.get(id).map(|(_, value)| value)
+    pub fn get(&self, id: impl AsRef<str>) -> Option<&V> {
+        self.entries.get(id.as_ref()).map(|(_, value)| value)
     }
 
     /// One entry, to change.
-    pub fn get_mut(&mut self, id: &str) -> Option<&mut V> {
-        self.entries.get_mut(id).map(|(_, value)| value)
+    pub fn get_mut(&mut self, id: impl AsRef<str>) -> Option<&mut V> {
+        self.entries.get_mut(id.as_ref()).map(|(_, value)| value)
     }
 
     /// Every entry with its sequence number, oldest first, from sequence number `from`.
@@ -85,8 +85,8 @@ impl<V> Retained<V> {
 
     /// Retires a live entry: it leaves the live index and is forgotten at `until` (retire with
     /// non-decreasing times). Retiring an entry again, or an unknown one, does nothing.
-    pub fn retire(&mut self, id: &str, until: Timestamp) {
-        if let Some((id, (seq, _))) = self.entries.get_key_value(id)
+    pub fn retire(&mut self, id: impl AsRef<str>, until: Timestamp) {
+        if let Some((id, (seq, _))) = self.entries.get_key_value(id.as_ref())
             && self.live.remove(seq)
         {
             self.retired.push_back((until, id.clone()));
@@ -99,7 +99,8 @@ impl<V> Retained<V> {
     }
 
     /// Forgets a retired entry before its time; `None` if it is live or unknown.
-    pub fn forget(&mut self, id: &str) -> Option<V> {
+    pub fn forget(&mut self, id: impl AsRef<str>) -> Option<V> {
+        let id = id.as_ref();
         let (seq, _) = self.entries.get(id)?;
         if self.live.contains(seq) {
             return None;

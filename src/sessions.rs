@@ -3,6 +3,7 @@
 
 use rmcp::model::Implementation;
 
+use crate::ids::SessionId;
 use crate::records::{SessionFilter, SessionStatus, SessionView};
 use crate::store::{InsertSessionError, NewSession, Store, StoreError};
 
@@ -24,13 +25,13 @@ impl Sessions {
     /// `max_open` open sessions; the count and the record are one change.
     pub async fn starting(
         &self,
-        id: &str,
+        id: SessionId,
         server: &str,
         owner: Option<&str>,
         max_open: usize,
     ) -> Result<SessionView, InsertSessionError> {
         let session = NewSession {
-            id: id.to_owned(),
+            id,
             replica: self.replica.clone(),
             server: server.to_owned(),
             owner: owner.map(str::to_owned),
@@ -41,7 +42,7 @@ impl Sessions {
     /// Marks a session ready with what its handshake negotiated.
     pub async fn ready(
         &self,
-        id: &str,
+        id: &SessionId,
         protocol_version: Option<String>,
         server_info: Option<Implementation>,
     ) -> Result<Option<SessionView>, StoreError> {
@@ -49,12 +50,17 @@ impl Sessions {
     }
 
     /// Ends a session that is open; `None` if it had ended already.
-    pub async fn end(&self, id: &str, status: SessionStatus, detail: &str) -> Result<Option<SessionView>, StoreError> {
+    pub async fn end(
+        &self,
+        id: &SessionId,
+        status: SessionStatus,
+        detail: &str,
+    ) -> Result<Option<SessionView>, StoreError> {
         self.store.end_session(id, status, detail).await
     }
 
     /// One session by id.
-    pub async fn get(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
+    pub async fn get(&self, id: &SessionId) -> Result<Option<SessionView>, StoreError> {
         self.store.session(id).await
     }
 

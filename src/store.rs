@@ -18,6 +18,7 @@ use rmcp::model::{ElicitResult, Implementation};
 use serde_json::{Map, Value};
 
 use crate::feed::Feed;
+use crate::ids::{CallId, SessionId};
 use crate::records::{
     Arguments, CallFilter, CallStatus, CallView, Event, Filter, Finish, RequestView, SessionFilter, SessionStatus,
     SessionView, Status, Via,
@@ -97,8 +98,8 @@ pub struct NewRequest {
     pub deadline: Timestamp,
     /// The server and session it arrived on; `None` for a Request posted to `POST /requests`.
     pub server: Option<String>,
-    pub session: Option<String>,
-    pub call: Option<String>,
+    pub session: Option<SessionId>,
+    pub call: Option<CallId>,
     pub owner: Option<String>,
     /// The `elicitationId` of a URL-mode elicitation, to match the upstream's completion notification.
     pub elicitation_id: Option<String>,
@@ -112,7 +113,7 @@ pub struct NewRequest {
 /// A 2026-07-28 round: what an `input_required` result asked, to be answered and echoed back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewRound {
-    pub call: String,
+    pub call: CallId,
     /// 1 for the call's first `input_required` result, and so on.
     pub number: u32,
     /// The `requestState` as the upstream sent it, to be echoed byte for byte.
@@ -128,7 +129,7 @@ pub enum RaiseError {
     Full(#[from] PendingCap),
     /// Their call has ended (or is unknown): nothing would take their answers.
     #[error("call {0} has ended")]
-    CallEnded(String),
+    CallEnded(CallId),
     /// A posted Request's id is taken by a Request kept already.
     #[error("a Request with id {0} exists already")]
     Taken(String),
@@ -206,7 +207,7 @@ pub enum Resolution {
 pub enum Pending {
     Ids(Vec<String>),
     /// The elicitation requests (2025-11-25) raised on a session, which cannot outlive it.
-    Session(String),
+    Session(SessionId),
     /// Elicitation requests (2025-11-25), which cannot outlive the upstream request they answer: those raised
     /// on a session outside a round (posted Requests and approvals, which no upstream request waits on, are
     /// not among them).
@@ -227,7 +228,7 @@ pub struct Resolved {
 #[derive(Debug, Clone)]
 pub struct NewCall {
     pub server: String,
-    pub session: String,
+    pub session: SessionId,
     /// Whether the session is the server's shared one, which a retry after a restart may replace.
     pub shared: bool,
     pub tool: String,
@@ -283,11 +284,11 @@ pub struct Finished {
 /// What a 2026-07-28 call needs to be retried after its latest round was answered.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Retry {
-    pub call: String,
+    pub call: CallId,
     /// The principal that started the call.
     pub owner: String,
     pub server: String,
-    pub session: String,
+    pub session: SessionId,
     pub shared: bool,
     pub tool: String,
     pub arguments: Arguments,
@@ -300,7 +301,7 @@ pub struct Retry {
 /// A session about to connect.
 #[derive(Debug, Clone)]
 pub struct NewSession {
-    pub id: String,
+    pub id: SessionId,
     /// The gateway replica that opens it.
     pub replica: String,
     pub server: String,
@@ -342,7 +343,7 @@ pub enum Lease {
 #[derive(Debug, Default)]
 pub struct Recovered {
     /// 2026-07-28 calls whose latest round is answered, to be retried.
-    pub resumes: Vec<String>,
+    pub resumes: Vec<CallId>,
     /// Calls their approval holds, to be sent upstream once (and if) it is given.
     pub approvals: Vec<HeldCall>,
     /// How many Requests and calls could not survive and were ended.
@@ -355,7 +356,7 @@ pub struct Recovered {
 /// A call its approval holds, which the upstream has not heard of.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldCall {
-    pub call: String,
+    pub call: CallId,
     /// The approval Request.
     pub approval: String,
 }
@@ -478,7 +479,7 @@ impl Store {
 
     /// Records the upstream's completion of a URL-mode elicitation; `false` if no Request matches or it was
     /// recorded already.
-    pub async fn complete(&self, session: &str, elicitation_id: &str) -> Result<bool, StoreError> {
+    pub async fn complete(&self, session: &SessionId, elicitation_id: &str) -> Result<bool, StoreError> {
         dispatch!(self, store => store.complete(session, elicitation_id).await)
     }
 
@@ -490,7 +491,7 @@ impl Store {
     }
 
     /// Ends a call that has not ended, cancelling its pending Requests; `None` if it had ended already.
-    pub async fn finish_call(&self, id: &str, finish: Finish) -> Result<Option<Finished>, StoreError> {
+    pub async fn finish_call(&self, id: &CallId, finish: Finish) -> Result<Option<Finished>, StoreError> {
         dispatch!(self, store => store.finish_call(id, finish).await)
     }
 
@@ -502,12 +503,12 @@ impl Store {
     }
 
     /// Records why the upstream refused a call's latest round, on the Requests that answered it.
-    pub async fn annotate_round(&self, call: &str, detail: &str) -> Result<(), StoreError> {
+    pub async fn annotate_round(&self, call: &CallId, detail: &str) -> Result<(), StoreError> {
         dispatch!(self, store => store.annotate_round(call, detail).await)
     }
 
     /// What retrying a call takes, if its latest round is answered and it has not ended.
-    pub async fn retry(&self, call: &str) -> Result<Option<Retry>, StoreError> {
+    pub async fn retry(&self, call: &CallId) -> Result<Option<Retry>, StoreError> {
         dispatch!(self, store => store.retry(call).await)
     }
 
@@ -523,7 +524,7 @@ impl Store {
     /// Marks a session ready with what its handshake negotiated.
     pub async fn session_ready(
         &self,
-        id: &str,
+        id: &SessionId,
         protocol_version: Option<String>,
         server_info: Option<Implementation>,
     ) -> Result<Option<SessionView>, StoreError> {
@@ -533,7 +534,7 @@ impl Store {
     /// Ends a session that is open; `None` if it had ended already.
     pub async fn end_session(
         &self,
-        id: &str,
+        id: &SessionId,
         status: SessionStatus,
         detail: &str,
     ) -> Result<Option<SessionView>, StoreError> {
@@ -585,18 +586,18 @@ impl Store {
     }
 
     /// One call.
-    pub async fn call(&self, id: &str) -> Result<Option<CallView>, StoreError> {
+    pub async fn call(&self, id: &CallId) -> Result<Option<CallView>, StoreError> {
         dispatch!(self, store => store.call(id).await)
     }
 
     /// Marks a running call, which its approval held, as sent upstream: `false` if it was already (or is not
     /// running), so that it is sent once whoever sends it.
-    pub async fn forwarding(&self, id: &str) -> Result<bool, StoreError> {
+    pub async fn forwarding(&self, id: &CallId) -> Result<bool, StoreError> {
         dispatch!(self, store => store.forwarding(id).await)
     }
 
     /// A call's status and owner, without reading the rest.
-    pub async fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
+    pub async fn call_status(&self, id: &CallId) -> Result<Option<(CallStatus, String)>, StoreError> {
         dispatch!(self, store => store.call_status(id).await)
     }
 
@@ -606,7 +607,7 @@ impl Store {
     }
 
     /// The calls that have not ended and run on a session (all of them with `None`).
-    pub async fn running_calls(&self, session: Option<&str>) -> Result<Vec<CallView>, StoreError> {
+    pub async fn running_calls(&self, session: Option<&SessionId>) -> Result<Vec<CallView>, StoreError> {
         dispatch!(self, store => store.running_calls(session).await)
     }
 
@@ -616,7 +617,7 @@ impl Store {
     }
 
     /// One session.
-    pub async fn session(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
+    pub async fn session(&self, id: &SessionId) -> Result<Option<SessionView>, StoreError> {
         dispatch!(self, store => store.session(id).await)
     }
 

@@ -36,7 +36,7 @@ use crate::auth::Principal;
 use crate::calls::Calls;
 use crate::config::{LimitsConfig, ProtocolChoice, Server};
 use crate::feed::Feed;
-use crate::ids;
+use crate::ids::{CallId, SessionId};
 use crate::records::{Arguments, CallStatus, CallView, Finish, SessionStatus, SessionView, ToolName, Via};
 use crate::registry::{Registry, Tell};
 use crate::sessions::Sessions;
@@ -62,7 +62,7 @@ pub enum UpstreamError {
     #[error("the shared session of server {server:?} is not ready: {detail}")]
     ServerNotReady { server: String, detail: String },
     #[error("session {0} is the shared session of its server; the gateway manages it")]
-    SharedSession(String),
+    SharedSession(SessionId),
     /// A private session could not be opened.
     #[error("cannot open a session to {server:?}: {error}")]
     Unopened { server: String, error: OpenError },
@@ -70,13 +70,13 @@ pub enum UpstreamError {
     #[error("tools/list failed: {0}")]
     ToolsList(rmcp::service::ServiceError),
     #[error("session {0} belongs to another principal")]
-    NotYours(String),
+    NotYours(SessionId),
     /// A principal that may see a session may not change it this way.
     #[error("{principal} may not {action} session {session}")]
     NotPermitted {
         principal: String,
         action: SessionAction,
-        session: String,
+        session: SessionId,
     },
     #[error("{principal} has {open} sessions open, the most one principal may hold (limits.sessions_per_principal)")]
     TooManySessions { principal: String, open: usize },
@@ -108,7 +108,7 @@ pub enum Target {
     /// On the shared session of this server.
     Server(String),
     /// On this session.
-    Session(String),
+    Session(SessionId),
 }
 
 /// A server's state as `GET /servers` shows it.
@@ -133,7 +133,8 @@ pub struct ServerView {
     pub status: ServerStatus,
     /// Its shared session, while one is open.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub session: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub session: Option<SessionId>,
     /// Why it is not ready, or why its last session ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -244,13 +245,13 @@ pub struct Upstreams {
     /// Whether the store keeps what it holds across restarts (then 2026-07-28 rounds outlive a shutdown).
     durable: bool,
     /// The connections of the sessions that are ready, by session id.
-    live: Mutex<HashMap<String, Arc<Live>>>,
+    live: Mutex<HashMap<SessionId, Arc<Live>>>,
     /// The calls with a `tools/call` in flight, each with the token that abandons it.
-    legs: Mutex<HashMap<String, Leg>>,
+    legs: Mutex<HashMap<CallId, Leg>>,
     /// Numbers the legs, so that one that ends forgets only itself.
     next_leg: std::sync::atomic::AtomicU64,
     /// How long the upstream has worked on each call (for `limits.call_timeout`).
-    worked: Mutex<HashMap<String, Duration>>,
+    worked: Mutex<HashMap<CallId, Duration>>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
     /// The tasks running calls, so shutdown can let them tell their upstreams before the sessions close.
@@ -366,9 +367,14 @@ impl Upstreams {
     /// Opens a private session to a server for `owner`, ready when it returns.
     pub async fn open(self: &Arc<Self>, server: &str, owner: &str) -> Result<SessionView, UpstreamError> {
         let slot = self.slot(server)?;
-        let id = ids::mint(ids::SESSION);
+        let id = SessionId::mint();
         self.sessions
-            .starting(&id, &slot.server.name, Some(owner), self.limits.sessions_per_principal)
+            .starting(
+                id.clone(),
+                &slot.server.name,
+                Some(owner),
+                self.limits.sessions_per_principal,
+            )
             .await
             .map_err(|error| match error {
                 InsertSessionError::TooMany(open) => UpstreamError::TooManySessions {
@@ -388,28 +394,28 @@ impl Upstreams {
 
     /// Closes a private session; its pending Requests are cancelled (the upstream is told `cancel`) and its
     /// calls fail.
-    pub async fn close(&self, id: &str, detail: &str, by: &Principal) -> Result<SessionView, UpstreamError> {
+    pub async fn close(&self, id: &SessionId, detail: &str, by: &Principal) -> Result<SessionView, UpstreamError> {
         let view = self.session(id, by).await?;
         if view.shared {
-            return Err(UpstreamError::SharedSession(id.to_owned()));
+            return Err(UpstreamError::SharedSession(id.clone()));
         }
         if !by.may_change(view.owner.as_deref()) {
             return Err(UpstreamError::NotPermitted {
                 principal: by.name.clone(),
                 action: SessionAction::Close,
-                session: id.to_owned(),
+                session: id.clone(),
             });
         }
         // Taken first, so that a call whose round this completes is not retried on it.
         let live = lock(&self.live).remove(id);
         self.registry
-            .cancel(Pending::Session(id.to_owned()), detail, Tell::Cancel)
+            .cancel(Pending::Session(id.clone()), detail, Tell::Cancel)
             .await?;
         self.close_live(id, live, SessionStatus::Closed, detail).await;
         self.sessions
             .get(id)
             .await?
-            .ok_or_else(|| UpstreamError::UnknownSession(id.to_owned()))
+            .ok_or_else(|| UpstreamError::UnknownSession(id.to_string()))
     }
 
     /// This gateway's id among the replicas sharing its store.
@@ -418,16 +424,16 @@ impl Upstreams {
     }
 
     /// A session as `by` may see it.
-    pub async fn session(&self, id: &str, by: &Principal) -> Result<SessionView, UpstreamError> {
+    pub async fn session(&self, id: &SessionId, by: &Principal) -> Result<SessionView, UpstreamError> {
         let view = self
             .sessions
             .get(id)
             .await?
-            .ok_or_else(|| UpstreamError::UnknownSession(id.to_owned()))?;
+            .ok_or_else(|| UpstreamError::UnknownSession(id.to_string()))?;
         if view.shared || by.may_see(view.owner.as_deref()) {
             Ok(view)
         } else {
-            Err(UpstreamError::NotYours(id.to_owned()))
+            Err(UpstreamError::NotYours(id.clone()))
         }
     }
 
@@ -513,7 +519,7 @@ impl Upstreams {
     }
 
     /// Cancels a call: its pending Requests become `cancelled` and the upstream is told.
-    pub async fn cancel_call(&self, id: &str, message: &str) -> Result<CallView, UpstreamError> {
+    pub async fn cancel_call(&self, id: &CallId, message: &str) -> Result<CallView, UpstreamError> {
         let cancelled = self.calls.finish(id, Finish::Cancelled(message.to_owned())).await?;
         if cancelled.is_some()
             && let Some(leg) = lock(&self.legs).get(id)
@@ -524,7 +530,7 @@ impl Upstreams {
         self.calls
             .get(id)
             .await?
-            .ok_or_else(|| UpstreamError::UnknownCall(id.to_owned()))
+            .ok_or_else(|| UpstreamError::UnknownCall(id.to_string()))
     }
 
     /// The merged `tools/list` of a target.
@@ -537,7 +543,7 @@ impl Upstreams {
     }
 
     /// The progress the upstream reports on a call, while the returned value lives.
-    pub fn follow(&self, call: &str) -> Following {
+    pub fn follow(&self, call: &CallId) -> Following {
         self.reports.follow(call)
     }
 
@@ -586,7 +592,7 @@ impl Upstreams {
         }
         self.call_tasks.close();
         let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.call_tasks.wait()).await;
-        let open: Vec<String> = lock(&self.live).keys().cloned().collect();
+        let open: Vec<SessionId> = lock(&self.live).keys().cloned().collect();
         for id in open {
             self.end_session(&id, SessionStatus::Closed, detail).await;
         }
@@ -623,8 +629,8 @@ impl Upstreams {
                     return Ok(live);
                 }
                 match self.sessions.get(id).await? {
-                    Some(_) => Err(UpstreamError::SessionNotReady(id.clone())),
-                    None => Err(UpstreamError::UnknownSession(id.clone())),
+                    Some(_) => Err(UpstreamError::SessionNotReady(id.to_string())),
+                    None => Err(UpstreamError::UnknownSession(id.to_string())),
                 }
             }
         }

@@ -12,6 +12,7 @@ use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, InvalidQuery, LongPollsHeld, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
 use crate::feed::Concern;
+use crate::ids::CallId;
 use crate::records::{CallFilter, CallStatus, CallView, Event, EventKind, ToolName, Via};
 use crate::upstream::Target;
 
@@ -83,7 +84,7 @@ pub async fn start(
     }
     let target = match (body.server, body.session) {
         (Some(server), None) => Target::Server(server),
-        (None, Some(session)) => Target::Session(session),
+        (None, Some(session)) => Target::Session(super::sessions::session_id(session)?),
         _ => return Err(ApiError::bad_request("name exactly one of `server` and `session`")),
     };
     // Taken before the call starts: past the principal's long-polls nothing is started.
@@ -152,7 +153,7 @@ pub async fn get(
     Path(id): Path<String>,
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<CallView>, ApiError> {
-    owned_by(&state, &id, &principal, Principal::may_see).await?;
+    let id = owned_by(&state, &id, &principal, Principal::may_see).await?;
     let _held = state.hold_long_poll(&principal, query.wait.duration())?;
     settled(&state, &id, query.wait)
         .await?
@@ -177,7 +178,7 @@ pub async fn cancel(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<CallView>, ApiError> {
-    owned_by(&state, &id, &principal, Principal::may_change).await?;
+    let id = owned_by(&state, &id, &principal, Principal::may_change).await?;
     let upstreams = state.upstreams.clone();
     let call = to_completion(async move {
         Ok(upstreams
@@ -188,27 +189,25 @@ pub async fn cancel(
     Ok(Json(call))
 }
 
-/// `404` for an unknown call, `403` when the rule says the principal may not touch it.
+/// The call `id` names: `404` for an unknown call, `403` when the rule says the principal may not touch it.
 async fn owned_by(
     state: &AppState,
     id: &str,
     principal: &Principal,
     rule: fn(&Principal, Option<&str>) -> bool,
-) -> Result<(), ApiError> {
-    let (_, owner) = state
-        .calls
-        .status(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("no call with id {id}")))?;
+) -> Result<CallId, ApiError> {
+    let unknown = || ApiError::not_found(format!("no call with id {id}"));
+    let call = CallId::parse(id).ok_or_else(unknown)?;
+    let (_, owner) = state.calls.status(&call).await?.ok_or_else(unknown)?;
     if rule(principal, Some(&owner)) {
-        Ok(())
+        Ok(call)
     } else {
         Err(ApiError::forbidden(format!("call {id} belongs to another principal")))
     }
 }
 
 /// The call once it is no longer `running`, or as it is when `wait` passes.
-pub(super) async fn settled(state: &AppState, id: &str, wait: Wait) -> Result<Option<CallView>, ApiError> {
+pub(super) async fn settled(state: &AppState, id: &CallId, wait: Wait) -> Result<Option<CallView>, ApiError> {
     let not_running = || async move {
         match state.calls.status(id).await {
             Ok(Some((CallStatus::Running, _))) => None,
@@ -216,7 +215,7 @@ pub(super) async fn settled(state: &AppState, id: &str, wait: Wait) -> Result<Op
         }
     };
     // A call's status changes only with a `call.updated` event of it: its Requests' events need no read.
-    let concerns = |event: &Event| event.kind == EventKind::CallUpdated && event.call.as_deref() == Some(id);
+    let concerns = |event: &Event| event.kind == EventKind::CallUpdated && event.call.as_deref() == Some(id.as_str());
     let waited = state
         .feed
         .wait_for(

@@ -12,6 +12,7 @@ use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, InvalidQuery, LongPollsHeld, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
 use crate::feed::Concern;
+use crate::ids::SessionId;
 use crate::posted::{Posted, Refusal};
 use crate::records::{CallView, Event, EventKind, Filter, RequestView, Status};
 use crate::suspension::{Answer, RequestKind};
@@ -235,13 +236,8 @@ pub async fn get(
             }
         };
         // Only a change to a Request of its session (none: a posted Request) can resolve it.
-        let session = state
-            .registry
-            .get(id)
-            .await?
-            .ok_or_else(unknown)?
-            .session
-            .unwrap_or_default();
+        let session = state.registry.get(id).await?.ok_or_else(unknown)?.session;
+        let session = session.as_ref().map_or("", SessionId::as_str);
         let concerns = |event: &Event| event.kind == EventKind::RequestResolved && event.session == session;
         let waited = state
             .feed
@@ -311,7 +307,7 @@ pub async fn answer(
     let read = looked.read;
     let answered = to_completion(async move { Ok(registry.answer(&id, read, answer, &by).await?) }).await?;
     if held.is_some()
-        && let Some(call) = answered.view.call.as_deref()
+        && let Some(call) = answered.view.call.as_ref()
         && let Some((_, owner)) = state.calls.status(call).await?
         && principal.may_see(Some(&owner))
     {

@@ -12,8 +12,9 @@ use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, InvalidQuery, LongPollsHeld, Problem, WaitQuery, to_completion};
 use crate::auth::Principal;
 use crate::feed::Concern;
+use crate::ids::SessionId;
 use crate::records::{SessionFilter, SessionView};
-use crate::upstream::{ServerStatus, ServerView, Target};
+use crate::upstream::{ServerStatus, ServerView, Target, UpstreamError};
 
 /// What `POST /sessions` opens.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -111,7 +112,7 @@ pub async fn get(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(state.upstreams.session(&id, &principal).await?))
+    Ok(Json(state.upstreams.session(&session_id(id)?, &principal).await?))
 }
 
 /// `DELETE /sessions/{id}`: closes a private session; its pending Requests become `cancelled`.
@@ -132,6 +133,7 @@ pub async fn close(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<SessionView>, ApiError> {
+    let id = session_id(id)?;
     let upstreams = state.upstreams.clone();
     let closed = to_completion(async move {
         Ok(upstreams
@@ -162,7 +164,7 @@ pub async fn tools(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(
-        json!({ "tools": state.upstreams.tools(&Target::Session(id), &principal).await? }),
+        json!({ "tools": state.upstreams.tools(&Target::Session(session_id(id)?), &principal).await? }),
     ))
 }
 
@@ -236,4 +238,9 @@ pub async fn server_tools(
     Ok(Json(
         json!({ "tools": state.upstreams.tools(&Target::Server(name), &principal).await? }),
     ))
+}
+
+/// The session a client named: one the gateway did not mint is as unknown as one it forgot.
+pub(super) fn session_id(text: String) -> Result<SessionId, ApiError> {
+    SessionId::parse(&text).ok_or_else(|| UpstreamError::UnknownSession(text).into())
 }

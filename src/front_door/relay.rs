@@ -18,6 +18,7 @@ use crate::api::to_completion;
 use crate::auth::Principal;
 use crate::elicitation::{elicit_result_to_answer, request_to_elicitation};
 use crate::feed::Concern;
+use crate::ids::CallId;
 use crate::records::{CallView, Event, EventKind, Status};
 use crate::registry::AnswerError;
 use crate::suspension::RequestKind;
@@ -79,7 +80,7 @@ impl FrontDoor {
     pub(super) fn ask(
         &self,
         peer: Peer<RoleServer>,
-        call: &str,
+        call: &CallId,
         request: String,
         params: ElicitRequestParams,
         by: String,
@@ -107,8 +108,9 @@ impl FrontDoor {
                     return;
                 }
             };
-            let concerns =
-                |event: &Event| event.kind == EventKind::RequestResolved && event.call.as_deref() == Some(&call);
+            let concerns = |event: &Event| {
+                event.kind == EventKind::RequestResolved && event.call.as_deref() == Some(call.as_str())
+            };
             let resolved = || async {
                 let status = registry.status(&request).await;
                 (!matches!(status, Ok(Some((Status::Pending, _))))).then_some(())
@@ -141,11 +143,11 @@ impl FrontDoor {
     /// the `requestState` the gateway gave it.
     pub(super) async fn answer_relayed(
         &self,
-        call: &str,
+        call: &CallId,
         responses: InputResponses,
         principal: &Principal,
     ) -> Result<(), ErrorData> {
-        let unknown = || ErrorData::invalid_params(format!("requestState {call:?} names no call of yours"), None);
+        let unknown = || unknown_state(call.as_str());
         match self.state.calls.status(call).await {
             Ok(Some((_, owner))) if principal.may_change(Some(&owner)) => {}
             Ok(_) => return Err(unknown()),
@@ -153,7 +155,7 @@ impl FrontDoor {
         }
         for (request, response) in responses {
             let belongs = matches!(self.state.registry.get(&request).await,
-                Ok(Some(view)) if view.call.as_deref() == Some(call));
+                Ok(Some(view)) if view.call.as_ref() == Some(call));
             if !belongs {
                 return Err(ErrorData::invalid_params(
                     format!("inputResponses: {request:?} is not a Request of call {call}"),
@@ -210,10 +212,19 @@ pub(super) struct Relay {
     pub(super) returned: bool,
 }
 
+/// The call a 2026-07-28 client's `requestState` names: the gateway gives a call's id as its state.
+pub(super) fn relayed_call(state: &str) -> Result<CallId, ErrorData> {
+    CallId::parse(state).ok_or_else(|| unknown_state(state))
+}
+
+fn unknown_state(state: &str) -> ErrorData {
+    ErrorData::invalid_params(format!("requestState {state:?} names no call of yours"), None)
+}
+
 /// The `input_required` result that relays Requests to a 2026-07-28 client; its `requestState` is the call's
 /// id, which the client's retry sends back with the answers.
-pub(super) fn input_required(call: &str, asks: Vec<(String, ElicitRequestParams)>) -> InputRequiredResult {
-    InputRequiredResult::new(Some(input_requests(asks)), Some(call.to_owned()))
+pub(super) fn input_required(call: &CallId, asks: Vec<(String, ElicitRequestParams)>) -> InputRequiredResult {
+    InputRequiredResult::new(Some(input_requests(asks)), Some(call.to_string()))
 }
 
 /// Requests relayed to a client, keyed by their ids.

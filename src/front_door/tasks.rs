@@ -75,11 +75,11 @@ impl FrontDoor {
         context: &RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let principal = principal(context)?;
-        self.own_call(&id, &principal, Principal::may_change).await?;
+        let view = self.own_call(&id, &principal, Principal::may_change).await?;
         let upstreams = self.state.upstreams.clone();
         to_completion(async move {
             Ok(upstreams
-                .cancel_call(&id, "cancelled by its MCP client (tasks/cancel)")
+                .cancel_call(&view.id, "cancelled by its MCP client (tasks/cancel)")
                 .await?)
         })
         .await

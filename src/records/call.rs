@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::ids::{CallId, SessionId};
 use crate::time::Timestamp;
 
 /// Where a Call is in its life.
@@ -226,9 +227,11 @@ impl PartialEq for Arguments {
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CallView {
-    pub id: String,
+    #[schema(value_type = String)]
+    pub id: CallId,
     pub server: String,
-    pub session: String,
+    #[schema(value_type = String)]
+    pub session: SessionId,
     pub tool: String,
     #[schema(value_type = Object)]
     pub arguments: Arguments,
@@ -288,7 +291,10 @@ impl CallFilter {
     pub fn matches(&self, view: &CallView) -> bool {
         self.status.is_none_or(|status| status == view.status)
             && self.server.as_ref().is_none_or(|server| *server == view.server)
-            && self.session.as_ref().is_none_or(|session| *session == view.session)
+            && self
+                .session
+                .as_ref()
+                .is_none_or(|session| view.session == session.as_str())
             && self.owner.as_ref().is_none_or(|owner| *owner == view.owner)
     }
 }

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{CallView, RequestView, SessionView};
+use crate::ids::{CallId, SessionId};
 
 /// What an event reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,8 +116,8 @@ impl Event {
     pub fn request(kind: EventKind, view: &RequestView) -> Self {
         let tags = Tags {
             server: view.server.as_deref().unwrap_or_default(),
-            session: view.session.as_deref().unwrap_or_default(),
-            call: view.call.as_deref(),
+            session: view.session.as_ref().map(SessionId::as_str).unwrap_or_default(),
+            call: view.call.as_ref().map(CallId::as_str),
             owner: view.owner.as_deref(),
         };
         Self::new(kind, view, tags)
@@ -126,8 +127,8 @@ impl Event {
     pub fn call(view: &CallView) -> Self {
         let tags = Tags {
             server: &view.server,
-            session: &view.session,
-            call: Some(&view.id),
+            session: view.session.as_str(),
+            call: Some(view.id.as_str()),
             owner: Some(&view.owner),
         };
         Self::new(EventKind::CallUpdated, view, tags)
@@ -137,7 +138,7 @@ impl Event {
     pub fn session(view: &SessionView) -> Self {
         let tags = Tags {
             server: &view.server,
-            session: &view.id,
+            session: view.id.as_str(),
             call: None,
             owner: view.owner.as_deref(),
         };

@@ -4,6 +4,7 @@ use rmcp::model::ElicitResult;
 use serde::{Deserialize, Serialize};
 
 use super::{Event, EventKind};
+use crate::ids::{CallId, SessionId};
 use crate::suspension::{Answer, Request, RequestKind};
 use crate::time::Timestamp;
 
@@ -52,9 +53,11 @@ pub struct RequestView {
     pub server: Option<String>,
     /// The session it arrived on; absent for a posted Request.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub session: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub session: Option<SessionId>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub call: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub call: Option<CallId>,
     /// The principal that owns the Request's call or session (absent for a shared session's unattributed one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
@@ -109,8 +112,11 @@ impl Filter {
             && self
                 .session
                 .as_ref()
-                .is_none_or(|session| Some(session) == view.session.as_ref())
-            && self.call.as_ref().is_none_or(|call| Some(call) == view.call.as_ref())
+                .is_none_or(|session| Some(session.as_str()) == view.session.as_ref().map(SessionId::as_str))
+            && self
+                .call
+                .as_ref()
+                .is_none_or(|call| Some(call.as_str()) == view.call.as_ref().map(CallId::as_str))
             && self.kind.as_ref().is_none_or(|kind| *kind == view.request.kind)
             && self
                 .owner

@@ -3,6 +3,7 @@
 use rmcp::model::Implementation;
 use serde::{Deserialize, Serialize};
 
+use crate::ids::SessionId;
 use crate::time::Timestamp;
 
 /// Where a Session is in its life.
@@ -63,7 +64,8 @@ impl SessionStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionView {
-    pub id: String,
+    #[schema(value_type = String)]
+    pub id: SessionId,
     pub server: String,
     pub shared: bool,
     /// The principal that opened it (absent for a shared session, which the gateway owns).

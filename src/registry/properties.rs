@@ -156,7 +156,7 @@ async fn step(world: &mut World, tracked: &mut Vec<Tracked>, op: Op) -> Result<(
             };
             let origin = Origin {
                 server: "demo".into(),
-                session: Some("ses-1".into()),
+                session: Some(crate::ids::SessionId::stored("ses-1")),
                 call: None,
                 owner: None,
             };

@@ -29,7 +29,7 @@ async fn ask(registry: &Registry) -> Waiting {
         "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]}});
     let origin = Origin {
         server: "demo".into(),
-        session: Some("ses-1".into()),
+        session: Some(crate::ids::SessionId::stored("ses-1")),
         call: None,
         owner: None,
     };

@@ -6,6 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::ids::CallId;
 use crate::records::{CallStatus, Status};
 use crate::store::shares::{Running, Shares};
 
@@ -19,7 +20,7 @@ pub struct Live {
     /// What they hold.
     shares: Shares,
     /// Calls that have not ended, with their status and owner.
-    calls: HashMap<String, (CallStatus, String)>,
+    calls: HashMap<CallId, (CallStatus, String)>,
     /// How many of them each owner has.
     running: Running,
 }
@@ -49,11 +50,11 @@ pub enum Note {
     },
     Resolved(String),
     Call {
-        call: String,
+        call: CallId,
         status: CallStatus,
         owner: String,
     },
-    Ended(String),
+    Ended(CallId),
 }
 
 impl Live {
@@ -134,7 +135,7 @@ impl Live {
     }
 
     /// A live call's status and owner; `None` if it has ended (or is unknown).
-    pub fn call(&self, id: &str) -> Option<(CallStatus, String)> {
+    pub fn call(&self, id: &CallId) -> Option<(CallStatus, String)> {
         self.calls.get(id).cloned()
     }
 }

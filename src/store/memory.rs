@@ -15,7 +15,7 @@ use super::{
     Withdrawal,
 };
 use crate::feed::Feed;
-use crate::ids;
+use crate::ids::{CallId, SessionId};
 use crate::records::json_size;
 use crate::records::{
     CallError, CallFilter, CallStatus, CallView, Event, EventKind, Filter, Finish, RequestView, SessionFilter,
@@ -71,7 +71,7 @@ struct State {
     sessions: Retained<SessionView>,
     /// URL-mode Requests by session and `elicitationId`, to match `notifications/elicitation/complete`
     /// without looking through every Request kept.
-    completions: HashMap<(String, String), String>,
+    completions: HashMap<(Option<SessionId>, String), String>,
     events: VecDeque<Arc<Event>>,
     /// The bytes of the events' data.
     replay_bytes: usize,
@@ -88,7 +88,7 @@ struct State {
 #[derive(Debug, Default)]
 struct EndedShare {
     held: Held,
-    ids: VecDeque<String>,
+    ids: VecDeque<CallId>,
 }
 
 #[derive(Debug)]
@@ -162,9 +162,9 @@ impl Memory {
             return Err(RaiseError::Taken(taken.to_owned()));
         }
         state.shares.admit(&requests, &caps)?;
-        for call in requests.iter().filter_map(|new| new.call.as_deref()) {
+        for call in requests.iter().filter_map(|new| new.call.as_ref()) {
             if state.calls.get(call).is_none_or(|entry| entry.view.status.is_final()) {
-                return Err(RaiseError::CallEnded(call.to_owned()));
+                return Err(RaiseError::CallEnded(call.clone()));
             }
         }
         let mut changes = Changes::default();
@@ -180,10 +180,10 @@ impl Memory {
             let view = super::raised_view(&new);
             changes.events.push(Event::request(EventKind::RequestCreated, &view));
             if let Some(elicitation_id) = &new.elicitation_id {
-                let key = (new.session.clone().unwrap_or_default(), elicitation_id.clone());
+                let key = (new.session.clone(), elicitation_id.clone());
                 state.completions.insert(key, new.request.id.clone());
             }
-            if let Some(call) = new.call.as_deref()
+            if let Some(call) = new.call.as_ref()
                 && let Some(entry) = state.calls.get_mut(call)
             {
                 entry.view.requests.push(new.request.id.clone());
@@ -316,9 +316,9 @@ impl Memory {
         Ok(self.lock().requests.live().next().map(|entry| entry.deadline))
     }
 
-    pub async fn complete(&self, session: &str, elicitation_id: &str) -> Result<bool, StoreError> {
+    pub async fn complete(&self, session: &SessionId, elicitation_id: &str) -> Result<bool, StoreError> {
         let mut state = self.lock();
-        let key = (session.to_owned(), elicitation_id.to_owned());
+        let key = (Some(session.clone()), elicitation_id.to_owned());
         let Some(id) = state.completions.remove(&key) else {
             return Ok(false);
         };
@@ -355,7 +355,7 @@ impl Memory {
     pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<Started, InsertCallError> {
         let now = Timestamp::now();
         let view = CallView {
-            id: ids::mint(ids::CALL),
+            id: CallId::mint(),
             server: call.server,
             session: call.session,
             tool: call.tool,
@@ -393,7 +393,7 @@ impl Memory {
         })
     }
 
-    pub async fn finish_call(&self, id: &str, finish: Finish) -> Result<Option<Finished>, StoreError> {
+    pub async fn finish_call(&self, id: &CallId, finish: Finish) -> Result<Option<Finished>, StoreError> {
         let mut state = self.lock();
         let now = Timestamp::now();
         let Some(entry) = state.calls.get_mut(id).filter(|entry| !entry.view.status.is_final()) else {
@@ -433,7 +433,7 @@ impl Memory {
         Ok(Some(Finished { view, cancelled }))
     }
 
-    pub async fn annotate_round(&self, call: &str, detail: &str) -> Result<(), StoreError> {
+    pub async fn annotate_round(&self, call: &CallId, detail: &str) -> Result<(), StoreError> {
         let mut state = self.lock();
         let Some((_, _, requests)) = state.calls.get(call).and_then(|entry| entry.round.clone()) else {
             return Ok(());
@@ -451,7 +451,7 @@ impl Memory {
         Ok(())
     }
 
-    pub async fn retry(&self, call: &str) -> Result<Option<Retry>, StoreError> {
+    pub async fn retry(&self, call: &CallId) -> Result<Option<Retry>, StoreError> {
         Ok(self.lock().retry(call))
     }
 
@@ -488,7 +488,7 @@ impl Memory {
 
     pub async fn session_ready(
         &self,
-        id: &str,
+        id: &SessionId,
         protocol_version: Option<String>,
         server_info: Option<Implementation>,
     ) -> Result<Option<SessionView>, StoreError> {
@@ -511,7 +511,7 @@ impl Memory {
 
     pub async fn end_session(
         &self,
-        id: &str,
+        id: &SessionId,
         status: SessionStatus,
         detail: &str,
     ) -> Result<Option<SessionView>, StoreError> {
@@ -577,11 +577,11 @@ impl Memory {
         Ok(self.lock().requests.live_count())
     }
 
-    pub async fn call(&self, id: &str) -> Result<Option<CallView>, StoreError> {
+    pub async fn call(&self, id: &CallId) -> Result<Option<CallView>, StoreError> {
         Ok(self.lock().calls.get(id).map(|entry| entry.view.clone()))
     }
 
-    pub async fn forwarding(&self, id: &str) -> Result<bool, StoreError> {
+    pub async fn forwarding(&self, id: &CallId) -> Result<bool, StoreError> {
         let mut state = self.lock();
         let Some(entry) = state.calls.get_mut(id) else {
             return Ok(false);
@@ -591,7 +591,7 @@ impl Memory {
         Ok(first)
     }
 
-    pub async fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
+    pub async fn call_status(&self, id: &CallId) -> Result<Option<(CallStatus, String)>, StoreError> {
         Ok(self
             .lock()
             .calls
@@ -610,12 +610,12 @@ impl Memory {
             .collect())
     }
 
-    pub async fn running_calls(&self, session: Option<&str>) -> Result<Vec<CallView>, StoreError> {
+    pub async fn running_calls(&self, session: Option<&SessionId>) -> Result<Vec<CallView>, StoreError> {
         Ok(self
             .lock()
             .calls
             .live()
-            .filter(|entry| session.is_none_or(|session| entry.view.session == session))
+            .filter(|entry| session.is_none_or(|session| entry.view.session == *session))
             .map(|entry| entry.view.clone())
             .collect())
     }
@@ -628,7 +628,7 @@ impl Memory {
         Ok(counts.into_iter().collect())
     }
 
-    pub async fn session(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
+    pub async fn session(&self, id: &SessionId) -> Result<Option<SessionView>, StoreError> {
         Ok(self.lock().sessions.get(id).cloned())
     }
 
@@ -766,7 +766,11 @@ impl State {
             }
         }
         while self.ended.exceeds(&ENDED_CALLS) {
-            let Some(oldest) = self.calls.oldest_retired().filter(|oldest| **oldest != *view.id) else {
+            let Some(oldest) = self
+                .calls
+                .oldest_retired()
+                .filter(|oldest| **oldest != *view.id.as_str())
+            else {
                 break;
             };
             self.forget_ended(&oldest);
@@ -817,7 +821,7 @@ impl State {
     }
 
     /// What retrying a call takes, if its latest round is answered and it has not ended.
-    fn retry(&self, call: &str) -> Option<Retry> {
+    fn retry(&self, call: &CallId) -> Option<Retry> {
         let entry = self.calls.get(call).filter(|entry| !entry.view.status.is_final())?;
         let (round, request_state, requests) = entry.round.as_ref()?;
         let mut input_responses = Map::new();
@@ -865,7 +869,7 @@ impl State {
     }
 
     /// Publishes `call.updated` when a call that has not ended starts or stops waiting on Requests.
-    fn call_changed(&mut self, call: &str, changes: &mut Changes) {
+    fn call_changed(&mut self, call: &CallId, changes: &mut Changes) {
         let Some(entry) = self.calls.get_mut(call) else { return };
         if entry.view.status.is_final() {
             return;
@@ -886,7 +890,7 @@ impl State {
         let purged = self.requests.purge(now);
         for entry in purged {
             if let Some(elicitation_id) = entry.elicitation_id() {
-                let key = (entry.view.session.clone().unwrap_or_default(), elicitation_id.clone());
+                let key = (entry.view.session.clone(), elicitation_id.clone());
                 if self.completions.get(&key) == Some(&entry.view.request.id) {
                     self.completions.remove(&key);
                 }

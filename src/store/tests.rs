@@ -7,6 +7,7 @@ use rmcp::model::{ElicitResult, ElicitationAction};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::ids::{CallId, SessionId};
 use crate::records::{Arguments, CallStatus, EventKind, Finish, SessionFilter, SessionStatus, Status, Via};
 use crate::suspension::{Answer, RequestKind, Verdict};
 
@@ -56,7 +57,7 @@ async fn close(store: Store) {
 fn new_call(owner: &str) -> NewCall {
     NewCall {
         server: "demo".into(),
-        session: "ses-1".into(),
+        session: ses_1(),
         shared: true,
         tool: "two_step".into(),
         arguments: Arguments::of(json!({"b": 1, "a": [2]}).as_object().unwrap()),
@@ -67,7 +68,12 @@ fn new_call(owner: &str) -> NewCall {
     }
 }
 
-fn new_request(call: Option<&str>, input_key: Option<&str>) -> NewRequest {
+/// The session the tests' calls and Requests run on.
+fn ses_1() -> SessionId {
+    SessionId::stored("ses-1")
+}
+
+fn new_request(call: Option<&CallId>, input_key: Option<&str>) -> NewRequest {
     let created_at = Timestamp::now();
     let deadline = created_at.after(Duration::from_secs(60));
     NewRequest {
@@ -82,8 +88,8 @@ fn new_request(call: Option<&str>, input_key: Option<&str>) -> NewRequest {
         created_at,
         deadline,
         server: Some("demo".into()),
-        session: Some("ses-1".into()),
-        call: call.map(str::to_owned),
+        session: Some(ses_1()),
+        call: call.cloned(),
         owner: Some("ada".into()),
         elicitation_id: None,
         bytes: 100,
@@ -599,17 +605,20 @@ async fn events_are_numbered_in_order_and_a_reader_past_the_end_is_told_to_relis
     on_every(|store| async move {
         let before = store.last_event_id().await.unwrap();
         let session = NewSession {
-            id: "ses-1".into(),
+            id: ses_1(),
             replica: "replica-under-test".into(),
             server: "demo".into(),
             owner: Some("ada".into()),
         };
         store.insert_session(session, 4).await.unwrap();
         store
-            .session_ready("ses-1", Some("2026-07-28".into()), None)
+            .session_ready(&ses_1(), Some("2026-07-28".into()), None)
             .await
             .unwrap();
-        store.end_session("ses-1", SessionStatus::Closed, "done").await.unwrap();
+        store
+            .end_session(&ses_1(), SessionStatus::Closed, "done")
+            .await
+            .unwrap();
         let page = store.events_after(before, 10).await.unwrap();
         assert!(!page.gap);
         let ids: Vec<u64> = page.events.iter().map(|event| event.id).collect();
@@ -642,7 +651,13 @@ async fn a_posted_request_counts_per_owner_and_in_all_but_against_no_server() {
             ..PendingCaps::NONE
         };
         let first = store.raise(vec![posted_request("ada")], None, caps).await.unwrap();
-        assert_eq!((first[0].server.as_deref(), first[0].session.as_deref()), (None, None));
+        assert_eq!(
+            (
+                first[0].server.as_deref(),
+                first[0].session.as_ref().map(SessionId::as_str)
+            ),
+            (None, None)
+        );
         let mut again = posted_request("bob");
         again.request.id = first[0].request.id.clone();
         let taken = store.raise(vec![again], None, caps).await.unwrap_err();
@@ -719,7 +734,7 @@ async fn a_posted_request_is_not_ended_by_a_restart() {
 }
 
 /// The approval of `call`, raised as the gateway raises one: on no session.
-fn approval_of(call: &str) -> NewRequest {
+fn approval_of(call: &CallId) -> NewRequest {
     let mut request = new_request(Some(call), None);
     request.request.kind = RequestKind::Approval;
     request.session = None;
@@ -1095,7 +1110,7 @@ async fn listings_cursors_and_pruning_read_what_was_kept() {
             ..CallFilter::default()
         };
         assert_eq!(store.calls(&running, 5).await.unwrap().len(), 1);
-        assert_eq!(store.running_calls(Some("ses-1")).await.unwrap().len(), 1);
+        assert_eq!(store.running_calls(Some(&ses_1())).await.unwrap().len(), 1);
         assert_eq!(store.running_calls(None).await.unwrap().len(), 1);
         assert_eq!(store.count_calls().await.unwrap(), [(CallStatus::InputRequired, 1)]);
         assert_eq!(
@@ -1114,7 +1129,7 @@ async fn listings_cursors_and_pruning_read_what_was_kept() {
             Some((Status::Expired, Some("ada".to_owned())))
         );
         store.annotate_round(&call.id, "refused").await.unwrap();
-        assert!(!store.complete("ses-1", "elc-unknown").await.unwrap());
+        assert!(!store.complete(&ses_1(), "elc-unknown").await.unwrap());
         assert!(
             store
                 .undelivered(&raised[1].request.id, "late")

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use super::legs::LegError;
 use super::{CallRef, Upstreams};
 use crate::approvals::{self, ApprovalPolicy};
+use crate::ids::CallId;
 use crate::records::{CallError, CallFailure, CallView, Finish, RequestView, Status};
 use crate::registry::{Origin, Waiting};
 use crate::store::{HeldCall, StoreError};
@@ -20,7 +21,7 @@ enum ForwardError {
     #[error("the approved call could not be read or claimed: {0}")]
     Store(#[from] StoreError),
     #[error("call {0} is gone")]
-    Gone(String),
+    Gone(CallId),
     #[error(transparent)]
     Session(#[from] LegError),
 }
@@ -92,7 +93,7 @@ impl Upstreams {
     }
 
     /// Waits for an approval's outcome, then forwards the call as recorded or ends it.
-    async fn await_approval(self: Arc<Self>, mut waiting: Waiting, call: String) {
+    async fn await_approval(self: Arc<Self>, mut waiting: Waiting, call: CallId) {
         tokio::select! {
             biased;
             _ = waiting.outcome() => {}
@@ -141,12 +142,16 @@ impl Upstreams {
 
     /// Sends an approved call upstream with the arguments approved, on its session or, if that was the
     /// server's shared one and has ended since, on the shared session open now.
-    async fn forward(self: &Arc<Self>, call: &str, arguments: Option<Map<String, Value>>) -> Result<(), ForwardError> {
+    async fn forward(
+        self: &Arc<Self>,
+        call: &CallId,
+        arguments: Option<Map<String, Value>>,
+    ) -> Result<(), ForwardError> {
         let view = self
             .calls
             .get(call)
             .await?
-            .ok_or_else(|| ForwardError::Gone(call.to_owned()))?;
+            .ok_or_else(|| ForwardError::Gone(call.clone()))?;
         let session = self.sessions.get(&view.session).await?;
         let shared = session.is_some_and(|session| session.shared);
         let live = self.session_for(&view.server, &view.session, shared).await?;

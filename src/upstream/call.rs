@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Live;
 use super::client::{CallRef, ELICITATION_CREATE, SessionCore};
+use crate::ids::CallId;
 use crate::records::{Arguments, CallError, CallFailure, Finish};
 use crate::registry::{AskError, Outcome};
 use crate::store::NewRound;
@@ -108,7 +109,7 @@ struct Next {
 
 impl Next {
     /// The next `tools/call`'s params, of the call as the store keeps it.
-    async fn params(&self, core: &SessionCore, call: &str) -> Result<Box<CallToolRequestParams>, Finish> {
+    async fn params(&self, core: &SessionCore, call: &CallId) -> Result<Box<CallToolRequestParams>, Finish> {
         let view = match core.calls.get(call).await {
             Ok(Some(view)) => view,
             Ok(None) => return Err(Finish::failed("the call is no longer kept, so it cannot be sent again")),
@@ -226,13 +227,13 @@ async fn after(
 
 /// The end of a call whose retry the upstream refused: the `requestState` the gateway echoed is not one it
 /// accepts any more. The Requests that answered the round say so too.
-async fn state_rejected(core: &SessionCore, call: &str, error: &ErrorData) -> Finish {
+async fn state_rejected(core: &SessionCore, call: &CallId, error: &ErrorData) -> Finish {
     let detail = format!(
         "the upstream refused this round's answers when the call was retried: {}",
         error.message
     );
     if let Err(failure) = core.calls.annotate_round(call, &detail).await {
-        tracing::warn!(call, %failure, "the refused round could not be noted on its Requests");
+        tracing::warn!(%call, %failure, "the refused round could not be noted on its Requests");
     }
     Finish::Failed(CallError {
         message: format!(

@@ -19,6 +19,7 @@ use tokio_util::task::TaskTracker;
 
 use super::reports::{Progress, Report, Reports};
 use crate::calls::Calls;
+use crate::ids::{CallId, SessionId};
 use crate::registry::{AskError, Origin, Outcome, Registry};
 
 /// The MCP method of a 2025-11-25 elicitation request.
@@ -35,7 +36,7 @@ const ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
 /// What a session's handler and its calls share.
 #[derive(Debug)]
 pub struct SessionCore {
-    pub id: String,
+    pub id: SessionId,
     pub server: String,
     /// The principal that opened the session (`None` for a shared one).
     pub owner: Option<String>,
@@ -64,7 +65,7 @@ pub struct SessionCore {
 impl SessionCore {
     /// Creates the shared part of a session that is about to connect.
     pub fn new(
-        id: String,
+        id: SessionId,
         server: String,
         owner: Option<String>,
         registry: Registry,
@@ -158,7 +159,7 @@ impl SessionCore {
     ///
     /// rmcp cancels a handler's token before it routes the response that follows, so a call that just ended
     /// runs this to record the upstream's withdrawal rather than its own ending.
-    pub async fn settle_withdrawn(&self, call: &str) {
+    pub async fn settle_withdrawn(&self, call: &CallId) {
         let withdrawn = lock(&self.elicitations).withdrawn_of(call);
         for id in withdrawn {
             self.registry.withdraw(&id).await;
@@ -259,13 +260,13 @@ impl SessionCore {
 /// and how many wait under each JSON-RPC id (an upstream whose ids repeat can have several).
 #[derive(Debug, Default)]
 struct Elicitations {
-    by_request: HashMap<String, (RequestId, CancellationToken, Option<String>)>,
-    by_call: HashMap<String, HashSet<String>>,
+    by_request: HashMap<String, (RequestId, CancellationToken, Option<CallId>)>,
+    by_call: HashMap<CallId, HashSet<String>>,
     by_rpc: HashMap<RequestId, usize>,
 }
 
 impl Elicitations {
-    fn insert(&mut self, id: &str, rpc: RequestId, withdrawn: CancellationToken, call: Option<String>) {
+    fn insert(&mut self, id: &str, rpc: RequestId, withdrawn: CancellationToken, call: Option<CallId>) {
         if let Some(call) = &call {
             self.by_call.entry(call.clone()).or_default().insert(id.to_owned());
         }
@@ -290,7 +291,7 @@ impl Elicitations {
     }
 
     /// The Requests of `call`'s elicitations that the upstream has withdrawn.
-    fn withdrawn_of(&self, call: &str) -> Vec<String> {
+    fn withdrawn_of(&self, call: &CallId) -> Vec<String> {
         let Some(ids) = self.by_call.get(call) else {
             return Vec::new();
         };
@@ -322,7 +323,7 @@ impl Elicitations {
 /// A call, and the principal that owns it (and so its Requests).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallRef {
-    pub id: String,
+    pub id: CallId,
     pub owner: String,
 }
 
@@ -491,13 +492,18 @@ mod tests {
             CancellationToken::new(),
             CancellationToken::new(),
         );
-        elicitations.insert("req-1", RequestId::Number(1), kept, Some("call-a".into()));
-        elicitations.insert("req-2", RequestId::Number(2), withdrawn.clone(), Some("call-a".into()));
+        elicitations.insert("req-1", RequestId::Number(1), kept, Some(CallId::stored("call-a")));
+        elicitations.insert(
+            "req-2",
+            RequestId::Number(2),
+            withdrawn.clone(),
+            Some(CallId::stored("call-a")),
+        );
         elicitations.insert("req-3", RequestId::Number(3), elsewhere.clone(), None);
         withdrawn.cancel();
         elsewhere.cancel();
-        assert_eq!(elicitations.withdrawn_of("call-a"), ["req-2"]);
-        assert!(elicitations.withdrawn_of("call-b").is_empty());
+        assert_eq!(elicitations.withdrawn_of(&CallId::stored("call-a")), ["req-2"]);
+        assert!(elicitations.withdrawn_of(&CallId::stored("call-b")).is_empty());
         assert!(elicitations.waits_on(&RequestId::Number(3)));
 
         for id in ["req-1", "req-2", "req-3"] {
@@ -513,7 +519,12 @@ mod tests {
         let mut elicitations = Elicitations::default();
         let rpc = RequestId::Number(0);
         elicitations.insert("req-1", rpc.clone(), CancellationToken::new(), None);
-        elicitations.insert("req-2", rpc.clone(), CancellationToken::new(), Some("call-a".into()));
+        elicitations.insert(
+            "req-2",
+            rpc.clone(),
+            CancellationToken::new(),
+            Some(CallId::stored("call-a")),
+        );
         elicitations.remove("req-1");
         assert!(elicitations.waits_on(&rpc), "req-2 still waits under it");
         elicitations.remove("req-1");

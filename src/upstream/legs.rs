@@ -14,6 +14,7 @@ use super::call;
 use super::{CallRef, Leg, Live, Target, UpstreamError, Upstreams, lock};
 use crate::calls::Calls;
 use crate::feed::{Concern, Feed};
+use crate::ids::{CallId, SessionId};
 use crate::records::{CallStatus, Finish};
 use crate::store::Retry;
 
@@ -88,7 +89,7 @@ impl Upstreams {
     }
 
     /// Forgets a call's leg, unless another leg of the call has taken its place.
-    fn forget_leg(&self, call: &str, id: u64) {
+    fn forget_leg(&self, call: &CallId, id: u64) {
         let mut legs = lock(&self.legs);
         if legs.get(call).is_some_and(|leg| leg.id == id) {
             legs.remove(call);
@@ -97,7 +98,7 @@ impl Upstreams {
 
     /// Records how a call ended, trying again while the store cannot keep it (a full disk): a call left
     /// running would hold its owner's place and, after a restart, be sent again.
-    pub(super) async fn end_call(&self, call: &str, finish: Finish) {
+    pub(super) async fn end_call(&self, call: &CallId, finish: Finish) {
         lock(&self.worked).remove(call);
         let mut pause = RETRY_FIRST;
         loop {
@@ -150,7 +151,7 @@ impl Upstreams {
     ///
     /// Boxed, and without a limit empty (a box of nothing allocates nothing), so that a call's task does not
     /// keep room for a budget it does not have.
-    fn budget(&self, call: &str) -> Pin<Box<dyn Future<Output = Duration> + Send>> {
+    fn budget(&self, call: &CallId) -> Pin<Box<dyn Future<Output = Duration> + Send>> {
         let Some(limit) = self.limits.call_timeout else {
             return Box::pin(std::future::pending());
         };
@@ -182,7 +183,12 @@ impl Upstreams {
 
     /// The session a call's next `tools/call` goes to: the call's own while it is open; else the server's
     /// shared session (once it is ready, within the server's `startup_timeout`) if the call was on a shared one.
-    pub(super) async fn session_for(&self, server: &str, session: &str, shared: bool) -> Result<Arc<Live>, LegError> {
+    pub(super) async fn session_for(
+        &self,
+        server: &str,
+        session: &SessionId,
+        shared: bool,
+    ) -> Result<Arc<Live>, LegError> {
         if let Some(live) = lock(&self.live).get(session).cloned() {
             return Ok(live);
         }
@@ -206,7 +212,7 @@ impl Upstreams {
 
 /// Resolves, with the limit, once a call has worked for `limit` (having used `used` already) without
 /// waiting on a Request.
-async fn work_budget(limit: Duration, mut used: Duration, calls: Calls, call: String, feed: Feed) -> Duration {
+async fn work_budget(limit: Duration, mut used: Duration, calls: Calls, call: CallId, feed: Feed) -> Duration {
     let mut versions = feed.versions();
     loop {
         if used >= limit {

@@ -9,6 +9,8 @@ use std::sync::{Arc, Mutex};
 use rmcp::model::LoggingMessageNotificationParam;
 use tokio::sync::mpsc;
 
+use crate::ids::CallId;
+
 /// One report of an upstream about a call.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Report {
@@ -32,26 +34,26 @@ type Follower = (u64, mpsc::UnboundedSender<Report>);
 /// The followers of calls, each call followed by at most one (the latest).
 #[derive(Debug, Clone, Default)]
 pub struct Reports {
-    followers: Arc<Mutex<HashMap<String, Follower>>>,
+    followers: Arc<Mutex<HashMap<CallId, Follower>>>,
     next: Arc<AtomicU64>,
 }
 
 impl Reports {
     /// Follows a call's reports until the returned value is dropped.
-    pub fn follow(&self, call: &str) -> Following {
+    pub fn follow(&self, call: &CallId) -> Following {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (sender, receiver) = mpsc::unbounded_channel();
-        lock(&self.followers).insert(call.to_owned(), (id, sender));
+        lock(&self.followers).insert(call.clone(), (id, sender));
         Following {
             reports: self.clone(),
-            call: call.to_owned(),
+            call: call.clone(),
             id,
             receiver,
         }
     }
 
     /// Hands a report to the call's follower, if it has one.
-    pub fn report(&self, call: &str, report: Report) {
+    pub fn report(&self, call: &CallId, report: Report) {
         if let Some((_, follower)) = lock(&self.followers).get(call) {
             let _ = follower.send(report);
         }
@@ -62,7 +64,7 @@ impl Reports {
 #[derive(Debug)]
 pub struct Following {
     reports: Reports,
-    call: String,
+    call: CallId,
     id: u64,
     receiver: mpsc::UnboundedReceiver<Report>,
 }
@@ -102,22 +104,22 @@ mod tests {
     #[tokio::test]
     async fn a_report_reaches_the_latest_follower_of_its_call_only() {
         let reports = Reports::default();
-        let first = reports.follow("call-1");
-        let mut latest = reports.follow("call-1");
-        let mut other = reports.follow("call-2");
-        reports.report("call-1", progress(1.0));
+        let first = reports.follow(&CallId::stored("call-1"));
+        let mut latest = reports.follow(&CallId::stored("call-1"));
+        let mut other = reports.follow(&CallId::stored("call-2"));
+        reports.report(&CallId::stored("call-1"), progress(1.0));
         assert_eq!(latest.next().await, Some(progress(1.0)));
         drop(first);
-        reports.report("call-1", progress(2.0));
+        reports.report(&CallId::stored("call-1"), progress(2.0));
         assert_eq!(
             latest.next().await,
             Some(progress(2.0)),
             "dropping an older follower keeps the latest"
         );
         drop(latest);
-        reports.report("call-1", progress(3.0));
-        assert!(lock(&reports.followers).get("call-1").is_none());
-        reports.report("call-2", progress(4.0));
+        reports.report(&CallId::stored("call-1"), progress(3.0));
+        assert!(lock(&reports.followers).get(&CallId::stored("call-1")).is_none());
+        reports.report(&CallId::stored("call-2"), progress(4.0));
         assert_eq!(other.next().await, Some(progress(4.0)));
     }
 }

@@ -10,7 +10,7 @@ use super::client::GatewayClient;
 use super::connect::ConnectError;
 use super::{CLOSE_TIMEOUT, Live, ServerStatus, ServerView, SessionCore, Slot, Upstreams, connect, lock, stdio};
 use crate::config::Server;
-use crate::ids;
+use crate::ids::SessionId;
 use crate::records::{Finish, SessionStatus, SessionView};
 use crate::registry::Tell;
 use crate::store::{InsertSessionError, Pending};
@@ -53,8 +53,12 @@ impl Upstreams {
                 state.retry_at = None;
                 state.backoff_ms = None;
             });
-            let id = ids::mint(ids::SESSION);
-            let opened = match self.sessions.starting(&id, &slot.server.name, None, usize::MAX).await {
+            let id = SessionId::mint();
+            let opened = match self
+                .sessions
+                .starting(id.clone(), &slot.server.name, None, usize::MAX)
+                .await
+            {
                 Ok(_) => self.open_session(id, &slot.server, None).await,
                 Err(error) => Err(OpenError::Unrecorded(error)),
             };
@@ -116,7 +120,7 @@ impl Upstreams {
     /// its connection to a task that owns it until it ends.
     pub(super) async fn open_session(
         self: &Arc<Self>,
-        id: String,
+        id: SessionId,
         server: &Server,
         owner: Option<&str>,
     ) -> Result<(SessionView, Arc<Live>), OpenError> {
@@ -191,13 +195,19 @@ impl Upstreams {
 
     /// Ends a session: its connection closes, and its 2026-07-28 calls waiting on Requests fail unless it is a
     /// shared session, whose successor takes their retries.
-    pub(super) async fn end_session(&self, id: &str, status: SessionStatus, detail: &str) {
+    pub(super) async fn end_session(&self, id: &SessionId, status: SessionStatus, detail: &str) {
         let live = lock(&self.live).remove(id);
         self.close_live(id, live, status, detail).await;
     }
 
     /// Records a session's end and closes its connection, taken off the live ones already.
-    pub(super) async fn close_live(&self, id: &str, live: Option<Arc<Live>>, status: SessionStatus, detail: &str) {
+    pub(super) async fn close_live(
+        &self,
+        id: &SessionId,
+        live: Option<Arc<Live>>,
+        status: SessionStatus,
+        detail: &str,
+    ) {
         if let Some(live) = &live {
             live.end(detail);
         }
@@ -217,7 +227,7 @@ impl Upstreams {
 
     /// Records a session's end, trying again while the store cannot keep it: an open session left behind
     /// would hold its owner's place.
-    async fn record_end(&self, id: &str, status: SessionStatus, detail: &str) {
+    async fn record_end(&self, id: &SessionId, status: SessionStatus, detail: &str) {
         let mut pause = RECORD_RETRY;
         while let Err(error) = self.sessions.end(id, status, detail).await {
             tracing::error!(session = %id, %error, "the session's end could not be recorded; trying again");

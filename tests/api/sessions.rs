@@ -113,6 +113,43 @@ async fn private_sessions_open_serve_calls_and_close() {
     assert_eq!(app.post("/sessions", &json!({"server": "nope"})).await.status(), 404);
 }
 
+/// An id of the right shape that names nothing, and one of a shape the gateway never mints, are answered alike.
+#[tokio::test]
+async fn unknown_ids_of_any_shape_name_nothing() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for call in [
+        "call-0190f1d2c3b47000800000000000abcd",
+        "call-unknown",
+        "ses-0190f1d2c3b47000800000000000abcd",
+    ] {
+        for response in [
+            app.get(&format!("/calls/{call}")).await,
+            app.delete(&format!("/calls/{call}")).await,
+        ] {
+            assert_eq!(response.status(), 404);
+            let problem: Value = response.json().await.unwrap();
+            assert_eq!(problem["detail"], format!("no call with id {call}"), "{problem}");
+        }
+    }
+    for session in [
+        "ses-0190f1d2c3b47000800000000000abcd",
+        "ses-unknown",
+        "call-0190f1d2c3b47000800000000000abcd",
+    ] {
+        let responses = [
+            app.get(&format!("/sessions/{session}")).await,
+            app.delete(&format!("/sessions/{session}")).await,
+            app.get(&format!("/sessions/{session}/tools")).await,
+            app.post("/calls", &json!({"session": session, "tool": "echo"})).await,
+        ];
+        for response in responses {
+            assert_eq!(response.status(), 404);
+            let problem: Value = response.json().await.unwrap();
+            assert_eq!(problem["detail"], format!("no session {session}"), "{problem}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn bad_call_requests_are_rejected() {
     let app = spawn_app(BOTH_ERAS).await;

@@ -9,7 +9,7 @@ use super::requests::resolve_ids;
 use super::rows::Conditions;
 use super::writer::Tx;
 use super::{Postgres, Reader, rows};
-use crate::ids;
+use crate::ids::{self, CallId, SessionId};
 use crate::records::{
     CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView, Status,
 };
@@ -63,13 +63,13 @@ impl Postgres {
         }
     }
 
-    pub async fn finish_call(&self, id: &str, finish: Finish) -> Result<Option<Finished>, StoreError> {
+    pub async fn finish_call(&self, id: &CallId, finish: Finish) -> Result<Option<Finished>, StoreError> {
         let id = id.to_owned();
         self.write(move |tx| Box::pin(async move { finish_in(tx, &id, finish).await }))
             .await
     }
 
-    pub async fn forwarding(&self, id: &str) -> Result<bool, StoreError> {
+    pub async fn forwarding(&self, id: &CallId) -> Result<bool, StoreError> {
         let id = id.to_owned();
         self.write(move |tx| {
             Box::pin(async move {
@@ -85,7 +85,7 @@ impl Postgres {
         .await
     }
 
-    pub async fn retry(&self, call: &str) -> Result<Option<Retry>, StoreError> {
+    pub async fn retry(&self, call: &CallId) -> Result<Option<Retry>, StoreError> {
         self.read(async |conn| retry(conn, call).await).await
     }
 
@@ -136,7 +136,7 @@ impl Postgres {
 
     pub async fn session_ready(
         &self,
-        id: &str,
+        id: &SessionId,
         protocol_version: Option<String>,
         server_info: Option<Implementation>,
     ) -> Result<Option<SessionView>, StoreError> {
@@ -161,7 +161,7 @@ impl Postgres {
 
     pub async fn end_session(
         &self,
-        id: &str,
+        id: &SessionId,
         status: SessionStatus,
         detail: &str,
     ) -> Result<Option<SessionView>, StoreError> {
@@ -184,11 +184,11 @@ impl Postgres {
         .await
     }
 
-    pub async fn call(&self, id: &str) -> Result<Option<CallView>, StoreError> {
+    pub async fn call(&self, id: &CallId) -> Result<Option<CallView>, StoreError> {
         self.read(async |conn| call(conn, id).await).await
     }
 
-    pub async fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
+    pub async fn call_status(&self, id: &CallId) -> Result<Option<(CallStatus, String)>, StoreError> {
         self.read(async |conn| {
             let Some(row) = conn
                 .query_opt("SELECT status, owner FROM calls WHERE id = $1", &[&id])
@@ -226,7 +226,7 @@ impl Postgres {
         .await
     }
 
-    pub async fn running_calls(&self, session: Option<&str>) -> Result<Vec<CallView>, StoreError> {
+    pub async fn running_calls(&self, session: Option<&SessionId>) -> Result<Vec<CallView>, StoreError> {
         self.read(async |conn| {
             let sql = format!(
                 "SELECT {} FROM calls AS c WHERE c.status IN ('running', 'input_required') \
@@ -260,7 +260,7 @@ impl Postgres {
         .await
     }
 
-    pub async fn session(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
+    pub async fn session(&self, id: &SessionId) -> Result<Option<SessionView>, StoreError> {
         self.read(async |conn| session(conn, id).await).await
     }
 
@@ -278,13 +278,16 @@ impl Postgres {
 }
 
 /// One call.
-pub(super) async fn call(conn: &impl Reader, id: &str) -> Result<Option<CallView>, tokio_postgres::Error> {
+pub(super) async fn call(conn: &impl Reader, id: &CallId) -> Result<Option<CallView>, tokio_postgres::Error> {
     let sql = format!("SELECT {} FROM calls AS c WHERE c.id = $1", rows::CALL);
     conn.row(&sql, &[&id]).await?.map(|row| rows::call(&row)).transpose()
 }
 
 /// A session just changed in this transaction, with its `session.updated` event recorded.
-pub(super) async fn session_changed(tx: &mut Tx<'_>, id: &str) -> Result<Option<SessionView>, tokio_postgres::Error> {
+pub(super) async fn session_changed(
+    tx: &mut Tx<'_>,
+    id: &SessionId,
+) -> Result<Option<SessionView>, tokio_postgres::Error> {
     let view = session(&*tx, id).await?;
     if let Some(view) = &view {
         tx.record(Event::session(view)).await?;
@@ -293,7 +296,7 @@ pub(super) async fn session_changed(tx: &mut Tx<'_>, id: &str) -> Result<Option<
 }
 
 /// One session.
-pub(super) async fn session(conn: &impl Reader, id: &str) -> Result<Option<SessionView>, tokio_postgres::Error> {
+pub(super) async fn session(conn: &impl Reader, id: &SessionId) -> Result<Option<SessionView>, tokio_postgres::Error> {
     let sql = format!("SELECT {} FROM sessions WHERE id = $1", rows::SESSION);
     conn.row(&sql, &[&id]).await?.map(|row| rows::session(&row)).transpose()
 }
@@ -351,7 +354,7 @@ async fn insert_call_in(
 /// Ends a call that has not ended, cancelling its pending Requests.
 pub(super) async fn finish_in(
     tx: &mut Tx<'_>,
-    id: &str,
+    id: &CallId,
     finish: Finish,
 ) -> Result<Option<Finished>, tokio_postgres::Error> {
     let now = Timestamp::now().millis();
@@ -400,7 +403,7 @@ pub(super) async fn finish_in(
 }
 
 /// What retrying a call takes, if its latest round is answered and it has not ended.
-pub(super) async fn retry(conn: &impl Reader, id: &str) -> Result<Option<Retry>, tokio_postgres::Error> {
+pub(super) async fn retry(conn: &impl Reader, id: &CallId) -> Result<Option<Retry>, tokio_postgres::Error> {
     match conn.row(&retry_sql(""), &[&id]).await? {
         Some(found) => retry_from(id, &found),
         None => Ok(None),
@@ -408,7 +411,7 @@ pub(super) async fn retry(conn: &impl Reader, id: &str) -> Result<Option<Retry>,
 }
 
 /// [`retry`], with the call claimed by this replica, which retries it: the call is its own until it ends.
-pub(super) async fn claim_retry(tx: &Tx<'_>, id: &str) -> Result<Option<Retry>, tokio_postgres::Error> {
+pub(super) async fn claim_retry(tx: &Tx<'_>, id: &CallId) -> Result<Option<Retry>, tokio_postgres::Error> {
     let claimed = retry_sql("WITH claimed AS (UPDATE calls SET replica = $2 WHERE id = $1) ");
     match tx.query_opt(&claimed, &[&id, &tx.replica]).await? {
         Some(found) => retry_from(id, &found),
@@ -436,7 +439,7 @@ fn retry_sql(prefix: &str) -> String {
 }
 
 /// What retrying call `id` takes, from the row of [`retry_sql`]; `None` while a Request of its round is pending.
-fn retry_from(id: &str, found: &Row) -> Result<Option<Retry>, tokio_postgres::Error> {
+fn retry_from(id: &CallId, found: &Row) -> Result<Option<Retry>, tokio_postgres::Error> {
     let round: i32 = found.try_get(5)?;
     let keys: Vec<String> = found.try_get(8)?;
     let statuses: Vec<String> = found.try_get(9)?;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::requests::{resolve_ids, select_ids};
 use super::{Conn, Postgres, rows};
+use crate::ids::{CallId, SessionId};
 use crate::records::{CallError, CallFailure, Finish, SessionStatus};
 use crate::store::{EventPage, HELD_BY_APPROVAL, HeldCall, Lease, Recovered, Resolution, StoreError};
 use crate::time::Timestamp;
@@ -212,7 +213,7 @@ impl Postgres {
                     "replica = ANY($1)"
                 };
                 let now = Timestamp::now().millis();
-                let sessions: Vec<String> = tx
+                let sessions: Vec<SessionId> = tx
                     .query(
                         &format!("SELECT id FROM sessions WHERE status IN ('starting', 'ready') AND {theirs}"),
                         &[&gone],
@@ -267,7 +268,7 @@ impl Postgres {
                     )
                     .await?;
                 for row in calls {
-                    let call: String = row.try_get(0)?;
+                    let call: CallId = row.try_get(0)?;
                     let protocol: Option<String> = row.try_get(1)?;
                     let resumable: bool = row.try_get(2)?;
                     // The upstream has not heard of a call waiting on its approval: this replica forwards it.

@@ -9,6 +9,7 @@ use tokio_postgres::types::ToSql;
 use super::rows::Conditions;
 use super::writer::{EventValues, Tx, insert_event};
 use super::{Postgres, Reader, rows};
+use crate::ids::{CallId, SessionId};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
 use crate::store::shares::{Held, Shares};
 use crate::store::{
@@ -30,7 +31,7 @@ impl Postgres {
                 if let Err(cap) = pending_shares(&*tx, &requests).await?.admit(&requests, &caps) {
                     return Ok(Err(RaiseError::Full(cap)));
                 }
-                let calls: BTreeSet<&str> = requests.iter().filter_map(|new| new.call.as_deref()).collect();
+                let calls: BTreeSet<&CallId> = requests.iter().filter_map(|new| new.call.as_ref()).collect();
                 // Each call's status before: it waits on the Requests raised for it once they are kept.
                 let mut before = Vec::with_capacity(calls.len());
                 for call in calls {
@@ -41,8 +42,8 @@ impl Postgres {
                         )
                         .await?;
                     match live {
-                        Some(row) => before.push((call.to_owned(), row.try_get::<_, String>(0)?)),
-                        None => return Ok(Err(RaiseError::CallEnded(call.to_owned()))),
+                        Some(row) => before.push((call.clone(), row.try_get::<_, String>(0)?)),
+                        None => return Ok(Err(RaiseError::CallEnded(call.clone()))),
                     }
                 }
                 for id in crate::store::chosen_ids(&requests) {
@@ -162,7 +163,7 @@ impl Postgres {
                 let Some(won) = won else {
                     return Ok(request(tx, &id).await?.map_or(Answered::NotFound, Answered::Lost));
                 };
-                let call: Option<String> = won.try_get(0)?;
+                let call: Option<CallId> = won.try_get(0)?;
                 let round: Option<i32> = won.try_get(1)?;
                 let completed_at = won.try_get::<_, Option<i64>>(2)?.map(Timestamp::from_millis);
                 let seq: i64 = won.try_get(3)?;
@@ -243,7 +244,7 @@ impl Postgres {
         .await
     }
 
-    pub async fn complete(&self, session: &str, elicitation_id: &str) -> Result<bool, StoreError> {
+    pub async fn complete(&self, session: &SessionId, elicitation_id: &str) -> Result<bool, StoreError> {
         let (session, elicitation_id) = (session.to_owned(), elicitation_id.to_owned());
         self.write(move |tx| {
             Box::pin(async move {
@@ -296,7 +297,7 @@ impl Postgres {
         .await
     }
 
-    pub async fn annotate_round(&self, call: &str, detail: &str) -> Result<(), StoreError> {
+    pub async fn annotate_round(&self, call: &CallId, detail: &str) -> Result<(), StoreError> {
         let (call, detail) = (call.to_owned(), detail.to_owned());
         self.write(move |tx| {
             Box::pin(async move {
@@ -560,7 +561,7 @@ async fn resolve_one(
 /// takes if this completed that round.
 async fn after_resolution(
     tx: &mut Tx<'_>,
-    call: Option<String>,
+    call: Option<CallId>,
     round: Option<i32>,
     now: Timestamp,
 ) -> Result<Option<Retry>, tokio_postgres::Error> {
@@ -573,7 +574,7 @@ async fn after_resolution(
 /// (none of its Requests pending).
 async fn resume_round(
     tx: &mut Tx<'_>,
-    call: &str,
+    call: &CallId,
     round: Option<i32>,
     status: Option<CallStatus>,
 ) -> Result<Option<Retry>, tokio_postgres::Error> {
@@ -587,7 +588,7 @@ async fn resume_round(
 /// `call.updated` when that changes it; returns that status, or `None` if the call has ended.
 pub(super) async fn call_changed(
     tx: &mut Tx<'_>,
-    call: &str,
+    call: &CallId,
     now: Timestamp,
 ) -> Result<Option<CallStatus>, tokio_postgres::Error> {
     let found = tx
@@ -612,7 +613,7 @@ pub(super) async fn call_changed(
 /// (whose statements may run between this one's read and its update) leaves the call as its Requests are.
 async fn settle_call(
     tx: &mut Tx<'_>,
-    call: &str,
+    call: &CallId,
     before: &str,
     waiting: bool,
     now: Timestamp,

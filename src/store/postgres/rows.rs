@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 use tokio_postgres::Row;
 use tokio_postgres::types::{FromSql, ToSql, Type};
 
+use crate::ids::{CallId, SessionId};
 use crate::records::{
     CallError, CallFailure, CallStatus, CallView, Event, EventKind, RequestView, SessionStatus, SessionView, Status,
     Via,
@@ -257,3 +258,36 @@ impl Conditions {
             .collect()
     }
 }
+
+/// Ids are kept as their text.
+macro_rules! id_columns {
+    ($($id:ty),*) => {$(
+        impl<'a> FromSql<'a> for $id {
+            fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn Error + Sync + Send>> {
+                <String as FromSql>::from_sql(ty, raw).map(<$id>::stored)
+            }
+
+            fn accepts(ty: &Type) -> bool {
+                <String as FromSql>::accepts(ty)
+            }
+        }
+
+        impl ToSql for $id {
+            fn to_sql(
+                &self,
+                ty: &Type,
+                out: &mut tokio_postgres::types::private::BytesMut,
+            ) -> Result<tokio_postgres::types::IsNull, Box<dyn Error + Sync + Send>> {
+                self.as_str().to_sql(ty, out)
+            }
+
+            fn accepts(ty: &Type) -> bool {
+                <&str as ToSql>::accepts(ty)
+            }
+
+            tokio_postgres::types::to_sql_checked!();
+        }
+    )*};
+}
+
+id_columns!(CallId, SessionId);

@@ -9,7 +9,7 @@ use super::requests::{resolve_ids, select_ids};
 use super::rows::Conditions;
 use super::writer::{Message, Tx};
 use super::{Sqlite, rows};
-use crate::ids;
+use crate::ids::{CallId, SessionId};
 use crate::records::{
     CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView, Status,
 };
@@ -25,7 +25,7 @@ impl Sqlite {
     pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<Started, InsertCallError> {
         let now = Timestamp::from_millis(Timestamp::now().millis());
         let view = CallView {
-            id: ids::mint(ids::CALL),
+            id: CallId::mint(),
             server: call.server.clone(),
             session: call.session.clone(),
             tool: call.tool.clone(),
@@ -57,7 +57,7 @@ impl Sqlite {
 
     /// Resolves once call `id` is kept: at once if it is written, else once the change that writes it is kept
     /// (a change of its own when no other is writing it).
-    fn keep(&self, id: String) -> Kept {
+    fn keep(&self, id: CallId) -> Kept {
         let this = self.clone();
         Box::pin(async move {
             let Some((kept, write)) = this.shared.deferred.wait(&id) else {
@@ -81,7 +81,7 @@ impl Sqlite {
             .await
     }
 
-    pub async fn finish_call(&self, id: &str, finish: Finish) -> Result<Option<Finished>, StoreError> {
+    pub async fn finish_call(&self, id: &CallId, finish: Finish) -> Result<Option<Finished>, StoreError> {
         let id = id.to_owned();
         self.write(move |tx| {
             write_deferred(tx, &id)?;
@@ -90,7 +90,7 @@ impl Sqlite {
         .await
     }
 
-    pub async fn retry(&self, call: &str) -> Result<Option<Retry>, StoreError> {
+    pub async fn retry(&self, call: &CallId) -> Result<Option<Retry>, StoreError> {
         self.read(|conn| retry(conn, call))
     }
 
@@ -129,7 +129,7 @@ impl Sqlite {
 
     pub async fn session_ready(
         &self,
-        id: &str,
+        id: &SessionId,
         protocol_version: Option<String>,
         server_info: Option<Implementation>,
     ) -> Result<Option<SessionView>, StoreError> {
@@ -156,7 +156,7 @@ impl Sqlite {
 
     pub async fn end_session(
         &self,
-        id: &str,
+        id: &SessionId,
         status: SessionStatus,
         detail: &str,
     ) -> Result<Option<SessionView>, StoreError> {
@@ -181,12 +181,12 @@ impl Sqlite {
         .await
     }
 
-    pub async fn call(&self, id: &str) -> Result<Option<CallView>, StoreError> {
-        self.keep(id.to_owned()).await?;
+    pub async fn call(&self, id: &CallId) -> Result<Option<CallView>, StoreError> {
+        self.keep(id.clone()).await?;
         self.read(|conn| call(conn, id))
     }
 
-    pub async fn forwarding(&self, id: &str) -> Result<bool, StoreError> {
+    pub async fn forwarding(&self, id: &CallId) -> Result<bool, StoreError> {
         let id = id.to_owned();
         self.write(move |tx| {
             write_deferred(tx, &id)?;
@@ -200,7 +200,7 @@ impl Sqlite {
         .await
     }
 
-    pub async fn call_status(&self, id: &str) -> Result<Option<(CallStatus, String)>, StoreError> {
+    pub async fn call_status(&self, id: &CallId) -> Result<Option<(CallStatus, String)>, StoreError> {
         if let Some(live) = super::lock_mutex(&self.shared.live).call(id) {
             return Ok(Some(live));
         }
@@ -235,7 +235,7 @@ impl Sqlite {
         })
     }
 
-    pub async fn running_calls(&self, session: Option<&str>) -> Result<Vec<CallView>, StoreError> {
+    pub async fn running_calls(&self, session: Option<&SessionId>) -> Result<Vec<CallView>, StoreError> {
         self.keep_all().await?;
         self.read(|conn| {
             let sql = format!(
@@ -267,7 +267,7 @@ impl Sqlite {
         })
     }
 
-    pub async fn session(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
+    pub async fn session(&self, id: &SessionId) -> Result<Option<SessionView>, StoreError> {
         self.read(|conn| session(conn, id))
     }
 
@@ -286,19 +286,19 @@ impl Sqlite {
 }
 
 /// One call.
-pub(super) fn call(conn: &Connection, id: &str) -> rusqlite::Result<Option<CallView>> {
+pub(super) fn call(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<CallView>> {
     let sql = format!("SELECT {} FROM calls AS c WHERE c.id = ?1", rows::CALL);
     conn.prepare_cached(&sql)?.query_row([id], rows::call).optional()
 }
 
 /// One session.
-pub(super) fn session(conn: &Connection, id: &str) -> rusqlite::Result<Option<SessionView>> {
+pub(super) fn session(conn: &Connection, id: &SessionId) -> rusqlite::Result<Option<SessionView>> {
     let sql = format!("SELECT {} FROM sessions WHERE id = ?1", rows::SESSION);
     conn.prepare_cached(&sql)?.query_row([id], rows::session).optional()
 }
 
 /// Writes deferred call `id`, unless it is written or another change is writing it.
-pub(super) fn write_deferred(tx: &mut Tx<'_>, id: &str) -> rusqlite::Result<()> {
+pub(super) fn write_deferred(tx: &mut Tx<'_>, id: &CallId) -> rusqlite::Result<()> {
     match tx.take_deferred(id) {
         Some(call) => write_call(tx, &call),
         None => Ok(()),
@@ -338,7 +338,7 @@ pub(super) fn write_call(tx: &mut Tx<'_>, call: &ToWrite) -> rusqlite::Result<()
 }
 
 /// Ends a call that has not ended, cancelling its pending Requests.
-pub(super) fn finish_in(tx: &mut Tx<'_>, id: &str, finish: Finish) -> rusqlite::Result<Option<Finished>> {
+pub(super) fn finish_in(tx: &mut Tx<'_>, id: &CallId, finish: Finish) -> rusqlite::Result<Option<Finished>> {
     let now = Timestamp::now().millis();
     let detail = crate::store::ended_call_detail(&finish);
     let status = finish.status();
@@ -374,13 +374,13 @@ pub(super) fn finish_in(tx: &mut Tx<'_>, id: &str, finish: Finish) -> rusqlite::
     };
     let cancelled = resolve_ids(tx, &pending, &resolution)?.views;
     let view = call(tx.conn, id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
-    tx.note(Note::Ended(id.to_owned()));
+    tx.note(Note::Ended(id.clone()));
     tx.record(Event::call(&view))?;
     Ok(Some(Finished { view, cancelled }))
 }
 
 /// What retrying a call takes, if its latest round is answered and it has not ended.
-pub(super) fn retry(conn: &Connection, id: &str) -> rusqlite::Result<Option<Retry>> {
+pub(super) fn retry(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<Retry>> {
     let found = conn
         .prepare_cached(
             "SELECT server, session, shared, tool, arguments, owner FROM calls \
@@ -389,7 +389,7 @@ pub(super) fn retry(conn: &Connection, id: &str) -> rusqlite::Result<Option<Retr
         .query_row([id], |row| {
             Ok((
                 row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
+                row.get::<_, SessionId>(1)?,
                 row.get::<_, bool>(2)?,
                 row.get::<_, String>(3)?,
                 row.get::<_, String>(4)?,
@@ -437,7 +437,7 @@ pub(super) fn retry(conn: &Connection, id: &str) -> rusqlite::Result<Option<Retr
     }
     let arguments = super::rows::from_json(&arguments, 4)?;
     Ok(Some(Retry {
-        call: id.to_owned(),
+        call: id.clone(),
         owner,
         server,
         session,

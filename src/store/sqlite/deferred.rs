@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::lock_mutex;
+use crate::ids::CallId;
 use crate::records::CallView;
 use crate::store::live::Live;
 use crate::store::shares::Running;
@@ -23,9 +24,9 @@ pub struct Deferred(Mutex<Calls>);
 
 #[derive(Debug, Default)]
 struct Calls {
-    by_id: HashMap<String, Entry>,
+    by_id: HashMap<CallId, Entry>,
     /// Their ids in the order they were recorded, with when: the oldest are the first due.
-    order: VecDeque<(Instant, String)>,
+    order: VecDeque<(Instant, CallId)>,
     /// How many each owner has: counted with the calls written against `limits.calls_per_principal`.
     running: Running,
 }
@@ -75,7 +76,7 @@ impl Deferred {
     }
 
     /// Call `id` for the change that writes it, unless it is written or being written.
-    pub fn take(&self, id: &str) -> Option<Arc<ToWrite>> {
+    pub fn take(&self, id: &CallId) -> Option<Arc<ToWrite>> {
         let mut calls = lock_mutex(&self.0);
         let entry = calls.by_id.get_mut(id).filter(|entry| !entry.writing)?;
         entry.writing = true;
@@ -88,7 +89,7 @@ impl Deferred {
     }
 
     /// The calls recorded `KEEP_AFTER` ago or earlier, for a change to take and write.
-    pub fn due(&self, now: Instant) -> Vec<String> {
+    pub fn due(&self, now: Instant) -> Vec<CallId> {
         let mut calls = lock_mutex(&self.0);
         let mut due = Vec::new();
         while let Some((since, _)) = calls.order.front() {
@@ -104,7 +105,7 @@ impl Deferred {
     }
 
     /// Every call waiting to be written, for a change to take and write.
-    pub fn all(&self) -> Vec<String> {
+    pub fn all(&self) -> Vec<CallId> {
         let calls = lock_mutex(&self.0);
         calls
             .by_id
@@ -120,7 +121,7 @@ impl Deferred {
     }
 
     /// The owner of call `id` while it waits to be written.
-    pub fn owner(&self, id: &str) -> Option<String> {
+    pub fn owner(&self, id: &CallId) -> Option<String> {
         lock_mutex(&self.0)
             .by_id
             .get(id)
@@ -129,7 +130,7 @@ impl Deferred {
 
     /// What tells when call `id` is kept, and whether a change must be made to write it (no change is writing
     /// it); `None` when it does not wait to be written.
-    pub fn wait(&self, id: &str) -> Option<(oneshot::Receiver<Result<(), StoreError>>, bool)> {
+    pub fn wait(&self, id: &CallId) -> Option<(oneshot::Receiver<Result<(), StoreError>>, bool)> {
         let mut calls = lock_mutex(&self.0);
         let entry = calls.by_id.get_mut(id)?;
         let (sender, receiver) = oneshot::channel();
@@ -139,7 +140,7 @@ impl Deferred {
 
     /// Records what the transaction that wrote `ids` came to: kept, they are forgotten here (the caller has
     /// counted them in `live` already); otherwise they wait to be written again.
-    pub fn settle(&self, ids: &[String], outcome: &Result<(), StoreError>) {
+    pub fn settle(&self, ids: &[CallId], outcome: &Result<(), StoreError>) {
         let mut calls = lock_mutex(&self.0);
         for id in ids {
             let Some(entry) = calls.by_id.get_mut(id) else {
@@ -168,10 +169,10 @@ mod tests {
     use crate::records::{Arguments, CallStatus, Via};
     use crate::time::Timestamp;
 
-    fn call(id: &str, owner: &str) -> (NewCall, CallView) {
+    fn call(id: &CallId, owner: &str) -> (NewCall, CallView) {
         let new = NewCall {
             server: "demo".into(),
-            session: "ses-1".into(),
+            session: crate::ids::SessionId::stored("ses-1"),
             shared: true,
             tool: "echo".into(),
             arguments: Arguments::empty(),
@@ -182,7 +183,7 @@ mod tests {
         };
         let now = Timestamp::now();
         let view = CallView {
-            id: id.into(),
+            id: id.clone(),
             server: new.server.clone(),
             session: new.session.clone(),
             tool: new.tool.clone(),
@@ -200,7 +201,7 @@ mod tests {
     }
 
     fn add(deferred: &Deferred, id: &str, owner: &str, max: usize) -> Result<bool, usize> {
-        let (new, view) = call(id, owner);
+        let (new, view) = call(&CallId::stored(id), owner);
         deferred.add(new, view, max, &Mutex::default())
     }
 
@@ -208,28 +209,33 @@ mod tests {
     fn a_call_is_taken_by_one_change_and_forgotten_once_kept() {
         let deferred = Deferred::default();
         add(&deferred, "cal-1", "ada", 10).unwrap();
-        let (told, write) = deferred.wait("cal-1").unwrap();
+        let (told, write) = deferred.wait(&CallId::stored("cal-1")).unwrap();
         assert!(write, "nothing writes it yet");
-        assert_eq!(deferred.take("cal-1").unwrap().view.id, "cal-1");
-        assert!(deferred.take("cal-1").is_none(), "taken once");
-        assert!(!deferred.wait("cal-1").unwrap().1, "being written");
-        deferred.settle(&["cal-1".into()], &Ok(()));
+        assert_eq!(deferred.take(&CallId::stored("cal-1")).unwrap().view.id, "cal-1");
+        assert!(deferred.take(&CallId::stored("cal-1")).is_none(), "taken once");
+        assert!(!deferred.wait(&CallId::stored("cal-1")).unwrap().1, "being written");
+        deferred.settle(&[CallId::stored("cal-1")], &Ok(()));
         assert!(matches!(told.blocking_recv(), Ok(Ok(()))));
         assert!(deferred.is_empty());
-        assert!(deferred.wait("cal-1").is_none() && deferred.owner("cal-1").is_none());
+        assert!(
+            deferred.wait(&CallId::stored("cal-1")).is_none() && deferred.owner(&CallId::stored("cal-1")).is_none()
+        );
     }
 
     #[test]
     fn a_call_not_kept_waits_to_be_written_again() {
         let deferred = Deferred::default();
         add(&deferred, "cal-1", "ada", 10).unwrap();
-        let (told, _) = deferred.wait("cal-1").unwrap();
-        deferred.take("cal-1").unwrap();
+        let (told, _) = deferred.wait(&CallId::stored("cal-1")).unwrap();
+        deferred.take(&CallId::stored("cal-1")).unwrap();
         let failed = Err(StoreError::Unavailable("the disk is full".into()));
-        deferred.settle(&["cal-1".into()], &failed);
+        deferred.settle(&[CallId::stored("cal-1")], &failed);
         assert!(matches!(told.blocking_recv(), Ok(Err(_))), "its waiter hears why");
-        assert_eq!(deferred.owner("cal-1").as_deref(), Some("ada"));
-        assert!(deferred.take("cal-1").is_some(), "written again by the next change");
+        assert_eq!(deferred.owner(&CallId::stored("cal-1")).as_deref(), Some("ada"));
+        assert!(
+            deferred.take(&CallId::stored("cal-1")).is_some(),
+            "written again by the next change"
+        );
     }
 
     #[test]
@@ -239,8 +245,8 @@ mod tests {
         add(&deferred, "cal-2", "ada", 2).unwrap();
         assert_eq!(add(&deferred, "cal-3", "ada", 2), Err(2));
         add(&deferred, "cal-4", "bob", 2).unwrap();
-        deferred.take("cal-1");
-        deferred.settle(&["cal-1".into()], &Ok(()));
+        deferred.take(&CallId::stored("cal-1"));
+        deferred.settle(&[CallId::stored("cal-1")], &Ok(()));
         add(&deferred, "cal-5", "ada", 2).unwrap();
     }
 
@@ -253,7 +259,7 @@ mod tests {
         assert!(!add(&deferred, "cal-2", "ada", 10).unwrap(), "a timer is set already");
         assert_eq!(deferred.next_due(), Some(first_due), "the oldest is due first");
         assert!(deferred.due(Instant::now()).is_empty());
-        deferred.take("cal-1");
+        deferred.take(&CallId::stored("cal-1"));
         let later = Instant::now() + KEEP_AFTER;
         assert_eq!(deferred.due(later), ["cal-2"], "one being written is not due");
         assert!(deferred.due(later).is_empty(), "due once");

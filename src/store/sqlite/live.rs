@@ -2,6 +2,7 @@
 
 use rusqlite::Connection;
 
+use crate::ids::CallId;
 use crate::records::CallStatus;
 use crate::store::live::{Live, Note, PendingRequest};
 
@@ -31,7 +32,7 @@ pub fn load(conn: &Connection) -> rusqlite::Result<Live> {
         conn.prepare("SELECT id, status, owner FROM calls WHERE status IN ('running', 'input_required')")?;
     let calls = statement.query_map([], |row| {
         Ok((
-            row.get::<_, String>(0)?,
+            row.get::<_, CallId>(0)?,
             row.get::<_, String>(1)?,
             row.get::<_, String>(2)?,
         ))

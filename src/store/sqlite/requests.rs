@@ -8,6 +8,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::rows::Conditions;
 use super::writer::Tx;
 use super::{Sqlite, rows};
+use crate::ids::{CallId, SessionId};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
 use crate::store::live::{Note, PendingRequest};
 use crate::store::{
@@ -28,7 +29,7 @@ impl Sqlite {
             if let Err(cap) = tx.shares().admit(&requests, &caps) {
                 return Ok(Err(RaiseError::Full(cap)));
             }
-            let calls: BTreeSet<&str> = requests.iter().filter_map(|new| new.call.as_deref()).collect();
+            let calls: BTreeSet<&CallId> = requests.iter().filter_map(|new| new.call.as_ref()).collect();
             for call in calls {
                 super::calls::write_deferred(tx, call)?;
                 let live: bool = tx
@@ -38,7 +39,7 @@ impl Sqlite {
                     )?
                     .query_row([call], |row| row.get(0))?;
                 if !live {
-                    return Ok(Err(RaiseError::CallEnded(call.to_owned())));
+                    return Ok(Err(RaiseError::CallEnded(call.clone())));
                 }
             }
             for id in crate::store::chosen_ids(&requests) {
@@ -184,7 +185,7 @@ impl Sqlite {
         })
     }
 
-    pub async fn complete(&self, session: &str, elicitation_id: &str) -> Result<bool, StoreError> {
+    pub async fn complete(&self, session: &SessionId, elicitation_id: &str) -> Result<bool, StoreError> {
         let (session, elicitation_id) = (session.to_owned(), elicitation_id.to_owned());
         self.write(move |tx| {
             let id: Option<String> = tx
@@ -231,7 +232,7 @@ impl Sqlite {
         .await
     }
 
-    pub async fn annotate_round(&self, call: &str, detail: &str) -> Result<(), StoreError> {
+    pub async fn annotate_round(&self, call: &CallId, detail: &str) -> Result<(), StoreError> {
         let (call, detail) = (call.to_owned(), detail.to_owned());
         self.write(move |tx| {
             let ids = select_ids(
@@ -422,7 +423,7 @@ fn resolve_one(
 /// takes if this completed that round.
 fn after_resolution(
     tx: &mut Tx<'_>,
-    call: Option<String>,
+    call: Option<CallId>,
     round: Option<i64>,
     now: Timestamp,
 ) -> rusqlite::Result<Option<Retry>> {
@@ -436,7 +437,7 @@ fn after_resolution(
 
 /// Sets a call that has not ended to `input_required` or `running` as its pending Requests say, recording
 /// `call.updated` when that changes it; returns that status, or `None` if the call has ended.
-pub(super) fn call_changed(tx: &mut Tx<'_>, call: &str, now: Timestamp) -> rusqlite::Result<Option<CallStatus>> {
+pub(super) fn call_changed(tx: &mut Tx<'_>, call: &CallId, now: Timestamp) -> rusqlite::Result<Option<CallStatus>> {
     let found: Option<(String, bool)> = tx
         .conn
         .prepare_cached(
@@ -459,7 +460,7 @@ pub(super) fn call_changed(tx: &mut Tx<'_>, call: &str, now: Timestamp) -> rusql
             .execute(params![call, status.as_str(), now.millis()])?;
         if let Some(view) = super::calls::call(tx.conn, call)? {
             tx.note(Note::Call {
-                call: call.to_owned(),
+                call: call.clone(),
                 status,
                 owner: view.owner.clone(),
             });

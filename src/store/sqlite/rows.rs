@@ -5,9 +5,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use rusqlite::Row;
-use rusqlite::types::{Type, Value};
+use rusqlite::ToSql;
+use rusqlite::types::{FromSql, FromSqlResult, ToSqlOutput, Type, Value, ValueRef};
+
 use serde::de::DeserializeOwned;
 
+use crate::ids::{CallId, SessionId};
 use crate::records::{
     CallError, CallFailure, CallStatus, CallView, Event, EventKind, RequestView, SessionStatus, SessionView, Status,
     Via,
@@ -234,6 +237,25 @@ impl Conditions {
         rusqlite::params_from_iter(self.params.iter().cloned().chain([Value::Integer(limit)]))
     }
 }
+
+/// Ids are kept as their text.
+macro_rules! id_columns {
+    ($($id:ty),*) => {$(
+        impl FromSql for $id {
+            fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+                String::column_result(value).map(<$id>::stored)
+            }
+        }
+
+        impl ToSql for $id {
+            fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+                Ok(ToSqlOutput::Borrowed(ValueRef::Text(self.as_str().as_bytes())))
+            }
+        }
+    )*};
+}
+
+id_columns!(CallId, SessionId);
 
 #[cfg(test)]
 mod tests {

@@ -9,6 +9,7 @@ use rusqlite::Connection;
 use super::super::StoreError;
 use super::deferred::{Deferred, ToWrite};
 use crate::feed::Feed;
+use crate::ids::CallId;
 use crate::records::Event;
 use crate::store::live::{self, Live, Note};
 use crate::store::shares::Shares;
@@ -50,7 +51,7 @@ pub struct Tx<'a> {
     live: &'a Mutex<Live>,
     deferred: &'a Deferred,
     /// The deferred calls this transaction's changes wrote so far.
-    written: &'a mut Vec<String>,
+    written: &'a mut Vec<CallId>,
 }
 
 impl Tx<'_> {
@@ -68,9 +69,9 @@ impl Tx<'_> {
     }
 
     /// Call `id`, for this change to write, if it waits to be written and no other change is writing it.
-    pub fn take_deferred(&mut self, id: &str) -> Option<Arc<ToWrite>> {
+    pub fn take_deferred(&mut self, id: &CallId) -> Option<Arc<ToWrite>> {
         let call = self.deferred.take(id)?;
-        self.written.push(id.to_owned());
+        self.written.push(id.clone());
         Some(call)
     }
 
@@ -154,7 +155,7 @@ pub fn run(
 }
 
 /// A change that writes the deferred calls `ids` that no other change has taken.
-pub fn write_calls(ids: Vec<String>) -> Job {
+pub fn write_calls(ids: Vec<CallId>) -> Job {
     Box::new(move |tx| {
         for id in &ids {
             if let Err(error) = super::calls::write_deferred(tx, id) {
