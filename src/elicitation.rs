@@ -6,7 +6,7 @@ use std::sync::Arc;
 use rmcp::model::{ElicitResult, ElicitationAction};
 use serde_json::{Map, Value, json};
 
-use crate::ids;
+use crate::ids::{self, RequestId};
 use crate::suspension::{Answer, Reason, Request, RequestKind, Verdict};
 use crate::validation::UNUSABLE_SCHEMA;
 
@@ -32,7 +32,7 @@ pub fn elicitation_to_request(params: &Value) -> Request {
         .filter(|schema| !schema.is_null())
         .map(|schema| Arc::new(Map::from_iter([("schema".to_owned(), schema.clone())])));
     Request {
-        id: ids::mint(ids::REQUEST),
+        id: RequestId::mint(ids::REQUEST),
         kind: if is_url {
             RequestKind::Authorization
         } else {
@@ -186,7 +186,7 @@ mod tests {
             json!({"schema": schema})
         );
         assert_eq!(request.url, None);
-        assert!(request.id.starts_with("elc-"));
+        assert!(request.id.as_str().starts_with("elc-"));
     }
 
     // C# seed, example 1: absent mode, schema carried through unchanged.
@@ -286,7 +286,7 @@ mod tests {
         let params = json!({"message": "m"});
         let a = elicitation_to_request(&params);
         let b = elicitation_to_request(&params);
-        assert!(a.id.starts_with("elc-") && b.id.starts_with("elc-"));
+        assert!(a.id.as_str().starts_with("elc-") && b.id.as_str().starts_with("elc-"));
         assert_ne!(a.id, b.id);
     }
 
@@ -410,7 +410,7 @@ mod tests {
             fn params_map_to_a_request_by_the_documented_rules(params in params()) {
                 let request = elicitation_to_request(&params);
                 let is_url = params.get("mode") == Some(&json!("url"));
-                prop_assert!(request.id.starts_with("elc-"));
+                prop_assert!(request.id.as_str().starts_with("elc-"));
                 prop_assert_eq!(request.kind.as_str(), if is_url { "authorization" } else { "input" });
                 let message = params.get("message").and_then(Value::as_str).unwrap_or_default();
                 prop_assert_eq!(request.prompt.as_str(), message);
@@ -427,7 +427,7 @@ mod tests {
 
             #[test]
             fn request_ids_are_unique(params in prop::collection::vec(params(), 1..20)) {
-                let ids: HashSet<String> = params.iter().map(|params| elicitation_to_request(params).id).collect();
+                let ids: HashSet<RequestId> = params.iter().map(|params| elicitation_to_request(params).id).collect();
                 prop_assert_eq!(ids.len(), params.len());
             }
 

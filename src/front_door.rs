@@ -36,7 +36,7 @@ use crate::api::{ApiError, AppState, to_completion};
 use crate::auth::Principal;
 use crate::config::Prefix;
 use crate::feed::Concern;
-use crate::ids::CallId;
+use crate::ids::{CallId, RequestId};
 use crate::records::{CallStatus, CallView, Event, Status, ToolName, Via};
 use crate::upstream::{Following, Progress, Report, ServerStatus, Target};
 use names::Catalog;
@@ -204,7 +204,7 @@ struct FrontDoor {
     /// The name collisions already logged.
     reported: Arc<Mutex<HashSet<String>>>,
     /// The Requests being asked of 2025-11-25 clients.
-    asking: Arc<Mutex<HashSet<String>>>,
+    asking: Arc<Mutex<HashSet<RequestId>>>,
     /// The 2025-11-25 sessions, told when the tools change.
     sessions: Arc<Mutex<Vec<Peer<RoleServer>>>>,
 }
@@ -504,7 +504,7 @@ impl FrontDoor {
         &self,
         call: &CallId,
         wait: Duration,
-        relayed: Option<&HashSet<String>>,
+        relayed: Option<&HashSet<RequestId>>,
     ) -> Result<CallView, ErrorData> {
         let concerns = |event: &Event| event.call.as_deref() == Some(call.as_str());
         let check = || async move {
@@ -576,7 +576,7 @@ impl FrontDoor {
     }
 
     /// The call's Requests still pending.
-    async fn pending(&self, view: &CallView) -> Vec<String> {
+    async fn pending(&self, view: &CallView) -> Vec<RequestId> {
         let mut pending = Vec::new();
         for id in &view.requests {
             if let Ok(Some((Status::Pending, _))) = self.state.registry.status(id).await {
@@ -588,11 +588,14 @@ impl FrontDoor {
 }
 
 /// What tells the client the call waits on a human (its `pending` Requests), and how to go on waiting.
-fn waiting_text(view: &CallView, pending: &[String], context: &RequestContext<RoleServer>) -> String {
+fn waiting_text(view: &CallView, pending: &[RequestId], context: &RequestContext<RoleServer>) -> String {
     let asked = match pending {
         [] => "is still running".to_owned(),
         [one] => format!("is waiting for a human to answer Request {one}"),
-        many => format!("is waiting for a human to answer Requests {}", many.join(", ")),
+        many => {
+            let ids: Vec<&str> = many.iter().map(RequestId::as_str).collect();
+            format!("is waiting for a human to answer Requests {}", ids.join(", "))
+        }
     };
     format!(
         "Call {id} ({server} {tool}) {asked}.{inbox} To wait for its result, call the tool {AWAIT_CALL} \
@@ -665,7 +668,7 @@ fn ended(view: CallView) -> CallToolResult {
 }
 
 /// `_meta` naming the call, its status and the Requests it waits on.
-fn call_meta(view: &CallView, pending: &[String]) -> MetaObject {
+fn call_meta(view: &CallView, pending: &[RequestId]) -> MetaObject {
     let mut meta = JsonObject::new();
     meta.insert(
         CALL_META.to_owned(),

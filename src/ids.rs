@@ -115,6 +115,37 @@ impl SessionId {
     }
 }
 
+id_type! {
+    /// The id of a Request: minted by the gateway (`elc-`, `apv-` or `req-` and a UUID v7), or chosen by the
+    /// client that posted it.
+    RequestId
+}
+
+impl RequestId {
+    /// The longest id: an id is part of a path.
+    pub const MAX_LEN: usize = 128;
+
+    /// Mints the id of a new Request with the given prefix ([`REQUEST`], [`POSTED`] or [`APPROVAL`]).
+    pub fn mint(prefix: &str) -> Self {
+        Self(mint(prefix))
+    }
+
+    /// The Request id a client wrote, if it can name one: 1 to [`Self::MAX_LEN`] of `A-Z a-z 0-9 _ - . :`,
+    /// the shape of every id minted or taken.
+    pub fn parse(text: &str) -> Option<Self> {
+        let named = (1..=Self::MAX_LEN).contains(&text.len())
+            && text
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'));
+        named.then(|| Self(text.to_owned()))
+    }
+
+    /// Whether it is the id of an approval Request.
+    pub fn is_approval(&self) -> bool {
+        self.0.starts_with(APPROVAL)
+    }
+}
+
 /// Whether `text` has the shape of an id minted with `prefix`: the prefix and 32 lowercase hex digits.
 fn is_minted(text: &str, prefix: &str) -> bool {
     text.strip_prefix(prefix)
@@ -144,5 +175,16 @@ mod tests {
         assert_eq!(CallId::parse(&format!("{call}0")), None);
         let session = SessionId::mint();
         assert_eq!(SessionId::parse(session.as_str()), Some(session));
+    }
+
+    #[test]
+    fn request_ids_are_names() {
+        let minted = RequestId::mint(APPROVAL);
+        assert!(minted.is_approval());
+        assert_eq!(RequestId::parse(minted.as_str()), Some(minted));
+        assert!(RequestId::parse("ticket:42_a.b-c").is_some());
+        for bad in ["", "a/b", "a b", "ü", &"x".repeat(RequestId::MAX_LEN + 1)] {
+            assert_eq!(RequestId::parse(bad), None, "{bad:?}");
+        }
     }
 }

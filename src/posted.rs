@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Map, Value};
 
+use crate::ids::{self, RequestId};
 use crate::suspension::{Request, RequestKind};
 use crate::time::Timestamp;
 use crate::validation::{self, Violation};
@@ -50,7 +51,7 @@ pub enum Refusal {
     Unprocessable(Vec<Violation>),
 }
 
-/// A posted Request, checked: its id (`None`: one is minted) and when it expires (`None`: after
+/// A posted Request, checked: its id (minted when the body gave none) and when it expires (`None`: after
 /// `requests.ttl`).
 #[derive(Debug, Clone)]
 pub struct Posted {
@@ -83,11 +84,14 @@ impl Posted {
         }
         let (kind, prompt) = (kind.unwrap_or_default(), prompt.unwrap_or_default());
         let mut wrong = Vec::new();
-        if let Some(id) = &id
-            && !is_name(id)
-        {
-            wrong.push(problem("/id", "must be 1 to 128 of A-Z a-z 0-9 _ - . :"));
-        }
+        let id = match id.as_deref().map(RequestId::parse) {
+            None => RequestId::mint(ids::POSTED),
+            Some(Some(id)) => id,
+            Some(None) => {
+                wrong.push(problem("/id", "must be 1 to 128 of A-Z a-z 0-9 _ - . :"));
+                RequestId::mint(ids::POSTED)
+            }
+        };
         if !is_name(&kind) {
             wrong.push(problem("/kind", "must be 1 to 128 of A-Z a-z 0-9 _ - . :"));
         }
@@ -107,7 +111,7 @@ impl Posted {
         }
         Ok(Self {
             request: Request {
-                id: id.unwrap_or_default(),
+                id,
                 kind,
                 prompt,
                 url,

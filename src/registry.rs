@@ -16,7 +16,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::elicitation;
-use crate::ids::{CallId, SessionId};
+use crate::ids::{CallId, RequestId, SessionId};
 use crate::metrics::{Metric, Metrics};
 use crate::posted::Posted;
 use crate::records::{Event, Filter, RequestView, Status};
@@ -98,9 +98,9 @@ pub enum AnswerError {
     #[error("no Request with id {0}")]
     NotFound(String),
     #[error("Request {0} was already answered with a different answer")]
-    Conflict(String),
+    Conflict(RequestId),
     #[error("Request {id} is no longer answerable: it is {}", status.as_str())]
-    Gone { id: String, status: Status },
+    Gone { id: RequestId, status: Status },
     #[error("the answer data does not satisfy the requested schema")]
     Invalid(Vec<Violation>),
     #[error(transparent)]
@@ -127,7 +127,7 @@ pub enum AskError {
 pub enum PostError {
     /// A Request with its id exists already.
     #[error("a Request with id {0} exists already")]
-    Duplicate(String),
+    Duplicate(RequestId),
     /// It is larger than one Request may hold, or its schema cannot be compiled.
     #[error("{0}")]
     Unusable(String),
@@ -152,7 +152,7 @@ impl From<RaiseError> for AskError {
 /// A 2025-11-25 elicitation raised as a Request, waiting for its outcome.
 #[derive(Debug)]
 pub struct Waiting {
-    pub id: String,
+    pub id: RequestId,
     outcome: oneshot::Receiver<Outcome>,
 }
 
@@ -178,7 +178,7 @@ struct Shared {
     metrics: Metrics,
     data: SharedData,
     /// The 2025-11-25 elicitations waiting in this process, by Request id.
-    waiters: Mutex<HashMap<String, Waiter>>,
+    waiters: Mutex<HashMap<RequestId, Waiter>>,
     /// Told the calls whose round was just completed, with what retrying each takes.
     resumes: mpsc::UnboundedSender<Retry>,
     /// Wakes the reaper when a Request may expire sooner than it planned.
@@ -280,11 +280,10 @@ impl Registry {
     /// `requests.ttl` when that is `None`.
     pub async fn ask_approval(
         &self,
-        mut request: Request,
+        request: Request,
         ttl: Option<Duration>,
         origin: &Origin,
     ) -> Result<Waiting, AskError> {
-        request.id = crate::ids::mint(crate::ids::APPROVAL);
         let bytes = crate::records::json_size(&request);
         self.fits("the approval", bytes).map_err(AskError::Unusable)?;
         let new = Self::at_origin(request, origin, ttl.unwrap_or(self.shared.policy.ttl), bytes);
@@ -294,7 +293,7 @@ impl Registry {
 
     /// Waits here on an approval raised before this process started; resolves at once if it is resolved
     /// already.
-    pub async fn wait_on_approval(&self, id: &str) -> Result<Waiting, StoreError> {
+    pub async fn wait_on_approval(&self, id: &RequestId) -> Result<Waiting, StoreError> {
         let (reply, outcome) = oneshot::channel();
         // Registered first, so that an answer committed after the status is read finds it.
         let withdrawn = CancellationToken::new();
@@ -318,9 +317,6 @@ impl Registry {
     /// nothing upstream waits on it; its poster reads the Answer.
     pub async fn post(&self, posted: Posted, owner: &str) -> Result<RequestView, PostError> {
         let Posted { mut request, deadline } = posted;
-        if request.id.is_empty() {
-            request.id = crate::ids::mint(crate::ids::POSTED);
-        }
         let bytes = crate::records::json_size(&request);
         self.fits("the Request", bytes).map_err(PostError::Unusable)?;
         if let Some(data) = request.data.take() {
@@ -415,12 +411,12 @@ impl Registry {
     /// `read` is the Request as [`Registry::look`] read it, if it did (see [`Store::answer`]).
     pub async fn answer(
         &self,
-        id: &str,
+        id: &RequestId,
         read: Option<Box<RequestView>>,
         mut answer: Answer,
         by: &str,
     ) -> Result<AnswerAccepted, AnswerError> {
-        answer.id = id.to_owned();
+        answer.id = id.to_string();
         let decide = self.decider(answer.clone(), by);
         let answered = self.shared.store.answer(id, read, decide, self.withdrawal(id)).await?;
         match answered {
@@ -444,7 +440,7 @@ impl Registry {
                 repeat(view, &answer)
             }
             Answered::Invalid(violations) => Err(AnswerError::Invalid(violations)),
-            Answered::NotFound => Err(AnswerError::NotFound(id.to_owned())),
+            Answered::NotFound => Err(AnswerError::NotFound(id.to_string())),
         }
     }
 
@@ -474,7 +470,7 @@ impl Registry {
 
     /// What the store asks at the moment it decides an answer: whether the 2025-11-25 elicitation behind the
     /// Request was withdrawn, or its upstream stopped waiting for it.
-    fn withdrawal(&self, id: &str) -> crate::store::Withdrawal {
+    fn withdrawal(&self, id: &RequestId) -> crate::store::Withdrawal {
         let registry = self.clone();
         let id = id.to_owned();
         Box::new(move || {
@@ -504,7 +500,7 @@ impl Registry {
 
     /// The upstream withdrew the elicitation behind a Request: it is cancelled unless something resolved it
     /// first, in which case that outcome is on its way to the `Waiting`.
-    pub async fn withdraw(&self, id: &str) -> bool {
+    pub async fn withdraw(&self, id: &RequestId) -> bool {
         let cancelled = self
             .cancel(Pending::Ids(vec![id.to_owned()]), &client_withdrew(), Tell::Nothing)
             .await;
@@ -513,7 +509,7 @@ impl Registry {
 
     /// The upstream withdrew the elicitation behind an answered Request before the answer reached it: the
     /// Request says so, and becomes `cancelled`, as the upstream saw it.
-    pub async fn undelivered(&self, id: &str) {
+    pub async fn undelivered(&self, id: &RequestId) {
         match self.shared.store.undelivered(id, UNDELIVERED).await {
             Ok(Some(view)) => tracing::info!(
                 request = %view.request.id,
@@ -522,7 +518,7 @@ impl Registry {
                 "request cancelled: the upstream withdrew it before the answer reached it"
             ),
             Ok(None) => {}
-            Err(error) => tracing::warn!(%error, request = id, "an undelivered answer could not be recorded"),
+            Err(error) => tracing::warn!(%error, request = %id, "an undelivered answer could not be recorded"),
         }
     }
 
@@ -550,17 +546,17 @@ impl Registry {
     }
 
     /// One Request by id.
-    pub async fn get(&self, id: &str) -> Result<Option<RequestView>, StoreError> {
+    pub async fn get(&self, id: &RequestId) -> Result<Option<RequestView>, StoreError> {
         self.shared.store.request(id).await
     }
 
     /// The status and owner of one Request, without reading the rest.
-    pub async fn status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
+    pub async fn status(&self, id: &RequestId) -> Result<Option<(Status, Option<String>)>, StoreError> {
         self.shared.store.request_status(id).await
     }
 
     /// A Request's status and owner as one about to answer it looks; see [`Store::look`].
-    pub async fn look(&self, id: &str) -> Result<Option<Looked>, StoreError> {
+    pub async fn look(&self, id: &RequestId) -> Result<Option<Looked>, StoreError> {
         self.shared.store.look(id).await
     }
 
@@ -660,7 +656,7 @@ impl Registry {
     pub async fn follow_replicas(self, feed: crate::feed::Feed, shutdown: CancellationToken) {
         let mut events = feed.subscribe();
         // Resolved elsewhere, but not read: their event has passed, so they are read again until they are.
-        let mut unread: Vec<String> = Vec::new();
+        let mut unread: Vec<RequestId> = Vec::new();
         loop {
             let event = tokio::select! {
                 event = events.recv() => Some(event),
@@ -692,10 +688,10 @@ impl Registry {
     }
 
     /// The Requests waiting here that `event` may have resolved.
-    fn resolved_elsewhere(&self, event: &Event) -> Vec<String> {
+    fn resolved_elsewhere(&self, event: &Event) -> Vec<RequestId> {
         #[derive(serde::Deserialize)]
         struct Named {
-            id: String,
+            id: RequestId,
         }
         if event.kind != crate::records::EventKind::RequestResolved {
             return Vec::new();
@@ -721,7 +717,7 @@ impl Registry {
         }
     }
 
-    fn waiters(&self) -> MutexGuard<'_, HashMap<String, Waiter>> {
+    fn waiters(&self) -> MutexGuard<'_, HashMap<RequestId, Waiter>> {
         lock(&self.shared.waiters)
     }
 }

@@ -18,7 +18,7 @@ use rmcp::model::{ElicitResult, Implementation};
 use serde_json::{Map, Value};
 
 use crate::feed::Feed;
-use crate::ids::{CallId, SessionId};
+use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{
     Arguments, CallFilter, CallStatus, CallView, Event, Filter, Finish, RequestView, SessionFilter, SessionStatus,
     SessionView, Status, Via,
@@ -132,17 +132,17 @@ pub enum RaiseError {
     CallEnded(CallId),
     /// A posted Request's id is taken by a Request kept already.
     #[error("a Request with id {0} exists already")]
-    Taken(String),
+    Taken(RequestId),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
 /// The ids of `requests` that their posters chose (a minted id is never taken), to be checked as not taken.
-pub(crate) fn chosen_ids(requests: &[NewRequest]) -> impl Iterator<Item = &str> {
+pub(crate) fn chosen_ids(requests: &[NewRequest]) -> impl Iterator<Item = &RequestId> {
     requests
         .iter()
         .filter(|new| new.server.is_none())
-        .map(|new| new.request.id.as_str())
+        .map(|new| &new.request.id)
 }
 
 /// An answer the gateway has checked and mapped, to be decided.
@@ -205,7 +205,7 @@ pub enum Resolution {
 /// Which pending Requests a resolution applies to.
 #[derive(Debug, Clone)]
 pub enum Pending {
-    Ids(Vec<String>),
+    Ids(Vec<RequestId>),
     /// The elicitation requests (2025-11-25) raised on a session, which cannot outlive it.
     Session(SessionId),
     /// Elicitation requests (2025-11-25), which cannot outlive the upstream request they answer: those raised
@@ -358,7 +358,7 @@ pub struct Recovered {
 pub struct HeldCall {
     pub call: CallId,
     /// The approval Request.
-    pub approval: String,
+    pub approval: RequestId,
 }
 
 /// The approval of a call `c` it holds that has not been sent upstream, in the SQL both engines share. A call
@@ -450,7 +450,7 @@ impl Store {
     /// reading it again; the other stores read it where they decide.
     pub async fn answer(
         &self,
-        id: &str,
+        id: &RequestId,
         read: Option<Box<RequestView>>,
         decide: Decide,
         withdrawal: Withdrawal,
@@ -498,7 +498,7 @@ impl Store {
     /// Records that the answer of an answered Request never reached its upstream, which withdrew the
     /// elicitation first: the Request becomes `cancelled` with `detail`, its answer kept for the record. `None`
     /// if it was not answered.
-    pub async fn undelivered(&self, id: &str, detail: &str) -> Result<Option<RequestView>, StoreError> {
+    pub async fn undelivered(&self, id: &RequestId, detail: &str) -> Result<Option<RequestView>, StoreError> {
         dispatch!(self, store => store.undelivered(id, detail).await)
     }
 
@@ -542,18 +542,18 @@ impl Store {
     }
 
     /// One Request.
-    pub async fn request(&self, id: &str) -> Result<Option<RequestView>, StoreError> {
+    pub async fn request(&self, id: &RequestId) -> Result<Option<RequestView>, StoreError> {
         dispatch!(self, store => store.request(id).await)
     }
 
     /// A Request's status and owner, without reading the rest.
-    pub async fn request_status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
+    pub async fn request_status(&self, id: &RequestId) -> Result<Option<(Status, Option<String>)>, StoreError> {
         dispatch!(self, store => store.request_status(id).await)
     }
 
     /// A Request's status and owner, as one about to answer it looks: PostgreSQL, which reads them from the
     /// database, reads the whole Request for the answer to decide on.
-    pub async fn look(&self, id: &str) -> Result<Option<Looked>, StoreError> {
+    pub async fn look(&self, id: &RequestId) -> Result<Option<Looked>, StoreError> {
         let seen = |(status, owner)| Looked {
             status,
             owner,
@@ -701,7 +701,7 @@ pub(crate) fn resolve_view(view: &mut RequestView, resolution: &Resolution, now:
     match resolution {
         Resolution::Expired => {
             view.status = Status::Expired;
-            view.answer = Some(Box::new(Answer::expired(&view.request.id)));
+            view.answer = Some(Box::new(Answer::expired(view.request.id.as_str())));
             if !view.is_posted() {
                 view.result = Some(Box::new(ElicitResult::new(rmcp::model::ElicitationAction::Cancel)));
             }

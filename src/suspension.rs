@@ -9,11 +9,14 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 use serde_json::{Map, Value};
 use utoipa::openapi::{RefOr, schema::Schema};
 
+use crate::ids::RequestId;
+
 /// What a suspended call asks of a human, in the §10 wire shape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Request {
     /// Unique per suspension; elicitation ids start with `elc-`.
-    pub id: String,
+    #[schema(value_type = String)]
+    pub id: RequestId,
     /// Open vocabulary: `input` (form mode) or `authorization` (URL mode) from the elicitation bridge.
     #[schema(value_type = String)]
     pub kind: RequestKind,
@@ -250,7 +253,7 @@ mod tests {
     #[test]
     fn request_omits_unset_optional_keys() {
         let request = Request {
-            id: "r1".into(),
+            id: RequestId::stored("r1"),
             kind: RequestKind::Authorization,
             prompt: "Log in".into(),
             url: Some("https://x/login".into()),
@@ -266,7 +269,7 @@ mod tests {
     #[test]
     fn full_request_uses_pinned_keys_in_order() {
         let request = Request {
-            id: "r2".into(),
+            id: RequestId::stored("r2"),
             kind: RequestKind::Input,
             prompt: "Pick".into(),
             url: Some("u".into()),

@@ -12,7 +12,7 @@ use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, InvalidQuery, LongPollsHeld, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
 use crate::feed::Concern;
-use crate::ids::SessionId;
+use crate::ids::{RequestId, SessionId};
 use crate::posted::{Posted, Refusal};
 use crate::records::{CallView, Event, EventKind, Filter, RequestView, Status};
 use crate::suspension::{Answer, RequestKind};
@@ -224,11 +224,12 @@ pub async fn get(
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<RequestView>, ApiError> {
     let unknown = || ApiError::not_found(format!("no Request with id {id}"));
+    let id = RequestId::parse(&id).ok_or_else(unknown)?;
     let (status, owner) = state.registry.status(&id).await?.ok_or_else(unknown)?;
     visible(&principal, &id, owner.as_deref())?;
     if status == Status::Pending && !query.wait.duration().is_zero() {
         let _held = state.hold_long_poll(&principal, query.wait.duration())?;
-        let (registry, id) = (&state.registry, id.as_str());
+        let (registry, id) = (&state.registry, &id);
         let resolved = || async move {
             match registry.status(id).await {
                 Ok(Some((Status::Pending, _))) => None,
@@ -290,13 +291,11 @@ pub async fn answer(
             answer.id
         )));
     }
-    let looked = state
-        .registry
-        .look(&id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("no Request with id {id}")))?;
+    let unknown = || ApiError::not_found(format!("no Request with id {id}"));
+    let id = RequestId::parse(&id).ok_or_else(unknown)?;
+    let looked = state.registry.look(&id).await?.ok_or_else(unknown)?;
     visible(&principal, &id, looked.owner.as_deref())?;
-    if state.auth.authenticator.enabled() && id.starts_with(crate::ids::APPROVAL) {
+    if state.auth.authenticator.enabled() && id.is_approval() {
         approver(&state, &principal, &id).await?;
     }
     let wait = query.wait.duration();
@@ -350,7 +349,7 @@ pub struct AnsweredRequest {
 }
 
 /// Refuses an approval's answer from the principal whose call it is, or from one its policy does not list.
-async fn approver(state: &AppState, principal: &Principal, id: &str) -> Result<(), ApiError> {
+async fn approver(state: &AppState, principal: &Principal, id: &RequestId) -> Result<(), ApiError> {
     let Some(view) = state.registry.get(id).await? else {
         return Ok(());
     };
@@ -366,7 +365,7 @@ async fn approver(state: &AppState, principal: &Principal, id: &str) -> Result<(
 }
 
 /// `403` unless the principal may see (and so answer) the Request `id` owned by `owner`.
-fn visible(principal: &Principal, id: &str, owner: Option<&str>) -> Result<(), ApiError> {
+fn visible(principal: &Principal, id: &RequestId, owner: Option<&str>) -> Result<(), ApiError> {
     if principal.may_see(owner) {
         Ok(())
     } else {

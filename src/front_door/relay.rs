@@ -18,7 +18,7 @@ use crate::api::to_completion;
 use crate::auth::Principal;
 use crate::elicitation::{elicit_result_to_answer, request_to_elicitation};
 use crate::feed::Concern;
-use crate::ids::CallId;
+use crate::ids::{CallId, RequestId};
 use crate::records::{CallView, Event, EventKind, Status};
 use crate::registry::AnswerError;
 use crate::suspension::RequestKind;
@@ -49,8 +49,8 @@ impl FrontDoor {
         view: &CallView,
         principal: &Principal,
         relay: &Relay,
-        handled: &HashSet<String>,
-    ) -> Vec<(String, ElicitRequestParams)> {
+        handled: &HashSet<RequestId>,
+    ) -> Vec<(RequestId, ElicitRequestParams)> {
         let mut asks = Vec::new();
         for id in view.requests.iter().filter(|id| !handled.contains(*id)) {
             let Ok(Some(request)) = self.state.registry.get(id).await else {
@@ -81,7 +81,7 @@ impl FrontDoor {
         &self,
         peer: Peer<RoleServer>,
         call: &CallId,
-        request: String,
+        request: RequestId,
         params: ElicitRequestParams,
         by: String,
     ) {
@@ -119,7 +119,7 @@ impl FrontDoor {
             tokio::select! {
                 replied = &mut asked.rx => match replied {
                     Ok(Ok(ClientResult::ElicitResult(result))) => {
-                        let answer = elicit_result_to_answer(&request, &result);
+                        let answer = elicit_result_to_answer(request.as_str(), &result);
                         if let Err(error) = registry.answer(&request, None, answer, &by).await {
                             tracing::warn!(%request, %error, "an MCP client's answer to a relayed Request was not taken");
                         }
@@ -153,19 +153,25 @@ impl FrontDoor {
             Ok(_) => return Err(unknown()),
             Err(error) => return Err(ErrorData::internal_error(error.to_string(), None)),
         }
-        for (request, response) in responses {
-            let belongs = matches!(self.state.registry.get(&request).await,
-                Ok(Some(view)) if view.call.as_ref() == Some(call));
-            if !belongs {
-                return Err(ErrorData::invalid_params(
-                    format!("inputResponses: {request:?} is not a Request of call {call}"),
-                    None,
-                ));
-            }
+        for (key, response) in responses {
+            let request = match RequestId::parse(&key) {
+                Some(request)
+                    if matches!(self.state.registry.get(&request).await,
+                        Ok(Some(view)) if view.call.as_ref() == Some(call)) =>
+                {
+                    request
+                }
+                _ => {
+                    return Err(ErrorData::invalid_params(
+                        format!("inputResponses: {key:?} is not a Request of call {call}"),
+                        None,
+                    ));
+                }
+            };
             let result: ElicitResult = serde_json::from_value(response).map_err(|error| {
                 ErrorData::invalid_params(format!("inputResponses.{request}: not an ElicitResult: {error}"), None)
             })?;
-            let answer = elicit_result_to_answer(&request, &result);
+            let answer = elicit_result_to_answer(request.as_str(), &result);
             let registry = self.state.registry.clone();
             let by = principal.name.clone();
             let id = request.clone();
@@ -223,13 +229,13 @@ fn unknown_state(state: &str) -> ErrorData {
 
 /// The `input_required` result that relays Requests to a 2026-07-28 client; its `requestState` is the call's
 /// id, which the client's retry sends back with the answers.
-pub(super) fn input_required(call: &CallId, asks: Vec<(String, ElicitRequestParams)>) -> InputRequiredResult {
+pub(super) fn input_required(call: &CallId, asks: Vec<(RequestId, ElicitRequestParams)>) -> InputRequiredResult {
     InputRequiredResult::new(Some(input_requests(asks)), Some(call.to_string()))
 }
 
 /// Requests relayed to a client, keyed by their ids.
-pub(super) fn input_requests(asks: Vec<(String, ElicitRequestParams)>) -> InputRequests {
+pub(super) fn input_requests(asks: Vec<(RequestId, ElicitRequestParams)>) -> InputRequests {
     asks.into_iter()
-        .map(|(id, params)| (id, InputRequest::Elicitation(ElicitRequest::new(params))))
+        .map(|(id, params)| (id.into(), InputRequest::Elicitation(ElicitRequest::new(params))))
         .collect()
 }

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::ids::{CallId, SessionId};
+use crate::ids::{CallId, RequestId, SessionId};
 use crate::time::Timestamp;
 
 /// Where a Call is in its life.
@@ -240,7 +240,8 @@ pub struct CallView {
     /// How it was started.
     pub via: Via,
     pub status: CallStatus,
-    pub requests: Vec<String>,
+    #[schema(value_type = Vec<String>)]
+    pub requests: Vec<RequestId>,
     /// The MCP `CallToolResult`, once completed. Boxed, as `error` is: a running call (a store may keep many)
     /// keeps no room for either.
     #[serde(skip_serializing_if = "Option::is_none")]

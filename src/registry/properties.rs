@@ -82,7 +82,7 @@ fn answer(reply: Reply) -> Answer {
 
 /// What the test knows about one Request.
 struct Tracked {
-    id: String,
+    id: crate::ids::RequestId,
     waiting: Option<Waiting>,
     withdrawn: CancellationToken,
     received: Option<Outcome>,

@@ -4,6 +4,7 @@ use serde_json::json;
 
 use super::*;
 use crate::feed::Feed;
+use crate::ids::RequestId;
 use crate::store::Location;
 use crate::store::postgres::cluster;
 
@@ -37,7 +38,7 @@ async fn ask(registry: &Registry) -> Waiting {
 }
 
 /// Answers `id` on `registry`, confirming; the `request.resolved` event it recorded.
-async fn confirm(registry: &Registry, id: &str) -> Arc<Event> {
+async fn confirm(registry: &Registry, id: &RequestId) -> Arc<Event> {
     let answer: Answer = serde_json::from_value(json!({"ok": true, "data": {"confirm": true}})).unwrap();
     registry.answer(id, None, answer, "ada").await.unwrap().event.unwrap()
 }

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::ids::CallId;
+use crate::ids::{CallId, RequestId};
 use crate::records::{CallStatus, Status};
 use crate::store::shares::{Running, Shares};
 
@@ -14,7 +14,7 @@ use crate::store::shares::{Running, Shares};
 #[derive(Debug, Default)]
 pub struct Live {
     /// Pending Requests.
-    requests: HashMap<String, Holder>,
+    requests: HashMap<RequestId, Holder>,
     /// The owners and servers of pending Requests, each name kept once.
     names: HashSet<Arc<str>>,
     /// What they hold.
@@ -45,10 +45,10 @@ struct Holder {
 #[derive(Debug)]
 pub enum Note {
     Pending {
-        request: String,
+        request: RequestId,
         pending: PendingRequest,
     },
-    Resolved(String),
+    Resolved(RequestId),
     Call {
         call: CallId,
         status: CallStatus,
@@ -96,14 +96,14 @@ impl Live {
     }
 
     /// A pending Request's status and owner; `None` if it is not pending (or unknown).
-    pub fn request(&self, id: &str) -> Option<(Status, Option<String>)> {
+    pub fn request(&self, id: &RequestId) -> Option<(Status, Option<String>)> {
         self.requests
             .get(id)
             .map(|pending| (Status::Pending, pending.owner.as_deref().map(str::to_owned)))
     }
 
     /// Counts a pending Request.
-    fn hold(&mut self, request: String, pending: PendingRequest) {
+    fn hold(&mut self, request: RequestId, pending: PendingRequest) {
         self.shares
             .add(pending.owner.as_deref(), &pending.server, pending.bytes);
         let holder = Holder {

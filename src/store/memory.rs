@@ -15,7 +15,7 @@ use super::{
     Withdrawal,
 };
 use crate::feed::Feed;
-use crate::ids::{CallId, SessionId};
+use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::json_size;
 use crate::records::{
     CallError, CallFilter, CallStatus, CallView, Event, EventKind, Filter, Finish, RequestView, SessionFilter,
@@ -71,7 +71,7 @@ struct State {
     sessions: Retained<SessionView>,
     /// URL-mode Requests by session and `elicitationId`, to match `notifications/elicitation/complete`
     /// without looking through every Request kept.
-    completions: HashMap<(Option<SessionId>, String), String>,
+    completions: HashMap<(Option<SessionId>, String), RequestId>,
     events: VecDeque<Arc<Event>>,
     /// The bytes of the events' data.
     replay_bytes: usize,
@@ -128,7 +128,7 @@ struct CallEntry {
     /// Whether it was sent upstream once its approval was given.
     forwarded: bool,
     /// Its latest round (2026-07-28): the number, the state to echo, and the Requests that answer it.
-    round: Option<(u32, Option<String>, Vec<String>)>,
+    round: Option<(u32, Option<String>, Vec<RequestId>)>,
 }
 
 /// The changes one verb makes: the events to record, in order.
@@ -217,7 +217,7 @@ impl Memory {
         Ok(views)
     }
 
-    pub async fn answer(&self, id: &str, decide: Decide, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
+    pub async fn answer(&self, id: &RequestId, decide: Decide, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
         let mut state = self.lock();
         let Some(entry) = state.requests.get_mut(id) else {
             return Ok(Answered::NotFound);
@@ -254,7 +254,7 @@ impl Memory {
 
     pub async fn resolve(&self, which: Pending, resolution: Resolution) -> Result<Resolved, StoreError> {
         let mut state = self.lock();
-        let ids: Vec<String> = match which {
+        let ids: Vec<RequestId> = match which {
             Pending::Ids(ids) => ids,
             Pending::Session(session) => state
                 .requests
@@ -294,7 +294,7 @@ impl Memory {
 
     pub async fn expire_due(&self, now: Timestamp, limit: usize) -> Result<Resolved, StoreError> {
         let mut state = self.lock();
-        let due: Vec<String> = state
+        let due: Vec<RequestId> = state
             .requests
             .live()
             .take_while(|entry| entry.deadline <= now)
@@ -335,7 +335,7 @@ impl Memory {
         Ok(true)
     }
 
-    pub async fn undelivered(&self, id: &str, detail: &str) -> Result<Option<RequestView>, StoreError> {
+    pub async fn undelivered(&self, id: &RequestId, detail: &str) -> Result<Option<RequestView>, StoreError> {
         let mut state = self.lock();
         let Some(entry) = state
             .requests
@@ -535,11 +535,11 @@ impl Memory {
         Ok(Some(view))
     }
 
-    pub async fn request(&self, id: &str) -> Result<Option<RequestView>, StoreError> {
+    pub async fn request(&self, id: &RequestId) -> Result<Option<RequestView>, StoreError> {
         Ok(self.lock().requests.get(id).map(|entry| entry.view.clone()))
     }
 
-    pub async fn request_status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
+    pub async fn request_status(&self, id: &RequestId) -> Result<Option<(Status, Option<String>)>, StoreError> {
         Ok(self
             .lock()
             .requests
@@ -807,7 +807,7 @@ impl State {
     /// whose round it completed.
     fn resolve_one(
         &mut self,
-        id: &str,
+        id: &RequestId,
         resolution: &Resolution,
         now: Timestamp,
         changes: &mut Changes,
@@ -852,7 +852,7 @@ impl State {
 
     /// Takes a Request that was just resolved off the pending ones, and updates its call: returns what
     /// retrying the call takes if its round is now complete.
-    fn retire_request(&mut self, id: &str, now: Timestamp, changes: &mut Changes) -> Option<Retry> {
+    fn retire_request(&mut self, id: &RequestId, now: Timestamp, changes: &mut Changes) -> Option<Retry> {
         let retention = {
             let entry = self.requests.get(id)?;
             let server = entry.view.server.as_deref().unwrap_or_default();

@@ -7,7 +7,7 @@ use rmcp::model::{ElicitResult, ElicitationAction};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::ids::{CallId, SessionId};
+use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{Arguments, CallStatus, EventKind, Finish, SessionFilter, SessionStatus, Status, Via};
 use crate::suspension::{Answer, RequestKind, Verdict};
 
@@ -78,7 +78,7 @@ fn new_request(call: Option<&CallId>, input_key: Option<&str>) -> NewRequest {
     let deadline = created_at.after(Duration::from_secs(60));
     NewRequest {
         request: Request {
-            id: crate::ids::mint(crate::ids::REQUEST),
+            id: RequestId::mint(crate::ids::REQUEST),
             kind: RequestKind::Input,
             prompt: "Go on?".into(),
             url: None,
@@ -422,7 +422,7 @@ async fn an_answer_is_decided_on_the_request_as_it_is_kept_and_one_that_does_not
             "{outcome:?}"
         );
         let outcome = store
-            .answer("req-unknown", None, decided(true), still_wanted())
+            .answer(&RequestId::stored("req-unknown"), None, decided(true), still_wanted())
             .await
             .unwrap();
         assert!(matches!(outcome, Answered::NotFound), "{outcome:?}");

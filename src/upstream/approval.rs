@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::legs::LegError;
 use super::{CallRef, Upstreams};
 use crate::approvals::{self, ApprovalPolicy};
-use crate::ids::CallId;
+use crate::ids::{self, CallId, RequestId};
 use crate::records::{CallError, CallFailure, CallView, Finish, RequestView, Status};
 use crate::registry::{Origin, Waiting};
 use crate::store::{HeldCall, StoreError};
@@ -47,7 +47,7 @@ impl Upstreams {
             &policy.approvers,
         );
         let request = Request {
-            id: String::new(),
+            id: RequestId::mint(ids::APPROVAL),
             kind: RequestKind::Approval,
             prompt: policy.prompt_for(&view.server, &view.tool, &view.owner),
             url: None,

@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 
 use super::reports::{Progress, Report, Reports};
 use crate::calls::Calls;
-use crate::ids::{CallId, SessionId};
+use crate::ids::{self, CallId, SessionId};
 use crate::registry::{AskError, Origin, Outcome, Registry};
 
 /// The MCP method of a 2025-11-25 elicitation request.
@@ -260,13 +260,13 @@ impl SessionCore {
 /// and how many wait under each JSON-RPC id (an upstream whose ids repeat can have several).
 #[derive(Debug, Default)]
 struct Elicitations {
-    by_request: HashMap<String, (RequestId, CancellationToken, Option<CallId>)>,
-    by_call: HashMap<CallId, HashSet<String>>,
+    by_request: HashMap<ids::RequestId, (RequestId, CancellationToken, Option<CallId>)>,
+    by_call: HashMap<CallId, HashSet<ids::RequestId>>,
     by_rpc: HashMap<RequestId, usize>,
 }
 
 impl Elicitations {
-    fn insert(&mut self, id: &str, rpc: RequestId, withdrawn: CancellationToken, call: Option<CallId>) {
+    fn insert(&mut self, id: &ids::RequestId, rpc: RequestId, withdrawn: CancellationToken, call: Option<CallId>) {
         if let Some(call) = &call {
             self.by_call.entry(call.clone()).or_default().insert(id.to_owned());
         }
@@ -276,7 +276,7 @@ impl Elicitations {
         }
     }
 
-    fn remove(&mut self, id: &str) {
+    fn remove(&mut self, id: &ids::RequestId) {
         let Some((rpc, _, call)) = self.by_request.remove(id) else {
             return;
         };
@@ -291,7 +291,7 @@ impl Elicitations {
     }
 
     /// The Requests of `call`'s elicitations that the upstream has withdrawn.
-    fn withdrawn_of(&self, call: &CallId) -> Vec<String> {
+    fn withdrawn_of(&self, call: &CallId) -> Vec<ids::RequestId> {
         let Some(ids) = self.by_call.get(call) else {
             return Vec::new();
         };
@@ -331,7 +331,7 @@ pub struct CallRef {
 #[derive(Debug)]
 struct Replied {
     rpc: RequestId,
-    request: String,
+    request: ids::RequestId,
     at: std::time::Instant,
 }
 
@@ -492,22 +492,35 @@ mod tests {
             CancellationToken::new(),
             CancellationToken::new(),
         );
-        elicitations.insert("req-1", RequestId::Number(1), kept, Some(CallId::stored("call-a")));
         elicitations.insert(
-            "req-2",
+            &ids::RequestId::stored("req-1"),
+            RequestId::Number(1),
+            kept,
+            Some(CallId::stored("call-a")),
+        );
+        elicitations.insert(
+            &ids::RequestId::stored("req-2"),
             RequestId::Number(2),
             withdrawn.clone(),
             Some(CallId::stored("call-a")),
         );
-        elicitations.insert("req-3", RequestId::Number(3), elsewhere.clone(), None);
+        elicitations.insert(
+            &ids::RequestId::stored("req-3"),
+            RequestId::Number(3),
+            elsewhere.clone(),
+            None,
+        );
         withdrawn.cancel();
         elsewhere.cancel();
-        assert_eq!(elicitations.withdrawn_of(&CallId::stored("call-a")), ["req-2"]);
+        assert_eq!(
+            elicitations.withdrawn_of(&CallId::stored("call-a")),
+            [ids::RequestId::stored("req-2")]
+        );
         assert!(elicitations.withdrawn_of(&CallId::stored("call-b")).is_empty());
         assert!(elicitations.waits_on(&RequestId::Number(3)));
 
-        for id in ["req-1", "req-2", "req-3"] {
-            elicitations.remove(id);
+        for id in ["req-1", "req-2", "req-3"].map(ids::RequestId::stored) {
+            elicitations.remove(&id);
         }
         assert!(elicitations.by_request.is_empty() && elicitations.by_call.is_empty());
         assert!(!elicitations.waits_on(&RequestId::Number(3)));
@@ -518,18 +531,23 @@ mod tests {
     fn elicitations_under_one_json_rpc_id_wait_until_the_last_is_answered() {
         let mut elicitations = Elicitations::default();
         let rpc = RequestId::Number(0);
-        elicitations.insert("req-1", rpc.clone(), CancellationToken::new(), None);
         elicitations.insert(
-            "req-2",
+            &ids::RequestId::stored("req-1"),
+            rpc.clone(),
+            CancellationToken::new(),
+            None,
+        );
+        elicitations.insert(
+            &ids::RequestId::stored("req-2"),
             rpc.clone(),
             CancellationToken::new(),
             Some(CallId::stored("call-a")),
         );
-        elicitations.remove("req-1");
+        elicitations.remove(&ids::RequestId::stored("req-1"));
         assert!(elicitations.waits_on(&rpc), "req-2 still waits under it");
-        elicitations.remove("req-1");
+        elicitations.remove(&ids::RequestId::stored("req-1"));
         assert!(elicitations.waits_on(&rpc), "removing one twice counts once");
-        elicitations.remove("req-2");
+        elicitations.remove(&ids::RequestId::stored("req-2"));
         assert!(!elicitations.waits_on(&rpc));
         assert!(elicitations.by_rpc.is_empty());
     }

@@ -148,6 +148,27 @@ async fn unknown_ids_of_any_shape_name_nothing() {
             assert_eq!(problem["detail"], format!("no session {session}"), "{problem}");
         }
     }
+    for (path, id) in [
+        (
+            "elc-0190f1d2c3b47000800000000000abcd",
+            "elc-0190f1d2c3b47000800000000000abcd",
+        ),
+        ("a%20b", "a b"),
+    ] {
+        let responses = [
+            app.get(&format!("/requests/{path}")).await,
+            app.post(
+                &format!("/requests/{path}/answer"),
+                &json!({"ok": false, "reason": "declined"}),
+            )
+            .await,
+        ];
+        for response in responses {
+            assert_eq!(response.status(), 404);
+            let problem: Value = response.json().await.unwrap();
+            assert_eq!(problem["detail"], format!("no Request with id {id}"), "{problem}");
+        }
+    }
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use super::requests::resolve_ids;
 use super::rows::Conditions;
 use super::writer::Tx;
 use super::{Postgres, Reader, rows};
-use crate::ids::{self, CallId, SessionId};
+use crate::ids::{self, CallId, RequestId, SessionId};
 use crate::records::{
     CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView, Status,
 };
@@ -392,7 +392,7 @@ pub(super) async fn finish_in(
         return Ok(None);
     };
     let view = rows::call(&row)?;
-    let pending: Vec<String> = row.try_get(rows::CALL_COLUMNS)?;
+    let pending: Vec<RequestId> = row.try_get(rows::CALL_COLUMNS)?;
     let resolution = Resolution::Cancelled {
         detail,
         told_cancel: true,

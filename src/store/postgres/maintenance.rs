@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::requests::{resolve_ids, select_ids};
 use super::{Conn, Postgres, rows};
-use crate::ids::{CallId, SessionId};
+use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallError, CallFailure, Finish, SessionStatus};
 use crate::store::{EventPage, HELD_BY_APPROVAL, HeldCall, Lease, Recovered, Resolution, StoreError};
 use crate::time::Timestamp;
@@ -272,7 +272,7 @@ impl Postgres {
                     let protocol: Option<String> = row.try_get(1)?;
                     let resumable: bool = row.try_get(2)?;
                     // The upstream has not heard of a call waiting on its approval: this replica forwards it.
-                    if let Some(approval) = row.try_get::<_, Option<String>>(3)? {
+                    if let Some(approval) = row.try_get::<_, Option<RequestId>>(3)? {
                         tx.execute("UPDATE calls SET replica = $2 WHERE id = $1", &[&call, &me])
                             .await?;
                         recovered.approvals.push(HeldCall { call, approval });

@@ -9,7 +9,7 @@ use tokio_postgres::types::ToSql;
 use super::rows::Conditions;
 use super::writer::{EventValues, Tx, insert_event};
 use super::{Postgres, Reader, rows};
-use crate::ids::{CallId, SessionId};
+use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
 use crate::store::shares::{Held, Shares};
 use crate::store::{
@@ -91,7 +91,7 @@ impl Postgres {
     /// the writer, which every replica's changes take turns on.
     pub async fn answer(
         &self,
-        id: &str,
+        id: &RequestId,
         read: Option<Box<RequestView>>,
         decide: Decide,
         withdrawal: Withdrawal,
@@ -197,7 +197,7 @@ impl Postgres {
     pub async fn resolve(&self, which: Pending, resolution: Resolution) -> Result<Resolved, StoreError> {
         self.write(move |tx| {
             Box::pin(async move {
-                let ids: Vec<String> = match which {
+                let ids: Vec<RequestId> = match which {
                     Pending::Ids(ids) => ids,
                     Pending::Session(session) => {
                         select_ids(tx, "status = 'pending' AND session = $1 AND round IS NULL", &[&session]).await?
@@ -255,7 +255,7 @@ impl Postgres {
                     )
                     .await?;
                 let Some(found) = found else { return Ok(false) };
-                let id: String = found.try_get(0)?;
+                let id: RequestId = found.try_get(0)?;
                 let changed = tx
                     .execute(
                         "UPDATE requests SET completed_at = $2 WHERE id = $1 AND completed_at IS NULL",
@@ -274,7 +274,7 @@ impl Postgres {
         .await
     }
 
-    pub async fn undelivered(&self, id: &str, detail: &str) -> Result<Option<RequestView>, StoreError> {
+    pub async fn undelivered(&self, id: &RequestId, detail: &str) -> Result<Option<RequestView>, StoreError> {
         let (id, detail) = (id.to_owned(), detail.to_owned());
         self.write(move |tx| {
             Box::pin(async move {
@@ -320,11 +320,11 @@ impl Postgres {
         .await
     }
 
-    pub async fn request(&self, id: &str) -> Result<Option<RequestView>, StoreError> {
+    pub async fn request(&self, id: &RequestId) -> Result<Option<RequestView>, StoreError> {
         self.read(async |conn| request(conn, id).await).await
     }
 
-    pub async fn request_status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
+    pub async fn request_status(&self, id: &RequestId) -> Result<Option<(Status, Option<String>)>, StoreError> {
         self.read(async |conn| {
             let Some(row) = conn
                 .query_opt("SELECT status, owner FROM requests WHERE id = $1", &[&id])
@@ -388,7 +388,7 @@ pub(super) fn round_number(number: u32) -> i32 {
 }
 
 /// One Request.
-pub(super) async fn request(conn: &impl Reader, id: &str) -> Result<Option<RequestView>, tokio_postgres::Error> {
+pub(super) async fn request(conn: &impl Reader, id: &RequestId) -> Result<Option<RequestView>, tokio_postgres::Error> {
     let sql = format!("SELECT {} FROM requests WHERE id = $1", rows::REQUEST);
     conn.row(&sql, &[&id]).await?.map(|row| rows::request(&row)).transpose()
 }
@@ -446,7 +446,7 @@ pub(super) async fn select_ids(
     conn: &impl Reader,
     condition: &str,
     params: &[&(dyn ToSql + Sync)],
-) -> Result<Vec<String>, tokio_postgres::Error> {
+) -> Result<Vec<RequestId>, tokio_postgres::Error> {
     let sql = format!("SELECT id FROM requests WHERE {condition}");
     conn.rows(&sql, params)
         .await?
@@ -508,7 +508,7 @@ async fn insert_request(
 /// Resolves the Requests still pending among `ids`.
 pub(super) async fn resolve_ids(
     tx: &mut Tx<'_>,
-    ids: &[String],
+    ids: &[RequestId],
     resolution: &Resolution,
 ) -> Result<Resolved, tokio_postgres::Error> {
     let now = Timestamp::now();

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use tokio_postgres::Row;
 use tokio_postgres::types::{FromSql, ToSql, Type};
 
-use crate::ids::{CallId, SessionId};
+use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{
     CallError, CallFailure, CallStatus, CallView, Event, EventKind, RequestView, SessionStatus, SessionView, Status,
     Via,
@@ -290,4 +290,4 @@ macro_rules! id_columns {
     )*};
 }
 
-id_columns!(CallId, SessionId);
+id_columns!(CallId, RequestId, SessionId);

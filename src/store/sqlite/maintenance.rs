@@ -7,7 +7,7 @@ use rusqlite::{OptionalExtension, params};
 
 use super::requests::{resolve_ids, select_ids};
 use super::{Sqlite, rows};
-use crate::ids::{CallId, SessionId};
+use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallError, CallFailure, Event, Finish, SessionStatus};
 use crate::store::{EventPage, HELD_BY_APPROVAL, HeldCall, Lease, Recovered, Resolution, StoreError};
 use crate::time::Timestamp;
@@ -129,7 +129,7 @@ impl Sqlite {
             };
             recovered.ended_requests += resolve_ids(tx, &elicitations, &resolution)?.views.len();
             // A round can be retried only on a shared session: a private one ended with the previous run.
-            let calls: Vec<(CallId, Option<String>, bool, Option<String>)> = {
+            let calls: Vec<(CallId, Option<String>, bool, Option<RequestId>)> = {
                 let mut statement = tx.conn.prepare_cached(&format!(
                     "SELECT c.id, c.protocol_version, \
                      c.shared = 1 AND EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id), {HELD_BY_APPROVAL} \

@@ -8,7 +8,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::rows::Conditions;
 use super::writer::Tx;
 use super::{Sqlite, rows};
-use crate::ids::{CallId, SessionId};
+use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
 use crate::store::live::{Note, PendingRequest};
 use crate::store::{
@@ -95,7 +95,7 @@ impl Sqlite {
 
     /// Decides an answer in the writer, which reads the Request where its pages are at hand and decides on what
     /// it read: nothing changes the row in between.
-    pub async fn answer(&self, id: &str, decide: Decide, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
+    pub async fn answer(&self, id: &RequestId, decide: Decide, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
         let id = id.to_owned();
         self.write(move |tx| {
             let Some((row, current)) = pending_request(tx.conn, &id)? else {
@@ -145,7 +145,7 @@ impl Sqlite {
 
     pub async fn resolve(&self, which: Pending, resolution: Resolution) -> Result<Resolved, StoreError> {
         self.write(move |tx| {
-            let ids: Vec<String> = match which {
+            let ids: Vec<RequestId> = match which {
                 Pending::Ids(ids) => ids,
                 Pending::Session(session) => select_ids(
                     tx.conn,
@@ -188,7 +188,7 @@ impl Sqlite {
     pub async fn complete(&self, session: &SessionId, elicitation_id: &str) -> Result<bool, StoreError> {
         let (session, elicitation_id) = (session.to_owned(), elicitation_id.to_owned());
         self.write(move |tx| {
-            let id: Option<String> = tx
+            let id: Option<RequestId> = tx
                 .conn
                 .prepare_cached(
                     "SELECT id FROM requests WHERE session = ?1 AND elicitation_id = ?2 ORDER BY seq DESC LIMIT 1",
@@ -211,7 +211,7 @@ impl Sqlite {
         .await
     }
 
-    pub async fn undelivered(&self, id: &str, detail: &str) -> Result<Option<RequestView>, StoreError> {
+    pub async fn undelivered(&self, id: &RequestId, detail: &str) -> Result<Option<RequestView>, StoreError> {
         let (id, detail) = (id.to_owned(), detail.to_owned());
         self.write(move |tx| {
             let changed = tx
@@ -253,11 +253,11 @@ impl Sqlite {
         .await
     }
 
-    pub async fn request(&self, id: &str) -> Result<Option<RequestView>, StoreError> {
+    pub async fn request(&self, id: &RequestId) -> Result<Option<RequestView>, StoreError> {
         self.read(|conn| request(conn, id))
     }
 
-    pub async fn request_status(&self, id: &str) -> Result<Option<(Status, Option<String>)>, StoreError> {
+    pub async fn request_status(&self, id: &RequestId) -> Result<Option<(Status, Option<String>)>, StoreError> {
         if let Some(pending) = super::lock_mutex(&self.shared.live).request(id) {
             return Ok(Some(pending));
         }
@@ -311,7 +311,7 @@ impl Sqlite {
 }
 
 /// One Request.
-pub(super) fn request(conn: &Connection, id: &str) -> rusqlite::Result<Option<RequestView>> {
+pub(super) fn request(conn: &Connection, id: &RequestId) -> rusqlite::Result<Option<RequestView>> {
     let sql = format!("SELECT {} FROM requests WHERE id = ?1", rows::REQUEST);
     conn.prepare_cached(&sql)?.query_row([id], rows::request).optional()
 }
@@ -321,7 +321,7 @@ pub(super) fn select_ids(
     conn: &Connection,
     condition: &str,
     params: impl rusqlite::Params,
-) -> rusqlite::Result<Vec<String>> {
+) -> rusqlite::Result<Vec<RequestId>> {
     let sql = format!("SELECT id FROM requests WHERE {condition}");
     let mut statement = conn.prepare_cached(&sql)?;
     let ids = statement.query_map(params, |row| row.get(0))?;
@@ -356,7 +356,7 @@ fn insert_request(conn: &Connection, new: &NewRequest, round: Option<u32>) -> ru
 }
 
 /// Resolves the Requests still pending among `ids`.
-pub(super) fn resolve_ids(tx: &mut Tx<'_>, ids: &[String], resolution: &Resolution) -> rusqlite::Result<Resolved> {
+pub(super) fn resolve_ids(tx: &mut Tx<'_>, ids: &[RequestId], resolution: &Resolution) -> rusqlite::Result<Resolved> {
     let now = Timestamp::now();
     let mut resolved = Resolved::default();
     for id in ids {
@@ -379,7 +379,7 @@ struct RowOf {
 /// Request `id`, with where its row is. Read, then updated by `seq`, rather than one `UPDATE … RETURNING`, which
 /// builds a temporary table per statement: the writer is the only one changing rows, so nothing changes in
 /// between.
-fn pending_request(conn: &Connection, id: &str) -> rusqlite::Result<Option<(RowOf, RequestView)>> {
+fn pending_request(conn: &Connection, id: &RequestId) -> rusqlite::Result<Option<(RowOf, RequestView)>> {
     let sql = format!("SELECT seq, round, {} FROM requests WHERE id = ?1", rows::REQUEST);
     conn.prepare_cached(&sql)?
         .query_row([id], |row| {

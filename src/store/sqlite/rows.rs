@@ -10,7 +10,7 @@ use rusqlite::types::{FromSql, FromSqlResult, ToSqlOutput, Type, Value, ValueRef
 
 use serde::de::DeserializeOwned;
 
-use crate::ids::{CallId, SessionId};
+use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{
     CallError, CallFailure, CallStatus, CallView, Event, EventKind, RequestView, SessionStatus, SessionView, Status,
     Via,
@@ -255,7 +255,7 @@ macro_rules! id_columns {
     )*};
 }
 
-id_columns!(CallId, SessionId);
+id_columns!(CallId, RequestId, SessionId);
 
 #[cfg(test)]
 mod tests {
