@@ -52,6 +52,22 @@ pub struct Policy {
     pub max_request_bytes: usize,
 }
 
+impl Policy {
+    /// `answer` as it applies to a Request: an accepting answer to a form carries data (`{}` when it has
+    /// none), with the form's defaults filled in when the policy says so.
+    fn applied(&self, view: &RequestView, mut answer: Answer) -> Answer {
+        if answer.ok() && view.request.kind != RequestKind::Authorization {
+            let data = answer.data.get_or_insert_with(Default::default);
+            if let Some(schema) = view.request.data.as_ref().and_then(|data| data.get("schema"))
+                && self.apply_defaults
+            {
+                validation::apply_defaults(schema, data);
+            }
+        }
+        answer
+    }
+}
+
 /// Where a Request comes from.
 #[derive(Debug, Clone)]
 pub struct Origin {
@@ -436,7 +452,7 @@ impl Registry {
                 })
             }
             Answered::Lost(view) => {
-                let answer = with_defaults(&view, answer, self.shared.policy.apply_defaults);
+                let answer = self.shared.policy.applied(&view, answer);
                 repeat(view, &answer)
             }
             Answered::Invalid(violations) => Err(AnswerError::Invalid(violations)),
@@ -450,7 +466,7 @@ impl Registry {
         let registry = self.clone();
         let by = by.to_owned();
         Box::new(move |view: &RequestView| {
-            let answer = with_defaults(view, answer, registry.shared.policy.apply_defaults);
+            let answer = registry.shared.policy.applied(view, answer);
             if answer.ok()
                 && let (Some(data), Some(request_data)) = (&answer.data, &view.request.data)
                 && let Some(validator) = registry.shared.data.validator(request_data)
@@ -729,20 +745,6 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The `detail` of a Request whose upstream withdrew its elicitation.
 fn client_withdrew() -> String {
     "the upstream cancelled the elicitation".to_owned()
-}
-
-/// `answer` as it applies to a Request: an accepting answer to a form carries data (`{}` when it has none), with
-/// the form's defaults filled in when `apply_defaults`.
-fn with_defaults(view: &RequestView, mut answer: Answer, apply_defaults: bool) -> Answer {
-    if answer.ok() && view.request.kind != RequestKind::Authorization {
-        let data = answer.data.get_or_insert_with(Default::default);
-        if let Some(schema) = view.request.data.as_ref().and_then(|data| data.get("schema"))
-            && apply_defaults
-        {
-            validation::apply_defaults(schema, data);
-        }
-    }
-    answer
 }
 
 /// An answer to a Request already resolved: the same answer again is that Request, another is refused.
