@@ -122,28 +122,32 @@ id_type! {
 }
 
 impl RequestId {
-    /// The longest id: an id is part of a path.
-    pub const MAX_LEN: usize = 128;
-
     /// Mints the id of a new Request with the given prefix ([`REQUEST`], [`POSTED`] or [`APPROVAL`]).
     pub fn mint(prefix: &str) -> Self {
         Self(mint(prefix))
     }
 
-    /// The Request id a client wrote, if it can name one: 1 to [`Self::MAX_LEN`] of `A-Z a-z 0-9 _ - . :`,
-    /// the shape of every id minted or taken.
+    /// The Request id a client wrote, if it can name one: a name ([`is_name`]), the shape of every id minted or
+    /// taken.
     pub fn parse(text: &str) -> Option<Self> {
-        let named = (1..=Self::MAX_LEN).contains(&text.len())
-            && text
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'));
-        named.then(|| Self(text.to_owned()))
+        is_name(text).then(|| Self(text.to_owned()))
     }
 
     /// Whether it is the id of an approval Request.
     pub fn is_approval(&self) -> bool {
         self.0.starts_with(APPROVAL)
     }
+}
+
+/// The longest name: a Request's id is one, and part of a path.
+pub const MAX_NAME: usize = 128;
+
+/// Whether `text` is a name, as a Request's id and kind are: 1 to [`MAX_NAME`] of `A-Z a-z 0-9 _ - . :`.
+pub fn is_name(text: &str) -> bool {
+    (1..=MAX_NAME).contains(&text.len())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
 }
 
 /// Whether `text` has the shape of an id minted with `prefix`: the prefix and 32 lowercase hex digits.
@@ -183,7 +187,7 @@ mod tests {
         assert!(minted.is_approval());
         assert_eq!(RequestId::parse(minted.as_str()), Some(minted));
         assert!(RequestId::parse("ticket:42_a.b-c").is_some());
-        for bad in ["", "a/b", "a b", "ü", &"x".repeat(RequestId::MAX_LEN + 1)] {
+        for bad in ["", "a/b", "a b", "ü", &"x".repeat(MAX_NAME + 1)] {
             assert_eq!(RequestId::parse(bad), None, "{bad:?}");
         }
     }

@@ -15,8 +15,6 @@ use crate::validation::{self, Violation};
 const KEYS: [&str; 6] = ["id", "kind", "prompt", "url", "data", "expiresAt"];
 /// The keys one of `data.questions` may have.
 const QUESTION_KEYS: [&str; 4] = ["question", "header", "options", "multiple"];
-/// The longest `id` and `kind`: each is a name, and an id is part of a path.
-const MAX_NAME: usize = 128;
 
 /// What a property name or a question's header must not contain (compared lowercase, without `_`, `-`, `.`
 /// or spaces): a form that asks for one of these collects a credential, which goes through `authorization`.
@@ -84,15 +82,11 @@ impl Posted {
         }
         let (kind, prompt) = (kind.unwrap_or_default(), prompt.unwrap_or_default());
         let mut wrong = Vec::new();
-        let id = match id.as_deref().map(RequestId::parse) {
-            None => RequestId::mint(ids::POSTED),
-            Some(Some(id)) => id,
-            Some(None) => {
-                wrong.push(problem("/id", "must be 1 to 128 of A-Z a-z 0-9 _ - . :"));
-                RequestId::mint(ids::POSTED)
-            }
-        };
-        if !is_name(&kind) {
+        let id = id.as_deref().map(RequestId::parse);
+        if let Some(None) = id {
+            wrong.push(problem("/id", "must be 1 to 128 of A-Z a-z 0-9 _ - . :"));
+        }
+        if !ids::is_name(&kind) {
             wrong.push(problem("/kind", "must be 1 to 128 of A-Z a-z 0-9 _ - . :"));
         }
         if prompt.trim().is_empty() {
@@ -111,7 +105,7 @@ impl Posted {
         }
         Ok(Self {
             request: Request {
-                id,
+                id: id.flatten().unwrap_or_else(|| RequestId::mint(ids::POSTED)),
                 kind,
                 prompt,
                 url,
@@ -277,14 +271,6 @@ fn looks_like(text: &str, words: &[&str]) -> bool {
         .flat_map(char::to_lowercase)
         .collect();
     words.iter().any(|word| folded.contains(word))
-}
-
-/// Whether `name` is 1 to [`MAX_NAME`] of `A-Z a-z 0-9 _ - . :`.
-fn is_name(name: &str) -> bool {
-    (1..=MAX_NAME).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
 }
 
 /// Whether `url` is an absolute http or https URL with a host.

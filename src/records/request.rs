@@ -112,11 +112,11 @@ impl Filter {
             && self
                 .session
                 .as_ref()
-                .is_none_or(|session| Some(session.as_str()) == view.session.as_ref().map(SessionId::as_str))
+                .is_none_or(|session| view.session.as_ref().is_some_and(|id| id == session.as_str()))
             && self
                 .call
                 .as_ref()
-                .is_none_or(|call| Some(call.as_str()) == view.call.as_ref().map(CallId::as_str))
+                .is_none_or(|call| view.call.as_ref().is_some_and(|id| id == call.as_str()))
             && self.kind.as_ref().is_none_or(|kind| *kind == view.request.kind)
             && self
                 .owner
