@@ -185,9 +185,23 @@ impl SessionCore {
         }
     }
 
+    /// The upstream withdrew the elicitation it sent under JSON-RPC id `rpc` (`notifications/cancelled`): fires
+    /// its token if it still waits. A transport that reads its own elicitations calls this before it reads on.
+    pub fn withdraw_elicitation(&self, rpc: &RequestId) {
+        lock(&self.elicitations).withdraw(rpc);
+    }
+
+    /// Whether any legacy elicitation waits on this session.
+    pub fn elicits(&self) -> bool {
+        !lock(&self.elicitations).is_empty()
+    }
+
     /// Answers a 2025-11-25 `elicitation/create` through a Request, waiting for its outcome; `withdrawn` fires if
     /// the upstream cancels the elicitation. Params the gateway cannot show are refused with `-32602`; past the
     /// pending cap the upstream gets `cancel` at once.
+    ///
+    /// The elicitation is booked before this returns, so that a withdrawal read right after it finds it even
+    /// while its Request is still being raised.
     pub fn elicit(
         self: &Arc<Self>,
         request: RequestId,
@@ -195,16 +209,22 @@ impl SessionCore {
         stream: Option<InboundStreamOrigin>,
         withdrawn: CancellationToken,
     ) -> impl Future<Output = Result<ElicitResult, ErrorData>> + Send + 'static {
-        let core = self.clone();
+        let handle = lock(&self.elicitations).arrive(request.clone(), withdrawn.clone());
+        let booked = Booked {
+            core: self.clone(),
+            handle,
+        };
         // Boxed, so that a pending elicitation's future keeps only a pointer to what raising it took.
         let asked = Box::pin(async move {
+            let core = &booked.core;
             let call = core.attribute(stream.as_ref()).await;
             let origin = core.origin_of(call.as_ref());
             let asked = core.registry.ask(params, &origin, withdrawn.clone()).await;
-            (core, asked, withdrawn, origin.call)
+            (booked, asked, withdrawn, origin.call)
         });
         async move {
-            let (core, asked, withdrawn, call) = asked.await;
+            let (booked, asked, withdrawn, call) = asked.await;
+            let core = booked.core.clone();
             let mut waiting = match asked {
                 Ok(waiting) => waiting,
                 Err(AskError::Full(cap)) => {
@@ -215,7 +235,7 @@ impl SessionCore {
                 Err(AskError::Unusable(detail)) => return Err(ErrorData::invalid_params(detail, None)),
                 Err(AskError::Store(error)) => return Err(ErrorData::internal_error(error.to_string(), None)),
             };
-            lock(&core.elicitations).insert(&waiting.id, request.clone(), withdrawn.clone(), call);
+            booked.raised(&waiting.id, call);
             let outcome = tokio::select! {
                 outcome = waiting.outcome() => outcome,
                 () = withdrawn.cancelled() => {
@@ -225,7 +245,7 @@ impl SessionCore {
                     waiting.outcome().await
                 }
             };
-            lock(&core.elicitations).remove(&waiting.id);
+            drop(booked);
             match outcome {
                 Outcome::Reply(result) => {
                     // Remembered before the token is read, so that a withdrawal arriving in between is not missed.
@@ -255,68 +275,123 @@ impl SessionCore {
     }
 }
 
-/// The legacy elicitations of a session waiting on their Request, by Request id, each with its JSON-RPC id,
-/// the token fired when the upstream withdraws it and the call it was attributed to; those of each call;
-/// and how many wait under each JSON-RPC id (an upstream whose ids repeat can have several).
+/// The legacy elicitations of a session, from their arrival until their reply is settled: the one place that
+/// holds each one's token (fired when the upstream withdraws it), found by its JSON-RPC id as it arrives and,
+/// once its Request is raised, by that Request and the call it was attributed to. An upstream whose ids repeat
+/// (a stateless HTTP server numbers each POST from 0) can have several under one JSON-RPC id.
 #[derive(Debug, Default)]
 struct Elicitations {
-    by_request: HashMap<ids::RequestId, (RequestId, CancellationToken, Option<CallId>)>,
-    by_call: HashMap<CallId, HashSet<ids::RequestId>>,
-    by_rpc: HashMap<RequestId, usize>,
+    next: u64,
+    waiting: HashMap<u64, Elicitation>,
+    /// Arrival order under each JSON-RPC id.
+    by_rpc: HashMap<RequestId, Vec<u64>>,
+    by_call: HashMap<CallId, HashSet<u64>>,
+}
+
+#[derive(Debug)]
+struct Elicitation {
+    rpc: RequestId,
+    withdrawn: CancellationToken,
+    /// Its Request, once raised.
+    request: Option<ids::RequestId>,
+    call: Option<CallId>,
 }
 
 impl Elicitations {
-    fn insert(&mut self, id: &ids::RequestId, rpc: RequestId, withdrawn: CancellationToken, call: Option<CallId>) {
-        if let Some(call) = &call {
-            self.by_call.entry(call.clone()).or_default().insert(id.to_owned());
-        }
-        *self.by_rpc.entry(rpc.clone()).or_default() += 1;
-        if let Some((replaced, ..)) = self.by_request.insert(id.to_owned(), (rpc, withdrawn, call)) {
-            self.forget_rpc(&replaced);
-        }
+    /// Books an elicitation that just arrived; the handle names it from then on.
+    fn arrive(&mut self, rpc: RequestId, withdrawn: CancellationToken) -> u64 {
+        let handle = self.next;
+        self.next += 1;
+        self.by_rpc.entry(rpc.clone()).or_default().push(handle);
+        let elicitation = Elicitation {
+            rpc,
+            withdrawn,
+            request: None,
+            call: None,
+        };
+        self.waiting.insert(handle, elicitation);
+        handle
     }
 
-    fn remove(&mut self, id: &ids::RequestId) {
-        let Some((rpc, _, call)) = self.by_request.remove(id) else {
+    /// Its Request is raised, for `call` if it was attributed to one.
+    fn raised(&mut self, handle: u64, request: &ids::RequestId, call: Option<CallId>) {
+        let Some(elicitation) = self.waiting.get_mut(&handle) else {
             return;
         };
-        self.forget_rpc(&rpc);
-        let Some(call) = call else { return };
-        if let Some(ids) = self.by_call.get_mut(&call) {
-            ids.remove(id);
-            if ids.is_empty() {
+        if let Some(call) = &call {
+            self.by_call.entry(call.clone()).or_default().insert(handle);
+        }
+        elicitation.request = Some(request.clone());
+        elicitation.call = call;
+    }
+
+    /// It no longer waits: replied to, refused, or dropped.
+    fn leave(&mut self, handle: u64) {
+        let Some(elicitation) = self.waiting.remove(&handle) else {
+            return;
+        };
+        if let Some(handles) = self.by_rpc.get_mut(&elicitation.rpc) {
+            handles.retain(|waiting| *waiting != handle);
+            if handles.is_empty() {
+                self.by_rpc.remove(&elicitation.rpc);
+            }
+        }
+        if let Some(call) = elicitation.call
+            && let Some(handles) = self.by_call.get_mut(&call)
+        {
+            handles.remove(&handle);
+            if handles.is_empty() {
                 self.by_call.remove(&call);
             }
         }
     }
 
+    /// The upstream withdrew the elicitation it sent last under `rpc`: fires its token, if it still waits.
+    fn withdraw(&self, rpc: &RequestId) {
+        let latest = self.by_rpc.get(rpc).and_then(|handles| handles.last());
+        if let Some(elicitation) = latest.and_then(|handle| self.waiting.get(handle)) {
+            elicitation.withdrawn.cancel();
+        }
+    }
+
     /// The Requests of `call`'s elicitations that the upstream has withdrawn.
     fn withdrawn_of(&self, call: &CallId) -> Vec<ids::RequestId> {
-        let Some(ids) = self.by_call.get(call) else {
+        let Some(handles) = self.by_call.get(call) else {
             return Vec::new();
         };
-        ids.iter()
-            .filter(|id| {
-                self.by_request
-                    .get(*id)
-                    .is_some_and(|(_, token, _)| token.is_cancelled())
-            })
-            .cloned()
+        handles
+            .iter()
+            .filter_map(|handle| self.waiting.get(handle))
+            .filter(|elicitation| elicitation.withdrawn.is_cancelled())
+            .filter_map(|elicitation| elicitation.request.clone())
             .collect()
     }
 
-    /// Whether an elicitation with JSON-RPC id `rpc` still waits on its Request.
+    /// Whether an elicitation with JSON-RPC id `rpc` still waits.
     fn waits_on(&self, rpc: &RequestId) -> bool {
         self.by_rpc.contains_key(rpc)
     }
 
-    fn forget_rpc(&mut self, rpc: &RequestId) {
-        if let Some(count) = self.by_rpc.get_mut(rpc) {
-            *count -= 1;
-            if *count == 0 {
-                self.by_rpc.remove(rpc);
-            }
-        }
+    fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+}
+
+/// An elicitation's place in its session's book, given up when it no longer waits (however its future ends).
+struct Booked {
+    core: Arc<SessionCore>,
+    handle: u64,
+}
+
+impl Booked {
+    fn raised(&self, request: &ids::RequestId, call: Option<CallId>) {
+        lock(&self.core.elicitations).raised(self.handle, request, call);
+    }
+}
+
+impl Drop for Booked {
+    fn drop(&mut self) {
+        lock(&self.core.elicitations).leave(self.handle);
     }
 }
 
@@ -373,8 +448,8 @@ impl GatewayClient {
 }
 
 impl ClientHandler for GatewayClient {
-    /// A withdrawal of an elicitation already replied to (one still waiting has its token fired by rmcp, or
-    /// by the stdio transport, which hands the notification on here as well).
+    /// A withdrawal of an elicitation already replied to (one still waiting has its token fired by rmcp, or,
+    /// when the stdio transport read it, through `withdraw_elicitation`; that notification comes on here too).
     async fn on_cancelled(&self, params: CancelledNotificationParam, _context: NotificationContext<RoleClient>) {
         if let Some(request) = params.request_id {
             self.core.withdrawn_after_reply(&request).await;
@@ -492,24 +567,15 @@ mod tests {
             CancellationToken::new(),
             CancellationToken::new(),
         );
-        elicitations.insert(
-            &ids::RequestId::stored("req-1"),
-            RequestId::Number(1),
-            kept,
-            Some(CallId::stored("call-a")),
-        );
-        elicitations.insert(
-            &ids::RequestId::stored("req-2"),
-            RequestId::Number(2),
-            withdrawn.clone(),
-            Some(CallId::stored("call-a")),
-        );
-        elicitations.insert(
-            &ids::RequestId::stored("req-3"),
-            RequestId::Number(3),
-            elsewhere.clone(),
-            None,
-        );
+        let handles = [
+            elicitations.arrive(RequestId::Number(1), kept),
+            elicitations.arrive(RequestId::Number(2), withdrawn.clone()),
+            elicitations.arrive(RequestId::Number(3), elsewhere.clone()),
+        ];
+        let call = Some(CallId::stored("call-a"));
+        elicitations.raised(handles[0], &ids::RequestId::stored("req-1"), call.clone());
+        elicitations.raised(handles[1], &ids::RequestId::stored("req-2"), call);
+        elicitations.raised(handles[2], &ids::RequestId::stored("req-3"), None);
         withdrawn.cancel();
         elsewhere.cancel();
         assert_eq!(
@@ -519,36 +585,49 @@ mod tests {
         assert!(elicitations.withdrawn_of(&CallId::stored("call-b")).is_empty());
         assert!(elicitations.waits_on(&RequestId::Number(3)));
 
-        for id in ["req-1", "req-2", "req-3"].map(ids::RequestId::stored) {
-            elicitations.remove(&id);
+        for handle in handles {
+            elicitations.leave(handle);
         }
-        assert!(elicitations.by_request.is_empty() && elicitations.by_call.is_empty());
+        assert!(elicitations.is_empty() && elicitations.by_call.is_empty() && elicitations.by_rpc.is_empty());
         assert!(!elicitations.waits_on(&RequestId::Number(3)));
-        assert!(elicitations.by_rpc.is_empty());
+    }
+
+    #[test]
+    fn a_withdrawal_fires_the_latest_elicitation_under_its_id_even_before_its_request_is_raised() {
+        let mut elicitations = Elicitations::default();
+        let (first, second, other) = (
+            CancellationToken::new(),
+            CancellationToken::new(),
+            CancellationToken::new(),
+        );
+        let rpc = RequestId::String("two".into());
+        elicitations.arrive(rpc.clone(), first.clone());
+        let latest = elicitations.arrive(rpc.clone(), second.clone());
+        elicitations.arrive(RequestId::Number(1), other.clone());
+        // Not one of ours: nothing fires.
+        elicitations.withdraw(&RequestId::Number(7));
+        assert!(!first.is_cancelled() && !second.is_cancelled() && !other.is_cancelled());
+        elicitations.withdraw(&rpc);
+        assert!(second.is_cancelled() && !first.is_cancelled() && !other.is_cancelled());
+        // Once the latest has gone, the one before it is what the id names.
+        elicitations.leave(latest);
+        elicitations.withdraw(&rpc);
+        assert!(first.is_cancelled() && !other.is_cancelled());
     }
 
     #[test]
     fn elicitations_under_one_json_rpc_id_wait_until_the_last_is_answered() {
         let mut elicitations = Elicitations::default();
         let rpc = RequestId::Number(0);
-        elicitations.insert(
-            &ids::RequestId::stored("req-1"),
-            rpc.clone(),
-            CancellationToken::new(),
-            None,
-        );
-        elicitations.insert(
-            &ids::RequestId::stored("req-2"),
-            rpc.clone(),
-            CancellationToken::new(),
-            Some(CallId::stored("call-a")),
-        );
-        elicitations.remove(&ids::RequestId::stored("req-1"));
-        assert!(elicitations.waits_on(&rpc), "req-2 still waits under it");
-        elicitations.remove(&ids::RequestId::stored("req-1"));
-        assert!(elicitations.waits_on(&rpc), "removing one twice counts once");
-        elicitations.remove(&ids::RequestId::stored("req-2"));
+        let first = elicitations.arrive(rpc.clone(), CancellationToken::new());
+        let second = elicitations.arrive(rpc.clone(), CancellationToken::new());
+        elicitations.raised(second, &ids::RequestId::stored("req-2"), Some(CallId::stored("call-a")));
+        elicitations.leave(first);
+        assert!(elicitations.waits_on(&rpc), "the second still waits under it");
+        elicitations.leave(first);
+        assert!(elicitations.waits_on(&rpc), "leaving twice counts once");
+        elicitations.leave(second);
         assert!(!elicitations.waits_on(&rpc));
-        assert!(elicitations.by_rpc.is_empty());
+        assert!(elicitations.by_rpc.is_empty() && elicitations.by_call.is_empty());
     }
 }

@@ -5,7 +5,7 @@
 mod framing;
 mod process;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
@@ -48,10 +48,8 @@ pub struct ChildTransport {
     tool_calls: HashSet<RequestId>,
     /// The session whose Requests answer the upstream's `elicitation/create` requests; without one they go to rmcp.
     session: Option<Arc<SessionCore>>,
-    /// Elicitations waiting on their Request, by JSON-RPC id, each with the token fired if the upstream cancels it.
-    elicitations: HashMap<RequestId, CancellationToken>,
-    /// Their waits, each ending with its response written; aborted when the transport goes.
-    waits: JoinSet<RequestId>,
+    /// The waits of its elicitations, each ending with its response written; aborted when the transport goes.
+    waits: JoinSet<()>,
 }
 
 impl ChildTransport {
@@ -72,7 +70,6 @@ impl ChildTransport {
             ended: Some(ended),
             tool_calls: HashSet::new(),
             session: None,
-            elicitations: HashMap::new(),
             waits: JoinSet::new(),
         })
     }
@@ -86,9 +83,7 @@ impl ChildTransport {
 
     /// Raises the Request of an `elicitation/create` and waits for it on a task that writes the response.
     fn elicit(&mut self, session: &Arc<SessionCore>, id: RequestId, params: Value) {
-        let withdrawn = CancellationToken::new();
-        let waiting = session.elicit(id.clone(), params, None, withdrawn.clone());
-        self.elicitations.insert(id.clone(), withdrawn);
+        let waiting = session.elicit(id.clone(), params, None, CancellationToken::new());
         let stdin = self.stdin.clone();
         // Boxed, as is writing the response: the task keeps one copy of the wait, and room for nothing else.
         let waiting = Box::pin(waiting);
@@ -102,24 +97,20 @@ impl ChildTransport {
                 if let Ok(line) = framing::line(&response) {
                     let _ = stdin.write(line).await;
                 }
-                id
             })
             .await
         };
         self.waits.spawn(task);
     }
 
-    /// Forgets the elicitations whose response has been written.
+    /// Lets go of the waits whose response has been written.
     fn reap(&mut self) {
-        while let Some(done) = self.waits.try_join_next() {
-            if let Ok(id) = done {
-                self.elicitations.remove(&id);
-            }
-        }
+        while self.waits.try_join_next().is_some() {}
     }
 
-    /// Fires the token of an elicitation the upstream cancels; the notification still goes on to rmcp.
-    fn cancelled(&mut self, line: &[u8]) {
+    /// Withdraws an elicitation the upstream cancels, before the next line is read; the notification still goes
+    /// on to rmcp.
+    fn cancelled(&self, line: &[u8]) {
         #[derive(Deserialize)]
         struct Notification {
             method: String,
@@ -130,14 +121,14 @@ impl ChildTransport {
         struct Params {
             request_id: RequestId,
         }
-        if self.elicitations.is_empty() || !contains(line, CANCELLED) {
+        let Some(session) = &self.session else { return };
+        if !session.elicits() || !contains(line, CANCELLED) {
             return;
         }
         if let Ok(notification) = serde_json::from_slice::<Notification>(line)
             && notification.method == CANCELLED
-            && let Some(withdrawn) = self.elicitations.remove(&notification.params.request_id)
         {
-            withdrawn.cancel();
+            session.withdraw_elicitation(&notification.params.request_id);
         }
     }
 
@@ -374,28 +365,6 @@ mod tests {
             other => panic!("not passed on as JSON: {other:?}"),
         }
         assert!(transport.tool_calls.is_empty());
-    }
-
-    #[tokio::test]
-    async fn an_upstream_cancellation_fires_its_elicitations_token() {
-        let mut transport = transport();
-        let (first, second) = (CancellationToken::new(), CancellationToken::new());
-        transport.elicitations.insert(RequestId::Number(1), first.clone());
-        transport
-            .elicitations
-            .insert(RequestId::String("two".into()), second.clone());
-        let cancel = |id: &str| {
-            format!(
-                r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id},"reason":"x"}}}}"#
-            )
-        };
-        // Not ours: nothing fires, and the notification still goes on to rmcp.
-        let unknown = cancel("7");
-        assert!(transport.interpret(unknown.as_bytes()).is_some());
-        assert!(!first.is_cancelled() && !second.is_cancelled());
-        transport.interpret(cancel("\"two\"").as_bytes());
-        assert!(second.is_cancelled() && !first.is_cancelled());
-        assert_eq!(transport.elicitations.len(), 1);
     }
 
     #[tokio::test]
