@@ -373,7 +373,8 @@ fn describe(error: &ServiceError) -> String {
             error.message.to_string()
         }
         ServiceError::McpError(error) => format!("the upstream returned error {}: {}", error.code.0, error.message),
-        ServiceError::TransportClosed => "the upstream connection closed".to_owned(),
+        // Whichever notices first, rmcp's service or the transport's end of input, the call ends alike.
+        ServiceError::TransportClosed => super::stdio::ENDED.to_owned(),
         other => format!("the upstream call failed: {other}"),
     }
 }
