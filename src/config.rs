@@ -915,6 +915,12 @@ impl Config {
 
     /// The validated servers; the error names the offending key and the fix.
     pub fn servers(&self) -> Result<Vec<Server>, Problem> {
+        self.servers_with_demo(None)
+    }
+
+    /// [`Config::servers`], with `builtin = "demo"` served by `demo_program demo-server` (unset, this
+    /// executable's).
+    pub fn servers_with_demo(&self, demo_program: Option<&Path>) -> Result<Vec<Server>, Problem> {
         let mut seen = std::collections::HashSet::new();
         each_entry("servers", &self.servers, |index, server| {
             let key = format!("servers[{index}]");
@@ -940,7 +946,7 @@ impl Config {
             }
             Ok(Server {
                 name: server.name.clone(),
-                transport: server.transport(&key)?,
+                transport: server.transport(&key, demo_program)?,
                 protocol: server.protocol,
                 startup_timeout: server.startup_timeout.unwrap_or(DEFAULT_STARTUP_TIMEOUT),
             })
@@ -956,7 +962,7 @@ impl ServerConfig {
             .collect()
     }
 
-    fn transport(&self, key: &str) -> Result<Transport, String> {
+    fn transport(&self, key: &str, demo_program: Option<&Path>) -> Result<Transport, String> {
         match (&self.command, &self.url, self.builtin) {
             (Some(command), None, None) => Ok(Transport::Stdio {
                 command: PathBuf::from(command),
@@ -975,8 +981,11 @@ impl ServerConfig {
                 })
             }
             (None, None, Some(Builtin::Demo)) => {
-                let command = std::env::current_exe()
-                    .map_err(|error| format!("{key}.builtin: cannot locate this executable: {error}"))?;
+                let command = match demo_program {
+                    Some(program) => program.to_owned(),
+                    None => std::env::current_exe()
+                        .map_err(|error| format!("{key}.builtin: cannot locate this executable: {error}"))?,
+                };
                 let mut args = vec!["demo-server".to_owned()];
                 args.extend(self.expanded_args(key)?);
                 Ok(Transport::Stdio {

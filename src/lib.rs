@@ -31,6 +31,7 @@ pub mod validation;
 pub mod webhooks;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,7 +52,7 @@ use crate::metrics::Metrics;
 use crate::registry::{Policy, Registry};
 use crate::sessions::Sessions;
 use crate::store::Store;
-use crate::time::Timestamp;
+use crate::time::Clock;
 use crate::upstream::{Domain, Upstreams};
 
 /// The most time between two prunings of ended records.
@@ -76,11 +77,28 @@ pub struct Gateway {
     tracker: TaskTracker,
 }
 
+/// What a gateway takes from the program that runs it, beyond its config.
+#[derive(Debug, Clone, Default)]
+pub struct Surroundings {
+    /// The clock it reads.
+    pub clock: Clock,
+    /// The program whose `demo-server` command serves `builtin = "demo"`; unset, this executable.
+    pub demo_program: Option<PathBuf>,
+}
+
 impl Gateway {
     /// Builds the gateway's services from the config, serving on an already bound listener; opens the store
     /// (a start-up error names the store and the cause).
     pub async fn new(config: &Config, listener: TcpListener) -> anyhow::Result<Self> {
-        let servers = config.servers().map_err(anyhow::Error::msg)?;
+        Self::within(config, listener, Surroundings::default()).await
+    }
+
+    /// [`Gateway::new`], with its clock and demo program from `surroundings`.
+    pub async fn within(config: &Config, listener: TcpListener, surroundings: Surroundings) -> anyhow::Result<Self> {
+        let Surroundings { clock, demo_program } = surroundings;
+        let servers = config
+            .servers_with_demo(demo_program.as_deref())
+            .map_err(anyhow::Error::msg)?;
         let webhooks = config.webhooks().map_err(anyhow::Error::msg)?;
         let approvals = Approvals::new(config.approvals().map_err(anyhow::Error::msg)?);
         let location = config.store_location().map_err(anyhow::Error::msg)?;
@@ -114,7 +132,7 @@ impl Gateway {
         let metrics = Metrics::default();
         let retention = config.retention();
         let replica = config.replica();
-        let store = Store::open(&location, feed.clone(), retention, &replica).await?;
+        let store = Store::open(&location, feed.clone(), retention, &replica, clock).await?;
         match &location {
             store::Location::Memory => tracing::info!("store: in memory (nothing is kept across restarts)"),
             store::Location::Sqlite(path) => tracing::info!(path = %path.display(), "store: SQLite file"),
@@ -308,12 +326,13 @@ async fn resume(store: &Store, registry: &Registry, calls: Vec<CallId>) {
 /// Forgets ended records and events past the retention, every minute (or sooner with a short retention).
 async fn prune(store: Store, retention: Duration, shutdown: CancellationToken) {
     let every = (retention / 4).clamp(Duration::from_secs(1), PRUNE_EVERY);
+    let clock = store.clock().clone();
     loop {
         tokio::select! {
-            () = tokio::time::sleep(every) => {}
+            () = clock.sleep_until(clock.now().after(every)) => {}
             () = shutdown.cancelled() => return,
         }
-        if let Err(error) = store.prune(Timestamp::now().before(retention)).await {
+        if let Err(error) = store.prune(clock.now().before(retention)).await {
             tracing::warn!(%error, "pruning ended records failed");
         }
     }

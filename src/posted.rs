@@ -58,8 +58,8 @@ pub struct Posted {
 }
 
 impl Posted {
-    /// Parses a posted body, listing every problem.
-    pub fn parse(body: &Map<String, Value>) -> Result<Self, Refusal> {
+    /// Parses a body posted at `now`, listing every problem.
+    pub fn parse(body: &Map<String, Value>, now: Timestamp) -> Result<Self, Refusal> {
         let mut shape = Vec::new();
         for key in body.keys().filter(|key| !KEYS.contains(&key.as_str())) {
             shape.push(problem(&format!("/{key}"), "is not a key of a Request"));
@@ -97,7 +97,7 @@ impl Posted {
         {
             wrong.push(problem("/url", "must be an http or https URL"));
         }
-        let deadline = expires_at.as_deref().and_then(|at| deadline(at, &mut wrong));
+        let deadline = expires_at.as_deref().and_then(|at| deadline(at, now, &mut wrong));
         let kind = RequestKind::from(kind);
         check_kind(&kind, url.as_deref(), data.as_ref(), &mut wrong);
         if !wrong.is_empty() {
@@ -222,8 +222,8 @@ fn text(body: &Map<String, Value>, key: &str, presence: Presence, shape: &mut Ve
     }
 }
 
-/// When an `expiresAt` falls, noting one that is not RFC 3339 or has passed.
-fn deadline(at: &str, wrong: &mut Vec<Violation>) -> Option<Timestamp> {
+/// When an `expiresAt` falls, noting one that is not RFC 3339 or is not after `now`.
+fn deadline(at: &str, now: Timestamp, wrong: &mut Vec<Violation>) -> Option<Timestamp> {
     let Some(when) = parse_rfc3339(at) else {
         wrong.push(problem(
             "/expiresAt",
@@ -231,15 +231,16 @@ fn deadline(at: &str, wrong: &mut Vec<Violation>) -> Option<Timestamp> {
         ));
         return None;
     };
-    if when <= SystemTime::now() {
-        wrong.push(problem("/expiresAt", "has passed"));
-        return None;
-    }
     let millis = when
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
         .as_millis();
-    Some(Timestamp::from_millis(i64::try_from(millis).unwrap_or(i64::MAX)))
+    let when = Timestamp::from_millis(i64::try_from(millis).unwrap_or(i64::MAX));
+    if when <= now {
+        wrong.push(problem("/expiresAt", "has passed"));
+        return None;
+    }
+    Some(when)
 }
 
 /// An RFC 3339 instant, in UTC (`Z`) or with an offset (`+02:00`).
@@ -300,7 +301,7 @@ mod tests {
     use serde_json::json;
 
     fn parse(body: Value) -> Result<Posted, Refusal> {
-        Posted::parse(body.as_object().unwrap())
+        Posted::parse(body.as_object().unwrap(), crate::time::Clock::default().now())
     }
 
     fn paths(refusal: Refusal) -> Vec<String> {

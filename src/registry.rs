@@ -25,7 +25,7 @@ use crate::store::{
     Resolved, Retry, Store, StoreError,
 };
 use crate::suspension::{Answer, Request, RequestKind};
-use crate::time::Timestamp;
+use crate::time::{Clock, Timestamp};
 use crate::validation::{self, Violation};
 use data::SharedData;
 
@@ -259,8 +259,8 @@ impl Registry {
     }
 
     /// A Request raised for `origin` now, due after `ttl`, holding `bytes` against the caps.
-    fn at_origin(mut request: Request, origin: &Origin, ttl: Duration, bytes: usize) -> NewRequest {
-        let created_at = Timestamp::now();
+    fn at_origin(&self, mut request: Request, origin: &Origin, ttl: Duration, bytes: usize) -> NewRequest {
+        let created_at = self.clock().now();
         let deadline = created_at.after(ttl);
         request.expires_at = Some(deadline.rfc3339());
         NewRequest {
@@ -302,7 +302,7 @@ impl Registry {
     ) -> Result<Waiting, AskError> {
         let bytes = crate::records::json_size(&request);
         self.fits("the approval", bytes).map_err(AskError::Unusable)?;
-        let new = Self::at_origin(request, origin, ttl.unwrap_or(self.shared.policy.ttl), bytes);
+        let new = self.at_origin(request, origin, ttl.unwrap_or(self.shared.policy.ttl), bytes);
         // Nothing upstream can withdraw an approval; cancelling the call cancels it in the store.
         self.wait_on(new, &origin.server, CancellationToken::new()).await
     }
@@ -338,7 +338,7 @@ impl Registry {
         if let Some(data) = request.data.take() {
             request.data = Some(self.shared.data.share(data).map_err(PostError::Unusable)?.data);
         }
-        let created_at = Timestamp::now();
+        let created_at = self.clock().now();
         let deadline = deadline.unwrap_or_else(|| created_at.after(self.shared.policy.ttl));
         request.expires_at = Some(deadline.rfc3339());
         let new = NewRequest {
@@ -417,7 +417,7 @@ impl Registry {
         Ok(NewRequest {
             elicitation_id,
             input_key,
-            ..Self::at_origin(request, origin, self.shared.policy.ttl, bytes)
+            ..self.at_origin(request, origin, self.shared.policy.ttl, bytes)
         })
     }
 
@@ -595,13 +595,13 @@ impl Registry {
                 Ok(next) => next,
                 Err(error) => {
                     tracing::warn!(%error, "expiring Requests failed; trying again in a second");
-                    Some(Timestamp::now().after(Duration::from_secs(1)))
+                    Some(self.clock().now().after(Duration::from_secs(1)))
                 }
             };
             *lock(&self.shared.reaper_at) = next;
             let sleep = async {
                 match next {
-                    Some(when) => tokio::time::sleep(when.until()).await,
+                    Some(when) => self.clock().sleep_until(when).await,
                     None => std::future::pending().await,
                 }
             };
@@ -615,7 +615,7 @@ impl Registry {
 
     /// Expires what is due now; returns when the next Request is due.
     async fn expire_due(&self) -> Result<Option<Timestamp>, StoreError> {
-        self.expire_at(Timestamp::now()).await
+        self.expire_at(self.clock().now()).await
     }
 
     /// Expires what is due at `now`; returns when the next Request is due.
@@ -648,9 +648,14 @@ impl Registry {
                 Metric::RequestsResolved,
                 &[("server", server_label(view)), ("outcome", outcome)],
             );
-            let age = view.created_at.elapsed().as_secs_f64();
+            let age = self.clock().since(view.created_at).as_secs_f64();
             metrics.observe(Metric::RequestResolution, &[("server", server_label(view))], age);
         }
+    }
+
+    /// The clock Requests are raised, expired and stamped by: the store's.
+    pub fn clock(&self) -> &Clock {
+        self.shared.store.clock()
     }
 
     /// Hands a resolved Request's outcome to its waiter here, if it has one.

@@ -24,7 +24,7 @@ use crate::records::{
     SessionView, Status, Via,
 };
 use crate::suspension::{Answer, Request};
-use crate::time::Timestamp;
+use crate::time::{Clock, Timestamp};
 use crate::validation::Violation;
 
 pub use memory::Memory;
@@ -386,19 +386,26 @@ macro_rules! dispatch {
 }
 
 impl Store {
-    /// Opens the store at `location`, publishing what it records to `feed`; `retention` is how long ended
-    /// records are kept (the memory store forgets them then, a database store deletes them when it prunes).
+    /// Opens the store at `location`, publishing what it records to `feed` and stamping it by `clock`;
+    /// `retention` is how long ended records are kept (the memory store forgets them then, a database store
+    /// deletes them when it prunes).
     pub async fn open(
         location: &Location,
         feed: Feed,
         retention: std::time::Duration,
         replica: &str,
+        clock: Clock,
     ) -> Result<Self, OpenError> {
         Ok(match location {
-            Location::Memory => Store::Memory(Memory::new(feed, retention)),
-            Location::Sqlite(path) => Store::Sqlite(Sqlite::open(path, feed)?),
-            Location::Postgres(url) => Store::Postgres(Postgres::open_as(url, feed, replica).await?),
+            Location::Memory => Store::Memory(Memory::new(feed, retention, clock)),
+            Location::Sqlite(path) => Store::Sqlite(Sqlite::open(path, feed, clock)?),
+            Location::Postgres(url) => Store::Postgres(Postgres::open_as(url, feed, replica, clock).await?),
         })
+    }
+
+    /// The clock the store stamps what it records by.
+    pub fn clock(&self) -> &Clock {
+        dispatch!(self, store => store.clock())
     }
 
     /// Ends what other replicas that are gone left (in PostgreSQL, which replicas share); elsewhere one

@@ -1,19 +1,72 @@
-//! Wall-clock timestamps rendered as RFC 3339 UTC.
+//! Wall-clock timestamps rendered as RFC 3339 UTC, and the clock a gateway reads them from.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use serde::{Serialize, Serializer};
+use tokio::sync::Notify;
+
+/// The wall clock one gateway reads: the system's, moved on by what [`Clock::advance`] added, so that a test
+/// can let a Request's hours pass at once for its own gateway while the system clock and every timeout run
+/// as they do.
+#[derive(Debug, Clone, Default)]
+pub struct Clock(Arc<Advance>);
+
+#[derive(Debug, Default)]
+struct Advance {
+    millis: AtomicU64,
+    /// Wakes what sleeps until an instant of this clock, to measure again.
+    moved: Notify,
+}
+
+impl Clock {
+    /// The current instant, to the millisecond: as precise as the API shows it and the store keeps it.
+    pub fn now(&self) -> Timestamp {
+        let advanced = Duration::from_millis(self.0.millis.load(Ordering::Relaxed));
+        Timestamp::from_millis(Timestamp(SystemTime::now() + advanced).millis())
+    }
+
+    /// How long from now until `instant` (zero once it has passed).
+    pub fn until(&self, instant: Timestamp) -> Duration {
+        instant.0.duration_since(self.now().0).unwrap_or_default()
+    }
+
+    /// How long since `instant` (zero if it is in the future).
+    pub fn since(&self, instant: Timestamp) -> Duration {
+        self.now().0.duration_since(instant.0).unwrap_or_default()
+    }
+
+    /// Sleeps until this clock reaches `instant`, however it gets there.
+    pub async fn sleep_until(&self, instant: Timestamp) {
+        loop {
+            let moved = self.0.moved.notified();
+            let mut moved = std::pin::pin!(moved);
+            moved.as_mut().enable();
+            let left = self.until(instant);
+            if left.is_zero() {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(left) => {}
+                () = moved => {}
+            }
+        }
+    }
+
+    /// Moves this clock on by `by` (to the millisecond), waking what sleeps on it.
+    pub fn advance(&self, by: Duration) {
+        let millis = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        self.0.millis.fetch_add(millis, Ordering::Relaxed);
+        self.0.moved.notify_waiters();
+    }
+}
 
 /// A wall-clock instant that serializes as RFC 3339 UTC with millisecond precision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(SystemTime);
 
 impl Timestamp {
-    /// The current instant, to the millisecond: as precise as the API shows it and the store keeps it.
-    pub fn now() -> Self {
-        Self::from_millis(Self(SystemTime::now()).millis())
-    }
-
     /// This instant moved forward by `duration`.
     pub fn after(self, duration: Duration) -> Self {
         Self(self.0 + duration)
@@ -34,16 +87,6 @@ impl Timestamp {
     pub fn from_millis(millis: i64) -> Self {
         let millis = u64::try_from(millis).unwrap_or(0);
         Self(SystemTime::UNIX_EPOCH + Duration::from_millis(millis))
-    }
-
-    /// How long from now until this instant (zero once it has passed).
-    pub fn until(self) -> Duration {
-        self.0.duration_since(SystemTime::now()).unwrap_or_default()
-    }
-
-    /// How long since this instant (zero if it is in the future).
-    pub fn elapsed(self) -> Duration {
-        SystemTime::now().duration_since(self.0).unwrap_or_default()
     }
 
     /// RFC 3339 UTC text, e.g. `2026-01-01T00:00:00.000Z`.
@@ -67,5 +110,47 @@ impl utoipa::ToSchema for Timestamp {}
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(&humantime::format_rfc3339_millis(self.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advancing_moves_now_and_what_is_due() {
+        let clock = Clock::default();
+        let before = clock.now();
+        let due = before.after(Duration::from_secs(3600));
+        assert!(clock.until(due) > Duration::from_secs(3599));
+        clock.advance(Duration::from_secs(3600));
+        assert!(clock.since(before) >= Duration::from_secs(3600));
+        assert_eq!(clock.until(due), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_clock_is_its_own_and_its_clones() {
+        let (clock, other) = (Clock::default(), Clock::default());
+        let shared = clock.clone();
+        clock.advance(Duration::from_secs(60));
+        assert!(shared.now() >= other.now().after(Duration::from_secs(59)));
+    }
+
+    #[tokio::test]
+    async fn a_sleep_until_an_instant_ends_when_the_clock_is_moved_past_it() {
+        let clock = Clock::default();
+        let due = clock.now().after(Duration::from_secs(3600));
+        let sleeper = tokio::spawn({
+            let clock = clock.clone();
+            async move { clock.sleep_until(due).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!sleeper.is_finished());
+        clock.advance(Duration::from_secs(3600));
+        let woken = tokio::time::timeout(Duration::from_secs(60), sleeper).await;
+        woken
+            .expect("the sleep did not end with the clock moved past its instant")
+            .unwrap();
+        assert_eq!(clock.until(due), Duration::ZERO);
     }
 }

@@ -184,7 +184,7 @@ pub async fn post(
     Extension(principal): Extension<Principal>,
     JsonBody(body): JsonBody<Map<String, Value>>,
 ) -> Result<Response, ApiError> {
-    let posted = Posted::parse(&body).map_err(|refusal| match refusal {
+    let posted = Posted::parse(&body, state.registry.clock().now()).map_err(|refusal| match refusal {
         Refusal::Malformed(problems) => {
             ApiError::listing(StatusCode::BAD_REQUEST, "the body is not a Request", problems)
         }

@@ -102,7 +102,7 @@ struct World {
 
 impl World {
     fn now(&self) -> Timestamp {
-        Timestamp::now().after(self.advanced)
+        self.registry.clock().now().after(self.advanced)
     }
 }
 
@@ -117,6 +117,7 @@ fn run(location: &Location, ops: Vec<Op>) -> Result<(), TestCaseError> {
             Feed::default(),
             Duration::from_secs(86_400),
             "replica-under-test",
+            crate::time::Clock::default(),
         )
         .await
         .unwrap();
@@ -161,7 +162,7 @@ async fn step(world: &mut World, tracked: &mut Vec<Tracked>, op: Op) -> Result<(
                 owner: None,
             };
             let withdrawn = CancellationToken::new();
-            let before = Timestamp::now();
+            let before = registry.clock().now();
             let waiting = registry.ask(params, &origin, withdrawn.clone()).await.unwrap();
             tracked.push(Tracked {
                 id: waiting.id.clone(),

@@ -11,9 +11,15 @@ use crate::store::postgres::cluster;
 /// A registry on the database at `url` as replica `name`.
 async fn replica(url: &str, name: &str) -> Registry {
     let location = Location::Postgres(url.to_owned());
-    let store = Store::open(&location, Feed::default(), Duration::from_secs(3600), name)
-        .await
-        .unwrap();
+    let store = Store::open(
+        &location,
+        Feed::default(),
+        Duration::from_secs(3600),
+        name,
+        crate::time::Clock::default(),
+    )
+    .await
+    .unwrap();
     let policy = Policy {
         ttl: Duration::from_secs(600),
         apply_defaults: true,

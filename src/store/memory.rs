@@ -22,7 +22,7 @@ use crate::records::{
     SessionStatus, SessionView, Status,
 };
 use crate::retained::Retained;
-use crate::time::Timestamp;
+use crate::time::{Clock, Timestamp};
 
 /// How many past events a reconnecting stream (or a webhook that fell behind) can catch up on.
 pub const REPLAY_CAPACITY: usize = 4096;
@@ -49,6 +49,7 @@ pub struct Memory {
 struct Shared {
     state: Mutex<State>,
     feed: Feed,
+    clock: Clock,
 }
 
 #[derive(Debug, Default)]
@@ -138,8 +139,8 @@ struct Changes {
 }
 
 impl Memory {
-    /// An empty store publishing to `feed`.
-    pub fn new(feed: Feed, retention: Duration) -> Self {
+    /// An empty store publishing to `feed`, its instants read from `clock`.
+    pub fn new(feed: Feed, retention: Duration, clock: Clock) -> Self {
         Self {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
@@ -147,8 +148,14 @@ impl Memory {
                     ..State::default()
                 }),
                 feed,
+                clock,
             }),
         }
+    }
+
+    /// The clock this store stamps what it records by.
+    pub fn clock(&self) -> &Clock {
+        &self.shared.clock
     }
 
     pub async fn raise(
@@ -230,7 +237,7 @@ impl Memory {
             Err(violations) => return Ok(Answered::Invalid(violations)),
         };
         let mut changes = Changes::default();
-        let now = Timestamp::now();
+        let now = self.shared.clock.now();
         if let Some(detail) = withdrawal() {
             let resolution = Resolution::Cancelled {
                 detail,
@@ -276,7 +283,7 @@ impl Memory {
         };
         let mut changes = Changes::default();
         let mut resolved = Resolved::default();
-        let now = Timestamp::now();
+        let now = self.shared.clock.now();
         for id in ids {
             if state
                 .requests
@@ -304,7 +311,7 @@ impl Memory {
         let mut changes = Changes::default();
         let mut resolved = Resolved::default();
         for id in due {
-            let (view, resumes) = state.resolve_one(&id, &Resolution::Expired, Timestamp::now(), &mut changes);
+            let (view, resumes) = state.resolve_one(&id, &Resolution::Expired, self.shared.clock.now(), &mut changes);
             resolved.views.push(view);
             resolved.resumes.extend(resumes);
         }
@@ -329,7 +336,7 @@ impl Memory {
         else {
             return Ok(false);
         };
-        entry.view.completed_at = Some(Timestamp::now());
+        entry.view.completed_at = Some(self.shared.clock.now());
         let event = Event::request(EventKind::RequestUpdated, &entry.view);
         self.publish(&mut state, Changes { events: vec![event] });
         Ok(true)
@@ -353,7 +360,7 @@ impl Memory {
     }
 
     pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<Started, InsertCallError> {
-        let now = Timestamp::now();
+        let now = self.shared.clock.now();
         let view = CallView {
             id: CallId::mint(),
             server: call.server,
@@ -395,7 +402,7 @@ impl Memory {
 
     pub async fn finish_call(&self, id: &CallId, finish: Finish) -> Result<Option<Finished>, StoreError> {
         let mut state = self.lock();
-        let now = Timestamp::now();
+        let now = self.shared.clock.now();
         let Some(entry) = state.calls.get_mut(id).filter(|entry| !entry.view.status.is_final()) else {
             return Ok(None);
         };
@@ -460,7 +467,7 @@ impl Memory {
         session: NewSession,
         max_open: usize,
     ) -> Result<SessionView, InsertSessionError> {
-        let now = Timestamp::now();
+        let now = self.shared.clock.now();
         let view = SessionView {
             id: session.id,
             server: session.server,
@@ -516,7 +523,7 @@ impl Memory {
         detail: &str,
     ) -> Result<Option<SessionView>, StoreError> {
         let mut state = self.lock();
-        let now = Timestamp::now();
+        let now = self.shared.clock.now();
         let Some(view) = state.sessions.get_mut(id).filter(|view| !view.status.is_final()) else {
             return Ok(None);
         };
@@ -690,7 +697,7 @@ impl Memory {
     pub async fn prune(&self, before: Timestamp) -> Result<(), StoreError> {
         // Ended records are retired with their own deadline; `before` is when the oldest may still be kept.
         let _ = before;
-        self.lock().purge(Timestamp::now());
+        self.lock().purge(self.shared.clock.now());
         Ok(())
     }
 

@@ -25,6 +25,7 @@ use tokio_postgres::{Client, GenericClient, NoTls, Row, Statement};
 
 use super::{OpenError, StoreError};
 use crate::feed::Feed;
+use crate::time::Clock;
 use writer::{Applied, Change, Failed, Fate, Job, Tx};
 
 /// The advisory lock a transaction that writes holds until it commits.
@@ -60,6 +61,7 @@ struct Shared {
     replica: String,
     /// Stops the heartbeat and the tail of the event log.
     background: tokio_util::sync::CancellationToken,
+    clock: Clock,
 }
 
 /// How to reach the database.
@@ -178,9 +180,14 @@ impl Reader for Tx<'_> {
 }
 
 impl Postgres {
+    /// The clock this store stamps what it records by.
+    pub fn clock(&self) -> &Clock {
+        &self.shared.clock
+    }
+
     /// Connects to the database at `url` as a replica with a new id; see [`Postgres::open_as`].
-    pub async fn open(url: &str, feed: Feed) -> Result<Self, OpenError> {
-        Self::open_as(url, feed, &crate::ids::mint("replica-")).await
+    pub async fn open(url: &str, feed: Feed, clock: Clock) -> Result<Self, OpenError> {
+        Self::open_as(url, feed, &crate::ids::mint("replica-"), clock).await
     }
 
     /// Connects to the database at `url` as replica `replica`, brings its schema up to date, and starts its
@@ -188,7 +195,7 @@ impl Postgres {
     ///
     /// A database that cannot be reached, or whose schema is newer than this build, is an error naming the
     /// cause.
-    pub async fn open_as(url: &str, feed: Feed, replica: &str) -> Result<Self, OpenError> {
+    pub async fn open_as(url: &str, feed: Feed, replica: &str, clock: Clock) -> Result<Self, OpenError> {
         let shown = crate::redact::url(url);
         let failed = |cause: String| OpenError {
             path: shown.clone(),
@@ -230,6 +237,7 @@ impl Postgres {
             receiver,
             publisher.clone(),
             replica.to_owned(),
+            clock.clone(),
         ));
         let background = tokio_util::sync::CancellationToken::new();
         let store = Self {
@@ -241,6 +249,7 @@ impl Postgres {
                 next_reader: AtomicUsize::new(0),
                 replica: replica.to_owned(),
                 background: background.clone(),
+                clock,
             }),
         };
         tokio::spawn(tail::run(store.clone(), publisher, background.clone()));

@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 
 use super::{OpenError, StoreError};
 use crate::feed::Feed;
+use crate::time::Clock;
 use writer::{Applied, Job, Message, Tx};
 
 /// How long a statement waits for a lock another process holds (a backup copying the file).
@@ -47,6 +48,7 @@ struct Shared {
     live: Arc<Mutex<crate::store::live::Live>>,
     /// The calls recorded but not written yet.
     deferred: Arc<deferred::Deferred>,
+    clock: Clock,
     /// Held while the store is open, so that a second gateway cannot open the same file.
     _lock: Flock<File>,
 }
@@ -64,7 +66,7 @@ impl Sqlite {
     ///
     /// A file that another gateway holds, that cannot be written, that is not a SQLite database, or whose
     /// schema is newer than this build is an error naming the cause; it is never replaced.
-    pub fn open(path: &Path, feed: Feed) -> Result<Self, OpenError> {
+    pub fn open(path: &Path, feed: Feed, clock: Clock) -> Result<Self, OpenError> {
         let failed = |cause: String| OpenError {
             path: path.display().to_string(),
             cause,
@@ -85,9 +87,10 @@ impl Sqlite {
         let kept = live.clone();
         let deferred = Arc::new(deferred::Deferred::default());
         let to_write = deferred.clone();
+        let writer_clock = clock.clone();
         let writer = std::thread::Builder::new()
             .name("store-writer".to_owned())
-            .spawn(move || writer::run(conn, receiver, feed, kept, to_write))
+            .spawn(move || writer::run(conn, receiver, feed, kept, to_write, writer_clock))
             .map_err(|error| failed(format!("cannot start its writer thread: {error}")))?;
         Ok(Self {
             shared: Arc::new(Shared {
@@ -97,9 +100,15 @@ impl Sqlite {
                 readers: Mutex::default(),
                 live,
                 deferred,
+                clock,
                 _lock: lock,
             }),
         })
+    }
+
+    /// The clock this store stamps what it records by.
+    pub fn clock(&self) -> &Clock {
+        &self.shared.clock
     }
 
     /// The database file.

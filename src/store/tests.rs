@@ -40,6 +40,7 @@ async fn open(location: &Location) -> Store {
         Feed::default(),
         Duration::from_secs(3600),
         "replica-under-test",
+        Clock::default(),
     )
     .await
     .unwrap()
@@ -74,7 +75,7 @@ fn ses_1() -> SessionId {
 }
 
 fn new_request(call: Option<&CallId>, input_key: Option<&str>) -> NewRequest {
-    let created_at = Timestamp::now();
+    let created_at = Clock::default().now();
     let deadline = created_at.after(Duration::from_secs(60));
     NewRequest {
         request: Request {
@@ -317,9 +318,15 @@ async fn answers_to_whole_rounds_at_once_hand_each_on_once_and_publish_their_eve
     for location in &[Location::Memory, file, database] {
         let feed = Feed::default();
         let mut published = feed.subscribe();
-        let store = Store::open(location, feed, Duration::from_secs(3600), "replica-under-test")
-            .await
-            .unwrap();
+        let store = Store::open(
+            location,
+            feed,
+            Duration::from_secs(3600),
+            "replica-under-test",
+            Clock::default(),
+        )
+        .await
+        .unwrap();
         let mut calls = Vec::new();
         let mut rounds = Vec::new();
         for _ in 0..2 {
@@ -696,7 +703,7 @@ async fn a_posted_request_counts_per_owner_and_in_all_but_against_no_server() {
         assert_eq!((view.status, view.result), (Status::Answered, None));
         store.raise(vec![posted_request("bob")], None, caps).await.unwrap();
         let expired = store
-            .expire_due(Timestamp::now().after(Duration::from_secs(61)), 10)
+            .expire_due(Clock::default().now().after(Duration::from_secs(61)), 10)
             .await
             .unwrap();
         assert_eq!(expired.views.len(), 3);
@@ -972,8 +979,8 @@ async fn a_postgres_database_of_the_first_schema_counts_its_pending_requests_and
 #[tokio::test]
 async fn two_postgres_stores_on_one_database_share_its_caps_and_counts() {
     let url = postgres::cluster::shared().database();
-    let a = Store::Postgres(Postgres::open(&url, Feed::default()).await.unwrap());
-    let b = Store::Postgres(Postgres::open(&url, Feed::default()).await.unwrap());
+    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let b = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
     let caps = PendingCaps {
         per_principal: 2,
         bytes: 350,
@@ -1119,7 +1126,7 @@ async fn listings_cursors_and_pruning_read_what_was_kept() {
         );
 
         let expired = store
-            .expire_due(Timestamp::now().after(Duration::from_secs(120)), 10)
+            .expire_due(Clock::default().now().after(Duration::from_secs(120)), 10)
             .await
             .unwrap();
         assert_eq!(expired.views.len(), 2);
@@ -1148,7 +1155,7 @@ async fn listings_cursors_and_pruning_read_what_was_kept() {
         store.save_webhook_cursor("hook", 7);
         let last = store.last_event_id().await.unwrap();
         store
-            .prune(Timestamp::now().after(Duration::from_secs(1)))
+            .prune(Clock::default().now().after(Duration::from_secs(1)))
             .await
             .unwrap();
         assert_eq!(store.webhook_cursor("hook").await.unwrap(), Some(7));
@@ -1198,8 +1205,8 @@ async fn a_webhook_lease_goes_to_its_holder_with_the_cursor_never_moved_back() {
 #[tokio::test]
 async fn gateways_sharing_a_database_take_a_webhook_over_once_its_lease_runs_out() {
     let url = postgres::cluster::shared().database();
-    let one = Store::Postgres(Postgres::open(&url, Feed::default()).await.unwrap());
-    let two = Store::Postgres(Postgres::open(&url, Feed::default()).await.unwrap());
+    let one = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let two = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
     let short = Duration::from_millis(200);
     let long = Duration::from_secs(60);
 

@@ -14,7 +14,6 @@ use crate::ids::SessionId;
 use crate::records::{Finish, SessionStatus, SessionView};
 use crate::registry::Tell;
 use crate::store::{InsertSessionError, Pending};
-use crate::time::Timestamp;
 
 /// The first pause before re-opening a shared session; it doubles up to `MAX_BACKOFF`.
 const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
@@ -91,7 +90,7 @@ impl Upstreams {
                 }),
             }
             self.update(slot, |state| {
-                state.retry_at = Some(Timestamp::now().after(backoff));
+                state.retry_at = Some(self.registry.clock().now().after(backoff));
                 state.backoff_ms = Some(u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX));
             });
             tokio::select! {

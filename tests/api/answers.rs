@@ -1,5 +1,7 @@
 //! Every status `POST /requests/{id}/answer` can return, and the order of its checks.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use crate::helpers::{BOTH_ERAS, TestApp, first_request, spawn_app, spawn_app_with};
@@ -202,8 +204,9 @@ async fn a_second_answer_is_409_unless_it_is_identical() {
 
 #[tokio::test]
 async fn answers_to_expired_or_cancelled_requests_are_410() {
-    let app = spawn_app_with(BOTH_ERAS, "ttl = \"2s\"").await;
+    let app = spawn_app_with(BOTH_ERAS, "ttl = \"1h\"").await;
     let (expired, first_call) = pending_request(&app, "confirm_action").await;
+    app.advance(Duration::from_secs(3600));
     assert_eq!(
         app.get_json(&format!("/requests/{expired}?wait=20")).await["status"],
         "expired"

@@ -1,9 +1,11 @@
 //! Approval policies: calls they cover wait for a person's yes before anything goes upstream.
 
+use std::time::Duration;
+
 use reqwest::header::AUTHORIZATION;
 use serde_json::{Value, json};
 
-use crate::helpers::{BOTH_ERAS, TestApp, spawn_app, spawn_in, token_entry};
+use crate::helpers::{BOTH_ERAS, TestApp, spawn_app, spawn_process_in, token_entry};
 
 /// `modern` calls of `confirm_*` and `echo` need approval; `legacy` calls of `confirm_*` need it within a second.
 const POLICIES: &str = r#"
@@ -15,7 +17,7 @@ prompt = "{caller} wants {tool} on {server}"
 [[approvals]]
 server = "legacy"
 tools = ["confirm_*"]
-ttl = "1s"
+ttl = "1h"
 "#;
 
 async fn spawn_gated() -> TestApp {
@@ -108,6 +110,7 @@ async fn an_approval_nobody_answers_expires_and_fails_its_call() {
     let app = spawn_gated().await;
     let call = app.call("legacy", "confirm_action", json!({"action": "wait"})).await;
     let approval = app.request_of(&call).await;
+    app.advance(Duration::from_secs(3600));
     let failed = after(&app, approval["id"].as_str().unwrap(), call["id"].as_str().unwrap()).await;
     assert_eq!(failed["status"], "failed", "{failed}");
     assert_eq!(failed["error"]["reason"], "expired");
@@ -257,7 +260,7 @@ async fn a_call_awaiting_approval_on_a_private_session_ends_with_the_process() {
     for how in ["terminate", "kill"] {
         let dir = tempfile::tempdir().unwrap();
         let servers = format!("{BOTH_ERAS}{POLICIES}");
-        let mut app = spawn_in(dir.path(), "", &servers, "").await;
+        let mut app = spawn_process_in(dir.path(), "", &servers, "").await;
         let session = app.post("/sessions", &json!({"server": "modern"})).await;
         assert_eq!(session.status(), 201);
         let session = session.json::<Value>().await.unwrap()["id"].clone();
@@ -270,7 +273,7 @@ async fn a_call_awaiting_approval_on_a_private_session_ends_with_the_process() {
             "terminate" => assert_eq!(app.terminate(), Some(0)),
             _ => app.kill(),
         }
-        let app = spawn_in(dir.path(), "", &servers, "").await;
+        let app = spawn_process_in(dir.path(), "", &servers, "").await;
         let ended = app.get_json(&format!("/calls/{id}")).await;
         assert_eq!(ended["status"], "failed", "{how}: {ended}");
         let approval = app.get_json(&format!("/requests/{request}")).await;

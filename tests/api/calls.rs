@@ -1,9 +1,12 @@
 //! Each demo tool's round trip in both protocol eras, and what ends a call early.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use crate::helpers::{
     BINARY, BOTH_ERAS, ERAS, Output, TestApp, first_request, poll_until, results, spawn_app, spawn_app_with,
+    spawn_process,
 };
 
 #[tokio::test]
@@ -171,10 +174,11 @@ async fn decline_and_cancel_reach_the_upstream() {
 
 #[tokio::test]
 async fn an_unanswered_request_expires_and_the_upstream_gets_cancel() {
-    let app = spawn_app_with(BOTH_ERAS, "ttl = \"2s\"").await;
+    let app = spawn_app_with(BOTH_ERAS, "ttl = \"1h\"").await;
     for era in ERAS {
         let call = app.call(era, "confirm_action", json!({"action": "wait"})).await;
         let id = first_request(&call);
+        app.advance(Duration::from_secs(3600));
         let expired = app.get_json(&format!("/requests/{id}?wait=20")).await;
         assert_eq!(expired["status"], "expired");
         assert_eq!(expired["answer"], json!({"id": id, "ok": false, "reason": "expired"}));
@@ -286,7 +290,7 @@ async fn concurrent_calls_on_separate_sessions_are_attributed_to_their_own_call(
 
 #[tokio::test]
 async fn cancelling_a_call_cancels_its_request_and_tells_the_upstream() {
-    let app = spawn_app(BOTH_ERAS).await;
+    let app = spawn_process("", BOTH_ERAS, "").await;
     for era in ERAS {
         let call = app.call(era, "confirm_action", json!({"action": "stop me"})).await;
         let request = app.request_of(&call).await;

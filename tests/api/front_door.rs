@@ -17,7 +17,7 @@ use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, Ser
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use crate::helpers::{BOTH_ERAS, TestApp, children, signal, spawn_app, start_with, token_entry};
+use crate::helpers::{BOTH_ERAS, TestApp, children, signal, spawn_app, spawn_process, start_with, token_entry};
 
 /// The eras a front-door client may speak.
 const CLIENT_ERAS: [ProtocolVersion; 2] = [ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28];
@@ -242,7 +242,7 @@ async fn tools_of_every_server_are_listed_prefixed_with_the_gateways_own() {
 
 #[tokio::test]
 async fn clients_are_told_when_the_tools_offered_change_in_both_eras() {
-    let app = spawn_app("[[servers]]\nname = \"demo\"\nbuiltin = \"demo\"\n").await;
+    let app = spawn_process("", "[[servers]]\nname = \"demo\"\nbuiltin = \"demo\"\n", "").await;
     let legacy = connect(&app, &ProtocolVersion::V_2025_11_25, None).await;
     let modern = connect(&app, &ProtocolVersion::V_2026_07_28, None).await;
     let filter = SubscriptionFilter::builder().tools_list_changed().build();

@@ -1,4 +1,5 @@
-//! `spawn_app`: the gateway binary on port 0 with a temp config, and typed helpers to drive it.
+//! `spawn_app`: a gateway on port 0 with a temp config, served in this process (its clock the test's to move),
+//! or `spawn_process`: the gateway binary in a process of its own; and typed helpers to drive either.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -6,6 +7,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use toolnexus_gateway::config::Config;
+use toolnexus_gateway::time::Clock;
+use toolnexus_gateway::{Gateway, Surroundings};
 
 /// The gateway binary under test.
 pub const BINARY: &str = env!("CARGO_BIN_EXE_toolnexus-gateway");
@@ -52,14 +56,36 @@ where
     }
 }
 
-/// A running gateway.
+/// A running gateway: in this process, on a runtime of its own thread, unless it is a [`Process`]'s.
 pub struct TestApp {
     pub address: String,
     pub client: reqwest::Client,
-    child: Child,
-    stderr: Arc<Output>,
+    /// `None` when the gateway runs in a process of its own.
+    in_process: Option<InProcess>,
     /// The directory of its config and store, when the app owns it.
     _dir: Option<tempfile::TempDir>,
+}
+
+/// A gateway served in this process.
+struct InProcess {
+    clock: Clock,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The gateway binary in a process of its own, for what needs one: signals, its logs, its children, the CLI.
+pub struct Process {
+    app: TestApp,
+    child: Child,
+    stderr: Arc<Output>,
+}
+
+impl std::ops::Deref for Process {
+    type Target = TestApp;
+
+    fn deref(&self) -> &TestApp {
+        &self.app
+    }
 }
 
 /// Lines a child process wrote, with a signal for each new one.
@@ -122,10 +148,7 @@ pub async fn spawn_app(servers: &str) -> TestApp {
 
 /// Like `spawn_app`, with extra `[requests]` keys (e.g. `ttl = "1s"`).
 pub async fn spawn_app_with(servers: &str, requests: &str) -> TestApp {
-    let app = start(servers, requests);
-    let ready = app.get("/readyz?wait=30").await;
-    assert_eq!(ready.status(), 200, "not ready: {}", ready.text().await.unwrap());
-    app
+    ready(start(servers, requests)).await
 }
 
 /// Starts the gateway without waiting for its upstreams.
@@ -133,13 +156,127 @@ pub fn start(servers: &str, requests: &str) -> TestApp {
     start_with("", servers, requests)
 }
 
-/// Like `start`, with extra top-level settings (e.g. `workers = 2`).
+/// Like `start`, with extra top-level settings (e.g. `[limits]` keys).
 pub fn start_with(settings: &str, servers: &str, requests: &str) -> TestApp {
+    let dir = tempfile::tempdir().unwrap();
+    let mut app = start_in(dir.path(), settings, servers, requests);
+    app._dir = Some(dir);
+    app
+}
+
+/// Starts the gateway with its config and its SQLite store in `dir`, which outlives it: a gateway started
+/// there again finds what this one kept.
+pub fn start_in(dir: &std::path::Path, settings: &str, servers: &str, requests: &str) -> TestApp {
+    start_in_with(dir, settings, servers, requests, Clock::default())
+}
+
+/// Like `start_in`, waiting until every server is ready.
+pub async fn spawn_in(dir: &std::path::Path, settings: &str, servers: &str, requests: &str) -> TestApp {
+    ready(start_in(dir, settings, servers, requests)).await
+}
+
+/// Like `spawn_in`, reading `clock` (a gateway started again after another can go on from its clock).
+pub async fn spawn_in_with(
+    dir: &std::path::Path,
+    settings: &str,
+    servers: &str,
+    requests: &str,
+    clock: Clock,
+) -> TestApp {
+    ready(start_in_with(dir, settings, servers, requests, clock)).await
+}
+
+/// Serves the gateway of a temp config in `dir` on a runtime of its own thread, until the app is dropped or
+/// shut down; its builtin demo servers are the binary's.
+fn start_in_with(dir: &std::path::Path, settings: &str, servers: &str, requests: &str, clock: Clock) -> TestApp {
+    log_if_asked();
+    let path = dir.join("gateway.toml");
+    std::fs::write(&path, config_text(dir, settings, servers, requests)).unwrap();
+    let config = Config::load(&path).unwrap_or_else(|error| panic!("the test's config: {error}"));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    let surroundings = Surroundings {
+        clock: clock.clone(),
+        demo_program: Some(BINARY.into()),
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (built, build) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let gateway = match Gateway::within(&config, listener, surroundings).await {
+                Ok(gateway) => gateway,
+                Err(error) => return built.send(Err(format!("{error:#}"))).unwrap(),
+            };
+            built.send(Ok(())).unwrap();
+            let served = gateway.serve(async {
+                let _ = stopped.await;
+            });
+            served.await.unwrap();
+        });
+    });
+    if let Err(error) = build.recv().unwrap() {
+        panic!("the gateway did not start: {error}");
+    }
+    TestApp {
+        address,
+        client: reqwest::Client::new(),
+        in_process: Some(InProcess {
+            clock,
+            stop: Some(stop),
+            thread: Some(thread),
+        }),
+        _dir: None,
+    }
+}
+
+/// Echoes the logs of gateways served in this process when `TEST_LOG` is set.
+fn log_if_asked() {
+    if std::env::var_os("TEST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("info,rmcp=warn")
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
+/// `app` once every server is ready.
+async fn ready<App: AsRef<TestApp>>(app: App) -> App {
+    let response = app.as_ref().get("/readyz?wait=30").await;
+    assert_eq!(response.status(), 200, "not ready: {}", response.text().await.unwrap());
+    app
+}
+
+impl AsRef<TestApp> for TestApp {
+    fn as_ref(&self) -> &TestApp {
+        self
+    }
+}
+
+impl AsRef<TestApp> for Process {
+    fn as_ref(&self) -> &TestApp {
+        &self.app
+    }
+}
+
+/// Starts the gateway binary in a process of its own, waiting until every server is ready.
+pub async fn spawn_process(settings: &str, servers: &str, requests: &str) -> Process {
+    ready(start_process(settings, servers, requests)).await
+}
+
+/// Starts the gateway binary in a process of its own, without waiting for its upstreams.
+pub fn start_process(settings: &str, servers: &str, requests: &str) -> Process {
     launch(Command::new(BINARY), settings, servers, requests)
 }
 
-/// Like `start_with`, in a process whose open-file limit (soft and hard) is `files`.
-pub fn start_under_file_limit(files: u32, settings: &str, servers: &str) -> TestApp {
+/// Like `start_process`, in a process whose open-file limit (soft and hard) is `files`.
+pub fn start_under_file_limit(files: u32, settings: &str, servers: &str) -> Process {
     let mut command = Command::new("sh");
     command
         .arg("-c")
@@ -151,25 +288,21 @@ pub fn start_under_file_limit(files: u32, settings: &str, servers: &str) -> Test
 }
 
 /// Runs `command` (the gateway, or what execs it) with `--config` and a temp config, until it listens.
-fn launch(command: Command, settings: &str, servers: &str, requests: &str) -> TestApp {
+fn launch(command: Command, settings: &str, servers: &str, requests: &str) -> Process {
     let dir = tempfile::tempdir().unwrap();
-    let mut app = launch_in(command, dir.path(), settings, servers, requests);
-    app._dir = Some(dir);
-    app
+    let mut process = launch_in(command, dir.path(), settings, servers, requests);
+    process.app._dir = Some(dir);
+    process
 }
 
-/// Starts the gateway with its config and its SQLite store in `dir`, which outlives it: a gateway started
-/// there again finds what this one kept.
-pub fn start_in(dir: &std::path::Path, settings: &str, servers: &str, requests: &str) -> TestApp {
+/// Like `start_in`, in a process of its own.
+pub fn start_process_in(dir: &std::path::Path, settings: &str, servers: &str, requests: &str) -> Process {
     launch_in(Command::new(BINARY), dir, settings, servers, requests)
 }
 
-/// Like `start_in`, waiting until every server is ready.
-pub async fn spawn_in(dir: &std::path::Path, settings: &str, servers: &str, requests: &str) -> TestApp {
-    let app = start_in(dir, settings, servers, requests);
-    let ready = app.get("/readyz?wait=30").await;
-    assert_eq!(ready.status(), 200, "not ready: {}", ready.text().await.unwrap());
-    app
+/// Like `spawn_in`, in a process of its own.
+pub async fn spawn_process_in(dir: &std::path::Path, settings: &str, servers: &str, requests: &str) -> Process {
+    ready(start_process_in(dir, settings, servers, requests)).await
 }
 
 /// The settings of a gateway that stores in the database at `url`.
@@ -194,7 +327,7 @@ pub fn config_text(dir: &std::path::Path, settings: &str, servers: &str, request
     format!("listen = \"127.0.0.1:0\"\n{settings}\n[requests]\n{requests}\n{servers}\n{store}")
 }
 
-fn launch_in(mut command: Command, dir: &std::path::Path, settings: &str, servers: &str, requests: &str) -> TestApp {
+fn launch_in(mut command: Command, dir: &std::path::Path, settings: &str, servers: &str, requests: &str) -> Process {
     let config = dir.join("gateway.toml");
     std::fs::write(&config, config_text(dir, settings, servers, requests)).unwrap();
     let mut child = command
@@ -210,16 +343,19 @@ fn launch_in(mut command: Command, dir: &std::path::Path, settings: &str, server
     let stdout = Output::collect(child.stdout.take().unwrap(), "[gateway stdout] ");
     let line = stdout.wait_for("listening on ");
     let address = line.trim_start_matches("listening on ").trim().to_owned();
-    TestApp {
-        address,
-        client: reqwest::Client::new(),
+    Process {
+        app: TestApp {
+            address,
+            client: reqwest::Client::new(),
+            in_process: None,
+            _dir: None,
+        },
         child,
         stderr,
-        _dir: None,
     }
 }
 
-impl TestApp {
+impl Process {
     /// The gateway's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -228,6 +364,55 @@ impl TestApp {
     /// The gateway's stderr: its logs, which carry what its stdio servers write to theirs.
     pub fn stderr(&self) -> &Output {
         &self.stderr
+    }
+
+    /// Sends SIGTERM and waits for the process to exit, returning its exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        signal(self.child.id(), "TERM");
+        self.child.wait().unwrap().code()
+    }
+
+    /// Kills the process with SIGKILL, as a crash or an OOM kill would, and waits until it is gone.
+    pub fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            signal(self.child.id(), "TERM");
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl TestApp {
+    /// The clock of a gateway served in this process.
+    pub fn clock(&self) -> &Clock {
+        let in_process = self.in_process.as_ref();
+        &in_process
+            .expect("the clock of a gateway in a process of its own cannot be moved")
+            .clock
+    }
+
+    /// Moves the gateway's clock on by `by`, as if that much time had passed: its Requests expire and its
+    /// records age; timeouts of connections and calls run on as they do.
+    pub fn advance(&self, by: Duration) {
+        self.clock().advance(by);
+    }
+
+    /// Shuts the gateway down as SIGTERM would, and waits until it has stopped.
+    pub fn shut_down(&mut self) {
+        if let Some(mut in_process) = self.in_process.take() {
+            if let Some(stop) = in_process.stop.take() {
+                let _ = stop.send(());
+            }
+            if let Some(thread) = in_process.thread.take() {
+                thread.join().expect("the gateway's thread panicked");
+            }
+        }
     }
 
     /// `GET path`.
@@ -337,26 +522,11 @@ impl TestApp {
         })
         .await
     }
-
-    /// Sends SIGTERM and waits for the process to exit, returning its exit code.
-    pub fn terminate(&mut self) -> Option<i32> {
-        signal(self.child.id(), "TERM");
-        self.child.wait().unwrap().code()
-    }
-
-    /// Kills the process with SIGKILL, as a crash or an OOM kill would, and waits until it is gone.
-    pub fn kill(&mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
 }
 
 impl Drop for TestApp {
     fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            signal(self.child.id(), "TERM");
-            let _ = self.child.wait();
-        }
+        self.shut_down();
     }
 }
 

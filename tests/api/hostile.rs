@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, poll_until, spawn_app, spawn_app_with, start};
+use crate::helpers::{TestApp, poll_until, spawn_app, spawn_app_with, spawn_process, start};
 
 /// A `[[servers]]` entry running `tests/upstreams/{script}` with python3, plus extra keys.
 pub fn python_server(name: &str, script: &str, extra: &str) -> String {
@@ -157,7 +157,7 @@ async fn an_input_required_with_a_nested_schema_fails_the_call() {
 #[tokio::test]
 async fn a_flood_of_elicitations_leaves_the_gateway_responsive() {
     const FLOOD: usize = 2000;
-    let app = spawn_app(&python_server("flood", "flood.py", "protocol = \"2025-11-25\"")).await;
+    let app = spawn_process("", &python_server("flood", "flood.py", "protocol = \"2025-11-25\""), "").await;
 
     let call = app.call("flood", "flood", json!({"count": FLOOD})).await;
     app.metric_reaches(&format!("toolnexus_requests_pending {FLOOD}")).await;
@@ -271,7 +271,7 @@ async fn a_server_that_dies_in_a_loop_is_restarted_with_growing_back_off() {
 #[tokio::test]
 async fn a_servers_stderr_is_logged_line_by_line_under_its_name_escaped_and_bounded() {
     let servers = format!("{}\n[log]\nformat = \"json\"\n", python_server("noisy", "noisy.py", ""));
-    let app = spawn_app(&servers).await;
+    let app = spawn_process("", &servers, "").await;
     let marker = format!("marker-{}", uuid::Uuid::now_v7().simple());
 
     let call = app.call("noisy", "shout", json!({"text": marker})).await;

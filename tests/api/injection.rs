@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{BOTH_ERAS, spawn_app};
+use crate::helpers::{BOTH_ERAS, spawn_app, spawn_process};
 use crate::hostile::python_server;
 
 /// A line that would pass for the gateway's own, in the text format.
@@ -50,7 +50,7 @@ async fn tool_names_outside_the_mcp_rule_are_400_and_never_start_a_call() {
 
 #[tokio::test]
 async fn control_characters_in_a_logged_value_cannot_start_a_line_of_their_own() {
-    let app = spawn_app(&python_server("quoting", "quoting.py", "")).await;
+    let app = spawn_process("", &python_server("quoting", "quoting.py", ""), "").await;
     let path = format!("/tmp/x\n{FORGED}\r\u{1b}[2K\u{9b}2K\u{0}");
 
     let call = app.call("quoting", "open", json!({"path": path})).await;

@@ -2,12 +2,12 @@
 
 use serde_json::json;
 
-use crate::helpers::{BOTH_ERAS, alive, children, poll_until, signal, spawn_app};
+use crate::helpers::{BOTH_ERAS, alive, children, poll_until, signal, spawn_app, spawn_process};
 use crate::hostile::python_server;
 
 #[tokio::test]
 async fn sigterm_cancels_pending_requests_upstream_and_reaps_every_child() {
-    let mut app = spawn_app(BOTH_ERAS).await;
+    let mut app = spawn_process("", BOTH_ERAS, "").await;
     let mut requests = Vec::new();
     for era in ["legacy", "modern"] {
         let call = app.call(era, "confirm_action", json!({"action": "shutdown"})).await;
@@ -31,7 +31,7 @@ async fn sigterm_cancels_pending_requests_upstream_and_reaps_every_child() {
 
 #[tokio::test]
 async fn sessions_that_end_unused_end_without_an_error() {
-    let mut app = spawn_app(BOTH_ERAS).await;
+    let mut app = spawn_process("", BOTH_ERAS, "").await;
     assert_eq!(app.terminate(), Some(0));
     app.stderr().wait_for("stopped");
     // A 2026-07-28 session sends no `initialize` (its requests stand alone): its server ends it without one.
@@ -41,7 +41,7 @@ async fn sessions_that_end_unused_end_without_an_error() {
 
 #[tokio::test]
 async fn sigkill_leaves_no_child_running() {
-    let app = spawn_app(BOTH_ERAS).await;
+    let app = spawn_process("", BOTH_ERAS, "").await;
     let call = app.call("legacy", "confirm_action", json!({"action": "kill"})).await;
     assert_eq!(call["status"], "input_required");
     let kids = children(app.pid());
@@ -61,7 +61,7 @@ async fn sigterm_cancels_running_calls_and_tells_each_upstream() {
         python_server("slow-b", "slow.py", "protocol = \"2026-07-28\""),
     ]
     .concat();
-    let mut app = spawn_app(&servers).await;
+    let mut app = spawn_process("", &servers, "").await;
     let mut calls = Vec::new();
     for server in ["slow-a", "slow-b"] {
         let call = app.post("/calls", &json!({"server": server, "tool": "wait"})).await;

@@ -1,4 +1,5 @@
-//! Black-box tests: the real binary on port 0 with a temp config, driven over HTTP as curl would.
+//! API tests: gateways on port 0 with a temp config, in this process or as the real binary, driven over HTTP
+//! as curl would.
 
 mod answers;
 mod approvals;

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{BOTH_ERAS, ERAS, TestApp, first_request, results, spawn_app, start_with};
+use crate::helpers::{BOTH_ERAS, ERAS, Process, first_request, results, spawn_app, spawn_process, start_process};
 
 #[tokio::test]
 async fn metrics_count_requests_calls_sessions_and_http() {
@@ -54,7 +54,7 @@ async fn metrics_count_requests_calls_sessions_and_http() {
 
 #[tokio::test]
 async fn json_logs_trace_each_request_without_answer_values() {
-    let app = spawn_app(&format!("{BOTH_ERAS}\n[log]\nformat = \"json\"\n")).await;
+    let app = spawn_process("", &format!("{BOTH_ERAS}\n[log]\nformat = \"json\"\n"), "").await;
     for era in ERAS {
         let call = app.call(era, "confirm_action", json!({"action": "log"})).await;
         let request = app.request_of(&call).await;
@@ -91,7 +91,7 @@ async fn json_logs_trace_each_request_without_answer_values() {
 }
 
 /// The first JSON log line containing every needle.
-fn log_entry(app: &TestApp, needles: &[&str]) -> Value {
+fn log_entry(app: &Process, needles: &[&str]) -> Value {
     let line = app.stderr().wait_for_all(needles);
     serde_json::from_str(&line).unwrap_or_else(|error| panic!("not a JSON log line ({error}): {line}"))
 }
@@ -198,7 +198,7 @@ async fn a_server_url_s_secrets_stay_out_of_servers_and_the_logs() {
         "[[servers]]\nname = \"remote\"\nurl = \"http://ada:pw-in-url@{closed}/mcp?key=key-in-query\"\n\
          startup_timeout = \"2s\"\n"
     );
-    let app = start_with("", &servers, "");
+    let app = start_process("", &servers, "");
     let failed = app.get_json("/servers/remote?wait=10").await;
     assert_eq!(failed["status"], "failed", "{failed}");
     assert!(failed["detail"].as_str().unwrap().contains("/mcp"), "{failed}");
@@ -286,7 +286,7 @@ fn healthcheck_exits_0_while_the_gateway_is_up_and_1_when_nothing_answers() {
 
 #[tokio::test]
 async fn workers_spread_the_gateway_over_that_many_threads() {
-    let app = start_with("workers = 3", BOTH_ERAS, "");
+    let app = start_process("workers = 3", BOTH_ERAS, "");
     assert_eq!(app.get("/readyz?wait=30").await.status(), 200);
     let threads = std::fs::read_dir(format!("/proc/{}/task", app.pid())).unwrap().count();
     assert!(threads > 3, "workers = 3 runs on {threads} threads");

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, spawn_app, spawn_app_with, spawn_in, token_entry};
+use crate::helpers::{TestApp, spawn_app, spawn_app_with, spawn_process_in, token_entry};
 
 /// A form with one field.
 fn form() -> Value {
@@ -293,13 +293,13 @@ async fn a_posted_request_is_its_posters_and_approvers_may_post() {
 #[tokio::test]
 async fn a_posted_request_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let mut app = spawn_in(dir.path(), "", "", "").await;
+    let mut app = spawn_process_in(dir.path(), "", "", "").await;
     let body = json!({"kind": "input", "prompt": "Why?", "data": {"schema": form()}});
     let posted = post_ok(&app, body).await;
     let id = posted["id"].as_str().unwrap().to_owned();
     app.kill();
 
-    let app = spawn_in(dir.path(), "", "", "").await;
+    let app = spawn_process_in(dir.path(), "", "", "").await;
     let kept = app.get_json(&format!("/requests/{id}")).await;
     assert_eq!(kept["status"], "pending", "{kept}");
     assert_eq!(kept["data"], posted["data"]);

@@ -8,13 +8,14 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::cluster::{self, Cluster};
 use crate::helpers::{
-    BINARY, BOTH_ERAS, ERAS, Reply, TestApp, config_text, confirming, first_request, results, spawn_in, stored_in,
+    BINARY, BOTH_ERAS, ERAS, Process, Reply, config_text, confirming, first_request, results, spawn_process_in,
+    stored_in,
 };
 use crate::replicas::fleet;
 
 /// A gateway with the demo server in both eras, storing in the database at `url`.
-async fn gateway(dir: &tempfile::TempDir, url: &str) -> TestApp {
-    spawn_in(dir.path(), &stored_in(url), BOTH_ERAS, "").await
+async fn gateway(dir: &tempfile::TempDir, url: &str) -> Process {
+    spawn_process_in(dir.path(), &stored_in(url), BOTH_ERAS, "").await
 }
 
 #[tokio::test]
@@ -166,7 +167,7 @@ async fn the_database_going_away_is_503_and_the_gateway_recovers_when_it_returns
 /// Answers kept coming to a set of Requests, two in flight for each until it is answered: each answer goes to
 /// the next replica with a note of its own, and what came back is filed under its Request.
 struct Load<'a> {
-    replicas: &'a [TestApp],
+    replicas: &'a [Process],
     requests: &'a [String],
     in_flight: JoinSet<(usize, String, Option<Reply>)>,
     /// How many answers each Request was sent.
@@ -177,7 +178,7 @@ struct Load<'a> {
 
 impl<'a> Load<'a> {
     /// Sends the first two answers to each of `requests`.
-    fn start(replicas: &'a [TestApp], requests: &'a [String]) -> Self {
+    fn start(replicas: &'a [Process], requests: &'a [String]) -> Self {
         let mut load = Self {
             replicas,
             requests,

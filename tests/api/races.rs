@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{BOTH_ERAS, ERAS, EventStream, TestApp, first_request, results, spawn_app, spawn_app_with};
+use crate::helpers::{
+    BOTH_ERAS, ERAS, EventStream, TestApp, first_request, results, spawn_app, spawn_app_with, spawn_process,
+};
 
 #[tokio::test]
 async fn of_two_hundred_different_answers_exactly_one_wins() {
-    let app = spawn_app(BOTH_ERAS).await;
+    let app = spawn_process("", BOTH_ERAS, "").await;
     for (round, era) in ERAS.iter().enumerate() {
         let call = app.call(era, "confirm_action", json!({"action": "race"})).await;
         let id = first_request(&call);

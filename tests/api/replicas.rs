@@ -3,11 +3,11 @@
 use serde_json::{Value, json};
 
 use crate::cluster;
-use crate::helpers::{BOTH_ERAS, ERAS, TestApp, confirming, first_request, results, start_in, stored_in};
+use crate::helpers::{BOTH_ERAS, ERAS, Process, confirming, first_request, results, start_process_in, stored_in};
 
 /// Three gateways with the demo server in both eras, storing in the database at `url`, and their dirs.
 pub struct Fleet {
-    pub replicas: Vec<TestApp>,
+    pub replicas: Vec<Process>,
     _dirs: Vec<tempfile::TempDir>,
 }
 
@@ -20,9 +20,9 @@ pub async fn fleet(url: &str) -> Fleet {
 /// Like `fleet`, with `servers` (TOML: servers, webhooks) as each replica's config.
 async fn fleet_of(url: &str, servers: &str) -> Fleet {
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let replicas: Vec<TestApp> = dirs
+    let replicas: Vec<Process> = dirs
         .iter()
-        .map(|dir| start_in(dir.path(), &stored_in(url), servers, ""))
+        .map(|dir| start_process_in(dir.path(), &stored_in(url), servers, ""))
         .collect();
     for replica in &replicas {
         let ready = replica.get("/readyz?wait=30").await;

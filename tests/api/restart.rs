@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{BOTH_ERAS, TestApp, first_request, results, spawn_in};
+use crate::helpers::{BOTH_ERAS, Process, first_request, results, spawn_in, spawn_in_with, spawn_process_in};
 
 /// How a gateway stops.
 #[derive(Debug, Clone, Copy)]
@@ -15,7 +15,7 @@ enum Stop {
     Kill,
 }
 
-fn stop(app: &mut TestApp, how: Stop) {
+fn stop(app: &mut Process, how: Stop) {
     match how {
         Stop::Terminate => assert_eq!(app.terminate(), Some(0)),
         Stop::Kill => app.kill(),
@@ -23,8 +23,8 @@ fn stop(app: &mut TestApp, how: Stop) {
 }
 
 /// A gateway on `dir`'s store with the demo server in both eras.
-async fn gateway(dir: &tempfile::TempDir) -> TestApp {
-    spawn_in(dir.path(), "", BOTH_ERAS, "").await
+async fn gateway(dir: &tempfile::TempDir) -> Process {
+    spawn_process_in(dir.path(), "", BOTH_ERAS, "").await
 }
 
 #[tokio::test]
@@ -122,7 +122,7 @@ async fn an_elicitation_in_flight_ends_with_the_process_and_says_why() {
 async fn a_call_waiting_on_its_approval_outlives_restarts_and_runs_once_approved() {
     let dir = tempfile::tempdir().unwrap();
     let servers = format!("{BOTH_ERAS}[[approvals]]\nserver = \"*\"\ntools = [\"confirm_*\"]\n");
-    let mut app = spawn_in(dir.path(), "", &servers, "").await;
+    let mut app = spawn_process_in(dir.path(), "", &servers, "").await;
     let approved: Vec<Value> = [("modern", "deploy"), ("legacy", "ship")]
         .into_iter()
         .map(|(server, action)| json!({"server": server, "tool": "confirm_action", "arguments": {"action": action}}))
@@ -143,7 +143,7 @@ async fn a_call_waiting_on_its_approval_outlives_restarts_and_runs_once_approved
 
     for how in [Stop::Terminate, Stop::Kill] {
         stop(&mut app, how);
-        app = spawn_in(dir.path(), "", &servers, "").await;
+        app = spawn_process_in(dir.path(), "", &servers, "").await;
         for (call, approval) in &calls {
             let waiting = app.get_json(&format!("/calls/{call}")).await;
             assert_eq!(waiting["status"], "input_required", "after {how:?}: {waiting}");
@@ -284,13 +284,13 @@ async fn a_round_whose_state_the_upstream_refuses_fails_the_call_with_the_reason
     let dir = tempfile::tempdir().unwrap();
     let sealed =
         "[[servers]]\nname = \"sealed\"\nbuiltin = \"demo\"\nargs = [\"--seal-state\"]\nprotocol = \"2026-07-28\"\n";
-    let mut app = spawn_in(dir.path(), "", sealed, "").await;
+    let mut app = spawn_process_in(dir.path(), "", sealed, "").await;
     let call = app.call("sealed", "two_step", json!({})).await;
     let request = first_request(&call);
 
     // The demo server is started afresh with the gateway, with a new key.
     app.terminate();
-    let app = spawn_in(dir.path(), "", sealed, "").await;
+    let app = spawn_process_in(dir.path(), "", sealed, "").await;
     app.answer_ok(&request, json!({"ok": true, "data": {"name": "Ada"}}))
         .await;
 
@@ -308,25 +308,21 @@ async fn a_round_whose_state_the_upstream_refuses_fails_the_call_with_the_reason
 #[tokio::test]
 async fn a_request_due_while_the_gateway_was_down_expires_at_start() {
     let dir = tempfile::tempdir().unwrap();
-    let mut app = spawn_in(dir.path(), "", BOTH_ERAS, "ttl = \"2s\"").await;
+    let mut app = spawn_in(dir.path(), "", BOTH_ERAS, "ttl = \"1h\"").await;
     let call = app.call("modern", "confirm_action", json!({"action": "late"})).await;
     let request = app.request_of(&call).await;
-    app.terminate();
+    let clock = app.clock().clone();
+    app.shut_down();
 
-    // What is under test is the wall clock: the gateway is down when the Request's time runs out.
-    let expires = request["expiresAt"].as_str().unwrap();
-    let due = humantime::parse_rfc3339(expires).unwrap();
-    if let Ok(left) = due.duration_since(std::time::SystemTime::now()) {
-        tokio::time::sleep(left + Duration::from_millis(100)).await;
-    }
-    let app = spawn_in(dir.path(), "", BOTH_ERAS, "ttl = \"2s\"").await;
+    // The Request's hour runs out while no gateway is serving its store.
+    clock.advance(Duration::from_secs(3601));
+    let app = spawn_in_with(dir.path(), "", BOTH_ERAS, "ttl = \"1h\"", clock).await;
 
     let id = request["id"].as_str().unwrap();
     let expired = app.get_json(&format!("/requests/{id}?wait=10")).await;
     assert_eq!(expired["status"], "expired", "{expired}");
     let done = app.settled(call["id"].as_str().unwrap()).await;
     assert_eq!(results(&done), json!([{"action": "cancel"}]));
-    let _: Value = done;
 }
 
 #[tokio::test]

@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::helpers::{
-    BINARY, BOTH_ERAS, TestApp, config_text, first_request, poll_until, results, spawn_app_with, spawn_in,
+    BINARY, BOTH_ERAS, Process, TestApp, config_text, first_request, poll_until, results, spawn_app_with, spawn_in,
+    spawn_process, spawn_process_in,
 };
 
 /// Runs the gateway on `dir` and expects it to refuse to start; returns what it wrote to stderr.
@@ -63,7 +64,7 @@ async fn a_store_it_cannot_use_is_a_start_up_error_naming_the_file_and_the_cause
 }
 
 /// Sets the gateway's soft limit on the size of a file it writes (`unlimited`, or bytes).
-fn limit_file_size(app: &TestApp, soft: &str) {
+fn limit_file_size(app: &Process, soft: &str) {
     let status = Command::new("prlimit")
         .arg("--pid")
         .arg(app.pid().to_string())
@@ -75,7 +76,7 @@ fn limit_file_size(app: &TestApp, soft: &str) {
 
 #[tokio::test]
 async fn a_write_the_disk_refuses_is_503_and_the_gateway_recovers_when_there_is_room() {
-    let app = spawn_app_with(BOTH_ERAS, "").await;
+    let app = spawn_process("", BOTH_ERAS, "").await;
     let call = app.call("modern", "confirm_action", json!({"action": "full"})).await;
     let request = first_request(&call);
 
@@ -133,7 +134,7 @@ async fn a_delivery_not_acknowledged_before_a_crash_is_made_after_the_restart() 
         format!("[[webhooks]]\nname = \"audit\"\nurl = \"{url}\"\nevents = [\"request.created\"]\nattempts = 100\n");
     let servers = format!("{BOTH_ERAS}\n{webhook}");
     let dir = tempfile::tempdir().unwrap();
-    let mut app = spawn_in(dir.path(), "", &servers, "").await;
+    let mut app = spawn_process_in(dir.path(), "", &servers, "").await;
     let call = app.call("modern", "confirm_action", json!({"action": "audit"})).await;
     let request = first_request(&call);
     let refused = tokio::time::timeout(Duration::from_secs(20), deliveries.recv())
@@ -144,7 +145,7 @@ async fn a_delivery_not_acknowledged_before_a_crash_is_made_after_the_restart() 
 
     app.kill();
     accepting.store(true, Ordering::SeqCst);
-    let _app = spawn_in(dir.path(), "", &servers, "").await;
+    let _app = spawn_process_in(dir.path(), "", &servers, "").await;
     let delivered = loop {
         let delivery = tokio::time::timeout(Duration::from_secs(20), deliveries.recv())
             .await
@@ -163,7 +164,7 @@ async fn a_delivery_not_acknowledged_before_a_crash_is_made_after_the_restart() 
 
 #[tokio::test]
 async fn ended_records_are_pruned_after_the_retention_and_the_file_stays_bounded() {
-    let app = spawn_app_with(BOTH_ERAS, "retention = \"2s\"").await;
+    let app = spawn_app_with(BOTH_ERAS, "retention = \"1h\"").await;
     let mut first = None;
     let mut sizes = Vec::new();
     for _ in 0..6 {
@@ -172,7 +173,8 @@ async fn ended_records_are_pruned_after_the_retention_and_the_file_stays_bounded
             let call = app.call("modern", "echo", json!({"text": "x".repeat(2000)})).await;
             wave.push(call["id"].as_str().unwrap().to_owned());
         }
-        // Pruning runs every second and is signalled by nothing.
+        // The wave's hour passes; pruning, which that wakes, is signalled by nothing.
+        app.advance(Duration::from_secs(3601));
         let last = wave.last().unwrap();
         poll_until("the wave pruned", || async {
             (app.get(&format!("/calls/{last}")).await.status() == 404).then_some(())

@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::helpers::{BINARY, BOTH_ERAS, spawn_app, start_with};
+use crate::helpers::{BINARY, BOTH_ERAS, spawn_app, spawn_process, start_with};
 
 struct Delivery {
     headers: HeaderMap,
@@ -130,7 +130,7 @@ async fn a_redirect_is_a_failed_delivery_and_its_location_gets_nothing() {
     let config = format!(
         "{BOTH_ERAS}\n[[webhooks]]\nname = \"bouncer\"\nurl = \"{url}\"\nevents = [\"request.created\"]\nattempts = 1\nsecret = \"s3cr3t\"\n"
     );
-    let app = spawn_app(&config).await;
+    let app = spawn_process("", &config, "").await;
 
     app.call("modern", "confirm_action", json!({"action": "bounce"})).await;
 

@@ -16,7 +16,6 @@ use crate::records::{
 use crate::store::{
     Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
 };
-use crate::time::Timestamp;
 
 impl Postgres {
     /// Answers as soon as the writer has decided (the cap, then the row), before the change is kept.
@@ -76,7 +75,7 @@ impl Postgres {
                 let changed = tx
                     .execute(
                         "UPDATE calls SET forwarded_at = $2 WHERE id = $1 AND forwarded_at IS NULL AND status = 'running'",
-                        &[&id, &Timestamp::now().millis()],
+                        &[&id, &tx.now().millis()],
                     )
                     .await?;
                 Ok(changed == 1)
@@ -115,7 +114,7 @@ impl Postgres {
                         &session.id,
                         &session.server,
                         &session.owner,
-                        &Timestamp::now().millis(),
+                        &tx.now().millis(),
                         &session.replica,
                     ],
                 )
@@ -172,7 +171,7 @@ impl Postgres {
                     .execute(
                         "UPDATE sessions SET status = $2, closed_at = $3, detail = $4 \
                          WHERE id = $1 AND status IN ('starting', 'ready')",
-                        &[&id, &status.as_str(), &Timestamp::now().millis(), &detail],
+                        &[&id, &status.as_str(), &tx.now().millis(), &detail],
                     )
                     .await?;
                 if changed == 0 {
@@ -320,7 +319,7 @@ async fn insert_call_in(
         return Ok(Err(InsertCallError::TooMany(running)));
     }
     let id = ids::mint(ids::CALL);
-    let now = Timestamp::now().millis();
+    let now = tx.now().millis();
     let inserted = format!(
         "INSERT INTO calls AS c (id, server, session, shared, tool, arguments, owner, protocol_version, \
          capabilities, status, created_at, updated_at, replica, via) \
@@ -357,7 +356,7 @@ pub(super) async fn finish_in(
     id: &CallId,
     finish: Finish,
 ) -> Result<Option<Finished>, tokio_postgres::Error> {
-    let now = Timestamp::now().millis();
+    let now = tx.now().millis();
     let detail = crate::store::ended_call_detail(&finish);
     let status = finish.status();
     let (result, error) = match finish {

@@ -212,7 +212,7 @@ impl Postgres {
                 } else {
                     "replica = ANY($1)"
                 };
-                let now = Timestamp::now().millis();
+                let now = tx.now().millis();
                 let sessions: Vec<SessionId> = tx
                     .query(
                         &format!("SELECT id FROM sessions WHERE status IN ('starting', 'ready') AND {theirs}"),

@@ -55,7 +55,7 @@ impl Postgres {
                         return Ok(Err(RaiseError::Taken(id.to_owned())));
                     }
                 }
-                let now = Timestamp::now();
+                let now = tx.now();
                 if let Some(round) = &round {
                     tx.execute(
                         "INSERT INTO rounds (call_id, round, request_state, input_requests, created_at) \
@@ -111,7 +111,7 @@ impl Postgres {
             Err(violations) => return Ok(Answered::Invalid(violations)),
         };
         let id = pending.request.id.clone();
-        let now = Timestamp::now();
+        let now = self.shared.clock.now();
         let mut view = pending;
         crate::store::answer_view(&mut view, decision, now);
         let answer = rows::to_json_opt(view.answer.as_ref());
@@ -156,7 +156,7 @@ impl Postgres {
                         insert_event(6, "SELECT {} FROM won")
                     )
                 });
-                let (resolved_at, values) = (now.millis(), EventValues::now(&event));
+                let (resolved_at, values) = (now.millis(), EventValues::at(now, &event));
                 let mut params: Vec<&(dyn ToSql + Sync)> = vec![&id, &resolved_at, &answer, &view.answered_by, &result];
                 params.extend(values.params());
                 let won = tx.query_opt(&ANSWER, &params).await?;
@@ -259,7 +259,7 @@ impl Postgres {
                 let changed = tx
                     .execute(
                         "UPDATE requests SET completed_at = $2 WHERE id = $1 AND completed_at IS NULL",
-                        &[&id, &Timestamp::now().millis()],
+                        &[&id, &tx.now().millis()],
                     )
                     .await?;
                 if changed == 0 {
@@ -481,7 +481,7 @@ async fn insert_request(
         i64::try_from(new.bytes).unwrap_or(i64::MAX),
     );
     let kind = request.kind.as_str();
-    let values = EventValues::now(&event);
+    let values = EventValues::at(tx.now(), &event);
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![
         &request.id,
         &kind,
@@ -511,7 +511,7 @@ pub(super) async fn resolve_ids(
     ids: &[RequestId],
     resolution: &Resolution,
 ) -> Result<Resolved, tokio_postgres::Error> {
-    let now = Timestamp::now();
+    let now = tx.now();
     let mut resolved = Resolved::default();
     for id in ids {
         let Some(view) = request(tx, id).await?.filter(|view| view.status == Status::Pending) else {

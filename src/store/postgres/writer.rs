@@ -17,7 +17,7 @@ use super::super::StoreError;
 use super::tail::{self, Publisher};
 use super::{Connector, Statements, WRITE_LOCK, unavailable};
 use crate::records::Event;
-use crate::time::Timestamp;
+use crate::time::{Clock, Timestamp};
 
 /// The most changes one transaction takes.
 const MAX_BATCH: usize = 512;
@@ -73,9 +73,15 @@ pub struct Tx<'c> {
     /// The statements the writer's connection has prepared.
     statements: &'c Statements,
     events: Vec<Arc<Event>>,
+    clock: &'c Clock,
 }
 
 impl Tx<'_> {
+    /// The current instant, by the store's clock.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
     /// The rows of `sql`.
     pub async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, tokio_postgres::Error> {
         let statement = self.statements.get(self.conn, sql).await?;
@@ -107,7 +113,7 @@ impl Tx<'_> {
     /// Records an event: it is numbered now and published once the transaction is kept.
     pub async fn record(&mut self, event: Event) -> Result<Arc<Event>, tokio_postgres::Error> {
         static RECORD: LazyLock<String> = LazyLock::new(|| insert_event(1, "VALUES ({})"));
-        let values = EventValues::now(&event);
+        let values = EventValues::at(self.now(), &event);
         let row = self.query_one(&RECORD, &values.params()).await?;
         Ok(self.numbered(event, row.get(0)))
     }
@@ -145,10 +151,10 @@ pub struct EventValues<'e> {
 }
 
 impl<'e> EventValues<'e> {
-    /// `event`'s values, recorded now.
-    pub fn now(event: &'e Event) -> Self {
+    /// `event`'s values, recorded at `at`.
+    pub fn at(at: Timestamp, event: &'e Event) -> Self {
         Self {
-            at: Timestamp::now().millis(),
+            at: at.millis(),
             kind: event.kind.name(),
             event,
         }
@@ -173,6 +179,7 @@ pub async fn run(
     mut jobs: mpsc::UnboundedReceiver<Job>,
     publisher: Arc<Publisher>,
     replica: String,
+    clock: Clock,
 ) {
     let mut conn = None;
     let mut statements = Statements::default();
@@ -203,7 +210,7 @@ pub async fn run(
                     }
                 },
             };
-            if commit(&client, &statements, &mut batch, &publisher, &replica).await {
+            if commit(&client, &statements, &mut batch, &publisher, &replica, &clock).await {
                 conn = Some(client);
             }
         }
@@ -220,6 +227,7 @@ async fn commit(
     batch: &mut VecDeque<Job>,
     publisher: &Publisher,
     replica: &str,
+    clock: &Clock,
 ) -> bool {
     // One exchange: the transaction begins holding the lock.
     let begun = client
@@ -250,6 +258,7 @@ async fn commit(
                 replica,
                 statements,
                 events: Vec::new(),
+                clock,
             })
             .collect();
         let outcomes = futures::future::join_all(group.into_iter().zip(&mut txs).map(|(change, tx)| change(tx))).await;

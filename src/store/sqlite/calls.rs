@@ -17,13 +17,12 @@ use crate::store::live::Note;
 use crate::store::{
     Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
 };
-use crate::time::Timestamp;
 
 impl Sqlite {
     /// Records the call as deferred (see [`super::deferred`]): the cap is decided at once, and the call is kept
     /// once the change that writes it is.
     pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<Started, InsertCallError> {
-        let now = Timestamp::from_millis(Timestamp::now().millis());
+        let now = self.shared.clock.now();
         let view = CallView {
             id: CallId::mint(),
             server: call.server.clone(),
@@ -117,7 +116,7 @@ impl Sqlite {
                     session.id,
                     session.server,
                     session.owner,
-                    Timestamp::now().millis(),
+                    tx.now().millis(),
                     session.replica
                 ])?;
             let view = self::session(tx.conn, &session.id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
@@ -168,7 +167,7 @@ impl Sqlite {
                     "UPDATE sessions SET status = ?2, closed_at = ?3, detail = ?4 \
                      WHERE id = ?1 AND status IN ('starting', 'ready')",
                 )?
-                .execute(params![id, status.as_str(), Timestamp::now().millis(), detail])?;
+                .execute(params![id, status.as_str(), tx.now().millis(), detail])?;
             if changed == 0 {
                 return Ok(None);
             }
@@ -194,7 +193,7 @@ impl Sqlite {
                 .prepare_cached(
                     "UPDATE calls SET forwarded_at = ?2 WHERE id = ?1 AND forwarded_at IS NULL AND status = 'running'",
                 )?
-                .execute(params![id, Timestamp::now().millis()])
+                .execute(params![id, tx.now().millis()])
                 .map(|changed| changed == 1)
         })
         .await
@@ -339,7 +338,7 @@ pub(super) fn write_call(tx: &mut Tx<'_>, call: &ToWrite) -> rusqlite::Result<()
 
 /// Ends a call that has not ended, cancelling its pending Requests.
 pub(super) fn finish_in(tx: &mut Tx<'_>, id: &CallId, finish: Finish) -> rusqlite::Result<Option<Finished>> {
-    let now = Timestamp::now().millis();
+    let now = tx.now().millis();
     let detail = crate::store::ended_call_detail(&finish);
     let status = finish.status();
     let (result, error) = match finish {

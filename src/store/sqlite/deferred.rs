@@ -167,7 +167,6 @@ mod tests {
 
     use super::*;
     use crate::records::{Arguments, CallStatus, Via};
-    use crate::time::Timestamp;
 
     fn call(id: &CallId, owner: &str) -> (NewCall, CallView) {
         let new = NewCall {
@@ -181,7 +180,7 @@ mod tests {
             protocol_version: None,
             capabilities: json!({}),
         };
-        let now = Timestamp::now();
+        let now = crate::time::Clock::default().now();
         let view = CallView {
             id: id.clone(),
             server: new.server.clone(),

@@ -100,7 +100,7 @@ impl Sqlite {
     pub async fn recover(&self, restarted: &str) -> Result<Recovered, StoreError> {
         let restarted = restarted.to_owned();
         self.write(move |tx| {
-            let now = Timestamp::now().millis();
+            let now = tx.now().millis();
             let sessions: Vec<SessionId> = {
                 let mut statement = tx
                     .conn

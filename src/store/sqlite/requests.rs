@@ -51,7 +51,7 @@ impl Sqlite {
                     return Ok(Err(RaiseError::Taken(id.to_owned())));
                 }
             }
-            let now = Timestamp::now();
+            let now = tx.now();
             if let Some(round) = &round {
                 tx.conn
                     .prepare_cached(
@@ -108,7 +108,7 @@ impl Sqlite {
                 Ok(decision) => decision,
                 Err(violations) => return Ok(Answered::Invalid(violations)),
             };
-            let now = Timestamp::now();
+            let now = tx.now();
             if let Some(detail) = withdrawal() {
                 let resolution = Resolution::Cancelled {
                     detail,
@@ -199,7 +199,7 @@ impl Sqlite {
             let changed = tx
                 .conn
                 .prepare_cached("UPDATE requests SET completed_at = ?2 WHERE id = ?1 AND completed_at IS NULL")?
-                .execute(params![id, Timestamp::now().millis()])?;
+                .execute(params![id, tx.now().millis()])?;
             if changed == 0 {
                 return Ok(false);
             }
@@ -357,7 +357,7 @@ fn insert_request(conn: &Connection, new: &NewRequest, round: Option<u32>) -> ru
 
 /// Resolves the Requests still pending among `ids`.
 pub(super) fn resolve_ids(tx: &mut Tx<'_>, ids: &[RequestId], resolution: &Resolution) -> rusqlite::Result<Resolved> {
-    let now = Timestamp::now();
+    let now = tx.now();
     let mut resolved = Resolved::default();
     for id in ids {
         let Some((row, view)) = pending_request(tx.conn, id)?.filter(|(_, view)| view.status == Status::Pending) else {

@@ -13,7 +13,7 @@ use crate::ids::CallId;
 use crate::records::Event;
 use crate::store::live::{self, Live, Note};
 use crate::store::shares::Shares;
-use crate::time::Timestamp;
+use crate::time::{Clock, Timestamp};
 
 /// The most changes one transaction takes.
 const MAX_BATCH: usize = 512;
@@ -52,9 +52,15 @@ pub struct Tx<'a> {
     deferred: &'a Deferred,
     /// The deferred calls this transaction's changes wrote so far.
     written: &'a mut Vec<CallId>,
+    clock: &'a Clock,
 }
 
 impl Tx<'_> {
+    /// The current instant, by the store's clock.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
     /// How many Requests are pending, this change included.
     pub fn pending(&self) -> usize {
         self.pending_before
@@ -93,7 +99,7 @@ impl Tx<'_> {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?
             .execute(rusqlite::params![
-                Timestamp::now().millis(),
+                self.clock.now().millis(),
                 event.kind.name(),
                 event.server,
                 event.session,
@@ -118,6 +124,7 @@ pub fn run(
     feed: Feed,
     live: Arc<Mutex<Live>>,
     deferred: Arc<Deferred>,
+    clock: Clock,
 ) {
     let open = loop {
         let mut batch = Vec::new();
@@ -144,13 +151,20 @@ pub fn run(
         }
         let mut batch = batch.into_iter();
         while batch.len() > 0 {
-            commit(&conn, &mut batch, &feed, &live, &deferred);
+            commit(&conn, &mut batch, &feed, &live, &deferred, &clock);
         }
     };
     debug_assert!(!open);
     let left = deferred.all();
     if !left.is_empty() {
-        commit(&conn, &mut vec![write_calls(left)].into_iter(), &feed, &live, &deferred);
+        commit(
+            &conn,
+            &mut vec![write_calls(left)].into_iter(),
+            &feed,
+            &live,
+            &deferred,
+            &clock,
+        );
     }
 }
 
@@ -178,6 +192,7 @@ fn commit(
     feed: &Feed,
     live: &Mutex<Live>,
     deferred: &Deferred,
+    clock: &Clock,
 ) {
     if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
         // Dropped unapplied, each change tells its caller that the store could not make it.
@@ -202,6 +217,7 @@ fn commit(
             live,
             deferred,
             written: &mut written,
+            clock,
         };
         match job(&mut tx) {
             Ok(done) => {
