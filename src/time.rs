@@ -54,6 +54,26 @@ impl Clock {
         }
     }
 
+    /// Sleeps for `duration` as this clock counts it: the time that passes, plus what [`Clock::advance`] adds
+    /// meanwhile. Unlike [`Clock::sleep_until`], a step of the system clock does not lengthen it.
+    pub async fn sleep(&self, duration: Duration) {
+        let deadline = tokio::time::Instant::now() + duration;
+        let advanced_before = self.0.millis.load(Ordering::Relaxed);
+        loop {
+            let moved = self.0.moved.notified();
+            let mut moved = std::pin::pin!(moved);
+            moved.as_mut().enable();
+            let advanced = self.0.millis.load(Ordering::Relaxed).saturating_sub(advanced_before);
+            let Some(at) = deadline.checked_sub(Duration::from_millis(advanced)) else {
+                return;
+            };
+            tokio::select! {
+                () = tokio::time::sleep_until(at) => return,
+                () = moved => {}
+            }
+        }
+    }
+
     /// Moves this clock on by `by` (to the millisecond), waking what sleeps on it.
     pub fn advance(&self, by: Duration) {
         let millis = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
@@ -152,5 +172,23 @@ mod tests {
             .expect("the sleep did not end with the clock moved past its instant")
             .unwrap();
         assert_eq!(clock.until(due), Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn a_sleep_for_a_while_ends_when_the_clock_is_moved_on_by_it() {
+        let clock = Clock::default();
+        let sleeper = tokio::spawn({
+            let clock = clock.clone();
+            async move { clock.sleep(Duration::from_secs(3600)).await }
+        });
+        tokio::task::yield_now().await;
+        clock.advance(Duration::from_secs(1800));
+        tokio::task::yield_now().await;
+        assert!(!sleeper.is_finished(), "half the hour is not the hour");
+        clock.advance(Duration::from_secs(1800));
+        let woken = tokio::time::timeout(Duration::from_secs(60), sleeper).await;
+        woken
+            .expect("the sleep did not end with the clock moved on by its length")
+            .unwrap();
     }
 }

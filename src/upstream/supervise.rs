@@ -94,7 +94,7 @@ impl Upstreams {
                 state.backoff_ms = Some(u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX));
             });
             tokio::select! {
-                () = tokio::time::sleep(backoff) => {}
+                () = self.registry.clock().sleep(backoff) => {}
                 () = self.shutdown.cancelled() => return,
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
