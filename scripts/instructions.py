@@ -1,9 +1,10 @@
 """Counts the gateway's instructions per operation under callgrind, with a keep-alive REST client.
 
-    python3 scripts/instructions.py [--config FILE] [--count N] echo|confirm|mcp-echo|answer
+    python3 scripts/instructions.py [--config FILE] [--server NAME] [--count N] echo|confirm|confirm-two|mcp-echo|answer
 
 `echo` is one `POST /calls?wait=30` on the demo's echo tool; `confirm` is an elicitation round trip
-(`POST /calls?wait=30` -> answer -> `GET /calls/{id}?wait=30`); `mcp-echo` is the echo tool called through the
+(`POST /calls?wait=30` -> answer -> `GET /calls/{id}?wait=30`), `confirm-two` the same in two exchanges
+(`POST /calls?wait=30` -> `POST /requests/{id}/answer?wait=30`); `mcp-echo` is the echo tool called through the
 front door, one stateless 2026-07-28 `tools/call` to `/mcp`; `answer` is one answer to a pending Request, the
 drain's operation, one at a time (the Requests are raised by one `flood` call before counting starts). Needs
 valgrind and a release build (`cargo build --release`). Only the gateway process is counted, after a warm-up;
@@ -39,19 +40,31 @@ def client(port):
     return request
 
 
+SERVER = "demo"
+
+
 def echo(request):
-    status, call = request("POST", "/calls?wait=30", {"server": "demo", "tool": "echo", "arguments": {"text": "x"}})
+    status, call = request("POST", "/calls?wait=30", {"server": SERVER, "tool": "echo", "arguments": {"text": "x"}})
     assert status == 201 and call["status"] == "completed", call
 
 
 def confirm(request):
-    body = {"server": "demo", "tool": "confirm_action", "arguments": {"action": "x"}}
+    body = {"server": SERVER, "tool": "confirm_action", "arguments": {"action": "x"}}
     status, call = request("POST", "/calls?wait=30", body)
     assert status == 201 and call["status"] == "input_required", call
     status, view = request("POST", f"/requests/{call['requests'][0]}/answer", {"ok": True, "data": {"confirm": True}})
     assert status == 200, view
     status, done = request("GET", f"/calls/{call['id']}?wait=30")
     assert done["status"] == "completed", done
+
+
+def confirm_in_two(request):
+    body = {"server": SERVER, "tool": "confirm_action", "arguments": {"action": "x"}}
+    status, call = request("POST", "/calls?wait=30", body)
+    assert status == 201 and call["status"] == "input_required", call
+    answer = {"ok": True, "data": {"confirm": True}}
+    status, view = request("POST", f"/requests/{call['requests'][0]}/answer?wait=30", answer)
+    assert status == 200 and view["resumedCall"]["status"] == "completed", view
 
 
 MCP_META = {
@@ -71,7 +84,7 @@ def mcp_echo(request):
 
 
 def answerer(request, count):
-    status, call = request("POST", "/calls?wait=30", {"server": "demo", "tool": "flood", "arguments": {"count": count}})
+    status, call = request("POST", "/calls?wait=30", {"server": SERVER, "tool": "flood", "arguments": {"count": count}})
     assert status == 201 and call["status"] == "input_required" and len(call["requests"]) == count, call
     pending = iter(call["requests"])
 
@@ -89,13 +102,16 @@ def free_port():
 
 
 def main():
+    global SERVER
     parser = argparse.ArgumentParser()
-    parser.add_argument("op", choices=["echo", "confirm", "mcp-echo", "answer"])
+    parser.add_argument("op", choices=["echo", "confirm", "confirm-two", "mcp-echo", "answer"])
     parser.add_argument("--config")
+    parser.add_argument("--server", default=SERVER, help="the server the REST operations call")
     parser.add_argument("--count", type=int, default=300)
     parser.add_argument("--binary", default="target/release/toolnexus-gateway")
     args = parser.parse_args()
-    operation = {"echo": echo, "confirm": confirm, "mcp-echo": mcp_echo}.get(args.op)
+    SERVER = args.server
+    operation = {"echo": echo, "confirm": confirm, "confirm-two": confirm_in_two, "mcp-echo": mcp_echo}.get(args.op)
     port = free_port()
     raw = f"target/callgrind.{args.op}.%p"
     command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={raw}", args.binary,
