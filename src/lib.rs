@@ -329,7 +329,7 @@ async fn prune(store: Store, retention: Duration, shutdown: CancellationToken) {
     let clock = store.clock().clone();
     loop {
         tokio::select! {
-            () = clock.sleep_until(clock.now().after(every)) => {}
+            () = clock.sleep(every) => {}
             () = shutdown.cancelled() => return,
         }
         if let Err(error) = store.prune(clock.now().before(retention)).await {

@@ -23,8 +23,7 @@ struct Advance {
 impl Clock {
     /// The current instant, to the millisecond: as precise as the API shows it and the store keeps it.
     pub fn now(&self) -> Timestamp {
-        let advanced = Duration::from_millis(self.0.millis.load(Ordering::Relaxed));
-        Timestamp::from_millis(Timestamp(SystemTime::now() + advanced).millis())
+        Timestamp::from_millis(Timestamp(SystemTime::now() + self.advanced()).millis())
     }
 
     /// How long from now until `instant` (zero once it has passed).
@@ -39,11 +38,30 @@ impl Clock {
 
     /// Sleeps until this clock reaches `instant`, however it gets there.
     pub async fn sleep_until(&self, instant: Timestamp) {
+        self.sleep_while(|| self.until(instant)).await;
+    }
+
+    /// Sleeps for `duration` as this clock counts it: the time that passes, plus what [`Clock::advance`] adds
+    /// meanwhile. Unlike [`Clock::sleep_until`], a step of the system clock does not lengthen it.
+    pub async fn sleep(&self, duration: Duration) {
+        let deadline = tokio::time::Instant::now() + duration;
+        let advanced_before = self.advanced();
+        self.sleep_while(|| {
+            let advanced = self.advanced().saturating_sub(advanced_before);
+            deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .saturating_sub(advanced)
+        })
+        .await;
+    }
+
+    /// Sleeps until `left` says no time is left, asking it again whenever this clock is moved.
+    async fn sleep_while(&self, left: impl Fn() -> Duration) {
         loop {
             let moved = self.0.moved.notified();
             let mut moved = std::pin::pin!(moved);
             moved.as_mut().enable();
-            let left = self.until(instant);
+            let left = left();
             if left.is_zero() {
                 return;
             }
@@ -54,24 +72,9 @@ impl Clock {
         }
     }
 
-    /// Sleeps for `duration` as this clock counts it: the time that passes, plus what [`Clock::advance`] adds
-    /// meanwhile. Unlike [`Clock::sleep_until`], a step of the system clock does not lengthen it.
-    pub async fn sleep(&self, duration: Duration) {
-        let deadline = tokio::time::Instant::now() + duration;
-        let advanced_before = self.0.millis.load(Ordering::Relaxed);
-        loop {
-            let moved = self.0.moved.notified();
-            let mut moved = std::pin::pin!(moved);
-            moved.as_mut().enable();
-            let advanced = self.0.millis.load(Ordering::Relaxed).saturating_sub(advanced_before);
-            let Some(at) = deadline.checked_sub(Duration::from_millis(advanced)) else {
-                return;
-            };
-            tokio::select! {
-                () = tokio::time::sleep_until(at) => return,
-                () = moved => {}
-            }
-        }
+    /// What [`Clock::advance`] has added so far.
+    fn advanced(&self) -> Duration {
+        Duration::from_millis(self.0.millis.load(Ordering::Relaxed))
     }
 
     /// Moves this clock on by `by` (to the millisecond), waking what sleeps on it.

@@ -69,8 +69,8 @@ pub struct TestApp {
 /// A gateway served in this process.
 struct InProcess {
     clock: Clock,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 /// The gateway binary in a process of its own, for what needs one: signals, its logs, its children, the CLI.
@@ -227,11 +227,7 @@ fn start_in_with(dir: &std::path::Path, settings: &str, servers: &str, requests:
     TestApp {
         address,
         client: reqwest::Client::new(),
-        in_process: Some(InProcess {
-            clock,
-            stop: Some(stop),
-            thread: Some(thread),
-        }),
+        in_process: Some(InProcess { clock, stop, thread }),
         _dir: None,
     }
 }
@@ -405,13 +401,9 @@ impl TestApp {
 
     /// Shuts the gateway down as SIGTERM would, and waits until it has stopped.
     pub fn shut_down(&mut self) {
-        if let Some(mut in_process) = self.in_process.take() {
-            if let Some(stop) = in_process.stop.take() {
-                let _ = stop.send(());
-            }
-            if let Some(thread) = in_process.thread.take() {
-                thread.join().expect("the gateway's thread panicked");
-            }
+        if let Some(in_process) = self.in_process.take() {
+            let _ = in_process.stop.send(());
+            in_process.thread.join().expect("the gateway's thread panicked");
         }
     }
 

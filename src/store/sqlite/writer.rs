@@ -99,7 +99,7 @@ impl Tx<'_> {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?
             .execute(rusqlite::params![
-                self.clock.now().millis(),
+                self.now().millis(),
                 event.kind.name(),
                 event.server,
                 event.session,
