@@ -9,6 +9,7 @@ mod events;
 mod extract;
 mod health;
 mod http;
+mod mcp;
 mod metrics;
 mod requests;
 mod sessions;
@@ -33,13 +34,13 @@ use utoipa_axum::routes;
 pub use auth::AuthPolicy;
 pub use error::{ApiError, InvalidQuery, LongPollsHeld, Problem};
 pub use http::{HttpPolicy, LOOPBACK_HOSTS};
+pub use mcp::FrontDoorPolicy;
 
 use crate::approvals::Approvals;
-use crate::auth::{ANONYMOUS, Principal};
+use crate::auth::Principal;
 use crate::calls::Calls;
 use crate::connections::Connections;
 use crate::feed::{Counted, Feed, Hold};
-use crate::front_door::{self, FrontDoorPolicy};
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::sessions::Sessions;
@@ -141,7 +142,7 @@ impl Services {
         what: &str,
         setting: &str,
     ) -> Result<Counted, ApiError> {
-        let most = if principal.name == ANONYMOUS { usize::MAX } else { most };
+        let most = if principal.is_anonymous() { usize::MAX } else { most };
         self.feed.hold(hold, &principal.name, most).map_err(|most| {
             ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -204,7 +205,7 @@ pub fn router(state: AppState) -> Router {
         .split_for_parts();
     let router = router
         .merge(ui::routes(&mut document))
-        .merge(front_door::routes(&state, state.front_door));
+        .merge(mcp::routes(&state, state.front_door));
     document::constrain(&mut document);
     events::document(&mut document);
     document::unavailable(&mut document);

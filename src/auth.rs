@@ -36,6 +36,11 @@ impl Principal {
         }
     }
 
+    /// Whether it is the one principal of a gateway without tokens (no token may take its name).
+    pub fn is_anonymous(&self) -> bool {
+        self.name == ANONYMOUS
+    }
+
     /// Whether it may see something owned by `owner` (`None`: owned by the gateway, e.g. a shared session's).
     pub fn may_see(&self, owner: Option<&str>) -> bool {
         self.role != Role::Agent || owner == Some(self.name.as_str())

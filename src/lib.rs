@@ -13,7 +13,6 @@ pub mod demo;
 pub mod egress;
 pub mod elicitation;
 pub mod feed;
-pub mod front_door;
 pub mod ids;
 pub mod logs;
 pub mod metrics;
@@ -191,7 +190,7 @@ impl Gateway {
                 long_polls: config.limits.long_polls_per_principal,
                 streams: config.limits.streams_per_principal,
             },
-            front_door: front_door::FrontDoorPolicy {
+            front_door: api::FrontDoorPolicy {
                 prefix: config.front_door.prefix,
                 relay: config.front_door.elicitation == config::Elicitations::Relay,
                 max_hold: config.front_door.max_hold,

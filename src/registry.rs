@@ -15,6 +15,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::Principal;
 use crate::elicitation;
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::metrics::{Metric, Metrics};
@@ -27,6 +28,7 @@ use crate::store::{
 use crate::suspension::{Answer, Request, RequestKind};
 use crate::time::{Clock, Timestamp};
 use crate::validation::{self, Violation};
+pub use answerers::{Answerable, Refusal, may_answer};
 use data::SharedData;
 
 /// How many due Requests one pass of the reaper expires.
@@ -113,6 +115,8 @@ pub struct AnswerAccepted {
 pub enum AnswerError {
     #[error("no Request with id {0}")]
     NotFound(String),
+    #[error(transparent)]
+    Refused(#[from] Refusal),
     #[error("Request {0} was already answered with a different answer")]
     Conflict(RequestId),
     #[error("Request {id} is no longer answerable: it is {}", status.as_str())]
@@ -421,19 +425,51 @@ impl Registry {
         })
     }
 
-    /// Resolves a pending Request with an Answer, and sends the mapped `ElicitResult` to whatever waits on it.
-    ///
-    /// Posting the identical answer again returns the same Request. `by` is the principal answering.
-    /// `read` is the Request as [`Registry::look`] read it, if it did (see [`Store::answer`]).
-    pub async fn answer(
+    /// The Request `id` once `by` is known to be allowed to answer it (see [`may_answer`]); what a door
+    /// passes to [`Registry::answer`]. Who owns a Request, its kind and its policy's approvers never change,
+    /// so what is found here still holds when the answer is decided.
+    pub async fn answerable(&self, id: &RequestId, by: &Principal) -> Result<Answerable, AnswerError> {
+        let not_found = || AnswerError::NotFound(id.to_string());
+        let looked = self.look(id).await?.ok_or_else(not_found)?;
+        answerers::sees(id, looked.owner.as_deref(), by)?;
+        // Only an approval has more to it, and only an id minted for one can name one.
+        let read = if id.is_approval() {
+            let view = match looked.read {
+                Some(view) => view,
+                None => Box::new(self.get(id).await?.ok_or_else(not_found)?),
+            };
+            may_answer(&view, by)?;
+            Some(view)
+        } else {
+            looked.read
+        };
+        Ok(Answerable {
+            id: id.to_owned(),
+            by: by.name.clone(),
+            read,
+        })
+    }
+
+    /// [`Registry::answer`] of what [`Registry::answerable`] finds `by` may answer.
+    pub async fn answer_as(
         &self,
         id: &RequestId,
-        read: Option<Box<RequestView>>,
-        mut answer: Answer,
-        by: &str,
+        by: &Principal,
+        answer: Answer,
     ) -> Result<AnswerAccepted, AnswerError> {
+        let answerable = self.answerable(id, by).await?;
+        self.answer(answerable, answer).await
+    }
+
+    /// Resolves a pending Request with an Answer, and sends the mapped `ElicitResult` to whatever waits on it.
+    ///
+    /// Posting the identical answer again returns the same Request. The principal answering is the one
+    /// [`Registry::answerable`] let through.
+    pub async fn answer(&self, answerable: Answerable, mut answer: Answer) -> Result<AnswerAccepted, AnswerError> {
+        let Answerable { id, by, read } = answerable;
+        let id = &id;
         answer.id = id.to_string();
-        let decide = self.decider(answer.clone(), by);
+        let decide = self.decider(answer.clone(), &by);
         let answered = self.shared.store.answer(id, read, decide, self.withdrawal(id)).await?;
         match answered {
             Answered::Won { view, event, resumes } => {
@@ -799,6 +835,9 @@ fn log_resolution(view: &RequestView) {
     );
 }
 
+mod answerers;
+#[cfg(test)]
+mod answering;
 mod data;
 #[cfg(test)]
 mod properties;

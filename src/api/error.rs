@@ -67,6 +67,7 @@ impl From<AnswerError> for ApiError {
         let detail = error.to_string();
         match error {
             AnswerError::NotFound(_) => Self::not_found(detail),
+            AnswerError::Refused(_) => Self::forbidden(detail),
             AnswerError::Conflict(_) => Self::new(StatusCode::CONFLICT, detail),
             AnswerError::Gone { .. } => Self::new(StatusCode::GONE, detail),
             AnswerError::Invalid(violations) => Self {

@@ -293,18 +293,11 @@ pub async fn answer(
     }
     let unknown = || ApiError::not_found(format!("no Request with id {id}"));
     let id = RequestId::parse(&id).ok_or_else(unknown)?;
-    let looked = state.registry.look(&id).await?.ok_or_else(unknown)?;
-    visible(&principal, &id, looked.owner.as_deref())?;
-    if state.auth.authenticator.enabled() && id.is_approval() {
-        approver(&state, &principal, &id).await?;
-    }
-    let wait = query.wait.duration();
+    let answerable = state.registry.answerable(&id, &principal).await?;
     // Taken before the answer: past the principal's long-polls nothing is answered.
-    let held = state.hold_long_poll(&principal, wait)?;
+    let held = state.hold_long_poll(&principal, query.wait.duration())?;
     let registry = state.registry.clone();
-    let by = principal.name.clone();
-    let read = looked.read;
-    let answered = to_completion(async move { Ok(registry.answer(&id, read, answer, &by).await?) }).await?;
+    let answered = to_completion(async move { Ok(registry.answer(answerable, answer).await?) }).await?;
     if held.is_some()
         && let Some(call) = answered.view.call.as_ref()
         && let Some((_, owner)) = state.calls.status(call).await?
@@ -348,23 +341,7 @@ pub struct AnsweredRequest {
     resumed_call: Option<CallView>,
 }
 
-/// Refuses an approval's answer from the principal whose call it is, or from one its policy does not list.
-async fn approver(state: &AppState, principal: &Principal, id: &RequestId) -> Result<(), ApiError> {
-    let Some(view) = state.registry.get(id).await? else {
-        return Ok(());
-    };
-    // A posted Request of the same kind is no approval: nothing waits on it to forward a call.
-    if view.request.kind != RequestKind::Approval || view.is_posted() {
-        return Ok(());
-    }
-    let data = view.request.data.as_deref();
-    match crate::approvals::refusal(data, view.owner.as_deref(), &principal.name) {
-        Some(why) => Err(ApiError::forbidden(why)),
-        None => Ok(()),
-    }
-}
-
-/// `403` unless the principal may see (and so answer) the Request `id` owned by `owner`.
+/// `403` unless the principal may see the Request `id` owned by `owner`.
 fn visible(principal: &Principal, id: &RequestId, owner: Option<&str>) -> Result<(), ApiError> {
     if principal.may_see(owner) {
         Ok(())

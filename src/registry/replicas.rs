@@ -3,6 +3,7 @@
 use serde_json::json;
 
 use super::*;
+use crate::auth::Role;
 use crate::feed::Feed;
 use crate::ids::RequestId;
 use crate::store::Location;
@@ -46,7 +47,19 @@ async fn ask(registry: &Registry) -> Waiting {
 /// Answers `id` on `registry`, confirming; the `request.resolved` event it recorded.
 async fn confirm(registry: &Registry, id: &RequestId) -> Arc<Event> {
     let answer: Answer = serde_json::from_value(json!({"ok": true, "data": {"confirm": true}})).unwrap();
-    registry.answer(id, None, answer, "ada").await.unwrap().event.unwrap()
+    registry
+        .answer_as(
+            id,
+            &Principal {
+                name: "ada".into(),
+                role: Role::Admin,
+            },
+            answer,
+        )
+        .await
+        .unwrap()
+        .event
+        .unwrap()
 }
 
 fn confirmed(outcome: Outcome) -> bool {

@@ -2,10 +2,9 @@
 
 use std::process::{Command, Stdio};
 
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
-use crate::helpers::{BINARY, BOTH_ERAS, Output, TestApp, first_request, spawn_app, token_entry};
+use crate::helpers::{BINARY, BOTH_ERAS, Caller, Output, TestApp, first_request, spawn_app, token_entry};
 
 /// Two agents, an approver and an admin, each with its token given as its SHA-256.
 fn config() -> String {
@@ -16,57 +15,6 @@ fn config() -> String {
         token_entry("lead", "approver"),
         token_entry("ops", "admin")
     )
-}
-
-/// A client that sends one principal's token.
-struct Caller {
-    client: reqwest::Client,
-    address: String,
-}
-
-impl Caller {
-    fn new(app: &TestApp, name: &str) -> Self {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            AUTHORIZATION,
-            HeaderValue::from_str(&format!("Bearer {name}-token")).unwrap(),
-        );
-        let client = reqwest::Client::builder().default_headers(headers).build().unwrap();
-        Self {
-            client,
-            address: app.address.clone(),
-        }
-    }
-
-    async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
-        let response = request.send().await.unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn get(&self, path: &str) -> (u16, Value) {
-        self.send(self.client.get(format!("{}{path}", self.address))).await
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        self.send(self.client.post(format!("{}{path}", self.address)).json(&body))
-            .await
-    }
-
-    async fn delete(&self, path: &str) -> (u16, Value) {
-        self.send(self.client.delete(format!("{}{path}", self.address))).await
-    }
-
-    async fn call(&self, server: &str, tool: &str) -> Value {
-        let (status, call) = self
-            .post(
-                "/calls?wait=20",
-                json!({"server": server, "tool": tool, "arguments": {"action": "x"}}),
-            )
-            .await;
-        assert_eq!(status, 201, "{call}");
-        call
-    }
 }
 
 #[tokio::test]

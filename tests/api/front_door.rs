@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 use crate::helpers::{BOTH_ERAS, TestApp, children, signal, spawn_app, spawn_process, start_with, token_entry};
 
 /// The eras a front-door client may speak.
-const CLIENT_ERAS: [ProtocolVersion; 2] = [ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28];
+pub(crate) const CLIENT_ERAS: [ProtocolVersion; 2] = [ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28];
 
 /// An MCP client that keeps the progress notifications it gets.
 #[derive(Clone, Default)]
@@ -58,8 +58,9 @@ type Client = RunningService<RoleClient, Agent>;
 
 /// An MCP client that declares form-mode elicitation and accepts every form it is shown.
 #[derive(Clone, Default)]
-struct Confirming {
-    asked: Arc<Mutex<Vec<String>>>,
+pub(crate) struct Confirming {
+    /// The message of each form it was shown.
+    pub(crate) asked: Arc<Mutex<Vec<String>>>,
 }
 
 impl ClientHandler for Confirming {
@@ -120,8 +121,8 @@ impl ClientHandler for Hesitant {
 
 /// An MCP client that declares the tasks extension and, with `elicits`, form-mode elicitation.
 #[derive(Clone, Default)]
-struct Tasking {
-    elicits: bool,
+pub(crate) struct Tasking {
+    pub(crate) elicits: bool,
 }
 
 impl ClientHandler for Tasking {
@@ -158,7 +159,7 @@ async fn connect(app: &TestApp, era: &ProtocolVersion, token: Option<&str>) -> C
 }
 
 /// Like `connect`, with the client's handler given.
-async fn connect_as<H: ClientHandler>(
+pub(crate) async fn connect_as<H: ClientHandler>(
     app: &TestApp,
     era: &ProtocolVersion,
     token: Option<&str>,
@@ -179,7 +180,7 @@ async fn connect_as<H: ClientHandler>(
     }
 }
 
-fn params(name: &str, arguments: Value) -> CallToolRequestParams {
+pub(crate) fn params(name: &str, arguments: Value) -> CallToolRequestParams {
     let mut params = CallToolRequestParams::new(name.to_owned());
     params.arguments = arguments.as_object().cloned();
     params
@@ -189,7 +190,7 @@ async fn call(client: &Client, name: &str, arguments: Value) -> CallToolResult {
     client.call_tool(params(name, arguments)).await.unwrap()
 }
 
-async fn call_as<H: ClientHandler>(
+pub(crate) async fn call_as<H: ClientHandler>(
     client: &RunningService<RoleClient, H>,
     name: &str,
     arguments: Value,
@@ -197,7 +198,7 @@ async fn call_as<H: ClientHandler>(
     client.call_tool(params(name, arguments)).await.unwrap()
 }
 
-fn text(result: &CallToolResult) -> String {
+pub(crate) fn text(result: &CallToolResult) -> String {
     result
         .content
         .iter()
@@ -206,7 +207,7 @@ fn text(result: &CallToolResult) -> String {
 }
 
 /// The call a waiting result names, from its `_meta`.
-fn waiting_call(result: &CallToolResult) -> Value {
+pub(crate) fn waiting_call(result: &CallToolResult) -> Value {
     let meta = result.meta.as_ref().expect("a waiting result carries _meta");
     meta.0["io.toolnexus/call"].clone()
 }
@@ -816,7 +817,7 @@ async fn tokens_decide_who_may_use_the_front_door_and_whose_calls_they_see() {
 }
 
 /// A gateway with extra settings (e.g. `[front_door]`), ready.
-async fn spawn_front_door(servers: &str, settings: &str) -> TestApp {
+pub(crate) async fn spawn_front_door(servers: &str, settings: &str) -> TestApp {
     let app = start_with(settings, servers, "");
     let ready = app.get("/readyz?wait=30").await;
     assert_eq!(ready.status(), 200);

@@ -6,6 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 use toolnexus_gateway::config::Config;
 use toolnexus_gateway::time::Clock;
@@ -674,5 +675,56 @@ impl TestApp {
             response,
             buffer: String::new(),
         }
+    }
+}
+
+/// A client that sends one principal's token.
+pub struct Caller {
+    pub client: reqwest::Client,
+    pub address: String,
+}
+
+impl Caller {
+    pub fn new(app: &TestApp, name: &str) -> Self {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {name}-token")).unwrap(),
+        );
+        let client = reqwest::Client::builder().default_headers(headers).build().unwrap();
+        Self {
+            client,
+            address: app.address.clone(),
+        }
+    }
+
+    pub async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.send(self.client.get(format!("{}{path}", self.address))).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(self.client.post(format!("{}{path}", self.address)).json(&body))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        self.send(self.client.delete(format!("{}{path}", self.address))).await
+    }
+
+    pub async fn call(&self, server: &str, tool: &str) -> Value {
+        let (status, call) = self
+            .post(
+                "/calls?wait=20",
+                json!({"server": server, "tool": tool, "arguments": {"action": "x"}}),
+            )
+            .await;
+        assert_eq!(status, 201, "{call}");
+        call
     }
 }

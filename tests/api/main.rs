@@ -14,6 +14,7 @@ mod front_door;
 mod helpers;
 mod hostile;
 mod injection;
+mod integrity;
 mod lifecycle;
 mod limits;
 mod openapi;

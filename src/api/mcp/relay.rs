@@ -20,7 +20,7 @@ use crate::elicitation::{elicit_result_to_answer, request_to_elicitation};
 use crate::feed::Concern;
 use crate::ids::{CallId, RequestId};
 use crate::records::{CallView, Event, EventKind, Status};
-use crate::registry::AnswerError;
+use crate::registry::{AnswerError, may_answer};
 use crate::suspension::RequestKind;
 
 /// The longest a relayed question is followed for a resolution elsewhere: as long as a Request may live.
@@ -56,12 +56,13 @@ impl FrontDoor {
             let Ok(Some(request)) = self.state.registry.get(id).await else {
                 continue;
             };
+            // An approval is never put to the client: whoever calls a tool is the party it holds back.
             let shown = match request.request.kind {
                 RequestKind::Input => relay.form,
                 RequestKind::Authorization => relay.url,
                 _ => false,
             };
-            if request.status != Status::Pending || !shown || !principal.may_see(request.owner.as_deref()) {
+            if request.status != Status::Pending || !shown || may_answer(&request, principal).is_err() {
                 continue;
             }
             let params =
@@ -83,7 +84,7 @@ impl FrontDoor {
         call: &CallId,
         request: RequestId,
         params: ElicitRequestParams,
-        by: String,
+        by: Principal,
     ) {
         if !lock(&self.asking).insert(request.clone()) {
             return;
@@ -120,7 +121,7 @@ impl FrontDoor {
                 replied = &mut asked.rx => match replied {
                     Ok(Ok(ClientResult::ElicitResult(result))) => {
                         let answer = elicit_result_to_answer(request.as_str(), &result);
-                        if let Err(error) = registry.answer(&request, None, answer, &by).await {
+                        if let Err(error) = registry.answer_as(&request, &by, answer).await {
                             tracing::warn!(%request, %error, "an MCP client's answer to a relayed Request was not taken");
                         }
                     }
@@ -153,6 +154,8 @@ impl FrontDoor {
             Ok(_) => return Err(unknown()),
             Err(error) => return Err(ErrorData::internal_error(error.to_string(), None)),
         }
+        // Every response is checked before any is taken, so that a refused one leaves the others pending too.
+        let mut answers = Vec::with_capacity(responses.len());
         for (key, response) in responses {
             let request = match RequestId::parse(&key) {
                 Some(request)
@@ -171,31 +174,39 @@ impl FrontDoor {
             let result: ElicitResult = serde_json::from_value(response).map_err(|error| {
                 ErrorData::invalid_params(format!("inputResponses.{request}: not an ElicitResult: {error}"), None)
             })?;
-            let answer = elicit_result_to_answer(request.as_str(), &result);
+            let answerable = self
+                .state
+                .registry
+                .answerable(&request, principal)
+                .await
+                .map_err(|error| answer_error(&request, error))?;
+            answers.push((answerable, elicit_result_to_answer(request.as_str(), &result)));
+        }
+        for (answerable, answer) in answers {
+            let request = answerable.id().clone();
             let registry = self.state.registry.clone();
-            let by = principal.name.clone();
-            let id = request.clone();
-            let answered = to_completion(async move { Ok(registry.answer(&id, None, answer, &by).await) })
+            let answered = to_completion(async move { Ok(registry.answer(answerable, answer).await) })
                 .await
                 .map_err(|error| ErrorData::internal_error(error.detail().to_owned(), None))?;
             match answered {
                 // Answered or ended meanwhile, in the inbox or by the upstream: the call goes on as it is.
                 Ok(_) | Err(AnswerError::Conflict(_) | AnswerError::Gone { .. }) => {}
-                Err(AnswerError::Invalid(violations)) => {
-                    return Err(ErrorData::invalid_params(
-                        format!("inputResponses.{request}: the answer does not satisfy the requested schema"),
-                        Some(json!({"errors": violations})),
-                    ));
-                }
-                Err(error) => {
-                    return Err(ErrorData::invalid_params(
-                        format!("inputResponses.{request}: {error}"),
-                        None,
-                    ));
-                }
+                Err(error) => return Err(answer_error(&request, error)),
             }
         }
         Ok(())
+    }
+}
+
+/// The error a client is given for its answer to `request` that was not taken.
+fn answer_error(request: &RequestId, error: AnswerError) -> ErrorData {
+    match error {
+        AnswerError::Invalid(violations) => ErrorData::invalid_params(
+            format!("inputResponses.{request}: the answer does not satisfy the requested schema"),
+            Some(json!({"errors": violations})),
+        ),
+        AnswerError::Store(error) => ErrorData::internal_error(error.to_string(), None),
+        error => ErrorData::invalid_params(format!("inputResponses.{request}: {error}"), None),
     }
 }
 

@@ -32,7 +32,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{ApiError, AppState, to_completion};
+use super::{ApiError, AppState, to_completion};
 use crate::auth::Principal;
 use crate::config::Prefix;
 use crate::feed::Concern;
@@ -487,7 +487,7 @@ impl FrontDoor {
                     }
                 } else {
                     for (request, params) in asks {
-                        self.ask(context.peer.clone(), call, request, params, principal.name.clone());
+                        self.ask(context.peer.clone(), call, request, params, principal.clone());
                     }
                 }
             }
