@@ -101,6 +101,8 @@ pub struct Services {
 pub struct HoldLimits {
     pub long_polls: usize,
     pub streams: usize,
+    /// 2025-11-25 `/mcp` sessions.
+    pub mcp_sessions: usize,
 }
 
 impl Services {
@@ -115,7 +117,7 @@ impl Services {
             principal,
             Hold::LongPoll,
             most,
-            "responses held by wait",
+            "responses held open (by wait, or on /mcp)",
             "limits.long_polls_per_principal",
         )
         .map(Some)
@@ -129,7 +131,7 @@ impl Services {
             principal,
             Hold::Stream,
             most,
-            "event streams open",
+            "event streams open (on /events or /mcp)",
             "limits.streams_per_principal",
         )
     }

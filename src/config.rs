@@ -420,9 +420,12 @@ pub struct LimitsConfig {
     /// Responses one principal may have held by `wait` at once.
     #[serde(default = "default_long_polls_per_principal")]
     pub long_polls_per_principal: usize,
-    /// `GET /events` streams one principal may have open at once.
+    /// `GET /events` streams and `/mcp` GET streams one principal may have open at once.
     #[serde(default = "default_streams_per_principal")]
     pub streams_per_principal: usize,
+    /// 2025-11-25 `/mcp` sessions one principal may have open at once.
+    #[serde(default = "default_mcp_sessions_per_principal")]
+    pub mcp_sessions_per_principal: usize,
 }
 
 impl Default for LimitsConfig {
@@ -433,6 +436,7 @@ impl Default for LimitsConfig {
             call_timeout: None,
             long_polls_per_principal: default_long_polls_per_principal(),
             streams_per_principal: default_streams_per_principal(),
+            mcp_sessions_per_principal: default_mcp_sessions_per_principal(),
         }
     }
 }
@@ -460,6 +464,14 @@ pub struct HttpConfig {
         serialize_with = "as_humantime"
     )]
     pub header_timeout: Duration,
+    /// How long a client may take to send a request's body once its headers are in; then the connection is
+    /// closed, so that nobody holds one by sending a body a byte at a time.
+    #[serde(
+        default = "default_body_timeout",
+        deserialize_with = "duration",
+        serialize_with = "as_humantime"
+    )]
+    pub body_timeout: Duration,
 }
 
 impl Default for HttpConfig {
@@ -470,6 +482,7 @@ impl Default for HttpConfig {
             allowed_hosts: None,
             max_connections: None,
             header_timeout: default_header_timeout(),
+            body_timeout: default_body_timeout(),
         }
     }
 }
@@ -828,6 +841,9 @@ impl Config {
         if self.http.header_timeout.is_zero() {
             return Err(Problem::from("http.header_timeout must be longer than zero".to_owned()));
         }
+        if self.http.body_timeout.is_zero() {
+            return Err(Problem::from("http.body_timeout must be longer than zero".to_owned()));
+        }
         if self.front_door.max_hold.is_zero() {
             return Err(Problem::from("front_door.max_hold must be longer than zero".to_owned()));
         }
@@ -1157,6 +1173,10 @@ fn default_streams_per_principal() -> usize {
     32
 }
 
+fn default_mcp_sessions_per_principal() -> usize {
+    16
+}
+
 fn default_max_request_bytes() -> usize {
     64 * 1024
 }
@@ -1183,6 +1203,10 @@ fn default_max_hold() -> Duration {
 
 fn default_header_timeout() -> Duration {
     Duration::from_secs(10)
+}
+
+fn default_body_timeout() -> Duration {
+    Duration::from_secs(30)
 }
 
 fn default_webhook_timeout() -> Duration {

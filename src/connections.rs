@@ -1,7 +1,7 @@
 //! The API's connections: at most `max_connections` open, each request's headers due within
-//! `header_timeout` (which also bounds how long a connection may sit idle between requests), and room made
-//! for a new client by closing the connection that has been idle longest, so clients that never send a
-//! whole request cannot crowd out those that do.
+//! `header_timeout` (which also bounds how long a connection may sit idle between requests) and its body
+//! within `body_timeout` after them, and room made for a new client by closing the connection that has been
+//! idle longest, so clients that never send a whole request cannot crowd out those that do.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -34,6 +34,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Limits {
     pub max_connections: usize,
     pub header_timeout: Duration,
+    pub body_timeout: Duration,
 }
 
 /// The open connections; cheap to clone.
@@ -145,12 +146,25 @@ impl Connections {
     ) -> Serving<impl Future<Output = hyper::Result<()>> + Send + GracefulShutdown> {
         let _ = stream.set_nodelay(true);
         let connections = self.clone();
+        let (closer, counter) = (close.clone(), metrics.clone());
         let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
             let busy = Busy::start(&connections, id);
-            let response = router.clone().oneshot(request.map(Body::new));
+            let request = request.map(|body| {
+                if hyper::body::Body::is_end_stream(&body) {
+                    return Body::new(body);
+                }
+                Body::new(Due {
+                    body,
+                    by: Instant::now() + limits.body_timeout,
+                    sleep: None,
+                    close: closer.clone(),
+                    metrics: counter.clone(),
+                })
+            });
+            let response = router.clone().oneshot(request);
             async move {
                 let response = response.await?;
-                Ok::<_, Infallible>(response.map(|body| Body::new(Guarded { body, _busy: busy })))
+                Ok::<_, Infallible>(response.map(|body| Guarded::body(body, busy)))
             }
         });
         let mut builder = http1::Builder::new();
@@ -266,13 +280,20 @@ impl Drop for Busy {
     }
 }
 
-/// A response body that keeps its connection busy until it is written or dropped.
-struct Guarded {
+/// A response body that keeps a guard (its connection busy, a hold counted) until it is written or dropped.
+pub struct Guarded<G> {
     body: Body,
-    _busy: Busy,
+    _guard: G,
 }
 
-impl hyper::body::Body for Guarded {
+impl<G: Send + Unpin + 'static> Guarded<G> {
+    /// `body`, keeping `guard` until it is written or dropped.
+    pub fn body(body: Body, guard: G) -> Body {
+        Body::new(Self { body, _guard: guard })
+    }
+}
+
+impl<G: Unpin> hyper::body::Body for Guarded<G> {
     type Data = Bytes;
     type Error = axum::Error;
 
@@ -281,6 +302,51 @@ impl hyper::body::Body for Guarded {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A request body due whole by a deadline: past it the connection is closed at once, so that a client that
+/// sends its body a byte at a time holds nothing for longer than `body_timeout`.
+struct Due {
+    body: Incoming,
+    by: Instant,
+    /// Set the first time the body is not ready, so that a body that arrives whole arms no timer.
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    close: CancellationToken,
+    metrics: Metrics,
+}
+
+impl hyper::body::Body for Due {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        match Pin::new(&mut self.body).poll_frame(cx) {
+            Poll::Pending => {
+                let by = self.by;
+                let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(by)));
+                if sleep.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                self.metrics.inc(Metric::ConnectionsTimedOut, &[]);
+                self.close.cancel();
+                Poll::Ready(Some(Err(axum::Error::new(
+                    "the request body took longer than http.body_timeout",
+                ))))
+            }
+            Poll::Ready(frame) => Poll::Ready(frame.map(|frame| frame.map_err(axum::Error::new))),
+        }
     }
 
     fn is_end_stream(&self) -> bool {

@@ -126,6 +126,7 @@ impl Gateway {
                 .max_connections
                 .unwrap_or_else(|| connections::default_max_connections(file_limit)),
             header_timeout: config.http.header_timeout,
+            body_timeout: config.http.body_timeout,
         };
         let feed = Feed::default();
         let metrics = Metrics::default();
@@ -189,6 +190,7 @@ impl Gateway {
             holds: api::HoldLimits {
                 long_polls: config.limits.long_polls_per_principal,
                 streams: config.limits.streams_per_principal,
+                mcp_sessions: config.limits.mcp_sessions_per_principal,
             },
             front_door: api::FrontDoorPolicy {
                 prefix: config.front_door.prefix,

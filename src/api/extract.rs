@@ -6,7 +6,7 @@ use std::fmt;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use serde::de::{self, DeserializeOwned, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::error::Category;
@@ -24,16 +24,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         let limit = state.http.max_body_bytes;
-        let is_json = request
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.split(';').next())
-            .is_some_and(|mime| {
-                let mime = mime.trim().to_ascii_lowercase();
-                mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
-            });
-        if !is_json {
+        if !is_json(request.headers()) {
             return Err(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "the body must be JSON: send Content-Type: application/json",
@@ -47,18 +38,11 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
         if declared_length.is_some_and(|length| length > limit) {
             return Err(too_large(limit));
         }
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| match rejection.status() {
-                StatusCode::PAYLOAD_TOO_LARGE => too_large(limit),
-                status => ApiError::new(status, rejection.body_text()),
-            })?;
-        let UniqueKeys(value) = serde_json::from_slice(&bytes).map_err(|error| {
-            let detail = match error.classify() {
-                Category::Data => format!("the body is ambiguous: {error}"),
-                _ => format!("the body is not valid JSON: {error}"),
-            };
-            ApiError::bad_request(detail)
+        let bytes = body_bytes(request, state).await?;
+        let value = unique_json(&bytes).map_err(|fault| {
+            ApiError::bad_request(match fault {
+                JsonFault::Ambiguous(detail) | JsonFault::Invalid(detail) => detail,
+            })
         })?;
         if !value.is_object() {
             return Err(ApiError::bad_request("the body must be a JSON object"));
@@ -66,6 +50,47 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
         serde_json::from_value(value)
             .map(JsonBody)
             .map_err(|error| ApiError::bad_request(format!("the body does not have the expected shape: {error}")))
+    }
+}
+
+/// The request's body, whole: `413` past `http.max_body_bytes`, `400` when it cannot be read.
+pub(super) async fn body_bytes(request: Request, state: &AppState) -> Result<Bytes, ApiError> {
+    Bytes::from_request(request, state)
+        .await
+        .map_err(|rejection| match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => too_large(state.http.max_body_bytes),
+            status => ApiError::new(status, rejection.body_text()),
+        })
+}
+
+/// Whether the headers say the body is JSON (`application/json` or `application/…+json`).
+pub(super) fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|mime| {
+            let mime = mime.trim().to_ascii_lowercase();
+            mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+        })
+}
+
+/// Why a body is not one JSON value in which no object has a key twice.
+pub(super) enum JsonFault {
+    /// It is JSON, but an object in it has a key twice; says which.
+    Ambiguous(String),
+    /// It is not JSON; says where.
+    Invalid(String),
+}
+
+/// The JSON value of `bytes`, refused when an object in it has a key twice.
+pub(super) fn unique_json(bytes: &[u8]) -> Result<Value, JsonFault> {
+    match serde_json::from_slice::<UniqueKeys>(bytes) {
+        Ok(UniqueKeys(value)) => Ok(value),
+        Err(error) if error.classify() == Category::Data => {
+            Err(JsonFault::Ambiguous(format!("the body is ambiguous: {error}")))
+        }
+        Err(error) => Err(JsonFault::Invalid(format!("the body is not valid JSON: {error}"))),
     }
 }
 

@@ -3,20 +3,18 @@
 //! and the client's `tools/call` is held until the call ends, `front_door.max_hold` passes (then it answers
 //! that the call waits, and the gateway's own `gateway__await_call` waits again), or the client cancels it.
 
+mod admission;
 mod names;
 mod relay;
 mod tasks;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Request, State};
 use axum::http::header;
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::middleware;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock, CreateTaskResult,
     ErrorData, GetTaskParams, GetTaskResult, Implementation, JsonObject, ListToolsResult, MetaObject,
@@ -39,6 +37,7 @@ use crate::feed::Concern;
 use crate::ids::{CallId, RequestId};
 use crate::records::{CallStatus, CallView, Event, Status, ToolName, Via};
 use crate::upstream::{Following, Progress, Report, ServerStatus, Target};
+use admission::{Holders, admit};
 use names::Catalog;
 use relay::{input_required, returned_era};
 use tasks::task;
@@ -88,110 +87,11 @@ pub fn routes(state: &AppState, policy: FrontDoorPolicy) -> Router<AppState> {
         .with_json_response(true)
         .with_cancellation_token(state.shutdown.child_token());
     let sessions = Arc::new(LocalSessionManager::default());
-    let holders = Holders {
-        by_session: Arc::default(),
-        prune_at: Arc::new(AtomicUsize::new(PRUNE_HOLDERS_FROM)),
-        sessions: sessions.clone(),
-    };
+    let holders = Holders::of(sessions.clone());
     let service = StreamableHttpService::new(move || Ok(door.clone()), sessions, config);
     Router::new()
         .nest_service(PATH, service)
         .layer(middleware::from_fn_with_state((state.clone(), holders), admit))
-}
-
-/// The principal that opened each 2025-11-25 session, by `Mcp-Session-Id`: a session answers no other.
-#[derive(Clone)]
-struct Holders {
-    by_session: Arc<Mutex<HashMap<String, String>>>,
-    /// How many holders there may be before those of ended sessions are forgotten.
-    prune_at: Arc<AtomicUsize>,
-    /// The sessions rmcp holds, which end unseen here when they idle out.
-    sessions: Arc<LocalSessionManager>,
-}
-
-impl Holders {
-    /// Records who opened `session`, first forgetting the holders of sessions that idled out once there are
-    /// twice as many as the last time (so that each opening pays a constant amount for it).
-    async fn opened(&self, session: &str, principal: String) {
-        if lock(&self.by_session).len() >= self.prune_at.load(Ordering::Relaxed) {
-            let live = self.sessions.sessions.read().await;
-            let mut by_session = lock(&self.by_session);
-            by_session.retain(|id, _| live.contains_key(id.as_str()));
-            let next = (by_session.len() * 2).max(PRUNE_HOLDERS_FROM);
-            self.prune_at.store(next, Ordering::Relaxed);
-        }
-        lock(&self.by_session).insert(session.to_owned(), principal);
-    }
-}
-
-/// The fewest recorded holders at which those of ended sessions are looked for.
-const PRUNE_HOLDERS_FROM: usize = 64;
-
-/// Refuses, before anything runs, a browser page from an origin that is neither the gateway's own nor on
-/// `http.cors_origins` (the MCP transport's guard against DNS rebinding), an approver, which may not call
-/// tools, and a 2025-11-25 session named by another principal than the one that opened it (`404`, as for a
-/// session that does not exist, so that a client opens its own).
-async fn admit(State((state, holders)): State<(AppState, Holders)>, request: Request, next: Next) -> Response {
-    if let Some(origin) = request.headers().get(header::ORIGIN) {
-        let origin = origin.to_str().unwrap_or_default();
-        let own = request
-            .headers()
-            .get(header::HOST)
-            .and_then(|host| host.to_str().ok())
-            .is_some_and(|host| {
-                ["http://", "https://"]
-                    .iter()
-                    .any(|scheme| origin.eq_ignore_ascii_case(&format!("{scheme}{host}")))
-            });
-        let listed = state
-            .http
-            .cors_origins
-            .iter()
-            .any(|allowed| allowed.eq_ignore_ascii_case(origin));
-        if !own && !listed {
-            return ApiError::forbidden(format!(
-                "the Origin {origin:?} is not one whose pages may use {PATH} (http.cors_origins)"
-            ))
-            .into_response();
-        }
-    }
-    if let Some(principal) = request.extensions().get::<Principal>()
-        && !principal.may_start()
-    {
-        return ApiError::forbidden(format!("{} is an approver: it may not call tools", principal.name))
-            .into_response();
-    }
-    let principal = request
-        .extensions()
-        .get::<Principal>()
-        .map(|principal| principal.name.clone())
-        .unwrap_or_default();
-    let session = request
-        .headers()
-        .get(SESSION_ID)
-        .and_then(|session| session.to_str().ok())
-        .map(str::to_owned);
-    if let Some(session) = &session
-        && lock(&holders.by_session)
-            .get(session)
-            .is_some_and(|holder| *holder != principal)
-    {
-        return ApiError::not_found(format!("no session {session:?} of yours")).into_response();
-    }
-    let closing = request.method() == axum::http::Method::DELETE;
-    let response = next.run(request).await;
-    match (&session, response.headers().get(SESSION_ID)) {
-        (None, Some(opened)) => {
-            if let Ok(opened) = opened.to_str() {
-                holders.opened(opened, principal).await;
-            }
-        }
-        (Some(session), _) if (closing && response.status().is_success()) || response.status() == 404 => {
-            lock(&holders.by_session).remove(session);
-        }
-        _ => {}
-    }
-    response
 }
 
 /// The handler behind `/mcp`; one per MCP session, all sharing what they learn of the upstreams.
@@ -725,30 +625,4 @@ fn await_call_tool() -> Tool {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-#[cfg(test)]
-mod tests {
-    use rmcp::transport::streamable_http_server::session::SessionManager;
-
-    use super::*;
-
-    #[tokio::test]
-    async fn holders_of_sessions_that_ended_are_forgotten_as_new_ones_open() {
-        let sessions = Arc::new(LocalSessionManager::default());
-        let holders = Holders {
-            by_session: Arc::default(),
-            prune_at: Arc::new(AtomicUsize::new(PRUNE_HOLDERS_FROM)),
-            sessions: sessions.clone(),
-        };
-        let (open, _transport) = sessions.create_session().await.unwrap();
-        holders.opened(&open, "ada".to_owned()).await;
-        for ended in 1..PRUNE_HOLDERS_FROM {
-            holders.opened(&format!("ended-{ended}"), "bob".to_owned()).await;
-        }
-        assert_eq!(lock(&holders.by_session).len(), PRUNE_HOLDERS_FROM);
-        holders.opened("newest", "eve".to_owned()).await;
-        let kept: HashSet<String> = lock(&holders.by_session).keys().cloned().collect();
-        assert_eq!(kept, HashSet::from([open.to_string(), "newest".to_owned()]));
-    }
 }

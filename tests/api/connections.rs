@@ -81,3 +81,43 @@ async fn a_slow_body_without_a_token_is_answered_401_and_closed_at_once() {
     let response = String::from_utf8_lossy(&response);
     assert!(response.starts_with("HTTP/1.1 401"), "{response}");
 }
+
+/// Sends a request head with a valid token, then its body a byte every 100 ms, until the gateway closes the
+/// connection (after answering, or not) or the whole body is sent; says whether the gateway closed it first.
+async fn trickle(app: &TestApp, path: &str) -> bool {
+    let address = app.address.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer ops-token\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\nContent-Length: 2000\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let (mut reader, mut writer) = stream.split();
+    let mut interval = tokio::time::interval(Duration::from_millis(100));
+    let mut seen = [0u8; 1];
+    for _ in 0..2000 {
+        tokio::select! {
+            read = reader.read(&mut seen) => if matches!(read, Ok(0) | Err(_)) { return true },
+            _ = interval.tick() => if writer.write_all(b" ").await.is_err() { return true },
+        }
+    }
+    false
+}
+
+#[tokio::test]
+async fn a_body_sent_a_byte_at_a_time_with_a_valid_token_is_cut_off_at_the_body_timeout() {
+    let settings = format!(
+        "[http]\nbody_timeout = \"1s\"\n[auth]\npublic_metrics = true\n{}",
+        crate::helpers::token_entry("ops", "admin")
+    );
+    let app = start_with(&settings, crate::helpers::BOTH_ERAS, "");
+    for path in ["/calls", "/mcp"] {
+        assert!(
+            trickle(&app, path).await,
+            "{path}: the connection outlived the body's 200 s"
+        );
+    }
+    app.metric_reaches("toolnexus_connections_timed_out_total 2").await;
+    let health = app.get("/healthz").await;
+    assert_eq!(health.status(), 200);
+}

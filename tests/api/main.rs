@@ -4,6 +4,7 @@
 mod answers;
 mod approvals;
 mod auth;
+mod bounds;
 mod calls;
 #[allow(dead_code, reason = "the durable server and its counts are for the bench")]
 #[path = "../../src/store/postgres/cluster.rs"]
