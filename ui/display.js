@@ -17,8 +17,14 @@ export function h(tag, attrs = {}, ...children) {
 
 /** Invisible characters, and those that change the direction of text, by code point. */
 const NAMES = new Map([
+  [0x0085, 'NEXT LINE'],
   [0x00ad, 'SOFT HYPHEN'],
+  [0x034f, 'COMBINING GRAPHEME JOINER'],
   [0x061c, 'ARABIC LETTER MARK'],
+  [0x115f, 'HANGUL CHOSEONG FILLER'],
+  [0x1160, 'HANGUL JUNGSEONG FILLER'],
+  [0x17b4, 'KHMER VOWEL INHERENT AQ'],
+  [0x17b5, 'KHMER VOWEL INHERENT AA'],
   [0x180e, 'MONGOLIAN VOWEL SEPARATOR'],
   [0x200b, 'ZERO WIDTH SPACE'],
   [0x200c, 'ZERO WIDTH NON-JOINER'],
@@ -41,11 +47,23 @@ const NAMES = new Map([
   [0x2067, 'RIGHT-TO-LEFT ISOLATE'],
   [0x2068, 'FIRST STRONG ISOLATE'],
   [0x2069, 'POP DIRECTIONAL ISOLATE'],
+  [0x206a, 'INHIBIT SYMMETRIC SWAPPING'],
+  [0x206b, 'ACTIVATE SYMMETRIC SWAPPING'],
+  [0x206c, 'INHIBIT ARABIC FORM SHAPING'],
+  [0x206d, 'ACTIVATE ARABIC FORM SHAPING'],
+  [0x206e, 'NATIONAL DIGIT SHAPES'],
+  [0x206f, 'NOMINAL DIGIT SHAPES'],
+  [0x3164, 'HANGUL FILLER'],
   [0xfeff, 'ZERO WIDTH NO-BREAK SPACE'],
+  [0xffa0, 'HALFWIDTH HANGUL FILLER'],
 ]);
 
-/** What an address may not hide: controls, spaces and every character of `NAMES`. */
-const HIDDEN_IN_URL = /([\0-\x20\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff])/u;
+/**
+ * What an address may not hide: controls, spaces, the line and paragraph separators, and what Unicode calls
+ * default-ignorable (invisible: zero-width spaces and joiners, marks, fillers, variation selectors, tags) or a
+ * bidi control (it changes the direction of text). Every character of `NAMES` is one.
+ */
+const HIDDEN_IN_URL = /([\p{Cc}\p{Default_Ignorable_Code_Point}\p{Bidi_Control}\u2028\u2029 ])/u;
 
 /**
  * What other text may not hide: the embeddings, overrides and isolates, which reorder the text after them.
@@ -61,7 +79,18 @@ function codePoint(char) {
 /** `RIGHT-TO-LEFT OVERRIDE`: what a hidden character is called in a tooltip or a warning. */
 function charName(char) {
   const code = char.codePointAt(0);
-  return NAMES.get(code) || (code === 0x20 ? 'SPACE' : 'CONTROL CHARACTER');
+  if (NAMES.has(code)) return NAMES.get(code);
+  if (code === 0x20) return 'SPACE';
+  if (/\p{Cc}/u.test(char)) return 'CONTROL CHARACTER';
+  if (code >= 0xfe00 && code <= 0xfe0f) return `VARIATION SELECTOR-${code - 0xfe00 + 1}`;
+  if (code >= 0xe0100 && code <= 0xe01ef) return `VARIATION SELECTOR-${code - 0xe0100 + 17}`;
+  if (code >= 0xe0000 && code <= 0xe007f) return 'TAG CHARACTER';
+  return 'INVISIBLE CHARACTER';
+}
+
+/** `U+202E RIGHT-TO-LEFT OVERRIDE, U+200B ZERO WIDTH SPACE`: hidden characters, named for a warning. */
+function named(chars) {
+  return chars.map((char) => `${codePoint(char)} ${charName(char)}`).join(', ');
 }
 
 /**
@@ -95,7 +124,7 @@ export function address(url) {
   const warnings = hidden.length
     ? [
         'The address contains characters that are invisible, blank or change the direction of text: ' +
-          `${hidden.map((char) => `${codePoint(char)} ${charName(char)}`).join(', ')}. ` +
+          `${named(hidden)}. ` +
           'They can make it look like another address; they are shown as ⟨U+…⟩, and the highlighted host ' +
           'is the one the browser reads.',
       ]

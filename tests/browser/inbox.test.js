@@ -403,6 +403,8 @@ test('a URL-mode Request shows the whole URL, fetches nothing, and Done accepts'
 
 /** The characters a URL must not hide: invisible ones, and those that change the direction of text. */
 const HIDDEN = [
+  0x061c,
+  0x180e,
   ...range(0x200b, 0x200f),
   0x2028,
   0x2029,
@@ -410,6 +412,9 @@ const HIDDEN = [
   ...range(0x2060, 0x2064),
   0xfeff,
   ...range(0x2066, 0x2069),
+  0x3164,
+  0xfe0f,
+  0xe0061,
 ];
 
 function range(first, last) {
