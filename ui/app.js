@@ -1,8 +1,9 @@
 // The approval inbox: lists pending Requests live from the gateway's REST API and answers them.
 // Every element is built with the DOM API (no HTML strings), so nothing a server sends is parsed as markup,
-// and each piece of a server's text is shown as display.js says.
+// and each piece of a server's text is shown as display.js says. Pending Requests are read with display.js's
+// JSON reader, which keeps their data as written.
 
-import { address, h, isolated, revealedText } from './display.js';
+import { address, canonicalJson, h, isolated, readJson, revealedText, sha256, shownJson } from './display.js';
 
 const API = new URL('../', document.baseURI);
 const NOTICE_MS = 8000;
@@ -222,7 +223,7 @@ async function relist() {
     if (!response.ok) throw new Error(`GET /requests answered ${response.status}`);
     const date = Date.parse(response.headers.get('date') || '');
     if (!Number.isNaN(date)) skew = date - Date.now();
-    const pending = await response.json();
+    const pending = readJson(await response.text());
     const ids = new Set(pending.map((request) => request.id));
     for (const id of [...shown.keys()]) if (!ids.has(id)) remove(id);
     for (const request of pending) add(request);
@@ -234,7 +235,7 @@ async function relist() {
 /** What each event of `GET /events` does to the page. */
 const HANDLERS = {
   resync: () => relist(),
-  'request.created': (data) => alert(add(JSON.parse(data))),
+  'request.created': (data) => alert(add(readJson(data))),
   'request.resolved': (data) => settle(JSON.parse(data)),
   'call.updated': (data) => learnCall(JSON.parse(data)),
 };
@@ -540,25 +541,61 @@ function fieldsForm(request, fields, collect) {
 }
 
 /**
- * An approval (an approval policy held a tool call for it): who called which tool on which server, the
- * arguments that go upstream if it is approved, as readable JSON that folds away, and Approve / Decline.
+ * An approval (an approval policy held a tool call for it): who called which tool on which server, and the
+ * arguments that go upstream if it is approved, whole and as written. Approve waits until the page has found
+ * that the arguments it shows hash to the approval's digest, which the gateway checks before it forwards them,
+ * and stays off when they do not.
  */
 function approvalForm(request) {
   const call = request.data.call;
   const fact = (name, value) => h('div', {}, h('dt', { text: name }), h('dd', {}, isolated(String(value ?? ''))));
   const facts = h('dl', { class: 'meta facts' }, fact('Tool', call.tool), fact('Server', call.server), fact('Caller', call.caller));
-  const shown = JSON.stringify(call.arguments ?? {}, null, 2);
-  const args = h(
-    'details',
-    { class: 'arguments', open: shown.length <= 400 },
-    h('summary', { text: 'Arguments' }),
-    h('pre', { dir: 'ltr' }, isolated(shown)),
-  );
+  const args = call.arguments === undefined ? {} : call.arguments;
+  const digest = h('p', { class: 'digest', text: 'Checking the arguments against the approval’s digest…' });
   const form = h('form', { novalidate: true, 'aria-labelledby': `h-${request.id}` });
   const problem = h('p', { class: 'problem', role: 'alert', hidden: true });
-  form.append(facts, args, problem, buttons(request, 'Approve'));
+  const shown = jsonFigure('Arguments, sent to the tool exactly as shown if you approve', args);
+  form.append(facts, shown, digest, problem, buttons(request, 'Approve'));
   acceptOnSubmit(request, form, problem);
+  const approve = form.querySelector('button[type="submit"]');
+  approve.dataset.held = '';
+  approve.disabled = true;
+  checkDigest(args, request.data.digest, digest, approve);
   return form;
+}
+
+/** Says whether `args`, as the page read them, hash to `expected`; Approve goes on only when they do. */
+async function checkDigest(args, expected, line, approve) {
+  const actual = await sha256(canonicalJson(args));
+  const code = h('code', { text: String(expected ?? 'none') });
+  if (actual !== null && actual !== expected) {
+    line.className = 'warning';
+    line.replaceChildren(
+      'The arguments shown do not hash to this approval’s digest (',
+      code,
+      '), so the page does not offer Approve: decline it, or look at it over the REST API.',
+    );
+    return;
+  }
+  line.replaceChildren(
+    ...(actual === null
+      ? ['Digest ', code, ' (not checked: this browser computes SHA-256 only over https or on localhost).']
+      : ['Digest ', code, ': the SHA-256 of the arguments shown, which the gateway checks again before it forwards them.']),
+  );
+  delete approve.dataset.held;
+  approve.disabled = approve.form.hasAttribute('aria-busy');
+}
+
+/** JSON under a caption, whole and as written (see display.js `shownJson`), with its warnings. */
+function jsonFigure(caption, value) {
+  const { nodes, warnings } = shownJson(value);
+  return h(
+    'figure',
+    { class: 'json' },
+    h('figcaption', { text: caption }),
+    h('pre', { dir: 'ltr' }, nodes),
+    warnings.map((text) => h('p', { class: 'warning', text })),
+  );
 }
 
 /**
@@ -638,6 +675,7 @@ function plainForm(request) {
 function acceptOnSubmit(request, form, problem) {
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
+    if (form.querySelector('button[type="submit"][data-held]')) return;
     clearErrors([], problem);
     await answer(request, { ok: true }, form, (errors) => showErrors(errors, [], problem));
   });
@@ -686,7 +724,7 @@ async function answer(request, body, form, invalid) {
     if (!(error instanceof SignInNeeded)) showProblem(problem, `The answer was not sent: ${error.message}`);
   } finally {
     form.removeAttribute('aria-busy');
-    for (const button of form.querySelectorAll('button')) button.disabled = false;
+    for (const button of form.querySelectorAll('button')) button.disabled = 'held' in button.dataset;
   }
 }
 

@@ -1,5 +1,6 @@
 // How the inbox shows what an upstream server sent: each piece of text isolated in a direction of its own, the
-// characters that hide or reorder text made visible, and an address as the browser's own URL parser reads it.
+// characters that hide or reorder text made visible, an address as the browser's own URL parser reads it, and
+// JSON as it was written (every number with all its digits), read by a JSON reader of its own.
 
 /** Builds an element: `h('p', {class: 'x'}, 'text', child)`. */
 export function h(tag, attrs = {}, ...children) {
@@ -59,11 +60,15 @@ const NAMES = new Map([
 ]);
 
 /**
- * What an address may not hide: controls, spaces, the line and paragraph separators, and what Unicode calls
- * default-ignorable (invisible: zero-width spaces and joiners, marks, fillers, variation selectors, tags) or a
- * bidi control (it changes the direction of text). Every character of `NAMES` is one.
+ * What may not hide in an approval's arguments or an address: controls, the line and paragraph separators, and
+ * what Unicode calls default-ignorable (invisible: zero-width spaces and joiners, marks, fillers, variation
+ * selectors, tags) or a bidi control (it changes the direction of text). Every character of `NAMES` is one.
  */
-const HIDDEN_IN_URL = /([\p{Cc}\p{Default_Ignorable_Code_Point}\p{Bidi_Control}\u2028\u2029 ])/u;
+const INVISIBLE = String.raw`\p{Cc}\p{Default_Ignorable_Code_Point}\p{Bidi_Control}\u2028\u2029`;
+const HIDDEN = new RegExp(`([${INVISIBLE}])`, 'u');
+
+/** An address may not hide spaces either. */
+const HIDDEN_IN_URL = new RegExp(`([${INVISIBLE} ])`, 'u');
 
 /**
  * What other text may not hide: the embeddings, overrides and isolates, which reorder the text after them.
@@ -163,4 +168,193 @@ function hostMarked(parsed) {
     h('mark', { class: 'host' }, revealed(hostname, HIDDEN_IN_URL)),
     h('span', {}, revealed(href.slice(before.length + hostname.length), HIDDEN_IN_URL)),
   ];
+}
+
+// ---- JSON as written ------------------------------------------------------------------------------------
+
+/**
+ * How each object and array `readJson` built was written: `{value, members: [{key, node}]}` or
+ * `{value, items: [node]}`, where a key's node and any other value's is `{value, source}`, `source` its JSON text.
+ */
+const WRITTEN = new WeakMap();
+
+/**
+ * Reads JSON text into the values `JSON.parse` gives, and remembers how each object and array in it was written
+ * (`shownJson` and `canonicalJson` read that back): the literal text of every number, so an integer past 2^53
+ * is not rounded where it is shown, and every member in its order, repeated keys included. Throws a
+ * `SyntaxError` where `JSON.parse` would.
+ */
+export function readJson(text) {
+  return parse(String(text)).value;
+}
+
+/** The JSON grammar of a number (RFC 8259), matched where the reader stands. */
+const NUMBER = /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/y;
+const LITERAL = /true|false|null/y;
+
+/** `{value, source}` or, for an object or array, `{value, members}` / `{value, items}`, its value in `WRITTEN`. */
+function parse(text) {
+  let at = 0;
+  const fail = (what) => {
+    throw new SyntaxError(`${what} at position ${at} of the JSON text`);
+  };
+  const space = () => {
+    while (at < text.length && ' \t\n\r'.includes(text[at])) at += 1;
+  };
+  const expect = (char) => {
+    space();
+    if (text[at] !== char) fail(`Expected '${char}'`);
+    at += 1;
+  };
+  const token = (pattern) => {
+    pattern.lastIndex = at;
+    const match = pattern.exec(text);
+    if (!match) return null;
+    at = pattern.lastIndex;
+    return match[0];
+  };
+  // A string is scanned to its closing quote here, and decoded (its escapes checked) by JSON.parse.
+  const string = () => {
+    const start = at;
+    at += 1;
+    for (;;) {
+      const code = text.charCodeAt(at);
+      if (Number.isNaN(code) || code < 0x20) fail('Unterminated string');
+      at += code === 0x5c ? 2 : 1;
+      if (code === 0x22) break;
+    }
+    const source = text.slice(start, at);
+    return { value: JSON.parse(source), source };
+  };
+  const node = () => {
+    space();
+    const char = text[at];
+    if (char === '"') return string();
+    if (char === '{' || char === '[') return container(char);
+    const source = token(NUMBER) ?? token(LITERAL) ?? fail('Unexpected character');
+    return { value: JSON.parse(source), source };
+  };
+  const container = (open) => {
+    at += 1;
+    const close = open === '{' ? '}' : ']';
+    const written = open === '{' ? { value: {}, members: [] } : { value: [], items: [] };
+    space();
+    if (text[at] === close) at += 1;
+    else {
+      for (;;) {
+        if (written.members) {
+          space();
+          if (text[at] !== '"') fail('Expected a key');
+          const key = string();
+          expect(':');
+          const member = node();
+          // As JSON.parse: an own property even for `__proto__`, the last of repeated keys its value.
+          const property = { value: member.value, enumerable: true, writable: true, configurable: true };
+          Object.defineProperty(written.value, key.value, property);
+          written.members.push({ key, node: member });
+        } else {
+          const item = node();
+          written.value.push(item.value);
+          written.items.push(item);
+        }
+        space();
+        if (text[at] === close) {
+          at += 1;
+          break;
+        }
+        expect(',');
+      }
+    }
+    WRITTEN.set(written.value, written);
+    return written;
+  };
+  const top = node();
+  space();
+  if (at < text.length) fail('Unexpected text after the JSON value');
+  return top;
+}
+
+/** How `value` was written, when `readJson` read it; otherwise as `JSON.stringify` writes it. */
+function written(value) {
+  return (value !== null && WRITTEN.get(value)) || parse(JSON.stringify(value) ?? 'null');
+}
+
+/**
+ * JSON to show, as `{nodes, warnings}`: indented two spaces, each key and string in a left-to-right <bdi> of its
+ * own, written as the JSON text writes it, every character of `HIDDEN` in it shown as `⟨U+XXXX⟩` and named in a
+ * warning; each number as its literal text. `value` comes from `readJson`.
+ */
+export function shownJson(value) {
+  const hidden = new Set();
+  const nodes = [];
+  layOut(written(value), '', nodes, hidden);
+  const warnings = hidden.size
+    ? [
+        'There are characters in this JSON that are invisible or change the direction of text: ' +
+          `${named([...hidden])}. Each is shown as ⟨U+…⟩ where it stands, and is sent as it is: ` +
+          'they can make a key or a value read as another.',
+      ]
+    : [];
+  return { nodes, warnings };
+}
+
+function layOut(node, indent, out, hidden) {
+  if (node.members || node.items) {
+    const [open, close, entries] = node.members ? ['{', '}', node.members] : ['[', ']', node.items];
+    if (!entries.length) return out.push(open + close);
+    out.push(open);
+    const inner = `${indent}  `;
+    entries.forEach((entry, i) => {
+      out.push(`${i ? ',' : ''}\n${inner}`);
+      if (node.members) out.push(jsonString(entry.key, hidden), ': ');
+      layOut(node.members ? entry.node : entry, inner, out, hidden);
+    });
+    return out.push(`\n${indent}${close}`);
+  }
+  return out.push(typeof node.value === 'string' ? jsonString(node, hidden) : node.source);
+}
+
+function jsonString({ source }, hidden) {
+  for (const [i, char] of source.split(HIDDEN).entries()) if (i % 2) hidden.add(char);
+  return h('bdi', { dir: 'ltr' }, revealed(source, HIDDEN));
+}
+
+/**
+ * The canonical JSON of `value` that an approval's digest covers, as the gateway writes it
+ * (`approvals::canonical_json`): every object's keys sorted by code point (the order of their UTF-8 bytes), no
+ * whitespace, strings escaped as serde_json escapes them, numbers as written. `value` comes from `readJson`.
+ */
+export function canonicalJson(value) {
+  return canonical(written(value));
+}
+
+function canonical(node) {
+  if (node.members) {
+    const members = [...node.members].sort((a, b) => byCodePoint(a.key.value, b.key.value));
+    return `{${members.map(({ key, node: member }) => `${serdeString(key.value)}:${canonical(member)}`).join(',')}}`;
+  }
+  if (node.items) return `[${node.items.map(canonical).join(',')}]`;
+  return typeof node.value === 'string' ? serdeString(node.value) : node.source;
+}
+
+function byCodePoint(a, b) {
+  const x = Array.from(a, (char) => char.codePointAt(0));
+  const y = Array.from(b, (char) => char.codePointAt(0));
+  for (let i = 0; i < Math.min(x.length, y.length); i += 1) if (x[i] !== y[i]) return x[i] - y[i];
+  return x.length - y.length;
+}
+
+/** The escapes serde_json writes; any other control character is `\u00xx`, lowercase. */
+const ESCAPES = { '"': '\\"', '\\': '\\\\', '\b': '\\b', '\f': '\\f', '\n': '\\n', '\r': '\\r', '\t': '\\t' };
+
+function serdeString(text) {
+  const escape = (char) => ESCAPES[char] || `\\u${char.charCodeAt(0).toString(16).padStart(4, '0')}`;
+  return `"${text.replace(/["\\\u0000-\u001f]/g, escape)}"`;
+}
+
+/** The lowercase hex SHA-256 of `text` in UTF-8; null where the browser has none (outside https and localhost). */
+export async function sha256(text) {
+  if (!globalThis.crypto || !crypto.subtle) return null;
+  const digest = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(text));
+  return Array.from(new Uint8Array(digest), (byte) => byte.toString(16).padStart(2, '0')).join('');
 }

@@ -114,12 +114,16 @@ async function json(path, { base = gateway.base, token, ...init } = {}) {
   return body;
 }
 
-/** Starts a tool call over REST and returns it once it waits on its Request. */
+/**
+ * Starts a tool call over REST and returns it once it waits on its Request; `args` is an object, or the JSON
+ * text of one (to send numbers JavaScript cannot hold).
+ */
 async function startCall(tool, args = {}, as = {}) {
+  const text = typeof args === 'string' ? args : JSON.stringify(args);
   const call = await json('/calls?wait=20', {
     ...as,
     method: 'POST',
-    body: JSON.stringify({ server: 'demo', tool, arguments: args }),
+    body: `{"server": "demo", "tool": ${JSON.stringify(tool)}, "arguments": ${text}}`,
   });
   assert.equal(call.status, 'input_required', JSON.stringify(call));
   assert.equal(call.requests.length, 1);
@@ -164,6 +168,11 @@ async function openInbox(t, { viewport = { width: 1024, height: 800 }, base = ga
 
 function card(page, request) {
   return page.locator(`li[data-request="${request}"]`);
+}
+
+/** The box of an approval's arguments. */
+function argumentsOf(form) {
+  return form.getByRole('figure', { name: /^Arguments/ }).locator('pre');
 }
 
 /** Waits for the card to leave the list and for its confirmation to be announced. */
@@ -325,11 +334,8 @@ test('an approval shows who calls which tool with what, and Approve sends exactl
   const facts = await form.locator('.facts').innerText();
   assert.match(facts, /Tool\s+echo/);
   assert.match(facts, /Caller\s+anonymous/);
-  const args = form.locator('.arguments pre');
-  assert.equal(await args.isVisible(), true, 'short arguments are shown unfolded');
-  assert.match(await args.innerText(), /"text": "from the inbox ⟨U\+202E⟩"/);
-  await form.getByText('Arguments').click();
-  assert.equal(await args.isVisible(), false, 'the arguments fold away');
+  const args = argumentsOf(form);
+  assert.equal(await args.innerText(), '{\n  "text": "from the inbox ⟨U+202E⟩"\n}');
   await form.getByRole('button', { name: 'Approve' }).click();
   await expectResolved(page, request, 'Accepted');
   const settled = await json(`/calls/${call}?wait=20`);
@@ -348,6 +354,128 @@ test('declining an approval in the page fails its call, which never reaches the 
   assert.equal(settled.status, 'failed', JSON.stringify(settled));
   assert.equal(settled.error.reason, 'declined', JSON.stringify(settled));
   assert.deepEqual(settled.requests, [request], 'nothing went upstream to ask anything');
+  assertStayedHome(requested, problems);
+});
+
+test('an approval shows its arguments as forwarded: a big integer whole, hidden characters as code points, isolated and named', { timeout: 60_000 }, async (t) => {
+  // Read with JSON.parse, the amount shows as 12345678901234567000. Shown as sent, the right-to-left mark lays the
+  // block out from the right, and the Arabic letter marks between the digits make the limit read "001".
+  const hostile = '{"\u200fpayee": "mallory", "amount": 12345678901234567890, "limit": "1\u061c0\u061c0", "text": "pay"}';
+  const { call, request } = await startCall('echo', hostile);
+  const { page, requested, problems } = await openInbox(t);
+  const form = card(page, request);
+  const args = argumentsOf(form);
+  await args.waitFor();
+
+  const held = await fetch(`${gateway.base}/requests/${request}`).then((response) => response.text());
+  assert.match(held, /"amount":12345678901234567890[,}]/, 'the gateway holds the integer whole');
+  assert.equal(
+    await args.innerText(),
+    '{\n  "⟨U+200F⟩payee": "mallory",\n  "amount": 12345678901234567890,\n  "limit": "1⟨U+061C⟩0⟨U+061C⟩0",\n  "text": "pay"\n}',
+  );
+  assert.doesNotMatch(await args.evaluate((element) => element.textContent), /[\u061c\u200f]/);
+  const warning = form.locator('.warning', { hasText: 'U+061C ARABIC LETTER MARK' });
+  assert.match(await warning.innerText(), /U\+200F RIGHT-TO-LEFT MARK/);
+
+  // Left to right and isolated: the block, and each key and string in it.
+  const layout = await args.evaluate((pre) => {
+    const { direction, unicodeBidi } = getComputedStyle(pre);
+    const isolated = [...pre.querySelectorAll('*')].filter((element) => getComputedStyle(element).unicodeBidi === 'isolate');
+    // Each line as laid out: where each of its characters is, in the order of the text.
+    const lines = [[]];
+    const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (let i = 0; i < node.length; i += 1) {
+        if (node.data[i] === '\n') {
+          lines.push([]);
+          continue;
+        }
+        const range = document.createRange();
+        range.setStart(node, i);
+        range.setEnd(node, i + 1);
+        lines.at(-1).push([node.data[i], range.getBoundingClientRect().left]);
+      }
+    }
+    const misordered = lines.filter((line) => line.some(([, left], i) => i > 0 && left <= line[i - 1][1]));
+    return {
+      direction,
+      unicodeBidi,
+      isolated: isolated.map((element) => element.textContent),
+      misordered: misordered.map((line) => [...line].sort((a, b) => a[1] - b[1]).map(([char]) => char).join('')),
+    };
+  });
+  assert.deepEqual([layout.direction, layout.unicodeBidi], ['ltr', 'isolate']);
+  const strings = ['"⟨U+200F⟩payee"', '"mallory"', '"amount"', '"limit"', '"1⟨U+061C⟩0⟨U+061C⟩0"', '"text"', '"pay"'];
+  assert.deepEqual(layout.isolated, strings, 'each key and string is isolated');
+  assert.deepEqual(layout.misordered, [], 'these lines read otherwise than they are written');
+
+  // The digest shown is the approval's, and the page found the arguments it shows hash to it.
+  const { data } = await json(`/requests/${request}`);
+  assert.match(await form.locator('.digest').innerText(), new RegExp(`^Digest ${data.digest}: the SHA-256 of the arguments shown`));
+  await page.screenshot({ path: join(SCREENSHOT_DIR, 'toolnexus-inbox-arguments.png'), fullPage: true });
+
+  await form.getByRole('button', { name: 'Approve' }).click();
+  await expectResolved(page, request, 'Accepted');
+  const settled = await json(`/calls/${call}?wait=20`);
+  assert.equal(settled.status, 'completed', JSON.stringify(settled));
+  assert.equal(settled.result.content[0].text, 'pay');
+  assertStayedHome(requested, problems);
+});
+
+test('long arguments are shown whole above Approve, on a phone too, and Approve sends all of them', { timeout: 60_000 }, async (t) => {
+  const long = `${'pay mallory 1000000 '.repeat(150)}and that is all`;
+  const { call, request } = await startCall('echo', { text: long });
+  const { page, requested, problems } = await openInbox(t, { viewport: { width: 360, height: 740 } });
+  const form = card(page, request);
+  const args = argumentsOf(form);
+  await args.waitFor();
+  assert.equal(await args.innerText(), `{\n  "text": "${long}"\n}`);
+  const shown = await args.evaluate((pre) => {
+    const last = document.createRange();
+    const text = pre.querySelector('bdi').lastChild;
+    last.setStart(text, text.length - 1);
+    last.setEnd(text, text.length);
+    const end = last.getBoundingClientRect();
+    const box = pre.getBoundingClientRect();
+    const approve = pre.closest('form').querySelector('button[type="submit"]').getBoundingClientRect();
+    return {
+      scrolls: pre.scrollHeight > pre.clientHeight || pre.scrollWidth > pre.clientWidth,
+      endInside: end.top >= box.top && end.bottom <= box.bottom && end.left >= box.left && end.right <= box.right,
+      endAboveApprove: end.bottom <= approve.top,
+      fitsWidth: document.scrollingElement.scrollWidth <= window.innerWidth,
+    };
+  });
+  assert.deepEqual(shown, { scrolls: false, endInside: true, endAboveApprove: true, fitsWidth: true });
+  assert.equal(await args.isVisible(), true);
+
+  await form.getByRole('button', { name: 'Approve' }).click();
+  await expectResolved(page, request, 'Accepted');
+  const settled = await json(`/calls/${call}?wait=20`);
+  assert.equal(settled.status, 'completed', JSON.stringify(settled));
+  assert.equal(settled.result.content[0].text, long);
+  assertStayedHome(requested, problems);
+});
+
+test('when the arguments the page shows do not hash to the digest, it does not offer Approve', { timeout: 60_000 }, async (t) => {
+  const { call, request } = await startCall('echo', { text: 'pay', amount: 4711 });
+  // Stands in for arguments read otherwise than the gateway holds them.
+  const tamper = (page) =>
+    page.route(
+      (url) => url.pathname === '/requests' && url.searchParams.get('status') === 'pending',
+      async (intercepted) => {
+        const response = await intercepted.fetch();
+        await intercepted.fulfill({ response, body: (await response.text()).replace('"amount":4711', '"amount":4712') });
+      },
+    );
+  const { page, requested, problems } = await openInbox(t, { route: tamper });
+  const form = card(page, request);
+  await form.locator('.warning', { hasText: 'do not hash to this approval’s digest' }).waitFor();
+  assert.equal(await argumentsOf(form).innerText(), '{\n  "text": "pay",\n  "amount": 4712\n}');
+  assert.equal(await form.getByRole('button', { name: 'Approve' }).isDisabled(), true);
+  await form.getByRole('button', { name: 'Decline' }).click();
+  await expectResolved(page, request, 'Declined');
+  const settled = await json(`/calls/${call}?wait=20`);
+  assert.equal(settled.error.reason, 'declined', JSON.stringify(settled));
   assertStayedHome(requested, problems);
 });
 
