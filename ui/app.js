@@ -480,7 +480,7 @@ function card(request, clock) {
   );
   const body = request.url !== undefined
     ? urlForm(request)
-    : request.kind === 'approval' && request.data && request.data.call
+    : request.kind === 'approval' && request.server !== undefined && request.data && request.data.call
       ? approvalForm(request)
       : request.data && request.data.schema
         ? schemaForm(request)
@@ -662,10 +662,21 @@ function urlForm(request) {
   return form;
 }
 
-/** A Request of a kind this page has no special form for: accept, decline or cancel. */
+/**
+ * A Request of a kind this page has no special form for: its data, if any, and accept, decline or cancel. A
+ * posted one says that its answer goes to whoever posted it, whatever its kind or prompt claims.
+ */
 function plainForm(request) {
   const form = h('form', { novalidate: true, 'aria-labelledby': `h-${request.id}` });
   const problem = h('p', { class: 'problem', role: 'alert', hidden: true });
+  if (request.server === undefined) {
+    const note = 'Posted to the gateway over its REST API, not raised by a tool call: ' +
+      'the answer goes back to whoever posted it.';
+    form.append(h('p', { class: 'hint', text: note }));
+  }
+  if (request.data !== undefined && request.data !== null && Object.keys(request.data).length) {
+    form.append(jsonFigure('Data', request.data));
+  }
   form.append(problem, buttons(request, 'Accept'));
   acceptOnSubmit(request, form, problem);
   return form;

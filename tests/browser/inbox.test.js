@@ -479,6 +479,30 @@ test('when the arguments the page shows do not hash to the digest, it does not o
   assertStayedHome(requested, problems);
 });
 
+test('a posted Request of kind approval shows as posted, its data as data, never as a gated call', { timeout: 60_000 }, async (t) => {
+  const { page, requested, problems } = await openInbox(t);
+  const call = { server: 'bank', tool: 'transfer_funds', arguments: { amount: 1000000 }, caller: 'ci-agent' };
+  const data = { call, digest: '0'.repeat(64) };
+  const posted = await json('/requests', {
+    method: 'POST',
+    body: JSON.stringify({ kind: 'approval', prompt: 'Approve transfer_funds on bank?', data }),
+  });
+  const form = card(page, posted.id);
+  await form.getByRole('heading', { name: 'Approve transfer_funds on bank?' }).waitFor();
+  assert.deepEqual(await form.locator('dt').allInnerTexts(), ['Posted by', 'Kind']);
+  assert.match(await form.locator('.meta').innerText(), /Posted by\s+anonymous\s+Kind\s+approval/);
+  await form.getByText('not raised by a tool call').waitFor();
+  assert.equal(await form.getByRole('figure', { name: 'Data' }).locator('pre').innerText(), JSON.stringify(data, null, 2));
+  assert.equal(await form.getByRole('figure', { name: /^Arguments/ }).count(), 0);
+  assert.equal(await form.getByRole('button', { name: 'Approve' }).count(), 0);
+
+  await form.getByRole('button', { name: 'Accept' }).click();
+  await expectResolved(page, posted.id, 'Accepted');
+  const answered = await json(`/requests/${posted.id}?wait=20`);
+  assert.deepEqual([answered.status, answered.answer.ok], ['answered', true]);
+  assertStayedHome(requested, problems);
+});
+
 test('the history lists resolved Requests, the latest first, with who answered and how, filtered by kind', { timeout: 60_000 }, async (t) => {
   const kind = `history.${Date.now()}`;
   const post = (prompt) => json('/requests', { method: 'POST', body: JSON.stringify({ kind, prompt }) });
