@@ -22,6 +22,7 @@ pub mod redact;
 pub mod registry;
 pub mod retained;
 pub mod sessions;
+pub mod signature;
 pub mod store;
 pub mod suspension;
 pub mod time;

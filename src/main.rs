@@ -1,4 +1,5 @@
-//! The `toolnexus-gateway` command: `serve` (the default), `demo-server`, `check-config` and `healthcheck`.
+//! The `toolnexus-gateway` command: `serve` (the default), `demo-server`, `check-config`, `backup`,
+//! `healthcheck` and `webhook-secret`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
@@ -12,6 +13,7 @@ use toolnexus_gateway::config::{Config, LogConfig, LogFormat, MAX_WORKERS};
 use toolnexus_gateway::demo::{self, Demo, Eras, StateSeal};
 use toolnexus_gateway::logs;
 use toolnexus_gateway::redact::{Scrubbed, Secrets};
+use toolnexus_gateway::signature::Secret;
 use toolnexus_gateway::store::Location;
 use tracing_subscriber::EnvFilter;
 
@@ -37,6 +39,9 @@ enum Command {
     Backup(BackupArgs),
     /// Exit 0 when a running gateway answers `GET /healthz` with 200, 1 otherwise (for a container HEALTHCHECK).
     Healthcheck(HealthcheckArgs),
+    /// Print a new webhook secret (`whsec_` and 32 random bytes in base64) for a `[[webhooks]]` entry and its
+    /// receiver.
+    WebhookSecret,
 }
 
 #[derive(Debug, Args)]
@@ -128,6 +133,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::CheckConfig(args)) => check_config(&args),
         Some(Command::Backup(args)) => backup(&args),
         Some(Command::Healthcheck(args)) => runtime(Some(1))?.block_on(healthcheck(args)),
+        Some(Command::WebhookSecret) => {
+            let secret = Secret::generate().context("cannot read the operating system's random source")?;
+            println!("{}", secret.expose());
+            Ok(())
+        }
         None => serve(&cli.serve),
     }
 }
