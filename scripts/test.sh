@@ -3,7 +3,8 @@
 # that drive the real binary over HTTP), then schemathesis against the running gateway's /openapi.json
 # (scripts/schemathesis.sh), then the browser tests of the inbox at /ui (tests/browser, headless Chromium).
 #
-# schemathesis is installed from PyPI into a virtualenv under ~/.cache when missing (needs python3-venv).
+# schemathesis, and the Standard Webhooks library the webhook tests verify deliveries with, are installed from
+# PyPI into virtualenvs under ~/.cache when missing (needs python3-venv).
 # The browser tests need Node.js 20+ with npm, Debian's chromium (installed here with apt-get when missing
 # and running as root) and tests/browser's npm packages (installed here with `npm ci` when missing).
 set -euo pipefail
@@ -18,6 +19,9 @@ if [[ ! -x /usr/lib/postgresql/15/bin/postgres && -z "${TOOLNEXUS_TEST_POSTGRES:
     echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.d/toolnexus-no-main.conf
     apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15
 fi
+
+# tests/api/webhooks.rs has the Standard Webhooks library (standardwebhooks) check the gateway's deliveries.
+scripts/webhook-verifier.sh
 
 cargo test --locked "$@"
 scripts/schemathesis.sh

@@ -13,6 +13,7 @@ use crate::auth::{self, Role, Token};
 use crate::egress;
 use crate::records::EventKind;
 use crate::redact;
+use crate::signature::{PREFIX, Secret};
 use crate::store::{Location, PendingCaps};
 
 /// Where the built-in default listens.
@@ -298,7 +299,7 @@ pub struct WebhookConfig {
     /// The event types to send; all of them when empty.
     #[serde(default)]
     pub events: Vec<EventKind>,
-    /// Key of the `X-Toolnexus-Signature` HMAC-SHA256 over the body.
+    /// The Standard Webhooks secret (`whsec_<base64>`) that signs each delivery in `webhook-signature`.
     #[serde(default, deserialize_with = "expanded_option", serialize_with = "masked")]
     pub secret: Option<String>,
     /// How long one delivery attempt may take.
@@ -316,6 +317,13 @@ pub struct WebhookConfig {
     pub allow_link_local: bool,
 }
 
+impl WebhookConfig {
+    /// Its name: the configured one, else `webhook-<n>` for the entry at `index`.
+    fn name_at(&self, index: usize) -> String {
+        self.name.clone().unwrap_or_else(|| format!("webhook-{}", index + 1))
+    }
+}
+
 /// A validated webhook, with `${VAR}` expanded.
 #[derive(Debug, Clone)]
 pub struct Webhook {
@@ -323,7 +331,7 @@ pub struct Webhook {
     /// An http or https URL; unless `allow_link_local`, its host is no link-local or metadata address.
     pub url: Url,
     pub events: Vec<EventKind>,
-    pub secret: Option<String>,
+    pub secret: Option<Secret>,
     pub timeout: Duration,
     pub attempts: u32,
     /// Whether deliveries may reach link-local and metadata addresses, also through DNS.
@@ -734,8 +742,9 @@ impl Config {
         for (entry, server) in effective.servers.iter_mut().zip(self.servers()?) {
             entry.startup_timeout = Some(server.startup_timeout);
         }
-        for (entry, webhook) in effective.webhooks.iter_mut().zip(self.webhooks()?) {
-            entry.name = Some(webhook.name);
+        // Named without checking the rest: a masked secret (`***`) is no Standard Webhooks secret.
+        for (index, entry) in effective.webhooks.iter_mut().enumerate() {
+            entry.name = Some(entry.name_at(index));
         }
         for (entry, policy) in effective.approvals.iter_mut().zip(self.approvals()?) {
             entry.prompt = Some(policy.prompt);
@@ -863,7 +872,7 @@ impl Config {
     pub fn webhooks(&self) -> Result<Vec<Webhook>, Problem> {
         each_entry("webhooks", &self.webhooks, |index, hook| {
             let key = format!("webhooks[{index}]");
-            let name = hook.name.clone().unwrap_or_else(|| format!("webhook-{}", index + 1));
+            let name = hook.name_at(index);
             let url = Url::parse(&hook.url)
                 .ok()
                 .filter(|url| matches!(url.scheme(), "http" | "https") && url.host_str().is_some())
@@ -879,11 +888,18 @@ impl Config {
             if hook.attempts == 0 {
                 return Err(format!("{key}.attempts must be at least 1"));
             }
+            let secret = hook.secret.as_deref().map(Secret::parse).transpose().map_err(|why| {
+                format!(
+                    "{key}.secret of webhook {name:?} is not a Standard Webhooks secret ({why}): one is {PREFIX} and \
+                     the base64 of 24 to 64 random bytes, as receivers' libraries read it. Make one with \
+                     `toolnexus-gateway webhook-secret` and give the receiver the same"
+                )
+            })?;
             Ok(Webhook {
                 name,
                 url,
                 events: hook.events.clone(),
-                secret: hook.secret.clone(),
+                secret,
                 timeout: hook.timeout,
                 attempts: hook.attempts,
                 allow_link_local: hook.allow_link_local,
@@ -1286,7 +1302,7 @@ mod tests {
             [[servers]]\nname = \"remote\"\nurl = \"https://ada:pw@mcp.example.com/mcp?key=k\"\n\
             headers = { Authorization = \"Bearer x\" }\n\
             [[servers]]\nname = \"demo\"\nbuiltin = \"demo\"\nargs = [\"--seal-state\"]\nenv = { A = \"a\" }\n\
-            [[webhooks]]\nurl = \"http://127.0.0.1:9/hook?token=t\"\nsecret = \"s\"\n\
+            [[webhooks]]\nurl = \"http://127.0.0.1:9/hook?token=t\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n\
             [[approvals]]\nserver = \"demo\"\ntools = [\"confirm_*\"]\nttl = \"1h\"\n\
             [limits]\ncall_timeout = \"2m\"\n[http]\nallowed_hosts = [\"gw.example.com\"]\nmax_connections = 10\n\
             [front_door]\nprefix = \"when-needed\"\n[store]\nurl = \"memory\"\n";
@@ -1309,7 +1325,14 @@ mod tests {
         ] {
             assert!(printed.contains(shown), "{shown} missing from\n{printed}");
         }
-        for secret in ["Bearer x", "pw", "key=k", "token=t", "= \"a\"", "= \"s\""] {
+        for secret in [
+            "Bearer x",
+            "pw",
+            "key=k",
+            "token=t",
+            "= \"a\"",
+            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        ] {
             assert!(!printed.contains(secret), "{secret} shown in\n{printed}");
         }
     }

@@ -105,7 +105,7 @@ fn check_config_prints_the_effective_config_with_secrets_masked() {
         "[[servers]]\nname = \"remote\"\nurl = \"https://ada:pw-in-url@mcp.example.com/mcp?key=key-in-query\"\n\
          headers = { Authorization = \"Bearer ${TOOLNEXUS_TEST_TOKEN}\" }\n\
          [[servers]]\nname = \"local\"\ncommand = \"/bin/true\"\nargs = [\"--token=${TOOLNEXUS_TEST_ARG}\"]\n\
-         [[webhooks]]\nurl = \"http://127.0.0.1:9/hook?token=hook-token\"\nsecret = \"hook-secret\"\n",
+         [[webhooks]]\nurl = \"http://127.0.0.1:9/hook?token=hook-token\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n",
     )
     .unwrap();
     let output = std::process::Command::new(crate::helpers::BINARY)
@@ -144,7 +144,7 @@ fn check_config_prints_the_effective_config_with_secrets_masked() {
     );
     for secret in [
         "token-value",
-        "hook-secret",
+        "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
         "pw-in-url",
         "key-in-query",
         "arg-value",
