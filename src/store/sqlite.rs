@@ -3,6 +3,7 @@
 
 mod calls;
 mod deferred;
+mod files;
 mod live;
 mod maintenance;
 mod requests;
@@ -64,19 +65,20 @@ impl std::fmt::Debug for Shared {
 impl Sqlite {
     /// Opens (or creates) the database at `path`, brings its schema up to date and starts its writer.
     ///
-    /// A file that another gateway holds, that cannot be written, that is not a SQLite database, or whose
-    /// schema is newer than this build is an error naming the cause; it is never replaced.
+    /// A file that another gateway holds, that cannot be written, that is not a SQLite database, whose schema is
+    /// newer than this build, or that is a symbolic link is an error naming the cause; it is never replaced. The
+    /// files are created owner-only, and made so when others may read them.
     pub fn open(path: &Path, feed: Feed, clock: Clock) -> Result<Self, OpenError> {
         let failed = |cause: String| OpenError {
             path: path.display().to_string(),
             cause,
         };
         if let Some(directory) = path.parent().filter(|directory| !directory.as_os_str().is_empty()) {
-            std::fs::create_dir_all(directory)
-                .map_err(|error| failed(format!("cannot create its directory {}: {error}", directory.display())))?;
+            files::create_directory(directory).map_err(failed)?;
         }
         let lock = lock(path).map_err(failed)?;
-        create_private(path).map_err(|error| failed(format!("cannot create it: {error}")))?;
+        files::prepare(path).map_err(failed)?;
+        // Not SQLITE_OPEN_NOFOLLOW: it also refuses a symbolic link among the directories above the file.
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).map_err(|error| failed(describe(&error)))?;
         configure(&conn).map_err(failed)?;
@@ -219,21 +221,22 @@ impl Sqlite {
 }
 
 /// Copies the database at `path` to the new file `to`: a consistent snapshot, taken while a gateway may be
-/// writing to it (it only reads).
+/// writing to it (it only reads). `to` is created owner-only; a file or a symbolic link there is refused.
 pub fn backup(path: &Path, to: &Path) -> Result<(), OpenError> {
     let failed = |cause: String| OpenError {
         path: path.display().to_string(),
         cause,
     };
-    if to.exists() {
-        return Err(failed(format!("cannot copy it to {}: that file exists", to.display())));
+    let refused = |why: String| failed(format!("cannot copy it to {}: {why}", to.display()));
+    if let Some(why) = files::occupied(to) {
+        return Err(refused(format!("{why}; name a new file")));
     }
     if !path.exists() {
         return Err(failed("there is no such file".to_owned()));
     }
     let conn = open_reader(path).map_err(|error| failed(describe(&error)))?;
     migrate_check(&conn).map_err(failed)?;
-    create_private(to).map_err(|error| failed(format!("cannot create {}: {error}", to.display())))?;
+    files::create_new(to).map_err(refused)?;
     conn.execute("VACUUM INTO ?1", [to.to_string_lossy()])
         .map_err(|error| failed(format!("cannot copy it to {}: {}", to.display(), describe(&error))))?;
     Ok(())
@@ -259,28 +262,9 @@ fn migrate_check(conn: &Connection) -> Result<(), String> {
     Ok(())
 }
 
-/// Creates the database file, readable by its owner alone, if it does not exist: it holds every answer. SQLite
-/// gives its `-wal` and `-shm` files the same permissions.
-fn create_private(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    match File::options().write(true).create_new(true).mode(0o600).open(path) {
-        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        created => created.map(drop),
-    }
-}
-
 /// Takes the lock that makes a database file one gateway's: an exclusive `flock` on `PATH.lock`.
 fn lock(path: &Path) -> Result<Flock<File>, String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut name = path.as_os_str().to_owned();
-    name.push(".lock");
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .open(&name)
-        .map_err(|error| format!("cannot open its lock file {}: {error}", Path::new(&name).display()))?;
+    let file = files::open_lock(path).map_err(|error| format!("its lock file: {error}"))?;
     Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
         if errno == nix::errno::Errno::EWOULDBLOCK {
             "another process is using it (its lock file is held): stop that gateway, or give this one another \

@@ -284,6 +284,21 @@ pub fn start_under_file_limit(files: u32, settings: &str, servers: &str) -> Proc
     launch(command, settings, servers, "")
 }
 
+/// Like `spawn_process_in`, in a process whose umask is `umask` (octal, as `sh` takes it).
+pub async fn spawn_process_under_umask(umask: &str, dir: &std::path::Path, settings: &str, servers: &str) -> Process {
+    ready(launch_in(under_umask(umask), dir, settings, servers, "")).await
+}
+
+/// A command that runs the gateway binary, with the arguments given to it, under `umask`.
+pub fn under_umask(umask: &str) -> Command {
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg(format!("umask {umask} && exec \"$0\" \"$@\""))
+        .arg(BINARY);
+    command
+}
+
 /// Runs `command` (the gateway, or what execs it) with `--config` and a temp config, until it listens.
 fn launch(command: Command, settings: &str, servers: &str, requests: &str) -> Process {
     let dir = tempfile::tempdir().unwrap();

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 
 use crate::helpers::{
     BINARY, BOTH_ERAS, Process, TestApp, config_text, first_request, poll_until, results, spawn_app_with, spawn_in,
-    spawn_process, spawn_process_in,
+    spawn_process, spawn_process_in, spawn_process_under_umask, stored_in, under_umask,
 };
 
 /// Runs the gateway on `dir` and expects it to refuse to start; returns what it wrote to stderr.
@@ -247,4 +247,143 @@ async fn the_store_is_its_owners_alone_and_a_backup_taken_while_it_runs_holds_wh
     let kept = restored.get_json(&format!("/requests/{request}")).await;
     assert_eq!(kept["status"], "pending", "{kept}");
     drop(app);
+}
+
+/// The permission bits of `path` (not following a symbolic link there).
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+/// The file named `path` with `suffix` appended (`gateway.sqlite3-wal`).
+fn beside(path: &std::path::Path, suffix: &str) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    name.into()
+}
+
+/// Runs `backup` of the store configured in `dir` to `to`, under `umask`; its exit status and stderr.
+fn backup_under_umask(umask: &str, dir: &std::path::Path, to: &std::path::Path) -> (bool, String) {
+    let output = under_umask(umask)
+        .arg("backup")
+        .arg("--config")
+        .arg(dir.join("gateway.toml"))
+        .arg(to)
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_store_its_directory_and_its_backups_are_owner_only_even_under_umask_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let created = dir.path().join("state");
+    let file = created.join("gateway/gateway.sqlite3");
+    let settings = stored_in(&format!("sqlite:{}", file.display()));
+    let app = spawn_process_under_umask("000", dir.path(), &settings, BOTH_ERAS).await;
+    // A pending Request: the WAL and its index hold answers-to-be.
+    let call = app.call("modern", "confirm_action", json!({"action": "umask"})).await;
+    first_request(&call);
+
+    for directory in [created.clone(), created.join("gateway")] {
+        assert_eq!(mode(&directory), 0o700, "{}", directory.display());
+    }
+    for suffix in ["", "-wal", "-shm", ".lock"] {
+        let path = beside(&file, suffix);
+        assert_eq!(
+            mode(&path),
+            0o600,
+            "{} holds answers: its owner's alone",
+            path.display()
+        );
+    }
+    let to = dir.path().join("copy.sqlite3");
+    let (copied, stderr) = backup_under_umask("000", dir.path(), &to);
+    assert!(copied, "{stderr}");
+    assert_eq!(mode(&to), 0o600);
+    drop(app);
+}
+
+#[test]
+fn a_symbolic_link_at_the_store_s_files_or_a_backup_is_refused_and_nothing_is_written_through_it() {
+    for suffix in ["", "-wal", "-shm", "-journal", ".lock"] {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let target = elsewhere.path().join("target");
+        let link = beside(&dir.path().join("gateway.sqlite3"), suffix);
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+
+        let stderr = refused_start(dir.path(), "");
+        assert!(
+            stderr.contains(&format!("{} is a symbolic link", link.display())),
+            "{suffix}: {stderr}"
+        );
+        assert!(!target.exists(), "{suffix}: a dangling link was followed");
+    }
+
+    // A link to a database that exists, for the store and for a backup: refused, and the file is untouched.
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let target = elsewhere.path().join("target.sqlite3");
+    rusqlite::Connection::open(&target)
+        .unwrap()
+        .execute_batch("CREATE TABLE kept (x); PRAGMA user_version = 1;")
+        .unwrap();
+    let before = std::fs::read(&target).unwrap();
+    let link = dir.path().join("gateway.sqlite3");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let stderr = refused_start(dir.path(), "");
+    assert!(stderr.contains("is a symbolic link"), "{stderr}");
+
+    std::fs::remove_file(&link).unwrap();
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(&config, config_text(dir.path(), "", "", "")).unwrap();
+    rusqlite::Connection::open(&link)
+        .unwrap()
+        .execute_batch("CREATE TABLE t (x)")
+        .unwrap();
+    let dangling = elsewhere.path().join("nothing-yet.sqlite3");
+    for (to, pointing_at) in [
+        (dir.path().join("to-existing"), &target),
+        (dir.path().join("to-nothing"), &dangling),
+    ] {
+        std::os::unix::fs::symlink(pointing_at, &to).unwrap();
+        let (copied, stderr) = backup_under_umask("022", dir.path(), &to);
+        assert!(
+            !copied && stderr.contains(&format!("cannot copy it to {}: it is a symbolic link", to.display())),
+            "{stderr}"
+        );
+    }
+    assert_eq!(std::fs::read(&target).unwrap(), before);
+    assert!(!dangling.exists(), "a backup was written through a dangling link");
+}
+
+#[tokio::test]
+async fn store_files_others_may_read_are_made_owner_only_at_start_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gateway.sqlite3");
+    let mut app = spawn_process_in(dir.path(), "", BOTH_ERAS, "").await;
+    let call = app.call("modern", "confirm_action", json!({"action": "chmod"})).await;
+    let request = first_request(&call);
+    // Killed, the gateway leaves its WAL and its index as they were.
+    app.kill();
+    let files: Vec<_> = ["", "-wal", "-shm", ".lock"].map(|suffix| beside(&file, suffix)).into();
+    for path in &files {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+
+    let again = spawn_process_in(dir.path(), "", BOTH_ERAS, "").await;
+    for path in &files {
+        assert_eq!(mode(path), 0o600, "{}", path.display());
+        let line = again
+            .stderr()
+            .wait_for_all(&["open to others", &format!("file={} ", path.display())]);
+        assert!(line.contains("WARN") && line.contains("was=644"), "{line}");
+    }
+    let kept = again.get_json(&format!("/requests/{request}")).await;
+    assert_eq!(kept["status"], "pending", "{kept}");
 }
