@@ -99,7 +99,7 @@ impl Entry {
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// The address the REST API listens on.
-    #[serde(default = "default_listen", deserialize_with = "expanded_parse")]
+    #[serde(default = "default_listen", deserialize_with = "socket_address")]
     pub listen: SocketAddr,
     /// The threads that run the gateway: 1 runs everything on one thread, which on a small machine shared
     /// with its upstreams uses the least CPU and memory; more spread the work over that many threads.
@@ -133,7 +133,7 @@ pub struct Config {
     #[serde(default)]
     pub front_door: FrontDoorConfig,
     /// This gateway's name among the replicas sharing a store; unset, the host name and a random suffix.
-    #[serde(default, deserialize_with = "expanded_option")]
+    #[serde(default, deserialize_with = "replica_name")]
     pub replica: Option<String>,
     /// Tool calls that wait for a person's approval before they are forwarded.
     #[serde(default)]
@@ -167,11 +167,7 @@ pub struct ApprovalConfig {
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
     /// `"sqlite:PATH"`, `"postgres://…"` or `"memory"`; unset, a SQLite file in the user's state directory.
-    #[serde(
-        default,
-        deserialize_with = "expanded_option",
-        serialize_with = "redacted_optional_url"
-    )]
+    #[serde(default, deserialize_with = "store_url", serialize_with = "redacted_optional_url")]
     pub url: Option<String>,
 }
 
@@ -343,7 +339,7 @@ pub struct Webhook {
 #[serde(deny_unknown_fields)]
 pub struct LogConfig {
     /// A `tracing` filter such as `info` or `info,toolnexus_gateway=debug`; `RUST_LOG` overrides it.
-    #[serde(default = "default_log_level", deserialize_with = "expanded")]
+    #[serde(default = "default_log_level", deserialize_with = "log_filter")]
     pub level: String,
     /// `text` for people, `json` for log pipelines; `--log-format` overrides it.
     #[serde(default)]
@@ -532,11 +528,7 @@ pub struct ServerConfig {
     )]
     pub env: BTreeMap<String, String>,
     /// The endpoint of a streamable-HTTP server.
-    #[serde(
-        default,
-        deserialize_with = "expanded_option",
-        serialize_with = "redacted_optional_url"
-    )]
+    #[serde(default, deserialize_with = "server_url", serialize_with = "redacted_optional_url")]
     pub url: Option<String>,
     /// Headers sent with every HTTP request.
     #[serde(
@@ -833,13 +825,7 @@ impl Config {
         }
         self.store_location()?;
         if let Some(replica) = &self.replica {
-            let fits = (1..=64).contains(&replica.len())
-                && replica
-                    .bytes()
-                    .all(|byte| byte.is_ascii_alphanumeric() || b"._-".contains(&byte));
-            if !fits {
-                return Err(format!("replica {replica:?}: 1 to 64 letters, digits, '.', '_' or '-'").into());
-            }
+            check_replica(replica).map_err(|why| format!("replica: {why}"))?;
         }
         self.webhooks()?;
         self.tokens()?;
@@ -859,12 +845,7 @@ impl Config {
         for origin in &self.http.cors_origins {
             check_origin(origin).map_err(|problem| format!("http.cors_origins: {origin:?} {problem}"))?;
         }
-        tracing_subscriber::EnvFilter::try_new(&self.log.level).map_err(|error| {
-            format!(
-                "log.level = {:?}: not a log filter like \"info\" or \"warn,toolnexus_gateway=debug\": {error}",
-                self.log.level
-            )
-        })?;
+        check_log_filter(&self.log.level).map_err(|_| format!("log.level: {NOT_A_LOG_FILTER}"))?;
         Ok(())
     }
 
@@ -1002,11 +983,7 @@ impl ServerConfig {
                 env: self.env.clone(),
             }),
             (None, Some(url), None) => {
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    return Err(format!(
-                        "{key}.url = {url:?}: the URL must start with http:// or https://"
-                    ));
-                }
+                check_http_url(url).map_err(|why| format!("{key}.url: {why}"))?;
                 Ok(Transport::Http {
                     url: url.clone(),
                     headers: self.headers.clone(),
@@ -1036,6 +1013,38 @@ impl ServerConfig {
             )),
         }
     }
+}
+
+/// Whether `url` can reach a streamable-HTTP server; the reason does not quote it.
+fn check_http_url(url: &str) -> Result<(), String> {
+    if url.starts_with("http://") || url.starts_with("https://") {
+        Ok(())
+    } else {
+        Err("the URL must start with http:// or https://".to_owned())
+    }
+}
+
+/// Whether `replica` is a replica's name; the reason does not quote it.
+fn check_replica(replica: &str) -> Result<(), String> {
+    let fits = (1..=64).contains(&replica.len())
+        && replica
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || b"._-".contains(&byte));
+    if fits {
+        Ok(())
+    } else {
+        Err("1 to 64 letters, digits, '.', '_' or '-'".to_owned())
+    }
+}
+
+/// What a `log.level` that is no log filter is told.
+const NOT_A_LOG_FILTER: &str = "not a log filter like \"info\" or \"warn,toolnexus_gateway=debug\"";
+
+/// Whether `level` is a log filter; the parser's reason, which may quote part of it.
+fn check_log_filter(level: &str) -> Result<(), String> {
+    tracing_subscriber::EnvFilter::try_new(level)
+        .map(drop)
+        .map_err(|error| error.to_string())
 }
 
 /// Whether `origin` is one a browser sends: `scheme://host[:port]`, nothing after it, and no wildcard.
@@ -1096,9 +1105,63 @@ pub fn expand_env(text: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// The `${VAR}`s that `text` expands, as written there.
+fn references(text: &str) -> Vec<&str> {
+    let mut found = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        if rest[..start].ends_with('$') {
+            rest = &rest[start + 2..];
+            continue;
+        }
+        let Some(end) = rest[start..].find('}') else {
+            break;
+        };
+        found.push(&rest[start..=start + end]);
+        rest = &rest[start + end + 1..];
+    }
+    found
+}
+
+/// How an error names a value written as `written`: quoted (by `quote`), or, when `${VAR}`s expand into it, by
+/// those variables alone: what they hold may be a secret, and errors reach terminals and CI logs.
+fn named(written: &str, quote: fn(&str) -> String) -> String {
+    let references = references(written);
+    if references.is_empty() {
+        format!("{:?}", quote(written))
+    } else {
+        format!("the value of {}", references.join(" and "))
+    }
+}
+
 /// A string with `${VAR}` expanded; an error carries the key and line of the value.
 fn expanded<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     expand_env(&String::deserialize(deserializer)?).map_err(serde::de::Error::custom)
+}
+
+/// A string with `${VAR}` expanded that `check` accepts; the error names the value as [`named`] does (quoted
+/// by `quote`), with `check`'s reason, which never quotes it.
+fn expanded_checked<'de, D: Deserializer<'de>>(
+    deserializer: D,
+    check: fn(&str) -> Result<(), String>,
+    quote: fn(&str) -> String,
+) -> Result<String, D::Error> {
+    let written = String::deserialize(deserializer)?;
+    let text = expand_env(&written).map_err(serde::de::Error::custom)?;
+    check(&text).map_err(|why| serde::de::Error::custom(format!("{}: {why}", named(&written, quote))))?;
+    Ok(text)
+}
+
+fn server_url<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    expanded_checked(deserializer, check_http_url, redact::url).map(Some)
+}
+
+fn store_url<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    expanded_checked(deserializer, |url| Location::parse(url).map(drop), redact::url).map(Some)
+}
+
+fn replica_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    expanded_checked(deserializer, check_replica, str::to_owned).map(Some)
 }
 
 fn expanded_option<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
@@ -1116,21 +1179,40 @@ fn expanded_map<'de, D: Deserializer<'de>>(deserializer: D) -> Result<BTreeMap<S
         .map_err(serde::de::Error::custom)
 }
 
-/// A value parsed from a string after `${VAR}` expansion.
-fn expanded_parse<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: std::str::FromStr<Err: std::fmt::Display>,
-{
-    let text = expanded(deserializer)?;
-    text.parse()
-        .map_err(|error| serde::de::Error::custom(format!("{text:?}: {error}")))
+/// A log filter with `${VAR}` expanded.
+fn log_filter<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let written = String::deserialize(deserializer)?;
+    let level = expand_env(&written).map_err(serde::de::Error::custom)?;
+    check_log_filter(&level)
+        .map_err(|error| serde::de::Error::custom(refusal(&written, &format!(": {NOT_A_LOG_FILTER}"), error)))?;
+    Ok(level)
+}
+
+/// An error about the value written as `written`: named as [`named`] does, then `rule`, then `detail` (a parser's
+/// reason, which may quote the value) only when no `${VAR}` expanded into it.
+fn refusal(written: &str, rule: &str, detail: impl std::fmt::Display) -> String {
+    let named = named(written, str::to_owned);
+    if references(written).is_empty() {
+        format!("{named}{rule}: {detail}")
+    } else {
+        format!("{named}{rule}")
+    }
+}
+
+/// An address to listen on, after `${VAR}` expansion.
+fn socket_address<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
+    let written = String::deserialize(deserializer)?;
+    let text = expand_env(&written).map_err(serde::de::Error::custom)?;
+    text.parse().map_err(|error| {
+        serde::de::Error::custom(refusal(&written, " is not an address like \"127.0.0.1:8080\"", error))
+    })
 }
 
 fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    let text = expanded(deserializer)?;
+    let written = String::deserialize(deserializer)?;
+    let text = expand_env(&written).map_err(serde::de::Error::custom)?;
     humantime::parse_duration(&text).map_err(|error| {
-        serde::de::Error::custom(format!("{text:?} is not a duration like \"10m\" or \"90s\": {error}"))
+        serde::de::Error::custom(refusal(&written, " is not a duration like \"10m\" or \"90s\"", error))
     })
 }
 
@@ -1514,6 +1596,62 @@ mod tests {
             ))
             .is_err()
         );
+    }
+
+    #[test]
+    fn an_error_names_the_variables_a_value_came_from_and_never_what_they_hold() {
+        let path = std::env::var("PATH").unwrap();
+        assert!(
+            path.len() > 3 && path.contains('/'),
+            "the test needs a PATH with a '/': {path:?}"
+        );
+        for text in [
+            "[[servers]]\nname = \"r\"\nurl = \"${PATH}\"\n",
+            "[store]\nurl = \"${PATH}\"\n",
+            "replica = \"${PATH}\"\n",
+            "[log]\nlevel = \"${PATH}=x=y\"\n",
+            "listen = \"${PATH}\"\n",
+            "[requests]\nttl = \"${PATH}\"\n",
+            "[[servers]]\nname = \"r\"\nbuiltin = \"demo\"\nstartup_timeout = \"1${PATH}\"\n",
+        ] {
+            let error = toml::from_str::<Config>(text).unwrap_err().to_string();
+            assert!(error.contains("the value of ${PATH}"), "{text}\n{error}");
+            assert!(!error.contains(&path), "{text}\n{error}");
+        }
+        assert_eq!(references("a ${A} $${B} ${C}x ${D"), ["${A}", "${C}"]);
+        let literal = toml::from_str::<Config>("[requests]\nttl = \"soon\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            literal.contains("\"soon\" is not a duration") && literal.contains("expected number"),
+            "{literal}"
+        );
+    }
+
+    #[test]
+    fn values_set_outside_the_file_are_not_quoted_in_errors_either() {
+        let secret = "hunter2-in-the-environment";
+        let mut store = Config::builtin();
+        store.store.url = Some(format!("host=db password={secret}"));
+        let mut server = Config::builtin();
+        server.servers[0] = ServerConfig {
+            name: "remote".to_owned(),
+            url: Some(format!("mcp.example.com/?key={secret}")),
+            ..ServerConfig::default()
+        };
+        let mut replica = Config::builtin();
+        replica.replica = Some(format!("{secret}!"));
+        let mut level = Config::builtin();
+        level.log.level = format!("{secret}=x=y");
+        for (config, key) in [
+            (store, "store.url"),
+            (server, "servers[0].url"),
+            (replica, "replica"),
+            (level, "log.level"),
+        ] {
+            let error = config.validate().unwrap_err().message;
+            assert!(error.starts_with(key) && !error.contains(secret), "{error}");
+        }
     }
 
     #[test]

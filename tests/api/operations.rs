@@ -242,6 +242,73 @@ fn config_errors_name_the_file_line_and_key() {
     }
 }
 
+/// Runs `check-config` and then `serve` on the config `text`, with `env` set, and expects both to refuse it;
+/// returns what each wrote to stderr.
+fn refused_config(text: &str, env: &[(&str, &str)]) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, text).unwrap();
+    [&["check-config", "--config"][..], &["--config"][..]]
+        .into_iter()
+        .map(|command| {
+            let output = std::process::Command::new(crate::helpers::BINARY)
+                .args(command)
+                .arg(&path)
+                .envs(env.iter().copied())
+                .env_remove("TOOLNEXUS_LISTEN")
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8(output.stderr).unwrap();
+            assert_eq!(output.status.code(), Some(1), "{command:?} with {text}: {stderr}");
+            stderr
+        })
+        .collect()
+}
+
+#[test]
+fn config_errors_name_the_key_and_the_variable_never_what_it_holds() {
+    let secret = [(
+        "TOOLNEXUS_TEST_SECRET",
+        "ada:s3cret-in-env@db.example.com/x?key=k3y-in-env",
+    )];
+    let written = "\"${TOOLNEXUS_TEST_SECRET}\"";
+    for (text, line) in [
+        (format!("[[servers]]\nname = \"remote\"\nurl = {written}\n"), 3),
+        (format!("[store]\nurl = {written}\n"), 2),
+        (format!("replica = {written}\n"), 1),
+        ("[log]\nlevel = \"${TOOLNEXUS_TEST_SECRET}=x=y\"\n".to_owned(), 2),
+        (format!("listen = {written}\n"), 1),
+        (format!("[requests]\nttl = {written}\n"), 2),
+    ] {
+        for stderr in refused_config(&text, &secret) {
+            let key_line = text.lines().nth(line - 1).unwrap();
+            assert!(
+                stderr.contains(&format!("gateway.toml: TOML parse error at line {line}"))
+                    && stderr.contains(key_line)
+                    && stderr.contains("the value of ${TOOLNEXUS_TEST_SECRET}"),
+                "{text}: {stderr}"
+            );
+            assert!(
+                !stderr.contains("s3cret") && !stderr.contains("k3y"),
+                "{text}: {stderr}"
+            );
+        }
+    }
+
+    // Values from the environment that override the file's are not quoted either.
+    for (variable, value, key) in [
+        ("TOOLNEXUS_STORE", "host=db password=s3cret-in-env", "store.url"),
+        ("TOOLNEXUS_LOG_LEVEL", "s3cret-in-env=x=y", "log.level"),
+    ] {
+        for stderr in refused_config("[store]\nurl = \"memory\"\n", &[(variable, value)]) {
+            assert!(
+                stderr.contains(key) && !stderr.contains("s3cret"),
+                "{variable}: {stderr}"
+            );
+        }
+    }
+}
+
 #[test]
 fn healthcheck_exits_0_while_the_gateway_is_up_and_1_when_nothing_answers() {
     let app = crate::helpers::start(BOTH_ERAS, "");
