@@ -12,7 +12,8 @@ pub const DEFAULT_PROMPT: &str = "Allow {tool} on {server}?";
 /// The `server` of a policy that applies to every server.
 pub const ANY_SERVER: &str = "*";
 
-/// A glob pattern of tool names: `*` matches any run of characters, `?` any one character.
+/// A glob pattern of tool names: `*` matches any run of characters, `?` any one character. It is case-sensitive,
+/// as MCP tool names are: `delete_*` does not match `Delete_file`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Glob(String);
 

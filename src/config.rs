@@ -910,8 +910,9 @@ impl Config {
             if entry.ttl.is_some_and(|ttl| ttl.is_zero()) {
                 return Err(format!("{key}.ttl must be longer than zero"));
             }
-            if let Some(name) = entry.approvers.iter().find(|name| name.trim().is_empty()) {
-                return Err(format!("{key}.approvers: {name:?} is not a token name"));
+            for name in &entry.approvers {
+                self.check_approver(name)
+                    .map_err(|why| format!("{key}.approvers (server {:?}): {why}", entry.server))?;
             }
             Ok(ApprovalPolicy {
                 server: entry.server.clone(),
@@ -924,6 +925,37 @@ impl Config {
                 approvers: entry.approvers.clone(),
             })
         })
+    }
+
+    /// Whether the token `name` can answer approvals: an approver's or an admin's among `[[auth.tokens]]`. Without
+    /// tokens nobody can, since everyone is `anonymous`.
+    fn check_approver(&self, name: &str) -> Result<(), String> {
+        let tokens = &self.auth.tokens;
+        if tokens.is_empty() {
+            return Err(format!(
+                "{name:?} names a token, but no [[auth.tokens]] are configured: without tokens everyone is {:?} and \
+                 answers every approval; add the tokens, or remove approvers",
+                auth::ANONYMOUS
+            ));
+        }
+        let answering: Vec<String> = tokens
+            .iter()
+            .filter(|token| token.role != Role::Agent)
+            .map(|token| format!("{:?}", token.name))
+            .collect();
+        let which = match answering.as_slice() {
+            [] => "add an approver or admin token".to_owned(),
+            names => format!("name one of {}", names.join(", ")),
+        };
+        match tokens.iter().find(|token| token.name == name) {
+            None => Err(format!(
+                "{name:?} is the name of no [[auth.tokens]] entry, so nobody could answer as it; {which}"
+            )),
+            Some(token) if token.role == Role::Agent => Err(format!(
+                "{name:?} is an agent's token, and agents never answer approvals; {which}"
+            )),
+            Some(_) => Ok(()),
+        }
     }
 
     /// The validated servers; the error names the offending key and the fix.
@@ -1567,7 +1599,11 @@ mod tests {
 
     #[test]
     fn approvals_are_validated_and_printed() {
-        let demo = "[[servers]]\nname = \"demo\"\nbuiltin = \"demo\"\n";
+        let demo = format!(
+            "[[servers]]\nname = \"demo\"\nbuiltin = \"demo\"\n\
+             [[auth.tokens]]\nname = \"on-call\"\nrole = \"approver\"\nsha256 = \"{}\"\n",
+            "0".repeat(64)
+        );
         let config = parse(&format!(
             "{demo}[[approvals]]\nserver = \"demo\"\ntools = [\"confirm_*\", \"echo\"]\nttl = \"30m\"\n\
              approvers = [\"on-call\"]\n[[approvals]]\nserver = \"*\"\ntools = [\"*\"]\nprompt = \"{{tool}}?\"\n"
@@ -1586,6 +1622,10 @@ mod tests {
             ("server = \"demo\"\ntools = []", "approvals[0].tools"),
             ("server = \"demo\"\ntools = [\"a b\"]", "approvals[0].tools"),
             ("server = \"demo\"\ntools = [\"*\"]\nttl = \"0s\"", "approvals[0].ttl"),
+            (
+                "server = \"demo\"\ntools = [\"*\"]\napprovers = [\"on-cal\"]",
+                "approvals[0].approvers",
+            ),
         ] {
             let error = parse(&format!("{demo}[[approvals]]\n{entry}\n")).unwrap_err();
             assert!(error.starts_with(named), "{entry}: {error}");
@@ -1595,6 +1635,53 @@ mod tests {
                 "{demo}[[approvals]]\nserver = \"demo\"\ntools = [\"*\"]\nwho = 1\n"
             ))
             .is_err()
+        );
+    }
+
+    #[test]
+    fn approvers_must_be_tokens_that_answer_approvals() {
+        let token = |name: &str, role: &str| {
+            format!(
+                "[[auth.tokens]]\nname = \"{name}\"\nrole = \"{role}\"\nsha256 = \"{}\"\n",
+                "0".repeat(64)
+            )
+        };
+        let policy = |approvers: &str| {
+            format!("[[approvals]]\nserver = \"*\"\ntools = [\"confirm_*\"]\napprovers = [{approvers}]\n")
+        };
+        let tokens = format!(
+            "{}{}{}",
+            token("bot", "agent"),
+            token("on-call", "approver"),
+            token("root", "admin")
+        );
+        assert!(parse(&format!("{tokens}{}", policy("\"on-call\", \"root\""))).is_ok());
+        for (text, wanted) in [
+            (
+                format!("{tokens}{}", policy("\"on-call\", \"on-cal\"")),
+                "approvals[0].approvers (server \"*\"): \"on-cal\" is the name of no [[auth.tokens]] entry, so nobody \
+                 could answer as it; name one of \"on-call\", \"root\"",
+            ),
+            (
+                format!("{tokens}{}", policy("\"bot\"")),
+                "approvals[0].approvers (server \"*\"): \"bot\" is an agent's token, and agents never answer approvals",
+            ),
+            (
+                format!("{}{}", token("bot", "agent"), policy("\"bot\"")),
+                "agents never answer approvals; add an approver or admin token",
+            ),
+            (
+                policy("\"on-call\""),
+                "approvals[0].approvers (server \"*\"): \"on-call\" names a token, but no [[auth.tokens]] are \
+                 configured",
+            ),
+        ] {
+            let error = parse(&text).unwrap_err();
+            assert!(error.contains(wanted), "{text}\n{error}");
+        }
+        assert!(
+            parse(&policy("")).is_ok(),
+            "no approvers: any approver or admin, or anyone without tokens"
         );
     }
 

@@ -2,7 +2,9 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{BOTH_ERAS, ERAS, Process, first_request, results, spawn_app, spawn_process, start_process};
+use crate::helpers::{
+    BOTH_ERAS, ERAS, Process, first_request, results, spawn_app, spawn_process, start_process, token_entry,
+};
 
 #[tokio::test]
 async fn metrics_count_requests_calls_sessions_and_http() {
@@ -304,6 +306,39 @@ fn config_errors_name_the_key_and_the_variable_never_what_it_holds() {
             assert!(
                 stderr.contains(key) && !stderr.contains("s3cret"),
                 "{variable}: {stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn approvers_naming_no_token_that_answers_approvals_are_refused() {
+    let policy = |approvers: &str| {
+        format!("[[approvals]]\nserver = \"demo\"\ntools = [\"confirm_*\"]\napprovers = [{approvers}]\n")
+    };
+    let servers = "[[servers]]\nname = \"demo\"\nbuiltin = \"demo\"\n[store]\nurl = \"memory\"\n";
+    let tokens = format!("{}{}", token_entry("on-call", "approver"), token_entry("ci", "agent"));
+    let cases = [
+        (
+            format!("{servers}{tokens}{}", policy("\"on-cal\"")),
+            "line 14: approvals[0].approvers (server \"demo\"): \"on-cal\" is the name of no [[auth.tokens]] entry, \
+             so nobody could answer as it; name one of \"on-call\"",
+        ),
+        (
+            format!("{servers}{tokens}{}", policy("\"ci\"")),
+            "line 14: approvals[0].approvers (server \"demo\"): \"ci\" is an agent's token, and agents never answer approvals",
+        ),
+        (
+            format!("{servers}{}", policy("\"on-call\"")),
+            "line 6: approvals[0].approvers (server \"demo\"): \"on-call\" names a token, but no [[auth.tokens]] are \
+             configured",
+        ),
+    ];
+    for (text, expected) in cases {
+        for stderr in refused_config(&text, &[]) {
+            assert!(
+                stderr.contains(&format!("gateway.toml, {expected}")),
+                "{text}\n{stderr}"
             );
         }
     }
