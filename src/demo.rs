@@ -5,7 +5,7 @@
 //! `structuredContent: {"results": [...]}` and the same JSON as its text.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,6 +28,8 @@ const URL_ELICITATION_REQUIRED: ErrorCode = ErrorCode(-32042);
 
 /// The most elicitations one `flood` call raises.
 const MAX_FLOOD: u64 = 200_000;
+/// How many different texts `echo` counts for `echoes`; later ones are not counted.
+const MAX_ECHOES_COUNTED: usize = 4096;
 
 /// The protocol eras the demo server speaks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -59,6 +61,8 @@ pub struct Demo {
     state_key: Option<[u8; 32]>,
     /// Services `connect_account` has already sent to authorization (2025-11-25 only).
     connecting: Arc<Mutex<HashSet<String>>>,
+    /// How many times `echo` was called with each text, for `echoes`: what this process received.
+    echoed: Arc<Mutex<HashMap<String, u64>>>,
 }
 
 impl Demo {
@@ -68,6 +72,7 @@ impl Demo {
             eras,
             state_key: (seal == StateSeal::ThisProcess).then(process_key),
             connecting: Arc::default(),
+            echoed: Arc::default(),
         }
     }
 
@@ -208,7 +213,19 @@ impl ServerHandler for Demo {
                 .to_owned()
         };
         match request.name.as_ref() {
-            "echo" => Ok(CallToolResult::success(vec![ContentBlock::text(text("text"))]).into()),
+            "echo" => {
+                let echoed = text("text");
+                let mut counts = self.echoed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                if counts.len() < MAX_ECHOES_COUNTED || counts.contains_key(&echoed) {
+                    *counts.entry(echoed.clone()).or_default() += 1;
+                }
+                Ok(CallToolResult::success(vec![ContentBlock::text(echoed)]).into())
+            }
+            "echoes" => {
+                let counts = self.echoed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let count = counts.get(&text("text")).copied().unwrap_or_default();
+                Ok(CallToolResult::success(vec![ContentBlock::text(count.to_string())]).into())
+            }
             "flood" => {
                 let count = arguments.get("count").and_then(Value::as_u64).unwrap_or(1);
                 if count > MAX_FLOOD {
@@ -316,6 +333,11 @@ fn tools() -> Vec<Tool> {
         Tool::new(
             "echo",
             "Returns the text; no elicitation.",
+            object(json!({"text": {"type": "string"}}), &["text"]),
+        ),
+        Tool::new(
+            "echoes",
+            "How many times this server process has received `echo` with the text (the first 4096 texts are counted).",
             object(json!({"text": {"type": "string"}}), &["text"]),
         ),
         Tool::new(

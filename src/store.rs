@@ -20,8 +20,8 @@ use serde_json::{Map, Value};
 use crate::feed::Feed;
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{
-    Arguments, CallFilter, CallStatus, CallView, Event, Filter, Finish, RequestView, SessionFilter, SessionStatus,
-    SessionView, Status, Via,
+    Arguments, CallError, CallFailure, CallFilter, CallStatus, CallView, Event, Filter, Finish, RequestView,
+    SessionFilter, SessionStatus, SessionView, Status, Via,
 };
 use crate::suspension::{Answer, Request};
 use crate::time::{Clock, Timestamp};
@@ -366,6 +366,24 @@ pub struct HeldCall {
 /// on a private session is not among them: its session ended with the process that opened it.
 pub(crate) const HELD_BY_APPROVAL: &str = "(SELECT q.id FROM requests AS q \
      WHERE q.call_id = c.id AND c.shared AND c.forwarded_at IS NULL AND q.kind = 'approval' LIMIT 1)";
+
+/// The approval of a call `c` that was claimed for sending (`forwarded_at`) when nothing from its upstream (an
+/// elicitation of its own, a round) shows that the upstream had it: it may not have been sent.
+pub(crate) const CLAIMED_UNHEARD: &str = "(SELECT q.id FROM requests AS q \
+     WHERE q.call_id = c.id AND c.forwarded_at IS NOT NULL AND q.kind = 'approval' \
+     AND NOT EXISTS (SELECT 1 FROM requests AS e WHERE e.call_id = c.id AND e.kind != 'approval') \
+     AND NOT EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id) LIMIT 1)";
+
+/// Why a call that was claimed for sending, but not known to have reached its upstream, is not sent again.
+pub(crate) fn maybe_not_sent(stopped: &str) -> CallError {
+    CallError {
+        message: format!(
+            "{stopped} after the approved call was handed to its session and before anything showed the upstream \
+             had it: it may not have been sent, and it is not sent twice"
+        ),
+        reason: Some(CallFailure::MaybeNotSent),
+    }
+}
 
 /// The store; cheap to clone.
 #[derive(Debug, Clone)]

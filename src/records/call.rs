@@ -112,6 +112,10 @@ pub enum CallFailure {
     Declined,
     /// The approval the call needed expired unanswered; it was never forwarded.
     Expired,
+    /// The gateway (or the replica holding the call) stopped after the approved call was handed to its
+    /// session and before anything showed the upstream had it: it may not have been sent, and a 2025-11-25
+    /// call is not sent twice.
+    MaybeNotSent,
 }
 
 impl CallFailure {
@@ -123,6 +127,7 @@ impl CallFailure {
             CallFailure::ReplicaGone => "replica_gone",
             CallFailure::Declined => "declined",
             CallFailure::Expired => "expired",
+            CallFailure::MaybeNotSent => "maybe_not_sent",
         }
     }
 
@@ -134,6 +139,7 @@ impl CallFailure {
             CallFailure::ReplicaGone,
             CallFailure::Declined,
             CallFailure::Expired,
+            CallFailure::MaybeNotSent,
         ]
         .into_iter()
         .find(|reason| reason.as_str() == name)
@@ -322,6 +328,7 @@ mod tests {
             CallFailure::ReplicaGone,
             CallFailure::Declined,
             CallFailure::Expired,
+            CallFailure::MaybeNotSent,
         ] {
             assert_eq!(serde_json::to_value(reason).unwrap(), reason.as_str());
             assert_eq!(CallFailure::parse(reason.as_str()), Some(reason));

@@ -774,14 +774,18 @@ async fn an_approved_call_is_claimed_for_sending_once() {
 }
 
 #[tokio::test]
-async fn a_restart_hands_over_the_calls_approvals_hold_until_they_are_sent() {
+async fn a_restart_hands_over_the_calls_approvals_hold_until_they_are_known_sent() {
     let dir = tempfile::tempdir().unwrap();
     for location in durable(&dir) {
         let store = open(&location).await;
         let mut approvals = Vec::new();
         let mut calls = Vec::new();
-        for _ in 0..3 {
-            let call = insert(&store, new_call("ada")).await;
+        for protocol in ["2026-07-28", "2026-07-28", "2026-07-28", "2025-11-25", "2025-11-25"] {
+            let call = NewCall {
+                protocol_version: Some(protocol.into()),
+                ..new_call("ada")
+            };
+            let call = insert(&store, call).await;
             let raised = store
                 .raise(vec![approval_of(&call.id)], None, PendingCaps::NONE)
                 .await
@@ -789,14 +793,21 @@ async fn a_restart_hands_over_the_calls_approvals_hold_until_they_are_sent() {
             approvals.push(raised[0].clone());
             calls.push(call.id);
         }
-        // One waits; one is approved but was not sent; one was sent.
+        // One waits; one is approved but not claimed for sending; the others were claimed, and only the last
+        // upstream showed it had its call (an elicitation of it).
         for approval in &approvals[1..] {
             store
                 .answer(&approval.request.id, None, decided(true), still_wanted())
                 .await
                 .unwrap();
         }
-        assert!(store.forwarding(&calls[2]).await.unwrap());
+        for call in &calls[2..] {
+            assert!(store.forwarding(call).await.unwrap());
+        }
+        store
+            .raise(vec![new_request(Some(&calls[4]), None)], None, PendingCaps::NONE)
+            .await
+            .unwrap();
         close(store).await;
 
         let store = open(&location).await;
@@ -805,13 +816,23 @@ async fn a_restart_hands_over_the_calls_approvals_hold_until_they_are_sent() {
             call: calls[at].clone(),
             approval: approvals[at].request.id.clone(),
         };
-        assert_eq!(recovered.approvals, [held(0), held(1)]);
-        assert_eq!((recovered.ended_calls, recovered.pending), (1, 1));
+        // A 2026-07-28 call that may not have been sent is sent again: at least once.
+        assert_eq!(recovered.approvals, [held(0), held(1), held(2)]);
+        assert!(
+            store.forwarding(&calls[2]).await.unwrap(),
+            "claimed again once handed over"
+        );
+        assert_eq!(recovered.ended_calls, 2);
         let pending = store.request(&approvals[0].request.id).await.unwrap().unwrap();
         assert_eq!(pending.status, Status::Pending);
-        let sent = store.call(&calls[2]).await.unwrap().unwrap();
+        let reason = |view: Option<crate::records::CallView>| view.unwrap().error.unwrap().reason;
         assert_eq!(
-            sent.error.unwrap().reason,
+            reason(store.call(&calls[3]).await.unwrap()),
+            Some(crate::records::CallFailure::MaybeNotSent),
+            "a 2025-11-25 call is not sent twice, nor said to have been worked on"
+        );
+        assert_eq!(
+            reason(store.call(&calls[4]).await.unwrap()),
             Some(crate::records::CallFailure::GatewayRestarted)
         );
         close(store).await;

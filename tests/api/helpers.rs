@@ -743,3 +743,21 @@ impl Caller {
         call
     }
 }
+
+/// The demo server over HTTP in a process of its own (which outlives any gateway), and its `/mcp` URL.
+pub fn http_demo() -> (Child, String) {
+    let mut demo = Command::new(BINARY)
+        .args(["demo-server", "--http", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _ = Output::collect(demo.stderr.take().unwrap(), "[demo http] ");
+    let stdout = Output::collect(demo.stdout.take().unwrap(), "[demo http stdout] ");
+    let url = stdout
+        .wait_for("listening on ")
+        .trim_start_matches("listening on ")
+        .trim()
+        .to_owned();
+    (demo, url)
+}

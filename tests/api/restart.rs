@@ -346,3 +346,73 @@ async fn a_call_that_runs_on_is_recorded_while_its_starter_still_waits() {
     assert_eq!(ended["status"], "failed", "{ended}");
     assert_eq!(ended["error"]["reason"], "gateway_restarted", "{ended}");
 }
+
+/// A gateway killed at many points between an approval's answer and its call's send (before the answer is kept,
+/// before the call is claimed for sending, between the claim and the send, after it): after the restart every
+/// approved 2026-07-28 call has run, at least once; every 2025-11-25 one has run once or failed saying it may
+/// not have been sent, and was never sent twice; and no call fails saying the upstream worked on it when it
+/// received nothing. The upstream is an HTTP demo server of its own, which outlives the gateway and counts what
+/// it received.
+#[tokio::test]
+async fn an_approved_call_killed_anywhere_before_its_send_is_sent_after_the_restart_or_failed_saying_so() {
+    let (mut demo, url) = crate::helpers::http_demo();
+    let servers = format!(
+        "[[servers]]\nname = \"legacy\"\nurl = \"{url}\"\nprotocol = \"2025-11-25\"\n\
+         [[servers]]\nname = \"modern\"\nurl = \"{url}\"\n\
+         [[approvals]]\nserver = \"*\"\ntools = [\"echo\"]\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut outcomes: HashMap<String, usize> = HashMap::new();
+    for round in 0..12u64 {
+        let mut app = spawn_process_in(dir.path(), "", &servers, "").await;
+        let mut calls = Vec::new();
+        for era in crate::helpers::ERAS {
+            let text = format!("{era} {round}");
+            let call = app.call(era, "echo", json!({"text": text})).await;
+            assert_eq!(call["status"], "input_required", "{call}");
+            calls.push((era, text, call["id"].as_str().unwrap().to_owned(), first_request(&call)));
+        }
+        let answers: Vec<_> = calls
+            .iter()
+            .map(|(_, _, _, approval)| app.send_answer(approval, json!({"ok": true})))
+            .collect();
+        // The kill lands at a different point of the approval's way upstream in each round.
+        tokio::time::sleep(Duration::from_micros(round * 1500)).await;
+        app.kill();
+        for answer in answers {
+            let _ = answer.await;
+        }
+
+        let app = spawn_process_in(dir.path(), "", &servers, "").await;
+        for (era, text, call, approval) in &calls {
+            if app.get_json(&format!("/requests/{approval}")).await["status"] == "pending" {
+                app.answer_ok(approval, json!({"ok": true})).await;
+            }
+            let ended = app.settled(call).await;
+            let received = app.call("modern", "echoes", json!({"text": text})).await;
+            let received: u64 = received["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            let outcome = match (ended["status"].as_str(), ended["error"]["reason"].as_str()) {
+                (Some("completed"), _) => {
+                    assert!(received >= 1, "{era} {round}: completed unsent: {ended}");
+                    "completed"
+                }
+                (Some("failed"), Some("maybe_not_sent")) => {
+                    assert_eq!(*era, "legacy", "a 2026-07-28 call is sent again: {ended}");
+                    "maybe_not_sent"
+                }
+                _ => panic!("{era} {round}: {ended}"),
+            };
+            if *era == "legacy" {
+                assert!(received <= 1, "{era} {round}: sent {received} times: {ended}");
+            }
+            *outcomes.entry(format!("{era} {outcome}")).or_default() += 1;
+        }
+        drop(app);
+    }
+    eprintln!("outcomes over the rounds: {outcomes:?}");
+    let _ = demo.kill();
+}

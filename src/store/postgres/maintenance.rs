@@ -7,7 +7,9 @@ use super::requests::{resolve_ids, select_ids};
 use super::{Conn, Postgres, rows};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallError, CallFailure, Finish, SessionStatus};
-use crate::store::{EventPage, HELD_BY_APPROVAL, HeldCall, Lease, Recovered, Resolution, StoreError};
+use crate::store::{
+    CLAIMED_UNHEARD, EventPage, HELD_BY_APPROVAL, HeldCall, Lease, Recovered, Resolution, StoreError, maybe_not_sent,
+};
 use crate::time::Timestamp;
 
 /// How many rows one pruning statement deletes, so that the writer never stops for long.
@@ -260,7 +262,8 @@ impl Postgres {
                     .query(
                         &format!(
                             "SELECT c.id, c.protocol_version, \
-                             c.shared AND EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id), {HELD_BY_APPROVAL} \
+                             c.shared AND EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id), {HELD_BY_APPROVAL}, \
+                             c.shared, {CLAIMED_UNHEARD} \
                              FROM calls AS c WHERE c.status IN ('running', 'input_required') AND {theirs} \
                              ORDER BY c.seq"
                         ),
@@ -284,6 +287,23 @@ impl Postgres {
                             tx.execute("UPDATE calls SET replica = $2 WHERE id = $1", &[&call, &me])
                                 .await?;
                             recovered.resumes.push(call);
+                        }
+                        continue;
+                    }
+                    if let Some(approval) = row.try_get::<_, Option<RequestId>>(5)? {
+                        // A 2026-07-28 call may be sent again (at least once); a 2025-11-25 one may not be sent
+                        // twice.
+                        if keeps_rounds && row.try_get::<_, bool>(4)? {
+                            tx.execute(
+                                "UPDATE calls SET replica = $2, forwarded_at = NULL WHERE id = $1",
+                                &[&call, &me],
+                            )
+                            .await?;
+                            recovered.approvals.push(HeldCall { call, approval });
+                        } else {
+                            let error = maybe_not_sent(&ended.detail);
+                            super::calls::finish_in(tx, &call, Finish::Failed(error)).await?;
+                            recovered.ended_calls += 1;
                         }
                         continue;
                     }

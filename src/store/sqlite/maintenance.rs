@@ -9,7 +9,9 @@ use super::requests::{resolve_ids, select_ids};
 use super::{Sqlite, rows};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallError, CallFailure, Event, Finish, SessionStatus};
-use crate::store::{EventPage, HELD_BY_APPROVAL, HeldCall, Lease, Recovered, Resolution, StoreError};
+use crate::store::{
+    CLAIMED_UNHEARD, EventPage, HELD_BY_APPROVAL, HeldCall, Lease, Recovered, Resolution, StoreError, maybe_not_sent,
+};
 use crate::time::Timestamp;
 
 /// How many rows one pruning statement deletes, so that the writer never stops for long.
@@ -129,16 +131,27 @@ impl Sqlite {
             };
             recovered.ended_requests += resolve_ids(tx, &elicitations, &resolution)?.views.len();
             // A round can be retried only on a shared session: a private one ended with the previous run.
-            let calls: Vec<(CallId, Option<String>, bool, Option<RequestId>)> = {
+            type Unended = (CallId, Option<String>, bool, bool, Option<RequestId>, Option<RequestId>);
+            let calls: Vec<Unended> = {
                 let mut statement = tx.conn.prepare_cached(&format!(
-                    "SELECT c.id, c.protocol_version, \
-                     c.shared = 1 AND EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id), {HELD_BY_APPROVAL} \
+                    "SELECT c.id, c.protocol_version, c.shared = 1, \
+                     c.shared = 1 AND EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id), \
+                     {HELD_BY_APPROVAL}, {CLAIMED_UNHEARD} \
                      FROM calls AS c WHERE c.status IN ('running', 'input_required') ORDER BY c.seq"
                 ))?;
-                let calls = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?;
+                let calls = statement.query_map([], |row| {
+                    Ok((
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get(2)?,
+                        row.get(3)?,
+                        row.get(4)?,
+                        row.get(5)?,
+                    ))
+                })?;
                 calls.collect::<rusqlite::Result<_>>()?
             };
-            for (call, protocol, resumable, approval) in calls {
+            for (call, protocol, shared, resumable, approval, unheard) in calls {
                 if let Some(approval) = approval {
                     recovered.approvals.push(HeldCall { call, approval });
                     continue;
@@ -147,6 +160,19 @@ impl Sqlite {
                 if keeps_rounds && resumable {
                     if super::calls::retry(tx.conn, &call)?.is_some() {
                         recovered.resumes.push(call);
+                    }
+                    continue;
+                }
+                if let Some(approval) = unheard {
+                    // A 2026-07-28 call may be sent again (at least once); a 2025-11-25 one may not be sent twice.
+                    if keeps_rounds && shared {
+                        tx.conn
+                            .prepare_cached("UPDATE calls SET forwarded_at = NULL WHERE id = ?1")?
+                            .execute(params![call])?;
+                        recovered.approvals.push(HeldCall { call, approval });
+                    } else {
+                        super::calls::finish_in(tx, &call, Finish::Failed(maybe_not_sent(&restarted)))?;
+                        recovered.ended_calls += 1;
                     }
                     continue;
                 }
