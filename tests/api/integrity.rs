@@ -2,7 +2,7 @@
 //! modes, `tasks/update` — refuses the same answers, and an approval runs only on an allowed person's yes.
 
 use rmcp::ServiceError;
-use rmcp::model::{CallToolRequestParams, ProtocolVersion, UpdateTaskParams};
+use rmcp::model::{CallToolRequestParams, GetTaskParams, ProtocolVersion, TaskPayload, UpdateTaskParams};
 use serde_json::{Value, json};
 
 use crate::front_door::{
@@ -52,6 +52,11 @@ async fn refused_through_mcp(app: &TestApp, token: &str, era: &ProtocolVersion, 
     assert!(refusal(&error).contains(why), "tools/call retry: {error}");
     client.cancel().await.unwrap();
     let tasking = connect_as(app, era, Some(token), Tasking { elicits: true }).await;
+    let task = tasking.peer().get_task(GetTaskParams::new(call)).await.unwrap().task;
+    assert!(
+        !matches!(task.payload, TaskPayload::InputRequired { .. }),
+        "an approval is never a task's input: {task:?}"
+    );
     let update = UpdateTaskParams::new(call, [(request.to_owned(), accept())].into());
     let error = tasking.peer().update_task(update).await.unwrap_err();
     assert!(refusal(&error).contains(why), "tasks/update: {error}");
