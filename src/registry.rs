@@ -779,6 +779,26 @@ impl Registry {
     }
 }
 
+#[cfg(test)]
+impl Registry {
+    /// A registry of Requests that live `ttl`, without caps, on the store at `location` opened as replica
+    /// `name`; and that store.
+    async fn opened(location: &crate::store::Location, name: &str, ttl: Duration) -> (Store, Self) {
+        let feed = crate::feed::Feed::default();
+        let store = Store::open(location, feed, Duration::from_secs(86_400), name, Clock::default())
+            .await
+            .unwrap();
+        let policy = Policy {
+            ttl,
+            apply_defaults: true,
+            caps: crate::store::PendingCaps::NONE,
+            max_request_bytes: usize::MAX,
+        };
+        let (resumes, _) = mpsc::unbounded_channel();
+        (store.clone(), Self::new(store, policy, Metrics::default(), resumes))
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -10,7 +10,6 @@ use serde_json::json;
 use super::*;
 use crate::approvals;
 use crate::auth::Role;
-use crate::feed::Feed;
 use crate::ids::{self, RequestId};
 use crate::store::Location;
 
@@ -148,23 +147,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         .build()
         .unwrap();
     runtime.block_on(async move {
-        let store = Store::open(
-            &Location::Memory,
-            Feed::default(),
-            Duration::from_secs(86_400),
-            "replica-under-test",
-            crate::time::Clock::default(),
-        )
-        .await
-        .unwrap();
-        let policy = Policy {
-            ttl: Duration::from_secs(3600),
-            apply_defaults: true,
-            caps: crate::store::PendingCaps::NONE,
-            max_request_bytes: usize::MAX,
-        };
-        let (resumes, _) = mpsc::unbounded_channel();
-        let registry = Registry::new(store, policy, Metrics::default(), resumes);
+        let (_, registry) = Registry::opened(&Location::Memory, "replica-under-test", Duration::from_secs(3600)).await;
         let mut raised: Vec<Raised> = Vec::new();
         for op in ops {
             match op {

@@ -6,7 +6,6 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::feed::Feed;
 use crate::store::Location;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -112,24 +111,9 @@ fn run(location: &Location, ops: Vec<Op>) -> Result<(), TestCaseError> {
         .build()
         .unwrap();
     runtime.block_on(async move {
-        let store = Store::open(
-            location,
-            Feed::default(),
-            Duration::from_secs(86_400),
-            "replica-under-test",
-            crate::time::Clock::default(),
-        )
-        .await
-        .unwrap();
-        let policy = Policy {
-            ttl: TTL,
-            apply_defaults: true,
-            caps: crate::store::PendingCaps::NONE,
-            max_request_bytes: usize::MAX,
-        };
-        let (resumes, _) = mpsc::unbounded_channel();
+        let (store, registry) = Registry::opened(location, "replica-under-test", TTL).await;
         let mut world = World {
-            registry: Registry::new(store.clone(), policy, Metrics::default(), resumes),
+            registry,
             advanced: Duration::ZERO,
         };
         let mut tracked: Vec<Tracked> = Vec::new();

@@ -12,23 +12,7 @@ use crate::store::postgres::cluster;
 /// A registry on the database at `url` as replica `name`.
 async fn replica(url: &str, name: &str) -> Registry {
     let location = Location::Postgres(url.to_owned());
-    let store = Store::open(
-        &location,
-        Feed::default(),
-        Duration::from_secs(3600),
-        name,
-        crate::time::Clock::default(),
-    )
-    .await
-    .unwrap();
-    let policy = Policy {
-        ttl: Duration::from_secs(600),
-        apply_defaults: true,
-        caps: PendingCaps::NONE,
-        max_request_bytes: usize::MAX,
-    };
-    let (resumes, _) = mpsc::unbounded_channel();
-    Registry::new(store, policy, Metrics::default(), resumes)
+    Registry::opened(&location, name, Duration::from_secs(600)).await.1
 }
 
 /// Raises a 2025-11-25 elicitation on `registry` and waits on it there.

@@ -5,8 +5,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    BINARY, BOTH_ERAS, ERAS, Output, TestApp, first_request, poll_until, results, spawn_app, spawn_app_with,
-    spawn_process,
+    BOTH_ERAS, ERAS, TestApp, first_request, poll_until, results, spawn_app, spawn_app_with, spawn_process,
 };
 
 #[tokio::test]
@@ -450,19 +449,7 @@ async fn an_http_upstream_that_redirects_is_not_followed_and_its_headers_go_nowh
 
 #[tokio::test]
 async fn an_http_upstream_works_in_both_eras() {
-    let mut demo = std::process::Command::new(BINARY)
-        .args(["demo-server", "--http", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _stderr = Output::collect(demo.stderr.take().unwrap(), "[demo http] ");
-    let stdout = Output::collect(demo.stdout.take().unwrap(), "[demo http stdout] ");
-    let url = stdout
-        .wait_for("listening on ")
-        .trim_start_matches("listening on ")
-        .trim()
-        .to_owned();
+    let (mut demo, url) = crate::helpers::http_demo();
     let servers = format!(
         "[[servers]]\nname = \"legacy\"\nurl = \"{url}\"\nprotocol = \"2025-11-25\"\n\
          [[servers]]\nname = \"modern\"\nurl = \"{url}\"\nheaders = {{ X-Test = \"${{PATH}}\" }}\n"
