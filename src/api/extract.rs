@@ -1,13 +1,15 @@
 //! Extractors whose rejections are problem+json: JSON bodies (415, 413, 400 in that order; a key given twice
 //! in one object is a 400 too) and query strings.
 
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fmt;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
-use serde::de::{self, DeserializeOwned, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::error::Category;
 use serde_json::{Map, Number, Value};
@@ -91,6 +93,143 @@ pub(super) fn unique_json(bytes: &[u8]) -> Result<Value, JsonFault> {
             Err(JsonFault::Ambiguous(format!("the body is ambiguous: {error}")))
         }
         Err(error) => Err(JsonFault::Invalid(format!("the body is not valid JSON: {error}"))),
+    }
+}
+
+/// Checks, without building it, that no object in a JSON value has a key twice (as [`unique_json`] does), and
+/// gives the top-level object's `method` when it is a string: what `/mcp` needs of a JSON-RPC message before
+/// the MCP transport reads it.
+pub(super) fn unrepeated_method(bytes: &[u8]) -> Result<Option<String>, JsonFault> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let checked = Unrepeated(Place::Message)
+        .deserialize(&mut deserializer)
+        .and_then(|method| deserializer.end().map(|()| method));
+    checked.map_err(|error| match error.classify() {
+        Category::Data => JsonFault::Ambiguous(format!("the body is ambiguous: {error}")),
+        _ => JsonFault::Invalid(format!("the body is not valid JSON: {error}")),
+    })
+}
+
+/// How many keys of one object are compared one by one before they are hashed.
+const FEW_KEYS: usize = 16;
+
+/// Walks a value, refusing an object's repeated key; keeps the `method` of the message.
+struct Unrepeated(Place);
+
+/// Where in the message a value is.
+#[derive(Clone, Copy, PartialEq)]
+enum Place {
+    /// The whole message.
+    Message,
+    /// The message's `method`.
+    Method,
+    /// Anywhere else.
+    Inside,
+}
+
+impl<'de> DeserializeSeed<'de> for Unrepeated {
+    type Value = Option<String>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Unrepeated {
+    type Value = Option<String>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Self::Value, E> {
+        Ok((self.0 == Place::Method).then(|| value.to_owned()))
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Self::Value, A::Error> {
+        while items.next_element_seed(Unrepeated(Place::Inside))?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Self::Value, A::Error> {
+        let mut few: Vec<Cow<'de, str>> = Vec::new();
+        let mut many: HashSet<Cow<'de, str>> = HashSet::new();
+        let mut method = None;
+        while let Some(Key(key)) = entries.next_key()? {
+            if few.len() == FEW_KEYS {
+                many.extend(few.drain(..));
+            }
+            let repeated = if many.is_empty() {
+                few.contains(&key)
+            } else {
+                many.contains(&key)
+            };
+            if repeated {
+                return Err(de::Error::custom(format_args!(
+                    "the key {key:?} appears more than once in one object"
+                )));
+            }
+            let place = if self.0 == Place::Message && key == "method" {
+                Place::Method
+            } else {
+                Place::Inside
+            };
+            let value = entries.next_value_seed(Unrepeated(place))?;
+            if place == Place::Method {
+                method = value;
+            }
+            if many.is_empty() {
+                few.push(key)
+            } else {
+                many.insert(key);
+            }
+        }
+        Ok(method)
+    }
+}
+
+/// An object's key, borrowed from the body unless it has escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Cow<'de, str>;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+                formatter.write_str("a key")
+            }
+
+            fn visit_borrowed_str<E>(self, value: &'de str) -> Result<Self::Value, E> {
+                Ok(Cow::Borrowed(value))
+            }
+
+            fn visit_str<E>(self, value: &str) -> Result<Self::Value, E> {
+                Ok(Cow::Owned(value.to_owned()))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor).map(Key)
     }
 }
 
@@ -203,6 +342,44 @@ mod tests {
         let json = r#"{"ok": true, "n": [-1, 18446744073709551615, 2.5e-3, null, "\u00e9"],
             "data": {"a": {"b": [{"c": 1}, {"c": 2}]}, "b": {}}, "": ""}"#;
         assert_eq!(parse(json).unwrap(), serde_json::from_str::<Value>(json).unwrap());
+    }
+
+    #[test]
+    fn the_check_that_builds_nothing_refuses_what_the_value_builder_refuses_and_finds_the_method() {
+        let many: String = (0..40).map(|key| format!("\"k{key}\": {key},")).collect();
+        for json in [
+            r#"{"ok": true, "ok": true}"#,
+            r#"{"data": {"a": 1, "b": 2, "a": 3}}"#,
+            r#"[{"x": [{"y": 1, "y": 1}]}]"#,
+            r#"{"ok": 1, "\u006fk": 2}"#,
+            r#"{"method": "tools/call", "params": {"arguments": {"t": "a", "t": "b"}}}"#,
+            &format!("{{{many} \"k3\": 0}}"),
+            &format!("{{{many} \"last\": 0}}"),
+            r#"{"jsonrpc": "2.0", "method": "initialize", "params": {}}"#,
+            r#"{"method": {"a": 1}}"#,
+            r#"[1, "x", null]"#,
+            r#"{"a": 1"#,
+        ] {
+            let built = parse(json).map_err(|error| error.to_string());
+            let checked = unrepeated_method(json.as_bytes());
+            assert_eq!(
+                built.is_ok(),
+                checked.is_ok(),
+                "{json}: {built:?} / {}",
+                checked.is_ok()
+            );
+            if let (Err(built), Err(JsonFault::Ambiguous(checked))) = (&built, &checked) {
+                assert!(checked.ends_with(built.as_str()), "{json}: {checked} / {built}");
+            }
+        }
+        let method = |json: &str| unrepeated_method(json.as_bytes()).ok().flatten();
+        assert_eq!(
+            method(r#"{"id": 1, "method": "initialize"}"#).as_deref(),
+            Some("initialize")
+        );
+        assert_eq!(method(r#"{"params": {"method": "initialize"}}"#), None);
+        assert_eq!(method(r#"{"method": 3}"#), None);
+        assert_eq!(method(r#""initialize""#), None);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
 use super::{PATH, SESSION_ID, lock};
-use crate::api::extract::{JsonFault, body_bytes, is_json, unique_json};
+use crate::api::extract::{JsonFault, body_bytes, is_json, unrepeated_method};
 use crate::api::{ApiError, AppState};
 use crate::auth::Principal;
 use crate::connections::Guarded;
@@ -251,8 +251,8 @@ async fn read_body(state: &AppState, request: Request) -> Result<(Request, bool)
     let mut whole = Request::new(body);
     *whole.extensions_mut() = parts.extensions.clone();
     let bytes = body_bytes(whole, state).await?;
-    let initialize = match unique_json(&bytes) {
-        Ok(message) => message.get("method").and_then(|method| method.as_str()) == Some("initialize"),
+    let initialize = match unrepeated_method(&bytes) {
+        Ok(method) => method.as_deref() == Some("initialize"),
         Err(JsonFault::Ambiguous(detail)) => return Err(ApiError::bad_request(detail)),
         Err(JsonFault::Invalid(_)) => false,
     };
