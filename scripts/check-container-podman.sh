@@ -46,8 +46,9 @@ fail() {
 scratch="$(mktemp -d)"
 export CONTAINERS_CONF="$scratch/containers.conf"
 cat >"$CONTAINERS_CONF" <<'EOF'
-# crun refuses to start containers under some cgroup setups and setrlimit may not be permitted, so: runc and no
-# default ulimits. Without systemd: cgroupfs, and events in a file.
+# crun refuses to start containers under hybrid cgroups (v1 and v2 mounted together), and podman's default
+# ulimits stop every container where raising RLIMIT_NOFILE is not permitted: so runc, and no default ulimits.
+# Without systemd: cgroupfs, and events in a file.
 [containers]
 default_ulimits = []
 
