@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The project's test entry point: every Rust suite (unit and property tests, and the black-box API tests
 # that drive the real binary over HTTP), then schemathesis against the running gateway's /openapi.json
-# (scripts/schemathesis.sh), then the browser tests of the inbox at /ui (tests/browser, headless Chromium).
+# (scripts/schemathesis.sh), then the browser tests of the inbox at /ui (tests/browser, headless Chromium), then
+# the container check: the unchanged Dockerfile built with podman and the image run as a sidecar
+# (scripts/check-container.sh --engine podman; as root, which it needs; TOOLNEXUS_SKIP_CONTAINER=1 leaves it out).
 #
 # schemathesis, and the Standard Webhooks library the webhook tests verify deliveries with, are installed from
 # PyPI into virtualenvs under ~/.cache when missing (needs python3-venv).
@@ -53,3 +55,11 @@ fi
 # dev-dependencies' features, doubling the size of target/.
 cargo test --locked --no-run
 (cd tests/browser && node --test --test-concurrency=1 inbox.test.js)
+
+if [[ -n "${TOOLNEXUS_SKIP_CONTAINER:-}" ]]; then
+    echo "scripts/test.sh: the container check is left out (TOOLNEXUS_SKIP_CONTAINER is set)" >&2
+elif [[ "$(id -u)" != 0 ]]; then
+    echo "scripts/test.sh: the container check needs root (podman as root): not run" >&2
+else
+    scripts/check-container.sh --engine podman
+fi
