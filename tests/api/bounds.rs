@@ -85,6 +85,12 @@ async fn calls_of(who: &Caller) -> usize {
 async fn held_mcp_requests_count_as_long_polls_and_past_the_cap_nothing_starts() {
     let app = spawn_bounded().await;
     let (agent, lead) = (Caller::new(&app, "agent"), Caller::new(&app, "lead"));
+    // The agent takes every cap at once: its one session and its one stream first, then two held calls.
+    let opened = initialize(&app, "agent").await;
+    assert_eq!(opened.status(), 200);
+    let session = opened.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let stream = stream_of(&app, "agent", &session).await;
+    assert_eq!(stream.status(), 200);
     let held: Vec<_> = (0..2)
         .map(|index| {
             let arguments = json!({"action": format!("held {index}")});
@@ -107,13 +113,19 @@ async fn held_mcp_requests_count_as_long_polls_and_past_the_cap_nothing_starts()
     refused(retried.send().await.unwrap(), "limits.long_polls_per_principal").await;
     let (status, problem) = agent.get("/requests?wait=5").await;
     assert_eq!(status, 429, "REST long-polls share the cap: {problem}");
+    let (status, problem) = agent.get("/events").await;
+    assert_eq!(status, 429, "REST streams share the cap: {problem}");
     assert_eq!(calls_of(&agent).await, 2, "nothing started past the cap");
 
     let theirs = call(&app, "other", "modern__echo", json!({"text": "theirs"}), None);
     let theirs = theirs.send().await.unwrap();
     assert_eq!(theirs.status(), 200, "another principal's cap is its own");
     assert!(theirs.text().await.unwrap().contains("theirs"));
-    assert_eq!(app.get("/healthz").await.status(), 200);
+    assert_eq!(
+        app.get("/healthz").await.status(),
+        200,
+        "health answers while one agent is at every cap"
+    );
 
     // An answer ends a held request, and its place is free again.
     let id = pending[0]["id"].as_str().unwrap();
@@ -128,6 +140,7 @@ async fn held_mcp_requests_count_as_long_polls_and_past_the_cap_nothing_starts()
     assert_eq!(ended.status(), 200);
     let fourth = call(&app, "agent", "modern__echo", json!({"text": "fourth"}), None);
     assert_eq!(fourth.send().await.unwrap().status(), 200);
+    drop(stream);
 }
 
 #[tokio::test]
