@@ -208,6 +208,8 @@ pub struct Keeping {
     kept: crate::store::Kept,
     /// The call's work upstream, stopped when the call cannot be kept.
     leg: Option<CancellationToken>,
+    /// What ends the call when it cannot be kept, so that it is not left running.
+    abandon: Option<(Arc<Upstreams>, CallId)>,
 }
 
 impl Keeping {
@@ -216,15 +218,19 @@ impl Keeping {
         Self {
             kept: Box::pin(std::future::ready(Ok(()))),
             leg: None,
+            abandon: None,
         }
     }
 
-    /// Waits until the call is kept; if it cannot be, its work upstream stops.
+    /// Waits until the call is kept; if it cannot be, its work upstream stops and the call is ended.
     pub async fn kept(self) -> Result<(), UpstreamError> {
-        let Self { kept, leg } = self;
+        let Self { kept, leg, abandon } = self;
         kept.await.map_err(|error| {
             if let Some(leg) = leg {
                 leg.cancel();
+            }
+            if let Some((upstreams, call)) = abandon {
+                upstreams.abandon(call);
             }
             UpstreamError::Store(error)
         })
@@ -485,7 +491,10 @@ impl Upstreams {
         let following = self.reports.follow(&view.id);
         if let Some(policy) = self.approvals.find(&view.server, &view.tool) {
             // Nothing goes upstream before the approval: the call must be kept before it can be raised.
-            started.kept.await?;
+            if let Err(error) = started.kept.await {
+                self.abandon(view.id.clone());
+                return Err(error.into());
+            }
             self.hold_for_approval(policy, &view).await;
             let view = self.calls.get(&view.id).await?.unwrap_or(view);
             return Ok((view, following, Keeping::already()));
@@ -510,12 +519,26 @@ impl Upstreams {
         let keeping = Keeping {
             kept: started.kept,
             leg: Some(leg),
+            abandon: Some((self.clone(), view.id.clone())),
         };
         if started.deferred {
             return Ok((view, following, keeping));
         }
         keeping.kept().await?;
         Ok((view, following, Keeping::already()))
+    }
+
+    /// Ends, on a task of its own, a call the store could not keep as it started: its starter was answered that
+    /// the store failed and never heard its id, and nothing else would end it, so once the store can be written
+    /// the call is recorded as failed rather than left running (holding its owner's place, and sent again after
+    /// a restart).
+    fn abandon(self: &Arc<Self>, call: CallId) {
+        let this = self.clone();
+        self.tracker.spawn(async move {
+            let message =
+                "the store could not keep the call as it started (the client was answered 503); it was abandoned";
+            this.end_call(&call, Finish::failed(message)).await;
+        });
     }
 
     /// Cancels a call: its pending Requests become `cancelled` and the upstream is told.

@@ -96,9 +96,11 @@ pub async fn start(
             .await?)
     })
     .await?;
-    let call = settled(&state, &call.id, query.wait).await?.unwrap_or(call);
-    // Kept before its id leaves: most often with the change that ended its running, its end or its round.
+    let waited = settled(&state, &call.id, query.wait).await;
+    // Kept before its id leaves: most often with the change that ended its running, its end or its round. Awaited
+    // whatever the wait came to (a read the store failed), so that a call that cannot be kept is abandoned.
     keeping.kept().await?;
+    let call = waited?.unwrap_or(call);
     drop(held);
     let mut response = (StatusCode::CREATED, Json(&call)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/calls/{}", call.id)) {

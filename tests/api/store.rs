@@ -99,6 +99,42 @@ async fn a_write_the_disk_refuses_is_503_and_the_gateway_recovers_when_there_is_
     );
 }
 
+#[tokio::test]
+async fn a_call_the_full_disk_could_not_keep_as_it_started_is_ended_not_left_running() {
+    let policy = "[[approvals]]\nserver = \"modern\"\ntools = [\"echo\"]\n";
+    let app = spawn_process("", &format!("{BOTH_ERAS}\n{policy}"), "").await;
+
+    limit_file_size(&app, "1024");
+    // One call held for approval, one sent upstream at once (which the gateway cancels): neither can be kept.
+    for (tool, arguments) in [("echo", json!({"text": "held"})), ("slow", json!({"seconds": 60}))] {
+        let refused = app
+            .post(
+                "/calls",
+                &json!({"server": "modern", "tool": tool, "arguments": arguments}),
+            )
+            .await;
+        assert_eq!(refused.status(), 503, "{tool}");
+        assert!(refused.headers().contains_key("retry-after"));
+    }
+    limit_file_size(&app, "unlimited");
+
+    // Once there is room, each is recorded as failed: a call left running would hold its owner's place for
+    // ever, and be sent again after a restart.
+    let ended = poll_until("both calls ended", || async {
+        let calls = app.get_json("/calls").await;
+        let calls = calls.as_array().unwrap().clone();
+        (calls.len() == 2 && calls.iter().all(|call| call["status"] != "running")).then_some(calls)
+    })
+    .await;
+    for call in &ended {
+        assert_eq!(call["status"], "failed", "{call}");
+        assert!(
+            call["error"]["message"].as_str().unwrap().contains("could not keep"),
+            "{call}"
+        );
+    }
+}
+
 /// One delivery a receiver got: its headers, its body, and whether the receiver took it.
 type Delivery = (HeaderMap, Value, bool);
 
