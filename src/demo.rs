@@ -2,10 +2,13 @@
 //! in several steps, slowly, or by crashing, in both protocol eras.
 //!
 //! Every eliciting tool returns each `ElicitResult` it received, in order, as
-//! `structuredContent: {"results": [...]}` and the same JSON as its text.
+//! `structuredContent: {"results": [...]}` and the same JSON as its text. With a journal, every tool call and
+//! every result it received is also appended to a file, which outlives the process: what the upstream received,
+//! for the fault-schedule runner's checker.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,6 +33,8 @@ const URL_ELICITATION_REQUIRED: ErrorCode = ErrorCode(-32042);
 const MAX_FLOOD: u64 = 200_000;
 /// How many different texts `echo` counts for `echoes`; later ones are not counted.
 const MAX_ECHOES_COUNTED: usize = 4096;
+/// The most lines one process appends to its journal; later calls and results are not written.
+const MAX_JOURNAL_LINES: u64 = 1_000_000;
 
 /// The protocol eras the demo server speaks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -63,6 +68,42 @@ pub struct Demo {
     connecting: Arc<Mutex<HashSet<String>>>,
     /// How many times `echo` was called with each text, for `echoes`: what this process received.
     echoed: Arc<Mutex<HashMap<String, u64>>>,
+    /// Where each tool call and each result received is appended, when the server keeps a journal.
+    journal: Option<Arc<Journal>>,
+}
+
+/// An append-only file of what the demo server received, one JSON object a line: `{"call": tool,
+/// "arguments"}` for each `tools/call` (a 2026-07-28 retry included) and `{"result": tool, "arguments",
+/// "round", "received"}` for each `ElicitResult`, its round counted from 0.
+#[derive(Debug)]
+pub struct Journal {
+    /// The file and how many lines it was given; written whole lines at a time, so a crash cuts none.
+    file: Mutex<(std::fs::File, u64)>,
+}
+
+impl Journal {
+    /// Appends to the file at `path`, creating it when missing.
+    pub fn open(path: &std::path::Path) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(Self {
+            file: Mutex::new((file, 0)),
+        })
+    }
+
+    /// Appends one line; a write that fails is reported on stderr and otherwise ignored.
+    fn append(&self, line: &Value) {
+        let mut guard = self.file.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (file, lines) = &mut *guard;
+        if *lines >= MAX_JOURNAL_LINES {
+            return;
+        }
+        *lines += 1;
+        let mut text = line.to_string();
+        text.push('\n');
+        if let Err(error) = file.write_all(text.as_bytes()) {
+            eprintln!("demo-server: cannot write the journal: {error}");
+        }
+    }
 }
 
 impl Demo {
@@ -73,6 +114,22 @@ impl Demo {
             state_key: (seal == StateSeal::ThisProcess).then(process_key),
             connecting: Arc::default(),
             echoed: Arc::default(),
+            journal: None,
+        }
+    }
+
+    /// The same server, appending what it receives to `journal`.
+    pub fn with_journal(self, journal: Journal) -> Self {
+        Self {
+            journal: Some(Arc::new(journal)),
+            ..self
+        }
+    }
+
+    /// Appends to the journal, when there is one.
+    fn note(&self, line: impl FnOnce() -> Value) {
+        if let Some(journal) = &self.journal {
+            journal.append(&line());
         }
     }
 
@@ -205,6 +262,7 @@ impl ServerHandler for Demo {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = request.arguments.clone().unwrap_or_default();
+        self.note(|| json!({"call": request.name, "arguments": arguments}));
         let text = |name: &str| {
             arguments
                 .get(name)
@@ -272,7 +330,12 @@ impl ServerHandler for Demo {
                 if modern {
                     self.next_round(name, steps, &request)
                 } else {
-                    elicit_in_turn(name, steps, &context, timeout).await
+                    let received = |round: usize, result: &Value| {
+                        self.note(
+                            || json!({"result": name, "arguments": arguments, "round": round, "received": result}),
+                        );
+                    };
+                    elicit_in_turn(name, steps, &context, timeout, received).await
                 }
             }
         }
@@ -464,6 +527,7 @@ async fn elicit_in_turn(
     steps: Vec<Value>,
     context: &RequestContext<RoleServer>,
     timeout: Option<Duration>,
+    journal: impl Fn(usize, &Value),
 ) -> Result<CallToolResponse, ErrorData> {
     let mut results = Vec::new();
     for step in steps {
@@ -494,7 +558,9 @@ async fn elicit_in_turn(
                 .send_notification(ServerNotification::CustomNotification(complete))
                 .await;
         }
-        results.push(serde_json::to_value(result).unwrap_or_default());
+        let result = serde_json::to_value(result).unwrap_or_default();
+        journal(results.len(), &result);
+        results.push(result);
     }
     Ok(CallToolResult::structured(json!({ "results": results })).into())
 }
@@ -519,6 +585,8 @@ impl Demo {
             if let Ok(parsed) = serde_json::from_value::<ElicitResult>(result.clone()) {
                 log_received(tool, &parsed);
             }
+            let round = results.len();
+            self.note(|| json!({"result": tool, "arguments": request.arguments, "round": round, "received": result}));
             results.push(result.clone());
         }
         let Some(step) = steps.get(results.len()) else {

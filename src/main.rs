@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use toolnexus_gateway::Gateway;
 use toolnexus_gateway::config::{Config, LogConfig, LogFormat, MAX_WORKERS};
-use toolnexus_gateway::demo::{self, Demo, Eras, StateSeal};
+use toolnexus_gateway::demo::{self, Demo, Eras, Journal, StateSeal};
 use toolnexus_gateway::logs;
 use toolnexus_gateway::redact::{Scrubbed, Secrets};
 use toolnexus_gateway::signature::Secret;
@@ -82,6 +82,9 @@ struct DemoArgs {
     /// process (before a restart) is refused with -32602.
     #[arg(long)]
     seal_state: bool,
+    /// Append every tool call and every result received to this file, one JSON object a line.
+    #[arg(long)]
+    journal: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -299,7 +302,11 @@ async fn demo_server(args: DemoArgs) -> anyhow::Result<()> {
     } else {
         StateSeal::None
     };
-    let demo = Demo::new(eras, seal);
+    let mut demo = Demo::new(eras, seal);
+    if let Some(path) = &args.journal {
+        let journal = Journal::open(path).with_context(|| format!("cannot open the journal {}", path.display()))?;
+        demo = demo.with_journal(journal);
+    }
     match args.http {
         Some(address) => demo::serve_http(demo, address, shutdown_signal()?).await,
         None => demo::serve_stdio(demo).await,
