@@ -605,6 +605,23 @@ pub struct SseEvent {
     pub data: Value,
 }
 
+/// The event one block of a stream holds (its lines up to a blank one); `None` for keep-alive comments. Data
+/// that is not JSON is null.
+pub fn parse_event(block: &str) -> Option<SseEvent> {
+    let (mut id, mut event, mut data) = (String::new(), String::new(), String::new());
+    for line in block.lines() {
+        if let Some(value) = line.strip_prefix("id:") {
+            id = value.trim().to_owned();
+        } else if let Some(value) = line.strip_prefix("event:") {
+            event = value.trim().to_owned();
+        } else if let Some(value) = line.strip_prefix("data:") {
+            data.push_str(value.trim_start());
+        }
+    }
+    let data = serde_json::from_str(&data).unwrap_or(Value::Null);
+    (!event.is_empty()).then_some(SseEvent { id, event, data })
+}
+
 /// A `GET /events` stream read as a client would.
 pub struct EventStream {
     response: reqwest::Response,
@@ -650,22 +667,8 @@ impl EventStream {
             if let Some(end) = self.buffer[from..].find("\n\n").map(|at| from + at) {
                 from = 0;
                 let block: String = self.buffer.drain(..end + 2).collect();
-                let (mut id, mut event, mut data) = (String::new(), String::new(), String::new());
-                for line in block.lines() {
-                    if let Some(value) = line.strip_prefix("id:") {
-                        id = value.trim().to_owned();
-                    } else if let Some(value) = line.strip_prefix("event:") {
-                        event = value.trim().to_owned();
-                    } else if let Some(value) = line.strip_prefix("data:") {
-                        data.push_str(value.trim_start());
-                    }
-                }
-                if !event.is_empty() {
-                    return SseEvent {
-                        id,
-                        event,
-                        data: serde_json::from_str(&data).unwrap(),
-                    };
+                if let Some(event) = parse_event(&block) {
+                    return event;
                 }
                 continue;
             }

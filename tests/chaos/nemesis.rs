@@ -1,0 +1,101 @@
+//! The nemeses: which faults a topology can cause, and the seeded schedule of when they strike.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::history::History;
+use crate::random::Rng;
+
+/// A fault a topology can cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// `kill -9` a gateway, and start it again.
+    Kill,
+    /// Fill the disk under the SQLite file for a while.
+    DiskFull,
+    /// Crash the upstream in the middle of a round, and start it again.
+    UpstreamCrash,
+}
+
+impl FaultKind {
+    /// Its name in the history and the output.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Kill => "kill-9",
+            FaultKind::DiskFull => "disk-full",
+            FaultKind::UpstreamCrash => "upstream-crash",
+        }
+    }
+}
+
+/// What the runner drives: the gateways of one topology, their upstream, and the faults it can cause.
+pub trait Target {
+    /// The base URL (`http://127.0.0.1:PORT`) that client number `client` talks to.
+    fn address(&self, client: usize) -> String;
+    /// The demo server's journal: what the upstream received.
+    fn journal(&self) -> PathBuf;
+    /// The faults it can cause, each with its weight in the schedule.
+    fn faults(&self) -> &'static [(FaultKind, u64)];
+    /// Causes one fault, its details drawn from `rng`, records it, and heals it (after its duration).
+    fn inflict(&self, kind: FaultKind, rng: Rng, history: &History) -> impl Future<Output = ()>;
+    /// Ends every fault still in force and waits until every gateway is ready.
+    fn heal(&self) -> impl Future<Output = anyhow::Result<()>>;
+}
+
+/// One fault of the schedule.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// When it strikes, from the start of the workload.
+    pub at: Duration,
+    pub kind: FaultKind,
+    /// What decides its details (how long, which server).
+    pub rng: Rng,
+}
+
+/// The faults of a run of `duration`, from `rng`: one every 3 to 9 s, none in the first and last 2 s, an
+/// upstream crash at most every 35 s (the gateway's back-off between its reconnections grows up to 30 s).
+pub fn schedule(faults: &[(FaultKind, u64)], duration: Duration, mut rng: Rng) -> Vec<Planned> {
+    let mut planned = Vec::new();
+    let mut at = Duration::from_secs(2);
+    let mut last_crash: Option<Duration> = None;
+    loop {
+        at += rng.millis(3000, 9000);
+        if at + Duration::from_secs(2) > duration {
+            return planned;
+        }
+        let mut kind = rng.weighted(faults);
+        if kind == FaultKind::UpstreamCrash && last_crash.is_some_and(|last| at - last < Duration::from_secs(35)) {
+            kind = FaultKind::Kill;
+        }
+        if kind == FaultKind::UpstreamCrash {
+            last_crash = Some(at);
+        }
+        planned.push(Planned {
+            at,
+            kind,
+            rng: rng.fork(planned.len() as u64),
+        });
+    }
+}
+
+/// Causes the planned faults at their times; each goes on while the next ones strike, so that they overlap.
+pub async fn run(target: &impl Target, plan: &[Planned], history: &History) {
+    use futures::StreamExt;
+    let start = tokio::time::Instant::now();
+    let mut striking = futures::stream::FuturesUnordered::new();
+    for fault in plan {
+        let due = tokio::time::sleep_until(start + fault.at);
+        tokio::pin!(due);
+        loop {
+            tokio::select! {
+                () = &mut due => break,
+                Some(()) = striking.next(), if !striking.is_empty() => {}
+            }
+        }
+        history.note("schedule", &json!({"fault": fault.kind.name(), "at": history.now()}));
+        striking.push(target.inflict(fault.kind, fault.rng.clone(), history));
+    }
+    while striking.next().await.is_some() {}
+}
