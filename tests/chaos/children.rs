@@ -15,6 +15,12 @@ use tokio::process::{Child, Command};
 
 use crate::helpers::BINARY;
 
+/// The gateway binary the runner drives: `CHAOS_GATEWAY` when set (another build, e.g. an older commit's for a
+/// before and after), else the one `cargo test` built.
+pub fn gateway_binary() -> PathBuf {
+    std::env::var_os("CHAOS_GATEWAY").map_or_else(|| PathBuf::from(BINARY), PathBuf::from)
+}
+
 /// The watchdog, run as `sh -c WATCHDOG watchdog DIR`. It reads `group PGID` and `keep` lines; at the end of
 /// its input it kills each group with SIGKILL and removes DIR unless told to keep it. It ignores the signals a
 /// terminal sends, so that it outlives a runner stopped with Ctrl-C.
@@ -81,7 +87,8 @@ impl Process {
     /// Starts the gateway binary with `args`, its stderr appended to `log`, and waits for `listening on`.
     pub async fn start(watchdog: &Watchdog, args: &[&str], log: &Path) -> anyhow::Result<Self> {
         let log_file = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
-        let mut child = Command::new(BINARY)
+        let binary = gateway_binary();
+        let mut child = Command::new(&binary)
             .args(args)
             .env("RUST_LOG", "info,rmcp=warn")
             .stdin(Stdio::null())
@@ -90,7 +97,7 @@ impl Process {
             .process_group(0)
             .kill_on_drop(true)
             .spawn()
-            .with_context(|| format!("cannot start {BINARY}"))?;
+            .with_context(|| format!("cannot start {}", binary.display()))?;
         let pid = child.id().context("the child's pid")?;
         watchdog.watch(pid);
         // Through a pipe, not the file itself: a file-size limit put on the gateway must not reach its log.
@@ -105,7 +112,12 @@ impl Process {
             Ok(Ok(Some(line))) if line.starts_with("listening on ") => line["listening on ".len()..].trim().to_owned(),
             _ => {
                 let _ = child.start_kill();
-                bail!("{BINARY} {} did not start; see {}", args.join(" "), log.display())
+                bail!(
+                    "{} {} did not start; see {}",
+                    binary.display(),
+                    args.join(" "),
+                    log.display()
+                )
             }
         };
         // Later lines are read and dropped, so that the child never blocks on a full pipe.
