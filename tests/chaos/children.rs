@@ -33,7 +33,7 @@ while read -r command argument; do
     keep) keep=1 ;;
     esac
 done
-for group in $groups; do kill -KILL -- "-$group" 2>/dev/null; done
+for group in $groups; do kill -KILL "-$group" 2>/dev/null; done
 [ -n "$keep" ] || rm -rf -- "$dir"
 "#;
 
