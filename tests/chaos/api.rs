@@ -17,6 +17,8 @@ pub struct Reply {
     /// `None` when no response came.
     pub status: Option<u16>,
     pub body: Value,
+    /// The `Mcp-Session-Id` it carried, if any.
+    pub session: Option<String>,
 }
 
 impl Reply {
@@ -88,9 +90,15 @@ impl Api {
             content_type: String::new(),
             response: Value::Null,
         };
+        let mut session = None;
         match request.send().await {
             Ok(response) => {
                 op.status = Some(response.status().as_u16());
+                session = response
+                    .headers()
+                    .get("mcp-session-id")
+                    .and_then(|value| value.to_str().ok())
+                    .map(str::to_owned);
                 op.retry_after = response.headers().contains_key("retry-after");
                 op.content_type = response
                     .headers()
@@ -109,6 +117,7 @@ impl Api {
         let reply = Reply {
             status: op.status,
             body: op.response.clone(),
+            session,
         };
         self.history.op(op);
         reply

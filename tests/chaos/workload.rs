@@ -150,7 +150,8 @@ impl Client<'_> {
         }
     }
 
-    /// A call through `/mcp` as a 2026-07-28 client, answered over REST while the client's request is held.
+    /// A call through `/mcp`, as a 2026-07-28 client or in a 2025-11-25 session, answered over REST while the
+    /// client's request is held.
     async fn front_door(&self, rng: &mut Rng) {
         let server = era(rng);
         let (tool, arguments) = if rng.chance(0.5) {
@@ -159,21 +160,22 @@ impl Client<'_> {
             ("echo", json!({"text": self.tag}))
         };
         let name = format!("{server}__{tool}");
-        let meta = json!({
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {},
-            "io.modelcontextprotocol/clientInfo": {"name": "chaos", "version": "1"}
-        });
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": name, "arguments": arguments, "_meta": meta}});
-        let headers = [
-            ("accept", "application/json, text/event-stream"),
-            ("mcp-protocol-version", "2026-07-28"),
-            ("mcp-method", "tools/call"),
-            ("mcp-name", name.as_str()),
-        ];
-        let hold = crate::sqlite::MAX_HOLD.as_secs() + 2;
-        let held = self.api().send(Method::POST, "/mcp", body, &headers, hold);
+        let session = if rng.chance(0.5) {
+            match self.mcp_session().await {
+                Some(session) => Some(session),
+                None => return,
+            }
+        } else {
+            None
+        };
+        let mut params = json!({"name": name, "arguments": arguments});
+        let mut headers = vec![("mcp-method", "tools/call"), ("mcp-name", name.as_str())];
+        match &session {
+            Some(session) => headers.push(("mcp-session-id", session.as_str())),
+            None => params["_meta"] = modern_meta(),
+        }
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+        let held = self.mcp(body, &headers, crate::sqlite::MAX_HOLD.as_secs() + 2, session.is_some());
         let answering = async {
             for _ in 0..15 {
                 let listed = self
@@ -194,6 +196,40 @@ impl Client<'_> {
             }
         };
         futures::join!(held, answering);
+        if let Some(session) = &session {
+            let headers = [
+                ("mcp-session-id", session.as_str()),
+                ("mcp-protocol-version", "2025-11-25"),
+            ];
+            self.api().send(Method::DELETE, "/mcp", Value::Null, &headers, 0).await;
+        }
+    }
+
+    /// Opens a 2025-11-25 session on `/mcp`: `initialize`, then `notifications/initialized`.
+    async fn mcp_session(&self) -> Option<String> {
+        let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "chaos", "version": "1"}}});
+        let opened = self.mcp(initialize, &[], 0, false).await;
+        let ok = opened.is(200);
+        let session = opened.session.filter(|_| ok)?;
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let headers = [("mcp-session-id", session.as_str())];
+        self.mcp(initialized, &headers, 0, true).await;
+        Some(session)
+    }
+
+    /// `POST /mcp` with the headers both eras send, and the era's version header.
+    async fn mcp(&self, body: Value, headers: &[(&str, &str)], wait: u64, legacy: bool) -> Reply {
+        let version = if legacy { "2025-11-25" } else { "2026-07-28" };
+        let mut all = vec![
+            ("accept", "application/json, text/event-stream"),
+            ("mcp-protocol-version", version),
+        ];
+        if body["method"] == "initialize" {
+            all.pop();
+        }
+        all.extend_from_slice(headers);
+        self.api().send(Method::POST, "/mcp", body, &all, wait).await
     }
 
     async fn posted(&self, rng: &mut Rng) {
@@ -267,6 +303,15 @@ impl Client<'_> {
         let _: (Reply, Option<Reply>, Option<Reply>, Option<Reply>) = futures::join!(main, replay, conflict, cancel);
         plan
     }
+}
+
+/// The `_meta` a 2026-07-28 request carries in place of a session.
+fn modern_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "chaos", "version": "1"}
+    })
 }
 
 /// The answer a plan gives: an acceptance fills the form (its strings say `tag`, so that two are told apart).
