@@ -18,6 +18,8 @@ mod database;
 mod direct;
 mod front_door;
 mod process;
+#[allow(dead_code, reason = "the benchmark counts round trips; it never cuts the relay")]
+#[path = "../../tests/shared/relay.rs"]
 mod relay;
 mod rest;
 mod scale;

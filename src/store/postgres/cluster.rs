@@ -61,7 +61,7 @@ const PORT_TAKEN: &str = "could not create any TCP/IP sockets";
 
 /// The watchdog, run as `sh -c WATCHDOG watchdog DIR INITDB POSTGRES SETTINGS..`. It runs initdb into DIR/data
 /// and says `initialized` or `failed`, then reads `start PORT` and `stop` from its standard input and
-/// acknowledges each. At end of input (its test process is gone or done) it stops the server, immediate
+/// acknowledges each (`halt` stops the server the way a crash would: immediate shutdown). At end of input (its test process is gone or done) it stops the server, immediate
 /// shutdown, and removes DIR, the cluster's own temp dir. SIGPIPE is ignored so that an answer to a test
 /// process that is gone does not kill it before that.
 const WATCHDOG: &str = r#"
@@ -83,6 +83,10 @@ while read -r command port; do
         echo started ;;
     stop)
         [ -n "$pid" ] && kill -INT "$pid" 2>/dev/null && wait "$pid"
+        pid=
+        echo stopped ;;
+    halt)
+        [ -n "$pid" ] && kill -QUIT "$pid" 2>/dev/null && wait "$pid"
         pid=
         echo stopped ;;
     esac
@@ -212,6 +216,12 @@ impl Cluster {
         self.local("stop").watchdog().stop();
     }
 
+    /// Stops the server with immediate shutdown, as a crash would (it recovers from its WAL at the next start):
+    /// connections fail until [`Cluster::restart`].
+    pub fn halt(&self) {
+        self.local("halt").watchdog().halt();
+    }
+
     /// Starts the server again on the same port with the same data, stopping it first if it runs.
     pub fn restart(&self) {
         let local = self.local("restart");
@@ -291,6 +301,14 @@ impl Watchdog {
     fn stop(&mut self) {
         if self.running {
             self.send("stop", "stopped");
+            self.running = false;
+        }
+    }
+
+    /// Stops the server at once if it runs.
+    fn halt(&mut self) {
+        if self.running {
+            self.send("halt", "stopped");
             self.running = false;
         }
     }
@@ -412,7 +430,19 @@ fn has_library(name: &str) -> bool {
 }
 
 /// The path of a PostgreSQL program: in [`DEBIAN_BINDIR`], `pg_config --bindir`, or `PATH`.
+/// Whether the PostgreSQL programs a cluster needs are installed; else what is missing and how to install it.
+pub fn installed() -> Result<(), String> {
+    ["initdb", "postgres", "pg_isready", "psql"]
+        .iter()
+        .try_for_each(|name| program_path(name).map(drop))
+}
+
 fn program(name: &str) -> PathBuf {
+    program_path(name).unwrap_or_else(|missing| panic!("{missing}"))
+}
+
+/// Where PostgreSQL program `name` is, or what is missing.
+fn program_path(name: &str) -> Result<PathBuf, String> {
     static DIRS: OnceLock<Vec<PathBuf>> = OnceLock::new();
     let dirs = DIRS.get_or_init(|| {
         let mut dirs = vec![PathBuf::from(DEBIAN_BINDIR)];
@@ -427,8 +457,8 @@ fn program(name: &str) -> PathBuf {
     dirs.iter()
         .map(|dir| dir.join(name))
         .find(|path| path.is_file())
-        .unwrap_or_else(|| {
-            panic!(
+        .ok_or_else(|| {
+            format!(
                 "no PostgreSQL program {name} in {DEBIAN_BINDIR}, `pg_config --bindir` or PATH: install the \
              `postgresql` package (apt-get install postgresql), or set {EXTERNAL_ENV} to an existing server's URL"
             )
@@ -489,6 +519,20 @@ mod tests {
             "7",
             "a restart of a running server"
         );
+    }
+
+    #[test]
+    fn a_halted_durable_server_recovers_every_commit_it_acknowledged() {
+        let cluster = Cluster::start_durable();
+        let url = cluster.database();
+        psql(&url, "CREATE TABLE t (id int); INSERT INTO t VALUES (7)").unwrap();
+
+        cluster.halt();
+        let refused = psql(&url, "SELECT 1");
+        cluster.restart();
+
+        assert!(refused.is_err(), "a halted server refuses connections");
+        assert_eq!(psql(&url, "SELECT id FROM t").unwrap(), "7");
     }
 
     #[test]

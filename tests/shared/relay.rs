@@ -1,6 +1,8 @@
-//! A loopback TCP relay in front of the database that counts round trips: a connection's client starts one
-//! each time it sends after having received something (or sends first). Statements sent together, or sent
-//! before the replies to earlier ones arrive (pipelined), share one.
+//! A loopback TCP relay in front of the database that counts round trips — a connection's client starts one
+//! each time it sends after having received something (or sends first); statements sent together, or sent
+//! before the replies to earlier ones arrive (pipelined), share one — and that can cut its client off from the
+//! database and heal. The benchmark (`benches/gateway`) counts with it; the fault-schedule runner
+//! (`tests/chaos`) cuts a replica off with it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -8,12 +10,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use anyhow::Context;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 
 /// A relay accepting connections until dropped.
 pub struct Relay {
     /// The database's URL with the relay's port in place of the server's.
     pub url: String,
     round_trips: Arc<AtomicU64>,
+    /// True while the relay is cut: every connection it relays is closed, and new ones are closed at once.
+    cut: watch::Sender<bool>,
     accepting: tokio::task::JoinHandle<()>,
 }
 
@@ -27,12 +32,21 @@ impl Relay {
         let port = listener.local_addr()?.port();
         let round_trips = Arc::new(AtomicU64::new(0));
         let counted = round_trips.clone();
+        let (cut, _) = watch::channel(false);
+        let cutting = cut.clone();
         let accepting = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                let mut cut = cutting.subscribe();
+                if *cut.borrow_and_update() {
+                    continue;
+                }
                 let counted = counted.clone();
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(("127.0.0.1", target)).await {
-                        relay(client, server, counted).await;
+                        tokio::select! {
+                            () = relay(client, server, counted) => {}
+                            _ = cut.wait_for(|cut| *cut) => {}
+                        }
                     }
                 });
             }
@@ -40,8 +54,19 @@ impl Relay {
         Ok(Self {
             url: format!("{head}@127.0.0.1:{port}/{database}"),
             round_trips,
+            cut,
             accepting,
         })
+    }
+
+    /// Cuts the client off from the database: every connection is closed, and new ones are closed at once.
+    pub fn cut(&self) {
+        self.cut.send_replace(true);
+    }
+
+    /// Relays connections again.
+    pub fn heal(&self) {
+        self.cut.send_replace(false);
     }
 
     /// Round trips started so far, over every connection.
