@@ -156,9 +156,14 @@ fn upstream_got_the_winner(state: &Final, found: &mut Vec<Violation>) {
     }
 }
 
+/// The faults after which a 2026-07-28 call handed to its session may be sent again: its gateway killed, or a
+/// replica taken for gone (stopped or cut off past the lease) whose calls another ends.
+const LOSES_HANDOFF: [&str; 3] = ["kill-9", "pause-past-lease", "partition"];
+
 /// Rule 4: an approved call is forwarded at most once, and exactly once when it completed; one not approved
-/// never. The one exception README documents: a 2026-07-28 call handed to its session when the gateway was
-/// killed is sent again at start (at least once), so it may arrive twice when a kill came after its approval.
+/// never. The one exception README documents: a 2026-07-28 call handed to its session when its gateway was
+/// killed, or its replica taken for gone, is sent again (at least once), so it may arrive twice after such a
+/// fault that came after its approval.
 fn approved_forwarded_once(record: &Record, state: &Final, found: &mut Vec<Violation>) {
     for (id, call) in &state.calls {
         let Some(tag) = call["arguments"]["text"].as_str().filter(|_| call["tool"] == "echo") else {
@@ -180,7 +185,7 @@ fn approved_forwarded_once(record: &Record, state: &Final, found: &mut Vec<Viola
             record
                 .faults
                 .iter()
-                .any(|fault| fault.fault == "kill-9" && fault.end >= at)
+                .any(|fault| LOSES_HANDOFF.contains(&fault.fault.as_str()) && fault.end >= at)
         });
         let most = if !approved {
             0

@@ -9,7 +9,11 @@
 mod api;
 mod checker;
 mod children;
+#[allow(dead_code, reason = "the runner starts its own cluster, and never counts statements")]
+#[path = "../../src/store/postgres/cluster.rs"]
+mod cluster;
 mod consumers;
+mod gateways;
 #[allow(
     dead_code,
     reason = "the API tests' helpers, of which the runner uses the SSE parser and the binary"
@@ -20,6 +24,10 @@ mod history;
 mod nemesis;
 mod random;
 mod receiver;
+#[allow(dead_code, reason = "the runner cuts the relay, and never counts round trips")]
+#[path = "../shared/relay.rs"]
+mod relay;
+mod replicas;
 mod sqlite;
 mod state;
 mod workload;
@@ -38,7 +46,7 @@ use crate::nemesis::Target;
 use crate::random::Rng;
 
 /// The short schedules `cargo test` runs (and so CI): a fixed seed and duration per topology.
-const CI_RUNS: [(Topology, u64, u64); 1] = [(Topology::Sqlite, 7, 30)];
+const CI_RUNS: [(Topology, u64, u64); 2] = [(Topology::Sqlite, 7, 30), (Topology::Replicas, 7, 40)];
 /// Clients running scenarios at once.
 const CLIENTS: usize = 4;
 /// SSE consumers at once.
@@ -49,7 +57,7 @@ const CONSUMERS: usize = 2;
 enum Topology {
     /// One gateway on a SQLite file.
     Sqlite,
-    /// Three replicas on one PostgreSQL: not built yet.
+    /// Three replicas on one PostgreSQL.
     Replicas,
 }
 
@@ -190,10 +198,7 @@ fn parse(args: Vec<String>) -> Result<Asked, String> {
     }
     let topology = topology.ok_or("--topology is missing")?;
     if topology == Topology::Replicas {
-        return Err(
-            "the replicas topology (three replicas on PostgreSQL) is not built yet: only --topology sqlite runs"
-                .to_owned(),
-        );
+        cluster::installed().map_err(|missing| format!("the replicas topology needs PostgreSQL 15: {missing}"))?;
     }
     Ok(Asked::Runs(vec![Run {
         topology,
@@ -236,10 +241,27 @@ async fn schedule(
     let history = Arc::new(History::create(path)?);
     let rng = Rng::new(run.seed);
     let receiver = receiver::start(history.clone(), rng.fork(1000)).await?;
-    let target = match run.topology {
-        Topology::Sqlite => sqlite::Sqlite::start(dir, watchdog.clone(), &receiver).await?,
-        Topology::Replicas => unreachable!("refused when the arguments were read"),
-    };
+    match run.topology {
+        Topology::Sqlite => {
+            let target = sqlite::Sqlite::start(dir, watchdog.clone(), &receiver).await?;
+            drive(run, &target, &history, path, rng).await
+        }
+        Topology::Replicas => {
+            let target = replicas::Replicas::start(dir, watchdog.clone(), &receiver).await?;
+            drive(run, &target, &history, path, rng).await
+        }
+    }
+}
+
+/// Runs the workload and the nemeses on `target`, heals, reads and checks; whether every rule held, and the
+/// verdict.
+async fn drive(
+    run: &Run,
+    target: &impl Target,
+    history: &Arc<History>,
+    path: &std::path::Path,
+    rng: Rng,
+) -> anyhow::Result<(bool, String)> {
     let plan = nemesis::schedule(target.faults(), run.duration, rng.fork(2000));
     history.note(
         "run",
@@ -268,7 +290,6 @@ async fn schedule(
     let until = tokio::time::Instant::now() + run.duration;
     let clients = (0..CLIENTS).map(|me| workload::client(apis.clone(), me, run.seed, rng.fork(me as u64), until));
     let consumers = (0..CONSUMERS).map(|index| {
-        let target = &target;
         let address = move |connection: u64| target.address(index + connection as usize);
         consumers::consumer(
             address,
@@ -282,12 +303,12 @@ async fn schedule(
     futures::join!(
         futures::future::join_all(clients),
         futures::future::join_all(consumers),
-        nemesis::run(&target, &plan, &history)
+        nemesis::run(target, &plan, history)
     );
     target.heal().await?;
     let checker_api = Api::new("checker".to_owned(), target.address(0), http.clone(), history.clone());
-    let state = state::read(&checker_api, &history, sqlite::TTL, &target.journal()).await?;
-    state::deliveries_settled(&history, &state.log).await;
+    let state = state::read(&checker_api, history, target.settle(), &target.journal()).await?;
+    state::deliveries_settled(history, &state.log).await;
     target.stop().await;
     let violations = history.read(|record| checker::check(record, &state));
     let operations = history.read(|record| record.ops.len());

@@ -17,6 +17,14 @@ pub enum FaultKind {
     DiskFull,
     /// Crash the upstream in the middle of a round, and start it again.
     UpstreamCrash,
+    /// SIGSTOP a replica for longer than the lease, then SIGCONT.
+    Pause,
+    /// Stop PostgreSQL (`fast` shutdown) and start it again.
+    PostgresFast,
+    /// Stop PostgreSQL (`immediate` shutdown, as a crash would) and start it again.
+    PostgresImmediate,
+    /// Cut a replica off from the database, and heal it.
+    Partition,
 }
 
 impl FaultKind {
@@ -26,6 +34,10 @@ impl FaultKind {
             FaultKind::Kill => "kill-9",
             FaultKind::DiskFull => "disk-full",
             FaultKind::UpstreamCrash => "upstream-crash",
+            FaultKind::Pause => "pause-past-lease",
+            FaultKind::PostgresFast => "postgres-restart-fast",
+            FaultKind::PostgresImmediate => "postgres-restart-immediate",
+            FaultKind::Partition => "partition",
         }
     }
 }
@@ -36,12 +48,17 @@ pub trait Target {
     fn address(&self, client: usize) -> String;
     /// The demo server's journal: what the upstream received.
     fn journal(&self) -> PathBuf;
+    /// How long after the workload a Request or a call may take to settle: the ttl, and the lease where a
+    /// replica's calls pass to another.
+    fn settle(&self) -> Duration;
     /// The faults it can cause, each with its weight in the schedule.
     fn faults(&self) -> &'static [(FaultKind, u64)];
     /// Causes one fault, its details drawn from `rng`, records it, and heals it (after its duration).
     fn inflict(&self, kind: FaultKind, rng: Rng, history: &History) -> impl Future<Output = ()>;
     /// Ends every fault still in force and waits until every gateway is ready.
     fn heal(&self) -> impl Future<Output = anyhow::Result<()>>;
+    /// Stops every process it started.
+    fn stop(&self) -> impl Future<Output = ()>;
 }
 
 /// One fault of the schedule.

@@ -31,21 +31,36 @@ pub struct Final {
     pub journal: Vec<Value>,
 }
 
-/// Reads the final state through `api`, once the ttl has let every Request expire.
-pub async fn read(api: &Api, history: &History, ttl: Duration, journal: &Path) -> anyhow::Result<Final> {
+/// Reads the final state through `api`, once `settle` (the ttl, and the lease with replicas) has let every
+/// Request expire and every call end.
+pub async fn read(api: &Api, history: &History, settle: Duration, journal: &Path) -> anyhow::Result<Final> {
+    // Held while pending: a Request still pending after that (and a margin) has outlived its expiry.
+    let settle = settle.as_secs() + 5;
+    let (mut requests, mut calls) = (BTreeSet::new(), BTreeSet::new());
+    // Settling may start new rounds (a 2026-07-28 call retried with `cancel` asks its next question): what the
+    // reads name anew is settled in turn.
+    for _ in 0..4 {
+        let (named_requests, named_calls) = named(history);
+        let new_requests: Vec<String> = named_requests.difference(&requests).cloned().collect();
+        let new_calls: Vec<String> = named_calls.difference(&calls).cloned().collect();
+        if new_requests.is_empty() && new_calls.is_empty() {
+            break;
+        }
+        futures::stream::iter(&new_requests)
+            .for_each_concurrent(READERS, |id| async move {
+                api.get(&format!("/requests/{id}?wait={settle}"), settle).await;
+            })
+            .await;
+        requests.extend(new_requests);
+        calls.extend(new_calls);
+        // Every call again: one that was waiting may be running its next round now.
+        futures::stream::iter(&calls)
+            .for_each_concurrent(READERS, |id| async move {
+                api.get(&format!("/calls/{id}?wait={settle}"), settle).await;
+            })
+            .await;
+    }
     let (requests, calls) = named(history);
-    // Held while pending: a Request still pending after the ttl (and a margin) has outlived its expiry.
-    let settle = ttl.as_secs() + 5;
-    futures::stream::iter(&requests)
-        .for_each_concurrent(READERS, |id| async move {
-            api.get(&format!("/requests/{id}?wait={settle}"), settle).await;
-        })
-        .await;
-    futures::stream::iter(&calls)
-        .for_each_concurrent(READERS, |id| async move {
-            api.get(&format!("/calls/{id}?wait=15"), 15).await;
-        })
-        .await;
     let mut state = Final::default();
     for (ids, kind, into) in [
         (&requests, "requests", &mut state.requests),

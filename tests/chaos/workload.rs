@@ -175,7 +175,12 @@ impl Client<'_> {
             None => params["_meta"] = modern_meta(),
         }
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
-        let held = self.mcp(body, &headers, crate::sqlite::MAX_HOLD.as_secs() + 2, session.is_some());
+        let held = self.mcp(
+            body,
+            &headers,
+            crate::gateways::MAX_HOLD.as_secs() + 2,
+            session.is_some(),
+        );
         let answering = async {
             for _ in 0..15 {
                 let listed = self
