@@ -28,6 +28,7 @@ pub fn check(record: &Record, state: &Final) -> Vec<Violation> {
     webhooks_delivered(record, state, &mut found);
     nothing_stuck_after_healing(state, &mut found);
     errors_as_documented(&record.ops, &mut found);
+    long_polls_hold(&record.ops, &mut found);
     found
 }
 
@@ -386,6 +387,32 @@ fn errors_as_documented(ops: &[Op], found: &mut Vec<Violation>) {
             found.push(Violation {
                 rule: "errors-as-documented",
                 detail,
+                ops: vec![op.op],
+            });
+        }
+    }
+}
+
+/// Beyond the eight: a long-poll on one call or Request holds while it is `running` (or `pending`) until
+/// its `wait` passes; one that answered `200` with that status sooner (by more than half a second) did not.
+fn long_polls_hold(ops: &[Op], found: &mut Vec<Violation>) {
+    for op in ops.iter().filter(|op| op.method == "GET" && op.status == Some(200)) {
+        let Some((path, query)) = op.path.split_once('?') else {
+            continue;
+        };
+        let Some(wait) = query.strip_prefix("wait=").and_then(|wait| wait.parse::<u64>().ok()) else {
+            continue;
+        };
+        let waiting = match path.trim_start_matches('/').split('/').collect::<Vec<_>>().as_slice() {
+            ["calls", _] => "running",
+            ["requests", _] => "pending",
+            _ => continue,
+        };
+        let held = op.end.saturating_sub(op.start);
+        if op.response["status"] == waiting && held + 500 < wait * 1000 {
+            found.push(Violation {
+                rule: "long-polls-hold",
+                detail: format!("{} answered {waiting} after {held} ms of a wait of {wait} s", op.path),
                 ops: vec![op.op],
             });
         }
