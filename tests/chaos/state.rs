@@ -77,6 +77,20 @@ pub async fn read(api: &Api, history: &History, settle: Duration, journal: &Path
             }
         }
     }
+    // A round asked at the very end is named by its call's last read alone.
+    let unread: Vec<String> = state
+        .calls
+        .values()
+        .flat_map(|call| call["requests"].as_array().cloned().unwrap_or_default())
+        .filter_map(|id| id.as_str().map(str::to_owned))
+        .filter(|id| !state.requests.contains_key(id))
+        .collect();
+    for id in unread {
+        let reply = api.get(&format!("/requests/{id}"), 0).await;
+        if reply.is(200) {
+            state.requests.insert(id, reply.body);
+        }
+    }
     state.log = event_log(api).await?;
     state.journal = std::fs::read_to_string(journal)
         .with_context(|| format!("cannot read the journal {}", journal.display()))?
