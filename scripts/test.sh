@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The project's test entry point: every Rust suite (unit and property tests, and the black-box API tests
-# that drive the real binary over HTTP), then schemathesis against the running gateway's /openapi.json
-# (scripts/schemathesis.sh), then the browser tests of the inbox at /ui (tests/browser, headless Chromium), then
-# the container check: the unchanged Dockerfile built with podman and the image run as a sidecar
-# (scripts/check-container.sh --engine podman; as root, which it needs; TOOLNEXUS_SKIP_CONTAINER=1 leaves it out).
+# The project's test entry point: every Rust suite (unit and property tests, the black-box API tests that
+# drive the real binary over HTTP, and the fault-schedule runner's short schedules, tests/chaos), then
+# schemathesis against the running gateway's /openapi.json (scripts/schemathesis.sh), then the browser tests
+# of the inbox at /ui (tests/browser, headless Chromium), then the container check: the unchanged Dockerfile
+# built with podman and the image run as a sidecar (scripts/check-container.sh --engine podman; as root, which
+# it needs; TOOLNEXUS_SKIP_CONTAINER=1 leaves it out).
 #
 # schemathesis, and the Standard Webhooks library the webhook tests verify deliveries with, are installed from
 # PyPI into virtualenvs under ~/.cache when missing (needs python3-venv).
@@ -12,8 +13,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The PostgreSQL tests start throwaway servers from Debian's postgresql-15 (src/store/postgres/cluster.rs),
-# installed here with apt-get when missing and running as root, without the package's own default cluster.
+# The PostgreSQL tests (and the fault-schedule runner's replicas topology) start throwaway servers from
+# Debian's postgresql-15 (src/store/postgres/cluster.rs), installed here with apt-get when missing and running
+# as root, without the package's own default cluster. The runner's disk-full fault uses prlimit (util-linux).
 if [[ ! -x /usr/lib/postgresql/15/bin/postgres && -z "${TOOLNEXUS_TEST_POSTGRES:-}" && "$(id -u)" == 0 ]] &&
     command -v apt-get >/dev/null; then
     echo "scripts/test.sh: installing Debian's postgresql-15 for the PostgreSQL tests" >&2
