@@ -247,6 +247,8 @@ async fn schedule(
             drive(run, &target, &history, path, rng).await
         }
         Topology::Replicas => {
+            cluster::installed()
+                .map_err(|missing| anyhow::anyhow!("the replicas topology needs PostgreSQL 15: {missing}"))?;
             let target = replicas::Replicas::start(dir, watchdog.clone(), &receiver).await?;
             drive(run, &target, &history, path, rng).await
         }
