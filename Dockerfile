@@ -6,10 +6,12 @@
 FROM rust:1.95.0-slim-bookworm AS build
 WORKDIR /src
 # Everything the build reads, and nothing else: the web inbox in ui/ is compiled into the binary, and
-# cargo refuses a manifest whose [[bench]] has no source, so benches/ comes along unbuilt.
+# cargo refuses a manifest whose [[bench]] or [[test]] has no source, so benches/ and tests/chaos/ come
+# along unbuilt.
 COPY Cargo.toml Cargo.lock ./
 COPY .cargo .cargo
 COPY benches benches
+COPY tests/chaos tests/chaos
 COPY src src
 COPY ui ui
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
