@@ -64,17 +64,9 @@ impl Gateway {
         Ok(format!("down {} ms", down.as_millis()))
     }
 
-    /// Starts it again on its port; a port the kernel has not released yet is tried again.
+    /// Starts it again on its port.
     async fn restart(&self) -> anyhow::Result<Process> {
-        let mut last = None;
-        for _ in 0..STARTS {
-            match start_gateway(&self.watchdog, &self.dir, &self.listen).await {
-                Ok(process) => return Ok(process),
-                Err(error) => last = Some(error),
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        Err(last.expect("at least one start"))
+        again(|| start_gateway(&self.watchdog, &self.dir, &self.listen)).await
     }
 
     /// Runs `change` on its process if it runs and is still `pid`; whether it did.
@@ -183,15 +175,7 @@ impl Upstream {
 
     /// Starts it again on its port.
     async fn restart(&self) -> anyhow::Result<Process> {
-        let mut last = None;
-        for _ in 0..STARTS {
-            match start_demo(&self.watchdog, &self.dir, &self.listen).await {
-                Ok(process) => return Ok(process),
-                Err(error) => last = Some(error),
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        Err(last.expect("at least one start"))
+        again(|| start_demo(&self.watchdog, &self.dir, &self.listen)).await
     }
 
     /// Makes sure it runs.
@@ -248,6 +232,19 @@ timeout = "2s"
         ttl = TTL.as_secs(),
         hold = MAX_HOLD.as_secs(),
     )
+}
+
+/// Starts a process again with `start`, trying again while its port is not released yet by the kernel.
+async fn again<F: Future<Output = anyhow::Result<Process>>>(start: impl Fn() -> F) -> anyhow::Result<Process> {
+    let mut last = None;
+    for _ in 0..STARTS {
+        match start().await {
+            Ok(process) => return Ok(process),
+            Err(error) => last = Some(error),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(last.expect("at least one start"))
 }
 
 async fn start_gateway(watchdog: &Watchdog, dir: &Path, listen: &str) -> anyhow::Result<Process> {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::history::History;
+use crate::history::{Fault, History};
 use crate::random::Rng;
 
 /// A fault a topology can cause.
@@ -53,8 +53,8 @@ pub trait Target {
     fn settle(&self) -> Duration;
     /// The faults it can cause, each with its weight in the schedule.
     fn faults(&self) -> &'static [(FaultKind, u64)];
-    /// Causes one fault, its details drawn from `rng`, records it, and heals it (after its duration).
-    fn inflict(&self, kind: FaultKind, rng: Rng, history: &History) -> impl Future<Output = ()>;
+    /// Causes one fault, its details drawn from `rng`, and heals it after its duration; says what it did.
+    fn inflict(&self, kind: FaultKind, rng: Rng) -> impl Future<Output = anyhow::Result<String>>;
     /// Ends every fault still in force and waits until every gateway is ready.
     fn heal(&self) -> impl Future<Output = anyhow::Result<()>>;
     /// Stops every process it started.
@@ -112,7 +112,16 @@ pub async fn run(target: &impl Target, plan: &[Planned], history: &History) {
             }
         }
         history.note("schedule", &json!({"fault": fault.kind.name(), "at": history.now()}));
-        striking.push(target.inflict(fault.kind, fault.rng.clone(), history));
+        striking.push(async move {
+            let start = history.now();
+            let done = target.inflict(fault.kind, fault.rng.clone()).await;
+            history.fault(Fault {
+                fault: fault.kind.name().to_owned(),
+                start,
+                end: history.now(),
+                note: Some(done.unwrap_or_else(|error| format!("failed: {error:#}"))),
+            });
+        });
     }
     while striking.next().await.is_some() {}
 }

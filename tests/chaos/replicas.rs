@@ -12,7 +12,6 @@ use std::time::Duration;
 use crate::children::Watchdog;
 use crate::cluster::Cluster;
 use crate::gateways::{self, Gateway, Upstream, signal};
-use crate::history::{Fault, History};
 use crate::nemesis::{FaultKind, Target};
 use crate::random::Rng;
 use crate::relay::Relay;
@@ -123,10 +122,9 @@ impl Target for Replicas {
         ]
     }
 
-    async fn inflict(&self, kind: FaultKind, mut rng: Rng, history: &History) {
-        let start = history.now();
+    async fn inflict(&self, kind: FaultKind, mut rng: Rng) -> anyhow::Result<String> {
         let index = rng.below(REPLICAS as u64) as usize;
-        let done = match kind {
+        match kind {
             FaultKind::Kill => self.replicas[index]
                 .kill(rng.millis(0, 1500))
                 .await
@@ -149,13 +147,7 @@ impl Target for Replicas {
                     .await
             }
             other => Ok(format!("{} is not a fault of this topology", other.name())),
-        };
-        history.fault(Fault {
-            fault: kind.name().to_owned(),
-            start,
-            end: history.now(),
-            note: Some(done.unwrap_or_else(|error| format!("failed: {error:#}"))),
-        });
+        }
     }
 
     async fn heal(&self) -> anyhow::Result<()> {

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use crate::children::Watchdog;
 use crate::gateways::{self, Gateway, Upstream, limit_file_size};
-use crate::history::{Fault, History};
 use crate::nemesis::{FaultKind, Target};
 use crate::random::Rng;
 
@@ -86,9 +85,8 @@ impl Target for Sqlite {
         ]
     }
 
-    async fn inflict(&self, kind: FaultKind, mut rng: Rng, history: &History) {
-        let start = history.now();
-        let done = match kind {
+    async fn inflict(&self, kind: FaultKind, mut rng: Rng) -> anyhow::Result<String> {
+        match kind {
             FaultKind::Kill => self.gateway.kill(rng.millis(0, 1500)).await,
             FaultKind::DiskFull => self.fill_disk(rng.millis(500, 5000)).await,
             FaultKind::UpstreamCrash => {
@@ -96,13 +94,7 @@ impl Target for Sqlite {
                 self.upstream.crash(&self.gateway.address(), &self.client, down).await
             }
             other => Ok(format!("{} is not a fault of this topology", other.name())),
-        };
-        history.fault(Fault {
-            fault: kind.name().to_owned(),
-            start,
-            end: history.now(),
-            note: Some(done.unwrap_or_else(|error| format!("failed: {error:#}"))),
-        });
+        }
     }
 
     async fn heal(&self) -> anyhow::Result<()> {
