@@ -3,12 +3,14 @@
 use std::collections::HashMap;
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::header::{InvalidHeaderName, InvalidHeaderValue};
 use axum::http::{HeaderName, HeaderValue};
 use rmcp::model::ProtocolVersion;
 use rmcp::service::{RunningService, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::common::client_side_sse::SseRetryPolicy;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, Transport};
 use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
@@ -119,7 +121,8 @@ async fn attempt(
                     Ok((header, value))
                 })
                 .collect::<Result<HashMap<_, _>, ConnectError>>()?;
-            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
+            let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
+            config.retry_config = Arc::new(Resumption);
             let transport = StreamableHttpClientTransport::with_client(http_client()?, config);
             let secrets = Secrets::of_url(url);
             let watched = EofWatch {
@@ -140,6 +143,19 @@ fn http_client() -> Result<reqwest::Client, ConnectError> {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(ConnectError::HttpClient)
+}
+
+/// How a broken event stream of an HTTP upstream is resumed (a `GET` with `Last-Event-ID`): at once, then after
+/// 2, 4, 8 and 8 s. When the fifth attempt in a row fails the stream ends, and with it the request it answers,
+/// so a call whose upstream died fails within about 25 s (rmcp's default tries for ever). A stream the server
+/// ends in order is resumed after 1 s, or the `retry` it asked for.
+#[derive(Debug)]
+struct Resumption;
+
+impl SseRetryPolicy for Resumption {
+    fn retry(&self, failures: usize) -> Option<Duration> {
+        (failures < 5).then(|| Duration::from_secs(1 << failures.min(3)))
+    }
 }
 
 /// Completes the MCP handshake in an era; its error never quotes `secrets`.

@@ -524,3 +524,24 @@ async fn a_legacy_stdio_elicitation_with_two_calls_in_flight_is_not_attributed()
         json!([{"action": "accept", "content": {"confirm": true, "note": ""}}])
     );
 }
+
+/// An HTTP upstream that dies while a 2025-11-25 call waits on it, and does not come back: the call fails once its
+/// response stream cannot be resumed, rather than running until something else is sent on that session.
+#[tokio::test]
+async fn a_call_in_flight_on_an_http_upstream_that_dies_fails() {
+    let (mut demo, url) = crate::helpers::http_demo();
+    let servers = format!("[[servers]]\nname = \"legacy\"\nurl = \"{url}\"\nprotocol = \"2025-11-25\"\n");
+    let app = spawn_app(&servers).await;
+    let call = app.call("legacy", "crash", json!({"action": "die"})).await;
+    assert_eq!(call["status"], "input_required", "{call}");
+    let request = app.request_of(&call).await;
+    let _ = demo.wait();
+    let request = app
+        .get_json(&format!("/requests/{}?wait=120", request["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(request["status"], "cancelled", "{request}");
+    let ended = app.settled(call["id"].as_str().unwrap()).await;
+    assert_eq!(ended["status"], "failed", "{ended}");
+    let message = ended["error"]["message"].as_str().unwrap();
+    assert!(message.contains("the upstream ended the session"), "{ended}");
+}
