@@ -6,7 +6,8 @@
 #
 # The same seed gives the same schedule. The last line printed is the verdict with the seed; the exit status is
 # 0 when every rule held, 1 on a violation (the rule, the operations involved and the kept history are printed
-# before it) and 2 on bad arguments. It needs prlimit (util-linux) for the disk-full fault.
+# before it) and 2 on bad arguments. It needs prlimit (util-linux) for the disk-full fault, and the replicas
+# topology libfaketime (Debian's faketime) for its clock fault.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

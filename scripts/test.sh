@@ -15,13 +15,19 @@ cd "$(dirname "$0")/.."
 
 # The PostgreSQL tests (and the fault-schedule runner's replicas topology) start throwaway servers from
 # Debian's postgresql-15 (src/store/postgres/cluster.rs), installed here with apt-get when missing and running
-# as root, without the package's own default cluster. The runner's disk-full fault uses prlimit (util-linux).
+# as root, without the package's own default cluster. The runner's disk-full fault uses prlimit (util-linux);
+# its clock fault, Debian's libfaketime (installed here as postgresql-15 is).
 if [[ ! -x /usr/lib/postgresql/15/bin/postgres && -z "${TOOLNEXUS_TEST_POSTGRES:-}" && "$(id -u)" == 0 ]] &&
     command -v apt-get >/dev/null; then
     echo "scripts/test.sh: installing Debian's postgresql-15 for the PostgreSQL tests" >&2
     mkdir -p /etc/postgresql-common/createcluster.d
     echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.d/toolnexus-no-main.conf
     apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql-15
+fi
+if ! compgen -G "/usr/lib/*/faketime/libfaketimeMT.so.1" >/dev/null && [[ "$(id -u)" == 0 ]] &&
+    command -v apt-get >/dev/null; then
+    echo "scripts/test.sh: installing Debian's faketime for the fault-schedule runner's clock fault" >&2
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q faketime
 fi
 
 # tests/api/webhooks.rs has the Standard Webhooks library (standardwebhooks) check the gateway's deliveries.

@@ -3,6 +3,7 @@
 //! standard input only the runner holds kills every group it was told of and removes the run's temp dir when
 //! that input closes: however the runner ends, SIGKILL included. No `unsafe` is needed for it.
 
+use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -84,13 +85,19 @@ pub struct Process {
 }
 
 impl Process {
-    /// Starts the gateway binary with `args`, its stderr appended to `log`, and waits for `listening on`.
-    pub async fn start(watchdog: &Watchdog, args: &[&str], log: &Path) -> anyhow::Result<Self> {
+    /// Starts the gateway binary with `args` and `env`, its stderr appended to `log`, and waits for `listening on`.
+    pub async fn start(
+        watchdog: &Watchdog,
+        args: &[&str],
+        env: &[(&'static str, OsString)],
+        log: &Path,
+    ) -> anyhow::Result<Self> {
         let log_file = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
         let binary = gateway_binary();
         let mut child = Command::new(&binary)
             .args(args)
             .env("RUST_LOG", "info,rmcp=warn")
+            .envs(env.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -2,6 +2,7 @@
 //! each kill, and the upstream — the demo server over HTTP, in a process of its own so that it outlives the
 //! gateways and its journal says what it received — that comes back on its port after each crash.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use anyhow::Context;
 use serde_json::json;
 
 use crate::children::{Process, Watchdog};
+use crate::clock::Skew;
 
 /// How long a Request stays answerable: short, so that the run's end waits little for expiries.
 pub const TTL: Duration = Duration::from_secs(8);
@@ -26,20 +28,24 @@ pub struct Gateway {
     process: tokio::sync::Mutex<Option<Process>>,
     /// `127.0.0.1:PORT` it listens on, the same after every restart.
     pub listen: String,
+    /// Its wall clock, when the runner may move it.
+    pub clock: Option<Skew>,
 }
 
 impl Gateway {
-    /// Writes `config` into `dir` and starts the gateway on it, on a free port.
-    pub async fn start(dir: &Path, watchdog: Arc<Watchdog>, config: &str) -> anyhow::Result<Self> {
+    /// Writes `config` into `dir` and starts the gateway on it, on a free port, reading `clock` when given.
+    pub async fn start(dir: &Path, watchdog: Arc<Watchdog>, config: &str, clock: Option<Skew>) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
         std::fs::write(dir.join("gateway.toml"), config)?;
-        let process = start_gateway(&watchdog, dir, "127.0.0.1:0").await?;
+        let env = clock.as_ref().map(Skew::env).unwrap_or_default();
+        let process = start_gateway(&watchdog, dir, "127.0.0.1:0", &env).await?;
         let listen = process.url.trim_start_matches("http://").to_owned();
         Ok(Self {
             dir: dir.to_owned(),
             watchdog,
             process: tokio::sync::Mutex::new(Some(process)),
             listen,
+            clock,
         })
     }
 
@@ -66,7 +72,8 @@ impl Gateway {
 
     /// Starts it again on its port.
     async fn restart(&self) -> anyhow::Result<Process> {
-        again(|| start_gateway(&self.watchdog, &self.dir, &self.listen)).await
+        let env = self.clock.as_ref().map(Skew::env).unwrap_or_default();
+        again(|| start_gateway(&self.watchdog, &self.dir, &self.listen, &env)).await
     }
 
     /// Runs `change` on its process if it runs and is still `pid`; whether it did.
@@ -79,8 +86,12 @@ impl Gateway {
         Ok(true)
     }
 
-    /// Makes sure it runs (started again if it died), whatever was done to it, and lifts its file-size limit.
+    /// Makes sure it runs (started again if it died), whatever was done to it, lifts its file-size limit and
+    /// sets its clock right.
     pub async fn heal(&self) -> anyhow::Result<()> {
+        if let Some(clock) = &self.clock {
+            clock.set(0)?;
+        }
         let mut process = self.process.lock().await;
         let running = process.as_mut().map(|process| (process.running(), process.pid()));
         match running {
@@ -247,12 +258,18 @@ async fn again<F: Future<Output = anyhow::Result<Process>>>(start: impl Fn() -> 
     Err(last.expect("at least one start"))
 }
 
-async fn start_gateway(watchdog: &Watchdog, dir: &Path, listen: &str) -> anyhow::Result<Process> {
+async fn start_gateway(
+    watchdog: &Watchdog,
+    dir: &Path,
+    listen: &str,
+    env: &[(&'static str, OsString)],
+) -> anyhow::Result<Process> {
     let config = dir.join("gateway.toml");
     let config = config.to_str().context("a UTF-8 temp dir")?;
     Process::start(
         watchdog,
         &["--config", config, "--listen", listen],
+        env,
         &dir.join("gateway.log"),
     )
     .await
@@ -262,7 +279,7 @@ async fn start_demo(watchdog: &Watchdog, dir: &Path, listen: &str) -> anyhow::Re
     let journal = dir.join("journal.jsonl");
     let journal = journal.to_str().context("a UTF-8 temp dir")?;
     let args = ["demo-server", "--http", listen, "--journal", journal];
-    Process::start(watchdog, &args, &dir.join("demo.log")).await
+    Process::start(watchdog, &args, &[], &dir.join("demo.log")).await
 }
 
 /// Sets the soft limit on the size of a file process `pid` writes (`unlimited`, or bytes).

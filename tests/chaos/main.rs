@@ -9,6 +9,7 @@
 mod api;
 mod checker;
 mod children;
+mod clock;
 #[allow(dead_code, reason = "the runner starts its own cluster, and never counts statements")]
 #[path = "../../src/store/postgres/cluster.rs"]
 mod cluster;
@@ -199,6 +200,7 @@ fn parse(args: Vec<String>) -> Result<Asked, String> {
     let topology = topology.ok_or("--topology is missing")?;
     if topology == Topology::Replicas {
         cluster::installed().map_err(|missing| format!("the replicas topology needs PostgreSQL 15: {missing}"))?;
+        clock::library().map_err(|missing| format!("the replicas topology moves a replica's clock: {missing}"))?;
     }
     Ok(Asked::Runs(vec![Run {
         topology,

@@ -25,6 +25,8 @@ pub enum FaultKind {
     PostgresImmediate,
     /// Cut a replica off from the database, and heal it.
     Partition,
+    /// Move a replica's wall clock forward or back for a while, and set it right.
+    ClockMove,
 }
 
 impl FaultKind {
@@ -38,6 +40,7 @@ impl FaultKind {
             FaultKind::PostgresFast => "postgres-restart-fast",
             FaultKind::PostgresImmediate => "postgres-restart-immediate",
             FaultKind::Partition => "partition",
+            FaultKind::ClockMove => "clock-moved",
         }
     }
 }

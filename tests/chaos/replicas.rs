@@ -3,13 +3,16 @@
 //! server over HTTP as their upstream in both eras and a webhook receiver. Nemeses: `kill -9` of a replica;
 //! SIGSTOP of a replica past the lease, then SIGCONT; PostgreSQL stopped `fast` or `immediate` and started
 //! again; a replica cut off from the database (its relay closes its connections and refuses new ones) and
-//! healed; an upstream crash.
+//! healed; a replica's wall clock moved forward or back (libfaketime), and set right; an upstream crash.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
+
 use crate::children::Watchdog;
+use crate::clock::Skew;
 use crate::cluster::Cluster;
 use crate::gateways::{self, Gateway, Upstream, signal};
 use crate::nemesis::{FaultKind, Target};
@@ -21,6 +24,9 @@ const REPLICAS: usize = 3;
 /// How long a replica whose heartbeat stopped is taken for alive (the store's lease), and the margin past it
 /// the others take to end what it held.
 const LEASE: Duration = Duration::from_secs(20);
+/// The most a replica's clock is moved, either way. A Request raised on a replica whose clock is ahead expires
+/// that much later.
+const MAX_SKEW: i64 = 15;
 
 /// Three replicas on one PostgreSQL, and their upstream.
 pub struct Replicas {
@@ -45,7 +51,10 @@ impl Replicas {
             let relay = Relay::in_front_of(&database).await?;
             let settings = format!("replica = \"replica-{index}\"\n");
             let config = gateways::config(&settings, &relay.url, &upstream.url, receiver);
-            replicas.push(Gateway::start(&dir.join(format!("replica-{index}")), watchdog.clone(), &config).await?);
+            let dir = dir.join(format!("replica-{index}"));
+            std::fs::create_dir_all(&dir)?;
+            let clock = Skew::new(&dir).context("a replica's clock is moved by libfaketime")?;
+            replicas.push(Gateway::start(&dir, watchdog.clone(), &config, Some(clock)).await?);
             relays.push(relay);
         }
         let client = reqwest::Client::new();
@@ -89,6 +98,18 @@ impl Replicas {
         Ok(format!("down {} ms", down.as_millis()))
     }
 
+    /// Moves replica `index`'s wall clock by `seconds` for `held`, then sets it right.
+    async fn move_clock(&self, index: usize, seconds: i64, held: Duration) -> anyhow::Result<String> {
+        let clock = self.replicas[index].clock.as_ref().context("a replica's clock")?;
+        clock.set(seconds)?;
+        tokio::time::sleep(held).await;
+        clock.set(0)?;
+        Ok(format!(
+            "replica {index}'s clock {seconds:+} s for {} ms",
+            held.as_millis()
+        ))
+    }
+
     /// Cuts replica `index` off from the database for `cut`, then heals it.
     async fn partition(&self, index: usize, cut: Duration) -> anyhow::Result<String> {
         self.relays[index].cut();
@@ -108,7 +129,7 @@ impl Target for Replicas {
     }
 
     fn settle(&self) -> Duration {
-        gateways::TTL + LEASE
+        gateways::TTL + LEASE + Duration::from_secs(MAX_SKEW.unsigned_abs())
     }
 
     fn faults(&self) -> &'static [(FaultKind, u64)] {
@@ -118,6 +139,7 @@ impl Target for Replicas {
             (FaultKind::PostgresFast, 1),
             (FaultKind::PostgresImmediate, 1),
             (FaultKind::Partition, 2),
+            (FaultKind::ClockMove, 1),
             (FaultKind::UpstreamCrash, 1),
         ]
     }
@@ -139,6 +161,11 @@ impl Target for Replicas {
                     rng.millis(1000, 8000)
                 };
                 self.partition(index, cut).await
+            }
+            FaultKind::ClockMove => {
+                let seconds = 3 + rng.below(MAX_SKEW as u64 - 2) as i64;
+                let seconds = if rng.chance(0.5) { seconds } else { -seconds };
+                self.move_clock(index, seconds, rng.millis(5000, 20_000)).await
             }
             FaultKind::UpstreamCrash => {
                 let down = rng.millis(0, 1500);

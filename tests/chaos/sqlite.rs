@@ -23,7 +23,7 @@ impl Sqlite {
         let upstream = Upstream::start(dir, watchdog.clone()).await?;
         let store = format!("sqlite:{}", dir.join("gateway.sqlite3").display());
         let config = gateways::config("", &store, &upstream.url, receiver);
-        let gateway = Gateway::start(dir, watchdog, &config).await?;
+        let gateway = Gateway::start(dir, watchdog, &config, None).await?;
         let client = reqwest::Client::new();
         gateway.ready(&client).await?;
         Ok(Self {
