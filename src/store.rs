@@ -8,6 +8,7 @@
 mod live;
 mod memory;
 pub mod postgres;
+mod rows;
 mod shares;
 pub mod sqlite;
 

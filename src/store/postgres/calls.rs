@@ -13,6 +13,7 @@ use crate::ids::{self, CallId, RequestId, SessionId};
 use crate::records::{
     CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView, Status,
 };
+use crate::store::rows::{Columns, JsonText};
 use crate::store::{
     Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
 };
@@ -460,7 +461,7 @@ fn retry_from(id: &CallId, found: &Row) -> Result<Option<Retry>, tokio_postgres:
         session: found.try_get(1)?,
         shared: found.try_get(2)?,
         tool: found.try_get(3)?,
-        arguments: found.try_get::<_, rows::Json<_>>(4)?.0,
+        arguments: found.parsed::<JsonText<_>>(4)?,
         round: u32::try_from(round).unwrap_or(0),
         request_state: found.try_get(6)?,
         input_responses,

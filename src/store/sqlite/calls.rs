@@ -14,6 +14,7 @@ use crate::records::{
     CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView, Status,
 };
 use crate::store::live::Note;
+use crate::store::rows::{Columns, JsonText};
 use crate::store::{
     Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
 };
@@ -391,7 +392,7 @@ pub(super) fn retry(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<R
                 row.get::<_, SessionId>(1)?,
                 row.get::<_, bool>(2)?,
                 row.get::<_, String>(3)?,
-                row.get::<_, String>(4)?,
+                row.parsed::<JsonText<_>>(4)?,
                 row.get::<_, String>(5)?,
             ))
         })
@@ -434,7 +435,6 @@ pub(super) fn retry(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<R
             .unwrap_or_else(|| serde_json::json!({"action": "cancel"}));
         input_responses.insert(key, result);
     }
-    let arguments = super::rows::from_json(&arguments, 4)?;
     Ok(Some(Retry {
         call: id.clone(),
         owner,

@@ -1,22 +1,14 @@
-//! Records as rows: the columns each read selects, and how a row becomes a record.
-
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::sync::Arc;
+//! Records as SQLite rows: the columns each read selects, in the order `store::rows` reads them, and the
+//! `WHERE` clause of a listing.
 
 use rusqlite::Row;
 use rusqlite::ToSql;
 use rusqlite::types::{FromSql, FromSqlResult, ToSqlOutput, Type, Value, ValueRef};
 
-use serde::de::DeserializeOwned;
-
+use super::super::rows::{self as records, Columns, Parse};
+pub use super::super::rows::{to_json, to_json_opt};
 use crate::ids::{CallId, RequestId, SessionId};
-use crate::records::{
-    CallError, CallFailure, CallStatus, CallView, Event, EventKind, RequestView, SessionStatus, SessionView, Status,
-    Via,
-};
-use crate::suspension::{Request, RequestKind};
-use crate::time::Timestamp;
+use crate::records::{CallView, Event, RequestView, SessionView};
 
 /// The columns `request` reads, in order.
 pub const REQUEST: &str = "id, kind, prompt, url, data, expires_at, status, server, session, call_id, owner, \
@@ -34,165 +26,65 @@ pub const SESSION: &str =
 /// The columns `event` reads, in order.
 pub const EVENT: &str = "seq, kind, server, session, call_id, owner, data";
 
+// The readers rusqlite's `query_map` takes: a function of a row of any lifetime.
+
 /// A Request read with the `REQUEST` columns.
 pub fn request(row: &Row<'_>) -> rusqlite::Result<RequestView> {
-    request_at(row, 0)
+    records::request(row)
 }
 
 /// A Request read with the `REQUEST` columns, starting at column `at`.
 pub fn request_at(row: &Row<'_>, at: usize) -> rusqlite::Result<RequestView> {
-    Ok(RequestView {
-        request: Request {
-            id: row.get(at)?,
-            kind: RequestKind::from(row.get::<_, String>(at + 1)?),
-            prompt: row.get(at + 2)?,
-            url: row.get(at + 3)?,
-            data: shared_data(row, at + 4)?,
-            expires_at: Some(timestamp(row, at + 5)?.rfc3339()),
-        },
-        status: parsed(row, at + 6, Status::parse)?,
-        server: row.get(at + 7)?,
-        session: row.get(at + 8)?,
-        call: row.get(at + 9)?,
-        owner: row.get(at + 10)?,
-        created_at: timestamp(row, at + 11)?,
-        resolved_at: timestamp_opt(row, at + 12)?,
-        answer: json_opt(row, at + 13)?,
-        answered_by: row.get(at + 14)?,
-        result: json_opt(row, at + 15)?,
-        detail: row.get(at + 16)?,
-        completed_at: timestamp_opt(row, at + 17)?,
-    })
+    records::request_at(row, at)
 }
 
 /// A call read with the `CALL` columns.
 pub fn call(row: &Row<'_>) -> rusqlite::Result<CallView> {
-    let message: Option<String> = row.get(8)?;
-    let reason: Option<String> = row.get(9)?;
-    let error = message.map(|message| CallError {
-        message,
-        reason: reason.as_deref().and_then(CallFailure::parse),
-    });
-    Ok(CallView {
-        id: row.get(0)?,
-        server: row.get(1)?,
-        session: row.get(2)?,
-        tool: row.get(3)?,
-        arguments: json(row, 4)?,
-        owner: row.get(5)?,
-        via: Via::parse(&row.get::<_, String>(13)?),
-        status: parsed(row, 6, CallStatus::parse)?,
-        requests: json(row, 12)?,
-        result: json_opt(row, 7)?.map(Box::new),
-        error: error.map(Box::new),
-        created_at: timestamp(row, 10)?,
-        updated_at: timestamp(row, 11)?,
-    })
+    records::call(row)
 }
 
 /// A session read with the `SESSION` columns.
 pub fn session(row: &Row<'_>) -> rusqlite::Result<SessionView> {
-    let owner: Option<String> = row.get(2)?;
-    Ok(SessionView {
-        id: row.get(0)?,
-        server: row.get(1)?,
-        shared: owner.is_none(),
-        owner,
-        status: parsed(row, 3, SessionStatus::parse)?,
-        protocol_version: row.get(4)?,
-        server_info: json_opt(row, 5)?,
-        created_at: timestamp(row, 6)?,
-        closed_at: timestamp_opt(row, 7)?,
-        detail: row.get(8)?,
-        replica: row.get(9)?,
-    })
+    records::session(row)
 }
 
 /// An event read with the `EVENT` columns.
 pub fn event(row: &Row<'_>) -> rusqlite::Result<Event> {
-    Ok(Event {
-        id: u64::try_from(row.get::<_, i64>(0)?).unwrap_or_default(),
-        kind: parsed(row, 1, EventKind::parse)?,
-        server: row.get(2)?,
-        session: row.get(3)?,
-        call: row.get(4)?,
-        owner: row.get(5)?,
-        data: row.get(6)?,
-    })
+    records::event(row)
 }
 
-/// A value as the JSON text the store keeps.
-pub fn to_json(value: &impl serde::Serialize) -> String {
-    serde_json::to_string(value).unwrap_or_default()
-}
+impl Columns for Row<'_> {
+    type Error = rusqlite::Error;
 
-/// An optional value as JSON text, or NULL.
-pub fn to_json_opt<T: serde::Serialize>(value: Option<&T>) -> Option<String> {
-    value.map(to_json)
-}
-
-/// The value the JSON text of column `index` holds; text that is not such a value is a conversion error.
-pub(super) fn from_json<T: DeserializeOwned>(text: &str, index: usize) -> rusqlite::Result<T> {
-    serde_json::from_str(text)
-        .map_err(|error| rusqlite::Error::FromSqlConversionFailure(index, Type::Text, Box::new(error)))
-}
-
-fn json<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> rusqlite::Result<T> {
-    let text: String = row.get(index)?;
-    from_json(&text, index)
-}
-
-fn json_opt<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<T>> {
-    let text: Option<String> = row.get(index)?;
-    text.map(|text| from_json(&text, index)).transpose()
-}
-
-/// The `data` of a Request as read. Requests raised alike (one form put to many callers) hold the same text,
-/// which each thread parses once and shares while it keeps being read, as the memory store shares it.
-fn shared_data(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Arc<RequestData>>> {
-    /// How many distinct texts a thread keeps parsed, and the longest it keeps, so that what it keeps stays
-    /// small (at most 256 KiB of text, and what it parses to).
-    const KEPT: usize = 64;
-    const LONGEST: usize = 4096;
-    thread_local! {
-        static PARSED: RefCell<HashMap<Box<str>, Arc<RequestData>>> = RefCell::default();
+    fn text(&self, at: usize) -> rusqlite::Result<String> {
+        self.get(at)
     }
-    let Some(text) = row.get_ref(index)?.as_str_or_null()? else {
-        return Ok(None);
-    };
-    let parse = || from_json(text, index).map(Arc::new);
-    if text.len() > LONGEST {
-        return parse().map(Some);
+
+    fn text_opt(&self, at: usize) -> rusqlite::Result<Option<String>> {
+        self.get(at)
     }
-    PARSED.with_borrow_mut(|parsed| {
-        if let Some(data) = parsed.get(text) {
-            return Ok(Some(data.clone()));
-        }
-        let data = parse()?;
-        if parsed.len() >= KEPT {
-            parsed.clear();
-        }
-        parsed.insert(text.into(), data.clone());
-        Ok(Some(data))
-    })
-}
 
-type RequestData = serde_json::Map<String, serde_json::Value>;
+    fn integer(&self, at: usize) -> rusqlite::Result<i64> {
+        self.get(at)
+    }
 
-fn timestamp(row: &Row<'_>, index: usize) -> rusqlite::Result<Timestamp> {
-    row.get::<_, i64>(index).map(Timestamp::from_millis)
-}
+    fn integer_opt(&self, at: usize) -> rusqlite::Result<Option<i64>> {
+        self.get(at)
+    }
 
-fn timestamp_opt(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Timestamp>> {
-    Ok(row.get::<_, Option<i64>>(index)?.map(Timestamp::from_millis))
-}
+    fn parsed<P: Parse>(&self, at: usize) -> rusqlite::Result<P::Value> {
+        let text = self.get_ref(at)?.as_str()?;
+        P::parse(text).map_err(|error| rusqlite::Error::FromSqlConversionFailure(at, Type::Text, error))
+    }
 
-fn parsed<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
-    let text: String = row.get(index)?;
-    parse(&text).ok_or_else(|| {
-        let message = format!("unknown value {text:?}");
-        rusqlite::Error::FromSqlConversionFailure(index, Type::Text, message.into())
-    })
+    fn parsed_opt<P: Parse>(&self, at: usize) -> rusqlite::Result<Option<P::Value>> {
+        let Some(text) = self.get_ref(at)?.as_str_or_null()? else {
+            return Ok(None);
+        };
+        P::parse(text)
+            .map(Some)
+            .map_err(|error| rusqlite::Error::FromSqlConversionFailure(at, Type::Text, error))
+    }
 }
 
 /// The `WHERE` clause of a listing, naming only the filters given, with its parameters in order.
@@ -259,12 +151,17 @@ id_columns!(CallId, RequestId, SessionId);
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use rusqlite::Connection;
 
+    use super::super::super::rows::SharedData;
     use super::*;
 
+    type RequestData = serde_json::Map<String, serde_json::Value>;
+
     fn read(conn: &Connection, text: Option<&str>) -> rusqlite::Result<Option<Arc<RequestData>>> {
-        conn.query_row("SELECT ?1", [text], |row| shared_data(row, 0))
+        conn.query_row("SELECT ?1", [text], |row| row.parsed_opt::<SharedData>(0))
     }
 
     #[test]

@@ -1,0 +1,218 @@
+//! Records as rows, for both SQL engines: the order of the columns each read selects, and how a row of either
+//! driver becomes a record. Each engine names the columns in its own SQL (`sqlite::rows`, `postgres::rows`)
+//! and reads them through [`Columns`].
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::error::Error;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+
+use crate::ids::{CallId, RequestId, SessionId};
+use crate::records::{
+    CallError, CallFailure, CallStatus, CallView, Event, EventKind, RequestView, SessionStatus, SessionView, Status,
+    Via,
+};
+use crate::suspension::{Request, RequestKind};
+use crate::time::Timestamp;
+
+/// Why a column's text is not the value it should hold.
+pub type Malformed = Box<dyn Error + Send + Sync>;
+
+/// A row either driver read: its columns by position, as the kinds of value the store keeps.
+pub trait Columns {
+    /// The driver's error, which a malformed column or an unexpected NULL becomes as well.
+    type Error;
+    /// Column `at`'s text.
+    fn text(&self, at: usize) -> Result<String, Self::Error>;
+    /// Column `at`'s text, or `None` for NULL.
+    fn text_opt(&self, at: usize) -> Result<Option<String>, Self::Error>;
+    /// Column `at`'s integer.
+    fn integer(&self, at: usize) -> Result<i64, Self::Error>;
+    /// Column `at`'s integer, or `None` for NULL.
+    fn integer_opt(&self, at: usize) -> Result<Option<i64>, Self::Error>;
+    /// Column `at`'s text as `P` reads it; text it refuses is the driver's conversion error.
+    fn parsed<P: Parse>(&self, at: usize) -> Result<P::Value, Self::Error>;
+    /// Column `at`'s text as `P` reads it, or `None` for NULL.
+    fn parsed_opt<P: Parse>(&self, at: usize) -> Result<Option<P::Value>, Self::Error>;
+}
+
+/// How a value is read from the text a column keeps.
+pub trait Parse {
+    type Value;
+    fn parse(text: &str) -> Result<Self::Value, Malformed>;
+}
+
+/// A value kept as its JSON text.
+pub struct JsonText<T>(PhantomData<T>);
+
+impl<T: DeserializeOwned> Parse for JsonText<T> {
+    type Value = T;
+    fn parse(text: &str) -> Result<T, Malformed> {
+        Ok(serde_json::from_str(text)?)
+    }
+}
+
+/// A value kept by its name.
+pub struct NameText<T>(PhantomData<T>);
+
+/// What can be read back from its name.
+pub trait Name: Sized {
+    fn parse(name: &str) -> Option<Self>;
+}
+
+impl<T: Name> Parse for NameText<T> {
+    type Value = T;
+    fn parse(text: &str) -> Result<T, Malformed> {
+        T::parse(text).ok_or_else(|| format!("unknown value {text:?}").into())
+    }
+}
+
+macro_rules! names {
+    ($($kind:ty),*) => {$(
+        impl Name for $kind {
+            fn parse(name: &str) -> Option<Self> {
+                <$kind>::parse(name)
+            }
+        }
+    )*};
+}
+
+names!(Status, CallStatus, SessionStatus, EventKind);
+
+/// The `data` of a Request. Requests raised alike (one form put to many callers) hold the same text, which each
+/// thread parses once and shares while it keeps being read, as the memory store shares it.
+pub struct SharedData;
+
+type RequestData = serde_json::Map<String, serde_json::Value>;
+
+impl Parse for SharedData {
+    type Value = Arc<RequestData>;
+    fn parse(text: &str) -> Result<Arc<RequestData>, Malformed> {
+        /// How many distinct texts a thread keeps parsed, and the longest it keeps, so that what it keeps stays
+        /// small (at most 256 KiB of text, and what it parses to).
+        const KEPT: usize = 64;
+        const LONGEST: usize = 4096;
+        thread_local! {
+            static PARSED: RefCell<HashMap<Box<str>, Arc<RequestData>>> = RefCell::default();
+        }
+        let parse = || JsonText::<RequestData>::parse(text).map(Arc::new);
+        if text.len() > LONGEST {
+            return parse();
+        }
+        PARSED.with_borrow_mut(|parsed| {
+            if let Some(data) = parsed.get(text) {
+                return Ok(data.clone());
+            }
+            let data = parse()?;
+            if parsed.len() >= KEPT {
+                parsed.clear();
+            }
+            parsed.insert(text.into(), data.clone());
+            Ok(data)
+        })
+    }
+}
+
+/// How many columns a call's read selects.
+pub const CALL_COLUMNS: usize = 14;
+/// How many columns an event's read selects.
+pub const EVENT_COLUMNS: usize = 7;
+
+/// A Request read with the `REQUEST` columns, starting at column `at`.
+pub fn request_at<R: Columns>(row: &R, at: usize) -> Result<RequestView, R::Error> {
+    Ok(RequestView {
+        request: Request {
+            id: RequestId::stored(row.text(at)?),
+            kind: RequestKind::from(row.text(at + 1)?),
+            prompt: row.text(at + 2)?,
+            url: row.text_opt(at + 3)?,
+            data: row.parsed_opt::<SharedData>(at + 4)?,
+            expires_at: Some(Timestamp::from_millis(row.integer(at + 5)?).rfc3339()),
+        },
+        status: row.parsed::<NameText<_>>(at + 6)?,
+        server: row.text_opt(at + 7)?,
+        session: row.text_opt(at + 8)?.map(SessionId::stored),
+        call: row.text_opt(at + 9)?.map(CallId::stored),
+        owner: row.text_opt(at + 10)?,
+        created_at: Timestamp::from_millis(row.integer(at + 11)?),
+        resolved_at: row.integer_opt(at + 12)?.map(Timestamp::from_millis),
+        answer: row.parsed_opt::<JsonText<_>>(at + 13)?,
+        answered_by: row.text_opt(at + 14)?,
+        result: row.parsed_opt::<JsonText<_>>(at + 15)?,
+        detail: row.text_opt(at + 16)?,
+        completed_at: row.integer_opt(at + 17)?.map(Timestamp::from_millis),
+    })
+}
+
+/// A Request read with the `REQUEST` columns.
+pub fn request<R: Columns>(row: &R) -> Result<RequestView, R::Error> {
+    request_at(row, 0)
+}
+
+/// A call read with the `CALL` columns.
+pub fn call<R: Columns>(row: &R) -> Result<CallView, R::Error> {
+    let reason = row.text_opt(9)?;
+    let error = row.text_opt(8)?.map(|message| CallError {
+        message,
+        reason: reason.as_deref().and_then(CallFailure::parse),
+    });
+    Ok(CallView {
+        id: CallId::stored(row.text(0)?),
+        server: row.text(1)?,
+        session: SessionId::stored(row.text(2)?),
+        tool: row.text(3)?,
+        arguments: row.parsed::<JsonText<_>>(4)?,
+        owner: row.text(5)?,
+        via: Via::parse(&row.text(13)?),
+        status: row.parsed::<NameText<_>>(6)?,
+        requests: row.parsed::<JsonText<_>>(12)?,
+        result: row.parsed_opt::<JsonText<_>>(7)?.map(Box::new),
+        error: error.map(Box::new),
+        created_at: Timestamp::from_millis(row.integer(10)?),
+        updated_at: Timestamp::from_millis(row.integer(11)?),
+    })
+}
+
+/// A session read with the `SESSION` columns.
+pub fn session<R: Columns>(row: &R) -> Result<SessionView, R::Error> {
+    let owner = row.text_opt(2)?;
+    Ok(SessionView {
+        id: SessionId::stored(row.text(0)?),
+        server: row.text(1)?,
+        shared: owner.is_none(),
+        owner,
+        status: row.parsed::<NameText<_>>(3)?,
+        protocol_version: row.text_opt(4)?,
+        server_info: row.parsed_opt::<JsonText<_>>(5)?,
+        created_at: Timestamp::from_millis(row.integer(6)?),
+        closed_at: row.integer_opt(7)?.map(Timestamp::from_millis),
+        detail: row.text_opt(8)?,
+        replica: row.text_opt(9)?,
+    })
+}
+
+/// An event read with the `EVENT` columns.
+pub fn event<R: Columns>(row: &R) -> Result<Event, R::Error> {
+    Ok(Event {
+        id: u64::try_from(row.integer(0)?).unwrap_or_default(),
+        kind: row.parsed::<NameText<_>>(1)?,
+        server: row.text(2)?,
+        session: row.text(3)?,
+        call: row.text_opt(4)?,
+        owner: row.text_opt(5)?,
+        data: row.text(6)?,
+    })
+}
+
+/// A value as the JSON text the store keeps.
+pub fn to_json(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// An optional value as JSON text, or NULL.
+pub fn to_json_opt<T: serde::Serialize>(value: Option<&T>) -> Option<String> {
+    value.map(to_json)
+}
