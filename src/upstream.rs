@@ -5,6 +5,7 @@ mod approval;
 mod call;
 mod client;
 mod connect;
+mod inbound_ids;
 mod legs;
 mod reports;
 mod stderr;

@@ -17,6 +17,7 @@ use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
 use tokio::sync::oneshot;
 
 use super::client::GatewayClient;
+use super::inbound_ids::InboundIds;
 use super::stdio::{self, ChildTransport};
 use crate::config::{ProtocolChoice, Server, Transport as ServerTransport};
 use crate::redact::Secrets;
@@ -129,6 +130,7 @@ async fn attempt(
                 inner: transport,
                 eof: Some(eof),
                 secrets: secrets.clone(),
+                inbound: InboundIds::default(),
             };
             handshake(watched, handler, protocol, &secrets).await?
         }
@@ -195,12 +197,14 @@ where
     })
 }
 
-/// An HTTP transport that reports the end of the upstream's stream the moment it is read, and whose errors
-/// never quote the secrets of the server's URL (they reach calls' errors, `GET /servers` and the logs).
+/// An HTTP transport that reports the end of the upstream's stream the moment it is read, whose errors never
+/// quote the secrets of the server's URL (they reach calls' errors, `GET /servers` and the logs), and that gives
+/// the upstream's requests ids of the gateway's own (`inbound_ids`).
 struct EofWatch<T> {
     inner: T,
     eof: Option<oneshot::Sender<String>>,
     secrets: Secrets,
+    inbound: InboundIds,
 }
 
 /// An error's message with the URL's secrets taken out.
@@ -220,22 +224,26 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for EofWatch<T> {
 
     fn send(
         &mut self,
-        message: TxJsonRpcMessage<RoleClient>,
+        mut message: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        let sent = self.inner.send(message);
+        let sent = self.inbound.send(&mut message).then(|| self.inner.send(message));
         let secrets = self.secrets.clone();
         async move {
+            let Some(sent) = sent else { return Ok(()) };
             sent.await
                 .map_err(|error| ScrubbedError(secrets.scrub(&error.to_string())))
         }
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        let message = self.inner.receive().await;
-        if message.is_none()
-            && let Some(eof) = self.eof.take()
-        {
-            let _ = eof.send(stdio::ENDED.to_owned());
+        let mut message = self.inner.receive().await;
+        match &mut message {
+            Some(message) => self.inbound.receive(message),
+            None => {
+                if let Some(eof) = self.eof.take() {
+                    let _ = eof.send(stdio::ENDED.to_owned());
+                }
+            }
         }
         message
     }

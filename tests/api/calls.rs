@@ -554,3 +554,43 @@ async fn a_call_in_flight_on_an_http_upstream_that_dies_fails() {
     let message = ended["error"]["message"].as_str().unwrap();
     assert!(message.contains("the upstream ended the session"), "{ended}");
 }
+
+/// An HTTP upstream restarted on its address while one of its elicitations waits: the session carries on with
+/// the new server (rmcp's client re-initializes it), whose first elicitation comes under the JSON-RPC id of the
+/// one still waiting. Each keeps its own: the old one's end neither cancels the new one nor answers it.
+#[tokio::test]
+async fn a_restarted_http_upstreams_elicitation_is_not_taken_for_the_previous_ones() {
+    let (mut demo, url) = crate::helpers::http_demo();
+    let servers = format!("[[servers]]\nname = \"legacy\"\nurl = \"{url}\"\nprotocol = \"2025-11-25\"\n");
+    let app = spawn_app(&servers).await;
+    let before = app.call("legacy", "confirm_action", json!({"action": "before"})).await;
+    let before_request = app.request_of(&before).await;
+    let _ = demo.kill();
+    let _ = demo.wait();
+    let listen = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let (mut demo, _) = crate::helpers::http_demo_on(listen);
+
+    let after = app.call("legacy", "confirm_action", json!({"action": "after"})).await;
+    let after_request = app.request_of(&after).await;
+    let ended = app
+        .get_json(&format!("/requests/{}?wait=60", before_request["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(ended["status"], "cancelled", "{ended}");
+    let after_id = after_request["id"].as_str().unwrap();
+    let waiting = app.get_json(&format!("/requests/{after_id}")).await;
+    assert_eq!(
+        waiting["status"], "pending",
+        "the new server's elicitation went with the old one's: {waiting}"
+    );
+    app.answer_ok(after_id, json!({"ok": true, "data": {"confirm": true}}))
+        .await;
+    let done = app.settled(after["id"].as_str().unwrap()).await;
+    assert_eq!(
+        results(&done),
+        json!([{"action": "accept", "content": {"confirm": true, "note": ""}}]),
+        "{done}"
+    );
+    drop(app);
+    let _ = demo.kill();
+    let _ = demo.wait();
+}

@@ -749,8 +749,13 @@ impl Caller {
 
 /// The demo server over HTTP in a process of its own (which outlives any gateway), and its `/mcp` URL.
 pub fn http_demo() -> (Child, String) {
+    http_demo_on("127.0.0.1:0")
+}
+
+/// The demo server over HTTP on `listen` (`127.0.0.1:PORT`), and its `/mcp` URL.
+pub fn http_demo_on(listen: &str) -> (Child, String) {
     let mut demo = Command::new(BINARY)
-        .args(["demo-server", "--http", "127.0.0.1:0"])
+        .args(["demo-server", "--http", listen])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
