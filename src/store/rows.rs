@@ -1,6 +1,6 @@
-//! Records as rows, for both SQL engines: the order of the columns each read selects, and how a row of either
-//! driver becomes a record. Each engine names the columns in its own SQL (`sqlite::rows`, `postgres::rows`)
-//! and reads them through [`Columns`].
+//! Records as rows, for both SQL engines: the columns each read selects, and how a row of either driver (read
+//! through [`Columns`]) becomes a record. Only a call's columns are each engine's own (`sqlite::rows`,
+//! `postgres::rows`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -115,6 +115,17 @@ impl Parse for SharedData {
         })
     }
 }
+
+/// The columns `request` reads, in order.
+pub const REQUEST: &str = "id, kind, prompt, url, data, expires_at, status, server, session, call_id, owner, \
+     created_at, resolved_at, answer, answered_by, result, detail, completed_at";
+
+/// The columns `session` reads, in order.
+pub const SESSION: &str =
+    "id, server, owner, status, protocol_version, server_info, created_at, closed_at, detail, replica";
+
+/// The columns `event` reads, in order.
+pub const EVENT: &str = "seq, kind, server, session, call_id, owner, data";
 
 /// How many columns a call's read selects.
 pub const CALL_COLUMNS: usize = 14;

@@ -1,4 +1,4 @@
-//! Records as PostgreSQL rows: the columns each read selects, in the order `store::rows` reads them, and the
+//! Records as PostgreSQL rows: a row's columns as `store::rows` reads them, the columns of a call's read, and the
 //! `WHERE` clause of a listing.
 
 use std::error::Error;
@@ -7,27 +7,17 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{FromSql, ToSql, Type};
 
 pub use super::super::rows::{
-    CALL_COLUMNS, EVENT_COLUMNS, call, event, request, request_at, session, to_json, to_json_opt,
+    CALL_COLUMNS, EVENT, EVENT_COLUMNS, REQUEST, SESSION, call, event, request, request_at, session, to_json,
+    to_json_opt,
 };
 use super::super::rows::{Columns, Parse};
 use crate::ids::{CallId, RequestId, SessionId};
 
-/// The columns `request` reads, in order.
-pub const REQUEST: &str = "id, kind, prompt, url, data, expires_at, status, server, session, call_id, owner, \
-     created_at, resolved_at, answer, answered_by, result, detail, completed_at";
-
-/// The columns `call` reads, in order (from `calls AS c`).
+/// The columns `call` reads, in order (from `calls AS c`): each engine gathers a call's Requests its own way.
 pub const CALL: &str = "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, \
      c.error_message, c.error_reason, c.created_at, c.updated_at, \
      COALESCE((SELECT json_agg(r.id ORDER BY r.seq)::TEXT FROM requests AS r WHERE r.call_id = c.id), '[]'), \
      c.via";
-
-/// The columns `session` reads, in order.
-pub const SESSION: &str =
-    "id, server, owner, status, protocol_version, server_info, created_at, closed_at, detail, replica";
-
-/// The columns `event` reads, in order.
-pub const EVENT: &str = "seq, kind, server, session, call_id, owner, data";
 
 impl Columns for Row {
     type Error = tokio_postgres::Error;

@@ -1,4 +1,4 @@
-//! Records as SQLite rows: the columns each read selects, in the order `store::rows` reads them, and the
+//! Records as SQLite rows: a row's columns as `store::rows` reads them, the columns of a call's read, and the
 //! `WHERE` clause of a listing.
 
 use rusqlite::Row;
@@ -6,25 +6,14 @@ use rusqlite::ToSql;
 use rusqlite::types::{FromSql, FromSqlResult, ToSqlOutput, Type, Value, ValueRef};
 
 use super::super::rows::{self as records, Columns, Parse};
-pub use super::super::rows::{to_json, to_json_opt};
+pub use super::super::rows::{EVENT, REQUEST, SESSION, to_json, to_json_opt};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallView, Event, RequestView, SessionView};
 
-/// The columns `request` reads, in order.
-pub const REQUEST: &str = "id, kind, prompt, url, data, expires_at, status, server, session, call_id, owner, \
-     created_at, resolved_at, answer, answered_by, result, detail, completed_at";
-
-/// The columns `call` reads, in order (from `calls AS c`).
+/// The columns `call` reads, in order (from `calls AS c`): each engine gathers a call's Requests its own way.
 pub const CALL: &str = "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, \
      c.error_message, c.error_reason, c.created_at, c.updated_at, \
      (SELECT json_group_array(id) FROM (SELECT r.id FROM requests AS r WHERE r.call_id = c.id ORDER BY r.seq)), c.via";
-
-/// The columns `session` reads, in order.
-pub const SESSION: &str =
-    "id, server, owner, status, protocol_version, server_info, created_at, closed_at, detail, replica";
-
-/// The columns `event` reads, in order.
-pub const EVENT: &str = "seq, kind, server, session, call_id, owner, data";
 
 // The readers rusqlite's `query_map` takes: a function of a row of any lifetime.
 
