@@ -5,6 +5,7 @@
 //! events it records are published to the [`Feed`] once the change is kept, in the order they were
 //! recorded. Reads see only what is kept.
 
+mod listing;
 mod live;
 mod memory;
 pub mod postgres;

@@ -6,13 +6,13 @@ use tokio::sync::oneshot;
 use tokio_postgres::Row;
 
 use super::requests::resolve_ids;
-use super::rows::Conditions;
 use super::writer::Tx;
 use super::{Postgres, Reader, rows};
 use crate::ids::{self, CallId, RequestId, SessionId};
 use crate::records::{
     CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView, Status,
 };
+use crate::store::listing::{Conditions, Param, Placeholders};
 use crate::store::rows::{Columns, JsonText};
 use crate::store::{
     Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
@@ -205,19 +205,15 @@ impl Postgres {
 
     pub async fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut conditions = Conditions::all();
-        conditions.equal("c.status", filter.status.map(CallStatus::as_str));
-        conditions.equal("c.server", filter.server.as_deref());
-        conditions.equal("c.session", filter.session.as_deref());
-        conditions.equal("c.owner", filter.owner.as_deref());
-        let limit = conditions.param(Box::new(limit));
+        let mut conditions = Conditions::calls(filter, Placeholders::Dollar);
+        let limit = conditions.param(Param::Integer(limit));
         let sql = format!(
             "SELECT {} FROM calls AS c WHERE {} ORDER BY c.seq LIMIT {limit}",
             rows::CALL,
             conditions.sql
         );
         self.read(async |conn| {
-            conn.query(&sql, &conditions.params())
+            conn.query(&sql, &rows::params(&conditions))
                 .await?
                 .iter()
                 .map(rows::call)

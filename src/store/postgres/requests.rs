@@ -6,17 +6,16 @@ use std::sync::LazyLock;
 
 use tokio_postgres::types::ToSql;
 
-use super::rows::Conditions;
 use super::writer::{EventValues, Tx, insert_event};
 use super::{Postgres, Reader, rows};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
+use crate::store::listing::{Conditions, Param, Placeholders};
 use crate::store::shares::{Held, Shares};
 use crate::store::{
     Answered, Decide, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry, StoreError,
     Withdrawal,
 };
-use crate::suspension::RequestKind;
 use crate::time::Timestamp;
 
 impl Postgres {
@@ -347,27 +346,15 @@ impl Postgres {
     ) -> Result<(Vec<RequestView>, Option<u64>), StoreError> {
         let cursor = i64::try_from(cursor).unwrap_or(i64::MAX);
         let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
-        // Only the filters given are named, so that each can use its index (pending ones are listed through
-        // their own, which the condition must spell out).
-        let mut conditions = Conditions::all();
-        conditions.compare("seq >=", Box::new(cursor));
-        match filter.status {
-            Some(Status::Pending) => conditions.fixed("status = 'pending'"),
-            status => conditions.equal("status", status.map(Status::as_str)),
-        }
-        conditions.equal("server", filter.server.as_deref());
-        conditions.equal("session", filter.session.as_deref());
-        conditions.equal("call_id", filter.call.as_deref());
-        conditions.equal("kind", filter.kind.as_ref().map(RequestKind::as_str));
-        conditions.equal("owner", filter.owner.as_deref());
-        let fetch = conditions.param(Box::new(fetch));
+        let mut conditions = Conditions::requests(filter, cursor, Placeholders::Dollar);
+        let fetch = conditions.param(Param::Integer(fetch));
         let sql = format!(
             "SELECT seq, {} FROM requests WHERE {} ORDER BY seq LIMIT {fetch}",
             rows::REQUEST,
             conditions.sql
         );
         self.read(async |conn| {
-            let found = conn.query(&sql, &conditions.params()).await?;
+            let found = conn.query(&sql, &rows::params(&conditions)).await?;
             let mut page = Vec::new();
             for row in found {
                 let seq: i64 = row.try_get(0)?;

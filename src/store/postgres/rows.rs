@@ -12,6 +12,7 @@ pub use super::super::rows::{
 };
 use super::super::rows::{Columns, Parse};
 use crate::ids::{CallId, RequestId, SessionId};
+use crate::store::listing::{Conditions, Param};
 
 /// The columns `call` reads, in order (from `calls AS c`): each engine gathers a call's Requests its own way.
 pub const CALL: &str = "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, \
@@ -60,56 +61,16 @@ impl<'a, P: Parse> FromSql<'a> for Parsed<P> {
     }
 }
 
-/// A parameter of a statement.
-pub type Param = Box<dyn ToSql + Sync + Send>;
-
-/// The `WHERE` clause of a listing, naming only the filters given, with its parameters numbered in order.
-pub struct Conditions {
-    pub sql: String,
-    params: Vec<Param>,
-}
-
-impl Conditions {
-    /// Conditions that let every row through until some are added.
-    pub fn all() -> Self {
-        Self {
-            sql: "TRUE".to_owned(),
-            params: Vec::new(),
-        }
-    }
-
-    /// A condition without parameters.
-    pub fn fixed(&mut self, condition: &str) {
-        self.sql.push_str(" AND ");
-        self.sql.push_str(condition);
-    }
-
-    /// `left value`, as in `seq >=` and a cursor.
-    pub fn compare(&mut self, left: &str, value: Param) {
-        let placeholder = self.param(value);
-        self.fixed(&format!("{left} {placeholder}"));
-    }
-
-    /// `column = value`, when there is a value.
-    pub fn equal(&mut self, column: &str, value: Option<&str>) {
-        if let Some(value) = value {
-            self.compare(&format!("{column} ="), Box::new(value.to_owned()));
-        }
-    }
-
-    /// The placeholder of one more parameter, to follow the conditions (a `LIMIT`).
-    pub fn param(&mut self, value: Param) -> String {
-        self.params.push(value);
-        format!("${}", self.params.len())
-    }
-
-    /// The parameters, in order.
-    pub fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        self.params
-            .iter()
-            .map(|param| param.as_ref() as &(dyn ToSql + Sync))
-            .collect()
-    }
+/// A listing's parameters, as tokio-postgres binds them.
+pub fn params(conditions: &Conditions) -> Vec<&(dyn ToSql + Sync)> {
+    conditions
+        .params()
+        .iter()
+        .map(|param| match param {
+            Param::Text(text) => text as &(dyn ToSql + Sync),
+            Param::Integer(integer) => integer as &(dyn ToSql + Sync),
+        })
+        .collect()
 }
 
 /// Ids are kept as their text.

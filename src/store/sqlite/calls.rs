@@ -6,13 +6,13 @@ use serde_json::Map;
 
 use super::deferred::ToWrite;
 use super::requests::{resolve_ids, select_ids};
-use super::rows::Conditions;
 use super::writer::{Message, Tx};
 use super::{Sqlite, rows};
 use crate::ids::{CallId, SessionId};
 use crate::records::{
     CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView, Status,
 };
+use crate::store::listing::{Conditions, Param, Placeholders};
 use crate::store::live::Note;
 use crate::store::rows::{Columns, JsonText};
 use crate::store::{
@@ -217,20 +217,17 @@ impl Sqlite {
 
     pub async fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut conditions = Conditions::all();
-        conditions.equal("c.status", filter.status.map(CallStatus::as_str));
-        conditions.equal("c.server", filter.server.as_deref());
-        conditions.equal("c.session", filter.session.as_deref());
-        conditions.equal("c.owner", filter.owner.as_deref());
+        let mut conditions = Conditions::calls(filter, Placeholders::Question);
+        let limit = conditions.param(Param::Integer(limit));
         self.keep_all().await?;
         self.read(|conn| {
             let sql = format!(
-                "SELECT {} FROM calls AS c WHERE {} ORDER BY c.seq LIMIT ?",
+                "SELECT {} FROM calls AS c WHERE {} ORDER BY c.seq LIMIT {limit}",
                 rows::CALL,
                 conditions.sql
             );
             let mut statement = conn.prepare_cached(&sql)?;
-            let calls = statement.query_map(conditions.params_then(limit), rows::call)?;
+            let calls = statement.query_map(rows::params(&conditions), rows::call)?;
             calls.collect()
         })
     }

@@ -5,17 +5,16 @@ use std::collections::BTreeSet;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::rows::Conditions;
 use super::writer::Tx;
 use super::{Sqlite, rows};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
+use crate::store::listing::{Conditions, Param, Placeholders};
 use crate::store::live::{Note, PendingRequest};
 use crate::store::{
     Answered, Decide, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry, StoreError,
     Withdrawal,
 };
-use crate::suspension::RequestKind;
 use crate::time::Timestamp;
 
 impl Sqlite {
@@ -277,26 +276,16 @@ impl Sqlite {
     ) -> Result<(Vec<RequestView>, Option<u64>), StoreError> {
         let cursor = i64::try_from(cursor).unwrap_or(i64::MAX);
         let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
-        // Only the filters given are named, so that SQLite can use the index of each (pending ones are listed
-        // through their own, which the condition must spell out).
-        let mut conditions = Conditions::new("seq >= ?", cursor);
-        match filter.status {
-            Some(Status::Pending) => conditions.fixed("status = 'pending'"),
-            status => conditions.equal("status", status.map(Status::as_str)),
-        }
-        conditions.equal("server", filter.server.as_deref());
-        conditions.equal("session", filter.session.as_deref());
-        conditions.equal("call_id", filter.call.as_deref());
-        conditions.equal("kind", filter.kind.as_ref().map(RequestKind::as_str));
-        conditions.equal("owner", filter.owner.as_deref());
+        let mut conditions = Conditions::requests(filter, cursor, Placeholders::Question);
+        let fetch = conditions.param(Param::Integer(fetch));
         self.read(|conn| {
             let sql = format!(
-                "SELECT seq, {} FROM requests WHERE {} ORDER BY seq LIMIT ?",
+                "SELECT seq, {} FROM requests WHERE {} ORDER BY seq LIMIT {fetch}",
                 rows::REQUEST,
                 conditions.sql
             );
             let mut statement = conn.prepare_cached(&sql)?;
-            let mut found = statement.query(conditions.params_then(fetch))?;
+            let mut found = statement.query(rows::params(&conditions))?;
             let mut page = Vec::new();
             while let Some(row) = found.next()? {
                 let seq: i64 = row.get(0)?;

@@ -3,12 +3,13 @@
 
 use rusqlite::Row;
 use rusqlite::ToSql;
-use rusqlite::types::{FromSql, FromSqlResult, ToSqlOutput, Type, Value, ValueRef};
+use rusqlite::types::{FromSql, FromSqlResult, ToSqlOutput, Type, ValueRef};
 
 use super::super::rows::{self as records, Columns, Parse};
 pub use super::super::rows::{EVENT, REQUEST, SESSION, to_json, to_json_opt};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallView, Event, RequestView, SessionView};
+use crate::store::listing::{Conditions, Param};
 
 /// The columns `call` reads, in order (from `calls AS c`): each engine gathers a call's Requests its own way.
 pub const CALL: &str = "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, \
@@ -76,47 +77,12 @@ impl Columns for Row<'_> {
     }
 }
 
-/// The `WHERE` clause of a listing, naming only the filters given, with its parameters in order.
-pub struct Conditions {
-    pub sql: String,
-    params: Vec<Value>,
-}
-
-impl Conditions {
-    /// Conditions that let every row through until some are added.
-    pub fn all() -> Self {
-        Self {
-            sql: "1".to_owned(),
-            params: Vec::new(),
-        }
-    }
-
-    /// Conditions starting with one that takes one parameter.
-    pub fn new(condition: &str, value: impl Into<Value>) -> Self {
-        Self {
-            sql: condition.to_owned(),
-            params: vec![value.into()],
-        }
-    }
-
-    /// A condition without parameters.
-    pub fn fixed(&mut self, condition: &str) {
-        self.sql.push_str(" AND ");
-        self.sql.push_str(condition);
-    }
-
-    /// `column = value`, when there is a value.
-    pub fn equal(&mut self, column: &str, value: Option<&str>) {
-        if let Some(value) = value {
-            self.fixed(&format!("{column} = ?"));
-            self.params.push(value.to_owned().into());
-        }
-    }
-
-    /// The parameters, then the `LIMIT` that ends the statement.
-    pub fn params_then(&self, limit: i64) -> impl rusqlite::Params + '_ {
-        rusqlite::params_from_iter(self.params.iter().cloned().chain([Value::Integer(limit)]))
-    }
+/// A listing's parameters, as rusqlite binds them.
+pub fn params(conditions: &Conditions) -> impl rusqlite::Params + '_ {
+    rusqlite::params_from_iter(conditions.params().iter().map(|param| match param {
+        Param::Text(text) => ToSqlOutput::Borrowed(ValueRef::Text(text.as_bytes())),
+        Param::Integer(integer) => ToSqlOutput::Borrowed(ValueRef::Integer(*integer)),
+    }))
 }
 
 /// Ids are kept as their text.

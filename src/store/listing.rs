@@ -1,0 +1,90 @@
+//! The `WHERE` clause of a listing, for both SQL engines: only the filters given are named, so that each can use
+//! its index (pending Requests are listed through their own, which the condition must spell out).
+
+use crate::records::{CallFilter, CallStatus, Filter, Status};
+use crate::suspension::RequestKind;
+
+/// How an engine writes its numbered placeholders.
+#[derive(Clone, Copy)]
+pub enum Placeholders {
+    /// `$1`, PostgreSQL's.
+    Dollar,
+    /// `?1`, SQLite's.
+    Question,
+}
+
+/// A parameter of a listing.
+pub enum Param {
+    Text(String),
+    Integer(i64),
+}
+
+/// The conditions of a listing, with their parameters numbered in order, then the `LIMIT`'s.
+pub struct Conditions {
+    pub sql: String,
+    params: Vec<Param>,
+    style: Placeholders,
+}
+
+impl Conditions {
+    /// The conditions a listing of Requests from `cursor` (a `seq`) on takes.
+    pub fn requests(filter: &Filter, cursor: i64, style: Placeholders) -> Self {
+        let mut conditions = Self::all(style);
+        let cursor = conditions.param(Param::Integer(cursor));
+        conditions.fixed(&format!("seq >= {cursor}"));
+        match filter.status {
+            Some(Status::Pending) => conditions.fixed("status = 'pending'"),
+            status => conditions.equal("status", status.map(Status::as_str)),
+        }
+        conditions.equal("server", filter.server.as_deref());
+        conditions.equal("session", filter.session.as_deref());
+        conditions.equal("call_id", filter.call.as_deref());
+        conditions.equal("kind", filter.kind.as_ref().map(RequestKind::as_str));
+        conditions.equal("owner", filter.owner.as_deref());
+        conditions
+    }
+
+    /// The conditions a listing of calls (from `calls AS c`) takes.
+    pub fn calls(filter: &CallFilter, style: Placeholders) -> Self {
+        let mut conditions = Self::all(style);
+        conditions.equal("c.status", filter.status.map(CallStatus::as_str));
+        conditions.equal("c.server", filter.server.as_deref());
+        conditions.equal("c.session", filter.session.as_deref());
+        conditions.equal("c.owner", filter.owner.as_deref());
+        conditions
+    }
+
+    /// The placeholder of one more parameter, to follow the conditions (a `LIMIT`).
+    pub fn param(&mut self, value: Param) -> String {
+        self.params.push(value);
+        match self.style {
+            Placeholders::Dollar => format!("${}", self.params.len()),
+            Placeholders::Question => format!("?{}", self.params.len()),
+        }
+    }
+
+    /// The parameters, in order.
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    fn all(style: Placeholders) -> Self {
+        Self {
+            sql: "1 = 1".to_owned(),
+            params: Vec::new(),
+            style,
+        }
+    }
+
+    fn fixed(&mut self, condition: &str) {
+        self.sql.push_str(" AND ");
+        self.sql.push_str(condition);
+    }
+
+    fn equal(&mut self, column: &str, value: Option<&str>) {
+        if let Some(value) = value {
+            let placeholder = self.param(Param::Text(value.to_owned()));
+            self.fixed(&format!("{column} = {placeholder}"));
+        }
+    }
+}
