@@ -8,6 +8,7 @@
 mod listing;
 mod live;
 mod memory;
+mod migrations;
 pub mod postgres;
 mod rows;
 mod shares;

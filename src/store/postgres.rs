@@ -537,20 +537,8 @@ async fn migrate(client: &Client) -> Result<(), String> {
             .await
             .map_err(failed)?
             .map_or(0, |row| row.get(0));
-        let known = schema::version();
-        if version > known {
-            return Err(format!(
-                "its schema is version {version}, newer than this build knows ({known}): it was written by a \
-                 newer toolnexus-gateway; run that version, or give this one another database"
-            ));
-        }
-        for (from, migration) in schema::MIGRATIONS
-            .iter()
-            .enumerate()
-            .skip(usize::try_from(version).unwrap_or(0))
-        {
-            let to = from + 1;
-            let record = if from == 0 {
+        for (to, migration) in super::migrations::pending(schema::MIGRATIONS, version.into(), "database")? {
+            let record = if to == 1 {
                 format!("INSERT INTO toolnexus_schema (version) VALUES ({to})")
             } else {
                 format!("UPDATE toolnexus_schema SET version = {to}")

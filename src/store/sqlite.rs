@@ -296,19 +296,7 @@ fn migrate(conn: &Connection) -> Result<(), String> {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .map_err(|error| describe(&error))?;
-    let known = schema::version();
-    if version > known {
-        return Err(format!(
-            "its schema is version {version}, newer than this build knows ({known}): it was written by a newer \
-             toolnexus-gateway; run that version, or give this one another store"
-        ));
-    }
-    for (from, migration) in schema::MIGRATIONS
-        .iter()
-        .enumerate()
-        .skip(usize::try_from(version).unwrap_or(0))
-    {
-        let to = from + 1;
+    for (to, migration) in super::migrations::pending(schema::MIGRATIONS, version, "store")? {
         conn.execute_batch(&format!(
             "BEGIN IMMEDIATE; {migration}; PRAGMA user_version = {to}; COMMIT;"
         ))

@@ -224,8 +224,3 @@ ALTER TABLE calls ADD COLUMN forwarded_at BIGINT;
 UPDATE calls SET forwarded_at = updated_at;
 ",
 ];
-
-/// The schema version this build writes.
-pub fn version() -> i32 {
-    i32::try_from(MIGRATIONS.len()).expect("a handful of migrations")
-}
