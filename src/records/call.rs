@@ -24,6 +24,16 @@ pub enum CallStatus {
 }
 
 impl CallStatus {
+    /// The status of a call that has not ended: `input_required` while one of its Requests is pending
+    /// (`waiting`), `running` otherwise. Every store keeps its calls by this rule.
+    pub fn unended(waiting: bool) -> Self {
+        if waiting {
+            CallStatus::InputRequired
+        } else {
+            CallStatus::Running
+        }
+    }
+
     /// Whether the call has ended.
     pub fn is_final(self) -> bool {
         matches!(self, CallStatus::Completed | CallStatus::Failed | CallStatus::Cancelled)

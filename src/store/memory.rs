@@ -881,11 +881,7 @@ impl State {
         if entry.view.status.is_final() {
             return;
         }
-        let status = if entry.pending > 0 {
-            CallStatus::InputRequired
-        } else {
-            CallStatus::Running
-        };
+        let status = CallStatus::unended(entry.pending > 0);
         if entry.view.status != status {
             entry.view.status = status;
             changes.events.push(Event::call(&entry.view));

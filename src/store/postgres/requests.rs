@@ -614,11 +614,7 @@ async fn settle_call(
             rows::CALL
         )
     });
-    let status = if waiting {
-        CallStatus::InputRequired
-    } else {
-        CallStatus::Running
-    };
+    let status = CallStatus::unended(waiting);
     if before != status.as_str()
         && let Some(row) = tx.query_opt(&SETTLE, &[&call, &now.millis()]).await?
     {

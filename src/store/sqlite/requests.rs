@@ -438,11 +438,7 @@ pub(super) fn call_changed(tx: &mut Tx<'_>, call: &CallId, now: Timestamp) -> ru
     let Some((before, waiting)) = found else {
         return Ok(None);
     };
-    let status = if waiting {
-        CallStatus::InputRequired
-    } else {
-        CallStatus::Running
-    };
+    let status = CallStatus::unended(waiting);
     if before != status.as_str() {
         tx.conn
             .prepare_cached("UPDATE calls SET status = ?2, updated_at = ?3 WHERE id = ?1")?
