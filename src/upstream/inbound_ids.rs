@@ -46,11 +46,13 @@ impl InboundIds {
                 self.open.insert(ours, (theirs, self.server));
             }
             JsonRpcMessage::Notification(notification) => {
+                // rmcp drops the reply to a request its sender withdrew, so the id is free again for the upstream.
                 if let ServerNotification::CancelledNotification(cancelled) = &mut notification.notification
                     && let Some(id) = &mut cancelled.params.request_id
-                    && let Some(ours) = self.current.get(id)
+                    && let Some(ours) = self.current.remove(id)
                 {
-                    *id = RequestId::Number(*ours);
+                    self.open.remove(&ours);
+                    *id = RequestId::Number(ours);
                 }
             }
             JsonRpcMessage::Error(error) if error.error.message == REINITIALIZED => self.new_server(),
@@ -166,7 +168,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cancellation_names_the_gateways_id_of_the_request() {
+    fn a_cancellation_names_the_gateways_id_of_the_request_and_frees_the_upstreams() {
         let mut ids = InboundIds::default();
         let mut request = elicitation(7);
         ids.receive(&mut request);
@@ -182,5 +184,14 @@ mod tests {
             panic!("not a cancellation")
         };
         assert_eq!(cancelled.params.request_id, Some(id_of(&request)));
+
+        // The upstream may use the id again, and that is not a new server: replies to others still go.
+        let mut other = elicitation(8);
+        ids.receive(&mut other);
+        let mut again = elicitation(7);
+        ids.receive(&mut again);
+        let mut answer = reply(id_of(&other));
+        assert!(ids.send(&mut answer));
+        assert_eq!(replied_id(&answer), RequestId::Number(8));
     }
 }
