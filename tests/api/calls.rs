@@ -449,7 +449,7 @@ async fn an_http_upstream_that_redirects_is_not_followed_and_its_headers_go_nowh
 
 #[tokio::test]
 async fn an_http_upstream_works_in_both_eras() {
-    let (mut demo, url) = crate::helpers::http_demo();
+    let (_demo, url) = crate::helpers::http_demo();
     let servers = format!(
         "[[servers]]\nname = \"legacy\"\nurl = \"{url}\"\nprotocol = \"2025-11-25\"\n\
          [[servers]]\nname = \"modern\"\nurl = \"{url}\"\nheaders = {{ X-Test = \"${{PATH}}\" }}\n"
@@ -483,9 +483,6 @@ async fn an_http_upstream_works_in_both_eras() {
             "{era}"
         );
     }
-    drop(app);
-    let _ = demo.kill();
-    let _ = demo.wait();
 }
 
 #[tokio::test]
@@ -534,7 +531,7 @@ async fn a_call_in_flight_on_an_http_upstream_that_dies_fails() {
     let app = spawn_app(&servers).await;
     let call = app.call("legacy", "crash", json!({"action": "die"})).await;
     let id = call["id"].as_str().unwrap();
-    let _ = demo.wait();
+    demo.exited();
     // Whether its elicitation came before the exit or not, the call ends, and no Request of it stays pending.
     let ended = loop {
         let call = app.get_json(&format!("/calls/{id}?wait=120")).await;
@@ -560,15 +557,14 @@ async fn a_call_in_flight_on_an_http_upstream_that_dies_fails() {
 /// one still waiting. Each keeps its own: the old one's end neither cancels the new one nor answers it.
 #[tokio::test]
 async fn a_restarted_http_upstreams_elicitation_is_not_taken_for_the_previous_ones() {
-    let (mut demo, url) = crate::helpers::http_demo();
+    let (demo, url) = crate::helpers::http_demo();
     let servers = format!("[[servers]]\nname = \"legacy\"\nurl = \"{url}\"\nprotocol = \"2025-11-25\"\n");
     let app = spawn_app(&servers).await;
     let before = app.call("legacy", "confirm_action", json!({"action": "before"})).await;
     let before_request = app.request_of(&before).await;
-    let _ = demo.kill();
-    let _ = demo.wait();
+    drop(demo);
     let listen = url.trim_start_matches("http://").trim_end_matches("/mcp");
-    let (mut demo, _) = crate::helpers::http_demo_on(listen);
+    let (_demo, _) = crate::helpers::http_demo_on(listen);
 
     let after = app.call("legacy", "confirm_action", json!({"action": "after"})).await;
     let after_request = app.request_of(&after).await;
@@ -590,7 +586,4 @@ async fn a_restarted_http_upstreams_elicitation_is_not_taken_for_the_previous_on
         json!([{"action": "accept", "content": {"confirm": true, "note": ""}}]),
         "{done}"
     );
-    drop(app);
-    let _ = demo.kill();
-    let _ = demo.wait();
 }

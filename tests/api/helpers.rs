@@ -747,13 +747,31 @@ impl Caller {
     }
 }
 
-/// The demo server over HTTP in a process of its own (which outlives any gateway), and its `/mcp` URL.
-pub fn http_demo() -> (Child, String) {
+/// The demo server over HTTP in a process of its own (which outlives any gateway), killed when dropped (a test
+/// that fails included).
+pub struct HttpDemo(Child);
+
+impl HttpDemo {
+    /// Waits until it has exited by itself.
+    pub fn exited(&mut self) {
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for HttpDemo {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The demo server over HTTP, and its `/mcp` URL.
+pub fn http_demo() -> (HttpDemo, String) {
     http_demo_on("127.0.0.1:0")
 }
 
 /// The demo server over HTTP on `listen` (`127.0.0.1:PORT`), and its `/mcp` URL.
-pub fn http_demo_on(listen: &str) -> (Child, String) {
+pub fn http_demo_on(listen: &str) -> (HttpDemo, String) {
     let mut demo = Command::new(BINARY)
         .args(["demo-server", "--http", listen])
         .stdout(Stdio::piped())
@@ -767,5 +785,5 @@ pub fn http_demo_on(listen: &str) -> (Child, String) {
         .trim_start_matches("listening on ")
         .trim()
         .to_owned();
-    (demo, url)
+    (HttpDemo(demo), url)
 }

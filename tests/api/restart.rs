@@ -355,7 +355,7 @@ async fn a_call_that_runs_on_is_recorded_while_its_starter_still_waits() {
 /// it received.
 #[tokio::test]
 async fn an_approved_call_killed_anywhere_before_its_send_is_sent_after_the_restart_or_failed_saying_so() {
-    let (mut demo, url) = crate::helpers::http_demo();
+    let (_demo, url) = crate::helpers::http_demo();
     let servers = format!(
         "[[servers]]\nname = \"legacy\"\nurl = \"{url}\"\nprotocol = \"2025-11-25\"\n\
          [[servers]]\nname = \"modern\"\nurl = \"{url}\"\n\
@@ -414,5 +414,4 @@ async fn an_approved_call_killed_anywhere_before_its_send_is_sent_after_the_rest
         drop(app);
     }
     eprintln!("outcomes over the rounds: {outcomes:?}");
-    let _ = demo.kill();
 }
