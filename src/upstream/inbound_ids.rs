@@ -23,7 +23,8 @@ const REINITIALIZED: &str = "streamable HTTP session was re-initialized before t
 pub struct InboundIds {
     /// The next id the gateway gives.
     next: i64,
-    /// Which server the open requests came from: it changes when one reuses an id still open.
+    /// Which server the open requests came from: it changes with the session's re-initialization, or a request
+    /// under an id still open.
     server: u64,
     /// Each open request's id as the upstream sent it, and its server, by the gateway's id.
     open: HashMap<i64, (RequestId, u64)>,

@@ -6,13 +6,13 @@ use std::error::Error;
 use tokio_postgres::Row;
 use tokio_postgres::types::{FromSql, ToSql, Type};
 
-pub use super::super::rows::{
+use crate::ids::{CallId, RequestId, SessionId};
+use crate::store::listing::{Conditions, Param};
+pub use crate::store::rows::{
     CALL_COLUMNS, EVENT, EVENT_COLUMNS, REQUEST, SESSION, call, event, request, request_at, session, to_json,
     to_json_opt,
 };
-use super::super::rows::{Columns, Parse};
-use crate::ids::{CallId, RequestId, SessionId};
-use crate::store::listing::{Conditions, Param};
+use crate::store::rows::{Columns, Parse};
 
 /// The columns `call` reads, in order (from `calls AS c`): each engine gathers a call's Requests its own way.
 pub const CALL: &str = "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, \

@@ -5,11 +5,11 @@ use rusqlite::Row;
 use rusqlite::ToSql;
 use rusqlite::types::{FromSql, FromSqlResult, ToSqlOutput, Type, ValueRef};
 
-use super::super::rows::{self as records, Columns, Parse};
-pub use super::super::rows::{EVENT, REQUEST, SESSION, to_json, to_json_opt};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallView, Event, RequestView, SessionView};
 use crate::store::listing::{Conditions, Param};
+use crate::store::rows::{self as records, Columns, Parse};
+pub use crate::store::rows::{EVENT, REQUEST, SESSION, to_json, to_json_opt};
 
 /// The columns `call` reads, in order (from `calls AS c`): each engine gathers a call's Requests its own way.
 pub const CALL: &str = "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, \
@@ -110,8 +110,8 @@ mod tests {
 
     use rusqlite::Connection;
 
-    use super::super::super::rows::SharedData;
     use super::*;
+    use crate::store::rows::SharedData;
 
     type RequestData = serde_json::Map<String, serde_json::Value>;
 
