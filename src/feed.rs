@@ -28,14 +28,38 @@ pub struct Feed {
 struct Shared {
     /// Bumped on every change to Requests, Calls, Sessions or servers.
     version: watch::Sender<u64>,
-    /// Every event, in the order it was recorded.
-    live: broadcast::Sender<Arc<Event>>,
+    /// Every event, in the order it was recorded, with the id of the one published before it.
+    live: Mutex<Chain>,
     /// Open `GET /events` streams.
     streams: Arc<Held>,
     /// Responses held by `wait=`.
     long_polls: Arc<Held>,
     /// How many times a waiter has checked again after a change.
     checks: AtomicU64,
+}
+
+/// The live channel and the id of the event last sent on it.
+#[derive(Debug)]
+struct Chain {
+    sender: broadcast::Sender<Live>,
+    last: u64,
+}
+
+/// A published event, as subscribers receive it.
+#[derive(Debug, Clone)]
+pub struct Live {
+    /// The id of the event published before it (0 for the first): a subscriber that has passed that one has
+    /// missed nothing in between. Event ids increase, but need not be consecutive.
+    pub follows: u64,
+    pub event: Arc<Event>,
+}
+
+impl std::ops::Deref for Live {
+    type Target = Event;
+
+    fn deref(&self) -> &Event {
+        &self.event
+    }
 }
 
 /// What is held open: how many in all, and by principal.
@@ -74,11 +98,7 @@ impl Counted {
 impl Drop for Counted {
     fn drop(&mut self) {
         self.held.total.fetch_sub(1, Ordering::Relaxed);
-        let mut by_principal = self
-            .held
-            .by_principal
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut by_principal = lock(&self.held.by_principal);
         if let Some(count) = by_principal.get_mut(&self.principal) {
             *count -= 1;
             if *count == 0 {
@@ -91,7 +111,7 @@ impl Drop for Counted {
 /// What a waiter follows, as its concern says.
 enum Changes<'a> {
     Versions(watch::Receiver<u64>),
-    Events(broadcast::Receiver<Arc<Event>>, &'a (dyn Fn(&Event) -> bool + Sync)),
+    Events(broadcast::Receiver<Live>, &'a (dyn Fn(&Event) -> bool + Sync)),
 }
 
 /// Which changes make a waiter check again.
@@ -105,11 +125,11 @@ pub enum Concern<'a> {
 
 impl Default for Feed {
     fn default() -> Self {
-        let (live, _) = broadcast::channel(CHANNEL_CAPACITY);
+        let (sender, _) = broadcast::channel(CHANNEL_CAPACITY);
         Self {
             shared: Arc::new(Shared {
                 version: watch::Sender::new(0),
-                live,
+                live: Mutex::new(Chain { sender, last: 0 }),
                 streams: Arc::default(),
                 long_polls: Arc::default(),
                 checks: AtomicU64::new(0),
@@ -121,13 +141,21 @@ impl Default for Feed {
 impl Feed {
     /// Sends recorded events to every subscriber, in order, and wakes every waiter.
     pub fn publish(&self, events: impl IntoIterator<Item = Arc<Event>>) {
-        for event in events {
-            let live = if event.data.len() > LIVE_DATA_BYTES {
-                Arc::new(event.without_data())
-            } else {
-                event
-            };
-            let _ = self.shared.live.send(live);
+        {
+            let mut chain = lock(&self.shared.live);
+            for event in events {
+                let id = event.id;
+                let event = if event.data.len() > LIVE_DATA_BYTES {
+                    Arc::new(event.without_data())
+                } else {
+                    event
+                };
+                let _ = chain.sender.send(Live {
+                    follows: chain.last,
+                    event,
+                });
+                chain.last = id;
+            }
         }
         self.notify();
     }
@@ -140,8 +168,8 @@ impl Feed {
     }
 
     /// The events published from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
-        self.shared.live.subscribe()
+    pub fn subscribe(&self) -> broadcast::Receiver<Live> {
+        lock(&self.shared.live).sender.subscribe()
     }
 
     /// A receiver that wakes on every change after now.
@@ -157,10 +185,7 @@ impl Feed {
             Hold::LongPoll => &self.shared.long_polls,
         };
         {
-            let mut by_principal = held
-                .by_principal
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut by_principal = lock(&held.by_principal);
             let count = by_principal.entry(principal.to_owned()).or_default();
             if *count >= most {
                 return Err(most);
@@ -238,4 +263,9 @@ impl Feed {
             }
         }
     }
+}
+
+/// `mutex` locked, whether or not a holder panicked.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

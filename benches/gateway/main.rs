@@ -2,9 +2,11 @@
 //! with a direct in-process MCP client of the same demo server.
 //!
 //! `cargo bench --bench gateway` builds in release mode and prints a markdown table; names after `--`
-//! (`latency`, `throughput`, `scale`, `footprint`, `front_door`, `store`, `waiting`) run only those sections. Every section but
-//! `store` runs the gateway with its state in memory; `store` compares that with a SQLite file and with a
-//! PostgreSQL database (a throwaway durable server, started for the section), one replica and three. Under `cargo test` it runs
+//! (`latency`, `throughput`, `scale`, `footprint`, `front_door`, `store`, `waiting`, `fleet`) run only those sections. Every section but
+//! `store` and `fleet` runs the gateway with its state in memory; `store` compares that with a SQLite file and with a
+//! PostgreSQL database (a throwaway durable server, started for the section), one replica and three, and `fleet`
+//! measures one replica against three, unconstrained and with a CPU quota per gateway (`BENCH_CPU_QUOTA=0.3`,
+//! the default; `0` skips it). Under `cargo test` it runs
 //! every code path once with tiny counts and checks only that everything completed correctly.
 //!
 //! `BENCH_ITERATIONS=N` overrides the round trips per latency cell, `BENCH_SCALE=N` runs only the scale (and waiting) rows of N, `BENCH_WRAP="valgrind --tool=callgrind"`
@@ -16,8 +18,10 @@
 mod cluster;
 mod database;
 mod direct;
+mod fleet;
 mod front_door;
 mod process;
+mod quota;
 #[allow(dead_code, reason = "the benchmark counts round trips; it never cuts the relay")]
 #[path = "../../tests/shared/relay.rs"]
 mod relay;
@@ -173,6 +177,9 @@ fn main() -> anyhow::Result<()> {
         }
         if wanted("waiting") {
             show(waiting::table(&binary, plan).await?);
+        }
+        if wanted("fleet") {
+            show(fleet::table(&binary, plan).await?);
         }
         anyhow::Ok(())
     })?;

@@ -78,11 +78,25 @@ impl GatewayProcess {
     }
 
     /// Spawns the binary with `servers` and the `backend` store, with its config (and SQLite file) in `dir`.
+    /// `BENCH_WRAP="valgrind --tool=callgrind"` runs it under a profiler.
     pub async fn spawn_in(
         binary: &Path,
         servers: &str,
         backend: &Backend,
         dir: tempfile::TempDir,
+    ) -> anyhow::Result<Self> {
+        let wrap = std::env::var("BENCH_WRAP").unwrap_or_default();
+        let wrap: Vec<String> = wrap.split_whitespace().map(str::to_owned).collect();
+        Self::spawn_wrapped(binary, servers, backend, dir, &wrap).await
+    }
+
+    /// [`Self::spawn_in`], the binary run by the command `wrap` (its program and first arguments) when given.
+    pub async fn spawn_wrapped(
+        binary: &Path,
+        servers: &str,
+        backend: &Backend,
+        dir: tempfile::TempDir,
+        wrap: &[String],
     ) -> anyhow::Result<Self> {
         let config = dir.path().join("gateway.toml");
         // The scale rows hold more Requests than the default `requests.max_pending` (and their bytes), and the
@@ -100,9 +114,7 @@ impl GatewayProcess {
         )?;
         let log = std::env::var_os("BENCH_LOG").is_some();
         let spawned = Instant::now();
-        // `BENCH_WRAP="valgrind --tool=callgrind"` runs the gateway under a profiler.
-        let wrap = std::env::var("BENCH_WRAP").unwrap_or_default();
-        let mut words = wrap.split_whitespace();
+        let mut words = wrap.iter();
         let mut command = match words.next() {
             Some(program) => {
                 let mut command = Command::new(program);

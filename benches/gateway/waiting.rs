@@ -148,7 +148,7 @@ async fn run(binary: &Path, era: Era, backend: &Backend, count: usize, plan: &Pl
 }
 
 /// Starts `count` `confirm_action` calls without waiting, `CONCURRENCY` at once; returns their ids.
-async fn start_calls(rest: &Rest, era: Era, count: usize) -> anyhow::Result<Vec<String>> {
+pub async fn start_calls(rest: &Rest, era: Era, count: usize) -> anyhow::Result<Vec<String>> {
     let body = Arc::new(json!({"server": era.server(), "tool": "confirm_action", "arguments": {"action": "bench"}}));
     let ids = each(rest, (0..count).collect(), move |rest, _| {
         let body = body.clone();
@@ -201,30 +201,41 @@ where
 }
 
 /// Waits until `count` Requests are pending.
-async fn pending(rest: &Rest, era: Era, count: usize) -> anyhow::Result<()> {
-    until(rest, era, "toolnexus_requests_pending", count).await
+pub async fn pending(rest: &Rest, era: Era, count: usize) -> anyhow::Result<()> {
+    until(std::slice::from_ref(rest), era, "toolnexus_requests_pending", count).await
 }
 
 /// Waits until `count` calls have completed since the gateway started, failing if any failed. (The
 /// `toolnexus_calls` gauge counts only the ended calls still kept, at most 25 000 per principal.)
 async fn completed(rest: &Rest, era: Era, count: usize) -> anyhow::Result<()> {
+    completed_on(std::slice::from_ref(rest), era, count).await
+}
+
+/// Waits until `count` calls have completed on `gateways` together (replicas of one store: each counts the
+/// calls it finished), failing if any failed.
+pub async fn completed_on(gateways: &[Rest], era: Era, count: usize) -> anyhow::Result<()> {
     let name = format!(
         "toolnexus_calls_finished_total{{server=\"{}\",status=\"completed\"}}",
         era.server()
     );
-    until(rest, era, &name, count).await
+    until(gateways, era, &name, count).await
 }
 
-/// Polls `GET /metrics` until the sample `name` reaches `count`; fails on a failed or cancelled call.
-async fn until(rest: &Rest, era: Era, name: &str, count: usize) -> anyhow::Result<()> {
+/// Polls `GET /metrics` of `gateways` until the sample `name`, summed over them, reaches `count`; fails on a
+/// failed or cancelled call.
+async fn until(gateways: &[Rest], era: Era, name: &str, count: usize) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
-        let metrics = rest.text("/metrics").await?;
+        let mut metrics = Vec::with_capacity(gateways.len());
+        for rest in gateways {
+            metrics.push(rest.text("/metrics").await?);
+        }
         let sample = |name: &str| {
             metrics
-                .lines()
-                .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
-                .unwrap_or_default() as usize
+                .iter()
+                .flat_map(|metrics| metrics.lines())
+                .filter_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+                .sum::<f64>() as usize
         };
         for ended in ["failed", "cancelled"] {
             let ended = sample(&format!(
@@ -243,7 +254,7 @@ async fn until(rest: &Rest, era: Era, name: &str, count: usize) -> anyhow::Resul
 }
 
 /// The ids of every pending Request, oldest first, read page by page.
-async fn pending_ids(rest: &Rest, count: usize) -> anyhow::Result<Vec<String>> {
+pub async fn pending_ids(rest: &Rest, count: usize) -> anyhow::Result<Vec<String>> {
     let mut ids = Vec::with_capacity(count);
     let mut path = "/requests?limit=1000".to_owned();
     loop {

@@ -2,7 +2,6 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Extension;
@@ -21,7 +20,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::QueryParams;
 use super::{ApiError, AppState, Problem};
 use crate::auth::{Principal, Role};
-use crate::feed::Counted;
+use crate::feed::{Counted, Live};
 use crate::records::{CallView, Event, EventKind, RequestView, SessionView};
 use crate::store::Store;
 
@@ -133,7 +132,7 @@ fn last_seen(headers: &HeaderMap, query: &EventsQuery) -> Result<Option<u64>, Ap
 /// events, and goes back to the log when it falls behind them.
 struct Follow {
     store: Store,
-    live: broadcast::Receiver<Arc<Event>>,
+    live: broadcast::Receiver<Live>,
     /// The id of the last event this stream has passed.
     after: u64,
     catching_up: bool,
@@ -158,7 +157,7 @@ impl Follow {
                 Ok(event) if event.id <= self.after => {}
                 // Too large for the live channel: read from the log.
                 Ok(event) if !event.has_data() => self.catching_up = true,
-                Ok(event) if event.id == self.after + 1 => {
+                Ok(event) if event.follows == self.after => {
                     self.after = event.id;
                     if self.filter.matches(&event) {
                         return Some(to_sse(&event));

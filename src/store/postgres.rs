@@ -1,6 +1,5 @@
 //! The store in a PostgreSQL database: one writer connection that commits every change waiting in one
-//! transaction, holding the store's write lock so that events are numbered in the order they are kept,
-//! and shared connections for reads.
+//! transaction, holding the store's write lock, and shared connections for reads.
 
 mod calls;
 #[cfg(test)]
@@ -28,7 +27,8 @@ use crate::feed::Feed;
 use crate::time::Clock;
 use writer::{Applied, Change, Failed, Fate, Job, Tx};
 
-/// The advisory lock a transaction that writes holds until it commits.
+/// The advisory lock a transaction that writes holds until it commits: shared by a transaction of answers, alone
+/// by any other.
 const WRITE_LOCK: i64 = 0x746e_6777_7269_7465;
 /// The advisory lock held while the schema is brought up to date.
 const MIGRATION_LOCK: i64 = 0x746e_6777_6d69_6772;
@@ -223,10 +223,7 @@ impl Postgres {
         migrate(&admin).await.map_err(failed)?;
         let started: Result<i64, tokio_postgres::Error> = async {
             admin.execute(&heartbeat_sql(), &[&replica]).await?;
-            admin
-                .query_one("SELECT COALESCE(max(seq), 0) FROM events", &[])
-                .await?
-                .try_get(0)
+            admin.query_one(maintenance::LAST_EVENT.as_str(), &[]).await?.try_get(0)
         }
         .await;
         let last_event = started.map_err(|error| failed(describe(&error)))?;
@@ -487,6 +484,10 @@ where
                 }),
                 Err(error) if error.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
                     Err(Failed::Again(alongside(work, sender)))
+                }
+                Err(error) if error.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) => {
+                    tracing::info!(%error, "an answer lost a conflict with another transaction; it runs again");
+                    Err(Failed::Conflict(alongside(work, sender)))
                 }
                 Err(error) => Err(told(&error, sender)),
             }

@@ -1,10 +1,11 @@
 //! The event log read back, webhook cursors, what a start puts right, and pruning by retention.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use super::requests::{resolve_ids, select_ids};
-use super::{Conn, Postgres, rows};
+use super::tail::{HeldBack, PUBLISHED};
+use super::{Postgres, Reader, rows};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallError, CallFailure, Finish, SessionStatus};
 use crate::store::{
@@ -35,6 +36,19 @@ struct Ending {
 
 impl Postgres {
     pub async fn events_after(&self, after: u64, limit: usize) -> Result<EventPage, StoreError> {
+        let mut held_back = HeldBack::default();
+        loop {
+            let (page, kept) = self.log_after(after, limit).await?;
+            let through = page.events.last().map_or(after, |event| event.id);
+            let behind = !page.gap && page.events.len() < limit && kept > through;
+            if !behind || !held_back.wait().await {
+                return Ok(page);
+            }
+        }
+    }
+
+    /// [`Self::events_after`], and the id of the newest event kept, published or not.
+    pub(super) async fn log_after(&self, after: u64, limit: usize) -> Result<(EventPage, u64), StoreError> {
         let after = i64::try_from(after).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let gap = |resume_after: i64| EventPage {
@@ -43,20 +57,34 @@ impl Postgres {
             resume_after: u64::try_from(resume_after).unwrap_or(0),
         };
         self.read(async |conn| {
-            // The page and the oldest event kept, as one snapshot saw them.
-            let sql = format!(
-                "SELECT {}, (SELECT min(seq) FROM events) FROM events WHERE seq > $1 ORDER BY seq LIMIT $2",
-                rows::EVENT
-            );
-            let found = conn.query(&sql, &[&after, &limit]).await?;
+            // The page, the newest event published and kept, and how far the log was pruned, as one snapshot
+            // saw them.
+            static PAGE: LazyLock<String> = LazyLock::new(|| {
+                format!(
+                    "SELECT e.*, l.pruned_through, l.last, l.kept FROM (SELECT pruned_through, \
+                     (SELECT max(seq) FROM events WHERE seq < {PUBLISHED}) AS last, \
+                     (SELECT max(seq) FROM events) AS kept FROM event_log) AS l \
+                     LEFT JOIN LATERAL (SELECT {} FROM events WHERE seq > $1 AND seq < {PUBLISHED} \
+                     ORDER BY seq LIMIT $2) AS e ON true",
+                    rows::EVENT
+                )
+            });
+            let found = conn.query(&PAGE, &[&after, &limit]).await?;
             let Some(first) = found.first() else {
-                // Nothing after it: a cursor past the newest event kept resumes from there.
-                let last = conn.query_opt("SELECT max(seq) FROM events", &[]).await?;
-                let last = match last {
-                    Some(row) => row.try_get::<_, Option<i64>>(0)?.unwrap_or(0),
-                    None => 0,
-                };
-                return Ok(if after > last {
+                return Ok((gap(0), 0));
+            };
+            let pruned_through: i64 = first.try_get(rows::EVENT_COLUMNS)?;
+            let last: Option<i64> = first.try_get(rows::EVENT_COLUMNS + 1)?;
+            let kept = first
+                .try_get::<_, Option<i64>>(rows::EVENT_COLUMNS + 2)?
+                .map_or(0, |kept| u64::try_from(kept).unwrap_or(0));
+            if after < pruned_through {
+                return Ok((gap(pruned_through), kept));
+            }
+            if first.try_get::<_, Option<i64>>(0)?.is_none() {
+                // Nothing after it: a cursor past the newest event published resumes from there.
+                let last = last.unwrap_or(pruned_through);
+                let page = if after > last {
                     gap(last)
                 } else {
                     EventPage {
@@ -64,28 +92,31 @@ impl Postgres {
                         gap: false,
                         resume_after: u64::try_from(after).unwrap_or(0),
                     }
-                });
-            };
-            let oldest: i64 = first.try_get(rows::EVENT_COLUMNS)?;
-            if after + 1 < oldest {
-                return Ok(gap(oldest - 1));
+                };
+                return Ok((page, kept));
             }
             let events = found
                 .iter()
                 .map(|row| rows::event(row).map(Arc::new))
                 .collect::<Result<_, _>>()?;
-            Ok(EventPage {
+            let page = EventPage {
                 events,
                 gap: false,
                 resume_after: u64::try_from(after).unwrap_or(0),
-            })
+            };
+            Ok((page, kept))
         })
         .await
     }
 
     pub async fn last_event_id(&self) -> Result<u64, StoreError> {
-        self.read(async |conn| last_event_id(conn).await.map(|id| u64::try_from(id).unwrap_or(0)))
-            .await
+        let mut held_back = HeldBack::default();
+        loop {
+            let (last, kept) = self.read(async |conn| last_event_id(conn).await).await?;
+            if kept <= last || !held_back.wait().await {
+                return Ok(u64::try_from(last).unwrap_or(0));
+            }
+        }
     }
 
     pub async fn webhook_cursor(&self, webhook: &str) -> Result<Option<u64>, StoreError> {
@@ -335,11 +366,6 @@ impl Postgres {
               WHERE c.id IS NULL OR c.ended_at < $1 LIMIT $2)",
             "DELETE FROM calls WHERE seq IN (SELECT seq FROM calls WHERE ended_at < $1 LIMIT $2)",
             "DELETE FROM sessions WHERE seq IN (SELECT seq FROM sessions WHERE closed_at < $1 LIMIT $2)",
-            // Events are recorded in time order: those before the first one that is recent enough go, and the
-            // newest always stays.
-            "DELETE FROM events WHERE seq < LEAST( \
-                 COALESCE((SELECT seq FROM events WHERE at >= $1 ORDER BY seq LIMIT 1), (SELECT max(seq) FROM events)), \
-                 (SELECT min(seq) FROM events) + $2)",
         ];
         for statement in statements {
             loop {
@@ -351,15 +377,68 @@ impl Postgres {
                 }
             }
         }
+        // Events go as a prefix of the log, so that a reader resuming inside it is told what it missed: up to
+        // the newest published event older than `before`, never the newest published.
+        static EVENTS: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "WITH published AS (SELECT max(seq) AS newest, max(seq) FILTER (WHERE at < $1) AS old \
+                 FROM events WHERE seq < {PUBLISHED}), \
+                 gone AS (DELETE FROM events WHERE seq IN (SELECT seq FROM events, published \
+                 WHERE seq <= published.old AND seq < published.newest ORDER BY seq LIMIT $2) RETURNING seq), \
+                 noted AS (UPDATE event_log SET pruned_through = GREATEST(pruned_through, (SELECT max(seq) FROM gone)) \
+                 WHERE EXISTS (SELECT 1 FROM gone)) \
+                 SELECT count(*) FROM gone"
+            )
+        });
+        loop {
+            let deleted: i64 = self
+                .write(move |tx| {
+                    Box::pin(async move { tx.query_one(&EVENTS, &[&before, &PRUNE_BATCH]).await?.try_get(0) })
+                })
+                .await?;
+            if deleted < PRUNE_BATCH {
+                break;
+            }
+        }
+        // Each replica's counts of pending Requests, folded into the rows of none, so that the replicas that
+        // came and went do not pile up rows.
+        self.write(move |tx| {
+            Box::pin(async move {
+                tx.execute(
+                    "WITH folded AS (DELETE FROM pending_shares WHERE replica <> '' \
+                     RETURNING owner, server, requests, bytes) \
+                     INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
+                     SELECT owner, server, '', sum(requests), sum(bytes) FROM folded GROUP BY owner, server \
+                     ON CONFLICT (owner, server, replica) DO UPDATE \
+                     SET requests = pending_shares.requests + EXCLUDED.requests, \
+                     bytes = pending_shares.bytes + EXCLUDED.bytes",
+                    &[],
+                )
+                .await?;
+                tx.execute(
+                    "DELETE FROM pending_shares WHERE replica = '' AND requests = 0 AND bytes = 0",
+                    &[],
+                )
+                .await
+            })
+        })
+        .await?;
         Ok(())
     }
 }
 
-/// The id of the newest event ever recorded (pruning keeps its row).
-async fn last_event_id(conn: &Conn) -> Result<i64, tokio_postgres::Error> {
-    let last = conn.query_opt("SELECT max(seq) FROM events", &[]).await?;
-    Ok(match last {
-        Some(row) => row.try_get::<_, Option<i64>>(0)?.unwrap_or(0),
-        None => 0,
+/// The id of the newest event published (pruning keeps its row).
+pub(super) static LAST_EVENT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT COALESCE((SELECT max(seq) FROM events WHERE seq < {PUBLISHED}), pruned_through), \
+         COALESCE((SELECT max(seq) FROM events), pruned_through) FROM event_log"
+    )
+});
+
+/// The id of the newest event published, and of the newest kept.
+async fn last_event_id(conn: &impl Reader) -> Result<(i64, i64), tokio_postgres::Error> {
+    Ok(match conn.row(&LAST_EVENT, &[]).await? {
+        Some(row) => (row.try_get(0)?, row.try_get(1)?),
+        None => (0, 0),
     })
 }

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use tokio_postgres::types::ToSql;
 
-use super::writer::{EventValues, Tx, insert_event};
+use super::writer::{Tx, insert_event};
 use super::{Postgres, Reader, rows};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
@@ -31,20 +31,18 @@ impl Postgres {
                     return Ok(Err(RaiseError::Full(cap)));
                 }
                 let calls: BTreeSet<&CallId> = requests.iter().filter_map(|new| new.call.as_ref()).collect();
-                // Each call's status before: it waits on the Requests raised for it once they are kept.
-                let mut before = Vec::with_capacity(calls.len());
-                for call in calls {
+                for call in &calls {
                     let live = tx
                         .query_opt(
-                            "SELECT status FROM calls WHERE id = $1 AND status IN ('running', 'input_required')",
-                            &[&call],
+                            "SELECT 1 FROM calls WHERE id = $1 AND status IN ('running', 'input_required')",
+                            &[call],
                         )
                         .await?;
-                    match live {
-                        Some(row) => before.push((call.clone(), row.try_get::<_, String>(0)?)),
-                        None => return Ok(Err(RaiseError::CallEnded(call.clone()))),
+                    if live.is_none() {
+                        return Ok(Err(RaiseError::CallEnded((*call).clone())));
                     }
                 }
+                let calls: Vec<CallId> = calls.into_iter().cloned().collect();
                 for id in crate::store::chosen_ids(&requests) {
                     let taken: bool = tx
                         .query_one("SELECT EXISTS (SELECT 1 FROM requests WHERE id = $1)", &[&id])
@@ -76,8 +74,8 @@ impl Postgres {
                     insert_request(tx, &new, round.as_ref().map(|round| round.number), event).await?;
                     views.push(view);
                 }
-                for (call, before) in before {
-                    settle_call(tx, &call, &before, true, now).await?;
+                for call in &calls {
+                    settle(tx, call, now).await?;
                 }
                 Ok(Ok(views))
             })
@@ -140,22 +138,17 @@ impl Postgres {
                         None => request(tx, &id).await?.map_or(Answered::NotFound, Answered::Lost),
                     });
                 }
-                // The Request resolved, its event numbered, and its call as it is now, in one exchange. The
-                // statement sees the Request as pending still, so the call's other pending ones are counted.
+                // The Request resolved and its event numbered, in one exchange.
                 static ANSWER: LazyLock<String> = LazyLock::new(|| {
                     format!(
                         "WITH won AS (UPDATE requests SET status = 'answered', resolved_at = $2, answer = $3, \
                          answered_by = $4, result = $5 WHERE id = $1 AND status = 'pending' \
                          RETURNING call_id, round, completed_at), numbered AS ({}) \
-                         SELECT won.call_id, won.round, won.completed_at, numbered.seq, c.status, \
-                         EXISTS (SELECT 1 FROM requests AS r WHERE r.call_id = c.id AND r.status = 'pending' \
-                         AND r.id <> $1) \
-                         FROM won CROSS JOIN numbered \
-                         LEFT JOIN calls AS c ON c.id = won.call_id AND c.status IN ('running', 'input_required')",
+                         SELECT won.call_id, won.round, won.completed_at, numbered.seq FROM won CROSS JOIN numbered",
                         insert_event(6, "SELECT {} FROM won")
                     )
                 });
-                let (resolved_at, values) = (now.millis(), EventValues::at(now, &event));
+                let (resolved_at, values) = (now.millis(), tx.event_values(&event));
                 let mut params: Vec<&(dyn ToSql + Sync)> = vec![&id, &resolved_at, &answer, &view.answered_by, &result];
                 params.extend(values.params());
                 let won = tx.query_opt(&ANSWER, &params).await?;
@@ -175,13 +168,12 @@ impl Postgres {
                         .await?;
                 }
                 let event = tx.numbered(event, seq);
-                let resumes = match (call, won.try_get::<_, Option<String>>(4)?) {
-                    (Some(call), Some(before)) => {
-                        let waiting: bool = won.try_get(5)?;
-                        let status = settle_call(tx, &call, &before, waiting, now).await?;
-                        resume_round(tx, &call, round, Some(status)).await?
+                let resumes = match call {
+                    Some(call) => {
+                        let status = settle(tx, &call, now).await?;
+                        resume_round(tx, &call, round, status).await?
                     }
-                    _ => None,
+                    None => None,
                 };
                 Ok(Answered::Won {
                     view,
@@ -369,6 +361,10 @@ impl Postgres {
     }
 }
 
+/// The status of a call that has not ended, by the count of its pending Requests (see
+/// [`CallStatus::unended`]).
+const UNENDED: &str = "(CASE WHEN c.pending > 0 THEN 'input_required' ELSE 'running' END)";
+
 /// A round's number as the database keeps it.
 pub(super) fn round_number(number: u32) -> i32 {
     i32::try_from(number).unwrap_or(i32::MAX)
@@ -401,8 +397,8 @@ async fn pending_shares(conn: &impl Reader, new: &[NewRequest]) -> Result<Shares
         .rows(
             "SELECT NULL::TEXT, NULL::TEXT, COALESCE(sum(requests), 0)::BIGINT, COALESCE(sum(bytes), 0)::BIGINT \
              FROM pending_shares \
-             UNION ALL SELECT owner, server, requests::BIGINT, bytes::BIGINT FROM pending_shares \
-             WHERE owner = ANY($1) OR server = ANY($2)",
+             UNION ALL SELECT owner, server, sum(requests)::BIGINT, sum(bytes)::BIGINT FROM pending_shares \
+             WHERE owner = ANY($1) OR server = ANY($2) GROUP BY owner, server",
             &[&owners, &servers],
         )
         .await?;
@@ -468,7 +464,7 @@ async fn insert_request(
         i64::try_from(new.bytes).unwrap_or(i64::MAX),
     );
     let kind = request.kind.as_str();
-    let values = EventValues::at(tx.now(), &event);
+    let values = tx.event_values(&event);
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![
         &request.id,
         &kind,
@@ -553,11 +549,11 @@ async fn after_resolution(
     now: Timestamp,
 ) -> Result<Option<Retry>, tokio_postgres::Error> {
     let Some(call) = call else { return Ok(None) };
-    let status = call_changed(tx, &call, now).await?;
+    let status = settle(tx, &call, now).await?;
     resume_round(tx, &call, round, status).await
 }
 
-/// What retrying `call` takes if a Request of its round `round` was resolved and the call is `running` now
+/// What retrying `call` takes if a Request of its round `round` was resolved and that set the call `running`
 /// (none of its Requests pending).
 async fn resume_round(
     tx: &mut Tx<'_>,
@@ -571,54 +567,32 @@ async fn resume_round(
     super::calls::claim_retry(tx, call).await
 }
 
-/// Sets a call that has not ended to `input_required` or `running` as its pending Requests say, recording
-/// `call.updated` when that changes it; returns that status, or `None` if the call has ended.
-pub(super) async fn call_changed(
+/// Sets a call that has not ended to `input_required` while Requests of it are pending and to `running`
+/// otherwise, recording `call.updated` when that changes it; returns the status it changed it to, `None` when
+/// it changed nothing (or the call has ended).
+///
+/// It reads the count of the call's pending Requests on the call's row, which a trigger keeps as Requests
+/// change, and the update decides on the row's own columns only, so it is exact whatever runs alongside: the
+/// change that resolved a Request holds its call's row from then until it commits, and the update of another
+/// that waited for it decides on the row as the first left it. Of two answers run side by side on different
+/// replicas to a call's last two Requests, the one that commits second sets `running`: one change, and one only.
+pub(super) async fn settle(
     tx: &mut Tx<'_>,
     call: &CallId,
     now: Timestamp,
 ) -> Result<Option<CallStatus>, tokio_postgres::Error> {
-    let found = tx
-        .query_opt(
-            "SELECT c.status, EXISTS (SELECT 1 FROM requests AS r WHERE r.call_id = c.id AND r.status = 'pending') \
-             FROM calls AS c WHERE c.id = $1 AND c.status IN ('running', 'input_required')",
-            &[&call],
-        )
-        .await?;
-    let Some(found) = found else {
-        return Ok(None);
-    };
-    let before: String = found.try_get(0)?;
-    let waiting: bool = found.try_get(1)?;
-    settle_call(tx, call, &before, waiting, now).await.map(Some)
-}
-
-/// Sets a call that has not ended, in status `before`, to `input_required` while Requests of it are pending
-/// (`waiting`) and to `running` otherwise, recording `call.updated` when that changes it; returns that status.
-///
-/// The update reads the call's pending Requests again as it runs, so that an answer run alongside others
-/// (whose statements may run between this one's read and its update) leaves the call as its Requests are.
-async fn settle_call(
-    tx: &mut Tx<'_>,
-    call: &CallId,
-    before: &str,
-    waiting: bool,
-    now: Timestamp,
-) -> Result<CallStatus, tokio_postgres::Error> {
     static SETTLE: LazyLock<String> = LazyLock::new(|| {
         format!(
-            "UPDATE calls AS c SET status = s.status, updated_at = $2 FROM (SELECT CASE WHEN EXISTS \
-             (SELECT 1 FROM requests AS r WHERE r.call_id = $1 AND r.status = 'pending') \
-             THEN 'input_required' ELSE 'running' END AS status) AS s \
-             WHERE c.id = $1 AND c.status IN ('running', 'input_required') AND c.status <> s.status RETURNING {}",
+            "UPDATE calls AS c SET status = {UNENDED}, updated_at = $2 \
+             WHERE c.id = $1 AND c.status IN ('running', 'input_required') AND c.status <> {UNENDED} RETURNING {}",
             rows::CALL
         )
     });
-    let status = CallStatus::unended(waiting);
-    if before != status.as_str()
-        && let Some(row) = tx.query_opt(&SETTLE, &[&call, &now.millis()]).await?
-    {
-        tx.record(Event::call(&rows::call(&row)?)).await?;
-    }
-    Ok(status)
+    let Some(row) = tx.query_opt(&SETTLE, &[&call, &now.millis()]).await? else {
+        return Ok(None);
+    };
+    let call = rows::call(&row)?;
+    let status = call.status;
+    tx.record(Event::call(&call)).await?;
+    Ok(Some(status))
 }

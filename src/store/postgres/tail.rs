@@ -1,7 +1,16 @@
-//! The event log as every replica sees it: events are published here in the order they were numbered,
-//! whichever replica recorded them. A replica's writer hands on what it just kept; events other replicas
-//! recorded are read from the log whenever the database says one committed (`LISTEN`), after a reconnect,
-//! and at least every second, so that a missed notification delays an event but never loses it.
+//! The event log as every replica sees it: events are published here in the order of their ids, whichever
+//! replica recorded them, each once. The log is read whenever this replica's writer kept events, whenever the
+//! database says another replica's transaction did (`LISTEN`), after a reconnect, and at least every second,
+//! so that a missed notification delays an event but never loses it.
+//!
+//! Why no event is skipped or repeated, though transactions commit in any order: an event's id starts with
+//! its transaction's id (see [`super::writer`]), and a read publishes only the events below [`PUBLISHED`],
+//! the lowest transaction id still in flight in the read's own snapshot (`pg_snapshot_xmin`). Every
+//! transaction below it has ended, and the snapshot sees the commits of all of them, so the read sees every
+//! event that will ever have an id below it; a transaction that begins later takes a higher id. The horizon
+//! never moves back, so each read publishes the events after the last one published and below a horizon at
+//! least as high: the log's prefix, in order, grown. A transaction that commits out of order (a lower id
+//! after a higher) holds the horizon below its id until it ends, and with it every event after its own.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,6 +26,9 @@ use crate::records::Event;
 
 /// The channel a transaction that recorded events notifies.
 pub const CHANNEL: &str = "toolnexus_events";
+/// The first event id not yet published, in a statement: that of the oldest transaction in flight (2^20 ids a
+/// transaction, as the writer gives them).
+pub const PUBLISHED: &str = "(pg_snapshot_xmin(pg_current_snapshot())::TEXT::BIGINT * 1048576)";
 /// How often the log is read without being told of a commit.
 const POLL: Duration = Duration::from_secs(1);
 /// How long a lost listening connection waits before connecting again.
@@ -44,17 +56,9 @@ impl Publisher {
         }
     }
 
-    /// Publishes events this replica just kept, unless events before them are not published yet: then the
-    /// tail reads them all from the log.
-    pub fn kept(&self, events: Vec<Arc<Event>>) {
-        let Some(first) = events.first() else { return };
-        let mut last = lock_mutex(&self.last);
-        if first.id == *last + 1 {
-            *last = events.last().map_or(*last, |event| event.id);
-            self.feed.publish(events);
-        } else if first.id > *last + 1 {
-            self.wake.notify_one();
-        }
+    /// Has the tail read the log: this replica kept events.
+    pub fn wake(&self) {
+        self.wake.notify_one();
     }
 
     /// Publishes what was read from the log after `after`, skipping what was published meanwhile.
@@ -69,6 +73,29 @@ impl Publisher {
 
     fn last(&self) -> u64 {
         *lock_mutex(&self.last)
+    }
+}
+
+/// Waiting for events held back (kept, but behind a transaction with a lower id still in flight): a little
+/// longer each time, for at most about [`POLL`] in all, so that a reader sees the events kept before it asked
+/// unless a transaction stays open that long.
+pub(super) struct HeldBack(Duration);
+
+impl Default for HeldBack {
+    fn default() -> Self {
+        Self(Duration::from_millis(1))
+    }
+}
+
+impl HeldBack {
+    /// Waits before the next read; `false` (at once) when the reader has waited long enough.
+    pub(super) async fn wait(&mut self) -> bool {
+        if self.0 > POLL {
+            return false;
+        }
+        tokio::time::sleep(self.0).await;
+        self.0 *= 2;
+        true
     }
 }
 
@@ -100,11 +127,13 @@ pub async fn run(store: Postgres, publisher: Arc<Publisher>, stop: CancellationT
     }
 }
 
-/// Reads the log up to its end.
+/// Reads the log up to its end, and again, a little later each time, while events kept are not published yet
+/// (a transaction with a lower id is still in flight).
 async fn catch_up(store: &Postgres, publisher: &Publisher) {
+    let mut held_back = HeldBack::default();
     loop {
-        match store.events_after(publisher.last(), PAGE).await {
-            Ok(page) if page.gap => {
+        match store.log_after(publisher.last(), PAGE).await {
+            Ok((page, _)) if page.gap => {
                 // Pruned before this replica read them: what follows is published from the oldest kept.
                 tracing::warn!(
                     after = publisher.last(),
@@ -112,10 +141,13 @@ async fn catch_up(store: &Postgres, publisher: &Publisher) {
                 );
                 *lock_mutex(&publisher.last) = page.resume_after;
             }
-            Ok(page) => {
+            Ok((page, kept)) => {
                 let full = page.events.len() == PAGE;
                 publisher.read(page.events);
-                if !full {
+                if full {
+                    continue;
+                }
+                if kept <= publisher.last() || !held_back.wait().await {
                     return;
                 }
             }
@@ -128,7 +160,7 @@ async fn catch_up(store: &Postgres, publisher: &Publisher) {
 }
 
 /// A connection that listens on [`CHANNEL`] and wakes the tail on each notification from another replica
-/// than `replica` (whose writer publishes what it keeps), with a token that fires when it closes.
+/// than `replica` (whose writer wakes it itself), with a token that fires when it closes.
 async fn listen(
     connector: &Connector,
     publisher: Arc<Publisher>,
@@ -154,4 +186,90 @@ async fn listen(
     });
     client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
     Ok((client, closed))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio_postgres::{Client, NoTls};
+
+    use super::super::writer::EVENTS_PER_TRANSACTION;
+    use super::CHANNEL;
+    use crate::feed::Feed;
+    use crate::store::{Location, Store};
+    use crate::time::Clock;
+
+    /// A transaction of another replica that records one event, begun now: its event's id and the connection
+    /// it is open on.
+    async fn begin_recording(url: &str) -> (u64, Client) {
+        let (client, connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client.batch_execute("BEGIN").await.unwrap();
+        let xid: i64 = client
+            .query_one("SELECT pg_current_xact_id()::TEXT::BIGINT", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let id = xid * EVENTS_PER_TRANSACTION;
+        client
+            .execute(
+                "INSERT INTO events (seq, at, kind, server, session, data) \
+                 VALUES ($1, 0, 'session.updated', 'demo', 'ses-other', '{}')",
+                &[&id],
+            )
+            .await
+            .unwrap();
+        (u64::try_from(id).unwrap(), client)
+    }
+
+    async fn commit(client: &Client) {
+        client
+            .batch_execute(&format!("NOTIFY {CHANNEL}, 'another-replica'; COMMIT"))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn two_replicas_whose_commits_finish_in_the_opposite_order_of_their_ids_are_published_in_id_order() {
+        let url = super::super::cluster::shared().database();
+        let feed = Feed::default();
+        let mut published = feed.subscribe();
+        let store = Store::open(
+            &Location::Postgres(url.clone()),
+            feed,
+            Duration::from_secs(3600),
+            "replica-under-test",
+            Clock::default(),
+        )
+        .await
+        .unwrap();
+        let before = store.last_event_id().await.unwrap();
+
+        let (first, began_first) = begin_recording(&url).await;
+        let (second, began_second) = begin_recording(&url).await;
+        assert!(first < second);
+        commit(&began_second).await;
+        // The second is kept, but the first may still commit below it: neither reads nor streams have it.
+        let page = store.events_after(before, 10).await.unwrap();
+        assert!(page.events.is_empty() && !page.gap, "{page:?}");
+        assert_eq!(store.last_event_id().await.unwrap(), before);
+
+        commit(&began_first).await;
+        let page = store.events_after(before, 10).await.unwrap();
+        let ids: Vec<u64> = page.events.iter().map(|event| event.id).collect();
+        assert_eq!(ids, [first, second]);
+        assert_eq!(store.last_event_id().await.unwrap(), second);
+        for expected in [first, second] {
+            let live = tokio::time::timeout(Duration::from_secs(30), published.recv())
+                .await
+                .expect("published within 30 s")
+                .unwrap();
+            assert_eq!(live.id, expected, "each published once, in id order");
+        }
+        let page = store.events_after(first, 10).await.unwrap();
+        let ids: Vec<u64> = page.events.iter().map(|event| event.id).collect();
+        assert_eq!(ids, [second], "an id resumes after itself");
+        store.close().await;
+    }
 }

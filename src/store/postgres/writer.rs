@@ -1,17 +1,25 @@
-//! The one connection that writes: it takes every change waiting, applies them in one transaction that
-//! holds the store's write lock (so that events are numbered in the order they are kept), commits once
-//! (group commit), then publishes their events and answers each. Consecutive changes that may run alongside
-//! each other (answers) have their statements pipelined: the connection sends them without waiting for
-//! each reply, and the server runs them in the order they arrive.
+//! The one connection that writes: it takes every change waiting, applies them in one transaction, commits
+//! once (group commit), then answers each and has the tail publish their events. Consecutive changes that may
+//! run alongside each other (answers) have their statements pipelined: the connection sends them without
+//! waiting for each reply, and the server runs them in the order they arrive.
+//!
+//! A transaction of such changes holds the store's write lock shared, so that answers commit side by side on
+//! every replica; any other transaction holds it alone, and what it reads stays exact until it commits.
+//!
+//! An event's id is its transaction's id (`pg_current_xact_id()`) times [`EVENTS_PER_TRANSACTION`] plus its
+//! place among that transaction's events, so ids follow the order in which transactions began, whatever the
+//! order they commit in; the tail publishes an event only once every transaction with a lower id has ended
+//! (see [`super::tail`]).
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, LazyLock};
 
 use tokio::sync::mpsc;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Row};
+use tokio_postgres::{Client, Row, SimpleQueryMessage};
 
 use super::super::StoreError;
 use super::tail::{self, Publisher};
@@ -21,6 +29,9 @@ use crate::time::{Clock, Timestamp};
 
 /// The most changes one transaction takes.
 const MAX_BATCH: usize = 512;
+/// How many events one transaction may record: 2^20, the ids a transaction's id leaves room for. (JavaScript
+/// reads event ids exactly while transaction ids stay below 2^33.)
+pub const EVENTS_PER_TRANSACTION: i64 = 1 << 20;
 
 /// What a change's statements come to; the transaction is rolled back with one that failed.
 pub type Outcome<'t> = Pin<Box<dyn Future<Output = Result<Applied, Failed>> + Send + 't>>;
@@ -32,6 +43,9 @@ pub enum Failed {
     /// It ran alongside one that failed, whose error aborted the transaction before its own statements were
     /// done: it runs again, as this job, in the next transaction.
     Again(Job),
+    /// It lost a conflict with another replica's transaction (a deadlock): the transaction is rolled back, and
+    /// it runs again, as this job, in the next one.
+    Conflict(Job),
 }
 
 /// The statements of one change, run inside the batch's transaction.
@@ -40,10 +54,11 @@ pub type Change = Box<dyn for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> Outcome<'t> + Se
 /// One change.
 pub struct Job {
     pub change: Change,
-    /// Whether the change may run alongside the other such changes next to it in the queue: each decides
-    /// everything it reads and writes in statements exact at the moment the server runs them, whatever the
-    /// other changes' statements sent before or between its own, so that any order of them is one they
-    /// could have run in one by one.
+    /// Whether the change may run alongside the other such changes next to it in the queue, and alongside
+    /// other replicas' transactions of them: each decides everything it reads and writes in statements exact
+    /// at the moment the server runs them, whatever the other changes' statements sent before or between its
+    /// own, so that any order of them is one they could have run in one by one; and what it waits for, other
+    /// transactions' row locks, is only ever held by such transactions.
     pub alongside: bool,
 }
 
@@ -72,7 +87,10 @@ pub struct Tx<'c> {
     pub replica: &'c str,
     /// The statements the writer's connection has prepared.
     statements: &'c Statements,
-    events: Vec<Arc<Event>>,
+    /// The id the next event of the transaction takes.
+    next_event: &'c AtomicI64,
+    /// The first id past the transaction's own.
+    events_end: i64,
     clock: &'c Clock,
 }
 
@@ -113,55 +131,60 @@ impl Tx<'_> {
     /// Records an event: it is numbered now and published once the transaction is kept.
     pub async fn record(&mut self, event: Event) -> Result<Arc<Event>, tokio_postgres::Error> {
         static RECORD: LazyLock<String> = LazyLock::new(|| insert_event(1, "VALUES ({})"));
-        let values = EventValues::at(self.now(), &event);
+        let values = self.event_values(&event);
         let row = self.query_one(&RECORD, &values.params()).await?;
         Ok(self.numbered(event, row.get(0)))
     }
 
-    /// An event a statement of this change inserted as number `seq`, to be published once the transaction
-    /// is kept.
-    pub fn numbered(&mut self, mut event: Event, seq: i64) -> Arc<Event> {
-        event.id = u64::try_from(seq).unwrap_or_default();
-        let event = Arc::new(event);
-        self.events.push(event.clone());
-        event
-    }
-}
-
-/// The statement inserting an event whose seven values are parameters `$first` on, in the order of
-/// [`EventValues::params`], placed in `source` at its `{}` (`VALUES ({})`, or `SELECT {} FROM rows` to record
-/// it once per row of another part of the statement); it returns the event's number.
-pub fn insert_event(first: usize, source: &str) -> String {
-    let values: Vec<String> = ["BIGINT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT"]
-        .iter()
-        .enumerate()
-        .map(|(at, kind)| format!("${}::{kind}", first + at))
-        .collect();
-    format!(
-        "INSERT INTO events (at, kind, server, session, call_id, owner, data) {} RETURNING seq",
-        source.replace("{}", &values.join(", "))
-    )
-}
-
-/// An event's values as [`insert_event`] takes them, recorded at one moment.
-pub struct EventValues<'e> {
-    at: i64,
-    kind: &'static str,
-    event: &'e Event,
-}
-
-impl<'e> EventValues<'e> {
-    /// `event`'s values, recorded at `at`.
-    pub fn at(at: Timestamp, event: &'e Event) -> Self {
-        Self {
-            at: at.millis(),
+    /// `event`'s values as [`insert_event`] takes them: the transaction's next event id, recorded now.
+    pub fn event_values<'e>(&self, event: &'e Event) -> EventValues<'e> {
+        // Past the transaction's ids, each event takes its last one: the second such insert fails on the
+        // primary key, and the transaction with it.
+        let id = self.next_event.fetch_add(1, Ordering::Relaxed).min(self.events_end - 1);
+        EventValues {
+            id,
+            at: self.now().millis(),
             kind: event.kind.name(),
             event,
         }
     }
 
-    pub fn params(&self) -> [&(dyn ToSql + Sync); 7] {
+    /// An event a statement of this change inserted as number `seq`, to be published once the transaction
+    /// is kept.
+    pub fn numbered(&self, mut event: Event, seq: i64) -> Arc<Event> {
+        event.id = u64::try_from(seq).unwrap_or_default();
+        Arc::new(event)
+    }
+}
+
+/// The statement inserting an event whose eight values are parameters `$first` on, in the order of
+/// [`EventValues::params`], placed in `source` at its `{}` (`VALUES ({})`, or `SELECT {} FROM rows` to record
+/// it if another part of the statement has a row: one at most, as the values hold one id); it returns the
+/// event's number.
+pub fn insert_event(first: usize, source: &str) -> String {
+    let values: Vec<String> = ["BIGINT", "BIGINT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT"]
+        .iter()
+        .enumerate()
+        .map(|(at, kind)| format!("${}::{kind}", first + at))
+        .collect();
+    format!(
+        "INSERT INTO events (seq, at, kind, server, session, call_id, owner, data) {} RETURNING seq",
+        source.replace("{}", &values.join(", "))
+    )
+}
+
+/// An event's values as [`insert_event`] takes them, from [`Tx::event_values`].
+pub struct EventValues<'e> {
+    id: i64,
+    at: i64,
+    kind: &'static str,
+    event: &'e Event,
+}
+
+impl EventValues<'_> {
+    pub fn params(&self) -> [&(dyn ToSql + Sync); 8] {
         [
+            &self.id,
             &self.at,
             &self.kind,
             &self.event.server,
@@ -197,7 +220,7 @@ pub async fn run(
                 .filter(|client: &tokio_postgres::Client| !client.is_closed())
             {
                 Some(client) => client,
-                None => match connector.connect().await {
+                None => match connect(&connector, &replica).await {
                     Ok(client) => {
                         statements = Statements::default();
                         client
@@ -229,21 +252,40 @@ async fn commit(
     replica: &str,
     clock: &Clock,
 ) -> bool {
-    // One exchange: the transaction begins holding the lock.
+    // One exchange: the transaction begins holding the lock, with an id of its own.
+    let alongside = batch.front().is_some_and(|job| job.alongside);
+    let lock = if alongside {
+        "pg_advisory_xact_lock_shared"
+    } else {
+        "pg_advisory_xact_lock"
+    };
     let begun = client
-        .batch_execute(&format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"))
+        .simple_query(&format!(
+            "BEGIN; SELECT {lock}({WRITE_LOCK}); SELECT pg_current_xact_id()"
+        ))
         .await;
-    if let Err(error) = begun {
-        tracing::error!(%error, "the store cannot start a transaction holding its write lock");
-        let usable = roll_back(client).await;
-        batch.clear();
-        return usable;
-    }
+    let first_event = match begun.as_deref().map(transaction_events) {
+        Ok(Some(first)) => first,
+        Ok(None) => {
+            tracing::error!("the store's transaction did not say its id");
+            let usable = roll_back(client).await;
+            batch.clear();
+            return usable;
+        }
+        Err(error) => {
+            tracing::error!(%error, "the store cannot start a transaction holding its write lock");
+            let usable = roll_back(client).await;
+            batch.clear();
+            return usable;
+        }
+    };
+    let next_event = AtomicI64::new(first_event);
     let mut applied = Vec::with_capacity(batch.len());
-    let mut events = Vec::new();
     let mut again = Vec::new();
     let mut failed = false;
-    while let Some(first) = batch.pop_front() {
+    while batch.front().is_some_and(|job| job.alongside == alongside)
+        && let Some(first) = batch.pop_front()
+    {
         let mut group = vec![first.change];
         while first.alongside
             && batch.front().is_some_and(|job| job.alongside)
@@ -257,19 +299,21 @@ async fn commit(
                 conn: client,
                 replica,
                 statements,
-                events: Vec::new(),
+                next_event: &next_event,
+                events_end: first_event + EVENTS_PER_TRANSACTION,
                 clock,
             })
             .collect();
         let outcomes = futures::future::join_all(group.into_iter().zip(&mut txs).map(|(change, tx)| change(tx))).await;
-        for (outcome, tx) in outcomes.into_iter().zip(txs) {
+        for outcome in outcomes {
             match outcome {
-                Ok(done) => {
-                    events.extend(tx.events);
-                    applied.push(done);
-                }
+                Ok(done) => applied.push(done),
                 Err(Failed::Told) => failed = true,
                 Err(Failed::Again(job)) => again.push(job),
+                Err(Failed::Conflict(job)) => {
+                    failed = true;
+                    again.push(job);
+                }
             }
         }
         if failed || !again.is_empty() {
@@ -283,8 +327,7 @@ async fn commit(
         // that it could not be made, rather than running it again for ever.
         again.clear();
     }
-    // Changes run alongside each other number their events in the order the server ran their statements.
-    events.sort_unstable_by_key(|event| event.id);
+    let recorded = next_event.load(Ordering::Relaxed) > first_event;
     let mut usable = true;
     let committed = if aborted {
         usable = roll_back(client).await;
@@ -295,7 +338,7 @@ async fn commit(
         // One exchange: every replica's tail is told, when the transaction commits, which replica recorded
         // events (its own tail has them already). The statement before `COMMIT` fails in a transaction an error
         // aborted, where a `COMMIT` alone would roll it back and report success.
-        let commit = if events.is_empty() {
+        let commit = if !recorded {
             "SELECT 1; COMMIT".to_owned()
         } else {
             format!("NOTIFY {}, {}; COMMIT", tail::CHANNEL, escaped_literal(replica))
@@ -312,7 +355,9 @@ async fn commit(
     };
     let fate = match committed {
         Ok(()) => {
-            publisher.kept(events);
+            if recorded {
+                publisher.wake();
+            }
             Fate::Kept
         }
         Err(error) if failed => Fate::RolledBack(error),
@@ -327,6 +372,25 @@ async fn commit(
         batch.push_front(job);
     }
     usable
+}
+
+/// A connection for the writer of replica `replica`: its changes to pending Requests count in that replica's
+/// rows of `pending_shares`.
+async fn connect(connector: &Connector, replica: &str) -> Result<Client, tokio_postgres::Error> {
+    let client = connector.connect().await?;
+    client
+        .batch_execute(&format!("SET toolnexus.replica = {}", escaped_literal(replica)))
+        .await?;
+    Ok(client)
+}
+
+/// The first event id of the transaction whose id the last row of `messages` holds.
+fn transaction_events(messages: &[SimpleQueryMessage]) -> Option<i64> {
+    let xid = messages.iter().rev().find_map(|message| match message {
+        SimpleQueryMessage::Row(row) => row.get(0)?.parse::<i64>().ok(),
+        _ => None,
+    })?;
+    xid.checked_mul(EVENTS_PER_TRANSACTION)
 }
 
 /// Ends a transaction that is not to be kept; a connection that failed ends it by closing. Whether the
@@ -353,7 +417,16 @@ pub type Work<'t, T> = Pin<Box<dyn Future<Output = Result<T, tokio_postgres::Err
 
 #[cfg(test)]
 mod tests {
-    use super::escaped_literal;
+    use super::{EVENTS_PER_TRANSACTION, escaped_literal};
+
+    #[test]
+    fn the_tail_reads_event_ids_as_the_writer_gives_them() {
+        let published = super::super::tail::PUBLISHED;
+        assert!(
+            published.ends_with(&format!(" * {EVENTS_PER_TRANSACTION})")),
+            "{published}"
+        );
+    }
 
     #[test]
     fn a_literal_escapes_quotes_and_backslashes() {

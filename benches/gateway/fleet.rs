@@ -1,0 +1,154 @@
+//! How a fleet scales: one replica against three sharing one PostgreSQL database, in the shape users make
+//! (many calls, each waiting on its one Request; many callers, each its own call). Each mode runs both
+//! fleets in one run: the gateways unconstrained, then each gateway (with the upstream servers it starts) in
+//! a CPU cgroup of its own with a fixed quota, the database and the clients unconstrained, which is what
+//! each gateway would have on a small machine of its own.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::cluster::Cluster;
+use crate::process::{Backend, GatewayProcess};
+use crate::quota::CpuGroup;
+use crate::rest::Rest;
+use crate::{Era, Plan, rate, scale, verdict, waiting};
+
+/// The replicas of the fleet measured against one gateway.
+const FLEET: usize = 3;
+/// Echo callers at once.
+const CALLERS: usize = 64;
+/// The quota each gateway gets unless `BENCH_CPU_QUOTA` says otherwise (`0` runs only unconstrained).
+const DEFAULT_QUOTA: f64 = 0.3;
+/// Three replicas should do this many times what one does, each under the quota.
+const SCALE_TARGET: f64 = 2.5;
+
+/// What one fleet measured.
+struct Measured {
+    drain: f64,
+    echo: f64,
+}
+
+/// The fleet section.
+pub async fn table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
+    let quota = match std::env::var("BENCH_CPU_QUOTA") {
+        Ok(value) => value.parse::<f64>()?,
+        Err(_) => DEFAULT_QUOTA,
+    };
+    let cluster = Cluster::start_durable();
+    let count = plan.store_pending;
+    let era = Era::Modern;
+    let mut table = format!(
+        "\n### Fleet: one replica vs {FLEET} on one PostgreSQL database\n\n\
+         | measurement | CPU per gateway | one replica | {FLEET} replicas | {FLEET} / one | target |\n\
+         |---|---|---|---|---|---|\n"
+    );
+    let mut modes = vec![None];
+    let mut skipped = None;
+    if quota > 0.0 {
+        match CpuGroup::create(&format!("toolnexus-bench-{}-probe", std::process::id())) {
+            Ok(_) => modes.push(Some(quota)),
+            Err(error) => skipped = Some(format!("{error:#}")),
+        }
+    }
+    for cores in modes {
+        let one = measure(binary, &cluster, era, 1, cores, count, plan).await?;
+        let fleet = measure(binary, &cluster, era, FLEET, cores, count, plan).await?;
+        let (cpu, target, rule): (String, f64, String) = match cores {
+            None => ("unlimited".to_owned(), 1.0, "never slower than one".to_owned()),
+            Some(cores) => (format!("{cores} core"), SCALE_TARGET, format!("≥ {SCALE_TARGET}× one")),
+        };
+        for (what, one, fleet) in [
+            (
+                format!(
+                    "answers/s draining {count} pending, one per call (c={})",
+                    scale::DRAIN_CONCURRENCY
+                ),
+                one.drain,
+                fleet.drain,
+            ),
+            (format!("plain tool calls/s (echo, c={CALLERS})"), one.echo, fleet.echo),
+        ] {
+            let ratio = fleet / one;
+            let _ = writeln!(
+                table,
+                "| {what} | {cpu} | {one:.0} | {fleet:.0} | {ratio:.2} | {rule}: {} |",
+                verdict(ratio >= target)
+            );
+        }
+    }
+    let _ = writeln!(
+        table,
+        "\nEach fleet has a fresh database on one durable PostgreSQL 15 server (`fsync`, `synchronous_commit` and \
+         `full_page_writes` on) on the same machine. The {count} calls (`confirm_action`, {era}) are started \
+         spread over the replicas before any quota applies; the answerers, and then the echo callers for {} s, \
+         take the replicas in turn. A quota is cgroup CPU time per gateway and the demo server it starts \
+         (`BENCH_CPU_QUOTA`, default {DEFAULT_QUOTA}; cgroup v1 `cpu.cfs_quota_us` of a 100 ms period, or v2 \
+         `cpu.max`); the database and the bench are not limited.{}",
+        plan.window.as_secs_f64(),
+        skipped.map_or(String::new(), |why| format!(" The quota runs were skipped: {why}.")),
+        era = era.protocol(),
+    );
+    Ok(table)
+}
+
+/// Measures `replicas` fresh gateways on a fresh database, each under `cores` of CPU when given.
+async fn measure(
+    binary: &Path,
+    cluster: &Cluster,
+    era: Era,
+    replicas: usize,
+    cores: Option<f64>,
+    count: usize,
+    plan: &Plan,
+) -> anyhow::Result<Measured> {
+    let cpu = cores.map_or_else(|| "unlimited".to_owned(), |cores| format!("{cores} core"));
+    eprintln!("fleet: {replicas} × postgres, {cpu}");
+    let backend = Backend::Postgres(cluster.database());
+    let mut groups = Vec::new();
+    let mut gateways = Vec::with_capacity(replicas);
+    for nth in 0..replicas {
+        let wrap = match cores {
+            Some(_) => {
+                let group = CpuGroup::create(&format!("toolnexus-bench-{}-{nth}", std::process::id()))?;
+                let wrap = group.wrap();
+                groups.push(group);
+                wrap
+            }
+            None => Vec::new(),
+        };
+        let gateway =
+            GatewayProcess::spawn_wrapped(binary, era.config(), &backend, tempfile::tempdir()?, &wrap).await?;
+        gateway.ready().await?;
+        gateways.push(gateway);
+    }
+    let rests: Vec<Rest> = gateways.iter().map(|gateway| gateway.rest.clone()).collect();
+    let mut starting = tokio::task::JoinSet::new();
+    for (nth, rest) in rests.iter().enumerate() {
+        let share = count / replicas + usize::from(nth < count % replicas);
+        let rest = rest.clone();
+        starting.spawn(async move { waiting::start_calls(&rest, era, share).await });
+    }
+    while let Some(started) = starting.join_next().await {
+        started??;
+    }
+    waiting::pending(&rests[0], era, count).await?;
+    let ids = waiting::pending_ids(&rests[0], count).await?;
+    for group in &groups {
+        group.limit(cores)?;
+    }
+    let drain = scale::drain(&rests, Arc::new(ids)).await?;
+    waiting::completed_on(&rests, era, count).await?;
+    let next = Arc::new(AtomicUsize::new(0));
+    let echo = rate(CALLERS, plan.window, move || {
+        let rest = rests[next.fetch_add(1, Ordering::Relaxed) % rests.len()].clone();
+        async move { rest.echo(era.server()).await }
+    })
+    .await?;
+    for group in &groups {
+        group.limit(None)?;
+    }
+    drop(gateways);
+    Ok(Measured { drain, echo })
+}
