@@ -27,9 +27,11 @@ use crate::feed::Feed;
 use crate::time::Clock;
 use writer::{Applied, Change, Failed, Fate, Job, Tx};
 
-/// The advisory lock a transaction that writes holds until it commits: shared by a transaction of answers, alone
-/// by any other.
+/// The advisory lock a transaction that writes holds until it commits: shared by a transaction of changes that
+/// run alongside others, alone by any other.
 const WRITE_LOCK: i64 = 0x746e_6777_7269_7465;
+/// The class of the principals' advisory locks (two-key locks, which never meet the one-key ones above).
+const PRINCIPAL_LOCKS: i32 = 0x746e_7072;
 /// The advisory lock held while the schema is brought up to date.
 const MIGRATION_LOCK: i64 = 0x746e_6777_6d69_6772;
 /// How many connections serve reads; each carries many reads at once.
@@ -317,6 +319,7 @@ impl Postgres {
             Job {
                 change,
                 alongside: false,
+                principals: Vec::new(),
             },
             kept,
         )
@@ -328,8 +331,18 @@ impl Postgres {
         &self,
         work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
+        self.write_holding(Vec::new(), work)
+    }
+
+    /// [`Self::write_alongside`], in a transaction holding the locks of `principals` (see
+    /// [`Job::principals`]).
+    fn write_holding<T: Send + 'static>(
+        &self,
+        principals: Vec<String>,
+        work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
         let (sender, kept) = oneshot::channel();
-        self.applied(alongside(work, sender), kept)
+        self.applied(alongside(work, sender, principals), kept)
     }
 
     /// Submits `job`; the future resolves with what `kept` receives once the writer has kept it, or why not.
@@ -367,6 +380,7 @@ impl Postgres {
         let _ = self.submit(Job {
             change,
             alongside: false,
+            principals: Vec::new(),
         });
     }
 
@@ -461,11 +475,12 @@ fn replying<T: Send + 'static>(
 /// The job running `work` alongside other changes, whose value goes to `sender` once the change is kept (or
 /// why it was not). When another change's failure aborted or rolled back the transaction, the job comes back
 /// to run again in the next one.
-fn alongside<T, W>(work: W, sender: oneshot::Sender<Result<T, StoreError>>) -> Job
+fn alongside<T, W>(work: W, sender: oneshot::Sender<Result<T, StoreError>>, principals: Vec<String>) -> Job
 where
     T: Send + 'static,
     W: for<'t, 'c> Fn(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
 {
+    let again = principals.clone();
     let change: Change = Box::new(move |tx| {
         Box::pin(async move {
             let ran = work(tx);
@@ -475,7 +490,7 @@ where
                         let kept = match fate {
                             Fate::Kept => Ok(value),
                             // Nothing of it was kept: it runs again.
-                            Fate::RolledBack(_) => return Some(alongside(work, sender)),
+                            Fate::RolledBack(_) => return Some(alongside(work, sender, again)),
                             Fate::Lost(error) => Err(error),
                         };
                         let _ = sender.send(kept);
@@ -483,11 +498,11 @@ where
                     }),
                 }),
                 Err(error) if error.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
-                    Err(Failed::Again(alongside(work, sender)))
+                    Err(Failed::Again(alongside(work, sender, again)))
                 }
                 Err(error) if error.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) => {
-                    tracing::info!(%error, "an answer lost a conflict with another transaction; it runs again");
-                    Err(Failed::Conflict(alongside(work, sender)))
+                    tracing::info!(%error, "a change lost a conflict with another transaction; it runs again");
+                    Err(Failed::Conflict(alongside(work, sender, again)))
                 }
                 Err(error) => Err(told(&error, sender)),
             }
@@ -496,6 +511,7 @@ where
     Job {
         change,
         alongside: true,
+        principals,
     }
 }
 

@@ -1148,13 +1148,131 @@ async fn answers_to_a_calls_last_two_requests_committed_side_by_side_leave_it_ru
     store.close().await;
 }
 
+/// One replica's writer waits on a call's row, which another transaction holds: its transaction stays open, and
+/// the other replica starts and ends calls and sessions meanwhile, committing side by side with it.
+#[tokio::test]
+async fn a_replica_waiting_on_a_row_leaves_another_starting_and_ending_calls_and_sessions() {
+    let url = postgres::cluster::shared().database();
+    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let b = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let held = insert(&a, new_call("ada")).await;
+    let connect = async || {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+    };
+    let (other, watcher) = (connect().await, connect().await);
+    other
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM calls WHERE id = '{}' FOR UPDATE",
+            held.id
+        ))
+        .await
+        .unwrap();
+    let finishing = tokio::spawn({
+        let (a, id) = (a.clone(), held.id.clone());
+        async move { a.finish_call(&id, Finish::failed("done")).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: i64 = watcher
+            .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the finish never waited for the row");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // The same principal's call and others', a session, and the end of both, while `a` waits.
+    let started = tokio::time::timeout(Duration::from_secs(30), async {
+        let mine = insert(&b, new_call("ada")).await;
+        let theirs = insert(&b, new_call("bob")).await;
+        for call in [&mine, &theirs] {
+            b.finish_call(&call.id, Finish::failed("done")).await.unwrap().unwrap();
+        }
+        let session = b
+            .insert_session(
+                NewSession {
+                    id: SessionId::mint(),
+                    replica: "b".to_owned(),
+                    server: "demo".to_owned(),
+                    owner: Some("ada".to_owned()),
+                },
+                5,
+            )
+            .await
+            .unwrap();
+        b.session_ready(&session.id, None, None).await.unwrap().unwrap();
+        b.end_session(&session.id, SessionStatus::Closed, "done")
+            .await
+            .unwrap()
+            .unwrap()
+    })
+    .await
+    .expect("the other replica's changes waited for the first's transaction");
+    assert_eq!(started.status, SessionStatus::Closed);
+    assert!(
+        !finishing.is_finished(),
+        "the first replica's finish did not wait for the row"
+    );
+
+    other.batch_execute("COMMIT").await.unwrap();
+    let finished = finishing.await.unwrap().unwrap().unwrap();
+    assert_eq!(finished.view.status, CallStatus::Failed);
+    assert_eq!(counted(&url).await, recounted(&url).await);
+    close(a).await;
+    close(b).await;
+}
+
+/// Two replicas start many calls of one principal at once: the cap admits exactly as many as it allows, on
+/// both together, and the counts are the calls'.
+#[tokio::test]
+async fn a_principals_cap_holds_exactly_across_replicas_starting_calls_at_once() {
+    const CAP: usize = 3;
+    let url = postgres::cluster::shared().database();
+    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let b = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let mut starting = tokio::task::JoinSet::new();
+    for nth in 0..16 {
+        let store = if nth % 2 == 0 { a.clone() } else { b.clone() };
+        starting.spawn(async move {
+            match store.insert_call(new_call("ada"), CAP).await {
+                Ok(started) => {
+                    started.kept.await.unwrap();
+                    true
+                }
+                Err(InsertCallError::TooMany(running)) => {
+                    assert_eq!(running, CAP);
+                    false
+                }
+                Err(error) => panic!("{error}"),
+            }
+        });
+    }
+    let admitted = starting
+        .join_all()
+        .await
+        .into_iter()
+        .filter(|admitted| *admitted)
+        .count();
+    assert_eq!(admitted, CAP);
+    assert_eq!(counted(&url).await.1, vec![("ada".to_owned(), 3)]);
+    assert_eq!(counted(&url).await, recounted(&url).await);
+    close(a).await;
+    close(b).await;
+}
+
 /// What a PostgreSQL database's counting tables hold: pending shares, then live calls.
 async fn counted(url: &str) -> (Vec<(String, String, i64, i64)>, Vec<(String, i64)>) {
     counts(
         url,
         "SELECT owner, server, sum(requests)::BIGINT, sum(bytes)::BIGINT FROM pending_shares GROUP BY 1, 2 \
          HAVING sum(requests) <> 0 OR sum(bytes) <> 0 ORDER BY 1, 2",
-        "SELECT owner, calls FROM live_calls ORDER BY owner",
+        "SELECT owner, sum(calls)::BIGINT FROM live_calls GROUP BY owner HAVING sum(calls) <> 0 ORDER BY owner",
     )
     .await
 }

@@ -1,5 +1,7 @@
 //! Calls, their rounds, and Sessions in PostgreSQL.
 
+use std::sync::{Arc, LazyLock, Mutex};
+
 use rmcp::model::Implementation;
 use serde_json::Map;
 use tokio::sync::oneshot;
@@ -7,7 +9,7 @@ use tokio_postgres::Row;
 
 use super::requests::resolve_ids;
 use super::writer::Tx;
-use super::{Postgres, Reader, rows};
+use super::{Postgres, Reader, lock_mutex as lock, rows};
 use crate::ids::{self, CallId, RequestId, SessionId};
 use crate::records::{
     CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView, Status,
@@ -19,24 +21,41 @@ use crate::store::{
 };
 
 impl Postgres {
-    /// Answers as soon as the writer has decided (the cap, then the row), before the change is kept.
+    /// Answers as soon as the writer has decided (the cap, then the row), before the change is kept. The call
+    /// starts alongside other changes, in a transaction holding its owner's lock: every other change that
+    /// could add to the owner's count has committed when the count is read, and one that lowers it and has
+    /// not committed only makes the count higher than it is, never lower.
     pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<Started, InsertCallError> {
         let (decided, decision) = oneshot::channel();
+        // What the first run decided: a run again after its transaction was rolled back keeps to it.
+        let first = Arc::new(Mutex::new(Decided::Not(decided)));
+        let id = ids::mint(ids::CALL);
         let replica = self.shared.replica.clone();
-        let kept = self.write(move |tx| {
+        let max = i64::try_from(max_running).unwrap_or(i64::MAX);
+        let kept = self.write_holding(vec![call.owner.clone()], move |tx| {
+            let (first, id, call, replica) = (first.clone(), id.clone(), call.clone(), replica.clone());
             Box::pin(async move {
-                let inserted = insert_call_in(tx, &call, max_running, &replica).await;
-                let early = match &inserted {
-                    Ok(Ok(view)) => Ok(Ok(view.clone())),
-                    Ok(Err(InsertCallError::TooMany(running))) => Ok(Err(InsertCallError::TooMany(*running))),
-                    Ok(Err(InsertCallError::Store(error))) => Ok(Err(InsertCallError::Store(error.clone()))),
-                    Err(error) => Err(super::unavailable(error)),
-                };
-                let _ = decided.send(early);
-                inserted.map(|_| ())
+                if matches!(*lock(&first), Decided::Refused) {
+                    return Ok(false);
+                }
+                let inserted = insert_call_in(tx, &id, &call, max, &replica).await?;
+                let admitted = inserted.is_ok();
+                let mut first = lock(&first);
+                if let Decided::Not(decided) = std::mem::replace(&mut *first, Decided::Refused) {
+                    *first = if admitted { Decided::Started } else { Decided::Refused };
+                    let _ = decided.send(inserted);
+                }
+                Ok(admitted)
             })
         });
-        let kept: Kept = Box::pin(kept);
+        let kept: Kept = Box::pin(async move {
+            match kept.await? {
+                true => Ok(()),
+                false => Err(StoreError::Unavailable(
+                    "the call was refused when its change ran again".to_owned(),
+                )),
+            }
+        });
         let (kept, decision) = {
             // The write runs on the writer; its decision arrives first, its outcome once the batch is kept.
             let mut kept = kept;
@@ -50,13 +69,12 @@ impl Postgres {
             }
         };
         match decision {
-            Ok(Ok(Ok(view))) => Ok(Started {
+            Ok(Ok(view)) => Ok(Started {
                 view,
                 kept,
                 deferred: false,
             }),
-            Ok(Ok(Err(refused))) => Err(refused),
-            Ok(Err(error)) => Err(InsertCallError::Store(error)),
+            Ok(Err(refused)) => Err(refused),
             Err(_) => Err(InsertCallError::Store(StoreError::Unavailable(
                 "the store could not record the call".to_owned(),
             ))),
@@ -65,13 +83,17 @@ impl Postgres {
 
     pub async fn finish_call(&self, id: &CallId, finish: Finish) -> Result<Option<Finished>, StoreError> {
         let id = id.to_owned();
-        self.write(move |tx| Box::pin(async move { finish_in(tx, &id, finish).await }))
-            .await
+        self.write_alongside(move |tx| {
+            let (id, finish) = (id.clone(), finish.clone());
+            Box::pin(async move { finish_in(tx, &id, finish).await })
+        })
+        .await
     }
 
     pub async fn forwarding(&self, id: &CallId) -> Result<bool, StoreError> {
         let id = id.to_owned();
-        self.write(move |tx| {
+        self.write_alongside(move |tx| {
+            let id = id.clone();
             Box::pin(async move {
                 let changed = tx
                     .execute(
@@ -89,43 +111,48 @@ impl Postgres {
         self.read(async |conn| retry(conn, call).await).await
     }
 
+    /// Records a session unless its owner has `max_open` open, under the owner's lock as
+    /// [`Self::insert_call`] is.
     pub async fn insert_session(
         &self,
         session: NewSession,
         max_open: usize,
     ) -> Result<SessionView, InsertSessionError> {
-        self.write(move |tx| {
+        let principal = session.owner.clone().unwrap_or_default();
+        let max = i64::try_from(max_open).unwrap_or(i64::MAX);
+        self.write_holding(vec![principal], move |tx| {
+            let session = session.clone();
             Box::pin(async move {
-                let open: i64 = tx
-                    .query_one(
-                        "SELECT count(*) FROM sessions WHERE owner IS NOT DISTINCT FROM $1 \
-                         AND status IN ('starting', 'ready')",
-                        &[&session.owner],
+                static INSERT: LazyLock<String> = LazyLock::new(|| {
+                    format!(
+                        "WITH open AS (SELECT count(*) AS sessions FROM sessions \
+                         WHERE owner IS NOT DISTINCT FROM $3::TEXT AND status IN ('starting', 'ready')), \
+                         inserted AS (INSERT INTO sessions (id, server, owner, status, created_at, replica) \
+                         SELECT $1::TEXT, $2::TEXT, $3::TEXT, 'starting', $4::BIGINT, $5::TEXT FROM open \
+                         WHERE open.sessions < $6::BIGINT RETURNING {}) \
+                         SELECT inserted.*, open.sessions FROM open LEFT JOIN inserted ON true",
+                        rows::SESSION
                     )
-                    .await?
-                    .try_get(0)?;
-                let open = usize::try_from(open).unwrap_or(usize::MAX);
-                if open >= max_open {
-                    return Ok(Err(InsertSessionError::TooMany(open)));
-                }
-                tx.execute(
-                    "INSERT INTO sessions (id, server, owner, status, created_at, replica) \
-                     VALUES ($1, $2, $3, 'starting', $4, $5)",
-                    &[
-                        &session.id,
-                        &session.server,
-                        &session.owner,
-                        &tx.now().millis(),
-                        &session.replica,
-                    ],
-                )
-                .await?;
+                });
                 let row = tx
                     .query_one(
-                        &format!("SELECT {} FROM sessions WHERE id = $1", rows::SESSION),
-                        &[&session.id],
+                        &INSERT,
+                        &[
+                            &session.id,
+                            &session.server,
+                            &session.owner,
+                            &tx.now().millis(),
+                            &session.replica,
+                            &max,
+                        ],
                     )
                     .await?;
+                if row.try_get::<_, Option<SessionId>>(0)?.is_none() {
+                    let open: i64 = row.try_get(row.len() - 1)?;
+                    return Ok(Err(InsertSessionError::TooMany(
+                        usize::try_from(open).unwrap_or(usize::MAX),
+                    )));
+                }
                 let view = rows::session(&row)?;
                 tx.record(Event::session(&view)).await?;
                 Ok(Ok(view))
@@ -141,7 +168,8 @@ impl Postgres {
         server_info: Option<Implementation>,
     ) -> Result<Option<SessionView>, StoreError> {
         let id = id.to_owned();
-        self.write(move |tx| {
+        self.write_alongside(move |tx| {
+            let (id, protocol_version, server_info) = (id.clone(), protocol_version.clone(), server_info.clone());
             Box::pin(async move {
                 let changed = tx
                     .execute(
@@ -166,7 +194,8 @@ impl Postgres {
         detail: &str,
     ) -> Result<Option<SessionView>, StoreError> {
         let (id, detail) = (id.to_owned(), detail.to_owned());
-        self.write(move |tx| {
+        self.write_alongside(move |tx| {
+            let (id, detail) = (id.clone(), detail.clone());
             Box::pin(async move {
                 let changed = tx
                     .execute(
@@ -297,35 +326,39 @@ pub(super) async fn session(conn: &impl Reader, id: &SessionId) -> Result<Option
     conn.row(&sql, &[&id]).await?.map(|row| rows::session(&row)).transpose()
 }
 
-/// Records a running call unless its owner has `max_running` calls that have not ended.
+/// What the first run of a call's start decided.
+enum Decided {
+    /// Nothing yet: the starter waits here.
+    Not(oneshot::Sender<Result<CallView, InsertCallError>>),
+    Started,
+    Refused,
+}
+
+/// Records call `id` running unless its owner has `max_running` calls that have not ended (summed over the
+/// replicas' counts), deciding in one statement, so that a start sent after it in the same transaction counts it.
 async fn insert_call_in(
     tx: &mut Tx<'_>,
+    id: &str,
     call: &NewCall,
-    max_running: usize,
+    max_running: i64,
     replica: &str,
 ) -> Result<Result<CallView, InsertCallError>, tokio_postgres::Error> {
-    let running: i64 = match tx
-        .query_opt("SELECT calls FROM live_calls WHERE owner = $1", &[&call.owner])
-        .await?
-    {
-        Some(row) => row.try_get(0)?,
-        None => 0,
-    };
-    let running = usize::try_from(running).unwrap_or(usize::MAX);
-    if running >= max_running {
-        return Ok(Err(InsertCallError::TooMany(running)));
-    }
-    let id = ids::mint(ids::CALL);
+    static INSERT: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "WITH running AS (SELECT COALESCE(sum(calls), 0)::BIGINT AS calls FROM live_calls WHERE owner = $7::TEXT), \
+             inserted AS (INSERT INTO calls AS c (id, server, session, shared, tool, arguments, owner, \
+             protocol_version, capabilities, status, created_at, updated_at, replica, via) \
+             SELECT $1::TEXT, $2::TEXT, $3::TEXT, $4::BOOLEAN, $5::TEXT, $6::TEXT, $7::TEXT, $8::TEXT, $9::TEXT, \
+             'running', $10::BIGINT, $10::BIGINT, $11::TEXT, $12::TEXT FROM running \
+             WHERE running.calls < $13::BIGINT RETURNING {}) \
+             SELECT inserted.*, running.calls FROM running LEFT JOIN inserted ON true",
+            rows::CALL
+        )
+    });
     let now = tx.now().millis();
-    let inserted = format!(
-        "INSERT INTO calls AS c (id, server, session, shared, tool, arguments, owner, protocol_version, \
-         capabilities, status, created_at, updated_at, replica, via) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', $10, $10, $11, $12) RETURNING {}",
-        rows::CALL
-    );
     let row = tx
         .query_one(
-            &inserted,
+            &INSERT,
             &[
                 &id,
                 &call.server,
@@ -339,9 +372,16 @@ async fn insert_call_in(
                 &now,
                 &replica,
                 &call.via.as_str(),
+                &max_running,
             ],
         )
         .await?;
+    if row.try_get::<_, Option<CallId>>(0)?.is_none() {
+        let running: i64 = row.try_get(rows::CALL_COLUMNS)?;
+        return Ok(Err(InsertCallError::TooMany(
+            usize::try_from(running).unwrap_or(usize::MAX),
+        )));
+    }
     let view = rows::call(&row)?;
     tx.record(Event::call(&view)).await?;
     Ok(Ok(view))

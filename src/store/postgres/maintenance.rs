@@ -400,8 +400,8 @@ impl Postgres {
                 break;
             }
         }
-        // Each replica's counts of pending Requests, folded into the rows of none, so that the replicas that
-        // came and went do not pile up rows.
+        // Each replica's counts of pending Requests and of live calls, folded into the rows of none, so that the
+        // replicas that came and went do not pile up rows.
         self.write(move |tx| {
             Box::pin(async move {
                 tx.execute(
@@ -419,7 +419,17 @@ impl Postgres {
                     "DELETE FROM pending_shares WHERE replica = '' AND requests = 0 AND bytes = 0",
                     &[],
                 )
-                .await
+                .await?;
+                tx.execute(
+                    "WITH folded AS (DELETE FROM live_calls WHERE replica <> '' RETURNING owner, calls) \
+                     INSERT INTO live_calls (owner, replica, calls) \
+                     SELECT owner, '', sum(calls) FROM folded GROUP BY owner \
+                     ON CONFLICT (owner, replica) DO UPDATE SET calls = live_calls.calls + EXCLUDED.calls",
+                    &[],
+                )
+                .await?;
+                tx.execute("DELETE FROM live_calls WHERE replica = '' AND calls = 0", &[])
+                    .await
             })
         })
         .await?;

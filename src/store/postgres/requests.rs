@@ -186,7 +186,8 @@ impl Postgres {
     }
 
     pub async fn resolve(&self, which: Pending, resolution: Resolution) -> Result<Resolved, StoreError> {
-        self.write(move |tx| {
+        self.write_alongside(move |tx| {
+            let (which, resolution) = (which.clone(), resolution.clone());
             Box::pin(async move {
                 let ids: Vec<RequestId> = match which {
                     Pending::Ids(ids) => ids,
@@ -207,7 +208,7 @@ impl Postgres {
 
     pub async fn expire_due(&self, now: Timestamp, limit: usize) -> Result<Resolved, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.write(move |tx| {
+        self.write_alongside(move |tx| {
             Box::pin(async move {
                 let ids = select_ids(
                     tx,
@@ -237,7 +238,8 @@ impl Postgres {
 
     pub async fn complete(&self, session: &SessionId, elicitation_id: &str) -> Result<bool, StoreError> {
         let (session, elicitation_id) = (session.to_owned(), elicitation_id.to_owned());
-        self.write(move |tx| {
+        self.write_alongside(move |tx| {
+            let (session, elicitation_id) = (session.clone(), elicitation_id.clone());
             Box::pin(async move {
                 let found = tx
                     .query_opt(
@@ -267,7 +269,8 @@ impl Postgres {
 
     pub async fn undelivered(&self, id: &RequestId, detail: &str) -> Result<Option<RequestView>, StoreError> {
         let (id, detail) = (id.to_owned(), detail.to_owned());
-        self.write(move |tx| {
+        self.write_alongside(move |tx| {
+            let (id, detail) = (id.clone(), detail.clone());
             Box::pin(async move {
                 let changed = tx
                     .execute(
@@ -290,7 +293,8 @@ impl Postgres {
 
     pub async fn annotate_round(&self, call: &CallId, detail: &str) -> Result<(), StoreError> {
         let (call, detail) = (call.to_owned(), detail.to_owned());
-        self.write(move |tx| {
+        self.write_alongside(move |tx| {
+            let (call, detail) = (call.clone(), detail.clone());
             Box::pin(async move {
                 let ids = select_ids(
                     tx,

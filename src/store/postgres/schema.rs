@@ -319,4 +319,37 @@ BEGIN
 END
 $$;
 ",
+    r"
+-- Calls start and end side by side, across replicas too: live_calls is counted per replica, as pending_shares
+-- is (the figures being the sums over replicas, each replica's rows folded into the '' ones while pruning), so
+-- that no two replicas' writers wait for each other's row of it. A start is checked against its principal's
+-- cap under that principal's lock, which the writer takes for the whole transaction.
+LOCK TABLE calls IN SHARE ROW EXCLUSIVE MODE;
+
+ALTER TABLE live_calls ADD COLUMN replica TEXT NOT NULL DEFAULT '';
+ALTER TABLE live_calls DROP CONSTRAINT live_calls_pkey, ADD PRIMARY KEY (owner, replica);
+
+CREATE OR REPLACE FUNCTION count_live_calls() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    was_live BOOLEAN := TG_OP IN ('UPDATE', 'DELETE') AND OLD.status IN ('running', 'input_required');
+    is_live BOOLEAN := TG_OP IN ('INSERT', 'UPDATE') AND NEW.status IN ('running', 'input_required');
+    shard TEXT := COALESCE(current_setting('toolnexus.replica', true), '');
+BEGIN
+    IF was_live AND is_live AND OLD.owner = NEW.owner THEN
+        RETURN NULL;
+    END IF;
+    IF was_live THEN
+        INSERT INTO live_calls (owner, replica, calls) VALUES (OLD.owner, shard, -1)
+            ON CONFLICT (owner, replica) DO UPDATE SET calls = live_calls.calls - 1;
+        DELETE FROM live_calls WHERE owner = OLD.owner AND replica = shard AND calls = 0;
+    END IF;
+    IF is_live THEN
+        INSERT INTO live_calls (owner, replica, calls) VALUES (NEW.owner, shard, 1)
+            ON CONFLICT (owner, replica) DO UPDATE SET calls = live_calls.calls + 1;
+        DELETE FROM live_calls WHERE owner = NEW.owner AND replica = shard AND calls = 0;
+    END IF;
+    RETURN NULL;
+END
+$$;
+",
 ];

@@ -1,17 +1,20 @@
 //! The one connection that writes: it takes every change waiting, applies them in one transaction, commits
 //! once (group commit), then answers each and has the tail publish their events. Consecutive changes that may
-//! run alongside each other (answers) have their statements pipelined: the connection sends them without
-//! waiting for each reply, and the server runs them in the order they arrive.
+//! run alongside each other (answers, and calls and sessions as they start and end) have their statements
+//! pipelined: the connection sends them without waiting for each reply, and the server runs them in the order
+//! they arrive.
 //!
-//! A transaction of such changes holds the store's write lock shared, so that answers commit side by side on
-//! every replica; any other transaction holds it alone, and what it reads stays exact until it commits.
+//! A transaction of such changes holds the store's write lock shared, so that they commit side by side on
+//! every replica, and the locks of the principals whose caps they check; any other transaction holds the
+//! write lock alone, and what it reads stays exact until it commits.
 //!
 //! An event's id is its transaction's id (`pg_current_xact_id()`) times [`EVENTS_PER_TRANSACTION`] plus its
 //! place among that transaction's events, so ids follow the order in which transactions began, whatever the
 //! order they commit in; the tail publishes an event only once every transaction with a lower id has ended
 //! (see [`super::tail`]).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
+use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -23,7 +26,7 @@ use tokio_postgres::{Client, Row, SimpleQueryMessage};
 
 use super::super::StoreError;
 use super::tail::{self, Publisher};
-use super::{Connector, Statements, WRITE_LOCK, unavailable};
+use super::{Connector, PRINCIPAL_LOCKS, Statements, WRITE_LOCK, unavailable};
 use crate::records::Event;
 use crate::time::{Clock, Timestamp};
 
@@ -60,6 +63,10 @@ pub struct Job {
     /// own, so that any order of them is one they could have run in one by one; and what it waits for, other
     /// transactions' row locks, is only ever held by such transactions.
     pub alongside: bool,
+    /// The principals whose counts the change checks against a cap (a change run alongside others): its
+    /// transaction holds each one's lock from its start until it ends, so that no other replica's change of
+    /// them runs meanwhile, and what the change reads of them stays exact until it commits.
+    pub principals: Vec<String>,
 }
 
 /// A change that was applied, waiting for its transaction to be kept.
@@ -252,18 +259,18 @@ async fn commit(
     replica: &str,
     clock: &Clock,
 ) -> bool {
-    // One exchange: the transaction begins holding the lock, with an id of its own.
+    // One exchange: the transaction begins holding its locks, with an id of its own.
     let alongside = batch.front().is_some_and(|job| job.alongside);
-    let lock = if alongside {
-        "pg_advisory_xact_lock_shared"
+    let begin = if alongside {
+        let principals = batch
+            .iter()
+            .take_while(|job| job.alongside)
+            .flat_map(|job| &job.principals);
+        begin_alongside(principals)
     } else {
-        "pg_advisory_xact_lock"
+        format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK}); SELECT pg_current_xact_id()")
     };
-    let begun = client
-        .simple_query(&format!(
-            "BEGIN; SELECT {lock}({WRITE_LOCK}); SELECT pg_current_xact_id()"
-        ))
-        .await;
+    let begun = client.simple_query(&begin).await;
     let first_event = match begun.as_deref().map(transaction_events) {
         Ok(Some(first)) => first,
         Ok(None) => {
@@ -374,6 +381,28 @@ async fn commit(
     usable
 }
 
+/// What begins a transaction of changes run alongside others, holding the write lock shared and the locks of
+/// `principals`. The latter are taken in the order of their keys, the same in every transaction, before
+/// anything else the transaction waits for: two transactions never each hold one the other waits for.
+fn begin_alongside<'p>(principals: impl Iterator<Item = &'p String>) -> String {
+    let keys: BTreeSet<i32> = principals.map(|principal| principal_key(principal)).collect();
+    let mut begin = format!("BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); ");
+    for key in keys {
+        let _ = write!(begin, "SELECT pg_advisory_xact_lock({PRINCIPAL_LOCKS}, {key}); ");
+    }
+    begin.push_str("SELECT pg_current_xact_id()");
+    begin
+}
+
+/// The key of a principal's lock, among [`PRINCIPAL_LOCKS`]: the FNV-1a hash of its name, the same on every
+/// replica. Two principals whose keys are the same share one lock.
+fn principal_key(principal: &str) -> i32 {
+    let hash = principal.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    });
+    i32::from_ne_bytes(hash.to_ne_bytes())
+}
+
 /// A connection for the writer of replica `replica`: its changes to pending Requests count in that replica's
 /// rows of `pending_shares`.
 async fn connect(connector: &Connector, replica: &str) -> Result<Client, tokio_postgres::Error> {
@@ -425,6 +454,31 @@ mod tests {
         assert!(
             published.ends_with(&format!(" * {EVENTS_PER_TRANSACTION})")),
             "{published}"
+        );
+    }
+
+    #[test]
+    fn a_transaction_takes_its_principals_locks_once_each_in_the_order_of_their_keys() {
+        let principals = ["zoe", "ann", "zoe", "bob"].map(String::from);
+        let begin = super::begin_alongside(principals.iter());
+        let mut keys: Vec<i32> = ["ann", "bob", "zoe"].map(super::principal_key).to_vec();
+        keys.sort_unstable();
+        let locks: Vec<String> = keys
+            .iter()
+            .map(|key| format!("SELECT pg_advisory_xact_lock({}, {key}); ", super::PRINCIPAL_LOCKS))
+            .collect();
+        assert_eq!(
+            begin,
+            format!(
+                "BEGIN; SELECT pg_advisory_xact_lock_shared({}); {}SELECT pg_current_xact_id()",
+                super::WRITE_LOCK,
+                locks.concat()
+            )
+        );
+        // FNV-1a of "a" (0xe40c292c), as every replica computes it.
+        assert_eq!(
+            super::principal_key("a"),
+            i32::from_ne_bytes(0xe40c_292c_u32.to_ne_bytes())
         );
     }
 
