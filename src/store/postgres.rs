@@ -6,6 +6,7 @@ mod calls;
 pub mod cluster;
 mod maintenance;
 mod requests;
+mod rounds;
 mod rows;
 mod schema;
 mod tail;

@@ -314,7 +314,7 @@ impl Postgres {
                     }
                     let keeps_rounds = protocol.as_deref().is_some_and(|version| version >= ROUNDS_PROTOCOL);
                     if keeps_rounds && resumable {
-                        if super::calls::retry(&*tx, &call).await?.is_some() {
+                        if super::rounds::retry(&*tx, &call).await?.is_some() {
                             tx.execute("UPDATE calls SET replica = $2 WHERE id = $1", &[&call, &me])
                                 .await?;
                             recovered.resumes.push(call);

@@ -568,7 +568,7 @@ async fn resume_round(
     if round.is_none() || status != Some(CallStatus::Running) {
         return Ok(None);
     }
-    super::calls::claim_retry(tx, call).await
+    super::rounds::claim_retry(tx, call).await
 }
 
 /// Sets a call that has not ended to `input_required` while Requests of it are pending and to `running`
