@@ -1,7 +1,7 @@
 //! The Requests in PostgreSQL: raising them with their round, deciding answers, resolving them otherwise,
 //! and reading them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
 use tokio_postgres::types::ToSql;
@@ -11,7 +11,7 @@ use super::{Postgres, Reader, rows};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
 use crate::store::listing::{Conditions, Param, Placeholders};
-use crate::store::shares::{Held, Shares};
+use crate::store::shares::{Held, Shares, server_key};
 use crate::store::{
     Answered, Decide, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry, StoreError,
     Withdrawal,
@@ -67,14 +67,41 @@ impl Postgres {
                     )
                     .await?;
                 }
+                let mut shares: BTreeMap<(&str, &str), (i64, i64)> = BTreeMap::new();
+                for new in &requests {
+                    let key = (new.owner.as_deref().unwrap_or_default(), server_key(new));
+                    let share = shares.entry(key).or_default();
+                    share.0 += 1;
+                    share.1 += i64::try_from(new.bytes).unwrap_or(i64::MAX);
+                }
+                // Counted once per owner and server, not by a trigger per Request, as the calls are below.
+                for ((owner, server), (count, bytes)) in shares {
+                    tx.execute(
+                        "INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
+                         VALUES ($1, $2, COALESCE(current_setting('toolnexus.replica', true), ''), $3, $4) \
+                         ON CONFLICT (owner, server, replica) DO UPDATE \
+                         SET requests = pending_shares.requests + EXCLUDED.requests, \
+                         bytes = pending_shares.bytes + EXCLUDED.bytes",
+                        &[&owner, &server, &count, &bytes],
+                    )
+                    .await?;
+                }
                 let mut views = Vec::with_capacity(requests.len());
-                for new in requests {
-                    let view = crate::store::raised_view(&new);
+                for new in &requests {
+                    let view = crate::store::raised_view(new);
                     let event = Event::request(EventKind::RequestCreated, &view);
-                    insert_request(tx, &new, round.as_ref().map(|round| round.number), event).await?;
+                    insert_request(tx, new, round.as_ref().map(|round| round.number), event).await?;
                     views.push(view);
                 }
                 for call in &calls {
+                    // Counted once for the call, not by a trigger per Request: a row updated once per Request of
+                    // a large round, in one transaction, grows a chain of versions that each update walks.
+                    let raised = requests_of(&views, call);
+                    tx.execute(
+                        "UPDATE calls SET pending = pending + $2 WHERE id = $1",
+                        &[call, &raised],
+                    )
+                    .await?;
                     settle(tx, call, now).await?;
                 }
                 Ok(Ok(views))
@@ -369,6 +396,12 @@ impl Postgres {
 /// [`CallStatus::unended`]).
 const UNENDED: &str = "(CASE WHEN c.pending > 0 THEN 'input_required' ELSE 'running' END)";
 
+/// How many of `views` are Requests of `call`.
+fn requests_of(views: &[RequestView], call: &CallId) -> i32 {
+    let count = views.iter().filter(|view| view.call.as_ref() == Some(call)).count();
+    i32::try_from(count).unwrap_or(i32::MAX)
+}
+
 /// A round's number as the database keeps it.
 pub(super) fn round_number(number: u32) -> i32 {
     i32::try_from(number).unwrap_or(i32::MAX)
@@ -395,7 +428,7 @@ pub(super) async fn pending_count(conn: &impl Reader) -> Result<usize, tokio_pos
 /// What pending Requests hold, as far as admitting `new` looks: in all, and per owner and per server of `new`.
 async fn pending_shares(conn: &impl Reader, new: &[NewRequest]) -> Result<Shares, tokio_postgres::Error> {
     let owners: Vec<&str> = new.iter().map(|new| new.owner.as_deref().unwrap_or("")).collect();
-    let servers: Vec<&str> = new.iter().map(super::super::shares::server_key).collect();
+    let servers: Vec<&str> = new.iter().map(server_key).collect();
     // The total (the row with no owner and no server) and the pairs of `new`'s owners and servers, at once.
     let rows = conn
         .rows(
