@@ -1098,12 +1098,7 @@ async fn answers_to_a_calls_last_two_requests_committed_side_by_side_leave_it_ru
     let requests = keys.iter().map(|key| new_request(Some(&call.id), Some(key))).collect();
     let raised = store.raise(requests, Some(round), PendingCaps::NONE).await.unwrap();
 
-    let connect = async || {
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-        tokio::spawn(connection);
-        client
-    };
-    let (other, watcher) = (connect().await, connect().await);
+    let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
     other
         .batch_execute(&format!(
             "BEGIN; UPDATE requests SET status = 'answered' WHERE id = '{}'; \
@@ -1124,19 +1119,7 @@ async fn answers_to_a_calls_last_two_requests_committed_side_by_side_leave_it_ru
         }
     });
     // This one's answer waits for the call's row, which the other holds.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let waiting: i64 = watcher
-            .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
-            .await
-            .unwrap()
-            .get(0);
-        if waiting > 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the answer never waited for the other");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_a_lock_is_awaited(&watcher, "the answer never waited for the other").await;
     other.batch_execute("COMMIT").await.unwrap();
 
     let answered = answering.await.unwrap().unwrap();
@@ -1156,12 +1139,7 @@ async fn a_replica_waiting_on_a_row_leaves_another_starting_and_ending_calls_and
     let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
     let b = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
     let held = insert(&a, new_call("ada")).await;
-    let connect = async || {
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-        tokio::spawn(connection);
-        client
-    };
-    let (other, watcher) = (connect().await, connect().await);
+    let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
     other
         .batch_execute(&format!(
             "BEGIN; SELECT 1 FROM calls WHERE id = '{}' FOR UPDATE",
@@ -1173,19 +1151,7 @@ async fn a_replica_waiting_on_a_row_leaves_another_starting_and_ending_calls_and
         let (a, id) = (a.clone(), held.id.clone());
         async move { a.finish_call(&id, Finish::failed("done")).await }
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let waiting: i64 = watcher
-            .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
-            .await
-            .unwrap()
-            .get(0);
-        if waiting > 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the finish never waited for the row");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_a_lock_is_awaited(&watcher, "the finish never waited for the row").await;
 
     // The same principal's call and others', a session, and the end of both, while `a` waits.
     let started = tokio::time::timeout(Duration::from_secs(30), async {
@@ -1266,6 +1232,30 @@ async fn a_principals_cap_holds_exactly_across_replicas_starting_calls_at_once()
     close(b).await;
 }
 
+/// A connection of its own to the PostgreSQL database at `url`, beside the store's.
+async fn connect_raw(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// Returns once `watcher` sees a transaction waiting for a lock; fails, saying `never`, after 30 s.
+async fn until_a_lock_is_awaited(watcher: &tokio_postgres::Client, never: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: i64 = watcher
+            .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{never}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// What a PostgreSQL database's counting tables hold: pending shares, then live calls.
 async fn counted(url: &str) -> (Vec<(String, String, i64, i64)>, Vec<(String, i64)>) {
     counts(
@@ -1289,8 +1279,7 @@ async fn recounted(url: &str) -> (Vec<(String, String, i64, i64)>, Vec<(String, 
 }
 
 async fn counts(url: &str, shares: &str, calls: &str) -> (Vec<(String, String, i64, i64)>, Vec<(String, i64)>) {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
+    let client = connect_raw(url).await;
     let shares = client.query(shares, &[]).await.unwrap();
     let calls = client.query(calls, &[]).await.unwrap();
     (

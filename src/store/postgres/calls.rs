@@ -37,9 +37,8 @@ impl Postgres {
                 }
                 let inserted = insert_call_in(tx, &id, &call, max, &replica).await?;
                 let admitted = inserted.is_ok();
-                let mut first = lock(&first);
-                if let Decided::Not(decided) = std::mem::replace(&mut *first, Decided::Refused) {
-                    *first = if admitted { Decided::Started } else { Decided::Refused };
+                let now = if admitted { Decided::Started } else { Decided::Refused };
+                if let Decided::Not(decided) = std::mem::replace(&mut *lock(&first), now) {
                     let _ = decided.send(inserted);
                 }
                 Ok(admitted)

@@ -67,15 +67,17 @@ impl Postgres {
                     )
                     .await?;
                 }
-                let mut shares: BTreeMap<(&str, &str), (i64, i64)> = BTreeMap::new();
+                let mut shares: BTreeMap<(&str, &str), Held> = BTreeMap::new();
                 for new in &requests {
-                    let key = (new.owner.as_deref().unwrap_or_default(), server_key(new));
-                    let share = shares.entry(key).or_default();
-                    share.0 += 1;
-                    share.1 += i64::try_from(new.bytes).unwrap_or(i64::MAX);
+                    shares
+                        .entry((owner_key(new), server_key(new)))
+                        .or_default()
+                        .add(new.bytes);
                 }
                 // Counted once per owner and server, not by a trigger per Request, as the calls are below.
-                for ((owner, server), (count, bytes)) in shares {
+                for ((owner, server), held) in shares {
+                    let count = i64::try_from(held.count).unwrap_or(i64::MAX);
+                    let bytes = i64::try_from(held.bytes).unwrap_or(i64::MAX);
                     tx.execute(
                         "INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
                          VALUES ($1, $2, COALESCE(current_setting('toolnexus.replica', true), ''), $3, $4) \
@@ -425,9 +427,14 @@ pub(super) async fn pending_count(conn: &impl Reader) -> Result<usize, tokio_pos
     Ok(usize::try_from(count).unwrap_or(0))
 }
 
+/// The owner a Request counts against in `pending_shares`: `""` for one without.
+fn owner_key(request: &NewRequest) -> &str {
+    request.owner.as_deref().unwrap_or_default()
+}
+
 /// What pending Requests hold, as far as admitting `new` looks: in all, and per owner and per server of `new`.
 async fn pending_shares(conn: &impl Reader, new: &[NewRequest]) -> Result<Shares, tokio_postgres::Error> {
-    let owners: Vec<&str> = new.iter().map(|new| new.owner.as_deref().unwrap_or("")).collect();
+    let owners: Vec<&str> = new.iter().map(owner_key).collect();
     let servers: Vec<&str> = new.iter().map(server_key).collect();
     // The total (the row with no owner and no server) and the pairs of `new`'s owners and servers, at once.
     let rows = conn

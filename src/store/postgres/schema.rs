@@ -354,9 +354,19 @@ $$;
 ",
     r"
 -- A call's count of pending Requests, and pending_shares, are raised once per call (and per owner and server)
--- by the change that raises Requests, not by a trigger per Request; a call's count is lowered only while the
--- call has not ended. A row updated once per Request of a large round (or per Request cancelled as its call
--- ends) in one transaction grows a chain of versions that each update walks.
+-- by the change that raises Requests: their triggers no longer fire on inserts. A call's count is lowered only
+-- while the call has not ended. A row updated once per Request of a large round (or per Request cancelled as
+-- its call ends) in one transaction grows a chain of versions that each update walks.
+DROP TRIGGER requests_pending_shares ON requests;
+CREATE TRIGGER requests_pending_shares
+    AFTER UPDATE OF status, owner, server, bytes OR DELETE ON requests
+    FOR EACH ROW EXECUTE FUNCTION count_pending_shares();
+
+DROP TRIGGER requests_call_pending ON requests;
+CREATE TRIGGER requests_call_pending
+    AFTER UPDATE OF status, call_id OR DELETE ON requests
+    FOR EACH ROW EXECUTE FUNCTION count_call_pending();
+
 CREATE OR REPLACE FUNCTION count_call_pending() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.status = 'pending' AND OLD.call_id IS NOT NULL THEN
@@ -365,30 +375,6 @@ BEGIN
     END IF;
     IF TG_OP = 'UPDATE' AND NEW.status = 'pending' AND NEW.call_id IS NOT NULL THEN
         UPDATE calls SET pending = pending + 1 WHERE id = NEW.call_id;
-    END IF;
-    RETURN NULL;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION count_pending_shares() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    shard TEXT := COALESCE(current_setting('toolnexus.replica', true), '');
-BEGIN
-    IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.status = 'pending' THEN
-        INSERT INTO pending_shares (owner, server, replica, requests, bytes)
-            VALUES (COALESCE(OLD.owner, ''), COALESCE(OLD.server, ''), shard, -1, -OLD.bytes)
-            ON CONFLICT (owner, server, replica) DO UPDATE
-            SET requests = pending_shares.requests - 1, bytes = pending_shares.bytes - OLD.bytes;
-        DELETE FROM pending_shares WHERE owner = COALESCE(OLD.owner, '') AND server = COALESCE(OLD.server, '')
-            AND replica = shard AND requests = 0 AND bytes = 0;
-    END IF;
-    IF TG_OP = 'UPDATE' AND NEW.status = 'pending' THEN
-        INSERT INTO pending_shares (owner, server, replica, requests, bytes)
-            VALUES (COALESCE(NEW.owner, ''), COALESCE(NEW.server, ''), shard, 1, NEW.bytes)
-            ON CONFLICT (owner, server, replica) DO UPDATE
-            SET requests = pending_shares.requests + 1, bytes = pending_shares.bytes + EXCLUDED.bytes;
-        DELETE FROM pending_shares WHERE owner = COALESCE(NEW.owner, '') AND server = COALESCE(NEW.server, '')
-            AND replica = shard AND requests = 0 AND bytes = 0;
     END IF;
     RETURN NULL;
 END
