@@ -9,10 +9,12 @@ pub mod auth;
 pub mod calls;
 pub mod config;
 pub mod connections;
+pub mod decision;
 pub mod demo;
 pub mod egress;
 pub mod elicitation;
 pub mod feed;
+pub mod forms;
 pub mod ids;
 pub mod logs;
 pub mod metrics;
@@ -54,6 +56,12 @@ use crate::sessions::Sessions;
 use crate::store::Store;
 use crate::time::Clock;
 use crate::upstream::{Domain, Upstreams};
+
+/// Locks `mutex`, whether or not a thread panicked holding it: every lock here guards state that each change
+/// leaves whole before it can panic.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// The most time between two prunings of ended records.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);

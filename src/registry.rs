@@ -13,23 +13,25 @@ use rmcp::model::{ElicitResult, ElicitationAction};
 use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Notify, mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::auth::Principal;
+use crate::decision::{self, Proposal, Rules, Upstream};
+pub use crate::decision::{Refusal, may_answer};
 use crate::elicitation;
+use crate::forms::Forms;
 use crate::ids::{CallId, RequestId, SessionId};
+use crate::lock;
 use crate::metrics::{Metric, Metrics};
 use crate::posted::Posted;
 use crate::records::{Event, Filter, RequestView, Status};
 use crate::store::{
-    Answered, Decision, Looked, NewRequest, NewRound, Pending, PendingCap, PendingCaps, RaiseError, Resolution,
-    Resolved, Retry, Store, StoreError,
+    Answered, NewRequest, NewRound, Pending, PendingCap, PendingCaps, RaiseError, Resolution, Resolved, Retry, Store,
+    StoreError,
 };
-use crate::suspension::{Answer, Request, RequestKind};
+use crate::suspension::{Answer, Request};
 use crate::time::{Clock, Timestamp};
-use crate::validation::{self, Violation};
-pub use answerers::{Answerable, Refusal, may_answer};
-use data::SharedData;
+use crate::validation::Violation;
 
 /// How many due Requests one pass of the reaper expires.
 const EXPIRY_BATCH: usize = 1000;
@@ -40,9 +42,6 @@ const UNDELIVERED: &str = "withdrawn by the upstream before the answer reached i
 /// has no other way to learn the outcome.
 const REREAD: Duration = Duration::from_secs(1);
 
-/// The `detail` of a Request whose upstream stopped waiting for it.
-const STOPPED_LISTENING: &str = "withdrawn by the upstream before the answer arrived";
-
 /// How Requests live and resolve.
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -52,22 +51,6 @@ pub struct Policy {
     pub caps: PendingCaps,
     /// The largest elicitation one Request may hold (its params as sent: message and schema), in bytes.
     pub max_request_bytes: usize,
-}
-
-impl Policy {
-    /// `answer` as it applies to a Request: an accepting answer to a form carries data (`{}` when it has
-    /// none), with the form's defaults filled in when the policy says so.
-    fn applied(&self, view: &RequestView, mut answer: Answer) -> Answer {
-        if answer.ok() && view.request.kind != RequestKind::Authorization {
-            let data = answer.data.get_or_insert_with(Default::default);
-            if let Some(schema) = view.request.data.as_ref().and_then(|data| data.get("schema"))
-                && self.apply_defaults
-            {
-                validation::apply_defaults(schema, data);
-            }
-        }
-        answer
-    }
 }
 
 /// Where a Request comes from.
@@ -174,6 +157,8 @@ impl From<RaiseError> for AskError {
 pub struct Waiting {
     pub id: RequestId,
     outcome: oneshot::Receiver<Outcome>,
+    /// Tells an answer decided after this is dropped that nothing waits for it any more.
+    _stopped: DropGuard,
 }
 
 impl Waiting {
@@ -195,8 +180,8 @@ pub struct Registry {
 struct Shared {
     store: Store,
     policy: Policy,
+    rules: Arc<Rules>,
     metrics: Metrics,
-    data: SharedData,
     /// The 2025-11-25 elicitations waiting in this process, by Request id.
     waiters: Mutex<HashMap<RequestId, Waiter>>,
     /// Told the calls whose round was just completed, with what retrying each takes.
@@ -210,8 +195,8 @@ struct Shared {
 #[derive(Debug)]
 struct Waiter {
     reply: oneshot::Sender<Outcome>,
-    /// Fired when the upstream withdraws the elicitation; an answer after that is `410`.
-    withdrawn: CancellationToken,
+    /// Handed to the store with each answer: an answer after the upstream withdrew is `410`.
+    upstream: Upstream,
 }
 
 impl Registry {
@@ -220,9 +205,12 @@ impl Registry {
         Self {
             shared: Arc::new(Shared {
                 store,
+                rules: Arc::new(Rules {
+                    apply_defaults: policy.apply_defaults,
+                    forms: Arc::new(Forms::default()),
+                }),
                 policy,
                 metrics,
-                data: SharedData::default(),
                 waiters: Mutex::default(),
                 resumes,
                 reaper: Notify::new(),
@@ -241,14 +229,29 @@ impl Registry {
     /// Raises one Request to wait on here for its outcome; `withdrawn` fires if what raised it stops waiting.
     async fn wait_on(&self, new: NewRequest, server: &str, withdrawn: CancellationToken) -> Result<Waiting, AskError> {
         let id = new.request.id.clone();
-        let (reply, outcome) = oneshot::channel();
         // Registered first, so that an answer arriving as soon as the Request is visible finds it.
-        self.waiters().insert(id.clone(), Waiter { reply, withdrawn });
+        let waiting = self.wait_here(&id, withdrawn);
         if let Err(error) = self.raise(vec![new], None, server).await {
             self.waiters().remove(&id);
             return Err(error.into());
         }
-        Ok(Waiting { id, outcome })
+        Ok(waiting)
+    }
+
+    /// Registers a waiter here for Request `id`, which `withdrawn` fires on if the upstream withdraws it.
+    fn wait_here(&self, id: &RequestId, withdrawn: CancellationToken) -> Waiting {
+        let (reply, outcome) = oneshot::channel();
+        let stopped = CancellationToken::new();
+        let upstream = Upstream {
+            withdrawn,
+            stopped: stopped.clone(),
+        };
+        self.waiters().insert(id.to_owned(), Waiter { reply, upstream });
+        Waiting {
+            id: id.to_owned(),
+            outcome,
+            _stopped: stopped.drop_guard(),
+        }
     }
 
     /// `what` of `bytes` as JSON fits in one Request, or says why not.
@@ -314,10 +317,8 @@ impl Registry {
     /// Waits here on an approval raised before this process started; resolves at once if it is resolved
     /// already.
     pub async fn wait_on_approval(&self, id: &RequestId) -> Result<Waiting, StoreError> {
-        let (reply, outcome) = oneshot::channel();
         // Registered first, so that an answer committed after the status is read finds it.
-        let withdrawn = CancellationToken::new();
-        self.waiters().insert(id.to_owned(), Waiter { reply, withdrawn });
+        let waiting = self.wait_here(id, CancellationToken::new());
         let status = self.status(id).await;
         if !matches!(status, Ok(Some((Status::Pending, _)))) {
             if let Some(waiter) = self.waiters().remove(id) {
@@ -327,10 +328,7 @@ impl Registry {
             }
             status?;
         }
-        Ok(Waiting {
-            id: id.to_owned(),
-            outcome,
-        })
+        Ok(waiting)
     }
 
     /// Raises a Request a toolnexus host posted, owned by `owner`: it has no server, session or call, and
@@ -340,7 +338,7 @@ impl Registry {
         let bytes = crate::records::json_size(&request);
         self.fits("the Request", bytes).map_err(PostError::Unusable)?;
         if let Some(data) = request.data.take() {
-            request.data = Some(self.shared.data.share(data).map_err(PostError::Unusable)?.data);
+            request.data = Some(self.shared.rules.forms.share(data).map_err(PostError::Unusable)?.data);
         }
         let created_at = self.clock().now();
         let deadline = deadline.unwrap_or_else(|| created_at.after(self.shared.policy.ttl));
@@ -411,7 +409,7 @@ impl Registry {
         self.fits("the elicitation", bytes).map_err(AskError::Unusable)?;
         let mut request = elicitation::elicitation_to_request(params);
         if let Some(data) = request.data.take() {
-            request.data = Some(self.shared.data.share(data).map_err(AskError::Unusable)?.data);
+            request.data = Some(self.shared.rules.forms.share(data).map_err(AskError::Unusable)?.data);
         }
         let elicitation_id = params
             .get("elicitationId")
@@ -425,53 +423,36 @@ impl Registry {
         })
     }
 
-    /// The Request `id` once `by` is known to be allowed to answer it (see [`may_answer`]); what a door
-    /// passes to [`Registry::answer`]. Who owns a Request, its kind and its policy's approvers never change,
-    /// so what is found here still holds when the answer is decided.
-    pub async fn answerable(&self, id: &RequestId, by: &Principal) -> Result<Answerable, AnswerError> {
-        let not_found = || AnswerError::NotFound(id.to_string());
-        let looked = self.look(id).await?.ok_or_else(not_found)?;
-        answerers::sees(id, looked.owner.as_deref(), by)?;
-        // Only an approval has more to it, and only an id minted for one can name one.
-        let read = if id.is_approval() {
-            let view = match looked.read {
-                Some(view) => view,
-                None => Box::new(self.get(id).await?.ok_or_else(not_found)?),
-            };
-            may_answer(&view, by)?;
-            Some(view)
-        } else {
-            looked.read
-        };
-        Ok(Answerable {
-            id: id.to_owned(),
-            by: by.name.clone(),
-            read,
-        })
+    /// Whether `by` may answer Request `id` as it is now: what a door asks before an answer has effects of its
+    /// own (a long-poll held, the other answers of one message). Who owns a Request, its kind and its
+    /// policy's approvers never change; [`Registry::answer`] decides again all the same.
+    pub async fn may_answer(&self, id: &RequestId, by: &Principal) -> Result<(), AnswerError> {
+        let view = self
+            .get(id)
+            .await?
+            .ok_or_else(|| AnswerError::NotFound(id.to_string()))?;
+        Ok(may_answer(&view, by)?)
     }
 
-    /// [`Registry::answer`] of what [`Registry::answerable`] finds `by` may answer.
-    pub async fn answer_as(
+    /// Resolves a pending Request with `by`'s Answer, if `by` may answer it (see [`may_answer`]), and sends the
+    /// mapped `ElicitResult` to whatever waits on it.
+    ///
+    /// Posting the identical answer again returns the same Request.
+    pub async fn answer(
         &self,
         id: &RequestId,
         by: &Principal,
-        answer: Answer,
+        mut answer: Answer,
     ) -> Result<AnswerAccepted, AnswerError> {
-        let answerable = self.answerable(id, by).await?;
-        self.answer(answerable, answer).await
-    }
-
-    /// Resolves a pending Request with an Answer, and sends the mapped `ElicitResult` to whatever waits on it.
-    ///
-    /// Posting the identical answer again returns the same Request. The principal answering is the one
-    /// [`Registry::answerable`] let through.
-    pub async fn answer(&self, answerable: Answerable, mut answer: Answer) -> Result<AnswerAccepted, AnswerError> {
-        let Answerable { id, by, read } = answerable;
-        let id = &id;
         answer.id = id.to_string();
-        let decide = self.decider(answer.clone(), &by);
-        let answered = self.shared.store.answer(id, read, decide, self.withdrawal(id)).await?;
-        match answered {
+        let proposal = Proposal {
+            answer,
+            by: by.clone(),
+            upstream: self.waiters().get(id).map(|waiter| waiter.upstream.clone()),
+            rules: self.shared.rules.clone(),
+        };
+        let answer = proposal.answer.clone();
+        match self.shared.store.answer(id, proposal).await? {
             Answered::Won { view, event, resumes } => {
                 self.settled(std::slice::from_ref(&view), Tell::Cancel);
                 self.resume_all(resumes.map(|retry| *retry));
@@ -488,54 +469,13 @@ impl Registry {
                 })
             }
             Answered::Lost(view) => {
-                let answer = self.shared.policy.applied(&view, answer);
+                let answer = self.shared.rules.applied(&view, answer);
                 repeat(view, &answer)
             }
+            Answered::Refused(refusal) => Err(refusal.into()),
             Answered::Invalid(violations) => Err(AnswerError::Invalid(violations)),
             Answered::NotFound => Err(AnswerError::NotFound(id.to_string())),
         }
-    }
-
-    /// What the store runs on the pending Request to decide `answer`: its schema's defaults filled in, its data
-    /// validated, and the `ElicitResult` it maps to (none for a posted Request, which has no upstream).
-    fn decider(&self, answer: Answer, by: &str) -> crate::store::Decide {
-        let registry = self.clone();
-        let by = by.to_owned();
-        Box::new(move |view: &RequestView| {
-            let answer = registry.shared.policy.applied(view, answer);
-            if answer.ok()
-                && let (Some(data), Some(request_data)) = (&answer.data, &view.request.data)
-                && let Some(validator) = registry.shared.data.validator(request_data)
-            {
-                validation::violations(&validator, data)?;
-            }
-            let result = (!view.is_posted()).then(|| {
-                let mut result = elicitation::answer_to_elicit_result(&answer);
-                if view.request.kind == RequestKind::Authorization {
-                    result.content = None;
-                }
-                result
-            });
-            Ok(Decision { answer, result, by })
-        })
-    }
-
-    /// What the store asks at the moment it decides an answer: whether the 2025-11-25 elicitation behind the
-    /// Request was withdrawn, or its upstream stopped waiting for it.
-    fn withdrawal(&self, id: &RequestId) -> crate::store::Withdrawal {
-        let registry = self.clone();
-        let id = id.to_owned();
-        Box::new(move || {
-            let waiters = registry.waiters();
-            let waiter = waiters.get(&id)?;
-            if waiter.withdrawn.is_cancelled() {
-                Some(client_withdrew())
-            } else if waiter.reply.is_closed() {
-                Some(STOPPED_LISTENING.to_owned())
-            } else {
-                None
-            }
-        })
     }
 
     /// Resolves pending Requests without an answer; returns how many were still pending.
@@ -554,7 +494,7 @@ impl Registry {
     /// first, in which case that outcome is on its way to the `Waiting`.
     pub async fn withdraw(&self, id: &RequestId) -> bool {
         let cancelled = self
-            .cancel(Pending::Ids(vec![id.to_owned()]), &client_withdrew(), Tell::Nothing)
+            .cancel(Pending::Ids(vec![id.to_owned()]), decision::WITHDREW, Tell::Nothing)
             .await;
         matches!(cancelled, Ok(1))
     }
@@ -605,11 +545,6 @@ impl Registry {
     /// The status and owner of one Request, without reading the rest.
     pub async fn status(&self, id: &RequestId) -> Result<Option<(Status, Option<String>)>, StoreError> {
         self.shared.store.request_status(id).await
-    }
-
-    /// A Request's status and owner as one about to answer it looks; see [`Store::look`].
-    pub async fn look(&self, id: &RequestId) -> Result<Option<Looked>, StoreError> {
-        self.shared.store.look(id).await
     }
 
     /// Up to `limit` Requests matching the filter, oldest first, starting at `cursor`; and the next page's cursor.
@@ -799,15 +734,6 @@ impl Registry {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// The `detail` of a Request whose upstream withdrew its elicitation.
-fn client_withdrew() -> String {
-    "the upstream cancelled the elicitation".to_owned()
-}
-
 /// An answer to a Request already resolved: the same answer again is that Request, another is refused.
 fn repeat(view: RequestView, answer: &Answer) -> Result<AnswerAccepted, AnswerError> {
     match view.status {
@@ -855,10 +781,8 @@ fn log_resolution(view: &RequestView) {
     );
 }
 
-mod answerers;
 #[cfg(test)]
 mod answering;
-mod data;
 #[cfg(test)]
 mod properties;
 #[cfg(test)]

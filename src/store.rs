@@ -20,6 +20,7 @@ use std::sync::Arc;
 use rmcp::model::{ElicitResult, Implementation};
 use serde_json::{Map, Value};
 
+use crate::decision::{Decision, Proposal, Refusal, Undecided};
 use crate::feed::Feed;
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{
@@ -149,34 +150,6 @@ pub(crate) fn chosen_ids(requests: &[NewRequest]) -> impl Iterator<Item = &Reque
         .map(|new| &new.request.id)
 }
 
-/// An answer the gateway has checked and mapped, to be decided.
-#[derive(Debug, Clone)]
-pub struct Decision {
-    pub answer: Answer,
-    /// The `ElicitResult` the answer maps to; `None` for a posted Request, which has no upstream.
-    pub result: Option<ElicitResult>,
-    /// The principal answering.
-    pub by: String,
-}
-
-/// Makes, of the Request as the store reads it while it is pending, the decision to record; or says why the
-/// answer does not fit it (its data breaks the Request's schema). It runs where the store decides, so that the
-/// Request is read once, as it is then.
-pub type Decide = Box<dyn FnOnce(&RequestView) -> Result<Decision, Vec<Violation>> + Send>;
-
-/// Says, at the moment an answer is decided, why the Request can no longer take one (its upstream withdrew
-/// the elicitation or stopped listening), or `None` while it can.
-pub type Withdrawal = Box<dyn Fn() -> Option<String> + Send>;
-
-/// A Request as [`Store::look`] saw it.
-#[derive(Debug)]
-pub struct Looked {
-    pub status: Status,
-    pub owner: Option<String>,
-    /// The whole Request, where the look read it.
-    pub read: Option<Box<RequestView>>,
-}
-
 /// What deciding an answer came to.
 #[derive(Debug)]
 pub enum Answered {
@@ -192,9 +165,22 @@ pub enum Answered {
     Withdrawn(RequestView),
     /// The Request was resolved already (by this same answer, perhaps).
     Lost(RequestView),
+    /// The principal may not answer the Request.
+    Refused(Refusal),
     /// The answer does not fit the Request, which stays pending.
     Invalid(Vec<Violation>),
     NotFound,
+}
+
+impl Answered {
+    /// What an answer that decided nothing comes to, on the Request as the store read it.
+    pub(crate) fn undecided(undecided: Undecided, view: RequestView) -> Self {
+        match undecided {
+            Undecided::Refused(refusal) => Answered::Refused(refusal),
+            Undecided::Resolved => Answered::Lost(view),
+            Undecided::Invalid(violations) => Answered::Invalid(violations),
+        }
+    }
 }
 
 /// How pending Requests end without an answer.
@@ -473,22 +459,10 @@ impl Store {
         dispatch!(self, store => store.raise(requests, round, caps).await)
     }
 
-    /// Decides an answer to Request `id`: if it is pending, `decide` makes the decision of it, which resolves
-    /// it unless `withdrawal` says something against it.
-    /// `read` is the Request as [`Store::look`] read it, if it did: PostgreSQL decides on it rather than
-    /// reading it again; the other stores read it where they decide.
-    pub async fn answer(
-        &self,
-        id: &RequestId,
-        read: Option<Box<RequestView>>,
-        decide: Decide,
-        withdrawal: Withdrawal,
-    ) -> Result<Answered, StoreError> {
-        match self {
-            Store::Memory(store) => store.answer(id, decide, withdrawal).await,
-            Store::Sqlite(store) => store.answer(id, decide, withdrawal).await,
-            Store::Postgres(store) => store.answer(id, read, decide, withdrawal).await,
-        }
+    /// Decides `proposal` on Request `id` as it reads it (see [`crate::decision::decide`]); a decision resolves the
+    /// Request unless, at that moment, its upstream has withdrawn it.
+    pub async fn answer(&self, id: &RequestId, proposal: Proposal) -> Result<Answered, StoreError> {
+        dispatch!(self, store => store.answer(id, proposal).await)
     }
 
     /// Resolves pending Requests without an answer.
@@ -578,25 +552,6 @@ impl Store {
     /// A Request's status and owner, without reading the rest.
     pub async fn request_status(&self, id: &RequestId) -> Result<Option<(Status, Option<String>)>, StoreError> {
         dispatch!(self, store => store.request_status(id).await)
-    }
-
-    /// A Request's status and owner, as one about to answer it looks: PostgreSQL, which reads them from the
-    /// database, reads the whole Request for the answer to decide on.
-    pub async fn look(&self, id: &RequestId) -> Result<Option<Looked>, StoreError> {
-        let seen = |(status, owner)| Looked {
-            status,
-            owner,
-            read: None,
-        };
-        match self {
-            Store::Memory(store) => Ok(store.request_status(id).await?.map(seen)),
-            Store::Sqlite(store) => Ok(store.request_status(id).await?.map(seen)),
-            Store::Postgres(store) => Ok(store.request(id).await?.map(|view| Looked {
-                status: view.status,
-                owner: view.owner.clone(),
-                read: Some(Box::new(view)),
-            })),
-        }
     }
 
     /// Up to `limit` Requests matching the filter, oldest first, from `cursor`; and the next page's cursor.

@@ -293,11 +293,17 @@ pub async fn answer(
     }
     let unknown = || ApiError::not_found(format!("no Request with id {id}"));
     let id = RequestId::parse(&id).ok_or_else(unknown)?;
-    let answerable = state.registry.answerable(&id, &principal).await?;
-    // Taken before the answer: past the principal's long-polls nothing is answered.
-    let held = state.hold_long_poll(&principal, query.wait.duration())?;
-    let registry = state.registry.clone();
-    let answered = to_completion(async move { Ok(registry.answer(answerable, answer).await?) }).await?;
+    // Taken before the answer: past the principal's long-polls nothing is answered. What the Request is comes
+    // first all the same (`404`, `403`).
+    let held = match state.hold_long_poll(&principal, query.wait.duration()) {
+        Ok(held) => held,
+        Err(too_many) => {
+            state.registry.may_answer(&id, &principal).await?;
+            return Err(too_many);
+        }
+    };
+    let (registry, by) = (state.registry.clone(), principal.clone());
+    let answered = to_completion(async move { Ok(registry.answer(&id, &by, answer).await?) }).await?;
     if held.is_some()
         && let Some(call) = answered.view.call.as_ref()
         && let Some((_, owner)) = state.calls.status(call).await?

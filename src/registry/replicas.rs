@@ -32,7 +32,7 @@ async fn ask(registry: &Registry) -> Waiting {
 async fn confirm(registry: &Registry, id: &RequestId) -> Arc<Event> {
     let answer: Answer = serde_json::from_value(json!({"ok": true, "data": {"confirm": true}})).unwrap();
     registry
-        .answer_as(
+        .answer(
             id,
             &Principal {
                 name: "ada".into(),

@@ -10,10 +10,10 @@ use serde_json::Map;
 
 use super::shares::{Held, Running, Shares};
 use super::{
-    Answered, Decide, EventPage, Finished, InsertCallError, InsertSessionError, Lease, NewCall, NewRequest, NewRound,
+    Answered, EventPage, Finished, InsertCallError, InsertSessionError, Lease, NewCall, NewRequest, NewRound,
     NewSession, Pending, PendingCaps, RaiseError, Recovered, Resolution, Resolved, Retry, Started, StoreError,
-    Withdrawal,
 };
+use crate::decision::{self, Proposal, Upstream};
 use crate::feed::Feed;
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::json_size;
@@ -224,21 +224,18 @@ impl Memory {
         Ok(views)
     }
 
-    pub async fn answer(&self, id: &RequestId, decide: Decide, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
+    pub async fn answer(&self, id: &RequestId, proposal: Proposal) -> Result<Answered, StoreError> {
         let mut state = self.lock();
         let Some(entry) = state.requests.get_mut(id) else {
             return Ok(Answered::NotFound);
         };
-        if entry.view.status != Status::Pending {
-            return Ok(Answered::Lost(entry.view.clone()));
-        }
-        let decision = match decide(&entry.view) {
+        let decision = match decision::decide(&entry.view, &proposal) {
             Ok(decision) => decision,
-            Err(violations) => return Ok(Answered::Invalid(violations)),
+            Err(undecided) => return Ok(Answered::undecided(undecided, entry.view.clone())),
         };
         let mut changes = Changes::default();
         let now = self.shared.clock.now();
-        if let Some(detail) = withdrawal() {
+        if let Some(detail) = proposal.upstream.as_ref().and_then(Upstream::withdrawal) {
             let resolution = Resolution::Cancelled {
                 detail,
                 told_cancel: false,

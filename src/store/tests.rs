@@ -3,10 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use rmcp::model::{ElicitResult, ElicitationAction};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::auth::{Principal, Role};
+use crate::decision::{Rules, Upstream};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{Arguments, CallStatus, EventKind, Finish, SessionFilter, SessionStatus, Status, Via};
 use crate::suspension::{Answer, RequestKind, Verdict};
@@ -98,24 +99,29 @@ fn new_request(call: Option<&CallId>, input_key: Option<&str>) -> NewRequest {
     }
 }
 
-fn decision(confirm: bool) -> Decision {
-    let data = json!({"confirm": confirm}).as_object().cloned();
-    Decision {
+/// An admin's answer `{"confirm": confirm}`, with nothing waiting on the Request in this process.
+fn proposal(confirm: bool) -> Proposal {
+    proposal_by("tester", confirm)
+}
+
+/// [`proposal`], by `who`.
+fn proposal_by(who: &str, confirm: bool) -> Proposal {
+    Proposal {
         answer: Answer {
             id: String::new(),
             verdict: Verdict::Accept,
-            data: data.clone(),
+            data: json!({"confirm": confirm}).as_object().cloned(),
         },
-        result: Some(
-            ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(data.unwrap_or_default())),
-        ),
-        by: "tester".into(),
+        by: Principal {
+            name: who.into(),
+            role: Role::Admin,
+        },
+        upstream: None,
+        rules: Arc::new(Rules {
+            apply_defaults: true,
+            forms: Arc::default(),
+        }),
     }
-}
-
-/// Decides `decision(confirm)` whatever the Request.
-fn decided(confirm: bool) -> Decide {
-    Box::new(move |_| Ok(decision(confirm)))
 }
 
 /// Records a call and waits until it is kept.
@@ -123,10 +129,6 @@ async fn insert(store: &Store, call: NewCall) -> crate::records::CallView {
     let started = store.insert_call(call, 10).await.unwrap();
     started.kept.await.unwrap();
     started.view
-}
-
-fn still_wanted() -> Withdrawal {
-    Box::new(|| None)
 }
 
 #[tokio::test]
@@ -157,10 +159,7 @@ async fn a_round_answered_in_full_gives_what_its_retry_sends() {
             "a round with Requests pending is not retried"
         );
 
-        let first = store
-            .answer(&raised[0].request.id, None, decided(true), still_wanted())
-            .await
-            .unwrap();
+        let first = store.answer(&raised[0].request.id, proposal(true)).await.unwrap();
         assert!(matches!(first, Answered::Won { resumes: None, .. }), "{first:?}");
         let resolved = store
             .resolve(Pending::Ids(vec![raised[1].request.id.clone()]), Resolution::Expired)
@@ -193,8 +192,8 @@ async fn of_two_answers_one_wins_and_the_other_sees_it() {
             .unwrap();
         let id = raised[0].request.id.clone();
         let (first, second) = tokio::join!(
-            store.answer(&raised[0].request.id, None, decided(true), still_wanted()),
-            store.answer(&raised[0].request.id, None, decided(false), still_wanted())
+            store.answer(&raised[0].request.id, proposal(true)),
+            store.answer(&raised[0].request.id, proposal(false))
         );
         let outcomes = [first.unwrap(), second.unwrap()];
         let won: Vec<_> = outcomes
@@ -215,8 +214,6 @@ async fn of_two_answers_one_wins_and_the_other_sees_it() {
 
 #[tokio::test]
 async fn an_elicitation_withdrawn_after_its_answers_were_sent_takes_none() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
     // PostgreSQL's writer is a task of this test's runtime, so the answers wait for it until this test
     // yields; the other stores' writers do not wait.
     let store = open(&Location::Postgres(postgres::cluster::shared().database())).await;
@@ -225,23 +222,17 @@ async fn an_elicitation_withdrawn_after_its_answers_were_sent_takes_none() {
         .await
         .unwrap();
     let view = &raised[0];
-    let gone = Arc::new(AtomicBool::new(false));
+    let upstream = Upstream::default();
     let answer = |confirm| {
-        let gone = gone.clone();
-        let withdrawal: Withdrawal = Box::new(move || {
-            gone.load(Ordering::SeqCst)
-                .then(|| "the upstream cancelled it".to_owned())
-        });
-        Box::pin(store.answer(
-            &view.request.id,
-            Some(Box::new(view.clone())),
-            decided(confirm),
-            withdrawal,
-        ))
+        let proposal = Proposal {
+            upstream: Some(upstream.clone()),
+            ..proposal(confirm)
+        };
+        Box::pin(store.answer(&view.request.id, proposal))
     };
     let (mut first, mut second) = (answer(true), answer(false));
     assert!(futures::poll!(&mut first).is_pending() && futures::poll!(&mut second).is_pending());
-    gone.store(true, Ordering::SeqCst);
+    upstream.withdrawn.cancel();
 
     let outcomes = [first.await.unwrap(), second.await.unwrap()];
     let kept = store.request(&view.request.id).await.unwrap().unwrap();
@@ -258,12 +249,12 @@ async fn an_elicitation_withdrawn_after_its_answers_were_sent_takes_none() {
 }
 
 #[tokio::test]
-async fn answers_run_alongside_ones_that_fail_run_again_in_the_next_transaction() {
-    const BY: [&str; 5] = ["tester", "refused", "tester", "refused", "tester"];
+async fn changes_run_alongside_ones_that_fail_run_again_in_the_next_transaction() {
+    const DETAIL: [&str; 5] = ["kept", "refused", "kept", "refused", "kept"];
     let url = postgres::cluster::shared().database();
     let store = open(&Location::Postgres(url.clone())).await;
     let mut raised = Vec::new();
-    for _ in BY {
+    for _ in DETAIL {
         raised.extend(
             store
                 .raise(vec![new_request(None, None)], None, PendingCaps::NONE)
@@ -275,36 +266,31 @@ async fn answers_run_alongside_ones_that_fail_run_again_in_the_next_transaction(
         .query(
             &url,
             "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$; \
-             CREATE TRIGGER refuse BEFORE UPDATE ON requests FOR EACH ROW WHEN (NEW.answered_by = 'refused') \
+             CREATE TRIGGER refuse BEFORE UPDATE ON requests FOR EACH ROW WHEN (NEW.detail = 'refused') \
              EXECUTE FUNCTION refuse()",
         )
         .unwrap();
-    let by = |who: &'static str| -> Decide {
-        Box::new(move |_| {
-            let mut decision = decision(true);
-            decision.by = who.into();
-            Ok(decision)
-        })
-    };
     // All sent before the writer (a task of this test's runtime) takes any: one transaction, until one fails.
-    let answers = raised.iter().zip(BY).map(|(view, by_whom)| {
-        store.answer(
-            &view.request.id,
-            Some(Box::new(view.clone())),
-            by(by_whom),
-            still_wanted(),
-        )
+    let cancels = raised.iter().zip(DETAIL).map(|(view, detail)| {
+        let resolution = Resolution::Cancelled {
+            detail: detail.into(),
+            told_cancel: false,
+        };
+        store.resolve(Pending::Ids(vec![view.request.id.clone()]), resolution)
     });
-    let outcomes = futures::future::join_all(answers).await;
+    let outcomes = futures::future::join_all(cancels).await;
 
-    for (at, by_whom) in BY.iter().enumerate() {
+    for (at, detail) in DETAIL.iter().enumerate() {
         let kept = store.request(&raised[at].request.id).await.unwrap().unwrap();
-        if *by_whom == "refused" {
+        if *detail == "refused" {
             assert!(outcomes[at].is_err(), "{at}: {outcomes:?}");
             assert_eq!(kept.status, Status::Pending);
         } else {
-            assert!(matches!(outcomes[at], Ok(Answered::Won { .. })), "{at}: {outcomes:?}");
-            assert_eq!(kept.status, Status::Answered);
+            assert!(
+                matches!(&outcomes[at], Ok(resolved) if resolved.views.len() == 1),
+                "{at}: {outcomes:?}"
+            );
+            assert_eq!(kept.status, Status::Cancelled);
         }
     }
     close(store).await;
@@ -351,10 +337,7 @@ async fn answers_to_whole_rounds_at_once_hand_each_on_once_and_publish_their_eve
         // sent before the store takes any: the first round is completed midway through them.
         let answers = rounds.iter().flatten().flat_map(|view| {
             let store = &store;
-            [true, false].map(move |confirm| {
-                let read = Some(Box::new(view.clone()));
-                store.answer(&view.request.id, read, decided(confirm), still_wanted())
-            })
+            [true, false].map(move |confirm| store.answer(&view.request.id, proposal(confirm)))
         });
         let outcomes: Vec<Answered> = futures::future::join_all(answers)
             .await
@@ -393,27 +376,27 @@ async fn answers_to_whole_rounds_at_once_hand_each_on_once_and_publish_their_eve
 }
 
 #[tokio::test]
-async fn an_answer_is_decided_on_the_request_as_it_is_kept_and_one_that_does_not_fit_changes_nothing() {
+async fn an_answer_by_one_who_may_not_give_it_or_that_does_not_fit_changes_nothing() {
     on_every(|store| async move {
-        let raised = store
-            .raise(vec![new_request(None, None)], None, PendingCaps::NONE)
-            .await
-            .unwrap();
+        let mut form = new_request(None, None);
+        let schema = json!({"schema": {"type": "object", "properties": {"confirm": {"type": "boolean"}}}});
+        form.request.data = schema.as_object().cloned().map(Arc::new);
+        let raised = store.raise(vec![form], None, PendingCaps::NONE).await.unwrap();
         let id = raised[0].request.id.clone();
-        let (seen, saw) = std::sync::mpsc::channel();
-        let refuse: Decide = Box::new(move |view: &RequestView| {
-            let _ = seen.send(view.clone());
-            Err(vec![crate::validation::Violation {
-                path: "/confirm".into(),
-                message: "a boolean is required".into(),
-            }])
-        });
-        let outcome = store.answer(&id, None, refuse, still_wanted()).await.unwrap();
+        let mut not_yours = proposal_by("bob", true);
+        not_yours.by.role = Role::Agent;
+        let outcome = store.answer(&id, not_yours).await.unwrap();
+        assert!(
+            matches!(&outcome, Answered::Refused(Refusal::NotYours(refused)) if *refused == id),
+            "ada's Request: {outcome:?}"
+        );
+        let mut unfit = proposal(true);
+        unfit.answer.data = json!({"confirm": "yes"}).as_object().cloned();
+        let outcome = store.answer(&id, unfit).await.unwrap();
         assert!(
             matches!(&outcome, Answered::Invalid(violations) if violations.len() == 1),
             "{outcome:?}"
         );
-        assert_eq!(saw.recv().unwrap(), raised[0], "decided on the Request as raised");
         assert_eq!(
             store.request(&id).await.unwrap().unwrap(),
             raised[0],
@@ -421,16 +404,15 @@ async fn an_answer_is_decided_on_the_request_as_it_is_kept_and_one_that_does_not
         );
         assert_eq!(store.pending_count().await.unwrap(), 1);
 
-        let outcome = store.answer(&id, None, decided(true), still_wanted()).await.unwrap();
+        let outcome = store.answer(&id, proposal(true)).await.unwrap();
         assert!(matches!(outcome, Answered::Won { .. }), "{outcome:?}");
-        let decide_again: Decide = Box::new(|_| panic!("a resolved Request is not decided again"));
-        let outcome = store.answer(&id, None, decide_again, still_wanted()).await.unwrap();
+        let outcome = store.answer(&id, proposal(false)).await.unwrap();
         assert!(
             matches!(&outcome, Answered::Lost(view) if view.status == Status::Answered),
             "{outcome:?}"
         );
         let outcome = store
-            .answer(&RequestId::stored("req-unknown"), None, decided(true), still_wanted())
+            .answer(&RequestId::stored("req-unknown"), proposal(true))
             .await
             .unwrap();
         assert!(matches!(outcome, Answered::NotFound), "{outcome:?}");
@@ -446,11 +428,13 @@ async fn a_withdrawn_elicitation_takes_no_answer() {
             .await
             .unwrap();
         let id = raised[0].request.id.clone();
-        let withdrawn: Withdrawal = Box::new(|| Some("the upstream cancelled the elicitation".into()));
-        let outcome = store
-            .answer(&raised[0].request.id, None, decided(true), withdrawn)
-            .await
-            .unwrap();
+        let upstream = Upstream::default();
+        upstream.withdrawn.cancel();
+        let proposal = Proposal {
+            upstream: Some(upstream),
+            ..proposal(true)
+        };
+        let outcome = store.answer(&raised[0].request.id, proposal).await.unwrap();
         let Answered::Withdrawn(view) = outcome else {
             panic!("{outcome:?}")
         };
@@ -692,15 +676,7 @@ async fn a_posted_request_counts_per_owner_and_in_all_but_against_no_server() {
         let id = first[0].request.id.clone();
         let read = store.request(&id).await.unwrap().unwrap();
         assert_eq!(read, first[0]);
-        let decision = Decision {
-            result: None,
-            ..decision(true)
-        };
-        let Answered::Won { view, .. } = store
-            .answer(&id, None, Box::new(move |_| Ok(decision)), still_wanted())
-            .await
-            .unwrap()
-        else {
+        let Answered::Won { view, .. } = store.answer(&id, proposal(true)).await.unwrap() else {
             panic!("the answer did not win");
         };
         assert_eq!((view.status, view.result), (Status::Answered, None));
@@ -766,9 +742,7 @@ async fn an_approved_call_is_claimed_for_sending_once() {
             Status::Pending,
             "an approval is not an elicitation"
         );
-        let answered = store
-            .answer(&raised[0].request.id, None, decided(true), still_wanted())
-            .await;
+        let answered = store.answer(&raised[0].request.id, proposal(true)).await;
         assert!(matches!(answered.unwrap(), Answered::Won { .. }));
         assert!(store.forwarding(&call.id).await.unwrap());
         assert!(!store.forwarding(&call.id).await.unwrap(), "sent once");
@@ -799,10 +773,7 @@ async fn a_restart_hands_over_the_calls_approvals_hold_until_they_are_known_sent
         // One waits; one is approved but not claimed for sending; the others were claimed, and only the last
         // upstream showed it had its call (an elicitation of it).
         for approval in &approvals[1..] {
-            store
-                .answer(&approval.request.id, None, decided(true), still_wanted())
-                .await
-                .unwrap();
+            store.answer(&approval.request.id, proposal(true)).await.unwrap();
         }
         for call in &calls[2..] {
             assert!(store.forwarding(call).await.unwrap());
@@ -892,10 +863,7 @@ async fn restart_ends_what_cannot_survive_it(location: &Location) {
         )
         .await
         .unwrap();
-    store
-        .answer(&answered[0].request.id, None, decided(true), still_wanted())
-        .await
-        .unwrap();
+    store.answer(&answered[0].request.id, proposal(true)).await.unwrap();
     close(store).await;
 
     let store = open(location).await;
@@ -1111,12 +1079,7 @@ async fn answers_to_a_calls_last_two_requests_committed_side_by_side_leave_it_ru
     let view = raised[1].clone();
     let answering = tokio::spawn({
         let store = store.clone();
-        async move {
-            let read = Some(Box::new(view.clone()));
-            store
-                .answer(&view.request.id, read, decided(true), still_wanted())
-                .await
-        }
+        async move { store.answer(&view.request.id, proposal(true)).await }
     });
     // This one's answer waits for the call's row, which the other holds.
     until_a_lock_is_awaited(&watcher, "the answer never waited for the other").await;

@@ -121,7 +121,7 @@ impl FrontDoor {
                 replied = &mut asked.rx => match replied {
                     Ok(Ok(ClientResult::ElicitResult(result))) => {
                         let answer = elicit_result_to_answer(request.as_str(), &result);
-                        if let Err(error) = registry.answer_as(&request, &by, answer).await {
+                        if let Err(error) = registry.answer(&request, &by, answer).await {
                             tracing::warn!(%request, %error, "an MCP client's answer to a relayed Request was not taken");
                         }
                     }
@@ -174,18 +174,18 @@ impl FrontDoor {
             let result: ElicitResult = serde_json::from_value(response).map_err(|error| {
                 ErrorData::invalid_params(format!("inputResponses.{request}: not an ElicitResult: {error}"), None)
             })?;
-            let answerable = self
-                .state
+            self.state
                 .registry
-                .answerable(&request, principal)
+                .may_answer(&request, principal)
                 .await
                 .map_err(|error| answer_error(&request, error))?;
-            answers.push((answerable, elicit_result_to_answer(request.as_str(), &result)));
+            let answer = elicit_result_to_answer(request.as_str(), &result);
+            answers.push((request, answer));
         }
-        for (answerable, answer) in answers {
-            let request = answerable.id().clone();
-            let registry = self.state.registry.clone();
-            let answered = to_completion(async move { Ok(registry.answer(answerable, answer).await) })
+        for (request, answer) in answers {
+            let (registry, by) = (self.state.registry.clone(), principal.clone());
+            let id = request.clone();
+            let answered = to_completion(async move { Ok(registry.answer(&id, &by, answer).await) })
                 .await
                 .map_err(|error| ErrorData::internal_error(error.detail().to_owned(), None))?;
             match answered {

@@ -8,13 +8,13 @@ use tokio_postgres::types::ToSql;
 
 use super::writer::{Tx, insert_event};
 use super::{Postgres, Reader, rows};
+use crate::decision::{self, Proposal, Upstream};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
 use crate::store::listing::{Conditions, Param, Placeholders};
 use crate::store::shares::{Held, Shares, server_key};
 use crate::store::{
-    Answered, Decide, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry, StoreError,
-    Withdrawal,
+    Answered, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry, StoreError,
 };
 use crate::time::Timestamp;
 
@@ -112,29 +112,17 @@ impl Postgres {
         .await?
     }
 
-    /// Decides an answer on the Request as `read` holds it (the caller's read of it, else one made now), then
-    /// writes the decision in one statement that resolves it only if it is still pending: the read stays off
-    /// the writer, which every replica's changes take turns on.
-    pub async fn answer(
-        &self,
-        id: &RequestId,
-        read: Option<Box<RequestView>>,
-        decide: Decide,
-        withdrawal: Withdrawal,
-    ) -> Result<Answered, StoreError> {
-        let pending = match read {
-            Some(read) => *read,
-            None => match self.request(id).await? {
-                Some(pending) => pending,
-                None => return Ok(Answered::NotFound),
-            },
+    /// Decides an answer on the Request as a reader connection reads it, then writes the decision in one
+    /// statement that resolves it only if it is still pending: the read stays off the writer, whose
+    /// transactions it would lengthen. (Who owns a Request and what it asks never change; its status is
+    /// decided again by that statement.)
+    pub async fn answer(&self, id: &RequestId, proposal: Proposal) -> Result<Answered, StoreError> {
+        let Some(pending) = self.request(id).await? else {
+            return Ok(Answered::NotFound);
         };
-        if pending.status != Status::Pending {
-            return Ok(Answered::Lost(pending));
-        }
-        let decision = match decide(&pending) {
+        let decision = match decision::decide(&pending, &proposal) {
             Ok(decision) => decision,
-            Err(violations) => return Ok(Answered::Invalid(violations)),
+            Err(undecided) => return Ok(Answered::undecided(undecided, pending)),
         };
         let id = pending.request.id.clone();
         let now = self.shared.clock.now();
@@ -143,11 +131,12 @@ impl Postgres {
         let answer = rows::to_json_opt(view.answer.as_ref());
         let result = rows::to_json_opt(view.result.as_ref());
         let event = Event::request(EventKind::RequestResolved, &view);
+        let upstream = proposal.upstream;
         // Alongside other answers: what this one decides is read by its own statements as they run. So is a
         // withdrawal's cancellation (a Request with a waiter to withdraw has no round to hand on).
         self.write_alongside(move |tx| {
             // Each run its own copy: a run that another change's failure cut short runs again.
-            let withdrawn = withdrawal();
+            let withdrawn = upstream.as_ref().and_then(Upstream::withdrawal);
             let (id, answer, result) = (id.clone(), answer.clone(), result.clone());
             let (mut view, event) = (view.clone(), event.clone());
             Box::pin(async move {

@@ -7,13 +7,13 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::writer::Tx;
 use super::{Sqlite, rows};
+use crate::decision::{self, Proposal, Upstream};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
 use crate::store::listing::{Conditions, Param, Placeholders};
 use crate::store::live::{Note, PendingRequest};
 use crate::store::{
-    Answered, Decide, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry, StoreError,
-    Withdrawal,
+    Answered, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry, StoreError,
 };
 use crate::time::Timestamp;
 
@@ -94,21 +94,18 @@ impl Sqlite {
 
     /// Decides an answer in the writer, which reads the Request where its pages are at hand and decides on what
     /// it read: nothing changes the row in between.
-    pub async fn answer(&self, id: &RequestId, decide: Decide, withdrawal: Withdrawal) -> Result<Answered, StoreError> {
+    pub async fn answer(&self, id: &RequestId, proposal: Proposal) -> Result<Answered, StoreError> {
         let id = id.to_owned();
         self.write(move |tx| {
             let Some((row, current)) = pending_request(tx.conn, &id)? else {
                 return Ok(Answered::NotFound);
             };
-            if current.status != Status::Pending {
-                return Ok(Answered::Lost(current));
-            }
-            let decision = match decide(&current) {
+            let decision = match decision::decide(&current, &proposal) {
                 Ok(decision) => decision,
-                Err(violations) => return Ok(Answered::Invalid(violations)),
+                Err(undecided) => return Ok(Answered::undecided(undecided, current)),
             };
             let now = tx.now();
-            if let Some(detail) = withdrawal() {
+            if let Some(detail) = proposal.upstream.as_ref().and_then(Upstream::withdrawal) {
                 let resolution = Resolution::Cancelled {
                     detail,
                     told_cancel: false,

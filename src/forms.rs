@@ -1,21 +1,20 @@
-//! One copy of each distinct Request `data` (a form's schema) with its compiled validator, shared by every
-//! Request that carries it.
+//! The forms Requests carry: one copy of each distinct Request `data` (a form's schema) with its compiled
+//! validator, shared by every Request that carries it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Map, Value};
 
-use super::lock;
-use crate::validation;
+use crate::{lock, validation};
 
-/// The most distinct `data` objects `SharedData` keeps; it starts over when full.
+/// The most distinct `data` objects [`Forms`] keeps; it starts over when full.
 const MAX_SHARED_DATA: usize = 256;
 
 /// One copy of each distinct Request `data` (a form's schema) and of its compiled validator: elicitations
 /// repeat their schemas, and a schema is most of a pending Request's memory.
 #[derive(Debug, Default)]
-pub(super) struct SharedData(Mutex<Copies>);
+pub struct Forms(Mutex<Copies>);
 
 #[derive(Debug, Default)]
 struct Copies {
@@ -27,14 +26,14 @@ struct Copies {
 
 /// A Request's `data` and the validator of its schema (`None` without a schema).
 #[derive(Debug, Clone)]
-pub(super) struct Held {
-    pub(super) data: Arc<Map<String, Value>>,
-    pub(super) validator: Option<Arc<jsonschema::Validator>>,
+pub struct Held {
+    pub data: Arc<Map<String, Value>>,
+    pub validator: Option<Arc<jsonschema::Validator>>,
 }
 
-impl SharedData {
+impl Forms {
     /// The copy of `data` already held, or `data` itself with its schema compiled (which must succeed), now held.
-    pub(super) fn share(&self, data: Arc<Map<String, Value>>) -> Result<Held, String> {
+    pub fn share(&self, data: Arc<Map<String, Value>>) -> Result<Held, String> {
         if let Some(copy) = self.lock().by_address.get(&address(&data)) {
             return Ok(copy.clone());
         }
@@ -58,7 +57,7 @@ impl SharedData {
     }
 
     /// The validator of a Request's data (compiled again if it is no longer held).
-    pub(super) fn validator(&self, data: &Arc<Map<String, Value>>) -> Option<Arc<jsonschema::Validator>> {
+    pub fn validator(&self, data: &Arc<Map<String, Value>>) -> Option<Arc<jsonschema::Validator>> {
         self.share(data.clone()).ok().and_then(|held| held.validator)
     }
 

@@ -1,0 +1,329 @@
+//! How an answer to a Request is decided, the same way in every store engine and with no I/O: who may
+//! answer it, the answer as it applies to it (a form's defaults), whether it fits (its schema), and the
+//! `ElicitResult` it maps to. Every door (REST, `/mcp` in both eras and both modes, `tasks/update`) hands
+//! the store a [`Proposal`]; the store reads the Request and calls [`decide`] on it, which never calls back.
+
+use std::sync::Arc;
+
+use rmcp::model::ElicitResult;
+use tokio_util::sync::CancellationToken;
+
+use crate::approvals;
+use crate::auth::Principal;
+use crate::elicitation;
+use crate::forms::Forms;
+use crate::ids::RequestId;
+use crate::records::{RequestView, Status};
+use crate::suspension::{Answer, RequestKind};
+use crate::validation::{self, Violation};
+
+/// The `detail` of a Request whose upstream withdrew its elicitation.
+pub const WITHDREW: &str = "the upstream cancelled the elicitation";
+
+/// The `detail` of a Request whose upstream stopped waiting for it.
+const STOPPED_LISTENING: &str = "withdrawn by the upstream before the answer arrived";
+
+/// Why a principal may not answer a Request. Nothing changes when one is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// An agent answers only Requests of its own; one owned by another principal, or by nobody (raised on a
+    /// shared session whose call could not be told), is not its to answer.
+    #[error("Request {0} belongs to another principal")]
+    NotYours(RequestId),
+    /// Nobody approves a call they started, whatever their role.
+    #[error("{0} started this call and may not approve it")]
+    OwnCall(String),
+    /// The approval's policy lists who may answer it, and not this principal.
+    #[error("{0} is not among the approvers of this call")]
+    NotAnApprover(String),
+}
+
+/// What the gateway's policy makes of every answer.
+#[derive(Debug)]
+pub struct Rules {
+    /// Whether an accepted form's defaults fill in what the answer leaves out.
+    pub apply_defaults: bool,
+    /// The forms Requests carry, with their compiled schemas.
+    pub forms: Arc<Forms>,
+}
+
+/// An answer offered to a Request: what it says, who gives it, what waits on the Request in this process,
+/// and the rules it is decided by.
+#[derive(Debug, Clone)]
+pub struct Proposal {
+    pub answer: Answer,
+    pub by: Principal,
+    /// The 2025-11-25 elicitation waiting on the Request in this process, if one does.
+    pub upstream: Option<Upstream>,
+    pub rules: Arc<Rules>,
+}
+
+/// The upstream side of a 2025-11-25 elicitation waiting in this process, as the store sees it when it
+/// decides: whether the upstream withdrew the elicitation, and whether it still waits for the answer.
+#[derive(Debug, Clone, Default)]
+pub struct Upstream {
+    /// Fired when the upstream withdraws the elicitation.
+    pub withdrawn: CancellationToken,
+    /// Fired when nothing here waits for the outcome any more (the upstream's request ended).
+    pub stopped: CancellationToken,
+}
+
+impl Upstream {
+    /// Why the Request can no longer take an answer, as things stand now; `None` while it can.
+    pub fn withdrawal(&self) -> Option<String> {
+        if self.withdrawn.is_cancelled() {
+            Some(WITHDREW.to_owned())
+        } else if self.stopped.is_cancelled() {
+            Some(STOPPED_LISTENING.to_owned())
+        } else {
+            None
+        }
+    }
+}
+
+/// An answer checked and mapped, to be recorded as the one that resolves its Request.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    pub answer: Answer,
+    /// The `ElicitResult` the answer maps to; `None` for a posted Request, which has no upstream.
+    pub result: Option<ElicitResult>,
+    /// The principal answering.
+    pub by: String,
+}
+
+/// Why an answer decides nothing.
+#[derive(Debug)]
+pub enum Undecided {
+    Refused(Refusal),
+    /// The Request is no longer pending.
+    Resolved,
+    /// The answer does not fit the Request's form.
+    Invalid(Vec<Violation>),
+}
+
+/// Decides `proposal` on the Request as the store reads it: who answers comes first, then whether it is
+/// still pending, then whether the answer fits. Whether its upstream withdrew it is the store's to ask
+/// ([`Proposal::upstream`]) at the moment it writes.
+pub fn decide(view: &RequestView, proposal: &Proposal) -> Result<Decision, Undecided> {
+    may_answer(view, &proposal.by).map_err(Undecided::Refused)?;
+    if view.status != Status::Pending {
+        return Err(Undecided::Resolved);
+    }
+    let answer = proposal.rules.applied(view, proposal.answer.clone());
+    if answer.ok()
+        && let (Some(data), Some(form)) = (&answer.data, &view.request.data)
+        && let Some(validator) = proposal.rules.forms.validator(form)
+    {
+        validation::violations(&validator, data).map_err(Undecided::Invalid)?;
+    }
+    let result = (!view.is_posted()).then(|| {
+        let mut result = elicitation::answer_to_elicit_result(&answer);
+        if view.request.kind == RequestKind::Authorization {
+            result.content = None;
+        }
+        result
+    });
+    Ok(Decision {
+        answer,
+        result,
+        by: proposal.by.name.clone(),
+    })
+}
+
+impl Rules {
+    /// `answer` as it applies to a Request: an accepting answer to a form carries data (`{}` when it has
+    /// none), with the form's defaults filled in when the policy says so.
+    pub fn applied(&self, view: &RequestView, mut answer: Answer) -> Answer {
+        if answer.ok() && view.request.kind != RequestKind::Authorization {
+            let data = answer.data.get_or_insert_with(Default::default);
+            if let Some(schema) = view.request.data.as_ref().and_then(|data| data.get("schema"))
+                && self.apply_defaults
+            {
+                validation::apply_defaults(schema, data);
+            }
+        }
+        answer
+    }
+}
+
+/// Whether `principal` may answer `view`: it must see it; and an approval that holds a call (not a posted
+/// Request of that kind, which holds nothing) is never answered by the call's own principal, and only by its
+/// policy's approvers when it lists them. An agent sees no approval but of its own calls, so it approves none.
+/// Without tokens everyone is the one anonymous principal, whom nothing tells apart: the approval rules are off.
+pub fn may_answer(view: &RequestView, principal: &Principal) -> Result<(), Refusal> {
+    if !principal.may_see(view.owner.as_deref()) {
+        return Err(Refusal::NotYours(view.request.id.clone()));
+    }
+    if view.request.kind != RequestKind::Approval || view.is_posted() || principal.is_anonymous() {
+        return Ok(());
+    }
+    let by = principal.name.as_str();
+    if view.owner.as_deref() == Some(by) {
+        return Err(Refusal::OwnCall(by.to_owned()));
+    }
+    let listed =
+        approvals::approvers(view.request.data.as_deref()).map(|mut approvers| approvers.any(|name| name == by));
+    if listed == Some(false) {
+        return Err(Refusal::NotAnApprover(by.to_owned()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::auth::{ANONYMOUS, Role};
+    use crate::ids::{self, RequestId};
+    use crate::suspension::{Request, Verdict};
+    use crate::time::Timestamp;
+
+    /// A pending Request of `kind` owned by `owner`, raised on server `demo` (posted, without it), carrying `data`.
+    fn pending(kind: RequestKind, owner: &str, data: Value) -> RequestView {
+        RequestView {
+            request: Request {
+                id: RequestId::mint(if kind == RequestKind::Approval {
+                    ids::APPROVAL
+                } else {
+                    ids::REQUEST
+                }),
+                kind,
+                prompt: "Go on?".into(),
+                url: None,
+                data: data.as_object().cloned().map(Arc::new),
+                expires_at: None,
+            },
+            status: Status::Pending,
+            server: Some("demo".into()),
+            session: None,
+            call: None,
+            owner: Some(owner.to_owned()),
+            created_at: Timestamp::from_millis(0),
+            resolved_at: None,
+            answer: None,
+            answered_by: None,
+            result: None,
+            detail: None,
+            completed_at: None,
+        }
+    }
+
+    fn form() -> Value {
+        json!({"schema": {"type": "object", "properties": {
+            "confirm": {"type": "boolean"}, "size": {"type": "integer", "default": 3}
+        }}})
+    }
+
+    fn proposal(by: &str, role: Role, data: Option<Value>) -> Proposal {
+        Proposal {
+            answer: Answer {
+                id: String::new(),
+                verdict: Verdict::Accept,
+                data: data.and_then(|data| data.as_object().cloned()),
+            },
+            by: Principal { name: by.into(), role },
+            upstream: None,
+            rules: Arc::new(Rules {
+                apply_defaults: true,
+                forms: Arc::default(),
+            }),
+        }
+    }
+
+    #[test]
+    fn an_accepted_form_gets_its_defaults_and_maps_to_accept_with_them() {
+        let view = pending(RequestKind::Input, "ada", form());
+        let decision = decide(&view, &proposal("ada", Role::Agent, Some(json!({"confirm": true})))).unwrap();
+        assert_eq!(
+            decision.answer.data,
+            json!({"confirm": true, "size": 3}).as_object().cloned()
+        );
+        assert_eq!(decision.by, "ada");
+        let result = serde_json::to_value(decision.result.unwrap()).unwrap();
+        assert_eq!(
+            result,
+            json!({"action": "accept", "content": {"confirm": true, "size": 3}})
+        );
+    }
+
+    #[test]
+    fn who_answers_is_decided_first_then_whether_it_is_pending_then_whether_it_fits() {
+        let mut view = pending(RequestKind::Input, "ada", form());
+        let unfit = Some(json!({"confirm": "yes"}));
+        let refused = decide(&view, &proposal("bob", Role::Agent, unfit.clone())).unwrap_err();
+        assert!(
+            matches!(refused, Undecided::Refused(Refusal::NotYours(_))),
+            "{refused:?}"
+        );
+        let invalid = decide(&view, &proposal("ada", Role::Agent, unfit.clone())).unwrap_err();
+        assert!(
+            matches!(&invalid, Undecided::Invalid(violations) if violations[0].path == "/confirm"),
+            "{invalid:?}"
+        );
+        view.status = Status::Answered;
+        let resolved = decide(&view, &proposal("ada", Role::Agent, unfit.clone())).unwrap_err();
+        assert!(matches!(resolved, Undecided::Resolved), "{resolved:?}");
+        let refused = decide(&view, &proposal("bob", Role::Agent, unfit)).unwrap_err();
+        assert!(matches!(refused, Undecided::Refused(_)), "{refused:?}");
+    }
+
+    #[test]
+    fn an_approval_is_answered_by_a_listed_approver_other_than_its_caller() {
+        let data = approvals::request_data("demo", "echo", &json!({}), "ada", &["on-call".to_owned()]);
+        let view = pending(RequestKind::Approval, "ada", Value::Object(data));
+        let by = |name: &str, role| decide(&view, &proposal(name, role, None));
+        assert!(matches!(
+            by("ada", Role::Admin),
+            Err(Undecided::Refused(Refusal::OwnCall(_)))
+        ));
+        assert!(matches!(
+            by("ops", Role::Admin),
+            Err(Undecided::Refused(Refusal::NotAnApprover(_)))
+        ));
+        assert!(matches!(
+            by("on-call", Role::Agent),
+            Err(Undecided::Refused(Refusal::NotYours(_)))
+        ));
+        assert_eq!(by("on-call", Role::Approver).unwrap().by, "on-call");
+    }
+
+    #[test]
+    fn without_tokens_the_one_anonymous_principal_answers_everything() {
+        let anonymous = Principal::anonymous();
+        for approvers in [vec![], vec!["on-call".to_owned()]] {
+            let data = approvals::request_data("demo", "echo", &json!({}), ANONYMOUS, &approvers);
+            let view = pending(RequestKind::Approval, ANONYMOUS, Value::Object(data));
+            assert_eq!(may_answer(&view, &anonymous), Ok(()));
+        }
+    }
+
+    #[test]
+    fn a_posted_request_maps_to_no_result_and_an_authorization_to_none_of_its_data() {
+        let mut posted = pending(RequestKind::Input, "ada", form());
+        posted.server = None;
+        let decision = decide(&posted, &proposal("ada", Role::Agent, None)).unwrap();
+        assert_eq!(
+            (decision.answer.data, decision.result),
+            (json!({"size": 3}).as_object().cloned(), None)
+        );
+
+        let authorization = pending(RequestKind::Authorization, "ada", Value::Null);
+        let decision = decide(
+            &authorization,
+            &proposal("ada", Role::Agent, Some(json!({"code": "x"}))),
+        )
+        .unwrap();
+        assert_eq!(decision.result.unwrap().content, None);
+    }
+
+    #[test]
+    fn an_upstream_that_withdrew_or_stopped_waiting_says_so() {
+        let upstream = Upstream::default();
+        assert_eq!(upstream.withdrawal(), None);
+        upstream.stopped.cancel();
+        assert_eq!(upstream.withdrawal().as_deref(), Some(STOPPED_LISTENING));
+        upstream.withdrawn.cancel();
+        assert_eq!(upstream.withdrawal().as_deref(), Some(WITHDREW));
+    }
+}
