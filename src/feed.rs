@@ -10,6 +10,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::lock;
 use crate::records::Event;
 
 /// How many events a slow subscriber may fall behind before it is told to re-list.
@@ -263,9 +264,4 @@ impl Feed {
             }
         }
     }
-}
-
-/// `mutex` locked, whether or not a holder panicked.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

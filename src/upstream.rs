@@ -13,7 +13,7 @@ mod stdio;
 mod supervise;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{CallToolRequestParams, Tool};
@@ -38,6 +38,7 @@ use crate::calls::Calls;
 use crate::config::{LimitsConfig, ProtocolChoice, Server};
 use crate::feed::Feed;
 use crate::ids::{CallId, SessionId};
+use crate::lock;
 use crate::records::{Arguments, CallStatus, CallView, Finish, SessionStatus, SessionView, ToolName, Via};
 use crate::registry::{Registry, Tell};
 use crate::sessions::Sessions;
@@ -666,8 +667,4 @@ impl Upstreams {
             .find(|slot| slot.server.name == name)
             .ok_or_else(|| UpstreamError::UnknownServer(name.to_owned()))
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -35,6 +35,7 @@ use crate::auth::Principal;
 use crate::config::Prefix;
 use crate::feed::Concern;
 use crate::ids::{CallId, RequestId};
+use crate::lock;
 use crate::records::{CallStatus, CallView, Event, Status, ToolName, Via};
 use crate::upstream::{Following, Progress, Report, ServerStatus, Target};
 use admission::{Holders, admit};
@@ -621,8 +622,4 @@ fn await_call_tool() -> Tool {
          again that it is waiting.",
         Arc::new(schema),
     )
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -14,7 +14,7 @@ mod writer;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -25,6 +25,7 @@ use tokio_postgres::{Client, GenericClient, NoTls, Row, Statement};
 
 use super::{OpenError, StoreError};
 use crate::feed::Feed;
+use crate::lock;
 use crate::time::Clock;
 use writer::{Applied, Change, Failed, Fate, Job, Tx};
 
@@ -99,11 +100,11 @@ pub struct Statements(Mutex<HashMap<String, Statement>>);
 impl Statements {
     /// `sql`, prepared once on the connection `client` belongs to.
     pub async fn get(&self, client: &impl GenericClient, sql: &str) -> Result<Statement, tokio_postgres::Error> {
-        if let Some(statement) = lock_mutex(&self.0).get(sql) {
+        if let Some(statement) = lock(&self.0).get(sql) {
             return Ok(statement.clone());
         }
         let statement = client.prepare(sql).await?;
-        lock_mutex(&self.0).insert(sql.to_owned(), statement.clone());
+        lock(&self.0).insert(sql.to_owned(), statement.clone());
         Ok(statement)
     }
 }
@@ -303,8 +304,8 @@ impl Postgres {
     /// Lets the writer finish the changes it has and stops the heartbeat; later changes fail.
     pub async fn close(&self) {
         self.shared.background.cancel();
-        drop(lock_mutex(&self.shared.jobs).take());
-        let writer = lock_mutex(&self.shared.writer).take();
+        drop(lock(&self.shared.jobs).take());
+        let writer = lock(&self.shared.writer).take();
         if let Some(writer) = writer {
             let _ = writer.await;
         }
@@ -386,7 +387,7 @@ impl Postgres {
     }
 
     fn submit(&self, job: Job) -> Result<(), StoreError> {
-        let jobs = lock_mutex(&self.shared.jobs);
+        let jobs = lock(&self.shared.jobs);
         let sent = jobs.as_ref().is_some_and(|jobs| jobs.send(job).is_ok());
         if sent {
             Ok(())
@@ -398,7 +399,7 @@ impl Postgres {
     /// A connection for reads; it sees every change kept so far.
     async fn reader(&self) -> Result<Arc<Conn>, StoreError> {
         let slot = &self.shared.readers[self.shared.next_reader.fetch_add(1, Ordering::Relaxed) % READERS];
-        if let Some(conn) = lock_mutex(slot).as_ref().filter(|conn| !conn.client.is_closed()) {
+        if let Some(conn) = lock(slot).as_ref().filter(|conn| !conn.client.is_closed()) {
             return Ok(conn.clone());
         }
         let client = self.shared.connector.connect().await.map_err(|error| {
@@ -406,7 +407,7 @@ impl Postgres {
             unavailable(&error)
         })?;
         let conn = Arc::new(Conn::new(client));
-        *lock_mutex(slot) = Some(conn.clone());
+        *lock(slot) = Some(conn.clone());
         Ok(conn)
     }
 
@@ -587,8 +588,4 @@ fn describe(error: &tokio_postgres::Error) -> String {
 /// A runtime failure of the database, for callers.
 fn unavailable(error: &tokio_postgres::Error) -> StoreError {
     StoreError::Unavailable(describe(error))
-}
-
-fn lock_mutex<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

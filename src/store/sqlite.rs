@@ -13,7 +13,7 @@ mod writer;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -23,6 +23,7 @@ use tokio::sync::oneshot;
 
 use super::{OpenError, StoreError};
 use crate::feed::Feed;
+use crate::lock;
 use crate::time::Clock;
 use writer::{Applied, Job, Message, Tx};
 
@@ -76,7 +77,7 @@ impl Sqlite {
         if let Some(directory) = path.parent().filter(|directory| !directory.as_os_str().is_empty()) {
             files::create_directory(directory).map_err(failed)?;
         }
-        let lock = lock(path).map_err(failed)?;
+        let lock = lock_file(path).map_err(failed)?;
         files::prepare(path).map_err(failed)?;
         // Not SQLITE_OPEN_NOFOLLOW: it also refuses a symbolic link among the directories above the file.
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -120,8 +121,8 @@ impl Sqlite {
 
     /// Lets the writer finish the changes it has, and stops it; later changes fail.
     pub fn close(&self) {
-        drop(lock_mutex(&self.shared.jobs).take());
-        if let Some(writer) = lock_mutex(&self.shared.writer).take() {
+        drop(lock(&self.shared.jobs).take());
+        if let Some(writer) = lock(&self.shared.writer).take() {
             let _ = writer.join();
         }
     }
@@ -179,13 +180,13 @@ impl Sqlite {
 
     /// Sends the writer `message`; whether it is running to take it.
     fn send(&self, message: Message) -> bool {
-        let jobs = lock_mutex(&self.shared.jobs);
+        let jobs = lock(&self.shared.jobs);
         jobs.as_ref().is_some_and(|jobs| jobs.send(message).is_ok())
     }
 
     /// Runs a read on a read-only connection; it sees every change kept so far.
     fn read<T>(&self, read: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, StoreError> {
-        let idle = lock_mutex(&self.shared.readers).pop();
+        let idle = lock(&self.shared.readers).pop();
         let conn = match idle {
             Some(conn) => conn,
             None => open_reader(&self.shared.path).map_err(|error| unavailable(&error))?,
@@ -194,7 +195,7 @@ impl Sqlite {
             tracing::error!(%error, "the store could not be read");
             unavailable(&error)
         });
-        let mut readers = lock_mutex(&self.shared.readers);
+        let mut readers = lock(&self.shared.readers);
         if readers.len() < MAX_IDLE_READERS {
             readers.push(conn);
         }
@@ -203,7 +204,7 @@ impl Sqlite {
 
     /// How many Requests are pending.
     pub async fn pending_count(&self) -> Result<usize, StoreError> {
-        Ok(lock_mutex(&self.shared.live).pending())
+        Ok(lock(&self.shared.live).pending())
     }
 
     /// How large the database is, in bytes.
@@ -263,7 +264,7 @@ fn migrate_check(conn: &Connection) -> Result<(), String> {
 }
 
 /// Takes the lock that makes a database file one gateway's: an exclusive `flock` on `PATH.lock`.
-fn lock(path: &Path) -> Result<Flock<File>, String> {
+fn lock_file(path: &Path) -> Result<Flock<File>, String> {
     let file = files::open_lock(path).map_err(|error| format!("its lock file: {error}"))?;
     Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
         if errno == nix::errno::Errno::EWOULDBLOCK {
@@ -334,8 +335,4 @@ fn describe(error: &rusqlite::Error) -> String {
 /// A runtime failure of the database, for callers.
 fn unavailable(error: &rusqlite::Error) -> StoreError {
     StoreError::Unavailable(describe(error))
-}
-
-pub(super) fn lock_mutex<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

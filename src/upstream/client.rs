@@ -20,6 +20,7 @@ use tokio_util::task::TaskTracker;
 use super::reports::{Progress, Report, Reports};
 use crate::calls::Calls;
 use crate::ids::{self, CallId, SessionId};
+use crate::lock;
 use crate::registry::{AskError, Origin, Outcome, Registry};
 
 /// The MCP method of a 2025-11-25 elicitation request.
@@ -549,10 +550,6 @@ impl ClientHandler for GatewayClient {
             self.core.registry.complete(&self.core.id, elicitation_id).await;
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use rmcp::model::LoggingMessageNotificationParam;
 use tokio::sync::mpsc;
 
 use crate::ids::CallId;
+use crate::lock;
 
 /// One report of an upstream about a call.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,10 +84,6 @@ impl Drop for Following {
             followers.remove(&self.call);
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

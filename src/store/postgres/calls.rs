@@ -7,8 +7,9 @@ use tokio::sync::oneshot;
 
 use super::requests::resolve_ids;
 use super::writer::Tx;
-use super::{Postgres, Reader, lock_mutex as lock, rounds, rows};
+use super::{Postgres, Reader, rounds, rows};
 use crate::ids::{self, CallId, RequestId, SessionId};
+use crate::lock;
 use crate::records::{
     CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView,
 };

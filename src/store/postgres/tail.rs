@@ -20,8 +20,9 @@ use tokio::sync::Notify;
 use tokio_postgres::{AsyncMessage, Client};
 use tokio_util::sync::CancellationToken;
 
-use super::{Connector, Postgres, lock_mutex};
+use super::{Connector, Postgres};
 use crate::feed::Feed;
+use crate::lock;
 use crate::records::Event;
 
 /// The channel a transaction that recorded events notifies.
@@ -63,7 +64,7 @@ impl Publisher {
 
     /// Publishes what was read from the log after `after`, skipping what was published meanwhile.
     fn read(&self, events: Vec<Arc<Event>>) {
-        let mut last = lock_mutex(&self.last);
+        let mut last = lock(&self.last);
         let fresh: Vec<Arc<Event>> = events.into_iter().filter(|event| event.id > *last).collect();
         if let Some(newest) = fresh.last() {
             *last = newest.id;
@@ -72,7 +73,7 @@ impl Publisher {
     }
 
     fn last(&self) -> u64 {
-        *lock_mutex(&self.last)
+        *lock(&self.last)
     }
 }
 
@@ -139,7 +140,7 @@ async fn catch_up(store: &Postgres, publisher: &Publisher) {
                     after = publisher.last(),
                     "events left the log before this replica read them"
                 );
-                *lock_mutex(&publisher.last) = page.resume_after;
+                *lock(&publisher.last) = page.resume_after;
             }
             Ok((page, kept)) => {
                 let full = page.events.len() == PAGE;

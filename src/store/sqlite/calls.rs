@@ -201,7 +201,7 @@ impl Sqlite {
     }
 
     pub async fn call_status(&self, id: &CallId) -> Result<Option<(CallStatus, String)>, StoreError> {
-        if let Some(live) = super::lock_mutex(&self.shared.live).call(id) {
+        if let Some(live) = crate::lock(&self.shared.live).call(id) {
             return Ok(Some(live));
         }
         if let Some(owner) = self.shared.deferred.owner(id) {

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::lock_mutex;
 use crate::ids::CallId;
+use crate::lock;
 use crate::records::CallView;
 use crate::store::live::Live;
 use crate::store::shares::Running;
@@ -52,10 +52,10 @@ impl Deferred {
     /// counts together: then `Err` with that number. `Ok(true)` when no other call was due before it, so
     /// that the writer has no timer set.
     pub fn add(&self, call: NewCall, view: CallView, max_running: usize, live: &Mutex<Live>) -> Result<bool, usize> {
-        let mut calls = lock_mutex(&self.0);
+        let mut calls = lock(&self.0);
         // Read under this lock: a call moves from here to `live` when it is kept (`live` first), so that it is
         // always counted once at least.
-        let running = lock_mutex(live).running(&call.owner) + calls.running.of(&call.owner);
+        let running = lock(live).running(&call.owner) + calls.running.of(&call.owner);
         if running >= max_running {
             return Err(running);
         }
@@ -77,7 +77,7 @@ impl Deferred {
 
     /// Call `id` for the change that writes it, unless it is written or being written.
     pub fn take(&self, id: &CallId) -> Option<Arc<ToWrite>> {
-        let mut calls = lock_mutex(&self.0);
+        let mut calls = lock(&self.0);
         let entry = calls.by_id.get_mut(id).filter(|entry| !entry.writing)?;
         entry.writing = true;
         Some(entry.call.clone())
@@ -85,12 +85,12 @@ impl Deferred {
 
     /// When the oldest call recorded is due to be written, if any is waiting.
     pub fn next_due(&self) -> Option<Instant> {
-        lock_mutex(&self.0).order.front().map(|(since, _)| *since + KEEP_AFTER)
+        lock(&self.0).order.front().map(|(since, _)| *since + KEEP_AFTER)
     }
 
     /// The calls recorded `KEEP_AFTER` ago or earlier, for a change to take and write.
     pub fn due(&self, now: Instant) -> Vec<CallId> {
-        let mut calls = lock_mutex(&self.0);
+        let mut calls = lock(&self.0);
         let mut due = Vec::new();
         while let Some((since, _)) = calls.order.front() {
             if now.saturating_duration_since(*since) < KEEP_AFTER {
@@ -106,7 +106,7 @@ impl Deferred {
 
     /// Every call waiting to be written, for a change to take and write.
     pub fn all(&self) -> Vec<CallId> {
-        let calls = lock_mutex(&self.0);
+        let calls = lock(&self.0);
         calls
             .by_id
             .iter()
@@ -117,21 +117,18 @@ impl Deferred {
 
     /// Whether no call waits to be written.
     pub fn is_empty(&self) -> bool {
-        lock_mutex(&self.0).by_id.is_empty()
+        lock(&self.0).by_id.is_empty()
     }
 
     /// The owner of call `id` while it waits to be written.
     pub fn owner(&self, id: &CallId) -> Option<String> {
-        lock_mutex(&self.0)
-            .by_id
-            .get(id)
-            .map(|entry| entry.call.call.owner.clone())
+        lock(&self.0).by_id.get(id).map(|entry| entry.call.call.owner.clone())
     }
 
     /// What tells when call `id` is kept, and whether a change must be made to write it (no change is writing
     /// it); `None` when it does not wait to be written.
     pub fn wait(&self, id: &CallId) -> Option<(oneshot::Receiver<Result<(), StoreError>>, bool)> {
-        let mut calls = lock_mutex(&self.0);
+        let mut calls = lock(&self.0);
         let entry = calls.by_id.get_mut(id)?;
         let (sender, receiver) = oneshot::channel();
         entry.waiters.push(sender);
@@ -141,7 +138,7 @@ impl Deferred {
     /// Records what the transaction that wrote `ids` came to: kept, they are forgotten here (the caller has
     /// counted them in `live` already); otherwise they wait to be written again.
     pub fn settle(&self, ids: &[CallId], outcome: &Result<(), StoreError>) {
-        let mut calls = lock_mutex(&self.0);
+        let mut calls = lock(&self.0);
         for id in ids {
             let Some(entry) = calls.by_id.get_mut(id) else {
                 continue;

@@ -254,7 +254,7 @@ impl Sqlite {
     }
 
     pub async fn request_status(&self, id: &RequestId) -> Result<Option<(Status, Option<String>)>, StoreError> {
-        if let Some(pending) = super::lock_mutex(&self.shared.live).request(id) {
+        if let Some(pending) = crate::lock(&self.shared.live).request(id) {
             return Ok(Some(pending));
         }
         self.read(|conn| {

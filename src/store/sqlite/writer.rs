@@ -70,8 +70,7 @@ impl Tx<'_> {
     /// What pending Requests hold, counting those this transaction raised.
     pub fn shares(&mut self) -> &mut Shares {
         let live = self.live;
-        self.shares
-            .get_or_insert_with(|| super::lock_mutex(live).shares().clone())
+        self.shares.get_or_insert_with(|| crate::lock(live).shares().clone())
     }
 
     /// Call `id`, for this change to write, if it waits to be written and no other change is writing it.
@@ -203,7 +202,7 @@ fn commit(
     let mut applied = Vec::with_capacity(batch.len());
     let mut events = Vec::new();
     let mut notes = Vec::new();
-    let mut now_pending = super::lock_mutex(live).pending();
+    let mut now_pending = crate::lock(live).pending();
     let mut shares = None;
     let mut written = Vec::new();
     let mut failed = false;
@@ -245,7 +244,7 @@ fn commit(
     match committed {
         Ok(()) => {
             // Counted in `live` before they leave `deferred`, so that the cap on running calls always sees them.
-            super::lock_mutex(live).apply(notes);
+            crate::lock(live).apply(notes);
             deferred.settle(&written, &Ok(()));
             if !events.is_empty() {
                 feed.publish(events);
