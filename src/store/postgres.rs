@@ -34,6 +34,9 @@ use writer::{Applied, Change, Failed, Fate, Job, Tx};
 const WRITE_LOCK: i64 = 0x746e_6777_7269_7465;
 /// The class of the principals' advisory locks (two-key locks, which never meet the one-key ones above).
 const PRINCIPAL_LOCKS: i32 = 0x746e_7072;
+/// How many events one transaction may record: 2^20, the ids a transaction's id leaves room for. (JavaScript
+/// reads event ids exactly while transaction ids stay below 2^33.)
+const EVENTS_PER_TRANSACTION: i64 = 1 << 20;
 /// The advisory lock held while the schema is brought up to date.
 const MIGRATION_LOCK: i64 = 0x746e_6777_6d69_6772;
 /// How many connections serve reads; each carries many reads at once.

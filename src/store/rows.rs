@@ -227,3 +227,21 @@ pub fn to_json(value: &impl serde::Serialize) -> String {
 pub fn to_json_opt<T: serde::Serialize>(value: Option<&T>) -> Option<String> {
     value.map(to_json)
 }
+
+/// The `inputResponses` of a round, from each of its Requests' `input_key`, status and stored `result`: what
+/// a Request that ended without one gets is `cancel`. `None` while one of them is pending.
+pub fn input_responses(
+    requests: impl IntoIterator<Item = (String, String, Option<String>)>,
+) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let mut responses = serde_json::Map::new();
+    for (key, status, result) in requests {
+        if status == Status::Pending.as_str() {
+            return None;
+        }
+        let result = result
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_else(|| serde_json::json!({"action": "cancel"}));
+        responses.insert(key, result);
+    }
+    Some(responses)
+}

@@ -7,6 +7,7 @@ mod files;
 mod live;
 mod maintenance;
 mod requests;
+mod rounds;
 mod rows;
 mod schema;
 mod writer;

@@ -1,14 +1,12 @@
 //! The rounds of 2026-07-28 calls: what retrying a call whose latest round is answered takes.
 
-use serde_json::Map;
 use tokio_postgres::Row;
 
 use super::Reader;
 use super::writer::Tx;
 use crate::ids::CallId;
-use crate::records::Status;
 use crate::store::Retry;
-use crate::store::rows::{Columns, JsonText};
+use crate::store::rows::{self, Columns, JsonText};
 
 /// What retrying a call takes, if its latest round is answered and it has not ended.
 pub(super) async fn retry(conn: &impl Reader, id: &CallId) -> Result<Option<Retry>, tokio_postgres::Error> {
@@ -52,16 +50,11 @@ fn retry_from(id: &CallId, found: &Row) -> Result<Option<Retry>, tokio_postgres:
     let keys: Vec<String> = found.try_get(8)?;
     let statuses: Vec<String> = found.try_get(9)?;
     let results: Vec<Option<String>> = found.try_get(10)?;
-    let mut input_responses = Map::new();
-    for ((key, status), result) in keys.into_iter().zip(statuses).zip(results) {
-        if status == Status::Pending.as_str() {
-            return Ok(None);
-        }
-        let result = result
-            .and_then(|text| serde_json::from_str(&text).ok())
-            .unwrap_or_else(|| serde_json::json!({"action": "cancel"}));
-        input_responses.insert(key, result);
-    }
+    let answers = keys.into_iter().zip(statuses).zip(results);
+    let Some(input_responses) = rows::input_responses(answers.map(|((key, status), result)| (key, status, result)))
+    else {
+        return Ok(None);
+    };
     Ok(Some(Retry {
         call: id.to_owned(),
         owner: found.try_get(7)?,

@@ -195,7 +195,7 @@ mod tests {
 
     use tokio_postgres::{Client, NoTls};
 
-    use super::super::writer::EVENTS_PER_TRANSACTION;
+    use super::super::EVENTS_PER_TRANSACTION;
     use super::CHANNEL;
     use crate::feed::Feed;
     use crate::store::{Location, Store};

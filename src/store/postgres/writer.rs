@@ -26,15 +26,12 @@ use tokio_postgres::{Client, Row, SimpleQueryMessage};
 
 use super::super::StoreError;
 use super::tail::{self, Publisher};
-use super::{Connector, PRINCIPAL_LOCKS, Statements, WRITE_LOCK, unavailable};
+use super::{Connector, EVENTS_PER_TRANSACTION, PRINCIPAL_LOCKS, Statements, WRITE_LOCK, unavailable};
 use crate::records::Event;
 use crate::time::{Clock, Timestamp};
 
 /// The most changes one transaction takes.
 const MAX_BATCH: usize = 512;
-/// How many events one transaction may record: 2^20, the ids a transaction's id leaves room for. (JavaScript
-/// reads event ids exactly while transaction ids stay below 2^33.)
-pub const EVENTS_PER_TRANSACTION: i64 = 1 << 20;
 
 /// What a change's statements come to; the transaction is rolled back with one that failed.
 pub type Outcome<'t> = Pin<Box<dyn Future<Output = Result<Applied, Failed>> + Send + 't>>;
@@ -446,7 +443,8 @@ pub type Work<'t, T> = Pin<Box<dyn Future<Output = Result<T, tokio_postgres::Err
 
 #[cfg(test)]
 mod tests {
-    use super::{EVENTS_PER_TRANSACTION, escaped_literal};
+    use super::super::EVENTS_PER_TRANSACTION;
+    use super::escaped_literal;
 
     #[test]
     fn the_tail_reads_event_ids_as_the_writer_gives_them() {

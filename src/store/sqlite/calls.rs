@@ -1,20 +1,17 @@
 //! Calls, their rounds, and Sessions in SQLite.
 
 use rmcp::model::Implementation;
-use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::Map;
+use rusqlite::{OptionalExtension, params};
 
-use super::deferred::ToWrite;
 use super::requests::{resolve_ids, select_ids};
 use super::writer::{Message, Tx};
-use super::{Sqlite, rows};
+use super::{Sqlite, rounds, rows};
 use crate::ids::{CallId, SessionId};
 use crate::records::{
-    CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView, Status,
+    CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView,
 };
 use crate::store::listing::{Conditions, Param, Placeholders};
 use crate::store::live::Note;
-use crate::store::rows::{Columns, JsonText};
 use crate::store::{
     Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
 };
@@ -64,7 +61,7 @@ impl Sqlite {
                 return Ok(());
             };
             if write {
-                this.write_behind(move |tx| write_deferred(tx, &id));
+                this.write_behind(move |tx| tx.write_deferred(&id));
             }
             kept.await
                 .unwrap_or_else(|_| Err(StoreError::Unavailable("the call was not recorded".to_owned())))
@@ -77,21 +74,21 @@ impl Sqlite {
             return Ok(());
         }
         let ids = self.shared.deferred.all();
-        self.write(move |tx| ids.iter().try_for_each(|id| write_deferred(tx, id)))
+        self.write(move |tx| ids.iter().try_for_each(|id| tx.write_deferred(id)))
             .await
     }
 
     pub async fn finish_call(&self, id: &CallId, finish: Finish) -> Result<Option<Finished>, StoreError> {
         let id = id.to_owned();
         self.write(move |tx| {
-            write_deferred(tx, &id)?;
+            tx.write_deferred(&id)?;
             finish_in(tx, &id, finish)
         })
         .await
     }
 
     pub async fn retry(&self, call: &CallId) -> Result<Option<Retry>, StoreError> {
-        self.read(|conn| retry(conn, call))
+        self.read(|conn| rounds::retry(conn, call))
     }
 
     pub async fn insert_session(
@@ -120,7 +117,7 @@ impl Sqlite {
                     tx.now().millis(),
                     session.replica
                 ])?;
-            let view = self::session(tx.conn, &session.id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+            let view = rows::one_session(tx.conn, &session.id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
             tx.record(Event::session(&view))?;
             Ok(Ok(view))
         })
@@ -145,7 +142,7 @@ impl Sqlite {
             if changed == 0 {
                 return Ok(None);
             }
-            let view = self::session(tx.conn, &id)?;
+            let view = rows::one_session(tx.conn, &id)?;
             if let Some(view) = &view {
                 tx.record(Event::session(view))?;
             }
@@ -172,7 +169,7 @@ impl Sqlite {
             if changed == 0 {
                 return Ok(None);
             }
-            let view = self::session(tx.conn, &id)?;
+            let view = rows::one_session(tx.conn, &id)?;
             if let Some(view) = &view {
                 tx.record(Event::session(view))?;
             }
@@ -183,13 +180,13 @@ impl Sqlite {
 
     pub async fn call(&self, id: &CallId) -> Result<Option<CallView>, StoreError> {
         self.keep(id.clone()).await?;
-        self.read(|conn| call(conn, id))
+        self.read(|conn| rows::one_call(conn, id))
     }
 
     pub async fn forwarding(&self, id: &CallId) -> Result<bool, StoreError> {
         let id = id.to_owned();
         self.write(move |tx| {
-            write_deferred(tx, &id)?;
+            tx.write_deferred(&id)?;
             tx.conn
                 .prepare_cached(
                     "UPDATE calls SET forwarded_at = ?2 WHERE id = ?1 AND forwarded_at IS NULL AND status = 'running'",
@@ -265,7 +262,7 @@ impl Sqlite {
     }
 
     pub async fn session(&self, id: &SessionId) -> Result<Option<SessionView>, StoreError> {
-        self.read(|conn| session(conn, id))
+        self.read(|conn| rows::one_session(conn, id))
     }
 
     pub async fn sessions(&self, filter: SessionFilter) -> Result<Vec<SessionView>, StoreError> {
@@ -280,58 +277,6 @@ impl Sqlite {
             sessions.collect()
         })
     }
-}
-
-/// One call.
-pub(super) fn call(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<CallView>> {
-    let sql = format!("SELECT {} FROM calls AS c WHERE c.id = ?1", rows::CALL);
-    conn.prepare_cached(&sql)?.query_row([id], rows::call).optional()
-}
-
-/// One session.
-pub(super) fn session(conn: &Connection, id: &SessionId) -> rusqlite::Result<Option<SessionView>> {
-    let sql = format!("SELECT {} FROM sessions WHERE id = ?1", rows::SESSION);
-    conn.prepare_cached(&sql)?.query_row([id], rows::session).optional()
-}
-
-/// Writes deferred call `id`, unless it is written or another change is writing it.
-pub(super) fn write_deferred(tx: &mut Tx<'_>, id: &CallId) -> rusqlite::Result<()> {
-    match tx.take_deferred(id) {
-        Some(call) => write_call(tx, &call),
-        None => Ok(()),
-    }
-}
-
-/// Writes a running call as it was recorded.
-pub(super) fn write_call(tx: &mut Tx<'_>, call: &ToWrite) -> rusqlite::Result<()> {
-    let ToWrite { call, view } = call;
-    let created = view.created_at.millis();
-    tx.conn
-        .prepare_cached(
-            "INSERT INTO calls (id, server, session, shared, tool, arguments, owner, protocol_version, \
-             capabilities, status, created_at, updated_at, via) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'running', ?10, ?10, ?11)",
-        )?
-        .execute(params![
-            view.id,
-            call.server,
-            call.session,
-            call.shared,
-            call.tool,
-            rows::to_json(&call.arguments),
-            call.owner,
-            call.protocol_version,
-            rows::to_json(&call.capabilities),
-            created,
-            call.via.as_str(),
-        ])?;
-    tx.note(Note::Call {
-        call: view.id.clone(),
-        status: CallStatus::Running,
-        owner: view.owner.clone(),
-    });
-    tx.record(Event::call(view))?;
-    Ok(())
 }
 
 /// Ends a call that has not ended, cancelling its pending Requests.
@@ -370,78 +315,8 @@ pub(super) fn finish_in(tx: &mut Tx<'_>, id: &CallId, finish: Finish) -> rusqlit
         told_cancel: true,
     };
     let cancelled = resolve_ids(tx, &pending, &resolution)?.views;
-    let view = call(tx.conn, id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+    let view = rows::one_call(tx.conn, id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
     tx.note(Note::Ended(id.clone()));
     tx.record(Event::call(&view))?;
     Ok(Some(Finished { view, cancelled }))
-}
-
-/// What retrying a call takes, if its latest round is answered and it has not ended.
-pub(super) fn retry(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<Retry>> {
-    let found = conn
-        .prepare_cached(
-            "SELECT server, session, shared, tool, arguments, owner FROM calls \
-             WHERE id = ?1 AND status IN ('running', 'input_required')",
-        )?
-        .query_row([id], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, SessionId>(1)?,
-                row.get::<_, bool>(2)?,
-                row.get::<_, String>(3)?,
-                row.parsed::<JsonText<_>>(4)?,
-                row.get::<_, String>(5)?,
-            ))
-        })
-        .optional()?;
-    let Some((server, session, shared, tool, arguments, owner)) = found else {
-        return Ok(None);
-    };
-    // The latest round, taken here: `ORDER BY round DESC LIMIT 1` (or `max`) would have SQLite compile the
-    // statement again for every call id it is given.
-    let mut latest: Option<(u32, Option<String>)> = None;
-    let mut rounds = conn.prepare_cached("SELECT round, request_state FROM rounds WHERE call_id = ?1")?;
-    for found in rounds.query_map([id], |row| {
-        Ok((row.get::<_, u32>(0)?, row.get::<_, Option<String>>(1)?))
-    })? {
-        let found = found?;
-        if latest.as_ref().is_none_or(|(round, _)| found.0 > *round) {
-            latest = Some(found);
-        }
-    }
-    let Some((round, request_state)) = latest else {
-        return Ok(None);
-    };
-    let mut statement =
-        conn.prepare_cached("SELECT input_key, status, result FROM requests WHERE call_id = ?1 AND round = ?2")?;
-    let answers = statement.query_map(params![id, round], |row| {
-        Ok((
-            row.get::<_, String>(0)?,
-            row.get::<_, String>(1)?,
-            row.get::<_, Option<String>>(2)?,
-        ))
-    })?;
-    let mut input_responses = Map::new();
-    for answer in answers {
-        let (key, status, result) = answer?;
-        if status == Status::Pending.as_str() {
-            return Ok(None);
-        }
-        let result = result
-            .and_then(|text| serde_json::from_str(&text).ok())
-            .unwrap_or_else(|| serde_json::json!({"action": "cancel"}));
-        input_responses.insert(key, result);
-    }
-    Ok(Some(Retry {
-        call: id.clone(),
-        owner,
-        server,
-        session,
-        shared,
-        tool,
-        arguments,
-        round,
-        request_state,
-        input_responses,
-    }))
 }

@@ -114,7 +114,7 @@ impl Sqlite {
                 tx.conn
                     .prepare_cached("UPDATE sessions SET status = ?2, closed_at = ?3, detail = ?4 WHERE id = ?1")?
                     .execute(params![id, SessionStatus::Closed.as_str(), now, restarted])?;
-                if let Some(view) = super::calls::session(tx.conn, &id)? {
+                if let Some(view) = rows::one_session(tx.conn, &id)? {
                     tx.record(Event::session(&view))?;
                 }
             }
@@ -158,7 +158,7 @@ impl Sqlite {
                 }
                 let keeps_rounds = protocol.as_deref().is_some_and(|version| version >= ROUNDS_PROTOCOL);
                 if keeps_rounds && resumable {
-                    if super::calls::retry(tx.conn, &call)?.is_some() {
+                    if super::rounds::retry(tx.conn, &call)?.is_some() {
                         recovered.resumes.push(call);
                     }
                     continue;

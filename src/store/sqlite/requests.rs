@@ -30,7 +30,7 @@ impl Sqlite {
             }
             let calls: BTreeSet<&CallId> = requests.iter().filter_map(|new| new.call.as_ref()).collect();
             for call in calls {
-                super::calls::write_deferred(tx, call)?;
+                tx.write_deferred(call)?;
                 let live: bool = tx
                     .conn
                     .prepare_cached(
@@ -418,7 +418,7 @@ fn after_resolution(
     if round.is_none() || status != Some(CallStatus::Running) {
         return Ok(None);
     }
-    super::calls::retry(tx.conn, &call)
+    super::rounds::retry(tx.conn, &call)
 }
 
 /// Sets a call that has not ended to `input_required` or `running` as its pending Requests say, recording
@@ -440,7 +440,7 @@ pub(super) fn call_changed(tx: &mut Tx<'_>, call: &CallId, now: Timestamp) -> ru
         tx.conn
             .prepare_cached("UPDATE calls SET status = ?2, updated_at = ?3 WHERE id = ?1")?
             .execute(params![call, status.as_str(), now.millis()])?;
-        if let Some(view) = super::calls::call(tx.conn, call)? {
+        if let Some(view) = rows::one_call(tx.conn, call)? {
             tx.note(Note::Call {
                 call: call.clone(),
                 status,

@@ -1,9 +1,9 @@
 //! Records as SQLite rows: a row's columns as `store::rows` reads them, the columns of a call's read, and the
 //! `WHERE` clause of a listing.
 
-use rusqlite::Row;
 use rusqlite::ToSql;
 use rusqlite::types::{FromSql, FromSqlResult, ToSqlOutput, Type, ValueRef};
+use rusqlite::{Connection, OptionalExtension, Row};
 
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallView, Event, RequestView, SessionView};
@@ -15,6 +15,18 @@ pub use crate::store::rows::{EVENT, REQUEST, SESSION, to_json, to_json_opt};
 pub const CALL: &str = "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, \
      c.error_message, c.error_reason, c.created_at, c.updated_at, \
      (SELECT json_group_array(id) FROM (SELECT r.id FROM requests AS r WHERE r.call_id = c.id ORDER BY r.seq)), c.via";
+
+/// Call `id`, read whole.
+pub fn one_call(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<CallView>> {
+    let sql = format!("SELECT {CALL} FROM calls AS c WHERE c.id = ?1");
+    conn.prepare_cached(&sql)?.query_row([id], call).optional()
+}
+
+/// Session `id`, read whole.
+pub fn one_session(conn: &Connection, id: &SessionId) -> rusqlite::Result<Option<SessionView>> {
+    let sql = format!("SELECT {SESSION} FROM sessions WHERE id = ?1");
+    conn.prepare_cached(&sql)?.query_row([id], session).optional()
+}
 
 // The readers rusqlite's `query_map` takes: a function of a row of any lifetime.
 

@@ -4,13 +4,14 @@
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Instant;
 
-use rusqlite::Connection;
+use rusqlite::{Connection, params};
 
 use super::super::StoreError;
 use super::deferred::{Deferred, ToWrite};
+use super::rows;
 use crate::feed::Feed;
 use crate::ids::CallId;
-use crate::records::Event;
+use crate::records::{CallStatus, Event};
 use crate::store::live::{self, Live, Note};
 use crate::store::shares::Shares;
 use crate::time::{Clock, Timestamp};
@@ -73,11 +74,39 @@ impl Tx<'_> {
         self.shares.get_or_insert_with(|| crate::lock(live).shares().clone())
     }
 
-    /// Call `id`, for this change to write, if it waits to be written and no other change is writing it.
-    pub fn take_deferred(&mut self, id: &CallId) -> Option<Arc<ToWrite>> {
-        let call = self.deferred.take(id)?;
+    /// Writes deferred call `id` as it was recorded, unless it is written or another change is writing it.
+    pub fn write_deferred(&mut self, id: &CallId) -> rusqlite::Result<()> {
+        let Some(deferred) = self.deferred.take(id) else {
+            return Ok(());
+        };
         self.written.push(id.clone());
-        Some(call)
+        let ToWrite { call, view } = &*deferred;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO calls (id, server, session, shared, tool, arguments, owner, protocol_version, \
+                 capabilities, status, created_at, updated_at, via) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'running', ?10, ?10, ?11)",
+            )?
+            .execute(params![
+                view.id,
+                call.server,
+                call.session,
+                call.shared,
+                call.tool,
+                rows::to_json(&call.arguments),
+                call.owner,
+                call.protocol_version,
+                rows::to_json(&call.capabilities),
+                view.created_at.millis(),
+                call.via.as_str(),
+            ])?;
+        self.note(Note::Call {
+            call: view.id.clone(),
+            status: CallStatus::Running,
+            owner: view.owner.clone(),
+        });
+        self.record(Event::call(view))?;
+        Ok(())
     }
 
     /// Records what the change does to the live records, applied once it is kept.
@@ -171,7 +200,7 @@ pub fn run(
 pub fn write_calls(ids: Vec<CallId>) -> Job {
     Box::new(move |tx| {
         for id in &ids {
-            if let Err(error) = super::calls::write_deferred(tx, id) {
+            if let Err(error) = tx.write_deferred(id) {
                 tracing::error!(%error, "the store could not write a call");
                 return Err(());
             }

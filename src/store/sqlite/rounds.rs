@@ -1,0 +1,65 @@
+//! The rounds of 2026-07-28 calls in SQLite: what retrying a call whose latest round is answered takes.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::ids::{CallId, SessionId};
+use crate::store::Retry;
+use crate::store::rows::{self, Columns, JsonText};
+
+/// What retrying a call takes, if its latest round is answered and it has not ended.
+pub(super) fn retry(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<Retry>> {
+    let found = conn
+        .prepare_cached(
+            "SELECT server, session, shared, tool, arguments, owner FROM calls \
+             WHERE id = ?1 AND status IN ('running', 'input_required')",
+        )?
+        .query_row([id], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, SessionId>(1)?,
+                row.get::<_, bool>(2)?,
+                row.get::<_, String>(3)?,
+                row.parsed::<JsonText<_>>(4)?,
+                row.get::<_, String>(5)?,
+            ))
+        })
+        .optional()?;
+    let Some((server, session, shared, tool, arguments, owner)) = found else {
+        return Ok(None);
+    };
+    // The latest round, taken here: `ORDER BY round DESC LIMIT 1` (or `max`) would have SQLite compile the
+    // statement again for every call id it is given.
+    let mut latest: Option<(u32, Option<String>)> = None;
+    let mut rounds = conn.prepare_cached("SELECT round, request_state FROM rounds WHERE call_id = ?1")?;
+    for found in rounds.query_map([id], |row| {
+        Ok((row.get::<_, u32>(0)?, row.get::<_, Option<String>>(1)?))
+    })? {
+        let found = found?;
+        if latest.as_ref().is_none_or(|(round, _)| found.0 > *round) {
+            latest = Some(found);
+        }
+    }
+    let Some((round, request_state)) = latest else {
+        return Ok(None);
+    };
+    let mut statement =
+        conn.prepare_cached("SELECT input_key, status, result FROM requests WHERE call_id = ?1 AND round = ?2")?;
+    let answers = statement
+        .query_map(params![id, round], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let Some(input_responses) = rows::input_responses(answers) else {
+        return Ok(None);
+    };
+    Ok(Some(Retry {
+        call: id.clone(),
+        owner,
+        server,
+        session,
+        shared,
+        tool,
+        arguments,
+        round,
+        request_state,
+        input_responses,
+    }))
+}
