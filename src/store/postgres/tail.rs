@@ -7,10 +7,11 @@
 //! its transaction's id (see [`super::writer`]), and a read publishes only the events below [`PUBLISHED`],
 //! the lowest transaction id still in flight in the read's own snapshot (`pg_snapshot_xmin`). Every
 //! transaction below it has ended, and the snapshot sees the commits of all of them, so the read sees every
-//! event that will ever have an id below it; a transaction that begins later takes a higher id. The horizon
-//! never moves back, so each read publishes the events after the last one published and below a horizon at
-//! least as high: the log's prefix, in order, grown. A transaction that commits out of order (a lower id
-//! after a higher) holds the horizon below its id until it ends, and with it every event after its own.
+//! event that will ever have an id below it; a transaction that takes its id later (at its first write) takes
+//! a higher one. The horizon never moves back, so each read publishes the events after the last one published
+//! and below a horizon at least as high: the log's prefix, in order, grown. A transaction that commits out of
+//! order (a lower id after a higher) holds the horizon below its id until it ends, and with it every event
+//! after its own.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -8,21 +8,22 @@
 //! every replica, and the locks of the principals whose caps they check; any other transaction holds the
 //! write lock alone, and what it reads stays exact until it commits.
 //!
-//! An event's id is its transaction's id (`pg_current_xact_id()`) times [`EVENTS_PER_TRANSACTION`] plus its
-//! place among that transaction's events, so ids follow the order in which transactions began, whatever the
-//! order they commit in; the tail publishes an event only once every transaction with a lower id has ended
-//! (see [`super::tail`]).
+//! An event's id is its transaction's id (`pg_current_xact_id()`, taken by the statement that inserts it)
+//! times [`EVENTS_PER_TRANSACTION`] plus its place among that transaction's events, so ids follow the order in
+//! which transactions took their ids, whatever the order they commit in; the tail publishes an event only once
+//! every transaction with a lower id has ended (see [`super::tail`]). As nothing waits for the transaction's
+//! id, its `BEGIN` and locks are sent with the first change's statements, in one exchange.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, LazyLock};
+use std::task::Poll;
 
 use tokio::sync::mpsc;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Row, SimpleQueryMessage};
+use tokio_postgres::{Client, Row};
 
 use super::super::StoreError;
 use super::tail::{self, Publisher};
@@ -91,10 +92,8 @@ pub struct Tx<'c> {
     pub replica: &'c str,
     /// The statements the writer's connection has prepared.
     statements: &'c Statements,
-    /// The id the next event of the transaction takes.
+    /// The place among the transaction's events that its next event takes.
     next_event: &'c AtomicI64,
-    /// The first id past the transaction's own.
-    events_end: i64,
     clock: &'c Clock,
 }
 
@@ -140,13 +139,16 @@ impl Tx<'_> {
         Ok(self.numbered(event, row.get(0)))
     }
 
-    /// `event`'s values as [`insert_event`] takes them: the transaction's next event id, recorded now.
+    /// `event`'s values as [`insert_event`] takes them: the transaction's next place, recorded now.
     pub fn event_values<'e>(&self, event: &'e Event) -> EventValues<'e> {
         // Past the transaction's ids, each event takes its last one: the second such insert fails on the
         // primary key, and the transaction with it.
-        let id = self.next_event.fetch_add(1, Ordering::Relaxed).min(self.events_end - 1);
+        let place = self
+            .next_event
+            .fetch_add(1, Ordering::Relaxed)
+            .min(EVENTS_PER_TRANSACTION - 1);
         EventValues {
-            id,
+            place,
             at: self.now().millis(),
             kind: event.kind.name(),
             event,
@@ -163,14 +165,18 @@ impl Tx<'_> {
 
 /// The statement inserting an event whose eight values are parameters `$first` on, in the order of
 /// [`EventValues::params`], placed in `source` at its `{}` (`VALUES ({})`, or `SELECT {} FROM rows` to record
-/// it if another part of the statement has a row: one at most, as the values hold one id); it returns the
-/// event's number.
+/// it if another part of the statement has a row: one at most, as the values hold one place); it returns the
+/// event's number, which it makes of the transaction's id and the event's place.
 pub fn insert_event(first: usize, source: &str) -> String {
-    let values: Vec<String> = ["BIGINT", "BIGINT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT"]
+    let mut values: Vec<String> = ["BIGINT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT"]
         .iter()
         .enumerate()
-        .map(|(at, kind)| format!("${}::{kind}", first + at))
+        .map(|(at, kind)| format!("${}::{kind}", first + 1 + at))
         .collect();
+    values.insert(
+        0,
+        format!("pg_current_xact_id()::TEXT::BIGINT * {EVENTS_PER_TRANSACTION} + ${first}::BIGINT"),
+    );
     format!(
         "INSERT INTO events (seq, at, kind, server, session, call_id, owner, data) {} RETURNING seq",
         source.replace("{}", &values.join(", "))
@@ -179,7 +185,7 @@ pub fn insert_event(first: usize, source: &str) -> String {
 
 /// An event's values as [`insert_event`] takes them, from [`Tx::event_values`].
 pub struct EventValues<'e> {
-    id: i64,
+    place: i64,
     at: i64,
     kind: &'static str,
     event: &'e Event,
@@ -188,7 +194,7 @@ pub struct EventValues<'e> {
 impl EventValues<'_> {
     pub fn params(&self) -> [&(dyn ToSql + Sync); 8] {
         [
-            &self.id,
+            &self.place,
             &self.at,
             &self.kind,
             &self.event.server,
@@ -256,7 +262,6 @@ async fn commit(
     replica: &str,
     clock: &Clock,
 ) -> bool {
-    // One exchange: the transaction begins holding its locks, with an id of its own.
     let alongside = batch.front().is_some_and(|job| job.alongside);
     let begin = if alongside {
         let principals = batch
@@ -265,25 +270,14 @@ async fn commit(
             .flat_map(|job| &job.principals);
         begin_alongside(principals)
     } else {
-        format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK}); SELECT pg_current_xact_id()")
+        format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})")
     };
-    let begun = client.simple_query(&begin).await;
-    let first_event = match begun.as_deref().map(transaction_events) {
-        Ok(Some(first)) => first,
-        Ok(None) => {
-            tracing::error!("the store's transaction did not say its id");
-            let usable = roll_back(client).await;
-            batch.clear();
-            return usable;
-        }
-        Err(error) => {
-            tracing::error!(%error, "the store cannot start a transaction holding its write lock");
-            let usable = roll_back(client).await;
-            batch.clear();
-            return usable;
-        }
-    };
-    let next_event = AtomicI64::new(first_event);
+    // Sent now, ahead of the first change's statements, which the server runs once the transaction holds its
+    // locks: one exchange for both. A failure here aborts the transaction, and every statement after it fails.
+    let begin = client.batch_execute(&begin);
+    let mut begin = std::pin::pin!(begin);
+    let sent = futures::poll!(&mut begin);
+    let next_event = AtomicI64::new(0);
     let mut applied = Vec::with_capacity(batch.len());
     let mut again = Vec::new();
     let mut failed = false;
@@ -304,7 +298,6 @@ async fn commit(
                 replica,
                 statements,
                 next_event: &next_event,
-                events_end: first_event + EVENTS_PER_TRANSACTION,
                 clock,
             })
             .collect();
@@ -324,6 +317,21 @@ async fn commit(
             break;
         }
     }
+    let begun = match sent {
+        Poll::Ready(begun) => begun,
+        Poll::Pending => begin.await,
+    };
+    if let Err(error) = begun {
+        tracing::error!(%error, "the store cannot start a transaction holding its write lock");
+        let usable = roll_back(client).await;
+        let fate = Fate::RolledBack(unavailable(&error));
+        // Dropped, each change not kept tells its caller that the store could not make it.
+        for done in applied {
+            drop((done.reply)(fate.clone()));
+        }
+        batch.clear();
+        return usable;
+    }
     // An aborted transaction is one a change failed in, whether or not it told its caller.
     let aborted = failed || !again.is_empty();
     if !failed {
@@ -331,7 +339,7 @@ async fn commit(
         // that it could not be made, rather than running it again for ever.
         again.clear();
     }
-    let recorded = next_event.load(Ordering::Relaxed) > first_event;
+    let recorded = next_event.load(Ordering::Relaxed) > 0;
     let mut usable = true;
     let committed = if aborted {
         usable = roll_back(client).await;
@@ -383,12 +391,15 @@ async fn commit(
 /// anything else the transaction waits for: two transactions never each hold one the other waits for.
 fn begin_alongside<'p>(principals: impl Iterator<Item = &'p String>) -> String {
     let keys: BTreeSet<i32> = principals.map(|principal| principal_key(principal)).collect();
-    let mut begin = format!("BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); ");
-    for key in keys {
-        let _ = write!(begin, "SELECT pg_advisory_xact_lock({PRINCIPAL_LOCKS}, {key}); ");
-    }
-    begin.push_str("SELECT pg_current_xact_id()");
-    begin
+    let mut begin = vec![
+        "BEGIN".to_owned(),
+        format!("SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})"),
+    ];
+    begin.extend(
+        keys.into_iter()
+            .map(|key| format!("SELECT pg_advisory_xact_lock({PRINCIPAL_LOCKS}, {key})")),
+    );
+    begin.join("; ")
 }
 
 /// The key of a principal's lock, among [`PRINCIPAL_LOCKS`]: the FNV-1a hash of its name, the same on every
@@ -408,15 +419,6 @@ async fn connect(connector: &Connector, replica: &str) -> Result<Client, tokio_p
         .batch_execute(&format!("SET toolnexus.replica = {}", escaped_literal(replica)))
         .await?;
     Ok(client)
-}
-
-/// The first event id of the transaction whose id the last row of `messages` holds.
-fn transaction_events(messages: &[SimpleQueryMessage]) -> Option<i64> {
-    let xid = messages.iter().rev().find_map(|message| match message {
-        SimpleQueryMessage::Row(row) => row.get(0)?.parse::<i64>().ok(),
-        _ => None,
-    })?;
-    xid.checked_mul(EVENTS_PER_TRANSACTION)
 }
 
 /// Ends a transaction that is not to be kept; a connection that failed ends it by closing. Whether the
@@ -463,12 +465,12 @@ mod tests {
         keys.sort_unstable();
         let locks: Vec<String> = keys
             .iter()
-            .map(|key| format!("SELECT pg_advisory_xact_lock({}, {key}); ", super::PRINCIPAL_LOCKS))
+            .map(|key| format!("; SELECT pg_advisory_xact_lock({}, {key})", super::PRINCIPAL_LOCKS))
             .collect();
         assert_eq!(
             begin,
             format!(
-                "BEGIN; SELECT pg_advisory_xact_lock_shared({}); {}SELECT pg_current_xact_id()",
+                "BEGIN; SELECT pg_advisory_xact_lock_shared({}){}",
                 super::WRITE_LOCK,
                 locks.concat()
             )
