@@ -27,11 +27,13 @@ use super::{OpenError, StoreError};
 use crate::feed::Feed;
 use crate::lock;
 use crate::time::Clock;
-use writer::{Applied, Change, Failed, Fate, Job, Tx};
+use writer::{Applied, Change, Failed, Fate, Job, Turn, Tx};
 
 /// The advisory lock a transaction that writes holds until it commits: shared by a transaction of changes that
 /// run alongside others, alone by any other.
 const WRITE_LOCK: i64 = 0x746e_6777_7269_7465;
+/// The advisory lock a transaction that raises Requests holds alone until it commits.
+const RAISE_LOCK: i64 = 0x746e_6777_7261_6973;
 /// The class of the principals' advisory locks (two-key locks, which never meet the one-key ones above).
 const PRINCIPAL_LOCKS: i32 = 0x746e_7072;
 /// How many events one transaction may record: 2^20, the ids a transaction's id leaves room for. (JavaScript
@@ -323,11 +325,21 @@ impl Postgres {
         self.applied(
             Job {
                 change,
-                alongside: false,
+                turn: Turn::Alone,
                 principals: Vec::new(),
             },
             kept,
         )
+    }
+
+    /// Applies a change that raises Requests in the writer, in its turn among every replica's raising (see
+    /// [`Turn::Raising`]); the future resolves once it is kept, with what `work` returned.
+    fn write_raising<T: Send + 'static>(
+        &self,
+        work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
+        let (sender, kept) = oneshot::channel();
+        self.applied(again_if_undone(work, sender, Turn::Raising, Vec::new()), kept)
     }
 
     /// Applies a change in the writer alongside the changes of its kind next to it (see [`Job::alongside`]);
@@ -347,7 +359,7 @@ impl Postgres {
         work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
         let (sender, kept) = oneshot::channel();
-        self.applied(alongside(work, sender, principals), kept)
+        self.applied(again_if_undone(work, sender, Turn::Alongside, principals), kept)
     }
 
     /// Submits `job`; the future resolves with what `kept` receives once the writer has kept it, or why not.
@@ -384,7 +396,7 @@ impl Postgres {
         });
         let _ = self.submit(Job {
             change,
-            alongside: false,
+            turn: Turn::Alone,
             principals: Vec::new(),
         });
     }
@@ -477,10 +489,15 @@ fn replying<T: Send + 'static>(
     (change, receiver)
 }
 
-/// The job running `work` alongside other changes, whose value goes to `sender` once the change is kept (or
-/// why it was not). When another change's failure aborted or rolled back the transaction, the job comes back
-/// to run again in the next one.
-fn alongside<T, W>(work: W, sender: oneshot::Sender<Result<T, StoreError>>, principals: Vec<String>) -> Job
+/// The job running `work` in `turn`, whose value goes to `sender` once the change is kept (or why it was not).
+/// When another change's failure aborted or rolled back the transaction, or it lost a deadlock, the job comes
+/// back to run again in the next one.
+fn again_if_undone<T, W>(
+    work: W,
+    sender: oneshot::Sender<Result<T, StoreError>>,
+    turn: Turn,
+    principals: Vec<String>,
+) -> Job
 where
     T: Send + 'static,
     W: for<'t, 'c> Fn(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
@@ -495,7 +512,7 @@ where
                         let kept = match fate {
                             Fate::Kept => Ok(value),
                             // Nothing of it was kept: it runs again.
-                            Fate::RolledBack(_) => return Some(alongside(work, sender, again)),
+                            Fate::RolledBack(_) => return Some(again_if_undone(work, sender, turn, again)),
                             Fate::Lost(error) => Err(error),
                         };
                         let _ = sender.send(kept);
@@ -503,11 +520,11 @@ where
                     }),
                 }),
                 Err(error) if error.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
-                    Err(Failed::Again(alongside(work, sender, again)))
+                    Err(Failed::Again(again_if_undone(work, sender, turn, again)))
                 }
                 Err(error) if error.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) => {
                     tracing::info!(%error, "a change lost a conflict with another transaction; it runs again");
-                    Err(Failed::Conflict(alongside(work, sender, again)))
+                    Err(Failed::Conflict(again_if_undone(work, sender, turn, again)))
                 }
                 Err(error) => Err(told(&error, sender)),
             }
@@ -515,7 +532,7 @@ where
     });
     Job {
         change,
-        alongside: true,
+        turn,
         principals,
     }
 }

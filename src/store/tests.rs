@@ -1157,6 +1157,53 @@ async fn a_replica_waiting_on_a_row_leaves_another_starting_and_ending_calls_and
     close(b).await;
 }
 
+/// A replica raising Requests on a call whose row another transaction holds waits for that row, and holds
+/// up no other replica's answers meanwhile; the holder ends the call, and the raise reads it ended.
+#[tokio::test]
+async fn a_raise_waits_for_its_calls_row_alone_and_reads_the_call_as_the_holder_left_it() {
+    let url = postgres::cluster::shared().database();
+    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let b = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let held = insert(&a, new_call("ada")).await;
+    let posted = b
+        .raise(vec![posted_request("bob")], None, PendingCaps::NONE)
+        .await
+        .unwrap();
+    let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
+    other
+        .batch_execute(&format!(
+            "BEGIN; UPDATE calls SET status = 'failed', ended_at = updated_at WHERE id = '{}'",
+            held.id
+        ))
+        .await
+        .unwrap();
+    let raising = tokio::spawn({
+        let (a, call) = (a.clone(), held.id.clone());
+        async move {
+            a.raise(vec![new_request(Some(&call), None)], None, PendingCaps::NONE)
+                .await
+        }
+    });
+    until_a_lock_is_awaited(&watcher, "the raise never waited for its call's row").await;
+
+    let answered = tokio::time::timeout(Duration::from_secs(30), b.answer(&posted[0].request.id, proposal(true)))
+        .await
+        .expect("the other replica's answer waited for the raise");
+    assert!(matches!(answered, Ok(Answered::Won { .. })), "{answered:?}");
+    assert!(!raising.is_finished(), "the raise did not wait for the call's row");
+
+    other.batch_execute("COMMIT").await.unwrap();
+    let raised = raising.await.unwrap();
+    assert!(
+        matches!(&raised, Err(RaiseError::CallEnded(call)) if *call == held.id),
+        "{raised:?}"
+    );
+    let call = a.call(&held.id).await.unwrap().unwrap();
+    assert_eq!((call.status, call.requests.len()), (CallStatus::Failed, 0));
+    close(a).await;
+    close(b).await;
+}
+
 /// Two replicas start many calls of one principal at once: the cap admits exactly as many as it allows, on
 /// both together, and the counts are the calls'.
 #[tokio::test]

@@ -19,13 +19,24 @@ use crate::store::{
 use crate::time::Timestamp;
 
 impl Postgres {
+    /// Raises Requests in the raising turn (see [`Turn::Raising`](super::writer::Turn::Raising)), which decides
+    /// exactly on what it reads while other changes commit alongside:
+    /// - the pending counts it checks against the caps: only raising adds to them, every other replica's
+    ///   raising has committed or waits, and a change alongside that lowers them and has not committed only
+    ///   makes them read higher than they are, never lower;
+    /// - that each call is running: its row is locked as it is read (`FOR UPDATE`), so a change ending it on
+    ///   another replica either commits first, and the call reads as ended, or waits until this commits and
+    ///   then cancels the Requests raised on it;
+    /// - that a posted Request's id is free: only raising inserts Requests.
     pub async fn raise(
         &self,
         requests: Vec<NewRequest>,
         round: Option<NewRound>,
         caps: PendingCaps,
     ) -> Result<Vec<RequestView>, RaiseError> {
-        self.write(move |tx| {
+        self.write_raising(move |tx| {
+            // Each run its own copy: a run that lost a deadlock runs again.
+            let (requests, round) = (requests.clone(), round.clone());
             Box::pin(async move {
                 if let Err(cap) = pending_shares(&*tx, &requests).await?.admit(&requests, &caps) {
                     return Ok(Err(RaiseError::Full(cap)));
@@ -34,7 +45,7 @@ impl Postgres {
                 for call in &calls {
                     let live = tx
                         .query_opt(
-                            "SELECT 1 FROM calls WHERE id = $1 AND status IN ('running', 'input_required')",
+                            "SELECT 1 FROM calls WHERE id = $1 AND status IN ('running', 'input_required') FOR UPDATE",
                             &[call],
                         )
                         .await?;

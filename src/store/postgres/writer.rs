@@ -4,9 +4,10 @@
 //! pipelined: the connection sends them without waiting for each reply, and the server runs them in the order
 //! they arrive.
 //!
-//! A transaction of such changes holds the store's write lock shared, so that they commit side by side on
-//! every replica, and the locks of the principals whose caps they check; any other transaction holds the
-//! write lock alone, and what it reads stays exact until it commits.
+//! A transaction takes the locks its changes' [`Turn`] needs: one of changes run alongside others holds the
+//! store's write lock shared, so that they commit side by side on every replica, and the locks of the
+//! principals whose caps they check; one that raises Requests holds the write lock shared and the raising lock
+//! alone; any other holds the write lock alone, and what it reads stays exact until it commits.
 //!
 //! An event's id is its transaction's id (`pg_current_xact_id()`, taken by the statement that inserts it)
 //! times [`EVENTS_PER_TRANSACTION`] plus its place among that transaction's events, so ids follow the order in
@@ -27,7 +28,7 @@ use tokio_postgres::{Client, Row};
 
 use super::super::StoreError;
 use super::tail::{self, Publisher};
-use super::{Connector, EVENTS_PER_TRANSACTION, PRINCIPAL_LOCKS, Statements, WRITE_LOCK, unavailable};
+use super::{Connector, EVENTS_PER_TRANSACTION, PRINCIPAL_LOCKS, RAISE_LOCK, Statements, WRITE_LOCK, unavailable};
 use crate::records::Event;
 use crate::time::{Clock, Timestamp};
 
@@ -55,16 +56,27 @@ pub type Change = Box<dyn for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> Outcome<'t> + Se
 /// One change.
 pub struct Job {
     pub change: Change,
-    /// Whether the change may run alongside the other such changes next to it in the queue, and alongside
-    /// other replicas' transactions of them: each decides everything it reads and writes in statements exact
-    /// at the moment the server runs them, whatever the other changes' statements sent before or between its
-    /// own, so that any order of them is one they could have run in one by one; and what it waits for, other
-    /// transactions' row locks, is only ever held by such transactions.
-    pub alongside: bool,
+    pub turn: Turn,
     /// The principals whose counts the change checks against a cap (a change run alongside others): its
     /// transaction holds each one's lock from its start until it ends, so that no other replica's change of
     /// them runs meanwhile, and what the change reads of them stays exact until it commits.
     pub principals: Vec<String>,
+}
+
+/// How a change shares the database with other transactions, and so which locks its transaction takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// The change runs alongside the other such changes next to it in the queue, and alongside other
+    /// replicas' transactions of them and of raising: each decides everything it reads and writes in
+    /// statements exact at the moment the server runs them, whatever the other changes' statements sent
+    /// before or between its own, so that any order of them is one they could have run in one by one.
+    Alongside,
+    /// The change raises Requests: it decides in turn, on counts that only raising adds to, so it holds the
+    /// raising lock alone (another replica's raising waits for it) and the write lock shared (the changes run
+    /// alongside, which only lower those counts, do not). One such change runs at a time.
+    Raising,
+    /// The change holds the write lock alone: nothing else writes until it commits.
+    Alone,
 }
 
 /// A change that was applied, waiting for its transaction to be kept.
@@ -262,15 +274,23 @@ async fn commit(
     replica: &str,
     clock: &Clock,
 ) -> bool {
-    let alongside = batch.front().is_some_and(|job| job.alongside);
-    let begin = if alongside {
-        let principals = batch
-            .iter()
-            .take_while(|job| job.alongside)
-            .flat_map(|job| &job.principals);
-        begin_alongside(principals)
-    } else {
-        format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})")
+    let Some(turn) = batch.front().map(|job| job.turn) else {
+        return true;
+    };
+    let begin = match turn {
+        Turn::Alongside => {
+            let principals = batch
+                .iter()
+                .take_while(|job| job.turn == turn)
+                .flat_map(|job| &job.principals);
+            begin_alongside(principals)
+        }
+        Turn::Raising => {
+            format!(
+                "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); SELECT pg_advisory_xact_lock({RAISE_LOCK})"
+            )
+        }
+        Turn::Alone => format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
     };
     // Sent now, ahead of the first change's statements, which the server runs once the transaction holds its
     // locks: one exchange for both. A failure here aborts the transaction, and every statement after it fails.
@@ -281,12 +301,12 @@ async fn commit(
     let mut applied = Vec::with_capacity(batch.len());
     let mut again = Vec::new();
     let mut failed = false;
-    while batch.front().is_some_and(|job| job.alongside == alongside)
+    while batch.front().is_some_and(|job| job.turn == turn)
         && let Some(first) = batch.pop_front()
     {
         let mut group = vec![first.change];
-        while first.alongside
-            && batch.front().is_some_and(|job| job.alongside)
+        while turn == Turn::Alongside
+            && batch.front().is_some_and(|job| job.turn == turn)
             && let Some(next) = batch.pop_front()
         {
             group.push(next.change);
