@@ -7,75 +7,38 @@
 
 mod listing;
 mod live;
+mod location;
 mod memory;
 mod migrations;
 pub mod postgres;
+mod recovery;
 mod rows;
 mod shares;
 pub mod sqlite;
+pub(crate) mod views;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use rmcp::model::{ElicitResult, Implementation};
+use rmcp::model::Implementation;
 use serde_json::{Map, Value};
 
-use crate::decision::{Decision, Proposal, Refusal, Undecided};
+use crate::decision::{Proposal, Refusal, Undecided};
 use crate::feed::Feed;
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{
-    Arguments, CallError, CallFailure, CallFilter, CallStatus, CallView, Event, Filter, Finish, RequestView,
-    SessionFilter, SessionStatus, SessionView, Status, Via,
+    Arguments, CallFilter, CallStatus, CallView, Event, Filter, Finish, RequestView, SessionFilter, SessionStatus,
+    SessionView, Status, Via,
 };
-use crate::suspension::{Answer, Request};
+use crate::suspension::Request;
 use crate::time::{Clock, Timestamp};
 use crate::validation::Violation;
 
+pub use location::Location;
 pub use memory::Memory;
 pub use postgres::Postgres;
+pub use recovery::{HeldCall, Recovered};
 pub use shares::{PendingCap, PendingCaps};
 pub use sqlite::Sqlite;
-
-/// Where the store keeps its state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Location {
-    /// In process memory: lost when the process ends.
-    Memory,
-    /// In a SQLite database file.
-    Sqlite(PathBuf),
-    /// In a PostgreSQL database, by its `postgres://` URL.
-    Postgres(String),
-}
-
-/// Why a store URL is refused. It does not quote the URL: a database URL holds a password, and in one that does
-/// not parse nothing shows where the password is, to mask it.
-const NOT_A_LOCATION: &str =
-    "expected \"memory\", \"sqlite:PATH\" (a database file) or \"postgres://…\" (a PostgreSQL database)";
-
-impl Location {
-    /// Parses `memory`, `sqlite:PATH`, or a `postgres://` (`postgresql://`) URL; the error does not quote `url`.
-    pub fn parse(url: &str) -> Result<Self, String> {
-        if url == "memory" {
-            return Ok(Location::Memory);
-        }
-        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            return Ok(Location::Postgres(url.to_owned()));
-        }
-        match url.strip_prefix("sqlite:") {
-            Some(path) if !path.is_empty() => Ok(Location::Sqlite(PathBuf::from(path))),
-            _ => Err(NOT_A_LOCATION.to_owned()),
-        }
-    }
-
-    /// The URL that parses back to this location.
-    pub fn url(&self) -> String {
-        match self {
-            Location::Memory => "memory".to_owned(),
-            Location::Sqlite(path) => format!("sqlite:{}", path.display()),
-            Location::Postgres(url) => url.clone(),
-        }
-    }
-}
 
 /// Why the store could not keep a change, or read what it holds.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -327,51 +290,6 @@ pub enum Lease {
     Mine(Option<u64>),
     /// Another holder's lease has not run out: it delivers the webhook.
     Elsewhere,
-}
-
-/// What a start found of the previous run, once it was put right.
-#[derive(Debug, Default)]
-pub struct Recovered {
-    /// 2026-07-28 calls whose latest round is answered, to be retried.
-    pub resumes: Vec<CallId>,
-    /// Calls their approval holds, to be sent upstream once (and if) it is given.
-    pub approvals: Vec<HeldCall>,
-    /// How many Requests and calls could not survive and were ended.
-    pub ended_requests: usize,
-    pub ended_calls: usize,
-    /// How many Requests are still pending.
-    pub pending: usize,
-}
-
-/// A call its approval holds, which the upstream has not heard of.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeldCall {
-    pub call: CallId,
-    /// The approval Request.
-    pub approval: RequestId,
-}
-
-/// The approval of a call `c` it holds that has not been sent upstream, in the SQL both engines share. A call
-/// on a private session is not among them: its session ended with the process that opened it.
-pub(crate) const HELD_BY_APPROVAL: &str = "(SELECT q.id FROM requests AS q \
-     WHERE q.call_id = c.id AND c.shared AND c.forwarded_at IS NULL AND q.kind = 'approval' LIMIT 1)";
-
-/// The approval of a call `c` that was claimed for sending (`forwarded_at`) when nothing from its upstream (an
-/// elicitation of its own, a round) shows that the upstream had it: it may not have been sent.
-pub(crate) const CLAIMED_UNHEARD: &str = "(SELECT q.id FROM requests AS q \
-     WHERE q.call_id = c.id AND c.forwarded_at IS NOT NULL AND q.kind = 'approval' \
-     AND NOT EXISTS (SELECT 1 FROM requests AS e WHERE e.call_id = c.id AND e.kind != 'approval') \
-     AND NOT EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id) LIMIT 1)";
-
-/// Why a call that was claimed for sending, but not known to have reached its upstream, is not sent again.
-pub(crate) fn maybe_not_sent(stopped: &str) -> CallError {
-    CallError {
-        message: format!(
-            "{stopped} after the approved call was handed to its session and before anything showed the upstream \
-             had it: it may not have been sent, and it is not sent twice"
-        ),
-        reason: Some(CallFailure::MaybeNotSent),
-    }
 }
 
 /// The store; cheap to clone.
@@ -657,64 +575,6 @@ impl Store {
     /// How large the store is, in bytes (`None` in memory).
     pub async fn size(&self) -> Option<u64> {
         dispatch!(self, store => store.size().await)
-    }
-}
-
-/// The view of a Request just raised.
-pub(crate) fn raised_view(new: &NewRequest) -> RequestView {
-    RequestView {
-        request: new.request.clone(),
-        status: Status::Pending,
-        server: new.server.clone(),
-        session: new.session.clone(),
-        call: new.call.clone(),
-        owner: new.owner.clone(),
-        created_at: new.created_at,
-        resolved_at: None,
-        answer: None,
-        answered_by: None,
-        result: None,
-        detail: None,
-        completed_at: None,
-    }
-}
-
-/// Applies a resolution to a pending Request's view.
-pub(crate) fn resolve_view(view: &mut RequestView, resolution: &Resolution, now: Timestamp) {
-    view.resolved_at = Some(now);
-    match resolution {
-        Resolution::Expired => {
-            view.status = Status::Expired;
-            view.answer = Some(Box::new(Answer::expired(view.request.id.as_str())));
-            if !view.is_posted() {
-                view.result = Some(Box::new(ElicitResult::new(rmcp::model::ElicitationAction::Cancel)));
-            }
-        }
-        Resolution::Cancelled { detail, told_cancel } => {
-            view.status = Status::Cancelled;
-            view.detail = Some(detail.clone());
-            if *told_cancel && !view.is_posted() {
-                view.result = Some(Box::new(ElicitResult::new(rmcp::model::ElicitationAction::Cancel)));
-            }
-        }
-    }
-}
-
-/// Applies a winning answer to a pending Request's view.
-pub(crate) fn answer_view(view: &mut RequestView, decision: Decision, now: Timestamp) {
-    view.status = Status::Answered;
-    view.resolved_at = Some(now);
-    view.answer = Some(Box::new(decision.answer));
-    view.answered_by = Some(decision.by);
-    view.result = decision.result.map(Box::new);
-}
-
-/// The detail of the Requests of a call that ended while they were pending.
-pub(crate) fn ended_call_detail(finish: &Finish) -> String {
-    match finish {
-        Finish::Completed(_) => "the call completed before the Request was answered".to_owned(),
-        Finish::Failed(error) => error.message.clone(),
-        Finish::Cancelled(message) => message.clone(),
     }
 }
 

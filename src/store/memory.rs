@@ -184,7 +184,7 @@ impl Memory {
         let mut views = Vec::with_capacity(requests.len());
         let mut calls = Vec::new();
         for new in requests {
-            let view = super::raised_view(&new);
+            let view = super::views::raised_view(&new);
             changes.events.push(Event::request(EventKind::RequestCreated, &view));
             if let Some(elicitation_id) = &new.elicitation_id {
                 let key = (new.session.clone(), elicitation_id.clone());
@@ -244,7 +244,7 @@ impl Memory {
             self.publish(&mut state, changes);
             return Ok(Answered::Withdrawn(view));
         }
-        super::answer_view(&mut entry.view, decision, now);
+        super::views::answer_view(&mut entry.view, decision, now);
         let view = entry.view.clone();
         let event = Arc::new(Event::request(EventKind::RequestResolved, &view));
         let resumes = state.retire_request(id, now, &mut changes);
@@ -403,7 +403,7 @@ impl Memory {
         let Some(entry) = state.calls.get_mut(id).filter(|entry| !entry.view.status.is_final()) else {
             return Ok(None);
         };
-        let detail = super::ended_call_detail(&finish);
+        let detail = super::views::ended_call_detail(&finish);
         entry.view.status = finish.status();
         entry.view.updated_at = now;
         match finish {
@@ -817,7 +817,7 @@ impl State {
         changes: &mut Changes,
     ) -> (RequestView, Option<Retry>) {
         let entry = self.requests.get_mut(id).expect("the caller found it pending");
-        super::resolve_view(&mut entry.view, resolution, now);
+        super::views::resolve_view(&mut entry.view, resolution, now);
         let view = entry.view.clone();
         changes.events.push(Event::request(EventKind::RequestResolved, &view));
         let resumes = self.retire_request(id, now, changes);

@@ -39,8 +39,6 @@ const PRINCIPAL_LOCKS: i32 = 0x746e_7072;
 /// How many events one transaction may record: 2^20, the ids a transaction's id leaves room for. (JavaScript
 /// reads event ids exactly while transaction ids stay below 2^33.)
 const EVENTS_PER_TRANSACTION: i64 = 1 << 20;
-/// The advisory lock held while the schema is brought up to date.
-const MIGRATION_LOCK: i64 = 0x746e_6777_6d69_6772;
 /// How many connections serve reads; each carries many reads at once.
 const READERS: usize = 4;
 /// How long connecting may take.
@@ -229,7 +227,7 @@ impl Postgres {
             .connect()
             .await
             .map_err(|error| failed(format!("cannot connect: {}", describe(&error))))?;
-        migrate(&admin).await.map_err(failed)?;
+        schema::migrate(&admin).await.map_err(failed)?;
         let started: Result<i64, tokio_postgres::Error> = async {
             admin.execute(&heartbeat_sql(), &[&replica]).await?;
             admin.query_one(maintenance::LAST_EVENT.as_str(), &[]).await?.try_get(0)
@@ -556,45 +554,6 @@ fn heartbeat_sql() -> String {
 #[cfg(test)]
 pub fn first_schema() -> &'static str {
     schema::MIGRATIONS[0]
-}
-
-/// Brings the schema up to date under the migration lock, so that gateways starting together migrate once;
-/// refuses a database written by a newer build.
-async fn migrate(client: &Client) -> Result<(), String> {
-    let failed = |error: tokio_postgres::Error| describe(&error);
-    client
-        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
-        .await
-        .map_err(failed)?;
-    let migrated = async {
-        client
-            .batch_execute("CREATE TABLE IF NOT EXISTS toolnexus_schema (version INTEGER NOT NULL)")
-            .await
-            .map_err(failed)?;
-        let version: i32 = client
-            .query_opt("SELECT version FROM toolnexus_schema", &[])
-            .await
-            .map_err(failed)?
-            .map_or(0, |row| row.get(0));
-        for (to, migration) in super::migrations::pending(schema::MIGRATIONS, version.into(), "database")? {
-            let record = if to == 1 {
-                format!("INSERT INTO toolnexus_schema (version) VALUES ({to})")
-            } else {
-                format!("UPDATE toolnexus_schema SET version = {to}")
-            };
-            client
-                .batch_execute(&format!("BEGIN; {migration}; {record}; COMMIT;"))
-                .await
-                .map_err(|error| format!("cannot bring its schema to version {to}: {}", describe(&error)))?;
-        }
-        Ok(())
-    }
-    .await;
-    let unlocked = client
-        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
-        .await
-        .map_err(failed);
-    migrated.and(unlocked.map(drop))
 }
 
 /// A PostgreSQL error in words a person can act on.

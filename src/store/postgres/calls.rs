@@ -391,7 +391,7 @@ pub(super) async fn finish_in(
     finish: Finish,
 ) -> Result<Option<Finished>, tokio_postgres::Error> {
     let now = tx.now().millis();
-    let detail = crate::store::ended_call_detail(&finish);
+    let detail = crate::store::views::ended_call_detail(&finish);
     let status = finish.status();
     let (result, error) = match finish {
         Finish::Completed(result) => (Some(result), None),

@@ -8,9 +8,8 @@ use super::tail::{HeldBack, PUBLISHED};
 use super::{Postgres, Reader, rows};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallError, CallFailure, Finish, SessionStatus};
-use crate::store::{
-    CLAIMED_UNHEARD, EventPage, HELD_BY_APPROVAL, HeldCall, Lease, Recovered, Resolution, StoreError, maybe_not_sent,
-};
+use crate::store::recovery::{CLAIMED_UNHEARD, HELD_BY_APPROVAL, maybe_not_sent};
+use crate::store::{EventPage, HeldCall, Lease, Recovered, Resolution, StoreError};
 use crate::time::Timestamp;
 
 /// How many rows one pruning statement deletes, so that the writer never stops for long.

@@ -7,10 +7,10 @@ use std::sync::LazyLock;
 use tokio_postgres::types::ToSql;
 
 use super::writer::{Tx, insert_event};
-use super::{Postgres, Reader, rows};
+use super::{Postgres, Reader, rounds, rows};
 use crate::decision::{self, Proposal, Upstream};
 use crate::ids::{CallId, RequestId, SessionId};
-use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
+use crate::records::{Event, EventKind, Filter, RequestView, Status};
 use crate::store::listing::{Conditions, Param, Placeholders};
 use crate::store::shares::{Held, Shares, server_key};
 use crate::store::{
@@ -101,7 +101,7 @@ impl Postgres {
                 }
                 let mut views = Vec::with_capacity(requests.len());
                 for new in &requests {
-                    let view = crate::store::raised_view(new);
+                    let view = crate::store::views::raised_view(new);
                     let event = Event::request(EventKind::RequestCreated, &view);
                     insert_request(tx, new, round.as_ref().map(|round| round.number), event).await?;
                     views.push(view);
@@ -115,7 +115,7 @@ impl Postgres {
                         &[call, &raised],
                     )
                     .await?;
-                    settle(tx, call, now).await?;
+                    rounds::settle(tx, call, now).await?;
                 }
                 Ok(Ok(views))
             })
@@ -138,7 +138,7 @@ impl Postgres {
         let id = pending.request.id.clone();
         let now = self.shared.clock.now();
         let mut view = pending;
-        crate::store::answer_view(&mut view, decision, now);
+        crate::store::views::answer_view(&mut view, decision, now);
         let answer = rows::to_json_opt(view.answer.as_ref());
         let result = rows::to_json_opt(view.result.as_ref());
         let event = Event::request(EventKind::RequestResolved, &view);
@@ -197,13 +197,7 @@ impl Postgres {
                         .await?;
                 }
                 let event = tx.numbered(event, seq);
-                let resumes = match call {
-                    Some(call) => {
-                        let status = settle(tx, &call, now).await?;
-                        resume_round(tx, &call, round, status).await?
-                    }
-                    None => None,
-                };
+                let resumes = rounds::after_resolution(tx, call, round, now).await?;
                 Ok(Answered::Won {
                     view,
                     event,
@@ -394,10 +388,6 @@ impl Postgres {
     }
 }
 
-/// The status of a call that has not ended, by the count of its pending Requests (see
-/// [`CallStatus::unended`]).
-const UNENDED: &str = "(CASE WHEN c.pending > 0 THEN 'input_required' ELSE 'running' END)";
-
 /// How many of `views` are Requests of `call`.
 fn requests_of(views: &[RequestView], call: &CallId) -> i32 {
     let count = views.iter().filter(|view| view.call.as_ref() == Some(call)).count();
@@ -560,7 +550,7 @@ async fn resolve_one(
     resolution: &Resolution,
     now: Timestamp,
 ) -> Result<Option<(RequestView, Option<Retry>)>, tokio_postgres::Error> {
-    crate::store::resolve_view(&mut view, resolution, now);
+    crate::store::views::resolve_view(&mut view, resolution, now);
     let resolved = tx
         .query_opt(
             "UPDATE requests SET status = $2, resolved_at = $3, answer = $4, result = $5, detail = $6 \
@@ -580,63 +570,6 @@ async fn resolve_one(
     };
     let round: Option<i32> = resolved.try_get(0)?;
     tx.record(Event::request(EventKind::RequestResolved, &view)).await?;
-    let resumes = after_resolution(tx, view.call.clone(), round, now).await?;
+    let resumes = rounds::after_resolution(tx, view.call.clone(), round, now).await?;
     Ok(Some((view, resumes)))
-}
-
-/// Updates the call of a Request just resolved (from round `round` of it); returns what retrying the call
-/// takes if this completed that round.
-async fn after_resolution(
-    tx: &mut Tx<'_>,
-    call: Option<CallId>,
-    round: Option<i32>,
-    now: Timestamp,
-) -> Result<Option<Retry>, tokio_postgres::Error> {
-    let Some(call) = call else { return Ok(None) };
-    let status = settle(tx, &call, now).await?;
-    resume_round(tx, &call, round, status).await
-}
-
-/// What retrying `call` takes if a Request of its round `round` was resolved and that set the call `running`
-/// (none of its Requests pending).
-async fn resume_round(
-    tx: &mut Tx<'_>,
-    call: &CallId,
-    round: Option<i32>,
-    status: Option<CallStatus>,
-) -> Result<Option<Retry>, tokio_postgres::Error> {
-    if round.is_none() || status != Some(CallStatus::Running) {
-        return Ok(None);
-    }
-    super::rounds::claim_retry(tx, call).await
-}
-
-/// Sets a call that has not ended to `input_required` while Requests of it are pending and to `running`
-/// otherwise, recording `call.updated` when that changes it; returns the status it changed it to, `None` when
-/// it changed nothing (or the call has ended).
-///
-/// It reads the count of the call's pending Requests on the call's row, which a trigger keeps as Requests
-/// change, and the update decides on the row's own columns only, so it is exact whatever runs alongside: the
-/// change that resolved a Request holds its call's row from then until it commits, and the update of another
-/// that waited for it decides on the row as the first left it. Of two answers run side by side on different
-/// replicas to a call's last two Requests, the one that commits second sets `running`: one change, and one only.
-pub(super) async fn settle(
-    tx: &mut Tx<'_>,
-    call: &CallId,
-    now: Timestamp,
-) -> Result<Option<CallStatus>, tokio_postgres::Error> {
-    static SETTLE: LazyLock<String> = LazyLock::new(|| {
-        format!(
-            "UPDATE calls AS c SET status = {UNENDED}, updated_at = $2 \
-             WHERE c.id = $1 AND c.status IN ('running', 'input_required') AND c.status <> {UNENDED} RETURNING {}",
-            rows::CALL
-        )
-    });
-    let Some(row) = tx.query_opt(&SETTLE, &[&call, &now.millis()]).await? else {
-        return Ok(None);
-    };
-    let call = rows::call(&row)?;
-    let status = call.status;
-    tx.record(Event::call(&call)).await?;
-    Ok(Some(status))
 }

@@ -1,12 +1,17 @@
-//! The rounds of 2026-07-28 calls: what retrying a call whose latest round is answered takes.
+//! A call as its Requests resolve: its status while they are pending, and, for a 2026-07-28 call whose latest
+//! round is answered, what retrying it takes.
+
+use std::sync::LazyLock;
 
 use tokio_postgres::Row;
 
-use super::Reader;
 use super::writer::Tx;
+use super::{Reader, rows as call_rows};
 use crate::ids::CallId;
+use crate::records::{CallStatus, Event};
 use crate::store::Retry;
 use crate::store::rows::{self, Columns, JsonText};
+use crate::time::Timestamp;
 
 /// What retrying a call takes, if its latest round is answered and it has not ended.
 pub(super) async fn retry(conn: &impl Reader, id: &CallId) -> Result<Option<Retry>, tokio_postgres::Error> {
@@ -67,4 +72,65 @@ fn retry_from(id: &CallId, found: &Row) -> Result<Option<Retry>, tokio_postgres:
         request_state: found.try_get(6)?,
         input_responses,
     }))
+}
+
+/// The status of a call that has not ended, by the count of its pending Requests (see
+/// [`CallStatus::unended`]).
+const UNENDED: &str = "(CASE WHEN c.pending > 0 THEN 'input_required' ELSE 'running' END)";
+
+/// Updates the call of a Request just resolved (from round `round` of it); returns what retrying the call
+/// takes if this completed that round.
+pub(super) async fn after_resolution(
+    tx: &mut Tx<'_>,
+    call: Option<CallId>,
+    round: Option<i32>,
+    now: Timestamp,
+) -> Result<Option<Retry>, tokio_postgres::Error> {
+    let Some(call) = call else { return Ok(None) };
+    let status = settle(tx, &call, now).await?;
+    resume_round(tx, &call, round, status).await
+}
+
+/// What retrying `call` takes if a Request of its round `round` was resolved and that set the call `running`
+/// (none of its Requests pending).
+async fn resume_round(
+    tx: &mut Tx<'_>,
+    call: &CallId,
+    round: Option<i32>,
+    status: Option<CallStatus>,
+) -> Result<Option<Retry>, tokio_postgres::Error> {
+    if round.is_none() || status != Some(CallStatus::Running) {
+        return Ok(None);
+    }
+    claim_retry(tx, call).await
+}
+
+/// Sets a call that has not ended to `input_required` while Requests of it are pending and to `running`
+/// otherwise, recording `call.updated` when that changes it; returns the status it changed it to, `None` when
+/// it changed nothing (or the call has ended).
+///
+/// It reads the count of the call's pending Requests on the call's row, which a trigger keeps as Requests
+/// change, and the update decides on the row's own columns only, so it is exact whatever runs alongside: the
+/// change that resolved a Request holds its call's row from then until it commits, and the update of another
+/// that waited for it decides on the row as the first left it. Of two answers run side by side on different
+/// replicas to a call's last two Requests, the one that commits second sets `running`: one change, and one only.
+pub(super) async fn settle(
+    tx: &mut Tx<'_>,
+    call: &CallId,
+    now: Timestamp,
+) -> Result<Option<CallStatus>, tokio_postgres::Error> {
+    static SETTLE: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "UPDATE calls AS c SET status = {UNENDED}, updated_at = $2 \
+             WHERE c.id = $1 AND c.status IN ('running', 'input_required') AND c.status <> {UNENDED} RETURNING {}",
+            call_rows::CALL
+        )
+    });
+    let Some(row) = tx.query_opt(&SETTLE, &[&call, &now.millis()]).await? else {
+        return Ok(None);
+    };
+    let call = call_rows::call(&row)?;
+    let status = call.status;
+    tx.record(Event::call(&call)).await?;
+    Ok(Some(status))
 }

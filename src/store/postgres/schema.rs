@@ -1,6 +1,52 @@
-//! The database schema, as the migrations that build it: migration `n` takes a database from schema
-//! version `n` to `n + 1` (the `version` of the `toolnexus_schema` table). Columns mean what they mean in the
-//! SQLite store; times are milliseconds since the Unix epoch.
+//! The database schema, as the migrations that build it, and what applies them: migration `n` takes a
+//! database from schema version `n` to `n + 1` (the `version` of the `toolnexus_schema` table). Columns mean
+//! what they mean in the SQLite store; times are milliseconds since the Unix epoch.
+
+use tokio_postgres::Client;
+
+use super::describe;
+
+/// The advisory lock held while the schema is brought up to date.
+const MIGRATION_LOCK: i64 = 0x746e_6777_6d69_6772;
+
+/// Brings the schema up to date under the migration lock, so that gateways starting together migrate once;
+/// refuses a database written by a newer build.
+pub(super) async fn migrate(client: &Client) -> Result<(), String> {
+    let failed = |error: tokio_postgres::Error| describe(&error);
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(failed)?;
+    let migrated = async {
+        client
+            .batch_execute("CREATE TABLE IF NOT EXISTS toolnexus_schema (version INTEGER NOT NULL)")
+            .await
+            .map_err(failed)?;
+        let version: i32 = client
+            .query_opt("SELECT version FROM toolnexus_schema", &[])
+            .await
+            .map_err(failed)?
+            .map_or(0, |row| row.get(0));
+        for (to, migration) in crate::store::migrations::pending(MIGRATIONS, version.into(), "database")? {
+            let record = if to == 1 {
+                format!("INSERT INTO toolnexus_schema (version) VALUES ({to})")
+            } else {
+                format!("UPDATE toolnexus_schema SET version = {to}")
+            };
+            client
+                .batch_execute(&format!("BEGIN; {migration}; {record}; COMMIT;"))
+                .await
+                .map_err(|error| format!("cannot bring its schema to version {to}: {}", describe(&error)))?;
+        }
+        Ok(())
+    }
+    .await;
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(failed);
+    migrated.and(unlocked.map(drop))
+}
 
 /// The migrations, oldest first.
 pub const MIGRATIONS: &[&str] = &[

@@ -282,7 +282,7 @@ impl Sqlite {
 /// Ends a call that has not ended, cancelling its pending Requests.
 pub(super) fn finish_in(tx: &mut Tx<'_>, id: &CallId, finish: Finish) -> rusqlite::Result<Option<Finished>> {
     let now = tx.now().millis();
-    let detail = crate::store::ended_call_detail(&finish);
+    let detail = crate::store::views::ended_call_detail(&finish);
     let status = finish.status();
     let (result, error) = match finish {
         Finish::Completed(result) => (Some(result), None),

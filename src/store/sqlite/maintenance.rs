@@ -9,9 +9,8 @@ use super::requests::{resolve_ids, select_ids};
 use super::{Sqlite, rows};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallError, CallFailure, Event, Finish, SessionStatus};
-use crate::store::{
-    CLAIMED_UNHEARD, EventPage, HELD_BY_APPROVAL, HeldCall, Lease, Recovered, Resolution, StoreError, maybe_not_sent,
-};
+use crate::store::recovery::{CLAIMED_UNHEARD, HELD_BY_APPROVAL, maybe_not_sent};
+use crate::store::{EventPage, HeldCall, Lease, Recovered, Resolution, StoreError};
 use crate::time::Timestamp;
 
 /// How many rows one pruning statement deletes, so that the writer never stops for long.

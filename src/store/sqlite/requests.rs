@@ -77,7 +77,7 @@ impl Sqlite {
                         bytes: new.bytes,
                     },
                 });
-                let view = crate::store::raised_view(&new);
+                let view = crate::store::views::raised_view(&new);
                 tx.record(Event::request(EventKind::RequestCreated, &view))?;
                 if let Some(call) = &new.call {
                     calls.insert(call.clone());
@@ -114,7 +114,7 @@ impl Sqlite {
                 return Ok(Answered::Withdrawn(view));
             }
             let mut view = current;
-            crate::store::answer_view(&mut view, decision, now);
+            crate::store::views::answer_view(&mut view, decision, now);
             tx.conn
                 .prepare_cached(
                     "UPDATE requests SET status = 'answered', resolved_at = ?2, answer = ?3, answered_by = ?4, \
@@ -386,7 +386,7 @@ fn resolve_one(
     resolution: &Resolution,
     now: Timestamp,
 ) -> rusqlite::Result<(RequestView, Option<Retry>)> {
-    crate::store::resolve_view(&mut view, resolution, now);
+    crate::store::views::resolve_view(&mut view, resolution, now);
     tx.conn
         .prepare_cached(
             "UPDATE requests SET status = ?2, resolved_at = ?3, answer = ?4, result = ?5, detail = ?6 WHERE seq = ?1",
