@@ -1,0 +1,510 @@
+//! PostgreSQL replicas sharing one database: what they decide side by side, their counts and caps, and
+//! the locks they wait for.
+
+use super::*;
+
+#[tokio::test]
+async fn an_elicitation_withdrawn_after_its_answers_were_sent_takes_none() {
+    // PostgreSQL's writer is a task of this test's runtime, so the answers wait for it until this test
+    // yields; the other stores' writers do not wait.
+    let store = open(&Location::Postgres(postgres::cluster::shared().database())).await;
+    let raised = store
+        .raise(vec![new_request(None, None)], None, PendingCaps::NONE)
+        .await
+        .unwrap();
+    let view = &raised[0];
+    let upstream = Upstream::default();
+    let answer = |confirm| {
+        let proposal = Proposal {
+            upstream: Some(upstream.clone()),
+            ..proposal(confirm)
+        };
+        Box::pin(store.answer(&view.request.id, proposal))
+    };
+    let (mut first, mut second) = (answer(true), answer(false));
+    assert!(futures::poll!(&mut first).is_pending() && futures::poll!(&mut second).is_pending());
+    upstream.withdrawn.cancel();
+
+    let outcomes = [first.await.unwrap(), second.await.unwrap()];
+    let kept = store.request(&view.request.id).await.unwrap().unwrap();
+    assert_eq!(kept.status, Status::Cancelled, "{outcomes:?}");
+    assert_eq!(kept.answer, None);
+    assert!(
+        matches!(
+            outcomes,
+            [Answered::Withdrawn(_), Answered::Lost(_)] | [Answered::Lost(_), Answered::Withdrawn(_)]
+        ),
+        "{outcomes:?}"
+    );
+    close(store).await;
+}
+
+#[tokio::test]
+async fn changes_run_alongside_ones_that_fail_run_again_in_the_next_transaction() {
+    const DETAIL: [&str; 5] = ["kept", "refused", "kept", "refused", "kept"];
+    let url = postgres::cluster::shared().database();
+    let store = open(&Location::Postgres(url.clone())).await;
+    let mut raised = Vec::new();
+    for _ in DETAIL {
+        raised.extend(
+            store
+                .raise(vec![new_request(None, None)], None, PendingCaps::NONE)
+                .await
+                .unwrap(),
+        );
+    }
+    postgres::cluster::shared()
+        .query(
+            &url,
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$; \
+             CREATE TRIGGER refuse BEFORE UPDATE ON requests FOR EACH ROW WHEN (NEW.detail = 'refused') \
+             EXECUTE FUNCTION refuse()",
+        )
+        .unwrap();
+    // All sent before the writer (a task of this test's runtime) takes any: one transaction, until one fails.
+    let cancels = raised.iter().zip(DETAIL).map(|(view, detail)| {
+        let resolution = Resolution::Cancelled {
+            detail: detail.into(),
+            told_cancel: false,
+        };
+        store.resolve(Pending::Ids(vec![view.request.id.clone()]), resolution)
+    });
+    let outcomes = futures::future::join_all(cancels).await;
+
+    for (at, detail) in DETAIL.iter().enumerate() {
+        let kept = store.request(&raised[at].request.id).await.unwrap().unwrap();
+        if *detail == "refused" {
+            assert!(outcomes[at].is_err(), "{at}: {outcomes:?}");
+            assert_eq!(kept.status, Status::Pending);
+        } else {
+            assert!(
+                matches!(&outcomes[at], Ok(resolved) if resolved.views.len() == 1),
+                "{at}: {outcomes:?}"
+            );
+            assert_eq!(kept.status, Status::Cancelled);
+        }
+    }
+    close(store).await;
+}
+
+#[tokio::test]
+async fn a_postgres_database_of_the_first_schema_counts_its_pending_requests_and_running_calls() {
+    let url = postgres::cluster::shared().database();
+    {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+        let connection = tokio::spawn(connection);
+        client
+            .batch_execute(&format!(
+                "{}; CREATE TABLE toolnexus_schema (version INTEGER NOT NULL);
+                 INSERT INTO toolnexus_schema (version) VALUES (1);
+                 INSERT INTO requests (id, kind, prompt, expires_at, status, server, session, owner, created_at, bytes)
+                 VALUES ('elc-1', 'input', 'Go on?', 9999999999999, 'pending', 'demo', 'ses-1', 'ada', 0, 100),
+                        ('elc-2', 'input', 'Go on?', 9999999999999, 'answered', 'demo', 'ses-1', 'ada', 0, 100);
+                 INSERT INTO calls (id, server, session, shared, tool, arguments, owner, capabilities, status,
+                                    created_at, updated_at)
+                 VALUES ('call-1', 'demo', 'ses-1', TRUE, 'two_step', '{{}}', 'ada', '{{}}', 'running', 0, 0);",
+                postgres::first_schema()
+            ))
+            .await
+            .unwrap();
+        drop(client);
+        connection.await.unwrap().unwrap();
+    }
+    let store = open(&Location::Postgres(url)).await;
+    assert_eq!(store.pending_count().await.unwrap(), 1);
+    let caps = PendingCaps {
+        per_principal: 1,
+        ..PendingCaps::NONE
+    };
+    let ada = NewRequest {
+        owner: Some("ada".into()),
+        ..new_request(None, None)
+    };
+    assert!(matches!(
+        store.raise(vec![ada], None, caps).await,
+        Err(RaiseError::Full(PendingCap::Principal(1)))
+    ));
+    assert!(matches!(
+        store.insert_call(new_call("ada"), 1).await,
+        Err(InsertCallError::TooMany(1))
+    ));
+    close(store).await;
+}
+
+#[tokio::test]
+async fn two_postgres_stores_on_one_database_share_its_caps_and_counts() {
+    let url = postgres::cluster::shared().database();
+    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let b = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let caps = PendingCaps {
+        per_principal: 2,
+        bytes: 350,
+        ..PendingCaps::NONE
+    };
+    let from = |owner: &str| NewRequest {
+        owner: Some(owner.to_owned()),
+        ..new_request(None, None)
+    };
+
+    let first = a.raise(vec![from("ada")], None, caps).await.unwrap();
+    b.raise(vec![from("ada")], None, caps).await.unwrap();
+    for store in [&a, &b] {
+        assert!(matches!(
+            store.raise(vec![from("ada")], None, caps).await,
+            Err(RaiseError::Full(PendingCap::Principal(2)))
+        ));
+        assert_eq!(store.pending_count().await.unwrap(), 2);
+    }
+    // Raised at once on both: the write lock decides them one after the other.
+    let (left, right) = tokio::join!(
+        a.raise(vec![from("bob")], None, caps),
+        b.raise(vec![from("cy")], None, caps),
+    );
+    assert_eq!(
+        [&left, &right].into_iter().filter(|raised| raised.is_err()).count(),
+        1,
+        "{left:?} {right:?}"
+    );
+    assert!(matches!(
+        left.as_ref().err().or(right.as_ref().err()),
+        Some(RaiseError::Full(PendingCap::Bytes(350)))
+    ));
+
+    let id = first[0].request.id.clone();
+    b.resolve(Pending::Ids(vec![id.clone()]), Resolution::Expired)
+        .await
+        .unwrap();
+    assert_eq!(
+        a.request_status(&id).await.unwrap(),
+        Some((Status::Expired, Some("ada".to_owned())))
+    );
+    a.raise(vec![from("ada")], None, caps).await.unwrap();
+    assert_eq!(b.pending_count().await.unwrap(), 3);
+
+    let call = insert(&a, new_call("ada")).await;
+    assert!(matches!(
+        b.insert_call(new_call("ada"), 1).await,
+        Err(InsertCallError::TooMany(1))
+    ));
+    assert_eq!(
+        b.call_status(&call.id).await.unwrap(),
+        Some((CallStatus::Running, "ada".to_owned()))
+    );
+    b.finish_call(&call.id, Finish::failed("done")).await.unwrap().unwrap();
+    assert_eq!(
+        a.call_status(&call.id).await.unwrap(),
+        Some((CallStatus::Failed, "ada".to_owned()))
+    );
+    let last = insert(&a, new_call("ada")).await;
+    assert_eq!(counted(&url).await, recounted(&url).await);
+
+    b.resolve(Pending::All, Resolution::Expired).await.unwrap();
+    a.finish_call(&last.id, Finish::failed("done")).await.unwrap().unwrap();
+    assert_eq!(
+        counted(&url).await,
+        (vec![], vec![]),
+        "counts that reach zero are deleted"
+    );
+    close(a).await;
+    close(b).await;
+}
+
+/// Two replicas answer a call's last two Requests at once: the other replica's answer is in flight (its
+/// transaction open, its call settled as it saw it) when this one's runs, and commits first.
+#[tokio::test]
+async fn answers_to_a_calls_last_two_requests_committed_side_by_side_leave_it_running_and_hand_it_on_once() {
+    let url = postgres::cluster::shared().database();
+    let store = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let call = insert(&store, new_call("ada")).await;
+    let keys = ["a", "b"];
+    let round = NewRound {
+        call: call.id.clone(),
+        number: 1,
+        request_state: None,
+        input_requests: keys
+            .iter()
+            .map(|key| ((*key).to_owned(), json!({"method": "elicitation/create"})))
+            .collect(),
+    };
+    let requests = keys.iter().map(|key| new_request(Some(&call.id), Some(key))).collect();
+    let raised = store.raise(requests, Some(round), PendingCaps::NONE).await.unwrap();
+
+    let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
+    other
+        .batch_execute(&format!(
+            "BEGIN; UPDATE requests SET status = 'answered' WHERE id = '{}'; \
+             UPDATE calls AS c SET status = CASE WHEN c.pending > 0 THEN 'input_required' ELSE 'running' END \
+             WHERE c.id = '{}'",
+            raised[0].request.id, call.id
+        ))
+        .await
+        .unwrap();
+    let view = raised[1].clone();
+    let answering = tokio::spawn({
+        let store = store.clone();
+        async move { store.answer(&view.request.id, proposal(true)).await }
+    });
+    // This one's answer waits for the call's row, which the other holds.
+    until_a_lock_is_awaited(&watcher, "the answer never waited for the other").await;
+    other.batch_execute("COMMIT").await.unwrap();
+
+    let answered = answering.await.unwrap().unwrap();
+    assert!(
+        matches!(answered, Answered::Won { resumes: Some(_), .. }),
+        "{answered:?}"
+    );
+    assert_eq!(store.call(&call.id).await.unwrap().unwrap().status, CallStatus::Running);
+    store.close().await;
+}
+
+/// One replica's writer waits on a call's row, which another transaction holds: its transaction stays open, and
+/// the other replica starts and ends calls and sessions meanwhile, committing side by side with it.
+#[tokio::test]
+async fn a_replica_waiting_on_a_row_leaves_another_starting_and_ending_calls_and_sessions() {
+    let url = postgres::cluster::shared().database();
+    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let b = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let held = insert(&a, new_call("ada")).await;
+    let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
+    other
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM calls WHERE id = '{}' FOR UPDATE",
+            held.id
+        ))
+        .await
+        .unwrap();
+    let finishing = tokio::spawn({
+        let (a, id) = (a.clone(), held.id.clone());
+        async move { a.finish_call(&id, Finish::failed("done")).await }
+    });
+    until_a_lock_is_awaited(&watcher, "the finish never waited for the row").await;
+
+    // The same principal's call and others', a session, and the end of both, while `a` waits.
+    let started = tokio::time::timeout(Duration::from_secs(30), async {
+        let mine = insert(&b, new_call("ada")).await;
+        let theirs = insert(&b, new_call("bob")).await;
+        for call in [&mine, &theirs] {
+            b.finish_call(&call.id, Finish::failed("done")).await.unwrap().unwrap();
+        }
+        let session = b
+            .insert_session(
+                NewSession {
+                    id: SessionId::mint(),
+                    replica: "b".to_owned(),
+                    server: "demo".to_owned(),
+                    owner: Some("ada".to_owned()),
+                },
+                5,
+            )
+            .await
+            .unwrap();
+        b.session_ready(&session.id, None, None).await.unwrap().unwrap();
+        b.end_session(&session.id, SessionStatus::Closed, "done")
+            .await
+            .unwrap()
+            .unwrap()
+    })
+    .await
+    .expect("the other replica's changes waited for the first's transaction");
+    assert_eq!(started.status, SessionStatus::Closed);
+    assert!(
+        !finishing.is_finished(),
+        "the first replica's finish did not wait for the row"
+    );
+
+    other.batch_execute("COMMIT").await.unwrap();
+    let finished = finishing.await.unwrap().unwrap().unwrap();
+    assert_eq!(finished.view.status, CallStatus::Failed);
+    assert_eq!(counted(&url).await, recounted(&url).await);
+    close(a).await;
+    close(b).await;
+}
+
+/// A replica raising Requests on a call whose row another transaction holds waits for that row, and holds
+/// up no other replica's answers meanwhile; the holder ends the call, and the raise reads it ended.
+#[tokio::test]
+async fn a_raise_waits_for_its_calls_row_alone_and_reads_the_call_as_the_holder_left_it() {
+    let url = postgres::cluster::shared().database();
+    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let b = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let held = insert(&a, new_call("ada")).await;
+    let posted = b
+        .raise(vec![posted_request("bob")], None, PendingCaps::NONE)
+        .await
+        .unwrap();
+    let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
+    other
+        .batch_execute(&format!(
+            "BEGIN; UPDATE calls SET status = 'failed', ended_at = updated_at WHERE id = '{}'",
+            held.id
+        ))
+        .await
+        .unwrap();
+    let raising = tokio::spawn({
+        let (a, call) = (a.clone(), held.id.clone());
+        async move {
+            a.raise(vec![new_request(Some(&call), None)], None, PendingCaps::NONE)
+                .await
+        }
+    });
+    until_a_lock_is_awaited(&watcher, "the raise never waited for its call's row").await;
+
+    let answered = tokio::time::timeout(Duration::from_secs(30), b.answer(&posted[0].request.id, proposal(true)))
+        .await
+        .expect("the other replica's answer waited for the raise");
+    assert!(matches!(answered, Ok(Answered::Won { .. })), "{answered:?}");
+    assert!(!raising.is_finished(), "the raise did not wait for the call's row");
+
+    other.batch_execute("COMMIT").await.unwrap();
+    let raised = raising.await.unwrap();
+    assert!(
+        matches!(&raised, Err(RaiseError::CallEnded(call)) if *call == held.id),
+        "{raised:?}"
+    );
+    let call = a.call(&held.id).await.unwrap().unwrap();
+    assert_eq!((call.status, call.requests.len()), (CallStatus::Failed, 0));
+    close(a).await;
+    close(b).await;
+}
+
+/// Two replicas start many calls of one principal at once: the cap admits exactly as many as it allows, on
+/// both together, and the counts are the calls'.
+#[tokio::test]
+async fn a_principals_cap_holds_exactly_across_replicas_starting_calls_at_once() {
+    const CAP: usize = 3;
+    let url = postgres::cluster::shared().database();
+    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let b = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let mut starting = tokio::task::JoinSet::new();
+    for nth in 0..16 {
+        let store = if nth % 2 == 0 { a.clone() } else { b.clone() };
+        starting.spawn(async move {
+            match store.insert_call(new_call("ada"), CAP).await {
+                Ok(started) => {
+                    started.kept.await.unwrap();
+                    true
+                }
+                Err(InsertCallError::TooMany(running)) => {
+                    assert_eq!(running, CAP);
+                    false
+                }
+                Err(error) => panic!("{error}"),
+            }
+        });
+    }
+    let admitted = starting
+        .join_all()
+        .await
+        .into_iter()
+        .filter(|admitted| *admitted)
+        .count();
+    assert_eq!(admitted, CAP);
+    assert_eq!(counted(&url).await.1, vec![("ada".to_owned(), 3)]);
+    assert_eq!(counted(&url).await, recounted(&url).await);
+    close(a).await;
+    close(b).await;
+}
+
+/// A connection of its own to the PostgreSQL database at `url`, beside the store's.
+async fn connect_raw(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// Returns once `watcher` sees a transaction waiting for a lock; fails, saying `never`, after 30 s.
+async fn until_a_lock_is_awaited(watcher: &tokio_postgres::Client, never: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: i64 = watcher
+            .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{never}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// What a PostgreSQL database's counting tables hold: pending shares, then live calls.
+async fn counted(url: &str) -> (Vec<(String, String, i64, i64)>, Vec<(String, i64)>) {
+    counts(
+        url,
+        "SELECT owner, server, sum(requests)::BIGINT, sum(bytes)::BIGINT FROM pending_shares GROUP BY 1, 2 \
+         HAVING sum(requests) <> 0 OR sum(bytes) <> 0 ORDER BY 1, 2",
+        "SELECT owner, sum(calls)::BIGINT FROM live_calls GROUP BY owner HAVING sum(calls) <> 0 ORDER BY owner",
+    )
+    .await
+}
+
+/// What a PostgreSQL database's counting tables should hold, counted from its rows.
+async fn recounted(url: &str) -> (Vec<(String, String, i64, i64)>, Vec<(String, i64)>) {
+    counts(
+        url,
+        "SELECT COALESCE(owner, ''), server, count(*), sum(bytes)::BIGINT FROM requests \
+         WHERE status = 'pending' GROUP BY 1, 2 ORDER BY 1, 2",
+        "SELECT owner, count(*) FROM calls WHERE status IN ('running', 'input_required') GROUP BY 1 ORDER BY 1",
+    )
+    .await
+}
+
+async fn counts(url: &str, shares: &str, calls: &str) -> (Vec<(String, String, i64, i64)>, Vec<(String, i64)>) {
+    let client = connect_raw(url).await;
+    let shares = client.query(shares, &[]).await.unwrap();
+    let calls = client.query(calls, &[]).await.unwrap();
+    (
+        shares
+            .iter()
+            .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
+            .collect(),
+        calls.iter().map(|row| (row.get(0), row.get(1))).collect(),
+    )
+}
+
+#[tokio::test]
+async fn gateways_sharing_a_database_take_a_webhook_over_once_its_lease_runs_out() {
+    let url = postgres::cluster::shared().database();
+    let one = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let two = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let short = Duration::from_millis(200);
+    let long = Duration::from_secs(60);
+
+    assert_eq!(one.hold_webhook("hook", "one", short).await.unwrap(), Lease::Mine(None));
+    one.save_webhook_cursor("hook", 5);
+    assert_eq!(
+        one.hold_webhook("hook", "one", short).await.unwrap(),
+        Lease::Mine(Some(5))
+    );
+    assert_eq!(
+        two.hold_webhook("hook", "two", long).await.unwrap(),
+        Lease::Elsewhere,
+        "while fresh"
+    );
+    let took_over = Instant::now();
+    let taken = loop {
+        match two.hold_webhook("hook", "two", long).await.unwrap() {
+            Lease::Elsewhere if took_over.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            held => break held,
+        }
+    };
+
+    assert_eq!(taken, Lease::Mine(Some(5)), "taken over from the saved cursor");
+    assert!(
+        took_over.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        took_over.elapsed()
+    );
+    assert_eq!(one.hold_webhook("hook", "one", short).await.unwrap(), Lease::Elsewhere);
+    assert_eq!(
+        one.hold_webhook("other", "one", short).await.unwrap(),
+        Lease::Mine(None),
+        "each webhook has its own lease"
+    );
+    close(two).await;
+    close(one).await;
+}
