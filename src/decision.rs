@@ -1,5 +1,5 @@
-//! How an answer to a Request is decided, the same way in every store engine and with no I/O: who may
-//! answer it, the answer as it applies to it (a form's defaults), whether it fits (its schema), and the
+//! How an answer to a Request is decided, the same way in every store engine and without reading the store:
+//! who may answer it, the answer as it applies to it (a form's defaults), whether it fits (its schema), and the
 //! `ElicitResult` it maps to. Every door (REST, `/mcp` in both eras and both modes, `tasks/update`) hands
 //! the store a [`Proposal`]; the store reads the Request and calls [`decide`] on it, which never calls back.
 

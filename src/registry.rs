@@ -426,7 +426,7 @@ impl Registry {
     /// Whether `by` may answer Request `id` as it is now: what a door asks before an answer has effects of its
     /// own (a long-poll held, the other answers of one message). Who owns a Request, its kind and its
     /// policy's approvers never change; [`Registry::answer`] decides again all the same.
-    pub async fn may_answer(&self, id: &RequestId, by: &Principal) -> Result<(), AnswerError> {
+    pub async fn check_answerer(&self, id: &RequestId, by: &Principal) -> Result<(), AnswerError> {
         let view = self
             .get(id)
             .await?

@@ -298,7 +298,7 @@ pub async fn answer(
     let held = match state.hold_long_poll(&principal, query.wait.duration()) {
         Ok(held) => held,
         Err(too_many) => {
-            state.registry.may_answer(&id, &principal).await?;
+            state.registry.check_answerer(&id, &principal).await?;
             return Err(too_many);
         }
     };

@@ -45,8 +45,8 @@ enum Op {
     Answer {
         target: usize,
         by: usize,
-        /// Found first, then answered (REST), or in one call (`/mcp`).
-        found_first: bool,
+        /// Checked first, then answered (as a door does whose answer has effects of its own), or answered at once.
+        checked_first: bool,
         ok: bool,
     },
 }
@@ -61,7 +61,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         1 => kind.prop_map(Op::Raise),
         3 => (0..16usize, 0..PRINCIPALS.len(), any::<bool>(), any::<bool>())
-            .prop_map(|(target, by, found_first, ok)| Op::Answer { target, by, found_first, ok }),
+            .prop_map(|(target, by, checked_first, ok)| Op::Answer { target, by, checked_first, ok }),
     ]
 }
 
@@ -158,15 +158,15 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 Op::Answer {
                     target,
                     by,
-                    found_first,
+                    checked_first,
                     ok,
                 } => {
                     let entry = &raised[target % raised.len()];
                     let before = registry.get(&entry.id).await.unwrap().unwrap();
                     let answer: Answer = serde_json::from_value(json!({"ok": ok})).unwrap();
                     let principal = principal(by);
-                    let result = if found_first {
-                        match registry.may_answer(&entry.id, &principal).await {
+                    let result = if checked_first {
+                        match registry.check_answerer(&entry.id, &principal).await {
                             Ok(()) => registry.answer(&entry.id, &principal, answer).await,
                             Err(refused) => Err(refused),
                         }

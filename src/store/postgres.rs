@@ -29,8 +29,8 @@ use crate::lock;
 use crate::time::Clock;
 use writer::{Applied, Change, Failed, Fate, Job, Turn, Tx};
 
-/// The advisory lock a transaction that writes holds until it commits: shared by a transaction of changes that
-/// run alongside others, alone by any other.
+/// The advisory lock a transaction that writes holds until it commits: shared by one of changes run alongside
+/// others or of raising, alone by any other (see [`Turn`]).
 const WRITE_LOCK: i64 = 0x746e_6777_7269_7465;
 /// The advisory lock a transaction that raises Requests holds alone until it commits.
 const RAISE_LOCK: i64 = 0x746e_6777_7261_6973;
@@ -340,7 +340,7 @@ impl Postgres {
         self.applied(again_if_undone(work, sender, Turn::Raising, Vec::new()), kept)
     }
 
-    /// Applies a change in the writer alongside the changes of its kind next to it (see [`Job::alongside`]);
+    /// Applies a change in the writer alongside the changes of its kind next to it (see [`Turn::Alongside`]);
     /// the future resolves once it is kept, with what `work` returned.
     fn write_alongside<T: Send + 'static>(
         &self,

@@ -176,7 +176,7 @@ impl FrontDoor {
             })?;
             self.state
                 .registry
-                .may_answer(&request, principal)
+                .check_answerer(&request, principal)
                 .await
                 .map_err(|error| answer_error(&request, error))?;
             let answer = elicit_result_to_answer(request.as_str(), &result);

@@ -398,33 +398,36 @@ pub(super) async fn finish_in(
         Finish::Failed(error) => (None, Some(error)),
         Finish::Cancelled(message) => (None, Some(CallError::new(message))),
     };
-    // The call as ended, and its Requests still pending: the view names its Requests, whatever they become.
-    let ended = format!(
-        "UPDATE calls AS c SET status = $2, result = $3, error_message = $4, error_reason = $5, \
-         updated_at = $6, ended_at = $6 WHERE c.id = $1 AND c.status IN ('running', 'input_required') \
-         RETURNING {}, ARRAY(SELECT r.id FROM requests AS r WHERE r.call_id = c.id AND r.status = 'pending')",
-        rows::CALL
+    // The call ended, then read with its Requests still pending, in a statement of its own: one that waited for
+    // the call's row while a replica raised Requests on it sees them (the view names its Requests, whatever
+    // they become).
+    static ENDED: &str = "UPDATE calls SET status = $2, result = $3, error_message = $4, error_reason = $5, \
+         updated_at = $6, ended_at = $6 WHERE id = $1 AND status IN ('running', 'input_required') RETURNING 1";
+    static READ: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "SELECT {}, ARRAY(SELECT r.id FROM requests AS r WHERE r.call_id = c.id AND r.status = 'pending') \
+             FROM calls AS c WHERE c.id = $1",
+            rows::CALL
+        )
+    });
+    let (message, reason) = (
+        error.as_ref().map(|error| error.message.as_str()),
+        error
+            .as_ref()
+            .and_then(|error| error.reason)
+            .map(|reason| reason.as_str()),
     );
-    let row = tx
-        .query_opt(
-            &ended,
-            &[
-                &id,
-                &status.as_str(),
-                &rows::to_json_opt(result.as_ref()),
-                &error.as_ref().map(|error| error.message.as_str()),
-                &error
-                    .as_ref()
-                    .and_then(|error| error.reason)
-                    .map(|reason| reason.as_str()),
-                &now,
-            ],
+    let (result, status) = (rows::to_json_opt(result.as_ref()), status.as_str());
+    let (ended, read) = tx
+        .query_in_turn(
+            (ENDED, &[&id, &status, &result, &message, &reason, &now]),
+            (&READ, &[&id]),
         )
         .await?;
-    let Some(row) = row else {
+    let (Some(_), Some(row)) = (ended.first(), read.first()) else {
         return Ok(None);
     };
-    let view = rows::call(&row)?;
+    let view = rows::call(row)?;
     let pending: Vec<RequestId> = row.try_get(rows::CALL_COLUMNS)?;
     let resolution = Resolution::Cancelled {
         detail,

@@ -517,8 +517,7 @@ async fn insert_request(
         &bytes,
     ];
     params.extend(values.params());
-    let seq = tx.query_one(&INSERT, &params).await?.try_get(0)?;
-    tx.numbered(event, seq);
+    tx.query_one(&INSERT, &params).await?;
     Ok(())
 }
 

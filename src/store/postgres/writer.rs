@@ -9,8 +9,8 @@
 //! principals whose caps they check; one that raises Requests holds the write lock shared and the raising lock
 //! alone; any other holds the write lock alone, and what it reads stays exact until it commits.
 //!
-//! An event's id is its transaction's id (`pg_current_xact_id()`, taken by the statement that inserts it)
-//! times [`EVENTS_PER_TRANSACTION`] plus its place among that transaction's events, so ids follow the order in
+//! An event's id is its transaction's id (`pg_current_xact_id()`, which the transaction takes at its first
+//! write; the statement that inserts the event reads it) times [`EVENTS_PER_TRANSACTION`] plus its place among that transaction's events, so ids follow the order in
 //! which transactions took their ids, whatever the order they commit in; the tail publishes an event only once
 //! every transaction with a lower id has ended (see [`super::tail`]). As nothing waits for the transaction's
 //! id, its `BEGIN` and locks are sent with the first change's statements, in one exchange.
@@ -20,7 +20,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, LazyLock};
-use std::task::Poll;
 
 use tokio::sync::mpsc;
 use tokio_postgres::types::ToSql;
@@ -81,8 +80,8 @@ pub enum Turn {
 
 /// A change that was applied, waiting for its transaction to be kept.
 pub struct Applied {
-    /// Told what became of the transaction; a change that may run alongside others returns itself, to run
-    /// again, when another change's failure rolled it back.
+    /// Told what became of the transaction; a change that can run again (any but one holding the write lock
+    /// alone) returns itself when another change's failure rolled it back.
     pub reply: Box<dyn FnOnce(Fate) -> Option<Job> + Send>,
 }
 
@@ -96,8 +95,8 @@ pub enum Fate {
     Lost(StoreError),
 }
 
-/// The writer's connection inside a transaction, and the events the current change records. Every gateway
-/// on the database writes under the same lock, so what the transaction reads is exact until it commits.
+/// The writer's connection inside a transaction, and the events the current change records. What a change
+/// reads stays exact until it commits only as far as its [`Turn`] says.
 pub struct Tx<'c> {
     conn: &'c Client,
     /// The replica whose writer this is.
@@ -137,6 +136,22 @@ impl Tx<'_> {
         self.conn.query_one(&statement, params).await
     }
 
+    /// The rows of `first`, then those of `second`, in one exchange: the server runs `second` once `first` has
+    /// run, with a snapshot of its own, which sees what committed while `first` waited for a row.
+    pub async fn query_in_turn(
+        &self,
+        (first, first_params): (&str, &[&(dyn ToSql + Sync)]),
+        (second, second_params): (&str, &[&(dyn ToSql + Sync)]),
+    ) -> Result<(Vec<Row>, Vec<Row>), tokio_postgres::Error> {
+        // Both prepared first, so that nothing comes between sending one and the other.
+        let first = self.statements.get(self.conn, first).await?;
+        let second = self.statements.get(self.conn, second).await?;
+        futures::try_join!(
+            self.conn.query(&first, first_params),
+            self.conn.query(&second, second_params)
+        )
+    }
+
     /// Runs `sql`; how many rows it changed.
     pub async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, tokio_postgres::Error> {
         let statement = self.statements.get(self.conn, sql).await?;
@@ -167,8 +182,8 @@ impl Tx<'_> {
         }
     }
 
-    /// An event a statement of this change inserted as number `seq`, to be published once the transaction
-    /// is kept.
+    /// `event` as a statement of this change inserted it, numbered `seq` (the tail publishes it once the
+    /// transaction is kept).
     pub fn numbered(&self, mut event: Event, seq: i64) -> Arc<Event> {
         event.id = u64::try_from(seq).unwrap_or_default();
         Arc::new(event)
@@ -263,8 +278,9 @@ pub async fn run(
 }
 
 /// Applies changes from `batch` in one transaction until one fails; the ones applied share its fate (the
-/// failure rolls them back: a change that fails midway leaves nothing of itself), except those that may run
-/// alongside others, which run again in the next transaction with the rest, first among the rest. Whether
+/// failure rolls them back: a change that fails midway leaves nothing of itself), except those that can run
+/// again (any but those holding the write lock alone), which do in the next transaction, first among the rest.
+/// Whether
 /// the connection is fit for the next transaction.
 async fn commit(
     client: &Client,
@@ -292,55 +308,20 @@ async fn commit(
         }
         Turn::Alone => format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
     };
-    // Sent now, ahead of the first change's statements, which the server runs once the transaction holds its
-    // locks: one exchange for both. A failure here aborts the transaction, and every statement after it fails.
-    let begin = client.batch_execute(&begin);
-    let mut begin = std::pin::pin!(begin);
-    let sent = futures::poll!(&mut begin);
+    // Sent first, with the first change's statements right behind it, which the server runs once the
+    // transaction holds its locks: one exchange for both. Its reply is read while the changes run (a reply left
+    // unread stops the connection reading theirs). A failure here aborts the transaction, so every statement
+    // after it fails.
     let next_event = AtomicI64::new(0);
-    let mut applied = Vec::with_capacity(batch.len());
-    let mut again = Vec::new();
-    let mut failed = false;
-    while batch.front().is_some_and(|job| job.turn == turn)
-        && let Some(first) = batch.pop_front()
-    {
-        let mut group = vec![first.change];
-        while turn == Turn::Alongside
-            && batch.front().is_some_and(|job| job.turn == turn)
-            && let Some(next) = batch.pop_front()
-        {
-            group.push(next.change);
-        }
-        let mut txs: Vec<Tx> = group
-            .iter()
-            .map(|_| Tx {
-                conn: client,
-                replica,
-                statements,
-                next_event: &next_event,
-                clock,
-            })
-            .collect();
-        let outcomes = futures::future::join_all(group.into_iter().zip(&mut txs).map(|(change, tx)| change(tx))).await;
-        for outcome in outcomes {
-            match outcome {
-                Ok(done) => applied.push(done),
-                Err(Failed::Told) => failed = true,
-                Err(Failed::Again(job)) => again.push(job),
-                Err(Failed::Conflict(job)) => {
-                    failed = true;
-                    again.push(job);
-                }
-            }
-        }
-        if failed || !again.is_empty() {
-            break;
-        }
-    }
-    let begun = match sent {
-        Poll::Ready(begun) => begun,
-        Poll::Pending => begin.await,
-    };
+    let changes = apply(client, statements, batch, turn, replica, clock, &next_event);
+    let (
+        begun,
+        Ran {
+            applied,
+            mut again,
+            failed,
+        },
+    ) = futures::future::join(client.batch_execute(&begin), changes).await;
     if let Err(error) = begun {
         tracing::error!(%error, "the store cannot start a transaction holding its write lock");
         let usable = roll_back(client).await;
@@ -404,6 +385,70 @@ async fn commit(
         batch.push_front(job);
     }
     usable
+}
+
+/// What applying a transaction's changes came to.
+struct Ran {
+    applied: Vec<Applied>,
+    /// The changes to run again in the next transaction.
+    again: Vec<Job>,
+    /// Whether a change failed (and told its caller).
+    failed: bool,
+}
+
+/// Applies the changes of `turn` at the front of `batch`, those run alongside others together and any other
+/// one at a time, until one fails.
+async fn apply(
+    client: &Client,
+    statements: &Statements,
+    batch: &mut VecDeque<Job>,
+    turn: Turn,
+    replica: &str,
+    clock: &Clock,
+    next_event: &AtomicI64,
+) -> Ran {
+    let mut ran = Ran {
+        applied: Vec::with_capacity(batch.len()),
+        again: Vec::new(),
+        failed: false,
+    };
+    while batch.front().is_some_and(|job| job.turn == turn)
+        && let Some(first) = batch.pop_front()
+    {
+        let mut group = vec![first.change];
+        while turn == Turn::Alongside
+            && batch.front().is_some_and(|job| job.turn == turn)
+            && let Some(next) = batch.pop_front()
+        {
+            group.push(next.change);
+        }
+        let mut txs: Vec<Tx> = group
+            .iter()
+            .map(|_| Tx {
+                conn: client,
+                replica,
+                statements,
+                next_event,
+                clock,
+            })
+            .collect();
+        let outcomes = futures::future::join_all(group.into_iter().zip(&mut txs).map(|(change, tx)| change(tx))).await;
+        for outcome in outcomes {
+            match outcome {
+                Ok(done) => ran.applied.push(done),
+                Err(Failed::Told) => ran.failed = true,
+                Err(Failed::Again(job)) => ran.again.push(job),
+                Err(Failed::Conflict(job)) => {
+                    ran.failed = true;
+                    ran.again.push(job);
+                }
+            }
+        }
+        if ran.failed || !ran.again.is_empty() {
+            break;
+        }
+    }
+    ran
 }
 
 /// What begins a transaction of changes run alongside others, holding the write lock shared and the locks of

@@ -1,4 +1,4 @@
-//! Calls, their rounds, and Sessions in SQLite.
+//! Calls and Sessions in SQLite.
 
 use rmcp::model::Implementation;
 use rusqlite::{OptionalExtension, params};

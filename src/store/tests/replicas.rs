@@ -367,6 +367,65 @@ async fn a_raise_waits_for_its_calls_row_alone_and_reads_the_call_as_the_holder_
     close(b).await;
 }
 
+/// Calls of hundreds of principals started at once share one transaction, which begins holding each one's
+/// lock: the reply to its `BEGIN` is read while the calls' statements run after it.
+#[tokio::test]
+async fn calls_of_hundreds_of_principals_start_in_one_transaction() {
+    let store = open(&Location::Postgres(postgres::cluster::shared().database())).await;
+    // All submitted before the writer (a task of this test's runtime) takes any: one batch.
+    let starts = (0..500).map(|nth| store.insert_call(new_call(&format!("principal-{nth}")), 1));
+    let started = tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(starts))
+        .await
+        .expect("the writer never finished the batch");
+    for started in started {
+        started.unwrap().kept.await.unwrap();
+    }
+    close(store).await;
+}
+
+/// A call that ends while a replica is raising Requests on it, and waits for that raise's lock on its row,
+/// cancels the Requests the raise committed.
+#[tokio::test]
+async fn a_call_that_ends_after_a_raise_on_it_commits_cancels_what_it_raised() {
+    let url = postgres::cluster::shared().database();
+    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let b = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let call = insert(&a, new_call("ada")).await;
+    a.raise(vec![new_request(Some(&call.id), None)], None, PendingCaps::NONE)
+        .await
+        .unwrap();
+    let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
+    // The raise below waits for this, having locked the call's row.
+    other
+        .batch_execute("BEGIN; SELECT 1 FROM pending_shares FOR UPDATE")
+        .await
+        .unwrap();
+    let raising = tokio::spawn({
+        let (a, call) = (a.clone(), call.id.clone());
+        async move {
+            a.raise(vec![new_request(Some(&call), None)], None, PendingCaps::NONE)
+                .await
+        }
+    });
+    until_locks_are_awaited(&watcher, 1, "the raise never waited").await;
+    let finishing = tokio::spawn({
+        let (b, call) = (b.clone(), call.id.clone());
+        async move { b.finish_call(&call, Finish::failed("done")).await }
+    });
+    until_locks_are_awaited(&watcher, 2, "the call's end never waited for the raise").await;
+
+    other.batch_execute("COMMIT").await.unwrap();
+    let raised = raising.await.unwrap().unwrap();
+    let finished = finishing.await.unwrap().unwrap().unwrap();
+    assert_eq!(finished.cancelled.len(), 2, "{:?}", finished.cancelled);
+    let late = a.request(&raised[0].request.id).await.unwrap().unwrap();
+    assert_eq!(late.status, Status::Cancelled);
+    assert_eq!(a.pending_count().await.unwrap(), 0);
+    assert_eq!(counted(&url).await, recounted(&url).await);
+    close(a).await;
+    close(b).await;
+}
+
 /// Two replicas start many calls of one principal at once: the cap admits exactly as many as it allows, on
 /// both together, and the counts are the calls'.
 #[tokio::test]
@@ -414,6 +473,11 @@ async fn connect_raw(url: &str) -> tokio_postgres::Client {
 
 /// Returns once `watcher` sees a transaction waiting for a lock; fails, saying `never`, after 30 s.
 async fn until_a_lock_is_awaited(watcher: &tokio_postgres::Client, never: &str) {
+    until_locks_are_awaited(watcher, 1, never).await;
+}
+
+/// Returns once `watcher` sees `count` locks awaited; fails, saying `never`, after 30 s.
+async fn until_locks_are_awaited(watcher: &tokio_postgres::Client, count: i64, never: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let waiting: i64 = watcher
@@ -421,7 +485,7 @@ async fn until_a_lock_is_awaited(watcher: &tokio_postgres::Client, never: &str) 
             .await
             .unwrap()
             .get(0);
-        if waiting > 0 {
+        if waiting >= count {
             return;
         }
         assert!(Instant::now() < deadline, "{never}");
