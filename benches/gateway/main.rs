@@ -9,7 +9,8 @@
 //! the default; `0` skips it). Under `cargo test` it runs
 //! every code path once with tiny counts and checks only that everything completed correctly.
 //!
-//! `BENCH_ITERATIONS=N` overrides the round trips per latency cell, `BENCH_SCALE=N` runs only the scale (and waiting) rows of N, `BENCH_WRAP="valgrind --tool=callgrind"`
+//! `BENCH_ITERATIONS=N` overrides the round trips per latency cell, `BENCH_PENDING=N` the Requests the store and
+//! fleet sections hold and drain (100 000), `BENCH_SCALE=N` runs only the scale (and waiting) rows of N, `BENCH_WRAP="valgrind --tool=callgrind"`
 //! runs the gateway under a profiler (`heaptrack` too), `BENCH_GATEWAY=path` runs another build of it, and `BENCH_LOG=1`
 //! shows the gateway's stderr.
 
@@ -141,6 +142,9 @@ fn main() -> anyhow::Result<()> {
     if let Some(iterations) = std::env::var("BENCH_ITERATIONS").ok().and_then(|n| n.parse().ok()) {
         plan.iterations = iterations;
         plan.warmup = plan.warmup.min(iterations);
+    }
+    if let Some(pending) = std::env::var("BENCH_PENDING").ok().and_then(|n| n.parse().ok()) {
+        plan.store_pending = pending;
     }
     let plan = &plan;
     let sections: Vec<&str> = args
