@@ -218,6 +218,9 @@ historyFilter.addEventListener('submit', async (event) => {
 // ---- the live list --------------------------------------------------------------------------------------
 
 async function relist() {
+  // Only what was shown when the listing was asked for can be gone from it: a card an event added since is
+  // newer than the listing, which would otherwise take it away again.
+  const before = new Set(shown.keys());
   try {
     const response = await api('requests?status=pending&limit=1000');
     if (!response.ok) throw new Error(`GET /requests answered ${response.status}`);
@@ -225,7 +228,7 @@ async function relist() {
     if (!Number.isNaN(date)) skew = date - Date.now();
     const pending = readJson(await response.text());
     const ids = new Set(pending.map((request) => request.id));
-    for (const id of [...shown.keys()]) if (!ids.has(id)) remove(id);
+    for (const id of before) if (!ids.has(id)) remove(id);
     for (const request of pending) add(request);
   } catch (error) {
     if (!(error instanceof SignInNeeded)) notify(`Could not list the Requests: ${error.message}`, 'error');
