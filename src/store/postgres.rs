@@ -550,6 +550,17 @@ fn heartbeat_sql() -> String {
     )
 }
 
+/// The statement that takes `principal`'s lock for the rest of the transaction, as a change checking its
+/// counts against a cap does.
+#[cfg(test)]
+pub fn principal_lock(principal: &str) -> String {
+    writer::begin_alongside([principal.to_owned()].iter())
+        .rsplit("; ")
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// The first schema's statements, to build a database as the first release wrote it.
 #[cfg(test)]
 pub fn first_schema() -> &'static str {

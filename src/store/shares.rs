@@ -193,3 +193,142 @@ impl Running {
         }
     }
 }
+
+/// One replica's part of a principal's running calls, in a store that replicas share: the calls it counts
+/// (those that started there, less those that ended there: fewer than none when others' calls end there), and
+/// its allowance, up to which it counts calls starting there without asking the others (`cap` is the cap it
+/// was dealt under). Whatever the replicas do within their allowances, no more than the cap run at once: a row
+/// never counts past its allowance, and the rows' allowances, or counts where higher, add up to the cap at most.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allowance {
+    pub replica: String,
+    pub calls: i64,
+    pub allowance: i64,
+    pub cap: i64,
+}
+
+/// Deals a principal's cap of `cap` running calls again, for replica `me`, whose allowance is spent, from every
+/// replica's part as `parts` hold it (none of which changes meanwhile). Each other replica keeps what it has not
+/// used of its allowance (all calls are counted in `me`'s part from now on), unless nothing is left to deal,
+/// when they give it back; `me` takes half of what is left (one at least). It returns every part as it now
+/// is, or the calls the principal has running when they are `cap` already.
+pub fn deal(cap: i64, parts: &[Allowance], me: &str) -> Result<Vec<Allowance>, i64> {
+    let running: i64 = parts.iter().map(|part| part.calls).sum();
+    if running >= cap {
+        return Err(running);
+    }
+    let mut dealt: Vec<Allowance> = parts
+        .iter()
+        .filter(|part| part.replica != me)
+        .map(|part| Allowance {
+            calls: 0,
+            allowance: (part.allowance - part.calls).max(0),
+            ..part.clone()
+        })
+        .collect();
+    let mut left = cap - running - dealt.iter().map(|part| part.allowance).sum::<i64>();
+    if left < 1 {
+        for part in &mut dealt {
+            part.allowance = 0;
+        }
+        left = cap - running;
+    }
+    dealt.push(Allowance {
+        replica: me.to_owned(),
+        calls: running,
+        allowance: running + (left + 1) / 2,
+        cap,
+    });
+    Ok(dealt)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::{Allowance, deal};
+
+    fn part(replica: &str, calls: i64, allowance: i64) -> Allowance {
+        Allowance {
+            replica: replica.to_owned(),
+            calls,
+            allowance,
+            cap: 10,
+        }
+    }
+
+    #[test]
+    fn a_replica_takes_half_of_what_is_left_and_the_others_keep_what_they_have_not_used() {
+        let parts = [part("a", 3, 5), part("b", 2, 2), part("c", -1, 0)];
+        assert_eq!(
+            deal(10, &parts, "b"),
+            Ok(vec![part("a", 0, 2), part("c", 0, 1), part("b", 4, 6)])
+        );
+    }
+
+    #[test]
+    fn with_nothing_left_the_others_give_back_what_they_have_not_used() {
+        let parts = [part("a", 3, 8), part("b", 2, 2)];
+        assert_eq!(deal(10, &parts, "b"), Ok(vec![part("a", 0, 0), part("b", 5, 8)]));
+    }
+
+    #[test]
+    fn at_the_cap_nothing_is_dealt() {
+        let parts = [part("a", 7, 8), part("b", 3, 3)];
+        assert_eq!(deal(10, &parts, "b"), Err(10));
+        assert_eq!(deal(10, &[], "a"), Ok(vec![part("a", 0, 5)]));
+    }
+
+    /// What the parts let run at most: each counts up to its allowance, or stays where it is if higher.
+    fn most(parts: &[Allowance]) -> i64 {
+        parts.iter().map(|part| part.calls.max(part.allowance)).sum()
+    }
+
+    proptest! {
+        /// Replicas start calls within their allowances, calls end anywhere, and allowances are dealt when one
+        /// is spent: the calls running never pass the cap, and a start is refused only at the cap.
+        #[test]
+        fn starts_within_allowances_never_pass_the_cap(
+            cap in 1i64..12,
+            steps in proptest::collection::vec((0usize..3, any::<bool>(), 0usize..3), 1..200),
+        ) {
+            let names = ["a", "b", "c"];
+            let mut parts: Vec<Allowance> = Vec::new();
+            // Which replica counts each running call's start, by the replica it started on.
+            let mut running: Vec<usize> = Vec::new();
+            for (at, start, ends_at) in steps {
+                let me = names[at];
+                if start {
+                    let own = parts.iter().position(|part| part.replica == me);
+                    let within = own.is_some_and(|own| parts[own].cap == cap && parts[own].calls < parts[own].allowance);
+                    if !within {
+                        match deal(cap, &parts, me) {
+                            Ok(dealt) => {
+                                prop_assert!(most(&dealt) <= cap);
+                                parts = dealt;
+                            }
+                            Err(count) => {
+                                prop_assert_eq!(count, i64::try_from(running.len()).unwrap());
+                                prop_assert!(count >= cap);
+                                continue;
+                            }
+                        }
+                    }
+                    let own = parts.iter().position(|part| part.replica == me).unwrap();
+                    prop_assert!(parts[own].calls < parts[own].allowance);
+                    parts[own].calls += 1;
+                    running.push(at);
+                } else if !running.is_empty() {
+                    running.pop();
+                    let ender = names[ends_at];
+                    match parts.iter_mut().find(|part| part.replica == ender) {
+                        Some(part) => part.calls -= 1,
+                        None => parts.push(Allowance { replica: ender.to_owned(), calls: -1, allowance: 0, cap: 0 }),
+                    }
+                }
+                prop_assert_eq!(parts.iter().map(|part| part.calls).sum::<i64>(), i64::try_from(running.len()).unwrap());
+                prop_assert!(i64::try_from(running.len()).unwrap() <= cap);
+            }
+        }
+    }
+}

@@ -14,35 +14,59 @@ use crate::records::{
     CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView,
 };
 use crate::store::listing::{Conditions, Param, Placeholders};
+use crate::store::shares::{self, Allowance};
 use crate::store::{
     Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
 };
 
 impl Postgres {
-    /// Answers as soon as the writer has decided (the cap, then the row), before the change is kept. The call
-    /// starts alongside other changes, in a transaction holding its owner's lock: every other change that
-    /// could add to the owner's count has committed when the count is read, and one that lowers it and has
-    /// not committed only makes the count higher than it is, never lower.
+    /// Starts a call within this replica's allowance of its owner's cap, which its transaction holds on its
+    /// own; when the allowance is spent, the cap is dealt again ([`shares::deal`]) in a transaction holding the
+    /// owner's lock, which no other replica's start within its allowance waits for. Answers as soon as the
+    /// writer has decided, before the change is kept.
     pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<Started, InsertCallError> {
+        let id = ids::mint(ids::CALL);
+        let cap = i64::try_from(max_running).unwrap_or(i64::MAX);
+        if let Some(started) = self.start_call(&id, &call, cap, Admission::Allowance).await? {
+            return Ok(started);
+        }
+        let started = self.start_call(&id, &call, cap, Admission::Dealt).await?;
+        started.ok_or_else(|| {
+            InsertCallError::Store(StoreError::Unavailable(
+                "the store dealt the principal's cap but could not start the call".to_owned(),
+            ))
+        })
+    }
+
+    /// Starts call `id` as `admission` says; `None` when this replica's allowance is spent.
+    async fn start_call(
+        &self,
+        id: &str,
+        call: &NewCall,
+        cap: i64,
+        admission: Admission,
+    ) -> Result<Option<Started>, InsertCallError> {
         let (decided, decision) = oneshot::channel();
         // What the first run decided: a run again after its transaction was rolled back keeps to it.
         let first = Arc::new(Mutex::new(Decided::Not(decided)));
-        let id = ids::mint(ids::CALL);
-        let replica = self.shared.replica.clone();
-        let max = i64::try_from(max_running).unwrap_or(i64::MAX);
-        let kept = self.write_holding(vec![call.owner.clone()], move |tx| {
-            let (first, id, call, replica) = (first.clone(), id.clone(), call.clone(), replica.clone());
+        let principals = match admission {
+            Admission::Allowance => Vec::new(),
+            Admission::Dealt => vec![call.owner.clone()],
+        };
+        let (id, call) = (id.to_owned(), call.clone());
+        let kept = self.write_holding(principals, move |tx| {
+            let (first, id, call) = (first.clone(), id.clone(), call.clone());
             Box::pin(async move {
-                if matches!(*lock(&first), Decided::Refused) {
+                if matches!(*lock(&first), Decided::NotStarted) {
                     return Ok(false);
                 }
-                let inserted = insert_call_in(tx, &id, &call, max, &replica).await?;
-                let admitted = inserted.is_ok();
-                let now = if admitted { Decided::Started } else { Decided::Refused };
+                let admitted = start_in(tx, &id, &call, cap, admission).await?;
+                let started = matches!(admitted, Admitted::Started(_));
+                let now = if started { Decided::Started } else { Decided::NotStarted };
                 if let Decided::Not(decided) = std::mem::replace(&mut *lock(&first), now) {
-                    let _ = decided.send(inserted);
+                    let _ = decided.send(admitted);
                 }
-                Ok(admitted)
+                Ok(started)
             })
         });
         let kept: Kept = Box::pin(async move {
@@ -66,12 +90,13 @@ impl Postgres {
             }
         };
         match decision {
-            Ok(Ok(view)) => Ok(Started {
-                view,
+            Ok(Admitted::Started(view)) => Ok(Some(Started {
+                view: *view,
                 kept,
                 deferred: false,
-            }),
-            Ok(Err(refused)) => Err(refused),
+            })),
+            Ok(Admitted::Spent) => Ok(None),
+            Ok(Admitted::Refused(running)) => Err(InsertCallError::TooMany(usize::try_from(running).unwrap_or(0))),
             Err(_) => Err(InsertCallError::Store(StoreError::Unavailable(
                 "the store could not record the call".to_owned(),
             ))),
@@ -326,36 +351,93 @@ pub(super) async fn session(conn: &impl Reader, id: &SessionId) -> Result<Option
 /// What the first run of a call's start decided.
 enum Decided {
     /// Nothing yet: the starter waits here.
-    Not(oneshot::Sender<Result<CallView, InsertCallError>>),
+    Not(oneshot::Sender<Admitted>),
     Started,
-    Refused,
+    NotStarted,
 }
 
-/// Records call `id` running unless its owner has `max_running` calls that have not ended (summed over the
-/// replicas' counts), deciding in one statement, so that a start sent after it in the same transaction counts it.
-async fn insert_call_in(
+/// How a call's start is admitted under its owner's cap.
+#[derive(Debug, Clone, Copy)]
+enum Admission {
+    /// Within this replica's allowance.
+    Allowance,
+    /// After dealing the cap again, in a transaction holding the owner's lock.
+    Dealt,
+}
+
+/// What became of a call's start.
+enum Admitted {
+    Started(Box<CallView>),
+    /// This replica's allowance is spent.
+    Spent,
+    /// The owner has this many calls running, its cap.
+    Refused(i64),
+}
+
+/// Records call `id` running if this replica's allowance of its owner's `cap` holds one more (after dealing it
+/// again, for [`Admission::Dealt`]), deciding in one statement on the replica's row of `live_calls`, which the
+/// transaction holds from then on: a start sent after it in the same transaction counts it.
+async fn start_in(
     tx: &mut Tx<'_>,
     id: &str,
     call: &NewCall,
-    max_running: i64,
-    replica: &str,
-) -> Result<Result<CallView, InsertCallError>, tokio_postgres::Error> {
-    static INSERT: LazyLock<String> = LazyLock::new(|| {
+    cap: i64,
+    admission: Admission,
+) -> Result<Admitted, tokio_postgres::Error> {
+    if let Admission::Dealt = admission {
+        let found = tx
+            .query(
+                "SELECT replica, calls, allowance, cap FROM live_calls WHERE owner = $1 FOR UPDATE",
+                &[&call.owner],
+            )
+            .await?;
+        let parts = found
+            .iter()
+            .map(|row| {
+                Ok(Allowance {
+                    replica: row.try_get(0)?,
+                    calls: row.try_get(1)?,
+                    allowance: row.try_get(2)?,
+                    cap: row.try_get(3)?,
+                })
+            })
+            .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
+        let dealt = match shares::deal(cap, &parts, tx.replica) {
+            Ok(dealt) => dealt,
+            Err(running) => return Ok(Admitted::Refused(running)),
+        };
+        let column = |of: fn(&Allowance) -> i64| dealt.iter().map(of).collect::<Vec<i64>>();
+        let replicas: Vec<&str> = dealt.iter().map(|part| part.replica.as_str()).collect();
+        tx.execute(
+            "INSERT INTO live_calls (owner, replica, calls, allowance, cap) \
+             SELECT $1, * FROM unnest($2::TEXT[], $3::BIGINT[], $4::BIGINT[], $5::BIGINT[]) \
+             ON CONFLICT (owner, replica) DO UPDATE \
+             SET calls = EXCLUDED.calls, allowance = EXCLUDED.allowance, cap = EXCLUDED.cap",
+            &[
+                &call.owner,
+                &replicas,
+                &column(|part| part.calls),
+                &column(|part| part.allowance),
+                &column(|part| part.cap),
+            ],
+        )
+        .await?;
+    }
+    static START: LazyLock<String> = LazyLock::new(|| {
         format!(
-            "WITH running AS (SELECT COALESCE(sum(calls), 0)::BIGINT AS calls FROM live_calls WHERE owner = $7::TEXT), \
-             inserted AS (INSERT INTO calls AS c (id, server, session, shared, tool, arguments, owner, \
-             protocol_version, capabilities, status, created_at, updated_at, replica, via) \
+            "WITH own AS (SELECT 1 FROM live_calls WHERE owner = $7::TEXT AND replica = $11::TEXT \
+             AND cap = $13::BIGINT AND calls < allowance FOR UPDATE) \
+             INSERT INTO calls AS c (id, server, session, shared, tool, arguments, owner, protocol_version, \
+             capabilities, status, created_at, updated_at, replica, via) \
              SELECT $1::TEXT, $2::TEXT, $3::TEXT, $4::BOOLEAN, $5::TEXT, $6::TEXT, $7::TEXT, $8::TEXT, $9::TEXT, \
-             'running', $10::BIGINT, $10::BIGINT, $11::TEXT, $12::TEXT FROM running \
-             WHERE running.calls < $13::BIGINT RETURNING {}) \
-             SELECT inserted.*, running.calls FROM running LEFT JOIN inserted ON true",
+             'running', $10::BIGINT, $10::BIGINT, $11::TEXT, $12::TEXT FROM own RETURNING {}",
             rows::CALL
         )
     });
     let now = tx.now().millis();
-    let row = tx
-        .query_one(
-            &INSERT,
+    let started = tx
+        .query_opt(
+            &START,
             &[
                 &id,
                 &call.server,
@@ -367,21 +449,18 @@ async fn insert_call_in(
                 &call.protocol_version,
                 &rows::to_json(&call.capabilities),
                 &now,
-                &replica,
+                &tx.replica,
                 &call.via.as_str(),
-                &max_running,
+                &cap,
             ],
         )
         .await?;
-    if row.try_get::<_, Option<CallId>>(0)?.is_none() {
-        let running: i64 = row.try_get(rows::CALL_COLUMNS)?;
-        return Ok(Err(InsertCallError::TooMany(
-            usize::try_from(running).unwrap_or(usize::MAX),
-        )));
-    }
+    let Some(row) = started else {
+        return Ok(Admitted::Spent);
+    };
     let view = rows::call(&row)?;
     tx.record(Event::call(&view)).await?;
-    Ok(Ok(view))
+    Ok(Admitted::Started(Box::new(view)))
 }
 
 /// Ends a call that has not ended, cancelling its pending Requests.

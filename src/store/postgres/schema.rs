@@ -426,4 +426,34 @@ BEGIN
 END
 $$;
 ",
+    r"
+-- A principal's cap on running calls is held in allowances, one per replica's row of live_calls: a replica
+-- starts a call while its row counts fewer calls than its allowance, locking no row but its own, and deals
+-- the cap again under the principal's lock only when its allowance is spent (shares::deal). A row keeps its
+-- allowance while it counts no calls; cap is the cap it was dealt under.
+ALTER TABLE live_calls ADD COLUMN allowance BIGINT NOT NULL DEFAULT 0, ADD COLUMN cap BIGINT NOT NULL DEFAULT 0;
+
+CREATE OR REPLACE FUNCTION count_live_calls() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    was_live BOOLEAN := TG_OP IN ('UPDATE', 'DELETE') AND OLD.status IN ('running', 'input_required');
+    is_live BOOLEAN := TG_OP IN ('INSERT', 'UPDATE') AND NEW.status IN ('running', 'input_required');
+    shard TEXT := COALESCE(current_setting('toolnexus.replica', true), '');
+BEGIN
+    IF was_live AND is_live AND OLD.owner = NEW.owner THEN
+        RETURN NULL;
+    END IF;
+    IF was_live THEN
+        INSERT INTO live_calls (owner, replica, calls) VALUES (OLD.owner, shard, -1)
+            ON CONFLICT (owner, replica) DO UPDATE SET calls = live_calls.calls - 1;
+        DELETE FROM live_calls WHERE owner = OLD.owner AND replica = shard AND calls = 0 AND allowance = 0;
+    END IF;
+    IF is_live THEN
+        INSERT INTO live_calls (owner, replica, calls) VALUES (NEW.owner, shard, 1)
+            ON CONFLICT (owner, replica) DO UPDATE SET calls = live_calls.calls + 1;
+        DELETE FROM live_calls WHERE owner = NEW.owner AND replica = shard AND calls = 0 AND allowance = 0;
+    END IF;
+    RETURN NULL;
+END
+$$;
+",
 ];

@@ -58,7 +58,9 @@ pub struct Job {
     pub turn: Turn,
     /// The principals whose counts the change checks against a cap (a change run alongside others): its
     /// transaction holds each one's lock from its start until it ends, so that no other replica's change of
-    /// them runs meanwhile, and what the change reads of them stays exact until it commits.
+    /// them runs meanwhile, and what the change reads of them stays exact until it commits. Such a change
+    /// runs apart from the other changes of its transaction (none of their statements runs between its own),
+    /// so that it may write what it decided on what it read.
     pub principals: Vec<String>,
 }
 
@@ -396,8 +398,8 @@ struct Ran {
     failed: bool,
 }
 
-/// Applies the changes of `turn` at the front of `batch`, those run alongside others together and any other
-/// one at a time, until one fails.
+/// Applies the changes of `turn` at the front of `batch`, those run alongside others together (but for those
+/// holding principals' locks) and any other one at a time, until one fails.
 async fn apply(
     client: &Client,
     statements: &Statements,
@@ -415,9 +417,11 @@ async fn apply(
     while batch.front().is_some_and(|job| job.turn == turn)
         && let Some(first) = batch.pop_front()
     {
+        let pipelined = |job: &Job| job.turn == Turn::Alongside && job.principals.is_empty();
+        let together = pipelined(&first);
         let mut group = vec![first.change];
-        while turn == Turn::Alongside
-            && batch.front().is_some_and(|job| job.turn == turn)
+        while together
+            && batch.front().is_some_and(pipelined)
             && let Some(next) = batch.pop_front()
         {
             group.push(next.change);
@@ -454,7 +458,7 @@ async fn apply(
 /// What begins a transaction of changes run alongside others, holding the write lock shared and the locks of
 /// `principals`. The latter are taken in the order of their keys, the same in every transaction, before
 /// anything else the transaction waits for: two transactions never each hold one the other waits for.
-fn begin_alongside<'p>(principals: impl Iterator<Item = &'p String>) -> String {
+pub(super) fn begin_alongside<'p>(principals: impl Iterator<Item = &'p String>) -> String {
     let keys: BTreeSet<i32> = principals.map(|principal| principal_key(principal)).collect();
     let mut begin = vec![
         "BEGIN".to_owned(),

@@ -464,6 +464,48 @@ async fn a_principals_cap_holds_exactly_across_replicas_starting_calls_at_once()
     close(b).await;
 }
 
+/// While another transaction holds a principal's lock, a replica starts that principal's calls within its
+/// allowance of the cap; one whose allowance is spent waits for the lock, to deal the cap again.
+#[tokio::test]
+async fn a_replica_starts_calls_within_its_allowance_while_another_holds_the_principals_lock() {
+    let url = postgres::cluster::shared().database();
+    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let b = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    // Dealt half of the cap of 10.
+    insert(&a, new_call("ada")).await;
+    let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
+    other
+        .batch_execute(&format!("BEGIN; {}", postgres::principal_lock("ada")))
+        .await
+        .unwrap();
+
+    let within = tokio::time::timeout(Duration::from_secs(30), async {
+        for _ in 0..4 {
+            insert(&a, new_call("ada")).await;
+        }
+    });
+    within
+        .await
+        .expect("a start within the replica's allowance waited for the principal's lock");
+    let dealing = tokio::spawn({
+        let b = b.clone();
+        async move { insert(&b, new_call("ada")).await }
+    });
+    until_a_lock_is_awaited(&watcher, "the start of a replica without an allowance never waited").await;
+    let spent = a.insert_call(new_call("ada"), 10);
+    let (spent, _) = tokio::join!(spent, async {
+        until_locks_are_awaited(&watcher, 2, "the start past the allowance never waited").await;
+        assert!(!dealing.is_finished(), "a replica without an allowance started a call");
+        other.batch_execute("COMMIT").await.unwrap();
+    });
+    spent.unwrap().kept.await.unwrap();
+    dealing.await.unwrap();
+    assert_eq!(counted(&url).await.1, vec![("ada".to_owned(), 7)]);
+    assert_eq!(counted(&url).await, recounted(&url).await);
+    close(a).await;
+    close(b).await;
+}
+
 /// A connection of its own to the PostgreSQL database at `url`, beside the store's.
 async fn connect_raw(url: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
