@@ -226,17 +226,20 @@ pub fn deal(cap: i64, parts: &[Allowance], me: &str) -> Result<Vec<Allowance>, i
             ..part.clone()
         })
         .collect();
-    let mut left = cap - running - dealt.iter().map(|part| part.allowance).sum::<i64>();
+    let kept = dealt
+        .iter()
+        .fold(0_i64, |kept, part| kept.saturating_add(part.allowance));
+    let mut left = cap.saturating_sub(running).saturating_sub(kept);
     if left < 1 {
         for part in &mut dealt {
             part.allowance = 0;
         }
-        left = cap - running;
+        left = cap.saturating_sub(running);
     }
     dealt.push(Allowance {
         replica: me.to_owned(),
         calls: running,
-        allowance: running + (left + 1) / 2,
+        allowance: running.saturating_add(left - left / 2),
         cap,
     });
     Ok(dealt)
@@ -277,6 +280,15 @@ mod tests {
         let parts = [part("a", 7, 8), part("b", 3, 3)];
         assert_eq!(deal(10, &parts, "b"), Err(10));
         assert_eq!(deal(10, &[], "a"), Ok(vec![part("a", 0, 5)]));
+    }
+
+    #[test]
+    fn a_cap_without_bounds_is_dealt_without_overflowing() {
+        let parts = [part("a", -3, 0), part("b", 2, i64::MAX)];
+        let dealt = deal(i64::MAX, &parts, "a").unwrap();
+        assert_eq!(dealt[0].allowance, i64::MAX - 2);
+        assert_eq!(dealt[1].calls, -1);
+        assert!(dealt[1].allowance > dealt[1].calls);
     }
 
     /// What the parts let run at most: each counts up to its allowance, or stays where it is if higher.
