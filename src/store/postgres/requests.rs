@@ -172,22 +172,32 @@ impl Postgres {
                     format!(
                         "WITH won AS (UPDATE requests SET status = 'answered', resolved_at = $2, answer = $3, \
                          answered_by = $4, result = $5 WHERE id = $1 AND status = 'pending' \
-                         RETURNING call_id, round, completed_at), numbered AS ({}) \
-                         SELECT won.call_id, won.round, won.completed_at, numbered.seq FROM won CROSS JOIN numbered",
+                         RETURNING round, completed_at), numbered AS ({}) \
+                         SELECT won.round, won.completed_at, numbered.seq FROM won CROSS JOIN numbered",
                         insert_event(6, "SELECT {} FROM won")
                     )
                 });
                 let (resolved_at, values) = (now.millis(), tx.event_values(&event));
                 let mut params: Vec<&(dyn ToSql + Sync)> = vec![&id, &resolved_at, &answer, &view.answered_by, &result];
                 params.extend(values.params());
-                let won = tx.query_opt(&ANSWER, &params).await?;
+                // The call's settle right behind, in the same exchange (a Request's call never changes).
+                let (won, settled) = match &view.call {
+                    Some(call) => {
+                        let (won, settled) = tx
+                            .query_in_turn((&ANSWER, &params), (&rounds::SETTLE, &[call, &resolved_at]))
+                            .await?;
+                        (won.into_iter().next(), settled.into_iter().next())
+                    }
+                    None => (tx.query_opt(&ANSWER, &params).await?, None),
+                };
                 let Some(won) = won else {
+                    // A settle that changed the call had a reason of its own to: it is recorded too.
+                    rounds::on_settled(tx, settled.as_ref(), None).await?;
                     return Ok(request(tx, &id).await?.map_or(Answered::NotFound, Answered::Lost));
                 };
-                let call: Option<CallId> = won.try_get(0)?;
-                let round: Option<i32> = won.try_get(1)?;
-                let completed_at = won.try_get::<_, Option<i64>>(2)?.map(Timestamp::from_millis);
-                let seq: i64 = won.try_get(3)?;
+                let round: Option<i32> = won.try_get(0)?;
+                let completed_at = won.try_get::<_, Option<i64>>(1)?.map(Timestamp::from_millis);
+                let seq: i64 = won.try_get(2)?;
                 let mut event = event;
                 if completed_at != view.completed_at {
                     // Its URL-mode completion was kept after the read: the event says so too.
@@ -197,7 +207,7 @@ impl Postgres {
                         .await?;
                 }
                 let event = tx.numbered(event, seq);
-                let resumes = rounds::after_resolution(tx, call, round, now).await?;
+                let resumes = rounds::on_settled(tx, settled.as_ref(), round).await?;
                 Ok(Answered::Won {
                     view,
                     event,
@@ -550,25 +560,37 @@ async fn resolve_one(
     now: Timestamp,
 ) -> Result<Option<(RequestView, Option<Retry>)>, tokio_postgres::Error> {
     crate::store::views::resolve_view(&mut view, resolution, now);
-    let resolved = tx
-        .query_opt(
-            "UPDATE requests SET status = $2, resolved_at = $3, answer = $4, result = $5, detail = $6 \
-             WHERE id = $1 AND status = 'pending' RETURNING round",
-            &[
-                &view.request.id,
-                &view.status.as_str(),
-                &now.millis(),
-                &rows::to_json_opt(view.answer.as_ref()),
-                &rows::to_json_opt(view.result.as_ref()),
-                &view.detail,
-            ],
-        )
-        .await?;
+    const RESOLVE: &str = "UPDATE requests SET status = $2, resolved_at = $3, answer = $4, result = $5, \
+                           detail = $6 WHERE id = $1 AND status = 'pending' RETURNING round";
+    let (answer, result) = (
+        rows::to_json_opt(view.answer.as_ref()),
+        rows::to_json_opt(view.result.as_ref()),
+    );
+    let resolved_at = now.millis();
+    let params: [&(dyn ToSql + Sync); 6] = [
+        &view.request.id,
+        &view.status.as_str(),
+        &resolved_at,
+        &answer,
+        &result,
+        &view.detail,
+    ];
+    // The call's settle right behind, in the same exchange; then the two events, and the call's claim.
+    let (resolved, settled) = match &view.call {
+        Some(call) => {
+            let (resolved, settled) = tx
+                .query_in_turn((RESOLVE, &params), (&rounds::SETTLE, &[call, &resolved_at]))
+                .await?;
+            (resolved.into_iter().next(), settled.into_iter().next())
+        }
+        None => (tx.query_opt(RESOLVE, &params).await?, None),
+    };
     let Some(resolved) = resolved else {
+        rounds::on_settled(tx, settled.as_ref(), None).await?;
         return Ok(None);
     };
     let round: Option<i32> = resolved.try_get(0)?;
-    tx.record(Event::request(EventKind::RequestResolved, &view)).await?;
-    let resumes = rounds::after_resolution(tx, view.call.clone(), round, now).await?;
+    let event = Event::request(EventKind::RequestResolved, &view);
+    let (_, resumes) = futures::try_join!(tx.record(event), rounds::on_settled(tx, settled.as_ref(), round))?;
     Ok(Some((view, resumes)))
 }

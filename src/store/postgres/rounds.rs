@@ -78,59 +78,54 @@ fn retry_from(id: &CallId, found: &Row) -> Result<Option<Retry>, tokio_postgres:
 /// [`CallStatus::unended`]).
 const UNENDED: &str = "(CASE WHEN c.pending > 0 THEN 'input_required' ELSE 'running' END)";
 
-/// Updates the call of a Request just resolved (from round `round` of it); returns what retrying the call
-/// takes if this completed that round.
-pub(super) async fn after_resolution(
-    tx: &mut Tx<'_>,
-    call: Option<CallId>,
-    round: Option<i32>,
-    now: Timestamp,
-) -> Result<Option<Retry>, tokio_postgres::Error> {
-    let Some(call) = call else { return Ok(None) };
-    let status = settle(tx, &call, now).await?;
-    resume_round(tx, &call, round, status).await
-}
-
-/// What retrying `call` takes if a Request of its round `round` was resolved and that set the call `running`
-/// (none of its Requests pending).
-async fn resume_round(
-    tx: &mut Tx<'_>,
-    call: &CallId,
-    round: Option<i32>,
-    status: Option<CallStatus>,
-) -> Result<Option<Retry>, tokio_postgres::Error> {
-    if round.is_none() || status != Some(CallStatus::Running) {
-        return Ok(None);
-    }
-    claim_retry(tx, call).await
-}
-
 /// Sets a call that has not ended to `input_required` while Requests of it are pending and to `running`
 /// otherwise, recording `call.updated` when that changes it; returns the status it changed it to, `None` when
 /// it changed nothing (or the call has ended).
+pub(super) async fn settle(
+    tx: &mut Tx<'_>,
+    call: &CallId,
+    now: Timestamp,
+) -> Result<Option<CallStatus>, tokio_postgres::Error> {
+    let Some(row) = tx.query_opt(&SETTLE, &[&call, &now.millis()]).await? else {
+        return Ok(None);
+    };
+    let call = call_rows::call(&row)?;
+    tx.record(Event::call(&call)).await?;
+    Ok(Some(call.status))
+}
+
+/// The statement of [`settle`], with parameters the call and the instant: it returns the call's row when it
+/// changed it. A statement resolving a Request sends it right behind its own, in the same exchange, and hands
+/// its row to [`on_settled`].
 ///
 /// It reads the count of the call's pending Requests on the call's row, which a trigger keeps as Requests
 /// change, and the update decides on the row's own columns only, so it is exact whatever runs alongside: the
 /// change that resolved a Request holds its call's row from then until it commits, and the update of another
 /// that waited for it decides on the row as the first left it. Of two answers run side by side on different
 /// replicas to a call's last two Requests, the one that commits second sets `running`: one change, and one only.
-pub(super) async fn settle(
-    tx: &mut Tx<'_>,
-    call: &CallId,
-    now: Timestamp,
-) -> Result<Option<CallStatus>, tokio_postgres::Error> {
-    static SETTLE: LazyLock<String> = LazyLock::new(|| {
-        format!(
-            "UPDATE calls AS c SET status = {UNENDED}, updated_at = $2 \
-             WHERE c.id = $1 AND c.status IN ('running', 'input_required') AND c.status <> {UNENDED} RETURNING {}",
-            call_rows::CALL
-        )
-    });
-    let Some(row) = tx.query_opt(&SETTLE, &[&call, &now.millis()]).await? else {
+pub(super) static SETTLE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE calls AS c SET status = {UNENDED}, updated_at = $2 \
+         WHERE c.id = $1 AND c.status IN ('running', 'input_required') AND c.status <> {UNENDED} RETURNING {}",
+        call_rows::CALL
+    )
+});
+
+/// Records the `call.updated` of a call [`SETTLE`] changed (`settled` is its row, if any), after a Request of
+/// its round `round` was resolved; returns what retrying the call takes if that set it `running`, having
+/// claimed it for this replica. The event and the claim go in one exchange.
+pub(super) async fn on_settled(
+    tx: &Tx<'_>,
+    settled: Option<&Row>,
+    round: Option<i32>,
+) -> Result<Option<Retry>, tokio_postgres::Error> {
+    let Some(row) = settled else { return Ok(None) };
+    let call = call_rows::call(row)?;
+    let event = Event::call(&call);
+    if round.is_none() || call.status != CallStatus::Running {
+        tx.record(event).await?;
         return Ok(None);
-    };
-    let call = call_rows::call(&row)?;
-    let status = call.status;
-    tx.record(Event::call(&call)).await?;
-    Ok(Some(status))
+    }
+    let (_, retry) = futures::try_join!(tx.record(event), claim_retry(tx, &call.id))?;
+    Ok(retry)
 }

@@ -161,7 +161,7 @@ impl Tx<'_> {
     }
 
     /// Records an event: it is numbered now and published once the transaction is kept.
-    pub async fn record(&mut self, event: Event) -> Result<Arc<Event>, tokio_postgres::Error> {
+    pub async fn record(&self, event: Event) -> Result<Arc<Event>, tokio_postgres::Error> {
         static RECORD: LazyLock<String> = LazyLock::new(|| insert_event(1, "VALUES ({})"));
         let values = self.event_values(&event);
         let row = self.query_one(&RECORD, &values.params()).await?;
