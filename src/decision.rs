@@ -103,14 +103,17 @@ pub enum Undecided {
 
 /// Decides `proposal` on the Request as the store reads it: who answers comes first, then whether it is
 /// still pending, then whether the answer fits. Whether its upstream withdrew it is the store's to ask
-/// ([`Proposal::upstream`]) at the moment it writes.
+/// ([`Proposal::upstream`]) at the moment it writes; an answer to one withdrawn already is not checked
+/// against the form, so that it is told the Request was withdrawn whatever it holds.
 pub fn decide(view: &RequestView, proposal: &Proposal) -> Result<Decision, Undecided> {
     may_answer(view, &proposal.by).map_err(Undecided::Refused)?;
     if view.status != Status::Pending {
         return Err(Undecided::Resolved);
     }
     let answer = proposal.rules.applied(view, proposal.answer.clone());
+    let withdrawn = proposal.upstream.as_ref().and_then(Upstream::withdrawal).is_some();
     if answer.ok()
+        && !withdrawn
         && let (Some(data), Some(form)) = (&answer.data, &view.request.data)
         && let Some(validator) = proposal.rules.forms.validator(form)
     {

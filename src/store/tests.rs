@@ -345,24 +345,30 @@ async fn an_answer_by_one_who_may_not_give_it_or_that_does_not_fit_changes_nothi
 #[tokio::test]
 async fn a_withdrawn_elicitation_takes_no_answer() {
     on_every(|store| async move {
-        let raised = store
-            .raise(vec![new_request(None, None)], None, PendingCaps::NONE)
-            .await
-            .unwrap();
-        let id = raised[0].request.id.clone();
-        let upstream = Upstream::default();
-        upstream.withdrawn.cancel();
-        let proposal = Proposal {
-            upstream: Some(upstream),
-            ..proposal(true)
-        };
-        let outcome = store.answer(&raised[0].request.id, proposal).await.unwrap();
-        let Answered::Withdrawn(view) = outcome else {
-            panic!("{outcome:?}")
-        };
-        assert_eq!(view.status, Status::Cancelled);
-        assert_eq!(view.result, None, "nothing was sent upstream");
-        assert_eq!(store.request(&id).await.unwrap().unwrap(), view);
+        // Told it was withdrawn whether or not the answer fits its form.
+        for fits in [true, false] {
+            let mut form = new_request(None, None);
+            let schema = json!({"schema": {"type": "object", "properties": {"confirm": {"type": "boolean"}}}});
+            form.request.data = schema.as_object().cloned().map(Arc::new);
+            let raised = store.raise(vec![form], None, PendingCaps::NONE).await.unwrap();
+            let id = raised[0].request.id.clone();
+            let upstream = Upstream::default();
+            upstream.withdrawn.cancel();
+            let mut proposal = Proposal {
+                upstream: Some(upstream),
+                ..proposal(true)
+            };
+            if !fits {
+                proposal.answer.data = json!({"confirm": "yes"}).as_object().cloned();
+            }
+            let outcome = store.answer(&id, proposal).await.unwrap();
+            let Answered::Withdrawn(view) = outcome else {
+                panic!("{outcome:?}")
+            };
+            assert_eq!(view.status, Status::Cancelled);
+            assert_eq!(view.result, None, "nothing was sent upstream");
+            assert_eq!(store.request(&id).await.unwrap().unwrap(), view);
+        }
     })
     .await;
 }
