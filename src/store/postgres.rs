@@ -554,11 +554,7 @@ fn heartbeat_sql() -> String {
 /// counts against a cap does.
 #[cfg(test)]
 pub fn principal_lock(principal: &str) -> String {
-    writer::begin_alongside([principal.to_owned()].iter())
-        .rsplit("; ")
-        .next()
-        .unwrap_or_default()
-        .to_owned()
+    writer::principal_lock(writer::principal_key(principal))
 }
 
 /// The first schema's statements, to build a database as the first release wrote it.

@@ -180,16 +180,8 @@ impl Postgres {
                 let (resolved_at, values) = (now.millis(), tx.event_values(&event));
                 let mut params: Vec<&(dyn ToSql + Sync)> = vec![&id, &resolved_at, &answer, &view.answered_by, &result];
                 params.extend(values.params());
-                // The call's settle right behind, in the same exchange (a Request's call never changes).
-                let (won, settled) = match &view.call {
-                    Some(call) => {
-                        let (won, settled) = tx
-                            .query_in_turn((&ANSWER, &params), (&rounds::SETTLE, &[call, &resolved_at]))
-                            .await?;
-                        (won.into_iter().next(), settled.into_iter().next())
-                    }
-                    None => (tx.query_opt(&ANSWER, &params).await?, None),
-                };
+                let (won, settled) =
+                    rounds::resolve_and_settle(tx, (&ANSWER, &params), view.call.as_ref(), resolved_at).await?;
                 let Some(won) = won else {
                     // A settle that changed the call had a reason of its own to: it is recorded too.
                     rounds::on_settled(tx, settled.as_ref(), None).await?;
@@ -575,21 +567,14 @@ async fn resolve_one(
         &result,
         &view.detail,
     ];
-    // The call's settle right behind, in the same exchange; then the two events, and the call's claim.
-    let (resolved, settled) = match &view.call {
-        Some(call) => {
-            let (resolved, settled) = tx
-                .query_in_turn((RESOLVE, &params), (&rounds::SETTLE, &[call, &resolved_at]))
-                .await?;
-            (resolved.into_iter().next(), settled.into_iter().next())
-        }
-        None => (tx.query_opt(RESOLVE, &params).await?, None),
-    };
+    let (resolved, settled) =
+        rounds::resolve_and_settle(tx, (RESOLVE, &params), view.call.as_ref(), resolved_at).await?;
     let Some(resolved) = resolved else {
         rounds::on_settled(tx, settled.as_ref(), None).await?;
         return Ok(None);
     };
     let round: Option<i32> = resolved.try_get(0)?;
+    // The Request's event, the call's, and the call's claim, in one exchange.
     let event = Event::request(EventKind::RequestResolved, &view);
     let (_, resumes) = futures::try_join!(tx.record(event), rounds::on_settled(tx, settled.as_ref(), round))?;
     Ok(Some((view, resumes)))

@@ -4,6 +4,7 @@
 use std::sync::LazyLock;
 
 use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 use super::writer::Tx;
 use super::{Reader, rows as call_rows};
@@ -79,19 +80,26 @@ fn retry_from(id: &CallId, found: &Row) -> Result<Option<Retry>, tokio_postgres:
 const UNENDED: &str = "(CASE WHEN c.pending > 0 THEN 'input_required' ELSE 'running' END)";
 
 /// Sets a call that has not ended to `input_required` while Requests of it are pending and to `running`
-/// otherwise, recording `call.updated` when that changes it; returns the status it changed it to, `None` when
-/// it changed nothing (or the call has ended).
-pub(super) async fn settle(
-    tx: &mut Tx<'_>,
-    call: &CallId,
-    now: Timestamp,
-) -> Result<Option<CallStatus>, tokio_postgres::Error> {
-    let Some(row) = tx.query_opt(&SETTLE, &[&call, &now.millis()]).await? else {
-        return Ok(None);
+/// otherwise, recording `call.updated` when that changes it.
+pub(super) async fn settle(tx: &Tx<'_>, call: &CallId, now: Timestamp) -> Result<(), tokio_postgres::Error> {
+    let settled = tx.query_opt(&SETTLE, &[&call, &now.millis()]).await?;
+    on_settled(tx, settled.as_ref(), None).await?;
+    Ok(())
+}
+
+/// The row of `resolving`, a statement resolving a Request of `call` (if it has one; a Request's call never
+/// changes), and the row of the call's [`SETTLE`] at `at`, sent right behind it in one exchange.
+pub(super) async fn resolve_and_settle(
+    tx: &Tx<'_>,
+    resolving: (&str, &[&(dyn ToSql + Sync)]),
+    call: Option<&CallId>,
+    at: i64,
+) -> Result<(Option<Row>, Option<Row>), tokio_postgres::Error> {
+    let Some(call) = call else {
+        return Ok((tx.query_opt(resolving.0, resolving.1).await?, None));
     };
-    let call = call_rows::call(&row)?;
-    tx.record(Event::call(&call)).await?;
-    Ok(Some(call.status))
+    let (resolved, settled) = tx.query_in_turn(resolving, (&SETTLE, &[call, &at])).await?;
+    Ok((resolved.into_iter().next(), settled.into_iter().next()))
 }
 
 /// The statement of [`settle`], with parameters the call and the instant: it returns the call's row when it

@@ -458,22 +458,24 @@ async fn apply(
 /// What begins a transaction of changes run alongside others, holding the write lock shared and the locks of
 /// `principals`. The latter are taken in the order of their keys, the same in every transaction, before
 /// anything else the transaction waits for: two transactions never each hold one the other waits for.
-pub(super) fn begin_alongside<'p>(principals: impl Iterator<Item = &'p String>) -> String {
+fn begin_alongside<'p>(principals: impl Iterator<Item = &'p String>) -> String {
     let keys: BTreeSet<i32> = principals.map(|principal| principal_key(principal)).collect();
     let mut begin = vec![
         "BEGIN".to_owned(),
         format!("SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})"),
     ];
-    begin.extend(
-        keys.into_iter()
-            .map(|key| format!("SELECT pg_advisory_xact_lock({PRINCIPAL_LOCKS}, {key})")),
-    );
+    begin.extend(keys.into_iter().map(principal_lock));
     begin.join("; ")
+}
+
+/// The statement taking the principals' lock of key `key` (see [`principal_key`]) until the transaction ends.
+pub(super) fn principal_lock(key: i32) -> String {
+    format!("SELECT pg_advisory_xact_lock({PRINCIPAL_LOCKS}, {key})")
 }
 
 /// The key of a principal's lock, among [`PRINCIPAL_LOCKS`]: the FNV-1a hash of its name, the same on every
 /// replica. Two principals whose keys are the same share one lock.
-fn principal_key(principal: &str) -> i32 {
+pub(super) fn principal_key(principal: &str) -> i32 {
     let hash = principal.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
         (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
     });
