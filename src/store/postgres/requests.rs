@@ -85,7 +85,7 @@ impl Postgres {
                         .or_default()
                         .add(new.bytes);
                 }
-                // Counted once per owner and server, not by a trigger per Request, as the calls are below.
+                // Counted once per owner and server, not once per Request, as the calls are below.
                 for ((owner, server), held) in shares {
                     let count = i64::try_from(held.count).unwrap_or(i64::MAX);
                     let bytes = i64::try_from(held.bytes).unwrap_or(i64::MAX);
@@ -107,15 +107,9 @@ impl Postgres {
                     views.push(view);
                 }
                 for call in &calls {
-                    // Counted once for the call, not by a trigger per Request: a row updated once per Request of
-                    // a large round, in one transaction, grows a chain of versions that each update walks.
-                    let raised = requests_of(&views, call);
-                    tx.execute(
-                        "UPDATE calls SET pending = pending + $2 WHERE id = $1",
-                        &[call, &raised],
-                    )
-                    .await?;
-                    rounds::settle(tx, call, now).await?;
+                    // Counted once for the call, not once per Request: a row updated once per Request of a large
+                    // round, in one transaction, grows a chain of versions that each update walks.
+                    rounds::count_raised(tx, call, requests_of(&views, call), now).await?;
                 }
                 Ok(Ok(views))
             })
@@ -167,39 +161,33 @@ impl Postgres {
                         None => request(tx, &id).await?.map_or(Answered::NotFound, Answered::Lost),
                     });
                 }
-                // The Request resolved and its event numbered, in one exchange.
+                // The Request resolved, counted out and its event numbered, in one statement.
                 static ANSWER: LazyLock<String> = LazyLock::new(|| {
-                    format!(
-                        "WITH won AS (UPDATE requests SET status = 'answered', resolved_at = $2, answer = $3, \
-                         answered_by = $4, result = $5 WHERE id = $1 AND status = 'pending' \
-                         RETURNING round, completed_at), numbered AS ({}) \
-                         SELECT won.round, won.completed_at, numbered.seq FROM won CROSS JOIN numbered",
-                        insert_event(6, "SELECT {} FROM won")
+                    rounds::resolving(
+                        "UPDATE requests SET status = 'answered', resolved_at = $2, answer = $3, answered_by = $4, \
+                         result = $5 WHERE id = $1 AND status = 'pending'",
+                        2,
+                        Some(6),
                     )
                 });
                 let (resolved_at, values) = (now.millis(), tx.event_values(&event));
                 let mut params: Vec<&(dyn ToSql + Sync)> = vec![&id, &resolved_at, &answer, &view.answered_by, &result];
                 params.extend(values.params());
-                let (won, settled) =
-                    rounds::resolve_and_settle(tx, (&ANSWER, &params), view.call.as_ref(), resolved_at).await?;
-                let Some(won) = won else {
-                    // A settle that changed the call had a reason of its own to: it is recorded too.
-                    rounds::on_settled(tx, settled.as_ref(), None).await?;
+                let Some(won) = tx.query_opt(&ANSWER, &params).await? else {
                     return Ok(request(tx, &id).await?.map_or(Answered::NotFound, Answered::Lost));
                 };
-                let round: Option<i32> = won.try_get(0)?;
-                let completed_at = won.try_get::<_, Option<i64>>(1)?.map(Timestamp::from_millis);
-                let seq: i64 = won.try_get(2)?;
+                let won = rounds::Won::read(&won)?;
+                let seq = won.seq.unwrap_or_default();
                 let mut event = event;
-                if completed_at != view.completed_at {
+                if won.completed_at != view.completed_at {
                     // Its URL-mode completion was kept after the read: the event says so too.
-                    view.completed_at = completed_at;
+                    view.completed_at = won.completed_at;
                     event = Event::request(EventKind::RequestResolved, &view);
                     tx.execute("UPDATE events SET data = $2 WHERE seq = $1", &[&seq, &event.data])
                         .await?;
                 }
                 let event = tx.numbered(event, seq);
-                let resumes = rounds::on_settled(tx, settled.as_ref(), round).await?;
+                let resumes = rounds::on_settled(tx, won.settled, won.round).await?;
                 Ok(Answered::Won {
                     view,
                     event,
@@ -552,8 +540,14 @@ async fn resolve_one(
     now: Timestamp,
 ) -> Result<Option<(RequestView, Option<Retry>)>, tokio_postgres::Error> {
     crate::store::views::resolve_view(&mut view, resolution, now);
-    const RESOLVE: &str = "UPDATE requests SET status = $2, resolved_at = $3, answer = $4, result = $5, \
-                           detail = $6 WHERE id = $1 AND status = 'pending' RETURNING round";
+    static RESOLVE: LazyLock<String> = LazyLock::new(|| {
+        rounds::resolving(
+            "UPDATE requests SET status = $2, resolved_at = $3, answer = $4, result = $5, detail = $6 \
+             WHERE id = $1 AND status = 'pending'",
+            3,
+            None,
+        )
+    });
     let (answer, result) = (
         rows::to_json_opt(view.answer.as_ref()),
         rows::to_json_opt(view.result.as_ref()),
@@ -567,15 +561,12 @@ async fn resolve_one(
         &result,
         &view.detail,
     ];
-    let (resolved, settled) =
-        rounds::resolve_and_settle(tx, (RESOLVE, &params), view.call.as_ref(), resolved_at).await?;
-    let Some(resolved) = resolved else {
-        rounds::on_settled(tx, settled.as_ref(), None).await?;
+    let Some(won) = tx.query_opt(&RESOLVE, &params).await? else {
         return Ok(None);
     };
-    let round: Option<i32> = resolved.try_get(0)?;
+    let won = rounds::Won::read(&won)?;
     // The Request's event, the call's, and the call's claim, in one exchange.
     let event = Event::request(EventKind::RequestResolved, &view);
-    let (_, resumes) = futures::try_join!(tx.record(event), rounds::on_settled(tx, settled.as_ref(), round))?;
+    let (_, resumes) = futures::try_join!(tx.record(event), rounds::on_settled(tx, won.settled, won.round))?;
     Ok(Some((view, resumes)))
 }

@@ -4,12 +4,11 @@
 use std::sync::LazyLock;
 
 use tokio_postgres::Row;
-use tokio_postgres::types::ToSql;
 
-use super::writer::Tx;
+use super::writer::{Tx, insert_event};
 use super::{Reader, rows as call_rows};
 use crate::ids::CallId;
-use crate::records::{CallStatus, Event};
+use crate::records::{CallStatus, CallView, Event};
 use crate::store::Retry;
 use crate::store::rows::{self, Columns, JsonText};
 use crate::time::Timestamp;
@@ -75,60 +74,115 @@ fn retry_from(id: &CallId, found: &Row) -> Result<Option<Retry>, tokio_postgres:
     }))
 }
 
-/// The status of a call that has not ended, by the count of its pending Requests (see
+/// The status of a live call whose count of pending Requests is `count`, an SQL expression (see
 /// [`CallStatus::unended`]).
-const UNENDED: &str = "(CASE WHEN c.pending > 0 THEN 'input_required' ELSE 'running' END)";
+fn unended(count: &str) -> String {
+    format!("CASE WHEN {count} > 0 THEN 'input_required' ELSE 'running' END")
+}
 
-/// Sets a call that has not ended to `input_required` while Requests of it are pending and to `running`
-/// otherwise, recording `call.updated` when that changes it.
-pub(super) async fn settle(tx: &Tx<'_>, call: &CallId, now: Timestamp) -> Result<(), tokio_postgres::Error> {
-    let settled = tx.query_opt(&SETTLE, &[&call, &now.millis()]).await?;
-    on_settled(tx, settled.as_ref(), None).await?;
+/// An update of the live call `c` that `target` picks (`WHERE c.id = $1`, or `FROM won WHERE c.id = …`) adding
+/// `delta` to its count of pending Requests and setting its status by that count, with `updated_at` = `at`
+/// when that changes it. It returns the call's row, then whether its status changed.
+///
+/// Every statement that changes a live call's count sets its status in the same update, so the status is
+/// always the one the count gives, and it changes exactly when the count crosses zero. The update decides on
+/// the row's own columns only, so it is exact whatever runs alongside: a change that updated the row holds it
+/// until it commits, and an update that waited for it decides on the row as that change left it. Of two
+/// answers run side by side on different replicas to a call's last two Requests, the one that commits second
+/// sets `running`: one change, and one only.
+pub(super) fn count_pending(delta: &str, at: &str, target: &str) -> String {
+    let (before, after) = ("c.pending".to_owned(), format!("c.pending + ({delta})"));
+    format!(
+        "UPDATE calls AS c SET pending = {after}, status = {}, \
+         updated_at = CASE WHEN ({before} > 0) = ({after} > 0) THEN c.updated_at ELSE {at} END \
+         {target} AND c.status IN ('running', 'input_required') \
+         RETURNING {}, (c.pending - ({delta}) > 0) <> (c.pending > 0)",
+        unended(&after),
+        call_rows::CALL
+    )
+}
+
+/// The call of a row of [`count_pending`] (at its start), if its status changed.
+fn changed(row: &Row) -> Result<Option<CallView>, tokio_postgres::Error> {
+    match row.try_get::<_, Option<bool>>(rows::CALL_COLUMNS)? {
+        Some(true) => Ok(Some(call_rows::call(row)?)),
+        _ => Ok(None),
+    }
+}
+
+/// Counts `raised` more pending Requests of live call `call`, recording `call.updated` if that changes it.
+pub(super) async fn count_raised(
+    tx: &Tx<'_>,
+    call: &CallId,
+    raised: i32,
+    now: Timestamp,
+) -> Result<(), tokio_postgres::Error> {
+    static RAISED: LazyLock<String> = LazyLock::new(|| count_pending("$2", "$3", "WHERE c.id = $1"));
+    if let Some(row) = tx.query_opt(&RAISED, &[call, &raised, &now.millis()]).await? {
+        on_settled(tx, changed(&row)?, None).await?;
+    }
     Ok(())
 }
 
-/// The row of `resolving`, a statement resolving a Request of `call` (if it has one; a Request's call never
-/// changes), and the row of the call's [`SETTLE`] at `at`, sent right behind it in one exchange.
-pub(super) async fn resolve_and_settle(
-    tx: &Tx<'_>,
-    resolving: (&str, &[&(dyn ToSql + Sync)]),
-    call: Option<&CallId>,
-    at: i64,
-) -> Result<(Option<Row>, Option<Row>), tokio_postgres::Error> {
-    let Some(call) = call else {
-        return Ok((tx.query_opt(resolving.0, resolving.1).await?, None));
+/// `update`, an `UPDATE requests … WHERE … AND status = 'pending'` resolving a Request, as one statement that
+/// also takes the Request out of the counts of pending Requests (its call's, with [`count_pending`] at
+/// parameter `$at`, and its owner's and server's in `pending_shares`), and records the event whose values
+/// are parameters `$event` on (see [`insert_event`]), if any. Its row, if it resolved the Request, is read by
+/// [`Won::read`].
+pub(super) fn resolving(update: &str, at: usize, event: Option<usize>) -> String {
+    let (numbered, seq, joined) = match event {
+        Some(first) => (
+            format!("numbered AS ({}), ", insert_event(first, "SELECT {} FROM won")),
+            "numbered.seq",
+            " CROSS JOIN numbered",
+        ),
+        None => (String::new(), "NULL::BIGINT", ""),
     };
-    let (resolved, settled) = tx.query_in_turn(resolving, (&SETTLE, &[call, &at])).await?;
-    Ok((resolved.into_iter().next(), settled.into_iter().next()))
+    format!(
+        "WITH won AS ({update} RETURNING round, completed_at, call_id, owner, server, bytes), {numbered}\
+         shared AS (INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
+         SELECT COALESCE(owner, ''), COALESCE(server, ''), COALESCE(current_setting('toolnexus.replica', true), ''), \
+         -1, -bytes FROM won ON CONFLICT (owner, server, replica) DO UPDATE \
+         SET requests = pending_shares.requests + EXCLUDED.requests, bytes = pending_shares.bytes + EXCLUDED.bytes), \
+         settled AS ({}) \
+         SELECT settled.*, won.round, won.completed_at, {seq} FROM won{joined} LEFT JOIN settled ON true",
+        count_pending("-1", &format!("${at}"), "FROM won WHERE c.id = won.call_id")
+    )
 }
 
-/// The statement of [`settle`], with parameters the call and the instant: it returns the call's row when it
-/// changed it. A statement resolving a Request sends it right behind its own, in the same exchange, and hands
-/// its row to [`on_settled`].
-///
-/// It reads the count of the call's pending Requests on the call's row, which a trigger keeps as Requests
-/// change, and the update decides on the row's own columns only, so it is exact whatever runs alongside: the
-/// change that resolved a Request holds its call's row from then until it commits, and the update of another
-/// that waited for it decides on the row as the first left it. Of two answers run side by side on different
-/// replicas to a call's last two Requests, the one that commits second sets `running`: one change, and one only.
-pub(super) static SETTLE: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "UPDATE calls AS c SET status = {UNENDED}, updated_at = $2 \
-         WHERE c.id = $1 AND c.status IN ('running', 'input_required') AND c.status <> {UNENDED} RETURNING {}",
-        call_rows::CALL
-    )
-});
+/// What a statement [`resolving`] made did, when it resolved its Request.
+pub(super) struct Won {
+    /// The round of the Request, if it has one.
+    pub round: Option<i32>,
+    /// When its URL-mode completion was told, as the statement read it.
+    pub completed_at: Option<Timestamp>,
+    /// The number of the event the statement recorded, if it recorded one.
+    pub seq: Option<i64>,
+    /// The Request's call, if resolving it changed the call's status.
+    pub settled: Option<CallView>,
+}
 
-/// Records the `call.updated` of a call [`SETTLE`] changed (`settled` is its row, if any), after a Request of
-/// its round `round` was resolved; returns what retrying the call takes if that set it `running`, having
-/// claimed it for this replica. The event and the claim go in one exchange.
+impl Won {
+    pub(super) fn read(row: &Row) -> Result<Won, tokio_postgres::Error> {
+        let at = rows::CALL_COLUMNS + 1;
+        Ok(Won {
+            settled: changed(row)?,
+            round: row.try_get(at)?,
+            completed_at: row.try_get::<_, Option<i64>>(at + 1)?.map(Timestamp::from_millis),
+            seq: row.try_get(at + 2)?,
+        })
+    }
+}
+
+/// Records the `call.updated` of a call whose status changed (`settled`, if any), after a Request of its round
+/// `round` was resolved; returns what retrying the call takes if that set it `running`, having claimed it for
+/// this replica. The event and the claim go in one exchange.
 pub(super) async fn on_settled(
     tx: &Tx<'_>,
-    settled: Option<&Row>,
+    settled: Option<CallView>,
     round: Option<i32>,
 ) -> Result<Option<Retry>, tokio_postgres::Error> {
-    let Some(row) = settled else { return Ok(None) };
-    let call = call_rows::call(row)?;
+    let Some(call) = settled else { return Ok(None) };
     let event = Event::call(&call);
     if round.is_none() || call.status != CallStatus::Running {
         tx.record(event).await?;
