@@ -569,5 +569,13 @@ async fn a_webhook_lease_goes_to_its_holder_with_the_cursor_never_moved_back() {
 }
 
 mod caps;
+mod counts;
 mod replicas;
 mod restarts;
+
+/// A connection of its own to the PostgreSQL database at `url`, beside the store's.
+async fn connect_raw(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
