@@ -426,11 +426,14 @@ async fn start_in(
     static START: LazyLock<String> = LazyLock::new(|| {
         format!(
             "WITH own AS (SELECT 1 FROM live_calls WHERE owner = $7::TEXT AND replica = $11::TEXT \
-             AND cap = $13::BIGINT AND calls < allowance FOR UPDATE) \
-             INSERT INTO calls AS c (id, server, session, shared, tool, arguments, owner, protocol_version, \
-             capabilities, status, created_at, updated_at, replica, via) \
+             AND cap = $13::BIGINT AND calls < allowance FOR UPDATE), \
+             started AS (INSERT INTO calls AS c (id, server, session, shared, tool, arguments, owner, \
+             protocol_version, capabilities, status, created_at, updated_at, replica, via) \
              SELECT $1::TEXT, $2::TEXT, $3::TEXT, $4::BOOLEAN, $5::TEXT, $6::TEXT, $7::TEXT, $8::TEXT, $9::TEXT, \
-             'running', $10::BIGINT, $10::BIGINT, $11::TEXT, $12::TEXT FROM own RETURNING {}",
+             'running', $10::BIGINT, $10::BIGINT, $11::TEXT, $12::TEXT FROM own RETURNING {}), \
+             counted AS (UPDATE live_calls SET calls = calls + 1 WHERE owner = $7::TEXT AND replica = $11::TEXT \
+             AND EXISTS (SELECT 1 FROM started)) \
+             SELECT * FROM started",
             rows::CALL
         )
     });
@@ -477,11 +480,15 @@ pub(super) async fn finish_in(
         Finish::Failed(error) => (None, Some(error)),
         Finish::Cancelled(message) => (None, Some(CallError::new(message))),
     };
-    // The call ended, then read with its Requests still pending, in a statement of its own: one that waited for
-    // the call's row while a replica raised Requests on it sees them (the view names its Requests, whatever
-    // they become).
-    static ENDED: &str = "UPDATE calls SET status = $2, result = $3, error_message = $4, error_reason = $5, \
-         updated_at = $6, ended_at = $6 WHERE id = $1 AND status IN ('running', 'input_required') RETURNING 1";
+    // The call ended and counted out of its owner's running calls, then read with its Requests still pending,
+    // in a statement of its own: one that waited for the call's row while a replica raised Requests on it sees
+    // them (the view names its Requests, whatever they become).
+    static ENDED: &str = "WITH ended AS (UPDATE calls SET status = $2, result = $3, error_message = $4, \
+         error_reason = $5, updated_at = $6, ended_at = $6 WHERE id = $1 AND status IN ('running', 'input_required') \
+         RETURNING owner) \
+         INSERT INTO live_calls (owner, replica, calls) \
+         SELECT owner, COALESCE(current_setting('toolnexus.replica', true), ''), -1 FROM ended \
+         ON CONFLICT (owner, replica) DO UPDATE SET calls = live_calls.calls - 1 RETURNING 1";
     static READ: LazyLock<String> = LazyLock::new(|| {
         format!(
             "SELECT {}, ARRAY(SELECT r.id FROM requests AS r WHERE r.call_id = c.id AND r.status = 'pending') \

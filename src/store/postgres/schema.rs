@@ -459,11 +459,16 @@ $$;
     r"
 -- A Request's resolution takes it out of the counts of pending Requests (its call's, and its owner's and
 -- server's in pending_shares) in the statement that resolves it, which sets its call's status by the count as
--- well: no trigger runs statements of its own for each Request resolved. A replica's row of pending_shares
--- that comes to zero stays until the pruning folds the replicas' rows.
+-- well: no trigger runs statements of its own for each row changed. A replica's row of pending_shares that
+-- comes to zero stays until the pruning folds the replicas' rows.
 DROP TRIGGER requests_pending_shares ON requests;
 DROP TRIGGER requests_call_pending ON requests;
 DROP FUNCTION count_pending_shares();
 DROP FUNCTION count_call_pending();
+
+-- Likewise, a call's start and end count it in and out of its owner's running calls in their own statements.
+-- A replica's row of live_calls that comes to zero stays until the pruning folds the replicas' rows.
+DROP TRIGGER calls_live_calls ON calls;
+DROP FUNCTION count_live_calls();
 ",
 ];
