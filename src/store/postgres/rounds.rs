@@ -15,31 +15,22 @@ use crate::time::Timestamp;
 
 /// What retrying a call takes, if its latest round is answered and it has not ended.
 pub(super) async fn retry(conn: &impl Reader, id: &CallId) -> Result<Option<Retry>, tokio_postgres::Error> {
-    match conn.row(&retry_sql(""), &[&id]).await? {
+    static RETRY: LazyLock<String> = LazyLock::new(retry_sql);
+    match conn.row(&RETRY, &[&id]).await? {
         Some(found) => retry_from(id, &found),
         None => Ok(None),
     }
 }
 
-/// [`retry`], with the call claimed by this replica, which retries it: the call is its own until it ends.
-pub(super) async fn claim_retry(tx: &Tx<'_>, id: &CallId) -> Result<Option<Retry>, tokio_postgres::Error> {
-    let claimed = retry_sql("WITH claimed AS (UPDATE calls SET replica = $2 WHERE id = $1) ");
-    match tx.query_opt(&claimed, &[&id, &tx.replica]).await? {
-        Some(found) => retry_from(id, &found),
-        None => Ok(None),
-    }
-}
-
-/// The call `$1`, its latest round, and that round's Requests (read for that round only), in one exchange, after
-/// `prefix`.
-fn retry_sql(prefix: &str) -> String {
+/// The call `$1`, its latest round, and that round's Requests (read for that round only), in one exchange.
+fn retry_sql() -> String {
     let of_round = |column: &str| {
         format!(
             "ARRAY(SELECT q.{column} FROM requests AS q WHERE q.call_id = c.id AND q.round = r.round ORDER BY q.seq)"
         )
     };
     format!(
-        "{prefix}SELECT c.server, c.session, c.shared, c.tool, c.arguments, r.round, r.request_state, c.owner, \
+        "SELECT c.server, c.session, c.shared, c.tool, c.arguments, r.round, r.request_state, c.owner, \
          {}, {}, {} FROM calls AS c CROSS JOIN LATERAL (SELECT round, request_state FROM rounds \
          WHERE call_id = c.id ORDER BY round DESC LIMIT 1) AS r \
          WHERE c.id = $1 AND c.status IN ('running', 'input_required')",
@@ -82,25 +73,30 @@ fn unended(count: &str) -> String {
 
 /// An update of the live call `c` that `target` picks (`WHERE c.id = $1`, or `FROM won WHERE c.id = …`) adding
 /// `delta` to its count of pending Requests and setting its status by that count, with `updated_at` = `at`
-/// when that changes it. It returns the call's row, then whether its status changed.
+/// when that changes it; if it sets the call `running` and `claim` holds, the call is this replica's, which
+/// retries it, until it ends. It returns the call's row, then whether its status changed.
 ///
 /// Every statement that changes a live call's count sets its status in the same update, so the status is
 /// always the one the count gives, and it changes exactly when the count crosses zero. The update decides on
 /// the row's own columns only, so it is exact whatever runs alongside: a change that updated the row holds it
 /// until it commits, and an update that waited for it decides on the row as that change left it. Of two
 /// answers run side by side on different replicas to a call's last two Requests, the one that commits second
-/// sets `running`: one change, and one only.
-pub(super) fn count_pending(delta: &str, at: &str, target: &str) -> String {
+/// sets `running`, and claims the call: one change, and one only.
+fn count_pending(delta: &str, at: &str, target: &str, claim: &str) -> String {
     let (before, after) = ("c.pending".to_owned(), format!("c.pending + ({delta})"));
     format!(
         "UPDATE calls AS c SET pending = {after}, status = {}, \
-         updated_at = CASE WHEN ({before} > 0) = ({after} > 0) THEN c.updated_at ELSE {at} END \
+         updated_at = CASE WHEN ({before} > 0) = ({after} > 0) THEN c.updated_at ELSE {at} END, \
+         replica = CASE WHEN {after} = 0 AND {claim} THEN {REPLICA} ELSE c.replica END \
          {target} AND c.status IN ('running', 'input_required') \
          RETURNING {}, (c.pending - ({delta}) > 0) <> (c.pending > 0)",
         unended(&after),
         call_rows::CALL
     )
 }
+
+/// The replica whose writer runs the statement.
+const REPLICA: &str = "COALESCE(current_setting('toolnexus.replica', true), '')";
 
 /// The call of a row of [`count_pending`] (at its start), if its status changed.
 fn changed(row: &Row) -> Result<Option<CallView>, tokio_postgres::Error> {
@@ -117,7 +113,7 @@ pub(super) async fn count_raised(
     raised: i32,
     now: Timestamp,
 ) -> Result<(), tokio_postgres::Error> {
-    static RAISED: LazyLock<String> = LazyLock::new(|| count_pending("$2", "$3", "WHERE c.id = $1"));
+    static RAISED: LazyLock<String> = LazyLock::new(|| count_pending("$2", "$3", "WHERE c.id = $1", "false"));
     if let Some(row) = tx.query_opt(&RAISED, &[call, &raised, &now.millis()]).await? {
         on_settled(tx, changed(&row)?, None).await?;
     }
@@ -126,9 +122,9 @@ pub(super) async fn count_raised(
 
 /// `update`, an `UPDATE requests … WHERE … AND status = 'pending'` resolving a Request, as one statement that
 /// also takes the Request out of the counts of pending Requests (its call's, with [`count_pending`] at
-/// parameter `$at`, and its owner's and server's in `pending_shares`), and records the event whose values
-/// are parameters `$event` on (see [`insert_event`]), if any. Its row, if it resolved the Request, is read by
-/// [`Won::read`].
+/// parameter `$at`, which claims the call when that completes its round, and its owner's and server's in
+/// `pending_shares`), and records the event whose values are parameters `$event` on (see [`insert_event`]), if
+/// any. Its row, if it resolved the Request, is read by [`Won::read`].
 pub(super) fn resolving(update: &str, at: usize, event: Option<usize>) -> String {
     let (numbered, seq, joined) = match event {
         Some(first) => (
@@ -141,12 +137,16 @@ pub(super) fn resolving(update: &str, at: usize, event: Option<usize>) -> String
     format!(
         "WITH won AS ({update} RETURNING round, completed_at, call_id, owner, server, bytes), {numbered}\
          shared AS (INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
-         SELECT COALESCE(owner, ''), COALESCE(server, ''), COALESCE(current_setting('toolnexus.replica', true), ''), \
-         -1, -bytes FROM won ON CONFLICT (owner, server, replica) DO UPDATE \
+         SELECT COALESCE(owner, ''), COALESCE(server, ''), {REPLICA}, -1, -bytes FROM won ON CONFLICT (owner, server, replica) DO UPDATE \
          SET requests = pending_shares.requests + EXCLUDED.requests, bytes = pending_shares.bytes + EXCLUDED.bytes), \
          settled AS ({}) \
          SELECT settled.*, won.round, won.completed_at, {seq} FROM won{joined} LEFT JOIN settled ON true",
-        count_pending("-1", &format!("${at}"), "FROM won WHERE c.id = won.call_id")
+        count_pending(
+            "-1",
+            &format!("${at}"),
+            "FROM won WHERE c.id = won.call_id",
+            "won.round IS NOT NULL"
+        )
     )
 }
 
@@ -175,8 +175,8 @@ impl Won {
 }
 
 /// Records the `call.updated` of a call whose status changed (`settled`, if any), after a Request of its round
-/// `round` was resolved; returns what retrying the call takes if that set it `running`, having claimed it for
-/// this replica. The event and the claim go in one exchange.
+/// `round` was resolved; returns what retrying the call takes if that set it `running` (and claimed it for this
+/// replica). The event and the read of what the retry takes go in one exchange.
 pub(super) async fn on_settled(
     tx: &Tx<'_>,
     settled: Option<CallView>,
@@ -188,6 +188,6 @@ pub(super) async fn on_settled(
         tx.record(event).await?;
         return Ok(None);
     }
-    let (_, retry) = futures::try_join!(tx.record(event), claim_retry(tx, &call.id))?;
+    let (_, retry) = futures::try_join!(tx.record(event), self::retry(tx, &call.id))?;
     Ok(retry)
 }
