@@ -14,6 +14,7 @@ pub mod postgres;
 mod recovery;
 mod rows;
 mod shares;
+mod sql;
 pub mod sqlite;
 pub(crate) mod views;
 

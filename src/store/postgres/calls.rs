@@ -15,6 +15,7 @@ use crate::records::{
 };
 use crate::store::listing::{Conditions, Param, Placeholders};
 use crate::store::shares::{self, Allowance};
+use crate::store::sql;
 use crate::store::{
     Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
 };
@@ -118,10 +119,7 @@ impl Postgres {
             let id = id.clone();
             Box::pin(async move {
                 let changed = tx
-                    .execute(
-                        "UPDATE calls SET forwarded_at = $2 WHERE id = $1 AND forwarded_at IS NULL AND status = 'running'",
-                        &[&id, &tx.now().millis()],
-                    )
+                    .execute(sql::CALL_FORWARDED.postgres, &[&id, &tx.now().millis()])
                     .await?;
                 Ok(changed == 1)
             })
@@ -195,8 +193,7 @@ impl Postgres {
             Box::pin(async move {
                 let changed = tx
                     .execute(
-                        "UPDATE sessions SET status = 'ready', protocol_version = $2, server_info = $3 \
-                         WHERE id = $1 AND status IN ('starting', 'ready')",
+                        sql::SESSION_READY.postgres,
                         &[&id, &protocol_version, &rows::to_json_opt(server_info.as_ref())],
                     )
                     .await?;
@@ -221,8 +218,7 @@ impl Postgres {
             Box::pin(async move {
                 let changed = tx
                     .execute(
-                        "UPDATE sessions SET status = $2, closed_at = $3, detail = $4 \
-                         WHERE id = $1 AND status IN ('starting', 'ready')",
+                        sql::SESSION_ENDED.postgres,
                         &[&id, &status.as_str(), &tx.now().millis(), &detail],
                     )
                     .await?;
@@ -241,10 +237,7 @@ impl Postgres {
 
     pub async fn call_status(&self, id: &CallId) -> Result<Option<(CallStatus, String)>, StoreError> {
         self.read(async |conn| {
-            let Some(row) = conn
-                .query_opt("SELECT status, owner FROM calls WHERE id = $1", &[&id])
-                .await?
-            else {
+            let Some(row) = conn.query_opt(sql::CALL_STATUS.postgres, &[&id]).await? else {
                 return Ok(None);
             };
             let status: String = row.try_get(0)?;
@@ -287,12 +280,7 @@ impl Postgres {
 
     pub async fn count_calls(&self) -> Result<Vec<(CallStatus, usize)>, StoreError> {
         self.read(async |conn| {
-            let counts = conn
-                .query(
-                    "SELECT status, count(*) FROM calls GROUP BY status ORDER BY status",
-                    &[],
-                )
-                .await?;
+            let counts = conn.query(sql::CALLS_BY_STATUS.postgres, &[]).await?;
             let mut found = Vec::new();
             for row in counts {
                 let status: String = row.try_get(0)?;

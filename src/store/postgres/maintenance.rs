@@ -9,6 +9,7 @@ use super::{Postgres, Reader, rows};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallError, CallFailure, Finish, SessionStatus};
 use crate::store::recovery::{CLAIMED_UNHEARD, HELD_BY_APPROVAL, maybe_not_sent};
+use crate::store::sql;
 use crate::store::{EventPage, HeldCall, Lease, Recovered, Resolution, StoreError};
 use crate::time::Timestamp;
 
@@ -120,9 +121,7 @@ impl Postgres {
 
     pub async fn webhook_cursor(&self, webhook: &str) -> Result<Option<u64>, StoreError> {
         self.read(async |conn| {
-            let found = conn
-                .query_opt("SELECT delivered FROM webhook_cursors WHERE name = $1", &[&webhook])
-                .await?;
+            let found = conn.query_opt(sql::WEBHOOK_DELIVERED.postgres, &[&webhook]).await?;
             Ok(match found {
                 Some(row) => row.try_get::<_, Option<i64>>(0)?.and_then(|id| u64::try_from(id).ok()),
                 None => None,
@@ -256,7 +255,7 @@ impl Postgres {
                     .collect::<Result<_, _>>()?;
                 for id in sessions {
                     tx.execute(
-                        "UPDATE sessions SET status = $2, closed_at = $3, detail = $4 WHERE id = $1",
+                        sql::SESSION_CLOSED.postgres,
                         &[&id, &SessionStatus::Closed.as_str(), &now, &ended.detail],
                     )
                     .await?;
@@ -357,14 +356,10 @@ impl Postgres {
     pub async fn prune(&self, before: Timestamp) -> Result<(), StoreError> {
         let before = before.millis();
         let statements = [
-            "DELETE FROM requests WHERE seq IN \
-             (SELECT seq FROM requests WHERE resolved_at < $1 AND status != 'pending' LIMIT $2)",
-            // From the rounds' side, so that each batch finds rounds to delete while any are due.
-            "DELETE FROM rounds WHERE call_id IN \
-             (SELECT r.call_id FROM rounds AS r LEFT JOIN calls AS c ON c.id = r.call_id \
-              WHERE c.id IS NULL OR c.ended_at < $1 LIMIT $2)",
-            "DELETE FROM calls WHERE seq IN (SELECT seq FROM calls WHERE ended_at < $1 LIMIT $2)",
-            "DELETE FROM sessions WHERE seq IN (SELECT seq FROM sessions WHERE closed_at < $1 LIMIT $2)",
+            sql::PRUNE_REQUESTS.postgres,
+            sql::PRUNE_ROUNDS.postgres,
+            sql::PRUNE_CALLS.postgres,
+            sql::PRUNE_SESSIONS.postgres,
         ];
         for statement in statements {
             loop {

@@ -13,6 +13,7 @@ use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{Event, EventKind, Filter, RequestView, Status};
 use crate::store::listing::{Conditions, Param, Placeholders};
 use crate::store::shares::{Held, Shares, server_key};
+use crate::store::sql;
 use crate::store::{
     Answered, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry, StoreError,
 };
@@ -55,10 +56,7 @@ impl Postgres {
                 }
                 let calls: Vec<CallId> = calls.into_iter().cloned().collect();
                 for id in crate::store::chosen_ids(&requests) {
-                    let taken: bool = tx
-                        .query_one("SELECT EXISTS (SELECT 1 FROM requests WHERE id = $1)", &[&id])
-                        .await?
-                        .try_get(0)?;
+                    let taken: bool = tx.query_one(sql::REQUEST_TAKEN.postgres, &[&id]).await?.try_get(0)?;
                     if taken {
                         return Ok(Err(RaiseError::Taken(id.to_owned())));
                     }
@@ -66,8 +64,7 @@ impl Postgres {
                 let now = tx.now();
                 if let Some(round) = &round {
                     tx.execute(
-                        "INSERT INTO rounds (call_id, round, request_state, input_requests, created_at) \
-                         VALUES ($1, $2, $3, $4, $5)",
+                        sql::ROUND_RAISED.postgres,
                         &[
                             &round.call,
                             &round_number(round.number),
@@ -237,9 +234,7 @@ impl Postgres {
 
     pub async fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
         self.read(async |conn| {
-            let row = conn
-                .query_opt("SELECT min(expires_at) FROM requests WHERE status = 'pending'", &[])
-                .await?;
+            let row = conn.query_opt(sql::NEXT_DEADLINE.postgres, &[]).await?;
             let millis = match row {
                 Some(row) => row.try_get::<_, Option<i64>>(0)?,
                 None => None,
@@ -255,19 +250,11 @@ impl Postgres {
             let (session, elicitation_id) = (session.clone(), elicitation_id.clone());
             Box::pin(async move {
                 let found = tx
-                    .query_opt(
-                        "SELECT id FROM requests WHERE session = $1 AND elicitation_id = $2 ORDER BY seq DESC LIMIT 1",
-                        &[&session, &elicitation_id],
-                    )
+                    .query_opt(sql::ELICITATION.postgres, &[&session, &elicitation_id])
                     .await?;
                 let Some(found) = found else { return Ok(false) };
                 let id: RequestId = found.try_get(0)?;
-                let changed = tx
-                    .execute(
-                        "UPDATE requests SET completed_at = $2 WHERE id = $1 AND completed_at IS NULL",
-                        &[&id, &tx.now().millis()],
-                    )
-                    .await?;
+                let changed = tx.execute(sql::COMPLETED.postgres, &[&id, &tx.now().millis()]).await?;
                 if changed == 0 {
                     return Ok(false);
                 }
@@ -285,12 +272,7 @@ impl Postgres {
         self.write_alongside(move |tx| {
             let (id, detail) = (id.clone(), detail.clone());
             Box::pin(async move {
-                let changed = tx
-                    .execute(
-                        "UPDATE requests SET status = 'cancelled', detail = $2 WHERE id = $1 AND status = 'answered'",
-                        &[&id, &detail],
-                    )
-                    .await?;
+                let changed = tx.execute(sql::UNDELIVERED.postgres, &[&id, &detail]).await?;
                 if changed == 0 {
                     return Ok(None);
                 }
@@ -316,8 +298,7 @@ impl Postgres {
                 )
                 .await?;
                 for id in ids {
-                    tx.execute("UPDATE requests SET detail = $2 WHERE id = $1", &[&id, &detail])
-                        .await?;
+                    tx.execute(sql::DETAIL.postgres, &[&id, &detail]).await?;
                     if let Some(view) = request(tx, &id).await? {
                         tx.record(Event::request(EventKind::RequestUpdated, &view)).await?;
                     }
@@ -334,10 +315,7 @@ impl Postgres {
 
     pub async fn request_status(&self, id: &RequestId) -> Result<Option<(Status, Option<String>)>, StoreError> {
         self.read(async |conn| {
-            let Some(row) = conn
-                .query_opt("SELECT status, owner FROM requests WHERE id = $1", &[&id])
-                .await?
-            else {
+            let Some(row) = conn.query_opt(sql::REQUEST_STATUS.postgres, &[&id]).await? else {
                 return Ok(None);
             };
             let status: String = row.try_get(0)?;

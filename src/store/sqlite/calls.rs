@@ -12,6 +12,7 @@ use crate::records::{
 };
 use crate::store::listing::{Conditions, Param, Placeholders};
 use crate::store::live::Note;
+use crate::store::sql;
 use crate::store::{
     Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
 };
@@ -132,13 +133,11 @@ impl Sqlite {
     ) -> Result<Option<SessionView>, StoreError> {
         let id = id.to_owned();
         self.write(move |tx| {
-            let changed = tx
-                .conn
-                .prepare_cached(
-                    "UPDATE sessions SET status = 'ready', protocol_version = ?2, server_info = ?3 \
-                     WHERE id = ?1 AND status IN ('starting', 'ready')",
-                )?
-                .execute(params![id, protocol_version, rows::to_json_opt(server_info.as_ref())])?;
+            let changed = tx.conn.prepare_cached(sql::SESSION_READY.sqlite)?.execute(params![
+                id,
+                protocol_version,
+                rows::to_json_opt(server_info.as_ref())
+            ])?;
             if changed == 0 {
                 return Ok(None);
             }
@@ -159,13 +158,12 @@ impl Sqlite {
     ) -> Result<Option<SessionView>, StoreError> {
         let (id, detail) = (id.to_owned(), detail.to_owned());
         self.write(move |tx| {
-            let changed = tx
-                .conn
-                .prepare_cached(
-                    "UPDATE sessions SET status = ?2, closed_at = ?3, detail = ?4 \
-                     WHERE id = ?1 AND status IN ('starting', 'ready')",
-                )?
-                .execute(params![id, status.as_str(), tx.now().millis(), detail])?;
+            let changed = tx.conn.prepare_cached(sql::SESSION_ENDED.sqlite)?.execute(params![
+                id,
+                status.as_str(),
+                tx.now().millis(),
+                detail
+            ])?;
             if changed == 0 {
                 return Ok(None);
             }
@@ -188,9 +186,7 @@ impl Sqlite {
         self.write(move |tx| {
             tx.write_deferred(&id)?;
             tx.conn
-                .prepare_cached(
-                    "UPDATE calls SET forwarded_at = ?2 WHERE id = ?1 AND forwarded_at IS NULL AND status = 'running'",
-                )?
+                .prepare_cached(sql::CALL_FORWARDED.sqlite)?
                 .execute(params![id, tx.now().millis()])
                 .map(|changed| changed == 1)
         })
@@ -205,7 +201,7 @@ impl Sqlite {
             return Ok(Some((CallStatus::Running, owner)));
         }
         self.read(|conn| {
-            conn.prepare_cached("SELECT status, owner FROM calls WHERE id = ?1")?
+            conn.prepare_cached(sql::CALL_STATUS.sqlite)?
                 .query_row([id], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
                 .optional()
                 .map(|found| found.and_then(|(status, owner)| CallStatus::parse(&status).map(|status| (status, owner))))
@@ -246,8 +242,7 @@ impl Sqlite {
     pub async fn count_calls(&self) -> Result<Vec<(CallStatus, usize)>, StoreError> {
         self.keep_all().await?;
         self.read(|conn| {
-            let mut statement =
-                conn.prepare_cached("SELECT status, count(*) FROM calls GROUP BY status ORDER BY status")?;
+            let mut statement = conn.prepare_cached(sql::CALLS_BY_STATUS.sqlite)?;
             let counts = statement.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)))?;
             let mut found = Vec::new();
             for count in counts {

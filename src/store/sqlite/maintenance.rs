@@ -10,6 +10,7 @@ use super::{Sqlite, rows};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallError, CallFailure, Event, Finish, SessionStatus};
 use crate::store::recovery::{CLAIMED_UNHEARD, HELD_BY_APPROVAL, maybe_not_sent};
+use crate::store::sql;
 use crate::store::{EventPage, HeldCall, Lease, Recovered, Resolution, StoreError};
 use crate::time::Timestamp;
 
@@ -60,7 +61,7 @@ impl Sqlite {
 
     pub async fn webhook_cursor(&self, webhook: &str) -> Result<Option<u64>, StoreError> {
         self.read(|conn| {
-            conn.prepare_cached("SELECT delivered FROM webhook_cursors WHERE name = ?1")?
+            conn.prepare_cached(sql::WEBHOOK_DELIVERED.sqlite)?
                 .query_row([webhook], |row| row.get::<_, i64>(0))
                 .optional()
                 .map(|found| found.and_then(|id| u64::try_from(id).ok()))
@@ -87,7 +88,7 @@ impl Sqlite {
         let webhook = webhook.to_owned();
         self.write(move |tx| {
             tx.conn
-                .prepare_cached("SELECT delivered FROM webhook_cursors WHERE name = ?1")?
+                .prepare_cached(sql::WEBHOOK_DELIVERED.sqlite)?
                 .query_row([webhook], |row| row.get::<_, i64>(0))
                 .optional()
                 .map(|found| Lease::Mine(found.and_then(|id| u64::try_from(id).ok())))
@@ -110,9 +111,12 @@ impl Sqlite {
                 ids.collect::<rusqlite::Result<_>>()?
             };
             for id in sessions {
-                tx.conn
-                    .prepare_cached("UPDATE sessions SET status = ?2, closed_at = ?3, detail = ?4 WHERE id = ?1")?
-                    .execute(params![id, SessionStatus::Closed.as_str(), now, restarted])?;
+                tx.conn.prepare_cached(sql::SESSION_CLOSED.sqlite)?.execute(params![
+                    id,
+                    SessionStatus::Closed.as_str(),
+                    now,
+                    restarted
+                ])?;
                 if let Some(view) = rows::one_session(tx.conn, &id)? {
                     tx.record(Event::session(&view))?;
                 }
@@ -191,14 +195,10 @@ impl Sqlite {
     pub async fn prune(&self, before: Timestamp) -> Result<(), StoreError> {
         let before = before.millis();
         let statements = [
-            "DELETE FROM requests WHERE seq IN \
-             (SELECT seq FROM requests WHERE resolved_at < ?1 AND status != 'pending' LIMIT ?2)",
-            // From the rounds' side, so that each batch finds rounds to delete while any are due.
-            "DELETE FROM rounds WHERE call_id IN \
-             (SELECT r.call_id FROM rounds AS r LEFT JOIN calls AS c ON c.id = r.call_id \
-              WHERE c.id IS NULL OR c.ended_at < ?1 LIMIT ?2)",
-            "DELETE FROM calls WHERE seq IN (SELECT seq FROM calls WHERE ended_at < ?1 LIMIT ?2)",
-            "DELETE FROM sessions WHERE seq IN (SELECT seq FROM sessions WHERE closed_at < ?1 LIMIT ?2)",
+            sql::PRUNE_REQUESTS.sqlite,
+            sql::PRUNE_ROUNDS.sqlite,
+            sql::PRUNE_CALLS.sqlite,
+            sql::PRUNE_SESSIONS.sqlite,
             // Events are recorded in time order: those before the first one that is recent enough go, and the
             // newest always stays.
             "DELETE FROM events WHERE seq < min( \

@@ -12,6 +12,7 @@ use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
 use crate::store::listing::{Conditions, Param, Placeholders};
 use crate::store::live::{Note, PendingRequest};
+use crate::store::sql;
 use crate::store::{
     Answered, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry, StoreError,
 };
@@ -44,7 +45,7 @@ impl Sqlite {
             for id in crate::store::chosen_ids(&requests) {
                 let taken: bool = tx
                     .conn
-                    .prepare_cached("SELECT EXISTS (SELECT 1 FROM requests WHERE id = ?1)")?
+                    .prepare_cached(sql::REQUEST_TAKEN.sqlite)?
                     .query_row([id], |row| row.get(0))?;
                 if taken {
                     return Ok(Err(RaiseError::Taken(id.to_owned())));
@@ -52,18 +53,13 @@ impl Sqlite {
             }
             let now = tx.now();
             if let Some(round) = &round {
-                tx.conn
-                    .prepare_cached(
-                        "INSERT INTO rounds (call_id, round, request_state, input_requests, created_at) \
-                             VALUES (?1, ?2, ?3, ?4, ?5)",
-                    )?
-                    .execute(params![
-                        round.call,
-                        round.number,
-                        round.request_state,
-                        rows::to_json(&round.input_requests),
-                        now.millis()
-                    ])?;
+                tx.conn.prepare_cached(sql::ROUND_RAISED.sqlite)?.execute(params![
+                    round.call,
+                    round.number,
+                    round.request_state,
+                    rows::to_json(&round.input_requests),
+                    now.millis()
+                ])?;
             }
             let mut views = Vec::with_capacity(requests.len());
             let mut calls = BTreeSet::new();
@@ -175,7 +171,7 @@ impl Sqlite {
 
     pub async fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
         self.read(|conn| {
-            conn.prepare_cached("SELECT min(expires_at) FROM requests WHERE status = 'pending'")?
+            conn.prepare_cached(sql::NEXT_DEADLINE.sqlite)?
                 .query_row([], |row| row.get::<_, Option<i64>>(0))
                 .map(|millis| millis.map(Timestamp::from_millis))
         })
@@ -186,15 +182,13 @@ impl Sqlite {
         self.write(move |tx| {
             let id: Option<RequestId> = tx
                 .conn
-                .prepare_cached(
-                    "SELECT id FROM requests WHERE session = ?1 AND elicitation_id = ?2 ORDER BY seq DESC LIMIT 1",
-                )?
+                .prepare_cached(sql::ELICITATION.sqlite)?
                 .query_row(params![session, elicitation_id], |row| row.get(0))
                 .optional()?;
             let Some(id) = id else { return Ok(false) };
             let changed = tx
                 .conn
-                .prepare_cached("UPDATE requests SET completed_at = ?2 WHERE id = ?1 AND completed_at IS NULL")?
+                .prepare_cached(sql::COMPLETED.sqlite)?
                 .execute(params![id, tx.now().millis()])?;
             if changed == 0 {
                 return Ok(false);
@@ -212,9 +206,7 @@ impl Sqlite {
         self.write(move |tx| {
             let changed = tx
                 .conn
-                .prepare_cached(
-                    "UPDATE requests SET status = 'cancelled', detail = ?2 WHERE id = ?1 AND status = 'answered'",
-                )?
+                .prepare_cached(sql::UNDELIVERED.sqlite)?
                 .execute(params![id, detail])?;
             if changed == 0 {
                 return Ok(None);
@@ -238,7 +230,7 @@ impl Sqlite {
             )?;
             for id in ids {
                 tx.conn
-                    .prepare_cached("UPDATE requests SET detail = ?2 WHERE id = ?1")?
+                    .prepare_cached(sql::DETAIL.sqlite)?
                     .execute(params![id, detail])?;
                 if let Some(view) = request(tx.conn, &id)? {
                     tx.record(Event::request(EventKind::RequestUpdated, &view))?;
@@ -258,7 +250,7 @@ impl Sqlite {
             return Ok(Some(pending));
         }
         self.read(|conn| {
-            conn.prepare_cached("SELECT status, owner FROM requests WHERE id = ?1")?
+            conn.prepare_cached(sql::REQUEST_STATUS.sqlite)?
                 .query_row([id], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
                 .optional()
                 .map(|found| found.and_then(|(status, owner)| Status::parse(&status).map(|status| (status, owner))))

@@ -1,0 +1,105 @@
+//! Statements both SQL engines run, written once. Each is written as PostgreSQL takes it (parameters `$1`,
+//! `$2`, …) and made SQLite's at compile time, each `$N` becoming `?N`: SQLite reads `$1` as a parameter
+//! *named* `$1`, numbered by where it first appears, which binds `SET a = $2 WHERE id = $1` the wrong way round.
+
+/// A statement in each engine's form.
+pub struct Shared {
+    pub postgres: &'static str,
+    pub sqlite: &'static str,
+}
+
+/// `sql` with each `$` that a digit follows made `?`: the same length, and ASCII for ASCII.
+const fn numbered<const N: usize>(sql: &str) -> [u8; N] {
+    let bytes = sql.as_bytes();
+    let mut out = [0; N];
+    let mut at = 0;
+    while at < N {
+        let parameter = bytes[at] == b'$' && at + 1 < N && bytes[at + 1].is_ascii_digit();
+        out[at] = if parameter { b'?' } else { bytes[at] };
+        at += 1;
+    }
+    out
+}
+
+macro_rules! shared {
+    ($($(#[$doc:meta])* $name:ident = $sql:expr;)*) => {$(
+        $(#[$doc])*
+        pub const $name: Shared = Shared {
+            postgres: $sql,
+            sqlite: {
+                const SQLITE: [u8; $sql.len()] = numbered::<{ $sql.len() }>($sql);
+                match std::str::from_utf8(&SQLITE) {
+                    Ok(sql) => sql,
+                    Err(_) => panic!("a statement that is not UTF-8"),
+                }
+            },
+        };
+    )*};
+}
+
+shared! {
+    /// A session that has not closed is ready, with what its server said it is.
+    SESSION_READY = "UPDATE sessions SET status = 'ready', protocol_version = $2, server_info = $3 \
+        WHERE id = $1 AND status IN ('starting', 'ready')";
+    /// A session that has not closed closes.
+    SESSION_ENDED = "UPDATE sessions SET status = $2, closed_at = $3, detail = $4 \
+        WHERE id = $1 AND status IN ('starting', 'ready')";
+    /// A session closes, whatever it was.
+    SESSION_CLOSED = "UPDATE sessions SET status = $2, closed_at = $3, detail = $4 WHERE id = $1";
+    /// A running call is handed to its session, once.
+    CALL_FORWARDED = "UPDATE calls SET forwarded_at = $2 WHERE id = $1 AND forwarded_at IS NULL \
+        AND status = 'running'";
+    /// A call's status and owner.
+    CALL_STATUS = "SELECT status, owner FROM calls WHERE id = $1";
+    /// How many calls have each status.
+    CALLS_BY_STATUS = "SELECT status, count(*) FROM calls GROUP BY status ORDER BY status";
+    /// Whether a Request of that id was ever raised.
+    REQUEST_TAKEN = "SELECT EXISTS (SELECT 1 FROM requests WHERE id = $1)";
+    /// A Request's status and owner.
+    REQUEST_STATUS = "SELECT status, owner FROM requests WHERE id = $1";
+    /// A 2026-07-28 round raised on a call.
+    ROUND_RAISED = "INSERT INTO rounds (call_id, round, request_state, input_requests, created_at) \
+        VALUES ($1, $2, $3, $4, $5)";
+    /// When the first pending Request expires.
+    NEXT_DEADLINE = "SELECT min(expires_at) FROM requests WHERE status = 'pending'";
+    /// The latest Request a session's elicitation of that id raised.
+    ELICITATION = "SELECT id FROM requests WHERE session = $1 AND elicitation_id = $2 ORDER BY seq DESC LIMIT 1";
+    /// A URL-mode Request's completion, once.
+    COMPLETED = "UPDATE requests SET completed_at = $2 WHERE id = $1 AND completed_at IS NULL";
+    /// An answered Request whose answer never reached its upstream.
+    UNDELIVERED = "UPDATE requests SET status = 'cancelled', detail = $2 WHERE id = $1 AND status = 'answered'";
+    /// A Request's detail.
+    DETAIL = "UPDATE requests SET detail = $2 WHERE id = $1";
+    /// The last event a webhook was sent.
+    WEBHOOK_DELIVERED = "SELECT delivered FROM webhook_cursors WHERE name = $1";
+}
+
+// The pruning's statements, each deleting at most `$2` rows of what ended before `$1`.
+shared! {
+    /// Requests resolved.
+    PRUNE_REQUESTS = "DELETE FROM requests WHERE seq IN \
+        (SELECT seq FROM requests WHERE resolved_at < $1 AND status != 'pending' LIMIT $2)";
+    /// Rounds whose call is gone or ended, from the rounds' side, so that each batch finds rounds to delete while
+    /// any are due.
+    PRUNE_ROUNDS = "DELETE FROM rounds WHERE call_id IN \
+        (SELECT r.call_id FROM rounds AS r LEFT JOIN calls AS c ON c.id = r.call_id \
+        WHERE c.id IS NULL OR c.ended_at < $1 LIMIT $2)";
+    /// Calls ended.
+    PRUNE_CALLS = "DELETE FROM calls WHERE seq IN (SELECT seq FROM calls WHERE ended_at < $1 LIMIT $2)";
+    /// Sessions closed.
+    PRUNE_SESSIONS = "DELETE FROM sessions WHERE seq IN (SELECT seq FROM sessions WHERE closed_at < $1 LIMIT $2)";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_numbers_its_parameters_where_postgres_does() {
+        assert_eq!(
+            COMPLETED.sqlite,
+            "UPDATE requests SET completed_at = ?2 WHERE id = ?1 AND completed_at IS NULL"
+        );
+        assert_eq!(CALLS_BY_STATUS.sqlite, CALLS_BY_STATUS.postgres);
+    }
+}
