@@ -84,14 +84,16 @@ fn unended(count: &str) -> String {
 /// sets `running`, and claims the call: one change, and one only.
 fn count_pending(delta: &str, at: &str, target: &str, claim: &str) -> String {
     let (before, after) = ("c.pending".to_owned(), format!("c.pending + ({delta})"));
+    // In `RETURNING`, `c` is the row as updated.
+    let changed = format!("(c.pending - ({delta}) > 0) <> (c.pending > 0)");
     format!(
         "UPDATE calls AS c SET pending = {after}, status = {}, \
          updated_at = CASE WHEN ({before} > 0) = ({after} > 0) THEN c.updated_at ELSE {at} END, \
          replica = CASE WHEN {after} = 0 AND {claim} THEN {REPLICA} ELSE c.replica END \
          {target} AND c.status IN ('running', 'input_required') \
-         RETURNING {}, (c.pending - ({delta}) > 0) <> (c.pending > 0)",
+         RETURNING {}, {changed}",
         unended(&after),
-        call_rows::CALL
+        call_rows::call_where(&changed)
     )
 }
 
