@@ -394,12 +394,14 @@ impl Postgres {
                 break;
             }
         }
-        // Each replica's counts of pending Requests and of live calls, folded into the rows of none, so that the
-        // replicas that came and went do not pile up rows.
+        // The counts of pending Requests and of live calls of the replicas that are gone, folded into the rows of
+        // none, and the rows that count nothing, deleted: replicas that came and went, and owners and servers
+        // that hold nothing, do not pile up rows. A replica's own rows stay, with the allowances they hold.
         self.write(move |tx| {
             Box::pin(async move {
                 tx.execute(
-                    "WITH folded AS (DELETE FROM pending_shares WHERE replica <> '' \
+                    "WITH folded AS (DELETE FROM pending_shares \
+                     WHERE replica <> '' AND replica NOT IN (SELECT id FROM replicas) \
                      RETURNING owner, server, requests, bytes) \
                      INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
                      SELECT owner, server, '', sum(requests), sum(bytes) FROM folded GROUP BY owner, server \
@@ -409,20 +411,18 @@ impl Postgres {
                     &[],
                 )
                 .await?;
+                tx.execute("DELETE FROM pending_shares WHERE requests = 0 AND bytes = 0", &[])
+                    .await?;
                 tx.execute(
-                    "DELETE FROM pending_shares WHERE replica = '' AND requests = 0 AND bytes = 0",
-                    &[],
-                )
-                .await?;
-                tx.execute(
-                    "WITH folded AS (DELETE FROM live_calls WHERE replica <> '' RETURNING owner, calls) \
+                    "WITH folded AS (DELETE FROM live_calls \
+                     WHERE replica <> '' AND replica NOT IN (SELECT id FROM replicas) RETURNING owner, calls) \
                      INSERT INTO live_calls (owner, replica, calls) \
                      SELECT owner, '', sum(calls) FROM folded GROUP BY owner \
                      ON CONFLICT (owner, replica) DO UPDATE SET calls = live_calls.calls + EXCLUDED.calls",
                     &[],
                 )
                 .await?;
-                tx.execute("DELETE FROM live_calls WHERE replica = '' AND calls = 0", &[])
+                tx.execute("DELETE FROM live_calls WHERE calls = 0 AND allowance = 0", &[])
                     .await
             })
         })

@@ -125,6 +125,62 @@ async fn two_postgres_stores_on_one_database_share_its_caps_and_counts() {
     close(b).await;
 }
 
+/// The pruning folds the counts of a replica that is gone into the rows of none, deletes the rows that count
+/// nothing, and leaves a live replica's rows with the allowance they hold, so that it goes on starting calls
+/// without dealing the cap again.
+#[tokio::test]
+async fn pruning_folds_the_counts_of_gone_replicas_and_keeps_the_allowances_of_live_ones() {
+    let url = postgres::cluster::shared().database();
+    let store = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    insert(&store, new_call("ada")).await;
+    let raw = connect_raw(&url).await;
+    raw.batch_execute(
+        "INSERT INTO live_calls (owner, replica, calls) VALUES ('ada', 'gone', 1), ('bob', 'gone', 0);
+         INSERT INTO pending_shares (owner, server, replica, requests, bytes)
+         VALUES ('ada', 'demo', 'gone', 2, 20), ('bob', 'demo', 'gone', 0, 0);",
+    )
+    .await
+    .unwrap();
+    let allowances = async || -> Vec<(String, i64, i64)> {
+        raw.query(
+            "SELECT replica, calls, allowance FROM live_calls WHERE owner = 'ada' ORDER BY replica",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect()
+    };
+    let before = allowances().await;
+    let (replica, calls, allowance) = before.iter().find(|(replica, ..)| replica != "gone").unwrap().clone();
+    assert!(calls == 1 && allowance > 1, "{before:?}");
+
+    store.prune(Clock::default().now()).await.unwrap();
+    assert_eq!(
+        allowances().await,
+        vec![(String::new(), 1, 0), (replica, calls, allowance)]
+    );
+    let shares: Vec<(String, String, i64)> = raw
+        .query(
+            "SELECT owner, replica, requests FROM pending_shares ORDER BY owner, replica",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+    assert_eq!(shares, vec![("ada".to_owned(), String::new(), 2)]);
+    let bob: i64 = raw
+        .query_one("SELECT count(*) FROM live_calls WHERE owner = 'bob'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(bob, 0, "a row that counts nothing is deleted");
+    close(store).await;
+}
+
 /// What a PostgreSQL database's counting tables hold: pending shares, then live calls.
 pub(super) async fn counted(url: &str) -> (Vec<(String, String, i64, i64)>, Vec<(String, i64)>) {
     counts(
