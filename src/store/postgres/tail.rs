@@ -1,7 +1,8 @@
 //! The event log as every replica sees it: events are published here in the order of their ids, whichever
-//! replica recorded them, each once. The log is read whenever this replica's writer kept events, whenever the
-//! database says another replica's transaction did (`LISTEN`), after a reconnect, and at least every second,
-//! so that a missed notification delays an event but never loses it.
+//! replica recorded them, each once. The log is read whenever this replica's writer kept events (by the writer
+//! itself, right behind its `COMMIT`, and here again only if that read could not publish all it kept),
+//! whenever the database says another replica's transaction did (`LISTEN`), after a reconnect, and at least
+//! every second, so that a missed notification delays an event but never loses it.
 //!
 //! Why no event is skipped or repeated, though transactions commit in any order: an event's id starts with
 //! its transaction's id (see [`super::writer`]), and a read publishes only the events below [`PUBLISHED`],
@@ -25,6 +26,7 @@ use super::{Connector, Postgres};
 use crate::feed::Feed;
 use crate::lock;
 use crate::records::Event;
+use crate::store::EventPage;
 
 /// The channel a transaction that recorded events notifies.
 pub const CHANNEL: &str = "toolnexus_events";
@@ -36,7 +38,7 @@ const POLL: Duration = Duration::from_secs(1);
 /// How long a lost listening connection waits before connecting again.
 const RECONNECT: Duration = Duration::from_secs(1);
 /// How many events one read of the log takes.
-const PAGE: usize = 1000;
+pub const PAGE: usize = 1000;
 
 /// Publishes events in the order of their ids, each once.
 #[derive(Debug)]
@@ -63,7 +65,20 @@ impl Publisher {
         self.wake.notify_one();
     }
 
-    /// Publishes what was read from the log after `after`, skipping what was published meanwhile.
+    /// Publishes a page of the log that this replica's writer read right behind its `COMMIT`, in the same
+    /// exchange (`kept`: the newest event kept then, published or not); returns whether the tail must still
+    /// read the log: the page is full, events left the log before it, or some kept are held back behind a
+    /// transaction in flight.
+    pub fn committed(&self, page: EventPage, kept: u64) -> bool {
+        if page.gap {
+            return true;
+        }
+        let full = page.events.len() == PAGE;
+        self.read(page.events);
+        full || kept > self.last()
+    }
+
+    /// Publishes what was read from the log, skipping what was published meanwhile.
     fn read(&self, events: Vec<Arc<Event>>) {
         let mut last = lock(&self.last);
         let fresh: Vec<Arc<Event>> = events.into_iter().filter(|event| event.id > *last).collect();
@@ -73,7 +88,8 @@ impl Publisher {
         }
     }
 
-    fn last(&self) -> u64 {
+    /// The id of the last event published.
+    pub fn last(&self) -> u64 {
         *lock(&self.last)
     }
 }

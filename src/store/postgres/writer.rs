@@ -26,8 +26,11 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row};
 
 use super::super::StoreError;
+use super::maintenance::log_page;
 use super::tail::{self, Publisher};
-use super::{Connector, EVENTS_PER_TRANSACTION, PRINCIPAL_LOCKS, RAISE_LOCK, Statements, WRITE_LOCK, unavailable};
+use super::{
+    Connector, EVENTS_PER_TRANSACTION, PRINCIPAL_LOCKS, RAISE_LOCK, Reader, Statements, WRITE_LOCK, unavailable,
+};
 use crate::records::Event;
 use crate::time::{Clock, Timestamp};
 
@@ -343,6 +346,8 @@ async fn commit(
         again.clear();
     }
     let recorded = next_event.load(Ordering::Relaxed) > 0;
+    // Whether the read behind the `COMMIT` published all the transaction kept.
+    let mut published = false;
     let mut usable = true;
     let committed = if aborted {
         usable = roll_back(client).await;
@@ -351,14 +356,28 @@ async fn commit(
         ))
     } else {
         // One exchange: every replica's tail is told, when the transaction commits, which replica recorded
-        // events (its own tail has them already). The statement before `COMMIT` fails in a transaction an error
-        // aborted, where a `COMMIT` alone would roll it back and report success.
-        let commit = if !recorded {
-            "SELECT 1; COMMIT".to_owned()
+        // events, and the log is read right behind the `COMMIT` to publish them (what that read cannot, this
+        // replica's tail reads again). The statement before `COMMIT` fails in a transaction an error aborted,
+        // where a `COMMIT` alone would roll it back and report success.
+        let kept = if !recorded {
+            client.batch_execute("SELECT 1; COMMIT").await
         } else {
-            format!("NOTIFY {}, {}; COMMIT", tail::CHANNEL, escaped_literal(replica))
+            let commit = format!("NOTIFY {}, {}; COMMIT", tail::CHANNEL, escaped_literal(replica));
+            let after_commit = AfterCommit {
+                conn: client,
+                statements,
+            };
+            let (kept, page) = futures::future::join(
+                client.batch_execute(&commit),
+                log_page(&after_commit, publisher.last(), tail::PAGE),
+            )
+            .await;
+            if kept.is_ok() && page.is_ok_and(|(page, newest)| !publisher.committed(page, newest)) {
+                published = true;
+            }
+            kept
         };
-        match client.batch_execute(&commit).await {
+        match kept {
             Ok(()) => Ok(()),
             Err(error) => {
                 tracing::error!(%error, "the store could not keep a change; it was not made");
@@ -370,7 +389,7 @@ async fn commit(
     };
     let fate = match committed {
         Ok(()) => {
-            if recorded {
+            if recorded && !published {
                 publisher.wake();
             }
             Fate::Kept
@@ -387,6 +406,24 @@ async fn commit(
         batch.push_front(job);
     }
     usable
+}
+
+/// The writer's connection between transactions, read from right behind a `COMMIT`.
+struct AfterCommit<'c> {
+    conn: &'c Client,
+    statements: &'c Statements,
+}
+
+impl Reader for AfterCommit<'_> {
+    async fn rows(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let statement = self.statements.get(self.conn, sql).await?;
+        self.conn.query(&statement, params).await
+    }
+
+    async fn row(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>, tokio_postgres::Error> {
+        let statement = self.statements.get(self.conn, sql).await?;
+        self.conn.query_opt(&statement, params).await
+    }
 }
 
 /// What applying a transaction's changes came to.
