@@ -176,6 +176,24 @@ impl Reader for Conn {
     }
 }
 
+/// A connection and its prepared statements, borrowed: the writer's, read from between its transactions.
+pub struct Borrowed<'c> {
+    pub client: &'c Client,
+    pub statements: &'c Statements,
+}
+
+impl Reader for Borrowed<'_> {
+    async fn rows(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let statement = self.statements.get(self.client, sql).await?;
+        self.client.query(&statement, params).await
+    }
+
+    async fn row(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>, tokio_postgres::Error> {
+        let statement = self.statements.get(self.client, sql).await?;
+        self.client.query_opt(&statement, params).await
+    }
+}
+
 impl Reader for Tx<'_> {
     async fn rows(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, tokio_postgres::Error> {
         self.query(sql, params).await

@@ -29,7 +29,7 @@ use super::super::StoreError;
 use super::maintenance::log_page;
 use super::tail::{self, Publisher};
 use super::{
-    Connector, EVENTS_PER_TRANSACTION, PRINCIPAL_LOCKS, RAISE_LOCK, Reader, Statements, WRITE_LOCK, unavailable,
+    Borrowed, Connector, EVENTS_PER_TRANSACTION, PRINCIPAL_LOCKS, RAISE_LOCK, Statements, WRITE_LOCK, unavailable,
 };
 use crate::records::Event;
 use crate::time::{Clock, Timestamp};
@@ -275,7 +275,7 @@ pub async fn run(
                     }
                 },
             };
-            if commit(&client, &statements, &mut batch, &publisher, &replica, &clock).await {
+            if commit(&client, &statements, &mut batch, &jobs, &publisher, &replica, &clock).await {
                 conn = Some(client);
             }
         }
@@ -291,6 +291,7 @@ async fn commit(
     client: &Client,
     statements: &Statements,
     batch: &mut VecDeque<Job>,
+    waiting: &mpsc::UnboundedReceiver<Job>,
     publisher: &Publisher,
     replica: &str,
     clock: &Clock,
@@ -356,26 +357,27 @@ async fn commit(
         ))
     } else {
         // One exchange: every replica's tail is told, when the transaction commits, which replica recorded
-        // events, and the log is read right behind the `COMMIT` to publish them (what that read cannot, this
-        // replica's tail reads again). The statement before `COMMIT` fails in a transaction an error aborted,
-        // where a `COMMIT` alone would roll it back and report success.
+        // events. The statement before `COMMIT` fails in a transaction an error aborted, where a `COMMIT` alone
+        // would roll it back and report success. When no other change waits, the log is read right behind the
+        // `COMMIT` too, to publish the events without another exchange (what that read cannot publish, this
+        // replica's tail reads again); while changes keep coming, the tail reads once for several commits.
+        let quiet = batch.is_empty() && waiting.is_empty();
         let kept = if !recorded {
             client.batch_execute("SELECT 1; COMMIT").await
         } else {
             let commit = format!("NOTIFY {}, {}; COMMIT", tail::CHANNEL, escaped_literal(replica));
-            let after_commit = AfterCommit {
-                conn: client,
-                statements,
-            };
-            let (kept, page) = futures::future::join(
-                client.batch_execute(&commit),
-                log_page(&after_commit, publisher.last(), tail::PAGE),
-            )
-            .await;
-            if kept.is_ok() && page.is_ok_and(|(page, newest)| !publisher.committed(page, newest)) {
-                published = true;
+            if quiet {
+                let after_commit = Borrowed { client, statements };
+                let (kept, page) = futures::future::join(
+                    client.batch_execute(&commit),
+                    log_page(&after_commit, publisher.last(), tail::PAGE),
+                )
+                .await;
+                published = kept.is_ok() && page.is_ok_and(|(page, newest)| !publisher.committed(page, newest));
+                kept
+            } else {
+                client.batch_execute(&commit).await
             }
-            kept
         };
         match kept {
             Ok(()) => Ok(()),
@@ -406,24 +408,6 @@ async fn commit(
         batch.push_front(job);
     }
     usable
-}
-
-/// The writer's connection between transactions, read from right behind a `COMMIT`.
-struct AfterCommit<'c> {
-    conn: &'c Client,
-    statements: &'c Statements,
-}
-
-impl Reader for AfterCommit<'_> {
-    async fn rows(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, tokio_postgres::Error> {
-        let statement = self.statements.get(self.conn, sql).await?;
-        self.conn.query(&statement, params).await
-    }
-
-    async fn row(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>, tokio_postgres::Error> {
-        let statement = self.statements.get(self.conn, sql).await?;
-        self.conn.query_opt(&statement, params).await
-    }
 }
 
 /// What applying a transaction's changes came to.
