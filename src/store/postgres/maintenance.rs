@@ -337,14 +337,14 @@ impl Postgres {
                 break;
             }
         }
-        // The counts of pending Requests and of live calls of the replicas that are gone, folded into the rows of
-        // none, and the rows that count nothing, deleted: replicas that came and went, and owners and servers
-        // that hold nothing, do not pile up rows. A replica's own rows stay, with the allowances they hold.
+        // Each replica's counts of pending Requests, folded into the rows of none, and the live calls of the
+        // replicas that are gone; then the rows that count nothing, deleted. Replicas that came and went, and
+        // owners and servers that hold nothing, do not pile up rows, and a live replica's rows of live calls stay,
+        // with the allowances they hold.
         self.write(move |tx| {
             Box::pin(async move {
                 tx.execute(
-                    "WITH folded AS (DELETE FROM pending_shares \
-                     WHERE replica <> '' AND replica NOT IN (SELECT id FROM replicas) \
+                    "WITH folded AS (DELETE FROM pending_shares WHERE replica <> '' \
                      RETURNING owner, server, requests, bytes) \
                      INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
                      SELECT owner, server, '', sum(requests), sum(bytes) FROM folded GROUP BY owner, server \

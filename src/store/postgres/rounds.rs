@@ -139,7 +139,8 @@ pub(super) fn resolving(update: &str, at: usize, event: Option<usize>) -> String
     format!(
         "WITH won AS ({update} RETURNING round, completed_at, call_id, owner, server, bytes), {numbered}\
          shared AS (INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
-         SELECT COALESCE(owner, ''), COALESCE(server, ''), {REPLICA}, -1, -bytes FROM won ON CONFLICT (owner, server, replica) DO UPDATE \
+         SELECT COALESCE(owner, ''), COALESCE(server, ''), {REPLICA}, -1, -bytes FROM won \
+         ON CONFLICT (owner, server, replica) DO UPDATE \
          SET requests = pending_shares.requests + EXCLUDED.requests, bytes = pending_shares.bytes + EXCLUDED.bytes), \
          settled AS ({}) \
          SELECT settled.*, won.round, won.completed_at, {seq} FROM won{joined} LEFT JOIN settled ON true",

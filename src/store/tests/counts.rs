@@ -125,22 +125,18 @@ async fn two_postgres_stores_on_one_database_share_its_caps_and_counts() {
     close(b).await;
 }
 
-/// The pruning folds the counts of a replica that is gone into the rows of none, deletes the rows that count
-/// nothing, and leaves a live replica's rows with the allowance they hold, so that it goes on starting calls
-/// without dealing the cap again.
+/// The pruning folds every replica's pending counts, and the live calls of a replica that is gone, into the rows
+/// of none, deletes the rows that count nothing, and leaves a live replica's rows of live calls with the
+/// allowance they hold, so that it goes on starting calls without dealing the cap again.
 #[tokio::test]
-async fn pruning_folds_the_counts_of_gone_replicas_and_keeps_the_allowances_of_live_ones() {
+async fn pruning_folds_the_counts_and_keeps_the_allowances_of_live_replicas() {
     let url = postgres::cluster::shared().database();
     let store = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
     insert(&store, new_call("ada")).await;
     let raw = connect_raw(&url).await;
-    raw.batch_execute(
-        "INSERT INTO live_calls (owner, replica, calls) VALUES ('ada', 'gone', 1), ('bob', 'gone', 0);
-         INSERT INTO pending_shares (owner, server, replica, requests, bytes)
-         VALUES ('ada', 'demo', 'gone', 2, 20), ('bob', 'demo', 'gone', 0, 0);",
-    )
-    .await
-    .unwrap();
+    raw.batch_execute("INSERT INTO live_calls (owner, replica, calls) VALUES ('ada', 'gone', 1), ('bob', 'gone', 0)")
+        .await
+        .unwrap();
     let allowances = async || -> Vec<(String, i64, i64)> {
         raw.query(
             "SELECT replica, calls, allowance FROM live_calls WHERE owner = 'ada' ORDER BY replica",
@@ -155,6 +151,15 @@ async fn pruning_folds_the_counts_of_gone_replicas_and_keeps_the_allowances_of_l
     let before = allowances().await;
     let (replica, calls, allowance) = before.iter().find(|(replica, ..)| replica != "gone").unwrap().clone();
     assert!(calls == 1 && allowance > 1, "{before:?}");
+    // Counts that only add up across replicas: a Request raised on one and answered on another.
+    raw.execute(
+        "INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
+         VALUES ('ada', 'demo', 'gone', 2, 20), ('ada', 'demo', $1, -1, -10), ('bob', 'demo', 'gone', 1, 10), \
+         ('bob', 'demo', $1, -1, -10)",
+        &[&replica],
+    )
+    .await
+    .unwrap();
 
     store.prune(Clock::default().now()).await.unwrap();
     assert_eq!(
@@ -171,7 +176,7 @@ async fn pruning_folds_the_counts_of_gone_replicas_and_keeps_the_allowances_of_l
         .iter()
         .map(|row| (row.get(0), row.get(1), row.get(2)))
         .collect();
-    assert_eq!(shares, vec![("ada".to_owned(), String::new(), 2)]);
+    assert_eq!(shares, vec![("ada".to_owned(), String::new(), 1)]);
     let bob: i64 = raw
         .query_one("SELECT count(*) FROM live_calls WHERE owner = 'bob'", &[])
         .await
