@@ -157,7 +157,9 @@ async fn catch_up(store: &Postgres, publisher: &Publisher) {
                     after = publisher.last(),
                     "events left the log before this replica read them"
                 );
-                *lock(&publisher.last) = page.resume_after;
+                // The writer, which publishes too, may have gone past it meanwhile.
+                let mut last = lock(&publisher.last);
+                *last = (*last).max(page.resume_after);
             }
             Ok((page, kept)) => {
                 let full = page.events.len() == PAGE;
