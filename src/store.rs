@@ -206,15 +206,12 @@ pub enum InsertCallError {
     Store(#[from] StoreError),
 }
 
-/// A call the store has decided to record.
+/// A call the store has decided to record. The store's reads of the call by its id see it at once, but it may
+/// not be kept yet: its starter waits for `kept` before it gives the call's id to anyone.
 pub struct Started {
     pub view: CallView,
     /// Resolves once the call is kept, or with why it could not be.
     pub kept: Kept,
-    /// Whether the store's reads see the call before it is kept: it is written with the first change that
-    /// concerns it, and its starter need only wait for `kept` before it gives the call's id to anyone. Otherwise
-    /// the call is read only once `kept` resolves.
-    pub deferred: bool,
 }
 
 impl std::fmt::Debug for Started {

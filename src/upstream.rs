@@ -205,37 +205,57 @@ struct Leg {
 }
 
 /// Whether a call just started is kept: the upstream works on it meanwhile, and if it cannot be kept it is
-/// abandoned.
-pub struct Keeping {
+/// abandoned. Dropped before the call is kept (its client went away), it leaves the waiting to a task of its own.
+pub struct Keeping(Option<Unkept>);
+
+/// A call not known to be kept yet.
+struct Unkept {
     kept: crate::store::Kept,
     /// The call's work upstream, stopped when the call cannot be kept.
-    leg: Option<CancellationToken>,
+    leg: CancellationToken,
     /// What ends the call when it cannot be kept, so that it is not left running.
-    abandon: Option<(Arc<Upstreams>, CallId)>,
+    upstreams: Arc<Upstreams>,
+    call: CallId,
+}
+
+impl Unkept {
+    /// What the call's keeping came to: if it failed, the call's work upstream stops and the call is ended.
+    fn kept(self, kept: Result<(), StoreError>) -> Result<(), StoreError> {
+        kept.inspect_err(|_| {
+            self.leg.cancel();
+            self.upstreams.abandon(self.call);
+        })
+    }
 }
 
 impl Keeping {
     /// For a call kept already.
     fn already() -> Self {
-        Self {
-            kept: Box::pin(std::future::ready(Ok(()))),
-            leg: None,
-            abandon: None,
-        }
+        Self(None)
     }
 
     /// Waits until the call is kept; if it cannot be, its work upstream stops and the call is ended.
-    pub async fn kept(self) -> Result<(), UpstreamError> {
-        let Self { kept, leg, abandon } = self;
-        kept.await.map_err(|error| {
-            if let Some(leg) = leg {
-                leg.cancel();
+    pub async fn kept(mut self) -> Result<(), UpstreamError> {
+        if let Some(unkept) = self.0.as_mut() {
+            // Dropped while it waits, the call is still `self`'s, whose drop leaves the waiting to a task.
+            let kept = (&mut unkept.kept).await;
+            if let Some(unkept) = self.0.take() {
+                unkept.kept(kept)?;
             }
-            if let Some((upstreams, call)) = abandon {
-                upstreams.abandon(call);
-            }
-            UpstreamError::Store(error)
-        })
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Keeping {
+    fn drop(&mut self) {
+        if let Some(mut unkept) = self.0.take() {
+            let tracker = unkept.upstreams.tracker.clone();
+            tracker.spawn(async move {
+                let kept = (&mut unkept.kept).await;
+                let _ = unkept.kept(kept);
+            });
+        }
     }
 }
 
@@ -518,16 +538,13 @@ impl Upstreams {
                 0,
             )
             .await;
-        let keeping = Keeping {
+        let keeping = Keeping(Some(Unkept {
             kept: started.kept,
-            leg: Some(leg),
-            abandon: Some((self.clone(), view.id.clone())),
-        };
-        if started.deferred {
-            return Ok((view, following, keeping));
-        }
-        keeping.kept().await?;
-        Ok((view, following, Keeping::already()))
+            leg,
+            upstreams: self.clone(),
+            call: view.id.clone(),
+        }));
+        Ok((view, following, keeping))
     }
 
     /// Ends, on a task of its own, a call the store could not keep as it started: its starter was answered that

@@ -23,8 +23,9 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, GenericClient, NoTls, Row, Statement};
 
-use super::{OpenError, StoreError};
+use super::{Kept, OpenError, StoreError};
 use crate::feed::Feed;
+use crate::ids::CallId;
 use crate::lock;
 use crate::time::Clock;
 use writer::{Applied, Change, Failed, Fate, Job, Turn, Tx};
@@ -40,7 +41,7 @@ const PRINCIPAL_LOCKS: i32 = 0x746e_7072;
 /// reads event ids exactly while transaction ids stay below 2^33.)
 const EVENTS_PER_TRANSACTION: i64 = 1 << 20;
 /// How many connections serve reads; each carries many reads at once.
-const READERS: usize = 4;
+pub const READERS: usize = 4;
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a replica without a heartbeat counts as alive; past it, others end what only it could carry on.
@@ -69,7 +70,12 @@ struct Shared {
     /// Stops the heartbeat and the tail of the event log.
     background: tokio_util::sync::CancellationToken,
     clock: Clock,
+    /// The calls this replica started whose change is not kept yet: a read of one waits until it is.
+    starting: Mutex<HashMap<CallId, Starting>>,
 }
+
+/// Whether a call's start is kept, for every read of the call that waits for it.
+type Starting = futures::future::Shared<Kept>;
 
 /// How to reach the database.
 #[derive(Clone)]
@@ -272,6 +278,7 @@ impl Postgres {
                 replica: replica.to_owned(),
                 background: background.clone(),
                 clock,
+                starting: Mutex::default(),
             }),
         };
         tokio::spawn(tail::run(store.clone(), publisher, background.clone()));

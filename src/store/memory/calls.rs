@@ -40,7 +40,6 @@ impl Memory {
         Ok(Started {
             view,
             kept: Box::pin(std::future::ready(Ok(()))),
-            deferred: false,
         })
     }
 

@@ -2,6 +2,7 @@
 
 use std::sync::{Arc, LazyLock, Mutex};
 
+use futures::FutureExt;
 use rmcp::model::Implementation;
 use tokio::sync::oneshot;
 
@@ -91,16 +92,36 @@ impl Postgres {
             }
         };
         match decision {
-            Ok(Admitted::Started(view)) => Ok(Some(Started {
-                view: *view,
-                kept,
-                deferred: false,
-            })),
+            Ok(Admitted::Started(view)) => {
+                let kept = self.starting(&view.id, kept);
+                Ok(Some(Started { view: *view, kept }))
+            }
             Ok(Admitted::Spent) => Ok(None),
             Ok(Admitted::Refused(running)) => Err(InsertCallError::TooMany(usize::try_from(running).unwrap_or(0))),
             Err(_) => Err(InsertCallError::Store(StoreError::Unavailable(
                 "the store could not record the call".to_owned(),
             ))),
+        }
+    }
+
+    /// `kept`, the start of call `id`, which reads of the call wait for until it resolves: the call is read as
+    /// soon as it is started, as on every engine.
+    fn starting(&self, id: &CallId, kept: Kept) -> Kept {
+        let kept = kept.shared();
+        lock(&self.shared.starting).insert(id.clone(), kept.clone());
+        let (this, id, forgotten) = (self.clone(), id.clone(), kept.clone());
+        tokio::spawn(async move {
+            let _ = forgotten.await;
+            lock(&this.shared.starting).remove(&id);
+        });
+        Box::pin(kept)
+    }
+
+    /// Waits until the start of call `id` is kept (or not), if this replica started it and it has not been.
+    async fn started(&self, id: &CallId) {
+        let starting = lock(&self.shared.starting).get(id).cloned();
+        if let Some(starting) = starting {
+            let _ = starting.await;
         }
     }
 
@@ -128,6 +149,7 @@ impl Postgres {
     }
 
     pub async fn retry(&self, call: &CallId) -> Result<Option<Retry>, StoreError> {
+        self.started(call).await;
         self.read(async |conn| rounds::retry(conn, call).await).await
     }
 
@@ -232,10 +254,12 @@ impl Postgres {
     }
 
     pub async fn call(&self, id: &CallId) -> Result<Option<CallView>, StoreError> {
+        self.started(id).await;
         self.read(async |conn| call(conn, id).await).await
     }
 
     pub async fn call_status(&self, id: &CallId) -> Result<Option<(CallStatus, String)>, StoreError> {
+        self.started(id).await;
         self.read(async |conn| {
             let Some(row) = conn.query_opt(sql::CALL_STATUS.postgres, &[&id]).await? else {
                 return Ok(None);

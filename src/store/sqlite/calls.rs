@@ -46,11 +46,7 @@ impl Sqlite {
             self.send(Message::Deferred);
         }
         let kept = self.keep(view.id.clone());
-        Ok(Started {
-            view,
-            kept,
-            deferred: true,
-        })
+        Ok(Started { view, kept })
     }
 
     /// Resolves once call `id` is kept: at once if it is written, else once the change that writes it is kept

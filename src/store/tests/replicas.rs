@@ -136,6 +136,46 @@ async fn answers_to_a_calls_last_two_requests_committed_side_by_side_leave_it_ru
     store.close().await;
 }
 
+/// A call whose start is decided but whose commit waits (here for a lock a trigger takes as it commits) is read
+/// by its id once it is kept, never as missing.
+#[tokio::test]
+async fn a_call_read_while_its_start_commits_is_read_once_kept() {
+    let url = postgres::cluster::shared().database();
+    let store = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
+    other
+        .batch_execute(
+            "CREATE FUNCTION held() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN PERFORM pg_advisory_xact_lock_shared(77); RETURN NULL; END $$; \
+             CREATE CONSTRAINT TRIGGER held AFTER INSERT ON calls DEFERRABLE INITIALLY DEFERRED \
+             FOR EACH ROW EXECUTE FUNCTION held(); \
+             SELECT pg_advisory_lock(77)",
+        )
+        .await
+        .unwrap();
+    // Every read connection open with the reads below prepared, so that a read goes out at once.
+    let unknown = CallId::mint();
+    for _ in 0..postgres::READERS {
+        store.call_status(&unknown).await.unwrap();
+    }
+    for _ in 0..postgres::READERS {
+        store.call(&unknown).await.unwrap();
+    }
+    let started = store.insert_call(new_call("ada"), 10).await.unwrap();
+    until_a_lock_is_awaited(&watcher, "the start's commit never waited for the trigger").await;
+
+    let id = started.view.id.clone();
+    let (status, call) = (store.call_status(&id), store.call(&id));
+    let (mut status, mut call) = (Box::pin(status), Box::pin(call));
+    assert!(futures::poll!(&mut status).is_pending() && futures::poll!(&mut call).is_pending());
+    other.batch_execute("SELECT pg_advisory_unlock(77)").await.unwrap();
+
+    assert_eq!(status.await.unwrap(), Some((CallStatus::Running, "ada".to_owned())));
+    assert_eq!(call.await.unwrap(), Some(started.view));
+    started.kept.await.unwrap();
+    close(store).await;
+}
+
 /// One replica's writer waits on a call's row, which another transaction holds: its transaction stays open, and
 /// the other replica starts and ends calls and sessions meanwhile, committing side by side with it.
 #[tokio::test]
