@@ -132,81 +132,60 @@ impl Conn {
             statements: Statements::default(),
         }
     }
-
-    /// `sql`, prepared once per connection.
-    pub async fn statement(&self, sql: &str) -> Result<Statement, tokio_postgres::Error> {
-        self.statements.get(&self.client, sql).await
-    }
-
-    /// The rows of `sql`.
-    pub async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, tokio_postgres::Error> {
-        let statement = self.statement(sql).await?;
-        self.client.query(&statement, params).await
-    }
-
-    /// The one row of `sql`, if any.
-    pub async fn query_opt(
-        &self,
-        sql: &str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Option<Row>, tokio_postgres::Error> {
-        let statement = self.statement(sql).await?;
-        self.client.query_opt(&statement, params).await
-    }
 }
 
-/// What reads run on: a read connection, or the writer inside its transaction.
+/// What reads run on: a read connection, or the writer inside its transaction or between two. Each statement
+/// is prepared once per connection.
 pub trait Reader: Sync {
+    /// The connection and the statements it has prepared.
+    fn borrowed(&self) -> Borrowed<'_>;
+
     /// The rows of `sql`.
-    fn rows(
+    fn query(
         &self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
-    ) -> impl Future<Output = Result<Vec<Row>, tokio_postgres::Error>> + Send;
+    ) -> impl Future<Output = Result<Vec<Row>, tokio_postgres::Error>> + Send {
+        let Borrowed { client, statements } = self.borrowed();
+        async move { client.query(&statements.get(client, sql).await?, params).await }
+    }
 
     /// The one row of `sql`, if any.
-    fn row(
+    fn query_opt(
         &self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
-    ) -> impl Future<Output = Result<Option<Row>, tokio_postgres::Error>> + Send;
-}
-
-impl Reader for Conn {
-    async fn rows(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, tokio_postgres::Error> {
-        self.query(sql, params).await
-    }
-
-    async fn row(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>, tokio_postgres::Error> {
-        self.query_opt(sql, params).await
+    ) -> impl Future<Output = Result<Option<Row>, tokio_postgres::Error>> + Send {
+        let Borrowed { client, statements } = self.borrowed();
+        async move { client.query_opt(&statements.get(client, sql).await?, params).await }
     }
 }
 
-/// A connection and its prepared statements, borrowed: the writer's, read from between its transactions.
+/// A connection and its prepared statements, borrowed.
+#[derive(Clone, Copy)]
 pub struct Borrowed<'c> {
     pub client: &'c Client,
     pub statements: &'c Statements,
 }
 
 impl Reader for Borrowed<'_> {
-    async fn rows(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, tokio_postgres::Error> {
-        let statement = self.statements.get(self.client, sql).await?;
-        self.client.query(&statement, params).await
+    fn borrowed(&self) -> Borrowed<'_> {
+        *self
     }
+}
 
-    async fn row(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>, tokio_postgres::Error> {
-        let statement = self.statements.get(self.client, sql).await?;
-        self.client.query_opt(&statement, params).await
+impl Reader for Conn {
+    fn borrowed(&self) -> Borrowed<'_> {
+        Borrowed {
+            client: &self.client,
+            statements: &self.statements,
+        }
     }
 }
 
 impl Reader for Tx<'_> {
-    async fn rows(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, tokio_postgres::Error> {
-        self.query(sql, params).await
-    }
-
-    async fn row(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>, tokio_postgres::Error> {
-        self.query_opt(sql, params).await
+    fn borrowed(&self) -> Borrowed<'_> {
+        self.borrowed
     }
 }
 

@@ -339,7 +339,10 @@ impl Postgres {
 /// One call.
 pub(super) async fn call(conn: &impl Reader, id: &CallId) -> Result<Option<CallView>, tokio_postgres::Error> {
     let sql = format!("SELECT {} FROM calls AS c WHERE c.id = $1", rows::CALL);
-    conn.row(&sql, &[&id]).await?.map(|row| rows::call(&row)).transpose()
+    conn.query_opt(&sql, &[&id])
+        .await?
+        .map(|row| rows::call(&row))
+        .transpose()
 }
 
 /// A session just changed in this transaction, with its `session.updated` event recorded.
@@ -357,7 +360,10 @@ pub(super) async fn session_changed(
 /// One session.
 pub(super) async fn session(conn: &impl Reader, id: &SessionId) -> Result<Option<SessionView>, tokio_postgres::Error> {
     let sql = format!("SELECT {} FROM sessions WHERE id = $1", rows::SESSION);
-    conn.row(&sql, &[&id]).await?.map(|row| rows::session(&row)).transpose()
+    conn.query_opt(&sql, &[&id])
+        .await?
+        .map(|row| rows::session(&row))
+        .transpose()
 }
 
 /// What the first run of a call's start decided.

@@ -398,7 +398,7 @@ pub(super) async fn log_page(
             rows::EVENT
         )
     });
-    let found = conn.rows(&PAGE, &[&after, &limit]).await?;
+    let found = conn.query(&PAGE, &[&after, &limit]).await?;
     let Some(first) = found.first() else {
         return Ok((gap(0), 0));
     };
@@ -446,7 +446,7 @@ pub(super) static LAST_EVENT: LazyLock<String> = LazyLock::new(|| {
 
 /// The id of the newest event published, and of the newest kept.
 async fn last_event_id(conn: &impl Reader) -> Result<(i64, i64), tokio_postgres::Error> {
-    Ok(match conn.row(&LAST_EVENT, &[]).await? {
+    Ok(match conn.query_opt(&LAST_EVENT, &[]).await? {
         Some(row) => (row.try_get(0)?, row.try_get(1)?),
         None => (0, 0),
     })

@@ -370,13 +370,16 @@ pub(super) fn round_number(number: u32) -> i32 {
 /// One Request.
 pub(super) async fn request(conn: &impl Reader, id: &RequestId) -> Result<Option<RequestView>, tokio_postgres::Error> {
     let sql = format!("SELECT {} FROM requests WHERE id = $1", rows::REQUEST);
-    conn.row(&sql, &[&id]).await?.map(|row| rows::request(&row)).transpose()
+    conn.query_opt(&sql, &[&id])
+        .await?
+        .map(|row| rows::request(&row))
+        .transpose()
 }
 
 /// How many Requests are pending.
 pub(super) async fn pending_count(conn: &impl Reader) -> Result<usize, tokio_postgres::Error> {
     let row = conn
-        .row("SELECT COALESCE(sum(requests), 0)::BIGINT FROM pending_shares", &[])
+        .query_opt("SELECT COALESCE(sum(requests), 0)::BIGINT FROM pending_shares", &[])
         .await?;
     let count = match row {
         Some(row) => row.try_get::<_, i64>(0)?,
@@ -396,7 +399,7 @@ async fn pending_shares(conn: &impl Reader, new: &[NewRequest]) -> Result<Shares
     let servers: Vec<&str> = new.iter().map(server_key).collect();
     // The total (the row with no owner and no server) and the pairs of `new`'s owners and servers, at once.
     let rows = conn
-        .rows(
+        .query(
             "SELECT NULL::TEXT, NULL::TEXT, COALESCE(sum(requests), 0)::BIGINT, COALESCE(sum(bytes), 0)::BIGINT \
              FROM pending_shares \
              UNION ALL SELECT owner, server, sum(requests)::BIGINT, sum(bytes)::BIGINT FROM pending_shares \
@@ -433,7 +436,7 @@ pub(super) async fn select_ids(
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<RequestId>, tokio_postgres::Error> {
     let sql = format!("SELECT id FROM requests WHERE {condition}");
-    conn.rows(&sql, params)
+    conn.query(&sql, params)
         .await?
         .iter()
         .map(|row| row.try_get(0))

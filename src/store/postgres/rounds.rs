@@ -16,7 +16,7 @@ use crate::time::Timestamp;
 /// What retrying a call takes, if its latest round is answered and it has not ended.
 pub(super) async fn retry(conn: &impl Reader, id: &CallId) -> Result<Option<Retry>, tokio_postgres::Error> {
     static RETRY: LazyLock<String> = LazyLock::new(retry_sql);
-    match conn.row(&RETRY, &[&id]).await? {
+    match conn.query_opt(&RETRY, &[&id]).await? {
         Some(found) => retry_from(id, &found),
         None => Ok(None),
     }

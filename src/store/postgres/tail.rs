@@ -65,17 +65,26 @@ impl Publisher {
         self.wake.notify_one();
     }
 
-    /// Publishes a page of the log that this replica's writer read right behind its `COMMIT`, in the same
-    /// exchange (`kept`: the newest event kept then, published or not); returns whether the tail must still
-    /// read the log: the page is full, events left the log before it, or some kept are held back behind a
-    /// transaction in flight.
-    pub fn committed(&self, page: EventPage, kept: u64) -> bool {
+    /// Publishes a page of the log read after the last event published (`kept`: the newest event kept then,
+    /// published or not), and says what is left to read.
+    pub fn publish(&self, page: EventPage, kept: u64) -> Next {
         if page.gap {
-            return true;
+            tracing::warn!(after = self.last(), "events left the log before this replica read them");
+            // Pruned before this replica read them: what follows is published from the oldest kept. Whoever
+            // else publishes may have gone past it meanwhile.
+            let mut last = lock(&self.last);
+            *last = (*last).max(page.resume_after);
+            return Next::More;
         }
         let full = page.events.len() == PAGE;
         self.read(page.events);
-        full || kept > self.last()
+        if full {
+            Next::More
+        } else if kept > self.last() {
+            Next::HeldBack
+        } else {
+            Next::Done
+        }
     }
 
     /// Publishes what was read from the log, skipping what was published meanwhile.
@@ -92,6 +101,17 @@ impl Publisher {
     pub fn last(&self) -> u64 {
         *lock(&self.last)
     }
+}
+
+/// What is left to read of the log after a page of it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing: every event kept is published.
+    Done,
+    /// The rest of a full page, or what follows events that left the log unread.
+    More,
+    /// Events kept behind a transaction with a lower id still in flight.
+    HeldBack,
 }
 
 /// Waiting for events held back (kept, but behind a transaction with a lower id still in flight): a little
@@ -151,26 +171,12 @@ async fn catch_up(store: &Postgres, publisher: &Publisher) {
     let mut held_back = HeldBack::default();
     loop {
         match store.log_after(publisher.last(), PAGE).await {
-            Ok((page, _)) if page.gap => {
-                // Pruned before this replica read them: what follows is published from the oldest kept.
-                tracing::warn!(
-                    after = publisher.last(),
-                    "events left the log before this replica read them"
-                );
-                // The writer, which publishes too, may have gone past it meanwhile.
-                let mut last = lock(&publisher.last);
-                *last = (*last).max(page.resume_after);
-            }
-            Ok((page, kept)) => {
-                let full = page.events.len() == PAGE;
-                publisher.read(page.events);
-                if full {
-                    continue;
-                }
-                if kept <= publisher.last() || !held_back.wait().await {
-                    return;
-                }
-            }
+            Ok((page, kept)) => match publisher.publish(page, kept) {
+                Next::Done => return,
+                Next::More => {}
+                Next::HeldBack if !held_back.wait().await => return,
+                Next::HeldBack => {}
+            },
             Err(error) => {
                 tracing::warn!(%error, "the store's event log could not be read");
                 return;

@@ -27,7 +27,7 @@ use tokio_postgres::{Client, Row};
 
 use super::super::StoreError;
 use super::maintenance::log_page;
-use super::tail::{self, Publisher};
+use super::tail::{self, Next, Publisher};
 use super::{
     Borrowed, Connector, EVENTS_PER_TRANSACTION, PRINCIPAL_LOCKS, RAISE_LOCK, Statements, WRITE_LOCK, unavailable,
 };
@@ -103,11 +103,10 @@ pub enum Fate {
 /// The writer's connection inside a transaction, and the events the current change records. What a change
 /// reads stays exact until it commits only as far as its [`Turn`] says.
 pub struct Tx<'c> {
-    conn: &'c Client,
+    /// The writer's connection and the statements it has prepared.
+    pub(super) borrowed: Borrowed<'c>,
     /// The replica whose writer this is.
     pub replica: &'c str,
-    /// The statements the writer's connection has prepared.
-    statements: &'c Statements,
     /// The place among the transaction's events that its next event takes.
     next_event: &'c AtomicI64,
     clock: &'c Clock,
@@ -119,26 +118,10 @@ impl Tx<'_> {
         self.clock.now()
     }
 
-    /// The rows of `sql`.
-    pub async fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, tokio_postgres::Error> {
-        let statement = self.statements.get(self.conn, sql).await?;
-        self.conn.query(&statement, params).await
-    }
-
-    /// The one row of `sql`, if any.
-    pub async fn query_opt(
-        &self,
-        sql: &str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Option<Row>, tokio_postgres::Error> {
-        let statement = self.statements.get(self.conn, sql).await?;
-        self.conn.query_opt(&statement, params).await
-    }
-
     /// The one row of `sql`.
     pub async fn query_one(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Row, tokio_postgres::Error> {
-        let statement = self.statements.get(self.conn, sql).await?;
-        self.conn.query_one(&statement, params).await
+        let Borrowed { client, statements } = self.borrowed;
+        client.query_one(&statements.get(client, sql).await?, params).await
     }
 
     /// The rows of `first`, then those of `second`, in one exchange: the server runs `second` once `first` has
@@ -148,19 +131,17 @@ impl Tx<'_> {
         (first, first_params): (&str, &[&(dyn ToSql + Sync)]),
         (second, second_params): (&str, &[&(dyn ToSql + Sync)]),
     ) -> Result<(Vec<Row>, Vec<Row>), tokio_postgres::Error> {
+        let Borrowed { client, statements } = self.borrowed;
         // Both prepared first, so that nothing comes between sending one and the other.
-        let first = self.statements.get(self.conn, first).await?;
-        let second = self.statements.get(self.conn, second).await?;
-        futures::try_join!(
-            self.conn.query(&first, first_params),
-            self.conn.query(&second, second_params)
-        )
+        let first = statements.get(client, first).await?;
+        let second = statements.get(client, second).await?;
+        futures::try_join!(client.query(&first, first_params), client.query(&second, second_params))
     }
 
     /// Runs `sql`; how many rows it changed.
     pub async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, tokio_postgres::Error> {
-        let statement = self.statements.get(self.conn, sql).await?;
-        self.conn.execute(&statement, params).await
+        let Borrowed { client, statements } = self.borrowed;
+        client.execute(&statements.get(client, sql).await?, params).await
     }
 
     /// Records an event: it is numbered now and published once the transaction is kept.
@@ -373,7 +354,8 @@ async fn commit(
                     log_page(&after_commit, publisher.last(), tail::PAGE),
                 )
                 .await;
-                published = kept.is_ok() && page.is_ok_and(|(page, newest)| !publisher.committed(page, newest));
+                published =
+                    kept.is_ok() && page.is_ok_and(|(page, newest)| publisher.publish(page, newest) == Next::Done);
                 kept
             } else {
                 client.batch_execute(&commit).await
@@ -450,9 +432,8 @@ async fn apply(
         let mut txs: Vec<Tx> = group
             .iter()
             .map(|_| Tx {
-                conn: client,
+                borrowed: Borrowed { client, statements },
                 replica,
-                statements,
                 next_event,
                 clock,
             })
