@@ -1,6 +1,7 @@
 //! The `WHERE` clause of a listing, for both SQL engines: only the filters given are named, so that each can use
 //! its index (pending Requests are listed through their own, which the condition must spell out).
 
+use super::rows::REQUEST;
 use crate::records::{CallFilter, CallStatus, Filter, Status};
 use crate::suspension::RequestKind;
 
@@ -54,8 +55,28 @@ impl Conditions {
         conditions
     }
 
-    /// The placeholder of one more parameter, to follow the conditions (a `LIMIT`).
-    pub fn param(&mut self, value: Param) -> String {
+    /// The statement listing the Requests these conditions pick, in order, at most `fetch`: each row is the
+    /// Request's `seq`, then its columns.
+    pub fn select_requests(&mut self, fetch: i64) -> String {
+        let fetch = self.param(Param::Integer(fetch));
+        format!(
+            "SELECT seq, {REQUEST} FROM requests WHERE {} ORDER BY seq LIMIT {fetch}",
+            self.sql
+        )
+    }
+
+    /// The statement listing the calls these conditions pick, in order, at most `limit`, each read as the
+    /// engine's `columns` of `calls AS c`.
+    pub fn select_calls(&mut self, columns: &str, limit: i64) -> String {
+        let limit = self.param(Param::Integer(limit));
+        format!(
+            "SELECT {columns} FROM calls AS c WHERE {} ORDER BY c.seq LIMIT {limit}",
+            self.sql
+        )
+    }
+
+    /// The placeholder of one more parameter, to follow the conditions.
+    fn param(&mut self, value: Param) -> String {
         self.params.push(value);
         match self.style {
             Placeholders::Dollar => format!("${}", self.params.len()),

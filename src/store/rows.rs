@@ -117,12 +117,27 @@ impl Parse for SharedData {
 }
 
 /// The columns `request` reads, in order.
-pub const REQUEST: &str = "id, kind, prompt, url, data, expires_at, status, server, session, call_id, owner, \
-     created_at, resolved_at, answer, answered_by, result, detail, completed_at";
+macro_rules! request_columns {
+    () => {
+        "id, kind, prompt, url, data, expires_at, status, server, session, call_id, owner, created_at, resolved_at, \
+         answer, answered_by, result, detail, completed_at"
+    };
+}
+pub(crate) use request_columns;
 
 /// The columns `session` reads, in order.
-pub const SESSION: &str =
-    "id, server, owner, status, protocol_version, server_info, created_at, closed_at, detail, replica";
+macro_rules! session_columns {
+    () => {
+        "id, server, owner, status, protocol_version, server_info, created_at, closed_at, detail, replica"
+    };
+}
+pub(crate) use session_columns;
+
+/// The columns `request` reads, in order.
+pub const REQUEST: &str = request_columns!();
+
+/// The columns `session` reads, in order.
+pub const SESSION: &str = session_columns!();
 
 /// The columns `event` reads, in order.
 pub const EVENT: &str = "seq, kind, server, session, call_id, owner, data";

@@ -1,6 +1,13 @@
 //! Statements both SQL engines run, written once. Each is written as PostgreSQL takes it (parameters `$1`,
 //! `$2`, …) and made SQLite's at compile time, each `$N` becoming `?N`: SQLite reads `$1` as a parameter
 //! *named* `$1`, numbered by where it first appears, which binds `SET a = $2 WHERE id = $1` the wrong way round.
+//!
+//! A statement written in one engine alone is one the other writes differently for a reason: PostgreSQL folds
+//! into one statement what SQLite runs as several in its process, or the engine has a mechanism of its own
+//! (PostgreSQL's counts for a fleet, SQLite's deferred calls). Each such place names the BENCHMARKS.md section
+//! that measured it.
+
+use super::rows::{request_columns, session_columns};
 
 /// A statement in each engine's form.
 pub struct Shared {
@@ -72,6 +79,39 @@ shared! {
     DETAIL = "UPDATE requests SET detail = $2 WHERE id = $1";
     /// The last event a webhook was sent.
     WEBHOOK_DELIVERED = "SELECT delivered FROM webhook_cursors WHERE name = $1";
+    /// A Request.
+    REQUEST = concat!("SELECT ", request_columns!(), " FROM requests WHERE id = $1");
+    /// A session.
+    SESSION = concat!("SELECT ", session_columns!(), " FROM sessions WHERE id = $1");
+    /// The sessions open, or all of them if `$1`.
+    SESSIONS = concat!(
+        "SELECT ",
+        session_columns!(),
+        " FROM sessions WHERE CAST($1 AS BOOLEAN) OR status IN ('starting', 'ready') ORDER BY seq"
+    );
+    /// A Request raised, pending.
+    REQUEST_RAISED = "INSERT INTO requests (id, kind, prompt, url, data, expires_at, status, server, session, call_id, \
+        round, input_key, elicitation_id, owner, created_at, bytes) \
+        VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $11, $12, $13, $14, $15)";
+    /// A call that has not ended ends.
+    CALL_ENDED = "UPDATE calls SET status = $2, result = $3, error_message = $4, error_reason = $5, \
+        updated_at = $6, ended_at = $6 WHERE id = $1 AND status IN ('running', 'input_required')";
+}
+
+// The ids of the Requests that a resolution of several takes.
+shared! {
+    /// Every pending Request.
+    PENDING = "SELECT id FROM requests WHERE status = 'pending'";
+    /// A session's pending elicitations (Requests outside a round).
+    PENDING_OF_SESSION = "SELECT id FROM requests WHERE status = 'pending' AND session = $1 AND round IS NULL";
+    /// Every session's pending elicitations.
+    PENDING_ELICITATIONS = "SELECT id FROM requests \
+        WHERE status = 'pending' AND round IS NULL AND session IS NOT NULL";
+    /// The `$2` pending Requests that expire first, of those due at `$1`.
+    PENDING_DUE = "SELECT id FROM requests WHERE status = 'pending' AND expires_at <= $1 ORDER BY expires_at LIMIT $2";
+    /// The Requests of a call's latest round.
+    LATEST_ROUND = "SELECT id FROM requests \
+        WHERE call_id = $1 AND round = (SELECT max(round) FROM rounds WHERE call_id = $1)";
 }
 
 // The pruning's statements, each deleting at most `$2` rows of what ended before `$1`.

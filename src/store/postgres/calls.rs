@@ -14,7 +14,7 @@ use crate::lock;
 use crate::records::{
     CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView,
 };
-use crate::store::listing::{Conditions, Param, Placeholders};
+use crate::store::listing::{Conditions, Placeholders};
 use crate::store::shares::{self, Allowance};
 use crate::store::sql;
 use crate::store::{
@@ -154,7 +154,8 @@ impl Postgres {
     }
 
     /// Records a session unless its owner has `max_open` open, under the owner's lock as
-    /// [`Self::insert_call`] is.
+    /// [`Self::insert_call`] is: the count, the insert and the read in one statement, where SQLite runs three in
+    /// its process (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change").
     pub async fn insert_session(
         &self,
         session: NewSession,
@@ -274,12 +275,7 @@ impl Postgres {
     pub async fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut conditions = Conditions::calls(filter, Placeholders::Dollar);
-        let limit = conditions.param(Param::Integer(limit));
-        let sql = format!(
-            "SELECT {} FROM calls AS c WHERE {} ORDER BY c.seq LIMIT {limit}",
-            rows::CALL,
-            conditions.sql
-        );
+        let sql = conditions.select_calls(rows::CALL, limit);
         self.read(async |conn| {
             conn.query(&sql, &rows::params(&conditions))
                 .await?
@@ -326,11 +322,8 @@ impl Postgres {
     pub async fn sessions(&self, filter: SessionFilter) -> Result<Vec<SessionView>, StoreError> {
         let all = filter == SessionFilter::All;
         self.read(async |conn| {
-            let sql = format!(
-                "SELECT {} FROM sessions WHERE $1::BOOLEAN OR status IN ('starting', 'ready') ORDER BY seq",
-                rows::SESSION
-            );
-            conn.query(&sql, &[&all]).await?.iter().map(rows::session).collect()
+            let found = conn.query(sql::SESSIONS.postgres, &[&all]).await?;
+            found.iter().map(rows::session).collect()
         })
         .await
     }
@@ -359,8 +352,7 @@ pub(super) async fn session_changed(
 
 /// One session.
 pub(super) async fn session(conn: &impl Reader, id: &SessionId) -> Result<Option<SessionView>, tokio_postgres::Error> {
-    let sql = format!("SELECT {} FROM sessions WHERE id = $1", rows::SESSION);
-    conn.query_opt(&sql, &[&id])
+    conn.query_opt(sql::SESSION.postgres, &[&id])
         .await?
         .map(|row| rows::session(&row))
         .transpose()
@@ -394,7 +386,8 @@ enum Admitted {
 
 /// Records call `id` running if this replica's allowance of its owner's `cap` holds one more (after dealing it
 /// again, for [`Admission::Dealt`]), deciding in one statement on the replica's row of `live_calls`, which the
-/// transaction holds from then on: a start sent after it in the same transaction counts it.
+/// transaction holds from then on: a start sent after it in the same transaction counts it. (SQLite counts a
+/// principal's calls in its process: BENCHMARKS.md, "Fleet: a principal's cap in allowances".)
 async fn start_in(
     tx: &mut Tx<'_>,
     id: &str,
@@ -484,7 +477,9 @@ async fn start_in(
     Ok(Admitted::Started(Box::new(view)))
 }
 
-/// Ends a call that has not ended, cancelling its pending Requests.
+/// Ends a call that has not ended, cancelling its pending Requests: the end counted out of `live_calls`
+/// ("Fleet: PostgreSQL counting in the statements that change rows"), and the read of the call with its pending
+/// Requests in the same exchange (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change").
 pub(super) async fn finish_in(
     tx: &mut Tx<'_>,
     id: &CallId,
@@ -501,12 +496,15 @@ pub(super) async fn finish_in(
     // The call ended and counted out of its owner's running calls, then read with its Requests still pending,
     // in a statement of its own: one that waited for the call's row while a replica raised Requests on it sees
     // them (the view names its Requests, whatever they become).
-    static ENDED: &str = "WITH ended AS (UPDATE calls SET status = $2, result = $3, error_message = $4, \
-         error_reason = $5, updated_at = $6, ended_at = $6 WHERE id = $1 AND status IN ('running', 'input_required') \
-         RETURNING owner) \
-         INSERT INTO live_calls (owner, replica, calls) \
-         SELECT owner, COALESCE(current_setting('toolnexus.replica', true), ''), -1 FROM ended \
-         ON CONFLICT (owner, replica) DO UPDATE SET calls = live_calls.calls - 1 RETURNING 1";
+    static ENDED: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "WITH ended AS ({} RETURNING owner) \
+             INSERT INTO live_calls (owner, replica, calls) \
+             SELECT owner, COALESCE(current_setting('toolnexus.replica', true), ''), -1 FROM ended \
+             ON CONFLICT (owner, replica) DO UPDATE SET calls = live_calls.calls - 1 RETURNING 1",
+            sql::CALL_ENDED.postgres
+        )
+    });
     static READ: LazyLock<String> = LazyLock::new(|| {
         format!(
             "SELECT {}, ARRAY(SELECT r.id FROM requests AS r WHERE r.call_id = c.id AND r.status = 'pending') \
@@ -524,7 +522,7 @@ pub(super) async fn finish_in(
     let (result, status) = (rows::to_json_opt(result.as_ref()), status.as_str());
     let (ended, read) = tx
         .query_in_turn(
-            (ENDED, &[&id, &status, &result, &message, &reason, &now]),
+            (&ENDED, &[&id, &status, &result, &message, &reason, &now]),
             (&READ, &[&id]),
         )
         .await?;

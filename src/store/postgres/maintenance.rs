@@ -214,9 +214,9 @@ impl Postgres {
                 let elicitations = select_ids(
                     &*tx,
                     &format!(
-                        "status = 'pending' AND round IS NULL AND session IS NOT NULL \
-                         AND (session IN (SELECT id FROM sessions WHERE {theirs}) \
-                         OR call_id IN (SELECT id FROM calls WHERE {theirs}){unrecorded})"
+                        "{} AND (session IN (SELECT id FROM sessions WHERE {theirs}) \
+                         OR call_id IN (SELECT id FROM calls WHERE {theirs}){unrecorded})",
+                        sql::PENDING_ELICITATIONS.postgres
                     ),
                     &[&gone],
                 )
@@ -374,7 +374,8 @@ impl Postgres {
     }
 }
 
-/// Up to `limit` events published after event `after`, and the id of the newest event kept, published or not.
+/// Up to `limit` events published after event `after`, and the id of the newest event kept, published or not,
+/// in one statement over one snapshot (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change", 47a98e7).
 pub(super) async fn log_page(
     conn: &impl Reader,
     after: u64,

@@ -11,7 +11,7 @@ use super::{Postgres, Reader, rounds, rows};
 use crate::decision::{self, Proposal, Upstream};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{Event, EventKind, Filter, RequestView, Status};
-use crate::store::listing::{Conditions, Param, Placeholders};
+use crate::store::listing::{Conditions, Placeholders};
 use crate::store::shares::{Held, Shares, server_key};
 use crate::store::sql;
 use crate::store::{
@@ -201,14 +201,9 @@ impl Postgres {
             Box::pin(async move {
                 let ids: Vec<RequestId> = match which {
                     Pending::Ids(ids) => ids,
-                    Pending::Session(session) => {
-                        select_ids(tx, "status = 'pending' AND session = $1 AND round IS NULL", &[&session]).await?
-                    }
-                    Pending::Elicitations => {
-                        let condition = "status = 'pending' AND round IS NULL AND session IS NOT NULL";
-                        select_ids(tx, condition, &[]).await?
-                    }
-                    Pending::All => select_ids(tx, "status = 'pending'", &[]).await?,
+                    Pending::Session(session) => select_ids(tx, sql::PENDING_OF_SESSION.postgres, &[&session]).await?,
+                    Pending::Elicitations => select_ids(tx, sql::PENDING_ELICITATIONS.postgres, &[]).await?,
+                    Pending::All => select_ids(tx, sql::PENDING.postgres, &[]).await?,
                 };
                 resolve_ids(tx, &ids, &resolution).await
             })
@@ -220,12 +215,7 @@ impl Postgres {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.write_alongside(move |tx| {
             Box::pin(async move {
-                let ids = select_ids(
-                    tx,
-                    "status = 'pending' AND expires_at <= $1 ORDER BY expires_at LIMIT $2",
-                    &[&now.millis(), &limit],
-                )
-                .await?;
+                let ids = select_ids(tx, sql::PENDING_DUE.postgres, &[&now.millis(), &limit]).await?;
                 resolve_ids(tx, &ids, &Resolution::Expired).await
             })
         })
@@ -291,12 +281,7 @@ impl Postgres {
         self.write_alongside(move |tx| {
             let (call, detail) = (call.clone(), detail.clone());
             Box::pin(async move {
-                let ids = select_ids(
-                    tx,
-                    "call_id = $1 AND round = (SELECT max(round) FROM rounds WHERE call_id = $1)",
-                    &[&call],
-                )
-                .await?;
+                let ids = select_ids(tx, sql::LATEST_ROUND.postgres, &[&call]).await?;
                 for id in ids {
                     tx.execute(sql::DETAIL.postgres, &[&id, &detail]).await?;
                     if let Some(view) = request(tx, &id).await? {
@@ -334,12 +319,7 @@ impl Postgres {
         let cursor = i64::try_from(cursor).unwrap_or(i64::MAX);
         let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
         let mut conditions = Conditions::requests(filter, cursor, Placeholders::Dollar);
-        let fetch = conditions.param(Param::Integer(fetch));
-        let sql = format!(
-            "SELECT seq, {} FROM requests WHERE {} ORDER BY seq LIMIT {fetch}",
-            rows::REQUEST,
-            conditions.sql
-        );
+        let sql = conditions.select_requests(fetch);
         self.read(async |conn| {
             let found = conn.query(&sql, &rows::params(&conditions)).await?;
             let mut page = Vec::new();
@@ -369,8 +349,7 @@ pub(super) fn round_number(number: u32) -> i32 {
 
 /// One Request.
 pub(super) async fn request(conn: &impl Reader, id: &RequestId) -> Result<Option<RequestView>, tokio_postgres::Error> {
-    let sql = format!("SELECT {} FROM requests WHERE id = $1", rows::REQUEST);
-    conn.query_opt(&sql, &[&id])
+    conn.query_opt(sql::REQUEST.postgres, &[&id])
         .await?
         .map(|row| rows::request(&row))
         .transpose()
@@ -429,21 +408,21 @@ fn held(count: i64, bytes: i64) -> Held {
     }
 }
 
-/// The ids of the Requests matching a condition on the `requests` table.
+/// The ids of the Requests that `sql` selects.
 pub(super) async fn select_ids(
     conn: &impl Reader,
-    condition: &str,
+    sql: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<RequestId>, tokio_postgres::Error> {
-    let sql = format!("SELECT id FROM requests WHERE {condition}");
-    conn.query(&sql, params)
+    conn.query(sql, params)
         .await?
         .iter()
         .map(|row| row.try_get(0))
         .collect()
 }
 
-/// Inserts a pending Request and its `request.created` event, in one statement.
+/// Inserts a pending Request and its `request.created` event, in one statement (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change", "Again at
+/// cee0786").
 async fn insert_request(
     tx: &mut Tx<'_>,
     new: &NewRequest,
@@ -452,9 +431,8 @@ async fn insert_request(
 ) -> Result<(), tokio_postgres::Error> {
     static INSERT: LazyLock<String> = LazyLock::new(|| {
         format!(
-            "WITH raised AS (INSERT INTO requests (id, kind, prompt, url, data, expires_at, status, server, session, \
-             call_id, round, input_key, elicitation_id, owner, created_at, bytes) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING 1) {}",
+            "WITH raised AS ({} RETURNING 1) {}",
+            sql::REQUEST_RAISED.postgres,
             insert_event(16, "SELECT {} FROM raised")
         )
     });

@@ -22,7 +22,8 @@ pub(super) async fn retry(conn: &impl Reader, id: &CallId) -> Result<Option<Retr
     }
 }
 
-/// The call `$1`, its latest round, and that round's Requests (read for that round only), in one exchange.
+/// The call `$1`, its latest round, and that round's Requests (read for that round only), in one exchange
+/// (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change"); SQLite reads them in three statements that it compiles once each.
 fn retry_sql() -> String {
     let of_round = |column: &str| {
         format!(
@@ -126,7 +127,8 @@ pub(super) async fn count_raised(
 /// also takes the Request out of the counts of pending Requests (its call's, with [`count_pending`] at
 /// parameter `$at`, which claims the call when that completes its round, and its owner's and server's in
 /// `pending_shares`), and records the event whose values are parameters `$event` on (see [`insert_event`]), if
-/// any. Its row, if it resolved the Request, is read by [`Won::read`].
+/// any. Its row, if it resolved the Request, is read by [`Won::read`]. (BENCHMARKS.md, "Fleet: PostgreSQL
+/// counting in the statements that change rows": one statement where the triggers ran four.)
 pub(super) fn resolving(update: &str, at: usize, event: Option<usize>) -> String {
     let (numbered, seq, joined) = match event {
         Some(first) => (

@@ -7,13 +7,16 @@
 //! A transaction takes the locks its changes' [`Turn`] needs: one of changes run alongside others holds the
 //! store's write lock shared, so that they commit side by side on every replica, and the locks of the
 //! principals whose caps they check; one that raises Requests holds the write lock shared and the raising lock
-//! alone; any other holds the write lock alone, and what it reads stays exact until it commits.
+//! alone; any other holds the write lock alone, and what it reads stays exact until it commits (BENCHMARKS.md,
+//! "Store: PostgreSQL with BEGIN sent alongside and raising in its own turn").
 //!
 //! An event's id is its transaction's id (`pg_current_xact_id()`, which the transaction takes at its first
-//! write; the statement that inserts the event reads it) times [`EVENTS_PER_TRANSACTION`] plus its place among that transaction's events, so ids follow the order in
-//! which transactions took their ids, whatever the order they commit in; the tail publishes an event only once
-//! every transaction with a lower id has ended (see [`super::tail`]). As nothing waits for the transaction's
-//! id, its `BEGIN` and locks are sent with the first change's statements, in one exchange.
+//! write; the statement that inserts the event reads it) times [`EVENTS_PER_TRANSACTION`] plus its place among
+//! that transaction's events, so ids follow the order in which transactions took their ids, whatever the order
+//! they commit in; the tail publishes an event only once every transaction with a lower id has ended (see
+//! [`super::tail`]), where one write lock used to order every transaction (BENCHMARKS.md, "Fleet: one replica
+//! vs three"). As nothing waits for the transaction's id, its `BEGIN` and locks are sent with the first
+//! change's statements, in one exchange.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::future::Future;

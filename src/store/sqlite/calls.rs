@@ -10,7 +10,7 @@ use crate::ids::{CallId, SessionId};
 use crate::records::{
     CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView,
 };
-use crate::store::listing::{Conditions, Param, Placeholders};
+use crate::store::listing::{Conditions, Placeholders};
 use crate::store::live::Note;
 use crate::store::sql;
 use crate::store::{
@@ -207,14 +207,9 @@ impl Sqlite {
     pub async fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut conditions = Conditions::calls(filter, Placeholders::Question);
-        let limit = conditions.param(Param::Integer(limit));
+        let sql = conditions.select_calls(rows::CALL, limit);
         self.keep_all().await?;
         self.read(|conn| {
-            let sql = format!(
-                "SELECT {} FROM calls AS c WHERE {} ORDER BY c.seq LIMIT {limit}",
-                rows::CALL,
-                conditions.sql
-            );
             let mut statement = conn.prepare_cached(&sql)?;
             let calls = statement.query_map(rows::params(&conditions), rows::call)?;
             calls.collect()
@@ -259,11 +254,7 @@ impl Sqlite {
     pub async fn sessions(&self, filter: SessionFilter) -> Result<Vec<SessionView>, StoreError> {
         let all = filter == SessionFilter::All;
         self.read(move |conn| {
-            let sql = format!(
-                "SELECT {} FROM sessions WHERE ?1 OR status IN ('starting', 'ready') ORDER BY seq",
-                rows::SESSION
-            );
-            let mut statement = conn.prepare_cached(&sql)?;
+            let mut statement = conn.prepare_cached(sql::SESSIONS.sqlite)?;
             let sessions = statement.query_map([all], rows::session)?;
             sessions.collect()
         })
@@ -280,27 +271,25 @@ pub(super) fn finish_in(tx: &mut Tx<'_>, id: &CallId, finish: Finish) -> rusqlit
         Finish::Failed(error) => (None, Some(error)),
         Finish::Cancelled(message) => (None, Some(CallError::new(message))),
     };
-    let changed = tx
-        .conn
-        .prepare_cached(
-            "UPDATE calls SET status = ?2, result = ?3, error_message = ?4, error_reason = ?5, \
-             updated_at = ?6, ended_at = ?6 WHERE id = ?1 AND status IN ('running', 'input_required')",
-        )?
-        .execute(params![
-            id,
-            status.as_str(),
-            rows::to_json_opt(result.as_ref()),
-            error.as_ref().map(|error| error.message.as_str()),
-            error
-                .as_ref()
-                .and_then(|error| error.reason)
-                .map(|reason| reason.as_str()),
-            now,
-        ])?;
+    let changed = tx.conn.prepare_cached(sql::CALL_ENDED.sqlite)?.execute(params![
+        id,
+        status.as_str(),
+        rows::to_json_opt(result.as_ref()),
+        error.as_ref().map(|error| error.message.as_str()),
+        error
+            .as_ref()
+            .and_then(|error| error.reason)
+            .map(|reason| reason.as_str()),
+        now,
+    ])?;
     if changed == 0 {
         return Ok(None);
     }
-    let pending = select_ids(tx.conn, "call_id = ?1 AND status = 'pending'", [id])?;
+    let pending = select_ids(
+        tx.conn,
+        "SELECT id FROM requests WHERE call_id = ?1 AND status = 'pending'",
+        [id],
+    )?;
     let resolution = Resolution::Cancelled {
         detail,
         told_cancel: true,

@@ -1,6 +1,7 @@
 //! Calls recorded but not written yet. A call is written with the first change that concerns it (its first
 //! round, its end), when a read asks for it, or once it has run for [`KEEP_AFTER`] without either: a call that
-//! ends at once then takes one transaction, and one sync to disk, rather than two.
+//! ends at once then takes one transaction, and one sync to disk, rather than two (BENCHMARKS.md, "Store: SQLite
+//! after answers decided in the writer and calls written with their first change").
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

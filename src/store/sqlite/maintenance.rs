@@ -122,11 +122,7 @@ impl Sqlite {
                 }
             }
             let mut recovered = Recovered::default();
-            let elicitations = select_ids(
-                tx.conn,
-                "status = 'pending' AND round IS NULL AND session IS NOT NULL",
-                [],
-            )?;
+            let elicitations = select_ids(tx.conn, sql::PENDING_ELICITATIONS.sqlite, [])?;
             let detail = format!("{restarted}: the upstream request this Request answered ended with the previous run");
             let resolution = Resolution::Cancelled {
                 detail,

@@ -10,7 +10,7 @@ use super::{Sqlite, rows};
 use crate::decision::{self, Proposal, Upstream};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
-use crate::store::listing::{Conditions, Param, Placeholders};
+use crate::store::listing::{Conditions, Placeholders};
 use crate::store::live::{Note, PendingRequest};
 use crate::store::sql;
 use crate::store::{
@@ -139,17 +139,9 @@ impl Sqlite {
         self.write(move |tx| {
             let ids: Vec<RequestId> = match which {
                 Pending::Ids(ids) => ids,
-                Pending::Session(session) => select_ids(
-                    tx.conn,
-                    "status = 'pending' AND session = ?1 AND round IS NULL",
-                    params![session],
-                )?,
-                Pending::Elicitations => select_ids(
-                    tx.conn,
-                    "status = 'pending' AND round IS NULL AND session IS NOT NULL",
-                    [],
-                )?,
-                Pending::All => select_ids(tx.conn, "status = 'pending'", [])?,
+                Pending::Session(session) => select_ids(tx.conn, sql::PENDING_OF_SESSION.sqlite, [session])?,
+                Pending::Elicitations => select_ids(tx.conn, sql::PENDING_ELICITATIONS.sqlite, [])?,
+                Pending::All => select_ids(tx.conn, sql::PENDING.sqlite, [])?,
             };
             resolve_ids(tx, &ids, &resolution)
         })
@@ -159,11 +151,7 @@ impl Sqlite {
     pub async fn expire_due(&self, now: Timestamp, limit: usize) -> Result<Resolved, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.write(move |tx| {
-            let ids = select_ids(
-                tx.conn,
-                "status = 'pending' AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2",
-                params![now.millis(), limit],
-            )?;
+            let ids = select_ids(tx.conn, sql::PENDING_DUE.sqlite, [now.millis(), limit])?;
             resolve_ids(tx, &ids, &Resolution::Expired)
         })
         .await
@@ -223,11 +211,7 @@ impl Sqlite {
     pub async fn annotate_round(&self, call: &CallId, detail: &str) -> Result<(), StoreError> {
         let (call, detail) = (call.to_owned(), detail.to_owned());
         self.write(move |tx| {
-            let ids = select_ids(
-                tx.conn,
-                "call_id = ?1 AND round = (SELECT max(round) FROM rounds WHERE call_id = ?1)",
-                params![call],
-            )?;
+            let ids = select_ids(tx.conn, sql::LATEST_ROUND.sqlite, [&call])?;
             for id in ids {
                 tx.conn
                     .prepare_cached(sql::DETAIL.sqlite)?
@@ -266,13 +250,8 @@ impl Sqlite {
         let cursor = i64::try_from(cursor).unwrap_or(i64::MAX);
         let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
         let mut conditions = Conditions::requests(filter, cursor, Placeholders::Question);
-        let fetch = conditions.param(Param::Integer(fetch));
+        let sql = conditions.select_requests(fetch);
         self.read(|conn| {
-            let sql = format!(
-                "SELECT seq, {} FROM requests WHERE {} ORDER BY seq LIMIT {fetch}",
-                rows::REQUEST,
-                conditions.sql
-            );
             let mut statement = conn.prepare_cached(&sql)?;
             let mut found = statement.query(rows::params(&conditions))?;
             let mut page = Vec::new();
@@ -290,30 +269,25 @@ impl Sqlite {
 
 /// One Request.
 pub(super) fn request(conn: &Connection, id: &RequestId) -> rusqlite::Result<Option<RequestView>> {
-    let sql = format!("SELECT {} FROM requests WHERE id = ?1", rows::REQUEST);
-    conn.prepare_cached(&sql)?.query_row([id], rows::request).optional()
+    conn.prepare_cached(sql::REQUEST.sqlite)?
+        .query_row([id], rows::request)
+        .optional()
 }
 
-/// The ids of the Requests matching a condition on the `requests` table.
+/// The ids of the Requests that `sql` selects.
 pub(super) fn select_ids(
     conn: &Connection,
-    condition: &str,
+    sql: &str,
     params: impl rusqlite::Params,
 ) -> rusqlite::Result<Vec<RequestId>> {
-    let sql = format!("SELECT id FROM requests WHERE {condition}");
-    let mut statement = conn.prepare_cached(&sql)?;
+    let mut statement = conn.prepare_cached(sql)?;
     let ids = statement.query_map(params, |row| row.get(0))?;
     ids.collect()
 }
 
 fn insert_request(conn: &Connection, new: &NewRequest, round: Option<u32>) -> rusqlite::Result<()> {
     let request = &new.request;
-    conn.prepare_cached(
-        "INSERT INTO requests (id, kind, prompt, url, data, expires_at, status, server, session, call_id, round, \
-         input_key, elicitation_id, owner, created_at, bytes) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-    )?
-    .execute(params![
+    conn.prepare_cached(sql::REQUEST_RAISED.sqlite)?.execute(params![
         request.id,
         request.kind.as_str(),
         request.prompt,
@@ -356,7 +330,8 @@ struct RowOf {
 
 /// Request `id`, with where its row is. Read, then updated by `seq`, rather than one `UPDATE … RETURNING`, which
 /// builds a temporary table per statement: the writer is the only one changing rows, so nothing changes in
-/// between.
+/// between (BENCHMARKS.md, "Store: SQLite after the statement fixes", 0dd0bca). PostgreSQL's writers decide in
+/// one statement on the row as it stands (`rounds::resolving`).
 fn pending_request(conn: &Connection, id: &RequestId) -> rusqlite::Result<Option<(RowOf, RequestView)>> {
     let sql = format!("SELECT seq, round, {} FROM requests WHERE id = ?1", rows::REQUEST);
     conn.prepare_cached(&sql)?
@@ -414,7 +389,10 @@ fn after_resolution(
 }
 
 /// Sets a call that has not ended to `input_required` or `running` as its pending Requests say, recording
-/// `call.updated` when that changes it; returns that status, or `None` if the call has ended.
+/// `call.updated` when that changes it; returns that status, or `None` if the call has ended. PostgreSQL keeps
+/// the count on the call's row instead, changed in the statement that resolves a Request (BENCHMARKS.md, "Fleet:
+/// PostgreSQL counting in the statements that change rows"); here the writer alone changes rows, and the read
+/// costs no exchange.
 pub(super) fn call_changed(tx: &mut Tx<'_>, call: &CallId, now: Timestamp) -> rusqlite::Result<Option<CallStatus>> {
     let found: Option<(String, bool)> = tx
         .conn

@@ -9,7 +9,7 @@ use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallView, Event, RequestView, SessionView};
 use crate::store::listing::{Conditions, Param};
 use crate::store::rows::{self as records, Columns, Parse};
-pub use crate::store::rows::{EVENT, REQUEST, SESSION, to_json, to_json_opt};
+pub use crate::store::rows::{EVENT, REQUEST, to_json, to_json_opt};
 
 /// The columns `call` reads, in order (from `calls AS c`): each engine gathers a call's Requests its own way.
 pub const CALL: &str = "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, \
@@ -24,8 +24,9 @@ pub fn one_call(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<CallV
 
 /// Session `id`, read whole.
 pub fn one_session(conn: &Connection, id: &SessionId) -> rusqlite::Result<Option<SessionView>> {
-    let sql = format!("SELECT {SESSION} FROM sessions WHERE id = ?1");
-    conn.prepare_cached(&sql)?.query_row([id], session).optional()
+    conn.prepare_cached(crate::store::sql::SESSION.sqlite)?
+        .query_row([id], session)
+        .optional()
 }
 
 // The readers rusqlite's `query_map` takes: a function of a row of any lifetime.
