@@ -1,11 +1,11 @@
 //! The event log read back, webhook cursors, what a start puts right, and pruning by retention.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::requests::{resolve_ids, select_ids};
-use super::tail::{HeldBack, PUBLISHED};
-use super::{Postgres, Reader, rows};
+use super::tail::{HeldBack, PUBLISHED, log_page};
+use super::{Postgres, Reader};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallError, CallFailure, Finish, SessionStatus};
 use crate::store::recovery::{CLAIMED_UNHEARD, HELD_BY_APPROVAL, maybe_not_sent};
@@ -372,69 +372,6 @@ impl Postgres {
         .await?;
         Ok(())
     }
-}
-
-/// Up to `limit` events published after event `after`, and the id of the newest event kept, published or not,
-/// in one statement over one snapshot (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change", 47a98e7).
-pub(super) async fn log_page(
-    conn: &impl Reader,
-    after: u64,
-    limit: usize,
-) -> Result<(EventPage, u64), tokio_postgres::Error> {
-    let after = i64::try_from(after).unwrap_or(i64::MAX);
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let gap = |resume_after: i64| EventPage {
-        events: Vec::new(),
-        gap: true,
-        resume_after: u64::try_from(resume_after).unwrap_or(0),
-    };
-    // The page, the newest event published and kept, and how far the log was pruned, as one snapshot saw them.
-    static PAGE: LazyLock<String> = LazyLock::new(|| {
-        format!(
-            "SELECT e.*, l.pruned_through, l.last, l.kept FROM (SELECT pruned_through, \
-             (SELECT max(seq) FROM events WHERE seq < {PUBLISHED}) AS last, \
-             (SELECT max(seq) FROM events) AS kept FROM event_log) AS l \
-             LEFT JOIN LATERAL (SELECT {} FROM events WHERE seq > $1 AND seq < {PUBLISHED} \
-             ORDER BY seq LIMIT $2) AS e ON true",
-            rows::EVENT
-        )
-    });
-    let found = conn.query(&PAGE, &[&after, &limit]).await?;
-    let Some(first) = found.first() else {
-        return Ok((gap(0), 0));
-    };
-    let pruned_through: i64 = first.try_get(rows::EVENT_COLUMNS)?;
-    let last: Option<i64> = first.try_get(rows::EVENT_COLUMNS + 1)?;
-    let kept = first
-        .try_get::<_, Option<i64>>(rows::EVENT_COLUMNS + 2)?
-        .map_or(0, |kept| u64::try_from(kept).unwrap_or(0));
-    if after < pruned_through {
-        return Ok((gap(pruned_through), kept));
-    }
-    if first.try_get::<_, Option<i64>>(0)?.is_none() {
-        // Nothing after it: a cursor past the newest event published resumes from there.
-        let last = last.unwrap_or(pruned_through);
-        let page = if after > last {
-            gap(last)
-        } else {
-            EventPage {
-                events: Vec::new(),
-                gap: false,
-                resume_after: u64::try_from(after).unwrap_or(0),
-            }
-        };
-        return Ok((page, kept));
-    }
-    let events = found
-        .iter()
-        .map(|row| rows::event(row).map(Arc::new))
-        .collect::<Result<_, _>>()?;
-    let page = EventPage {
-        events,
-        gap: false,
-        resume_after: u64::try_from(after).unwrap_or(0),
-    };
-    Ok((page, kept))
 }
 
 /// The id of the newest event published (pruning keeps its row).

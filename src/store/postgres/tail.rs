@@ -14,7 +14,7 @@
 //! order (a lower id after a higher) holds the horizon below its id until it ends, and with it every event
 //! after its own.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 use tokio_postgres::{AsyncMessage, Client};
 use tokio_util::sync::CancellationToken;
 
-use super::{Connector, Postgres};
+use super::{Connector, Postgres, Reader, rows};
 use crate::feed::Feed;
 use crate::lock;
 use crate::records::Event;
@@ -183,6 +183,69 @@ async fn catch_up(store: &Postgres, publisher: &Publisher) {
             }
         }
     }
+}
+
+/// Up to `limit` events published after event `after`, and the id of the newest event kept, published or not,
+/// in one statement over one snapshot (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change", 47a98e7).
+pub(super) async fn log_page(
+    conn: &impl Reader,
+    after: u64,
+    limit: usize,
+) -> Result<(EventPage, u64), tokio_postgres::Error> {
+    let after = i64::try_from(after).unwrap_or(i64::MAX);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let gap = |resume_after: i64| EventPage {
+        events: Vec::new(),
+        gap: true,
+        resume_after: u64::try_from(resume_after).unwrap_or(0),
+    };
+    // The page, the newest event published and kept, and how far the log was pruned, as one snapshot saw them.
+    static PAGE: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "SELECT e.*, l.pruned_through, l.last, l.kept FROM (SELECT pruned_through, \
+             (SELECT max(seq) FROM events WHERE seq < {PUBLISHED}) AS last, \
+             (SELECT max(seq) FROM events) AS kept FROM event_log) AS l \
+             LEFT JOIN LATERAL (SELECT {} FROM events WHERE seq > $1 AND seq < {PUBLISHED} \
+             ORDER BY seq LIMIT $2) AS e ON true",
+            rows::EVENT
+        )
+    });
+    let found = conn.query(&PAGE, &[&after, &limit]).await?;
+    let Some(first) = found.first() else {
+        return Ok((gap(0), 0));
+    };
+    let pruned_through: i64 = first.try_get(rows::EVENT_COLUMNS)?;
+    let last: Option<i64> = first.try_get(rows::EVENT_COLUMNS + 1)?;
+    let kept = first
+        .try_get::<_, Option<i64>>(rows::EVENT_COLUMNS + 2)?
+        .map_or(0, |kept| u64::try_from(kept).unwrap_or(0));
+    if after < pruned_through {
+        return Ok((gap(pruned_through), kept));
+    }
+    if first.try_get::<_, Option<i64>>(0)?.is_none() {
+        // Nothing after it: a cursor past the newest event published resumes from there.
+        let last = last.unwrap_or(pruned_through);
+        let page = if after > last {
+            gap(last)
+        } else {
+            EventPage {
+                events: Vec::new(),
+                gap: false,
+                resume_after: u64::try_from(after).unwrap_or(0),
+            }
+        };
+        return Ok((page, kept));
+    }
+    let events = found
+        .iter()
+        .map(|row| rows::event(row).map(Arc::new))
+        .collect::<Result<_, _>>()?;
+    let page = EventPage {
+        events,
+        gap: false,
+        resume_after: u64::try_from(after).unwrap_or(0),
+    };
+    Ok((page, kept))
 }
 
 /// A connection that listens on [`CHANNEL`] and wakes the tail on each notification from another replica

@@ -29,8 +29,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row};
 
 use super::super::StoreError;
-use super::maintenance::log_page;
-use super::tail::{self, Next, Publisher};
+use super::tail::{self, Next, Publisher, log_page};
 use super::{
     Borrowed, Connector, EVENTS_PER_TRANSACTION, PRINCIPAL_LOCKS, RAISE_LOCK, Statements, WRITE_LOCK, unavailable,
 };
