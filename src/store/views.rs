@@ -1,12 +1,32 @@
-//! How a Request's view changes as it is raised and resolved, the same in every engine.
+//! How a call's view begins and a Request's changes as it is raised and resolved, the same in every engine.
 
 use rmcp::model::{ElicitResult, ElicitationAction};
 
-use super::{NewRequest, Resolution};
+use super::{NewCall, NewRequest, Resolution};
 use crate::decision::Decision;
-use crate::records::{Finish, RequestView, Status};
+use crate::ids::CallId;
+use crate::records::{CallStatus, CallView, Finish, RequestView, Status};
 use crate::suspension::Answer;
 use crate::time::Timestamp;
+
+/// The view of call `id` just started.
+pub(crate) fn started_view(id: CallId, call: &NewCall, now: Timestamp) -> CallView {
+    CallView {
+        id,
+        server: call.server.clone(),
+        session: call.session.clone(),
+        tool: call.tool.clone(),
+        arguments: call.arguments.clone(),
+        owner: call.owner.clone(),
+        via: call.via,
+        status: CallStatus::Running,
+        requests: Vec::new(),
+        result: None,
+        error: None,
+        created_at: now,
+        updated_at: now,
+    }
+}
 
 /// The view of a Request just raised.
 pub(crate) fn raised_view(new: &NewRequest) -> RequestView {

@@ -5,21 +5,7 @@ use super::*;
 impl Memory {
     pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<Started, InsertCallError> {
         let now = self.shared.clock.now();
-        let view = CallView {
-            id: CallId::mint(),
-            server: call.server,
-            session: call.session,
-            tool: call.tool,
-            arguments: call.arguments,
-            owner: call.owner,
-            via: call.via,
-            status: CallStatus::Running,
-            requests: Vec::new(),
-            result: None,
-            error: None,
-            created_at: now,
-            updated_at: now,
-        };
+        let view = crate::store::views::started_view(CallId::mint(), &call, now);
         let mut state = self.lock();
         state.purge(now);
         let running = state.running.of(&view.owner);

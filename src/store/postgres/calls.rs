@@ -5,9 +5,10 @@ use std::sync::{Arc, LazyLock, Mutex};
 use futures::FutureExt;
 use rmcp::model::Implementation;
 use tokio::sync::oneshot;
+use tokio_postgres::types::ToSql;
 
 use super::requests::resolve_ids;
-use super::writer::Tx;
+use super::writer::{Tx, insert_event};
 use super::{Postgres, Reader, rounds, rows};
 use crate::ids::{self, CallId, RequestId, SessionId};
 use crate::lock;
@@ -16,10 +17,10 @@ use crate::records::{
 };
 use crate::store::listing::{Conditions, Placeholders};
 use crate::store::shares::{self, Allowance};
-use crate::store::sql;
 use crate::store::{
     Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
 };
+use crate::store::{sql, views};
 
 impl Postgres {
     /// Starts a call within this replica's allowance of its owner's cap, which its transaction holds on its
@@ -441,39 +442,42 @@ async fn start_in(
              started AS (INSERT INTO calls AS c (id, server, session, shared, tool, arguments, owner, \
              protocol_version, capabilities, status, created_at, updated_at, replica, via) \
              SELECT $1::TEXT, $2::TEXT, $3::TEXT, $4::BOOLEAN, $5::TEXT, $6::TEXT, $7::TEXT, $8::TEXT, $9::TEXT, \
-             'running', $10::BIGINT, $10::BIGINT, $11::TEXT, $12::TEXT FROM own RETURNING {}), \
+             'running', $10::BIGINT, $10::BIGINT, $11::TEXT, $12::TEXT FROM own RETURNING 1), \
              counted AS (UPDATE live_calls SET calls = calls + 1 WHERE owner = $7::TEXT AND replica = $11::TEXT \
              AND EXISTS (SELECT 1 FROM started)) \
-             SELECT * FROM started",
-            rows::CALL
+             {}",
+            insert_event(14, "SELECT {} FROM started")
         )
     });
-    let now = tx.now().millis();
-    let started = tx
-        .query_opt(
-            &START,
-            &[
-                &id,
-                &call.server,
-                &call.session,
-                &call.shared,
-                &call.tool,
-                &rows::to_json(&call.arguments),
-                &call.owner,
-                &call.protocol_version,
-                &rows::to_json(&call.capabilities),
-                &now,
-                &tx.replica,
-                &call.via.as_str(),
-                &cap,
-            ],
-        )
-        .await?;
-    let Some(row) = started else {
+    let now = tx.now();
+    let view = views::started_view(CallId::stored(id), call, now);
+    let event = Event::call(&view);
+    let values = tx.event_values(&event);
+    let (arguments, capabilities, now, via) = (
+        rows::to_json(&call.arguments),
+        rows::to_json(&call.capabilities),
+        now.millis(),
+        call.via.as_str(),
+    );
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+        &id,
+        &call.server,
+        &call.session,
+        &call.shared,
+        &call.tool,
+        &arguments,
+        &call.owner,
+        &call.protocol_version,
+        &capabilities,
+        &now,
+        &tx.replica,
+        &via,
+        &cap,
+    ];
+    params.extend(values.params());
+    if tx.query_opt(&START, &params).await?.is_none() {
         return Ok(Admitted::Spent);
-    };
-    let view = rows::call(&row)?;
-    tx.record(Event::call(&view)).await?;
+    }
     Ok(Admitted::Started(Box::new(view)))
 }
 

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
+use futures::future::try_join_all;
 use tokio_postgres::types::ToSql;
 
 use super::writer::{Tx, insert_event};
@@ -39,42 +40,44 @@ impl Postgres {
             // Each run its own copy: a run that lost a deadlock runs again.
             let (requests, round) = (requests.clone(), round.clone());
             Box::pin(async move {
-                if let Err(cap) = pending_shares(&*tx, &requests).await?.admit(&requests, &caps) {
-                    return Ok(Err(RaiseError::Full(cap)));
-                }
-                let calls: BTreeSet<&CallId> = requests.iter().filter_map(|new| new.call.as_ref()).collect();
-                for call in &calls {
-                    let live = tx
-                        .query_opt(
+                let tx = &*tx;
+                let calls: Vec<CallId> = requests
+                    .iter()
+                    .filter_map(|new| new.call.clone())
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                let chosen: Vec<&RequestId> = crate::store::chosen_ids(&requests).collect();
+                // What the raise decides on, read in one exchange.
+                let (shares, live, taken) = futures::try_join!(
+                    pending_shares(tx, &requests),
+                    try_join_all(calls.iter().map(|call| async move {
+                        tx.query_opt(
                             "SELECT 1 FROM calls WHERE id = $1 AND status IN ('running', 'input_required') FOR UPDATE",
                             &[call],
                         )
-                        .await?;
-                    if live.is_none() {
-                        return Ok(Err(RaiseError::CallEnded((*call).clone())));
-                    }
+                        .await
+                    })),
+                    try_join_all(
+                        chosen
+                            .iter()
+                            .map(|id| async move { tx.query_one(sql::REQUEST_TAKEN.postgres, &[id]).await })
+                    ),
+                )?;
+                if let Err(cap) = shares.admit(&requests, &caps) {
+                    return Ok(Err(RaiseError::Full(cap)));
                 }
-                let calls: Vec<CallId> = calls.into_iter().cloned().collect();
-                for id in crate::store::chosen_ids(&requests) {
-                    let taken: bool = tx.query_one(sql::REQUEST_TAKEN.postgres, &[&id]).await?.try_get(0)?;
-                    if taken {
-                        return Ok(Err(RaiseError::Taken(id.to_owned())));
+                if let Some((call, _)) = calls.iter().zip(&live).find(|(_, live)| live.is_none()) {
+                    return Ok(Err(RaiseError::CallEnded(call.clone())));
+                }
+                for (id, taken) in chosen.iter().zip(&taken) {
+                    if taken.try_get(0)? {
+                        return Ok(Err(RaiseError::Taken((*id).clone())));
                     }
                 }
                 let now = tx.now();
-                if let Some(round) = &round {
-                    tx.execute(
-                        sql::ROUND_RAISED.postgres,
-                        &[
-                            &round.call,
-                            &round_number(round.number),
-                            &round.request_state,
-                            &rows::to_json(&round.input_requests),
-                            &now.millis(),
-                        ],
-                    )
-                    .await?;
-                }
+                let number = round.as_ref().map(|round| round_number(round.number));
+                let input_requests = round.as_ref().map(|round| rows::to_json(&round.input_requests));
                 let mut shares: BTreeMap<(&str, &str), Held> = BTreeMap::new();
                 for new in &requests {
                     shares
@@ -82,32 +85,51 @@ impl Postgres {
                         .or_default()
                         .add(new.bytes);
                 }
-                // Counted once per owner and server, not once per Request, as the calls are below.
-                for ((owner, server), held) in shares {
-                    let count = i64::try_from(held.count).unwrap_or(i64::MAX);
-                    let bytes = i64::try_from(held.bytes).unwrap_or(i64::MAX);
+                let shares: Vec<(&str, &str, i64, i64)> = shares
+                    .into_iter()
+                    .map(|((owner, server), held)| {
+                        let count = i64::try_from(held.count).unwrap_or(i64::MAX);
+                        (owner, server, count, i64::try_from(held.bytes).unwrap_or(i64::MAX))
+                    })
+                    .collect();
+                let views: Vec<RequestView> = requests.iter().map(crate::store::views::raised_view).collect();
+                // What it writes, pipelined in one exchange: the round, the pending counts (once per owner and
+                // server, and once per call, not once per Request: a row updated once per Request of a large round,
+                // in one transaction, grows a chain of versions that each update walks), and the Requests.
+                let round_raised = async {
+                    if let Some(round) = &round {
+                        let params: [&(dyn ToSql + Sync); 5] = [
+                            &round.call,
+                            &number,
+                            &round.request_state,
+                            &input_requests,
+                            &now.millis(),
+                        ];
+                        tx.execute(sql::ROUND_RAISED.postgres, &params).await?;
+                    }
+                    Ok(())
+                };
+                let counted = try_join_all(shares.iter().map(|(owner, server, count, bytes)| async move {
                     tx.execute(
                         "INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
                          VALUES ($1, $2, COALESCE(current_setting('toolnexus.replica', true), ''), $3, $4) \
                          ON CONFLICT (owner, server, replica) DO UPDATE \
                          SET requests = pending_shares.requests + EXCLUDED.requests, \
                          bytes = pending_shares.bytes + EXCLUDED.bytes",
-                        &[&owner, &server, &count, &bytes],
+                        &[owner, server, count, bytes],
                     )
-                    .await?;
-                }
-                let mut views = Vec::with_capacity(requests.len());
-                for new in &requests {
-                    let view = crate::store::views::raised_view(new);
-                    let event = Event::request(EventKind::RequestCreated, &view);
-                    insert_request(tx, new, round.as_ref().map(|round| round.number), event).await?;
-                    views.push(view);
-                }
-                for call in &calls {
-                    // Counted once for the call, not once per Request: a row updated once per Request of a large
-                    // round, in one transaction, grows a chain of versions that each update walks.
-                    rounds::count_raised(tx, call, requests_of(&views, call), now).await?;
-                }
+                    .await
+                }));
+                let inserted = try_join_all(requests.iter().zip(&views).map(|(new, view)| {
+                    let event = Event::request(EventKind::RequestCreated, view);
+                    insert_request(tx, new, round.as_ref().map(|round| round.number), event)
+                }));
+                let raised = try_join_all(
+                    calls
+                        .iter()
+                        .map(|call| rounds::count_raised(tx, call, requests_of(&views, call), now)),
+                );
+                futures::try_join!(round_raised, counted, inserted, raised)?;
                 Ok(Ok(views))
             })
         })
@@ -424,7 +446,7 @@ pub(super) async fn select_ids(
 /// Inserts a pending Request and its `request.created` event, in one statement (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change", "Again at
 /// cee0786").
 async fn insert_request(
-    tx: &mut Tx<'_>,
+    tx: &Tx<'_>,
     new: &NewRequest,
     round: Option<u32>,
     event: Event,

@@ -21,22 +21,7 @@ impl Sqlite {
     /// Records the call as deferred (see [`super::deferred`]): the cap is decided at once, and the call is kept
     /// once the change that writes it is.
     pub async fn insert_call(&self, call: NewCall, max_running: usize) -> Result<Started, InsertCallError> {
-        let now = self.shared.clock.now();
-        let view = CallView {
-            id: CallId::mint(),
-            server: call.server.clone(),
-            session: call.session.clone(),
-            tool: call.tool.clone(),
-            arguments: call.arguments.clone(),
-            owner: call.owner.clone(),
-            via: call.via,
-            status: CallStatus::Running,
-            requests: Vec::new(),
-            result: None,
-            error: None,
-            created_at: now,
-            updated_at: now,
-        };
+        let view = crate::store::views::started_view(CallId::mint(), &call, self.shared.clock.now());
         let first = self
             .shared
             .deferred
