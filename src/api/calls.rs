@@ -1,5 +1,7 @@
 //! `/calls`: start, read and cancel tool calls.
 
+use std::sync::Mutex;
+
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -210,14 +212,31 @@ async fn owned_by(
 
 /// The call once it is no longer `running`, or as it is when `wait` passes.
 pub(super) async fn settled(state: &AppState, id: &CallId, wait: Wait) -> Result<Option<CallView>, ApiError> {
-    let not_running = || async move {
-        match state.calls.status(id).await {
-            Ok(Some((CallStatus::Running, _))) => None,
+    // A call's status changes only with a `call.updated` event of it, which carries it: its Requests' events
+    // need no read, and its own need none either, but for the first check (and after events were missed).
+    let told = Mutex::new(None);
+    let not_running = || async {
+        let told = crate::lock(&told).take();
+        let status = match told {
+            Some(status) => Ok(Some(status)),
+            None => state
+                .calls
+                .status(id)
+                .await
+                .map(|found| found.map(|(status, _)| status)),
+        };
+        match status {
+            Ok(Some(CallStatus::Running)) => None,
             read => Some(read),
         }
     };
-    // A call's status changes only with a `call.updated` event of it: its Requests' events need no read.
-    let concerns = |event: &Event| event.kind == EventKind::CallUpdated && event.call.as_deref() == Some(id.as_str());
+    let concerns = |event: &Event| {
+        let concerns = event.kind == EventKind::CallUpdated && event.call.as_deref() == Some(id.as_str());
+        if concerns {
+            *crate::lock(&told) = event.call_status();
+        }
+        concerns
+    };
     let waited = state
         .feed
         .wait_for(

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{CallView, RequestView, SessionView};
+use super::{CallStatus, CallView, RequestView, SessionView};
 use crate::ids::{CallId, SessionId};
 
 /// What an event reports.
@@ -94,6 +94,20 @@ impl Event {
             && owner.is_none_or(|owner| Some(owner) == self.owner.as_deref())
     }
 
+    /// The status of the call a `call.updated` event carries, read from its data.
+    pub fn call_status(&self) -> Option<CallStatus> {
+        #[derive(Deserialize)]
+        struct Status {
+            status: CallStatus,
+        }
+        if self.kind != EventKind::CallUpdated {
+            return None;
+        }
+        serde_json::from_str::<Status>(&self.data)
+            .ok()
+            .map(|found| found.status)
+    }
+
     /// Whether the event carries its data (only one taken off the live channel may not).
     pub fn has_data(&self) -> bool {
         !self.data.is_empty()
@@ -156,5 +170,21 @@ mod tests {
             assert_eq!(serde_json::to_value(kind).unwrap(), kind.name());
             assert_eq!(EventKind::parse(kind.name()), Some(kind));
         }
+    }
+
+    #[test]
+    fn a_call_updated_event_carries_its_calls_status() {
+        let tags = Tags {
+            server: "demo",
+            session: "ses-1",
+            call: Some("call-1"),
+            owner: None,
+        };
+        let object = serde_json::json!({"id": "call-1", "status": "input_required"});
+        let updated = Event::new(EventKind::CallUpdated, &object, tags);
+        assert_eq!(updated.call_status(), Some(CallStatus::InputRequired));
+        assert_eq!(updated.without_data().call_status(), None);
+        let request = Event::new(EventKind::RequestCreated, &object, tags);
+        assert_eq!(request.call_status(), None);
     }
 }
