@@ -249,6 +249,10 @@ impl Keeping {
 
 impl Drop for Keeping {
     fn drop(&mut self) {
+        // Dropped outside a runtime, nothing could wait for the call or end it.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
         if let Some(mut unkept) = self.0.take() {
             let tracker = unkept.upstreams.tracker.clone();
             tracker.spawn(async move {
