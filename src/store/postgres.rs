@@ -9,6 +9,7 @@ mod requests;
 mod rounds;
 mod rows;
 mod schema;
+mod statistics;
 mod tail;
 mod writer;
 
@@ -72,6 +73,7 @@ struct Shared {
     clock: Clock,
     /// The calls this replica started whose change is not kept yet: a read of one waits until it is.
     starting: Mutex<HashMap<CallId, Starting>>,
+    statistics: Mutex<statistics::Statistics>,
 }
 
 /// Whether a call's start is kept, for every read of the call that waits for it.
@@ -258,6 +260,7 @@ impl Postgres {
                 background: background.clone(),
                 clock,
                 starting: Mutex::default(),
+                statistics: Mutex::default(),
             }),
         };
         tokio::spawn(tail::run(store.clone(), publisher, background.clone()));

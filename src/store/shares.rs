@@ -135,6 +135,11 @@ impl Shares {
         shares
     }
 
+    /// How many Requests are pending.
+    pub fn pending(&self) -> usize {
+        self.total.count
+    }
+
     /// Whether `new` fits the caps on top of what is held.
     pub fn admit(&self, new: &[NewRequest], caps: &PendingCaps) -> Result<(), PendingCap> {
         let mut after = self.clone();

@@ -67,6 +67,7 @@ impl Postgres {
                 if let Err(cap) = shares.admit(&requests, &caps) {
                     return Ok(Err(RaiseError::Full(cap)));
                 }
+                let pending = shares.pending();
                 if let Some((call, _)) = calls.iter().zip(&live).find(|(_, live)| live.is_none()) {
                     return Ok(Err(RaiseError::CallEnded(call.clone())));
                 }
@@ -130,10 +131,14 @@ impl Postgres {
                         .map(|call| rounds::count_raised(tx, call, requests_of(&views, call), now)),
                 );
                 futures::try_join!(round_raised, counted, inserted, raised)?;
-                Ok(Ok(views))
+                Ok(Ok((views, pending)))
             })
         })
         .await?
+        .map(|(views, before)| {
+            self.pending_grew(before, before + views.len());
+            views
+        })
     }
 
     /// Decides an answer on the Request as a reader connection reads it, then writes the decision in one
@@ -183,8 +188,7 @@ impl Postgres {
                 // The Request resolved, counted out and its event numbered, in one statement.
                 static ANSWER: LazyLock<String> = LazyLock::new(|| {
                     rounds::resolving(
-                        "UPDATE requests SET status = 'answered', resolved_at = $2, answer = $3, answered_by = $4, \
-                         result = $5 WHERE id = $1 AND status = 'pending'",
+                        "status = 'answered', resolved_at = $2, answer = $3, answered_by = $4, result = $5",
                         2,
                         Some(6),
                     )
@@ -523,8 +527,7 @@ async fn resolve_one(
     crate::store::views::resolve_view(&mut view, resolution, now);
     static RESOLVE: LazyLock<String> = LazyLock::new(|| {
         rounds::resolving(
-            "UPDATE requests SET status = $2, resolved_at = $3, answer = $4, result = $5, detail = $6 \
-             WHERE id = $1 AND status = 'pending'",
+            "status = $2, resolved_at = $3, answer = $4, result = $5, detail = $6",
             3,
             None,
         )

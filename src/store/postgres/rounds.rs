@@ -72,7 +72,7 @@ fn unended(count: &str) -> String {
     format!("CASE WHEN {count} > 0 THEN 'input_required' ELSE 'running' END")
 }
 
-/// An update of the live call `c` that `target` picks (`WHERE c.id = $1`, or `FROM won WHERE c.id = …`) adding
+/// An update of the live call `c` that `target` picks (`WHERE c.id = $1`, or `WHERE c.id = (SELECT …)`) adding
 /// `delta` to its count of pending Requests and setting its status by that count, with `updated_at` = `at`
 /// when that changes it; if it sets the call `running` and `claim` holds, the call is this replica's, which
 /// retries it, until it ends. It returns the call's row, then whether its status changed.
@@ -123,13 +123,17 @@ pub(super) async fn count_raised(
     Ok(())
 }
 
-/// `update`, an `UPDATE requests … WHERE … AND status = 'pending'` resolving a Request, as one statement that
-/// also takes the Request out of the counts of pending Requests (its call's, with [`count_pending`] at
+/// The statement resolving Request `$1` if it is pending, setting `set` (the columns of `UPDATE requests SET`),
+/// that also takes the Request out of the counts of pending Requests (its call's, with [`count_pending`] at
 /// parameter `$at`, which claims the call when that completes its round, and its owner's and server's in
 /// `pending_shares`), and records the event whose values are parameters `$event` on (see [`insert_event`]), if
 /// any. Its row, if it resolved the Request, is read by [`Won::read`]. (BENCHMARKS.md, "Fleet: PostgreSQL
 /// counting in the statements that change rows": one statement where the triggers ran four.)
-pub(super) fn resolving(update: &str, at: usize, event: Option<usize>) -> String {
+///
+/// The call is found by its id, read from the Request's row in a subquery, not by a join: joined, with
+/// statistics taken before a large round was raised, its update scanned an index of live calls holding every
+/// version of the call's row that the round's answers left.
+pub(super) fn resolving(set: &str, at: usize, event: Option<usize>) -> String {
     let (numbered, seq, joined) = match event {
         Some(first) => (
             format!("numbered AS ({}), ", insert_event(first, "SELECT {} FROM won")),
@@ -139,7 +143,7 @@ pub(super) fn resolving(update: &str, at: usize, event: Option<usize>) -> String
         None => (String::new(), "NULL::BIGINT", ""),
     };
     format!(
-        "WITH won AS ({update} RETURNING round, completed_at, call_id, owner, server, bytes), {numbered}\
+        "WITH won AS (UPDATE requests SET {set} WHERE id = $1 AND status = 'pending' RETURNING round, completed_at, call_id, owner, server, bytes), {numbered}\
          shared AS (INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
          SELECT COALESCE(owner, ''), COALESCE(server, ''), {REPLICA}, -1, -bytes FROM won \
          ON CONFLICT (owner, server, replica) DO UPDATE \
@@ -149,8 +153,8 @@ pub(super) fn resolving(update: &str, at: usize, event: Option<usize>) -> String
         count_pending(
             "-1",
             &format!("${at}"),
-            "FROM won WHERE c.id = won.call_id",
-            "won.round IS NOT NULL"
+            "WHERE c.id = (SELECT call_id FROM won)",
+            "(SELECT round FROM won) IS NOT NULL"
         )
     )
 }
