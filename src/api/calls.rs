@@ -212,8 +212,9 @@ async fn owned_by(
 
 /// The call once it is no longer `running`, or as it is when `wait` passes.
 pub(super) async fn settled(state: &AppState, id: &CallId, wait: Wait) -> Result<Option<CallView>, ApiError> {
-    // A call's status changes only with a `call.updated` event of it, which carries it: its Requests' events
-    // need no read, and its own need none either, but for the first check (and after events were missed).
+    // A call's status changes only with a `call.updated` event of it: its Requests' events need no read. One that
+    // carries a final status needs none either, as a call never leaves one; any other is read again, as events
+    // queued behind it, or published by replicas in another order than they committed, may say otherwise.
     let told = Mutex::new(None);
     let not_running = || async {
         let told = crate::lock(&told).take();
@@ -233,7 +234,7 @@ pub(super) async fn settled(state: &AppState, id: &CallId, wait: Wait) -> Result
     let concerns = |event: &Event| {
         let concerns = event.kind == EventKind::CallUpdated && event.call.as_deref() == Some(id.as_str());
         if concerns {
-            *crate::lock(&told) = event.call_status();
+            *crate::lock(&told) = event.call_status().filter(|status| status.is_final());
         }
         concerns
     };

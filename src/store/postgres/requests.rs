@@ -49,15 +49,15 @@ impl Postgres {
                     .collect();
                 let chosen: Vec<&RequestId> = crate::store::chosen_ids(&requests).collect();
                 // What the raise decides on, read in one exchange.
+                tx.prepare(&[SHARES_HELD, LIVE_CALL, sql::REQUEST_TAKEN.postgres])
+                    .await?;
                 let (shares, live, taken) = futures::try_join!(
                     pending_shares(tx, &requests),
-                    try_join_all(calls.iter().map(|call| async move {
-                        tx.query_opt(
-                            "SELECT 1 FROM calls WHERE id = $1 AND status IN ('running', 'input_required') FOR UPDATE",
-                            &[call],
-                        )
-                        .await
-                    })),
+                    try_join_all(
+                        calls
+                            .iter()
+                            .map(|call| async move { tx.query_opt(LIVE_CALL, &[call]).await })
+                    ),
                     try_join_all(
                         chosen
                             .iter()
@@ -97,6 +97,13 @@ impl Postgres {
                 // What it writes, pipelined in one exchange: the round, the pending counts (once per owner and
                 // server, and once per call, not once per Request: a row updated once per Request of a large round,
                 // in one transaction, grows a chain of versions that each update walks), and the Requests.
+                tx.prepare(&[
+                    sql::ROUND_RAISED.postgres,
+                    SHARES_RAISED,
+                    &INSERT_REQUEST,
+                    &rounds::RAISED,
+                ])
+                .await?;
                 let round_raised = async {
                     if let Some(round) = &round {
                         let params: [&(dyn ToSql + Sync); 5] = [
@@ -111,15 +118,7 @@ impl Postgres {
                     Ok(())
                 };
                 let counted = try_join_all(shares.iter().map(|(owner, server, count, bytes)| async move {
-                    tx.execute(
-                        "INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
-                         VALUES ($1, $2, COALESCE(current_setting('toolnexus.replica', true), ''), $3, $4) \
-                         ON CONFLICT (owner, server, replica) DO UPDATE \
-                         SET requests = pending_shares.requests + EXCLUDED.requests, \
-                         bytes = pending_shares.bytes + EXCLUDED.bytes",
-                        &[owner, server, count, bytes],
-                    )
-                    .await
+                    tx.execute(SHARES_RAISED, &[owner, server, count, bytes]).await
                 }));
                 let inserted = try_join_all(requests.iter().zip(&views).map(|(new, view)| {
                     let event = Event::request(EventKind::RequestCreated, view);
@@ -362,6 +361,31 @@ impl Postgres {
     }
 }
 
+/// The total of pending Requests (the row with no owner and no server), then what the owners `$1` and the
+/// servers `$2` hold.
+const SHARES_HELD: &str = "SELECT NULL::TEXT, NULL::TEXT, COALESCE(sum(requests), 0)::BIGINT, \
+    COALESCE(sum(bytes), 0)::BIGINT FROM pending_shares \
+    UNION ALL SELECT owner, server, sum(requests)::BIGINT, sum(bytes)::BIGINT FROM pending_shares \
+    WHERE owner = ANY($1) OR server = ANY($2) GROUP BY owner, server";
+
+/// Whether call `$1` is live, its row locked until the transaction ends.
+const LIVE_CALL: &str = "SELECT 1 FROM calls WHERE id = $1 AND status IN ('running', 'input_required') FOR UPDATE";
+
+/// Adds `$3` Requests of `$4` bytes to this replica's share of owner `$1` and server `$2`.
+const SHARES_RAISED: &str = "INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
+    VALUES ($1, $2, COALESCE(current_setting('toolnexus.replica', true), ''), $3, $4) \
+    ON CONFLICT (owner, server, replica) DO UPDATE \
+    SET requests = pending_shares.requests + EXCLUDED.requests, bytes = pending_shares.bytes + EXCLUDED.bytes";
+
+/// A pending Request and its `request.created` event (parameters `$16` on).
+static INSERT_REQUEST: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH raised AS ({} RETURNING 1) {}",
+        sql::REQUEST_RAISED.postgres,
+        insert_event(16, "SELECT {} FROM raised")
+    )
+});
+
 /// How many of `views` are Requests of `call`.
 fn requests_of(views: &[RequestView], call: &CallId) -> i32 {
     let count = views.iter().filter(|view| view.call.as_ref() == Some(call)).count();
@@ -403,15 +427,7 @@ async fn pending_shares(conn: &impl Reader, new: &[NewRequest]) -> Result<Shares
     let owners: Vec<&str> = new.iter().map(owner_key).collect();
     let servers: Vec<&str> = new.iter().map(server_key).collect();
     // The total (the row with no owner and no server) and the pairs of `new`'s owners and servers, at once.
-    let rows = conn
-        .query(
-            "SELECT NULL::TEXT, NULL::TEXT, COALESCE(sum(requests), 0)::BIGINT, COALESCE(sum(bytes), 0)::BIGINT \
-             FROM pending_shares \
-             UNION ALL SELECT owner, server, sum(requests)::BIGINT, sum(bytes)::BIGINT FROM pending_shares \
-             WHERE owner = ANY($1) OR server = ANY($2) GROUP BY owner, server",
-            &[&owners, &servers],
-        )
-        .await?;
+    let rows = conn.query(SHARES_HELD, &[&owners, &servers]).await?;
     let mut total = Held::default();
     let mut pairs = Vec::with_capacity(rows.len());
     for row in rows {
@@ -455,13 +471,6 @@ async fn insert_request(
     round: Option<u32>,
     event: Event,
 ) -> Result<(), tokio_postgres::Error> {
-    static INSERT: LazyLock<String> = LazyLock::new(|| {
-        format!(
-            "WITH raised AS ({} RETURNING 1) {}",
-            sql::REQUEST_RAISED.postgres,
-            insert_event(16, "SELECT {} FROM raised")
-        )
-    });
     let request = &new.request;
     let (data, deadline, created_at) = (
         rows::to_json_opt(request.data.as_deref()),
@@ -492,7 +501,7 @@ async fn insert_request(
         &bytes,
     ];
     params.extend(values.params());
-    tx.query_one(&INSERT, &params).await?;
+    tx.query_one(&INSERT_REQUEST, &params).await?;
     Ok(())
 }
 

@@ -109,6 +109,9 @@ fn changed(row: &Row) -> Result<Option<CallView>, tokio_postgres::Error> {
     }
 }
 
+/// Counts `$2` more pending Requests of live call `$1` at `$3`.
+pub(super) static RAISED: LazyLock<String> = LazyLock::new(|| count_pending("$2", "$3", "WHERE c.id = $1", "false"));
+
 /// Counts `raised` more pending Requests of live call `call`, recording `call.updated` if that changes it.
 pub(super) async fn count_raised(
     tx: &Tx<'_>,
@@ -116,7 +119,6 @@ pub(super) async fn count_raised(
     raised: i32,
     now: Timestamp,
 ) -> Result<(), tokio_postgres::Error> {
-    static RAISED: LazyLock<String> = LazyLock::new(|| count_pending("$2", "$3", "WHERE c.id = $1", "false"));
     if let Some(row) = tx.query_opt(&RAISED, &[call, &raised, &now.millis()]).await? {
         on_settled(tx, changed(&row)?, None).await?;
     }

@@ -7,11 +7,15 @@
 //! of several thousand, depending on whether autovacuum had come by (BENCHMARKS.md, "Store: PostgreSQL
 //! statistics that follow the pending Requests").
 
+use std::time::Duration;
+
 use super::Postgres;
 use crate::lock;
 
 /// Growth below this many pending Requests never calls for new statistics.
 const AT_LEAST: usize = 1000;
+/// How long taking them may last before it is given up (and may be tried again).
+const TAKING: Duration = Duration::from_secs(60);
 
 /// When this replica last had the statistics taken, in pending Requests.
 #[derive(Debug, Default)]
@@ -46,12 +50,22 @@ impl Postgres {
         }
         let this = self.clone();
         tokio::spawn(async move {
-            let analyzed = match this.shared.connector.connect().await {
-                Ok(client) => client.batch_execute("ANALYZE requests, calls").await,
-                Err(error) => Err(error),
+            let analyze = async {
+                let client = this.shared.connector.connect().await?;
+                client
+                    .batch_execute(&format!(
+                        "SET statement_timeout = {}; ANALYZE requests, calls",
+                        TAKING.as_millis()
+                    ))
+                    .await
             };
-            if let Err(error) = analyzed {
-                tracing::warn!(%error, "the store could not refresh the planner's statistics");
+            tokio::select! {
+                analyzed = tokio::time::timeout(TAKING, analyze) => match analyzed {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => tracing::warn!(%error, "the store could not refresh the planner's statistics"),
+                    Err(_) => tracing::warn!("the store's refresh of the planner's statistics took too long; it was given up"),
+                },
+                () = this.shared.background.cancelled() => {}
             }
             lock(&this.shared.statistics).taking = false;
         });

@@ -120,6 +120,18 @@ impl Tx<'_> {
         self.clock.now()
     }
 
+    /// Prepares each of `sqls` that the connection has not: statements pipelined after it go out in the order
+    /// they are sent in, rather than those not prepared yet behind the others. (Of statements pipelined
+    /// together, the first to fail then stands first among them; each after it fails as the transaction is
+    /// aborted.)
+    pub async fn prepare(&self, sqls: &[&str]) -> Result<(), tokio_postgres::Error> {
+        let Borrowed { client, statements } = self.borrowed;
+        for sql in sqls {
+            statements.get(client, sql).await?;
+        }
+        Ok(())
+    }
+
     /// The one row of `sql`.
     pub async fn query_one(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Row, tokio_postgres::Error> {
         let Borrowed { client, statements } = self.borrowed;
