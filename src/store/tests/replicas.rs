@@ -176,6 +176,37 @@ async fn a_call_read_while_its_start_commits_is_read_once_kept() {
     close(store).await;
 }
 
+/// A raise that more than doubles the pending Requests has PostgreSQL take the statistics of Requests again, so
+/// that statements are not planned on figures from when few were pending.
+#[tokio::test]
+async fn a_raise_that_doubles_the_pending_requests_has_their_statistics_taken_again() {
+    let url = postgres::cluster::shared().database();
+    let store = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let raw = connect_raw(&url).await;
+    // `ANALYZE` commands only, not autovacuum's.
+    let analyzed = async || -> i64 {
+        raw.query_one(
+            "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'requests'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+    };
+    assert_eq!(analyzed().await, 0);
+    let few = (0..10).map(|_| new_request(None, None)).collect();
+    store.raise(few, None, PendingCaps::NONE).await.unwrap();
+    let many = (0..1_000).map(|_| new_request(None, None)).collect();
+    store.raise(many, None, PendingCaps::NONE).await.unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while analyzed().await == 0 {
+        assert!(Instant::now() < deadline, "the statistics were never taken");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    close(store).await;
+}
+
 /// One replica's writer waits on a call's row, which another transaction holds: its transaction stays open, and
 /// the other replica starts and ends calls and sessions meanwhile, committing side by side with it.
 #[tokio::test]
