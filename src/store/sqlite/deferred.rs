@@ -164,7 +164,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::records::{Arguments, CallStatus, Via};
+    use crate::records::{Arguments, Via};
 
     fn call(id: &CallId, owner: &str) -> (NewCall, CallView) {
         let new = NewCall {
@@ -178,22 +178,7 @@ mod tests {
             protocol_version: None,
             capabilities: json!({}),
         };
-        let now = crate::time::Clock::default().now();
-        let view = CallView {
-            id: id.clone(),
-            server: new.server.clone(),
-            session: new.session.clone(),
-            tool: new.tool.clone(),
-            arguments: Arguments::empty(),
-            owner: owner.into(),
-            via: Via::Rest,
-            status: CallStatus::Running,
-            requests: Vec::new(),
-            result: None,
-            error: None,
-            created_at: now,
-            updated_at: now,
-        };
+        let view = crate::store::views::started_view(id.clone(), &new, crate::time::Clock::default().now());
         (new, view)
     }
 
