@@ -86,13 +86,6 @@ impl Postgres {
                         .or_default()
                         .add(new.bytes);
                 }
-                let shares: Vec<(&str, &str, i64, i64)> = shares
-                    .into_iter()
-                    .map(|((owner, server), held)| {
-                        let count = i64::try_from(held.count).unwrap_or(i64::MAX);
-                        (owner, server, count, i64::try_from(held.bytes).unwrap_or(i64::MAX))
-                    })
-                    .collect();
                 let views: Vec<RequestView> = requests.iter().map(crate::store::views::raised_view).collect();
                 // What it writes, pipelined in one exchange: the round, the pending counts (once per owner and
                 // server, and once per call, not once per Request: a row updated once per Request of a large round,
@@ -117,8 +110,10 @@ impl Postgres {
                     }
                     Ok(())
                 };
-                let counted = try_join_all(shares.iter().map(|(owner, server, count, bytes)| async move {
-                    tx.execute(SHARES_RAISED, &[owner, server, count, bytes]).await
+                let counted = try_join_all(shares.iter().map(|((owner, server), held)| async move {
+                    let count = i64::try_from(held.count).unwrap_or(i64::MAX);
+                    let bytes = i64::try_from(held.bytes).unwrap_or(i64::MAX);
+                    tx.execute(SHARES_RAISED, &[owner, server, &count, &bytes]).await
                 }));
                 let inserted = try_join_all(requests.iter().zip(&views).map(|(new, view)| {
                     let event = Event::request(EventKind::RequestCreated, view);
@@ -463,8 +458,8 @@ pub(super) async fn select_ids(
         .collect()
 }
 
-/// Inserts a pending Request and its `request.created` event, in one statement (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change", "Again at
-/// cee0786").
+/// Inserts a pending Request and its `request.created` event, in one statement (BENCHMARKS.md, "Store:
+/// PostgreSQL with fewer exchanges per change", "Again at cee0786").
 async fn insert_request(
     tx: &Tx<'_>,
     new: &NewRequest,

@@ -23,7 +23,8 @@ pub(super) async fn retry(conn: &impl Reader, id: &CallId) -> Result<Option<Retr
 }
 
 /// The call `$1`, its latest round, and that round's Requests (read for that round only), in one exchange
-/// (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change"); SQLite reads them in three statements that it compiles once each.
+/// (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change"); SQLite reads them in three statements
+/// that it compiles once each.
 fn retry_sql() -> String {
     let of_round = |column: &str| {
         format!(
@@ -145,7 +146,8 @@ pub(super) fn resolving(set: &str, at: usize, event: Option<usize>) -> String {
         None => (String::new(), "NULL::BIGINT", ""),
     };
     format!(
-        "WITH won AS (UPDATE requests SET {set} WHERE id = $1 AND status = 'pending' RETURNING round, completed_at, call_id, owner, server, bytes), {numbered}\
+        "WITH won AS (UPDATE requests SET {set} WHERE id = $1 AND status = 'pending' \
+         RETURNING round, completed_at, call_id, owner, server, bytes), {numbered}\
          shared AS (INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
          SELECT COALESCE(owner, ''), COALESCE(server, ''), {REPLICA}, -1, -bytes FROM won \
          ON CONFLICT (owner, server, replica) DO UPDATE \

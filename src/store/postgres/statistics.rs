@@ -63,7 +63,7 @@ impl Postgres {
                 analyzed = tokio::time::timeout(TAKING, analyze) => match analyzed {
                     Ok(Ok(())) => {}
                     Ok(Err(error)) => tracing::warn!(%error, "the store could not refresh the planner's statistics"),
-                    Err(_) => tracing::warn!("the store's refresh of the planner's statistics took too long; it was given up"),
+                    Err(_) => tracing::warn!("the store gave up refreshing the planner's statistics after a minute"),
                 },
                 () = this.shared.background.cancelled() => {}
             }

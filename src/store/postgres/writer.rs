@@ -31,7 +31,8 @@ use tokio_postgres::{Client, Row};
 use super::super::StoreError;
 use super::tail::{self, Next, Publisher, log_page};
 use super::{
-    Borrowed, Connector, EVENTS_PER_TRANSACTION, PRINCIPAL_LOCKS, RAISE_LOCK, Statements, WRITE_LOCK, unavailable,
+    Borrowed, Connector, EVENTS_PER_TRANSACTION, PRINCIPAL_LOCKS, RAISE_LOCK, Reader, Statements, WRITE_LOCK,
+    unavailable,
 };
 use crate::records::Event;
 use crate::time::{Clock, Timestamp};
@@ -145,11 +146,8 @@ impl Tx<'_> {
         (first, first_params): (&str, &[&(dyn ToSql + Sync)]),
         (second, second_params): (&str, &[&(dyn ToSql + Sync)]),
     ) -> Result<(Vec<Row>, Vec<Row>), tokio_postgres::Error> {
-        let Borrowed { client, statements } = self.borrowed;
-        // Both prepared first, so that nothing comes between sending one and the other.
-        let first = statements.get(client, first).await?;
-        let second = statements.get(client, second).await?;
-        futures::try_join!(client.query(&first, first_params), client.query(&second, second_params))
+        self.prepare(&[first, second]).await?;
+        futures::try_join!(self.query(first, first_params), self.query(second, second_params))
     }
 
     /// Runs `sql`; how many rows it changed.
