@@ -8,8 +8,10 @@
 #
 # schemathesis, and the Standard Webhooks library the webhook tests verify deliveries with, are installed from
 # PyPI into virtualenvs under ~/.cache when missing (needs python3-venv).
-# The browser tests need Node.js 20+ with npm, Debian's chromium (installed here with apt-get when missing
-# and running as root) and tests/browser's npm packages (installed here with `npm ci` when missing).
+# The OpenID tests (tests/api/oidc.rs) sign in at panva's oidc-provider, tests/oidc's npm package, and the
+# browser tests drive the inbox with tests/browser's: both need Node.js 20.19+ with npm, and are installed
+# here with `npm ci` when missing. The browser tests also need Debian's chromium (installed here with apt-get
+# when missing and running as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,18 +35,22 @@ fi
 # tests/api/webhooks.rs has the Standard Webhooks library (standardwebhooks) check the gateway's deliveries.
 scripts/webhook-verifier.sh
 
-cargo test --locked "$@"
-scripts/schemathesis.sh
-
 fail() {
     echo "scripts/test.sh: $*" >&2
     exit 1
 }
 
 command -v node >/dev/null && command -v npm >/dev/null ||
-    fail "the browser tests need Node.js 20 or newer and npm; install them (e.g. apt-get install nodejs npm)"
-node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' ||
-    fail "the browser tests need Node.js 20 or newer, not $(node --version)"
+    fail "the OpenID and browser tests need Node.js 20.19 or newer and npm; install them (e.g. apt-get install nodejs npm)"
+node -e 'const [major, minor] = process.versions.node.split(".").map(Number); process.exit(major > 20 || (major == 20 && minor >= 19) ? 0 : 1)' ||
+    fail "the OpenID and browser tests need Node.js 20.19 or newer, not $(node --version)"
+if [[ ! -d tests/oidc/node_modules/oidc-provider ]]; then
+    (cd tests/oidc && npm ci --no-audit --no-fund) ||
+        fail "cannot install the OpenID provider the tests sign in at: run 'npm ci' in tests/oidc"
+fi
+
+cargo test --locked "$@"
+scripts/schemathesis.sh
 
 export CHROMIUM="${CHROMIUM:-/usr/bin/chromium}"
 if [[ ! -x "$CHROMIUM" && "$CHROMIUM" == /usr/bin/chromium && "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then

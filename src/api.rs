@@ -145,7 +145,7 @@ impl Services {
         setting: &str,
     ) -> Result<Counted, ApiError> {
         let most = if principal.is_anonymous() { usize::MAX } else { most };
-        self.feed.hold(hold, &principal.name, most).map_err(|most| {
+        self.feed.hold(hold, &principal.id, most).map_err(|most| {
             ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 format!(
@@ -204,6 +204,8 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(health::readyz))
         .routes(routes!(metrics::render))
         .routes(routes!(openapi))
+        .routes(routes!(auth::protected_resource))
+        .routes(routes!(auth::protected_resource_of_mcp))
         .split_for_parts();
     let router = router
         .merge(ui::routes(&mut document))
@@ -256,8 +258,8 @@ async fn gate(State(state): State<AppState>, mut request: Request, next: Next) -
     let measured = metrics::Measured::start(&request);
     let response = if let Err(refused) = http::check_host(&state.http, &request) {
         refused.into_response()
-    } else if let Err(error) = auth::authenticate(&state.auth, &mut request) {
-        auth::unauthorized(&error)
+    } else if let Err(error) = auth::authenticate(&state.auth, &mut request).await {
+        auth::refused(&state.auth, &error, &request)
     } else {
         next.run(request).await
     };

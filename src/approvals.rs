@@ -88,8 +88,12 @@ pub struct ApprovalPolicy {
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "human_duration")]
     #[schema(value_type = Option<String>)]
     pub ttl: Option<Duration>,
-    /// The token names that may answer; empty: any approver or admin.
+    /// Who may answer: token names, `group:<group>` and `user:<name>` of the OpenID provider; empty: any
+    /// approver or admin.
     pub approvers: Vec<String>,
+    /// Whether the principal that started the call may approve it.
+    #[serde(rename = "selfApproval")]
+    pub self_approval: bool,
 }
 
 fn human_duration<S: serde::Serializer>(duration: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
@@ -204,6 +208,7 @@ pub fn request_data(
     arguments: &Value,
     caller: &str,
     approvers: &[String],
+    self_approval: bool,
 ) -> Map<String, Value> {
     let mut data = Map::new();
     data.insert(
@@ -214,7 +219,15 @@ pub fn request_data(
     if !approvers.is_empty() {
         data.insert("approvers".to_owned(), Value::from(approvers.to_vec()));
     }
+    if self_approval {
+        data.insert("selfApproval".to_owned(), Value::Bool(true));
+    }
     data
+}
+
+/// Whether an approval's `data` lets the principal that started the call approve it.
+pub fn self_approval(data: Option<&Map<String, Value>>) -> bool {
+    data.and_then(|data| data.get("selfApproval")).and_then(Value::as_bool) == Some(true)
 }
 
 /// The names an approval's `data` lists as the only ones who may answer it; `None` when it lists none (any
@@ -285,9 +298,16 @@ mod tests {
 
     #[test]
     fn an_approval_lists_its_approvers_only_when_its_policy_does() {
-        let open = request_data("s", "t", &json!({}), "ci", &[]);
+        let open = request_data("s", "t", &json!({}), "ci", &[], false);
         assert!(approvers(Some(&open)).is_none());
-        let listed = request_data("s", "t", &json!({}), "ci", &["on-call".to_owned(), "lead".to_owned()]);
+        let listed = request_data(
+            "s",
+            "t",
+            &json!({}),
+            "ci",
+            &["on-call".to_owned(), "lead".to_owned()],
+            false,
+        );
         assert_eq!(
             approvers(Some(&listed)).unwrap().collect::<Vec<_>>(),
             ["on-call", "lead"]

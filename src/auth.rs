@@ -1,6 +1,10 @@
-//! Who may do what: bearer tokens with roles, and the ownership rule every route applies.
+//! Who may do what: bearer tokens with roles, or an OpenID provider's JWTs, and the ownership rule every route
+//! applies.
+
+pub mod oidc;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -20,35 +24,78 @@ pub enum Role {
     Admin,
 }
 
-/// Who is asking: a token's name and role.
+/// Who is asking: a stable identity, which owns what it starts and which every rule compares, a name to show,
+/// a role, and how it signed in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
+    /// A token's name, or an OpenID subject's issuer and `sub` ([`oidc::identity`]).
+    pub id: String,
+    /// What `answeredBy` shows: the token's name, or the configured claim of an OpenID token.
     pub name: String,
     pub role: Role,
+    pub signed_in: SignIn,
 }
 
+/// How a principal signed in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignIn {
+    /// With a configured token (or as everyone, without tokens).
+    Token,
+    /// With an OpenID provider's JWT: its `sub` and its groups.
+    Oidc { subject: String, groups: Vec<String> },
+}
+
+/// How an approval policy's `approvers` entry names a group of the OpenID provider.
+pub const GROUP: &str = "group:";
+/// How an approval policy's `approvers` entry names an OpenID user, by `sub` or by the name its tokens show.
+pub const USER: &str = "user:";
+
 impl Principal {
+    /// The principal of a configured token.
+    pub fn token(name: &str, role: Role) -> Self {
+        Self {
+            id: name.to_owned(),
+            name: name.to_owned(),
+            role,
+            signed_in: SignIn::Token,
+        }
+    }
+
+    /// Whether an approval policy's `approvers` entry names it: `group:<group>` an OpenID principal in that
+    /// group, `user:<name>` an OpenID principal by its `sub` or its name, and a bare name a configured token.
+    pub fn is_listed(&self, entry: &str) -> bool {
+        match &self.signed_in {
+            SignIn::Oidc { subject, groups } => {
+                if let Some(group) = entry.strip_prefix(GROUP) {
+                    groups.iter().any(|mine| mine == group)
+                } else if let Some(user) = entry.strip_prefix(USER) {
+                    user == subject || user == self.name
+                } else {
+                    false
+                }
+            }
+            SignIn::Token => entry == self.id && !entry.starts_with(GROUP) && !entry.starts_with(USER),
+        }
+    }
+
     /// The principal of a gateway without tokens.
     pub fn anonymous() -> Self {
-        Self {
-            name: ANONYMOUS.to_owned(),
-            role: Role::Admin,
-        }
+        Self::token(ANONYMOUS, Role::Admin)
     }
 
     /// Whether it is the one principal of a gateway without tokens (no token may take its name).
     pub fn is_anonymous(&self) -> bool {
-        self.name == ANONYMOUS
+        self.id == ANONYMOUS
     }
 
     /// Whether it may see something owned by `owner` (`None`: owned by the gateway, e.g. a shared session's).
     pub fn may_see(&self, owner: Option<&str>) -> bool {
-        self.role != Role::Agent || owner == Some(self.name.as_str())
+        self.role != Role::Agent || owner == Some(self.id.as_str())
     }
 
     /// Whether it may change something owned by `owner`: cancel a call, close a session.
     pub fn may_change(&self, owner: Option<&str>) -> bool {
-        self.role == Role::Admin || (self.role == Role::Agent && owner == Some(self.name.as_str()))
+        self.role == Role::Admin || (self.role == Role::Agent && owner == Some(self.id.as_str()))
     }
 
     /// Whether it may start calls and open sessions.
@@ -72,27 +119,43 @@ pub enum AuthError {
     Missing,
     #[error("the bearer token is not valid")]
     Invalid,
+    /// An OpenID token that failed a check, which the message names.
+    #[error("the bearer token is not valid: {0}")]
+    Rejected(String),
+    /// A valid OpenID token that gives no role.
+    #[error("{0}")]
+    Forbidden(String),
 }
 
-/// Checks bearer tokens against the configured digests.
+/// Checks bearer tokens against the configured digests, and JWTs against the OpenID provider.
 #[derive(Debug, Clone, Default)]
 pub struct Authenticator {
     tokens: Vec<Token>,
+    oidc: Option<Arc<oidc::Oidc>>,
 }
 
 impl Authenticator {
-    /// An authenticator for these tokens; with none, every request is the anonymous admin.
-    pub fn new(tokens: Vec<Token>) -> Self {
-        Self { tokens }
+    /// An authenticator for these tokens and this provider; with neither, every request is the anonymous admin.
+    pub fn new(tokens: Vec<Token>, oidc: Option<oidc::Oidc>) -> Self {
+        Self {
+            tokens,
+            oidc: oidc.map(Arc::new),
+        }
     }
 
-    /// Whether any token is configured.
+    /// Whether any token or a provider is configured.
     pub fn enabled(&self) -> bool {
-        !self.tokens.is_empty()
+        !self.tokens.is_empty() || self.oidc.is_some()
     }
 
-    /// The principal an `Authorization` header value names.
-    pub fn authenticate(&self, authorization: Option<&str>) -> Result<Principal, AuthError> {
+    /// The OpenID provider, when one is configured.
+    pub fn oidc(&self) -> Option<&oidc::Oidc> {
+        self.oidc.as_deref()
+    }
+
+    /// The principal an `Authorization` header value names: a configured token's, else, when it is a JWT and
+    /// a provider is configured, the provider's subject.
+    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<Principal, AuthError> {
         if !self.enabled() {
             return Ok(Principal::anonymous());
         }
@@ -101,7 +164,19 @@ impl Authenticator {
         if !scheme.eq_ignore_ascii_case("bearer") {
             return Err(AuthError::Invalid);
         }
-        let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
+        let token = token.trim();
+        match self.configured(token) {
+            Some(principal) => Ok(principal),
+            None => match &self.oidc {
+                Some(oidc) if token.split('.').count() == 3 => oidc.authenticate(token).await,
+                _ => Err(AuthError::Invalid),
+            },
+        }
+    }
+
+    /// The principal of a configured token.
+    fn configured(&self, token: &str) -> Option<Principal> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         // Every configured digest is compared, in constant time, so timing says nothing about which matched.
         let mut found = None;
         for candidate in &self.tokens {
@@ -109,12 +184,7 @@ impl Authenticator {
                 found = Some(candidate);
             }
         }
-        found
-            .map(|token| Principal {
-                name: token.name.clone(),
-                role: token.role,
-            })
-            .ok_or(AuthError::Invalid)
+        found.map(|token| Principal::token(&token.name, token.role))
     }
 }
 
@@ -162,45 +232,60 @@ mod tests {
             role,
             digest: parse_digest(&digest_hex(secret)).unwrap(),
         };
-        Authenticator::new(vec![
-            token("ci", Role::Agent, "agent-secret"),
-            token("ops", Role::Admin, "admin-secret"),
-        ])
+        Authenticator::new(
+            vec![
+                token("ci", Role::Agent, "agent-secret"),
+                token("ops", Role::Admin, "admin-secret"),
+            ],
+            None,
+        )
     }
 
-    #[test]
-    fn bearer_tokens_resolve_to_their_principal() {
+    #[tokio::test]
+    async fn bearer_tokens_resolve_to_their_principal() {
         let auth = authenticator();
-        assert_eq!(auth.authenticate(Some("Bearer agent-secret")).unwrap().name, "ci");
+        let principal = auth.authenticate(Some("Bearer agent-secret")).await.unwrap();
+        assert_eq!((principal.id.as_str(), principal.name.as_str()), ("ci", "ci"));
         assert_eq!(
-            auth.authenticate(Some("bearer admin-secret")).unwrap().role,
+            auth.authenticate(Some("bearer admin-secret")).await.unwrap().role,
             Role::Admin
         );
-        assert_eq!(auth.authenticate(None), Err(AuthError::Missing));
-        assert_eq!(auth.authenticate(Some("Bearer nope")), Err(AuthError::Invalid));
-        assert_eq!(auth.authenticate(Some("Basic agent-secret")), Err(AuthError::Invalid));
-        assert_eq!(auth.authenticate(Some("agent-secret")), Err(AuthError::Invalid));
+        assert_eq!(auth.authenticate(None).await, Err(AuthError::Missing));
+        assert_eq!(auth.authenticate(Some("Bearer nope")).await, Err(AuthError::Invalid));
+        assert_eq!(auth.authenticate(Some("Bearer a.b.c")).await, Err(AuthError::Invalid));
+        assert_eq!(
+            auth.authenticate(Some("Basic agent-secret")).await,
+            Err(AuthError::Invalid)
+        );
+        assert_eq!(auth.authenticate(Some("agent-secret")).await, Err(AuthError::Invalid));
     }
 
-    #[test]
-    fn without_tokens_everyone_is_the_anonymous_admin() {
-        assert_eq!(Authenticator::default().authenticate(None), Ok(Principal::anonymous()));
+    #[tokio::test]
+    async fn without_tokens_everyone_is_the_anonymous_admin() {
+        assert_eq!(
+            Authenticator::default().authenticate(None).await,
+            Ok(Principal::anonymous())
+        );
     }
 
     #[test]
     fn ownership_rules() {
-        let agent = Principal {
+        let agent = Principal::token("ci", Role::Agent);
+        let approver = Principal::token("lead", Role::Approver);
+        let admin = Principal::token("ops", Role::Admin);
+        let namesake = Principal {
+            id: oidc::identity("https://idp.example.com", "ci"),
             name: "ci".into(),
             role: Role::Agent,
+            signed_in: SignIn::Oidc {
+                subject: "u-17".into(),
+                groups: vec!["sre".into()],
+            },
         };
-        let approver = Principal {
-            name: "lead".into(),
-            role: Role::Approver,
-        };
-        let admin = Principal {
-            name: "ops".into(),
-            role: Role::Admin,
-        };
+        assert!(!namesake.may_see(Some("ci")) && !namesake.may_change(Some("ci")));
+        assert!(!namesake.is_listed("ci") && namesake.is_listed("group:sre") && !namesake.is_listed("group:ops"));
+        assert!(namesake.is_listed("user:ci") && namesake.is_listed("user:u-17") && !namesake.is_listed("sre"));
+        assert!(approver.is_listed("lead") && !approver.is_listed("user:lead") && !approver.is_listed("group:lead"));
         assert!(agent.may_see(Some("ci")) && !agent.may_see(Some("other")) && !agent.may_see(None));
         assert!(approver.may_see(Some("ci")) && approver.may_see(None));
         assert!(agent.may_change(Some("ci")) && !agent.may_change(Some("other")));

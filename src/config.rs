@@ -157,9 +157,13 @@ pub struct ApprovalConfig {
         serialize_with = "as_optional_humantime"
     )]
     pub ttl: Option<Duration>,
-    /// The token names that may answer; any approver or admin when unset.
+    /// Who may answer: token names, `group:<group>` and `user:<name>` of the OpenID provider; any approver or
+    /// admin when unset.
     #[serde(default)]
     pub approvers: Vec<String>,
+    /// Whether the principal that started the call may approve it (for one-person set-ups).
+    #[serde(default)]
+    pub self_approval: bool,
 }
 
 /// The `[store]` table.
@@ -256,6 +260,8 @@ pub struct AuthConfig {
     /// Serve `/openapi.json` without a token.
     #[serde(default = "default_true")]
     pub public_openapi: bool,
+    /// An OpenID Connect provider whose JWTs are bearer tokens too.
+    pub oidc: Option<OidcConfig>,
 }
 
 impl Default for AuthConfig {
@@ -264,8 +270,45 @@ impl Default for AuthConfig {
             tokens: Vec::new(),
             public_metrics: false,
             public_openapi: default_true(),
+            oidc: None,
         }
     }
+}
+
+/// The `[auth.oidc]` table.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OidcConfig {
+    /// The issuer URL: `https://`, or `http://` on a loopback address.
+    pub issuer: String,
+    /// What a token's `aud` must contain.
+    pub audience: String,
+    /// The claim `answeredBy` shows; `preferred_username`, then `email`, then `sub` when unset.
+    pub name_claim: Option<String>,
+    /// The claim that lists a token's groups.
+    #[serde(default = "default_groups_claim")]
+    pub groups_claim: String,
+    /// The groups that give each role; the highest role a token's groups give wins.
+    #[serde(default)]
+    pub roles: OidcRoles,
+    /// The URL of `/mcp` that protected resource metadata names; taken from each request's `Host` when unset.
+    pub resource: Option<String>,
+}
+
+/// `[auth.oidc] roles`: the groups that give each role.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OidcRoles {
+    #[serde(default)]
+    pub admin: Vec<String>,
+    #[serde(default)]
+    pub approver: Vec<String>,
+    #[serde(default)]
+    pub agent: Vec<String>,
+}
+
+fn default_groups_claim() -> String {
+    "groups".to_owned()
 }
 
 /// One `[[auth.tokens]]` entry: a name, a role, and the token as its SHA-256 or from the environment.
@@ -671,7 +714,7 @@ impl Config {
             requests.max_pending
         };
         // Without tokens everyone is one principal, whose share is the whole.
-        let principal_share = if self.auth.tokens.is_empty() {
+        let principal_share = if !self.authenticates() {
             requests.max_pending
         } else {
             requests.max_pending / 4
@@ -755,6 +798,12 @@ impl Config {
             if token.name.trim().is_empty() {
                 return Err(format!("{key}.name must not be empty"));
             }
+            if auth::oidc::is_identity_form(&token.name) {
+                return Err(format!(
+                    "{key}.name = {:?} has the form of an OpenID subject's identity (a URL); choose another",
+                    token.name
+                ));
+            }
             if token.name == auth::ANONYMOUS {
                 return Err(format!(
                     "{key}.name = {:?} is the name of everyone when there are no tokens; choose another",
@@ -795,6 +844,59 @@ impl Config {
         Ok(tokens)
     }
 
+    /// Whether requests are authenticated: tokens or an OpenID provider are configured.
+    pub fn authenticates(&self) -> bool {
+        !self.auth.tokens.is_empty() || self.auth.oidc.is_some()
+    }
+
+    /// The OpenID provider's settings, checked, when `[auth.oidc]` is configured.
+    pub fn oidc(&self) -> Result<Option<auth::oidc::OidcSettings>, Problem> {
+        let Some(oidc) = &self.auth.oidc else {
+            return Ok(None);
+        };
+        let issuer = Url::parse(&oidc.issuer)
+            .map_err(|error| format!("auth.oidc.issuer = {:?} is not a URL: {error}", oidc.issuer))?;
+        let host = issuer.host_str().unwrap_or_default();
+        let loopback = host == "localhost"
+            || host
+                .trim_matches(['[', ']'])
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|address| address.is_loopback());
+        if !(issuer.scheme() == "https" || (issuer.scheme() == "http" && loopback)) {
+            return Err(Problem::from(format!(
+                "auth.oidc.issuer = {:?} must be an https:// URL (http:// only on a loopback address)",
+                oidc.issuer
+            )));
+        }
+        if oidc.audience.trim().is_empty() {
+            return Err(Problem::from(
+                "auth.oidc.audience must name what the provider's tokens for this gateway carry in `aud`".to_owned(),
+            ));
+        }
+        let roles = &oidc.roles;
+        if roles.admin.is_empty() && roles.approver.is_empty() && roles.agent.is_empty() {
+            return Err(Problem::from(
+                "auth.oidc.roles maps no group to a role, so no token could do anything: e.g. roles = { approver \
+                 = [\"sre\"], agent = [\"agents\"] }"
+                    .to_owned(),
+            ));
+        }
+        if let Some(resource) = &oidc.resource {
+            Url::parse(resource).map_err(|error| format!("auth.oidc.resource = {resource:?} is not a URL: {error}"))?;
+        }
+        Ok(Some(auth::oidc::OidcSettings {
+            issuer: oidc.issuer.clone(),
+            audience: oidc.audience.clone(),
+            name_claim: oidc.name_claim.clone(),
+            groups_claim: oidc.groups_claim.clone(),
+            roles: auth::oidc::RoleGroups {
+                admin: roles.admin.clone(),
+                approver: roles.approver.clone(),
+                agent: roles.agent.clone(),
+            },
+        }))
+    }
+
     /// The secrets of the configured URLs (servers', webhooks' and the store's), to keep out of the logs.
     pub fn secrets(&self) -> redact::Secrets {
         let servers = self.servers.iter().filter_map(|server| server.url.as_deref());
@@ -829,6 +931,7 @@ impl Config {
         }
         self.webhooks()?;
         self.tokens()?;
+        self.oidc()?;
         self.approvals()?;
         if self.http.max_connections == Some(0) {
             return Err(Problem::from("http.max_connections must be at least 1".to_owned()));
@@ -923,13 +1026,29 @@ impl Config {
                     .unwrap_or_else(|| approvals::DEFAULT_PROMPT.to_owned()),
                 ttl: entry.ttl,
                 approvers: entry.approvers.clone(),
+                self_approval: entry.self_approval,
             })
         })
     }
 
-    /// Whether the token `name` can answer approvals: an approver's or an admin's among `[[auth.tokens]]`. Without
-    /// tokens nobody can, since everyone is `anonymous`.
+    /// Whether an `approvers` entry can name anyone: `group:` and `user:` entries need an OpenID provider, and a
+    /// bare name must be an approver's or an admin's among `[[auth.tokens]]`. Without tokens nobody can, since
+    /// everyone is `anonymous`.
     fn check_approver(&self, name: &str) -> Result<(), String> {
+        for prefix in [auth::GROUP, auth::USER] {
+            if let Some(rest) = name.strip_prefix(prefix) {
+                if rest.trim().is_empty() {
+                    return Err(format!("{name:?} names no one: write {prefix}<name>"));
+                }
+                if self.auth.oidc.is_none() {
+                    return Err(format!(
+                        "{name:?} names a {} of the OpenID provider, but no [auth.oidc] is configured",
+                        prefix.trim_end_matches(':')
+                    ));
+                }
+                return Ok(());
+            }
+        }
         let tokens = &self.auth.tokens;
         if tokens.is_empty() {
             return Err(format!(
@@ -1639,6 +1758,43 @@ mod tests {
     }
 
     #[test]
+    fn an_openid_provider_must_be_reached_safely_and_map_some_group() {
+        let oidc =
+            |issuer: &str, roles: &str| format!("[auth.oidc]\nissuer = \"{issuer}\"\naudience = \"gw\"\n{roles}");
+        let roles = "roles = { approver = [\"sre\"] }\n";
+        for issuer in [
+            "https://idp.example.com/realms/acme",
+            "http://127.0.0.1:8080",
+            "http://[::1]:9",
+            "http://localhost",
+        ] {
+            let config = parse(&oidc(issuer, roles)).unwrap_or_else(|error| panic!("{issuer}: {error}"));
+            assert!(config.authenticates(), "{issuer}");
+        }
+        for (text, wanted) in [
+            (oidc("http://idp.example.com", roles), "must be an https:// URL"),
+            (oidc("idp.example.com", roles), "is not a URL"),
+            (oidc("https://idp.example.com", ""), "maps no group to a role"),
+            (
+                format!(
+                    "{}{}",
+                    oidc("https://idp.example.com", roles),
+                    "[[auth.tokens]]\nname = \"https://idp.example.com#x\"\nrole = \"agent\"\nsha256 = \"{}\"\n"
+                        .replace("{}", &"0".repeat(64))
+                ),
+                "has the form of an OpenID subject's identity",
+            ),
+            (
+                format!("{}ui_client_id = \"inbox\"\n", oidc("https://idp.example.com", roles)),
+                "unknown field",
+            ),
+        ] {
+            let error = parse(&text).unwrap_err();
+            assert!(error.contains(wanted), "{text}\n{error}");
+        }
+    }
+
+    #[test]
     fn approvers_must_be_tokens_that_answer_approvals() {
         let token = |name: &str, role: &str| {
             format!(
@@ -1674,6 +1830,14 @@ mod tests {
                 policy("\"on-call\""),
                 "approvals[0].approvers (server \"*\"): \"on-call\" names a token, but no [[auth.tokens]] are \
                  configured",
+            ),
+            (
+                format!("{tokens}{}", policy("\"group:sre\"")),
+                "\"group:sre\" names a group of the OpenID provider, but no [auth.oidc] is configured",
+            ),
+            (
+                format!("{tokens}{}", policy("\"user:\"")),
+                "\"user:\" names no one: write user:<name>",
             ),
         ] {
             let error = parse(&text).unwrap_err();

@@ -160,14 +160,13 @@ pub fn may_answer(view: &RequestView, principal: &Principal) -> Result<(), Refus
     if view.request.kind != RequestKind::Approval || view.is_posted() || principal.is_anonymous() {
         return Ok(());
     }
-    let by = principal.name.as_str();
-    if view.owner.as_deref() == Some(by) {
-        return Err(Refusal::OwnCall(by.to_owned()));
+    let data = view.request.data.as_deref();
+    if view.owner.as_deref() == Some(principal.id.as_str()) && !approvals::self_approval(data) {
+        return Err(Refusal::OwnCall(principal.name.clone()));
     }
-    let listed =
-        approvals::approvers(view.request.data.as_deref()).map(|mut approvers| approvers.any(|name| name == by));
+    let listed = approvals::approvers(data).map(|mut approvers| approvers.any(|entry| principal.is_listed(entry)));
     if listed == Some(false) {
-        return Err(Refusal::NotAnApprover(by.to_owned()));
+        return Err(Refusal::NotAnApprover(principal.name.clone()));
     }
     Ok(())
 }
@@ -225,7 +224,7 @@ mod tests {
                 verdict: Verdict::Accept,
                 data: data.and_then(|data| data.as_object().cloned()),
             },
-            by: Principal { name: by.into(), role },
+            by: Principal::token(by, role),
             upstream: None,
             rules: Arc::new(Rules {
                 apply_defaults: true,
@@ -273,7 +272,7 @@ mod tests {
 
     #[test]
     fn an_approval_is_answered_by_a_listed_approver_other_than_its_caller() {
-        let data = approvals::request_data("demo", "echo", &json!({}), "ada", &["on-call".to_owned()]);
+        let data = approvals::request_data("demo", "echo", &json!({}), "ada", &["on-call".to_owned()], false);
         let view = pending(RequestKind::Approval, "ada", Value::Object(data));
         let by = |name: &str, role| decide(&view, &proposal(name, role, None));
         assert!(matches!(
@@ -292,10 +291,29 @@ mod tests {
     }
 
     #[test]
+    fn self_approval_lets_the_caller_approve_and_nobody_unlisted() {
+        let listed = ["user:ada".to_owned()];
+        let data = approvals::request_data("demo", "echo", &json!({}), "ada", &listed, true);
+        let view = pending(RequestKind::Approval, "ada", Value::Object(data));
+        assert_eq!(
+            may_answer(&view, &Principal::token("ops", Role::Admin)),
+            Err(Refusal::NotAnApprover("ops".into()))
+        );
+        assert_eq!(
+            may_answer(&view, &Principal::token("ada", Role::Agent)),
+            Err(Refusal::NotAnApprover("ada".into())),
+            "a token is no user: entry"
+        );
+        let data = approvals::request_data("demo", "echo", &json!({}), "ada", &[], true);
+        let view = pending(RequestKind::Approval, "ada", Value::Object(data));
+        assert_eq!(may_answer(&view, &Principal::token("ada", Role::Agent)), Ok(()));
+    }
+
+    #[test]
     fn without_tokens_the_one_anonymous_principal_answers_everything() {
         let anonymous = Principal::anonymous();
         for approvers in [vec![], vec!["on-call".to_owned()]] {
-            let data = approvals::request_data("demo", "echo", &json!({}), ANONYMOUS, &approvers);
+            let data = approvals::request_data("demo", "echo", &json!({}), ANONYMOUS, &approvers, false);
             let view = pending(RequestKind::Approval, ANONYMOUS, Value::Object(data));
             assert_eq!(may_answer(&view, &anonymous), Ok(()));
         }

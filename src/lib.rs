@@ -45,6 +45,7 @@ use tokio_util::task::TaskTracker;
 use crate::api::{AppState, AuthPolicy, HttpPolicy, Services};
 use crate::approvals::Approvals;
 use crate::auth::Authenticator;
+use crate::auth::oidc::Oidc;
 use crate::calls::Calls;
 use crate::config::Config;
 use crate::connections::{Connections, Limits};
@@ -123,10 +124,19 @@ impl Gateway {
             allowed_hosts,
             cors_origins: config.http.cors_origins.clone(),
         };
+        let oidc = match config.oidc().map_err(anyhow::Error::msg)? {
+            Some(settings) => {
+                let oidc = Oidc::discover(settings).await.map_err(anyhow::Error::msg)?;
+                tracing::info!(issuer = oidc.issuer(), "auth: OpenID provider's keys read");
+                Some(oidc)
+            }
+            None => None,
+        };
         let auth = AuthPolicy {
-            authenticator: Authenticator::new(config.tokens().map_err(anyhow::Error::msg)?),
+            authenticator: Authenticator::new(config.tokens().map_err(anyhow::Error::msg)?, oidc),
             public_metrics: config.auth.public_metrics,
             public_openapi: config.auth.public_openapi,
+            resource: config.auth.oidc.as_ref().and_then(|oidc| oidc.resource.clone()),
         };
         let file_limit = connections::raise_file_limit();
         let limits = Limits {

@@ -267,10 +267,10 @@ fn effective_config(args: &ServeArgs) -> anyhow::Result<Config> {
 /// authenticating.
 fn served_config(args: &ServeArgs) -> anyhow::Result<Config> {
     let config = effective_config(args)?;
-    if config.auth.tokens.is_empty() && !config.listen.ip().is_loopback() && !args.allow_unauthenticated {
+    if !config.authenticates() && !config.listen.ip().is_loopback() && !args.allow_unauthenticated {
         anyhow::bail!(
             "refusing to listen on {} without authentication: anyone who can reach it could answer every Request. \
-             Add [[auth.tokens]] to the config (see README, \"Authentication\"), listen on a loopback address, \
+             Add [[auth.tokens]] or [auth.oidc] to the config (see README, \"Authentication\"), listen on a loopback address, \
              or pass --allow-unauthenticated if something in front of the gateway authenticates",
             config.listen
         );

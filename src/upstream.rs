@@ -497,7 +497,7 @@ impl Upstreams {
             shared: live.core.owner.is_none(),
             tool: tool.as_str().to_owned(),
             arguments: arguments.as_ref().map_or_else(Arguments::empty, Arguments::of),
-            owner: by.name.clone(),
+            owner: by.id.clone(),
             via,
             protocol_version: live.protocol_version.clone(),
             capabilities: serde_json::to_value(capabilities()).unwrap_or_default(),

@@ -132,7 +132,7 @@ pub async fn list(
         status: query.status,
         server: query.server,
         session: query.session,
-        owner: (principal.role == Role::Agent).then(|| principal.name.clone()),
+        owner: (principal.role == Role::Agent).then(|| principal.id.clone()),
     };
     Ok(Json(state.calls.list(&filter, limit).await?))
 }

@@ -82,7 +82,7 @@ pub async fn stream(
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     let last_seen = last_seen(&headers, &query)?;
     let counted = state.hold_stream(&principal)?;
-    query.owner = (principal.role == Role::Agent).then_some(principal.name);
+    query.owner = (principal.role == Role::Agent).then_some(principal.id);
     // Subscribed before the log is read, so that nothing recorded in between is missed.
     let live = state.feed.subscribe();
     let after = match last_seen {

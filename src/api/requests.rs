@@ -93,7 +93,7 @@ pub async fn list(
         session: query.session,
         call: query.call,
         kind: query.kind,
-        owner: (principal.role == Role::Agent).then(|| principal.name.clone()),
+        owner: (principal.role == Role::Agent).then(|| principal.id.clone()),
     };
     let cursor = query.cursor.unwrap_or(0);
     if cursor > i64::MAX as u64 {
@@ -195,7 +195,7 @@ pub async fn post(
         ),
     })?;
     let registry = state.registry.clone();
-    let view = to_completion(async move { Ok(registry.post(posted, &principal.name).await?) }).await?;
+    let view = to_completion(async move { Ok(registry.post(posted, &principal.id).await?) }).await?;
     let mut response = (StatusCode::CREATED, Json(&view)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/requests/{}", view.request.id)) {
         response.headers_mut().insert(header::LOCATION, location);

@@ -62,7 +62,7 @@ pub async fn open(
         )));
     }
     let upstreams = state.upstreams.clone();
-    let session = to_completion(async move { Ok(upstreams.open(&body.server, &principal.name).await?) }).await?;
+    let session = to_completion(async move { Ok(upstreams.open(&body.server, &principal.id).await?) }).await?;
     let mut response = (StatusCode::CREATED, Json(&session)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/sessions/{}", session.id)) {
         response.headers_mut().insert(header::LOCATION, location);

@@ -67,10 +67,7 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn principal(index: usize) -> Principal {
     let (name, role) = PRINCIPALS[index];
-    Principal {
-        name: name.to_owned(),
-        role,
-    }
+    Principal::token(name, role)
 }
 
 /// The rule, stated on its own: an agent answers only what is its own and never an approval that holds a call;
@@ -105,7 +102,7 @@ async fn raise(registry: &Registry, kind: Kind) -> Raised {
         Kind::Gated { owner, list } => {
             let approvers: Vec<String> = LISTS[list].iter().map(|name| (*name).to_owned()).collect();
             let caller = PRINCIPALS[owner].0;
-            let data = approvals::request_data("demo", "echo", &json!({"text": "x"}), caller, &approvers);
+            let data = approvals::request_data("demo", "echo", &json!({"text": "x"}), caller, &approvers, false);
             let request = Request {
                 id: RequestId::mint(ids::APPROVAL),
                 kind: RequestKind::Approval,

@@ -340,8 +340,5 @@ proptest! {
 
 /// An admin called `name`, who may answer every Request these tests raise.
 fn admin(name: &str) -> crate::auth::Principal {
-    crate::auth::Principal {
-        name: name.to_owned(),
-        role: crate::auth::Role::Admin,
-    }
+    crate::auth::Principal::token(name, crate::auth::Role::Admin)
 }

@@ -32,14 +32,7 @@ async fn ask(registry: &Registry) -> Waiting {
 async fn confirm(registry: &Registry, id: &RequestId) -> Arc<Event> {
     let answer: Answer = serde_json::from_value(json!({"ok": true, "data": {"confirm": true}})).unwrap();
     registry
-        .answer(
-            id,
-            &Principal {
-                name: "ada".into(),
-                role: Role::Admin,
-            },
-            answer,
-        )
+        .answer(id, &Principal::token("ada", Role::Admin), answer)
         .await
         .unwrap()
         .event

@@ -112,10 +112,7 @@ fn proposal_by(who: &str, confirm: bool) -> Proposal {
             verdict: Verdict::Accept,
             data: json!({"confirm": confirm}).as_object().cloned(),
         },
-        by: Principal {
-            name: who.into(),
-            role: Role::Admin,
-        },
+        by: Principal::token(who, Role::Admin),
         upstream: None,
         rules: Arc::new(Rules {
             apply_defaults: true,

@@ -45,6 +45,7 @@ impl Upstreams {
             &view.arguments.to_value(),
             &view.owner,
             &policy.approvers,
+            policy.self_approval,
         );
         let request = Request {
             id: RequestId::mint(ids::APPROVAL),

@@ -243,8 +243,8 @@ async fn the_policies_are_listed_to_admins_only() {
     assert_eq!(
         policies,
         json!([
-            {"server": "*", "tools": ["confirm_*"], "prompt": "Allow {tool} on {server}?", "approvers": ["on-call"]},
-            {"server": "modern", "tools": ["echo"], "prompt": "Allow {tool} on {server}?", "approvers": []},
+            {"server": "*", "tools": ["confirm_*"], "prompt": "Allow {tool} on {server}?", "approvers": ["on-call"], "selfApproval": false},
+            {"server": "modern", "tools": ["echo"], "prompt": "Allow {tool} on {server}?", "approvers": [], "selfApproval": false},
         ])
     );
     for name in ["agent", "lead"] {

@@ -703,11 +703,17 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// The caller of the token entry `name` ([`token_entry`]).
     pub fn new(app: &TestApp, name: &str) -> Self {
+        Self::bearing(app, &format!("{name}-token"))
+    }
+
+    /// The caller that sends `token`.
+    pub fn bearing(app: &TestApp, token: &str) -> Self {
         let mut headers = HeaderMap::new();
         headers.insert(
             AUTHORIZATION,
-            HeaderValue::from_str(&format!("Bearer {name}-token")).unwrap(),
+            HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
         );
         let client = reqwest::Client::builder().default_headers(headers).build().unwrap();
         Self {

@@ -46,7 +46,14 @@ fn accept() -> Value {
 
 /// Answers `request` of `call` as the principal of `token` through both `/mcp` doors in `era`: a `tools/call`
 /// retry, and `tasks/update` from a client of the tasks extension; each must be refused saying `why`.
-async fn refused_through_mcp(app: &TestApp, token: &str, era: &ProtocolVersion, call: &str, request: &str, why: &str) {
+pub(crate) async fn refused_through_mcp(
+    app: &TestApp,
+    token: &str,
+    era: &ProtocolVersion,
+    call: &str,
+    request: &str,
+    why: &str,
+) {
     let client = connect_as(app, era, Some(token), Confirming::default()).await;
     let error = client.call_tool(retry(call, &[(request, accept())])).await.unwrap_err();
     assert!(refusal(&error).contains(why), "tools/call retry: {error}");
@@ -71,14 +78,14 @@ fn refusal(error: &ServiceError) -> String {
 }
 
 /// The pending Request of `call`, as an approver lists it.
-async fn pending_of(lead: &Caller, call: &str) -> Value {
+pub(crate) async fn pending_of(lead: &Caller, call: &str) -> Value {
     let (status, listed) = lead.get(&format!("/requests?call={call}&wait=30")).await;
     assert_eq!(status, 200, "{listed}");
     listed[0].clone()
 }
 
 /// `request` is still pending and its call waits on it: nothing was taken, nothing forwarded.
-async fn untouched(lead: &Caller, request: &str, call: &str) {
+pub(crate) async fn untouched(lead: &Caller, request: &str, call: &str) {
     let (_, approval) = lead.get(&format!("/requests/{request}")).await;
     assert_eq!(approval["status"], "pending", "{approval}");
     let (_, held) = lead.get(&format!("/calls/{call}")).await;

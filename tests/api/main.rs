@@ -18,6 +18,7 @@ mod injection;
 mod integrity;
 mod lifecycle;
 mod limits;
+mod oidc;
 mod openapi;
 mod operations;
 mod posted;

@@ -131,7 +131,7 @@ pub(super) async fn admit(
             let principal = request
                 .extensions()
                 .get::<Principal>()
-                .map(|principal| principal.name.clone())
+                .map(|principal| principal.id.clone())
                 .unwrap_or_default();
             let closing = request.method() == Method::DELETE;
             let response = next.run(request).await;
@@ -200,7 +200,7 @@ async fn admitted(state: &AppState, holders: &Holders, request: Request) -> Resu
     if let Some(session) = session
         && lock(&holders.by_session)
             .get(session)
-            .is_some_and(|holder| *holder != principal.name)
+            .is_some_and(|holder| *holder != principal.id)
     {
         return Err(ApiError::not_found(format!("no session {session:?} of yours")));
     }
@@ -220,7 +220,7 @@ async fn admitted(state: &AppState, holders: &Holders, request: Request) -> Resu
             let (request, initialize) = read_body(state, request).await?;
             if initialize && opens_session && !principal.is_anonymous() {
                 let most = state.holds.mcp_sessions;
-                let opening = holders.reserve(&principal.name, most).await.ok_or_else(|| {
+                let opening = holders.reserve(&principal.id, most).await.ok_or_else(|| {
                     ApiError::new(
                         StatusCode::TOO_MANY_REQUESTS,
                         format!(
