@@ -186,6 +186,13 @@ struct OpenApiJson(Arc<str>);
 ///
 /// Every route is registered through `routes!`, so the document describes each one by construction.
 pub fn router(state: AppState) -> Router {
+    let sign_in = state
+        .auth
+        .authenticator
+        .oidc()
+        .and_then(|oidc| oidc.inbox())
+        .and_then(|inbox| reqwest::Url::parse(&inbox.token_endpoint).ok())
+        .map(|endpoint| endpoint.origin().ascii_serialization());
     let (router, mut document) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(requests::list, requests::post))
         .routes(routes!(requests::get))
@@ -206,9 +213,10 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(openapi))
         .routes(routes!(auth::protected_resource))
         .routes(routes!(auth::protected_resource_of_mcp))
+        .routes(routes!(auth::inbox_sign_in))
         .split_for_parts();
     let router = router
-        .merge(ui::routes(&mut document))
+        .merge(ui::routes(&mut document, sign_in.as_deref()))
         .merge(mcp::routes(&state, state.front_door));
     document::constrain(&mut document);
     events::document(&mut document);

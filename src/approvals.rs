@@ -94,6 +94,8 @@ pub struct ApprovalPolicy {
     /// Whether the principal that started the call may approve it.
     #[serde(rename = "selfApproval")]
     pub self_approval: bool,
+    /// How many different people must approve before the call is forwarded.
+    pub quorum: usize,
 }
 
 fn human_duration<S: serde::Serializer>(duration: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
@@ -209,6 +211,7 @@ pub fn request_data(
     caller: &str,
     approvers: &[String],
     self_approval: bool,
+    quorum: usize,
 ) -> Map<String, Value> {
     let mut data = Map::new();
     data.insert(
@@ -222,7 +225,19 @@ pub fn request_data(
     if self_approval {
         data.insert("selfApproval".to_owned(), Value::Bool(true));
     }
+    if quorum > 1 {
+        data.insert("quorum".to_owned(), Value::from(quorum));
+    }
     data
+}
+
+/// How many different people an approval's `data` asks to approve it (one unless it says more).
+pub fn quorum(data: Option<&Map<String, Value>>) -> usize {
+    data.and_then(|data| data.get("quorum"))
+        .and_then(Value::as_u64)
+        .and_then(|quorum| usize::try_from(quorum).ok())
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// Whether an approval's `data` lets the principal that started the call approve it.
@@ -298,7 +313,7 @@ mod tests {
 
     #[test]
     fn an_approval_lists_its_approvers_only_when_its_policy_does() {
-        let open = request_data("s", "t", &json!({}), "ci", &[], false);
+        let open = request_data("s", "t", &json!({}), "ci", &[], false, 1);
         assert!(approvers(Some(&open)).is_none());
         let listed = request_data(
             "s",
@@ -307,6 +322,7 @@ mod tests {
             "ci",
             &["on-call".to_owned(), "lead".to_owned()],
             false,
+            1,
         );
         assert_eq!(
             approvers(Some(&listed)).unwrap().collect::<Vec<_>>(),

@@ -7,6 +7,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+
+use crate::records::Answerer;
 use sha2::{Digest, Sha256};
 
 /// The principal of every request when no tokens are configured (only allowed on loopback by default).
@@ -41,13 +43,19 @@ pub struct Principal {
 pub enum SignIn {
     /// With a configured token (or as everyone, without tokens).
     Token,
-    /// With an OpenID provider's JWT: its `sub` and its groups.
-    Oidc { subject: String, groups: Vec<String> },
+    /// With an OpenID provider's JWT: the provider, its `sub`, its `email` when the provider verified it, and
+    /// its groups.
+    Oidc {
+        issuer: String,
+        subject: String,
+        email: Option<String>,
+        groups: Vec<String>,
+    },
 }
 
 /// How an approval policy's `approvers` entry names a group of the OpenID provider.
 pub const GROUP: &str = "group:";
-/// How an approval policy's `approvers` entry names an OpenID user, by `sub` or by the name its tokens show.
+/// How an approval policy's `approvers` entry names an OpenID user, by `sub` or by its verified `email`.
 pub const USER: &str = "user:";
 
 impl Principal {
@@ -61,15 +69,32 @@ impl Principal {
         }
     }
 
+    /// Who it is, as an answer records it.
+    pub fn answerer(&self) -> Answerer {
+        let (via, issuer, subject) = match &self.signed_in {
+            SignIn::Token => ("token", None, None),
+            SignIn::Oidc { issuer, subject, .. } => ("oidc", Some(issuer.clone()), Some(subject.clone())),
+        };
+        Answerer {
+            name: self.name.clone(),
+            via: via.to_owned(),
+            issuer,
+            subject,
+        }
+    }
+
     /// Whether an approval policy's `approvers` entry names it: `group:<group>` an OpenID principal in that
-    /// group, `user:<name>` an OpenID principal by its `sub` or its name, and a bare name a configured token.
+    /// group, `user:<user>` an OpenID principal by its `sub` or its verified `email` (never by a name its user
+    /// may choose), and a bare name a configured token.
     pub fn is_listed(&self, entry: &str) -> bool {
         match &self.signed_in {
-            SignIn::Oidc { subject, groups } => {
+            SignIn::Oidc {
+                subject, email, groups, ..
+            } => {
                 if let Some(group) = entry.strip_prefix(GROUP) {
                     groups.iter().any(|mine| mine == group)
                 } else if let Some(user) = entry.strip_prefix(USER) {
-                    user == subject || user == self.name
+                    user == subject || email.as_deref() == Some(user)
                 } else {
                     false
                 }
@@ -278,13 +303,19 @@ mod tests {
             name: "ci".into(),
             role: Role::Agent,
             signed_in: SignIn::Oidc {
+                issuer: "https://idp.example.com".into(),
                 subject: "u-17".into(),
+                email: Some("ci@example.com".into()),
                 groups: vec!["sre".into()],
             },
         };
         assert!(!namesake.may_see(Some("ci")) && !namesake.may_change(Some("ci")));
         assert!(!namesake.is_listed("ci") && namesake.is_listed("group:sre") && !namesake.is_listed("group:ops"));
-        assert!(namesake.is_listed("user:ci") && namesake.is_listed("user:u-17") && !namesake.is_listed("sre"));
+        assert!(namesake.is_listed("user:ci@example.com") && namesake.is_listed("user:u-17"));
+        assert!(
+            !namesake.is_listed("user:ci") && !namesake.is_listed("sre"),
+            "never by its name"
+        );
         assert!(approver.is_listed("lead") && !approver.is_listed("user:lead") && !approver.is_listed("group:lead"));
         assert!(agent.may_see(Some("ci")) && !agent.may_see(Some("other")) && !agent.may_see(None));
         assert!(approver.may_see(Some("ci")) && approver.may_see(None));

@@ -164,6 +164,13 @@ pub struct ApprovalConfig {
     /// Whether the principal that started the call may approve it (for one-person set-ups).
     #[serde(default)]
     pub self_approval: bool,
+    /// How many different people must approve before the call is forwarded.
+    #[serde(default = "default_quorum")]
+    pub quorum: usize,
+}
+
+fn default_quorum() -> usize {
+    1
 }
 
 /// The `[store]` table.
@@ -293,6 +300,15 @@ pub struct OidcConfig {
     pub roles: OidcRoles,
     /// The URL of `/mcp` that protected resource metadata names; taken from each request's `Host` when unset.
     pub resource: Option<String>,
+    /// The provider's client id of the inbox: with it `/ui` signs in at the provider by itself.
+    pub ui_client_id: Option<String>,
+    /// The scopes the inbox asks for, space-separated.
+    #[serde(default = "default_ui_scope")]
+    pub ui_scope: String,
+}
+
+fn default_ui_scope() -> String {
+    "openid profile email".to_owned()
 }
 
 /// `[auth.oidc] roles`: the groups that give each role.
@@ -856,13 +872,7 @@ impl Config {
         };
         let issuer = Url::parse(&oidc.issuer)
             .map_err(|error| format!("auth.oidc.issuer = {:?} is not a URL: {error}", oidc.issuer))?;
-        let host = issuer.host_str().unwrap_or_default();
-        let loopback = host == "localhost"
-            || host
-                .trim_matches(['[', ']'])
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|address| address.is_loopback());
-        if !(issuer.scheme() == "https" || (issuer.scheme() == "http" && loopback)) {
+        if !auth::oidc::is_safe_url(issuer.as_str()) {
             return Err(Problem::from(format!(
                 "auth.oidc.issuer = {:?} must be an https:// URL (http:// only on a loopback address)",
                 oidc.issuer
@@ -884,7 +894,14 @@ impl Config {
         if let Some(resource) = &oidc.resource {
             Url::parse(resource).map_err(|error| format!("auth.oidc.resource = {resource:?} is not a URL: {error}"))?;
         }
+        if oidc.ui_client_id.as_deref().is_some_and(|id| id.trim().is_empty()) {
+            return Err(Problem::from("auth.oidc.ui_client_id must not be empty".to_owned()));
+        }
         Ok(Some(auth::oidc::OidcSettings {
+            ui: oidc.ui_client_id.clone().map(|client_id| auth::oidc::InboxClient {
+                client_id,
+                scope: oidc.ui_scope.clone(),
+            }),
             issuer: oidc.issuer.clone(),
             audience: oidc.audience.clone(),
             name_claim: oidc.name_claim.clone(),
@@ -1017,6 +1034,8 @@ impl Config {
                 self.check_approver(name)
                     .map_err(|why| format!("{key}.approvers (server {:?}): {why}", entry.server))?;
             }
+            self.check_quorum(&entry.approvers, entry.quorum)
+                .map_err(|why| format!("{key}.quorum = {} (server {:?}): {why}", entry.quorum, entry.server))?;
             Ok(ApprovalPolicy {
                 server: entry.server.clone(),
                 tools,
@@ -1027,8 +1046,45 @@ impl Config {
                 ttl: entry.ttl,
                 approvers: entry.approvers.clone(),
                 self_approval: entry.self_approval,
+                quorum: entry.quorum,
             })
         })
+    }
+
+    /// Whether `quorum` different people could approve: without tokens or a provider there is one person
+    /// (`anonymous`), and tokens alone (as bare `approvers`, or as every approver and admin token) are that many.
+    fn check_quorum(&self, approvers: &[String], quorum: usize) -> Result<(), String> {
+        if quorum == 0 {
+            return Err("a quorum must be at least 1".to_owned());
+        }
+        if quorum == 1 {
+            return Ok(());
+        }
+        if !self.authenticates() {
+            return Err(format!(
+                "without tokens or an OpenID provider everyone is {:?}, one person, so no {quorum} could approve",
+                auth::ANONYMOUS
+            ));
+        }
+        let by_token = |name: &str| !name.starts_with(auth::GROUP) && !name.starts_with(auth::USER);
+        let people = if !approvers.is_empty() && approvers.iter().all(|name| by_token(name)) {
+            approvers.iter().collect::<std::collections::BTreeSet<_>>().len()
+        } else if approvers.is_empty() && self.auth.oidc.is_none() {
+            self.auth
+                .tokens
+                .iter()
+                .filter(|token| token.role != Role::Agent)
+                .count()
+        } else {
+            return Ok(());
+        };
+        if people < quorum {
+            return Err(format!(
+                "only {people} token(s) could approve, so no {quorum} different people ever would: lower the \
+                 quorum, or name more approvers"
+            ));
+        }
+        Ok(())
     }
 
     /// Whether an `approvers` entry can name anyone: `group:` and `user:` entries need an OpenID provider, and a
@@ -1785,8 +1841,8 @@ mod tests {
                 "has the form of an OpenID subject's identity",
             ),
             (
-                format!("{}ui_client_id = \"inbox\"\n", oidc("https://idp.example.com", roles)),
-                "unknown field",
+                format!("{}ui_client_id = \"\"\n", oidc("https://idp.example.com", roles)),
+                "must not be empty",
             ),
         ] {
             let error = parse(&text).unwrap_err();
@@ -1838,6 +1894,15 @@ mod tests {
             (
                 format!("{tokens}{}", policy("\"user:\"")),
                 "\"user:\" names no one: write user:<name>",
+            ),
+            (
+                format!("{tokens}{}quorum = 2\n", policy("\"on-call\"")),
+                "approvals[0].quorum = 2 (server \"*\"): only 1 token(s) could approve",
+            ),
+            (format!("{}quorum = 2\n", policy("")), "no 2 could approve"),
+            (
+                format!("{tokens}{}quorum = 0\n", policy("")),
+                "a quorum must be at least 1",
             ),
         ] {
             let error = parse(&text).unwrap_err();

@@ -13,8 +13,9 @@ use crate::auth::Principal;
 use crate::elicitation;
 use crate::forms::Forms;
 use crate::ids::RequestId;
-use crate::records::{RequestView, Status};
+use crate::records::{Answerer, RequestView, Signoff, Status};
 use crate::suspension::{Answer, RequestKind};
+use crate::time::Timestamp;
 use crate::validation::{self, Violation};
 
 /// The `detail` of a Request whose upstream withdrew its elicitation.
@@ -88,7 +89,22 @@ pub struct Decision {
     /// The `ElicitResult` the answer maps to; `None` for a posted Request, which has no upstream.
     pub result: Option<ElicitResult>,
     /// The principal answering.
-    pub by: String,
+    pub by: Answerer,
+    /// On an approval that needs several people, this one's decision, the last of its `decisions`.
+    pub signoff: Option<Signoff>,
+}
+
+/// What an answer decides.
+#[derive(Debug, Clone)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one lives briefly per answer, and most answers resolve: boxing the common case would allocate for it"
+)]
+pub enum Decided {
+    /// It resolves the Request.
+    Resolves(Decision),
+    /// It is one approval of the several its Request needs: recorded, the Request stays pending.
+    Counts(Signoff),
 }
 
 /// Why an answer decides nothing.
@@ -99,13 +115,18 @@ pub enum Undecided {
     Resolved,
     /// The answer does not fit the Request's form.
     Invalid(Vec<Violation>),
+    /// Its principal approved the pending Request already, and approves again: nothing changes.
+    Again,
+    /// Its principal approved the pending Request already, and now answers otherwise.
+    Changed,
 }
 
-/// Decides `proposal` on the Request as the store reads it: who answers comes first, then whether it is
-/// still pending, then whether the answer fits. Whether its upstream withdrew it is the store's to ask
-/// ([`Proposal::upstream`]) at the moment it writes; an answer to one withdrawn already is not checked
-/// against the form, so that it is told the Request was withdrawn whatever it holds.
-pub fn decide(view: &RequestView, proposal: &Proposal) -> Result<Decision, Undecided> {
+/// Decides `proposal` on the Request as the store reads it at `now`: who answers comes first, then whether it
+/// is still pending, then whether the answer fits, then, on an approval that needs several people, whether
+/// this one completes it. Whether its upstream withdrew it is the store's to ask ([`Proposal::upstream`]) at
+/// the moment it writes; an answer to one withdrawn already is not checked against the form, so that it is
+/// told the Request was withdrawn whatever it holds.
+pub fn decide(view: &RequestView, proposal: &Proposal, now: Timestamp) -> Result<Decided, Undecided> {
     may_answer(view, &proposal.by).map_err(Undecided::Refused)?;
     if view.status != Status::Pending {
         return Err(Undecided::Resolved);
@@ -126,11 +147,38 @@ pub fn decide(view: &RequestView, proposal: &Proposal) -> Result<Decision, Undec
         }
         result
     });
-    Ok(Decision {
+    let by = &proposal.by;
+    let quorum = match (&view.request.kind, view.is_posted()) {
+        (RequestKind::Approval, false) => approvals::quorum(view.request.data.as_deref()),
+        _ => 1,
+    };
+    let mut signoff = None;
+    if quorum > 1 {
+        if let Some(mine) = view.decisions.iter().find(|signoff| signoff.principal == by.id) {
+            return Err(if mine.ok && answer.ok() {
+                Undecided::Again
+            } else {
+                Undecided::Changed
+            });
+        }
+        let this = Signoff {
+            by: by.name.clone(),
+            principal: by.id.clone(),
+            at: now,
+            ok: answer.ok(),
+        };
+        // Only approvals are kept while it is pending: a decline resolves it.
+        if answer.ok() && view.decisions.len() + 1 < quorum {
+            return Ok(Decided::Counts(this));
+        }
+        signoff = Some(this);
+    }
+    Ok(Decided::Resolves(Decision {
         answer,
         result,
-        by: proposal.by.name.clone(),
-    })
+        by: by.answerer(),
+        signoff,
+    }))
 }
 
 impl Rules {
@@ -205,9 +253,19 @@ mod tests {
             resolved_at: None,
             answer: None,
             answered_by: None,
+            answerer: None,
             result: None,
             detail: None,
             completed_at: None,
+            decisions: Vec::new(),
+        }
+    }
+
+    /// What `proposal` decides on `view`, when it resolves it.
+    fn resolves(view: &RequestView, proposal: &Proposal) -> Result<Decision, Undecided> {
+        match decide(view, proposal, Timestamp::from_millis(0))? {
+            Decided::Resolves(decision) => Ok(decision),
+            Decided::Counts(signoff) => panic!("counted, not resolved: {signoff:?}"),
         }
     }
 
@@ -236,12 +294,12 @@ mod tests {
     #[test]
     fn an_accepted_form_gets_its_defaults_and_maps_to_accept_with_them() {
         let view = pending(RequestKind::Input, "ada", form());
-        let decision = decide(&view, &proposal("ada", Role::Agent, Some(json!({"confirm": true})))).unwrap();
+        let decision = resolves(&view, &proposal("ada", Role::Agent, Some(json!({"confirm": true})))).unwrap();
         assert_eq!(
             decision.answer.data,
             json!({"confirm": true, "size": 3}).as_object().cloned()
         );
-        assert_eq!(decision.by, "ada");
+        assert_eq!(decision.by.name, "ada");
         let result = serde_json::to_value(decision.result.unwrap()).unwrap();
         assert_eq!(
             result,
@@ -253,28 +311,28 @@ mod tests {
     fn who_answers_is_decided_first_then_whether_it_is_pending_then_whether_it_fits() {
         let mut view = pending(RequestKind::Input, "ada", form());
         let unfit = Some(json!({"confirm": "yes"}));
-        let refused = decide(&view, &proposal("bob", Role::Agent, unfit.clone())).unwrap_err();
+        let refused = resolves(&view, &proposal("bob", Role::Agent, unfit.clone())).unwrap_err();
         assert!(
             matches!(refused, Undecided::Refused(Refusal::NotYours(_))),
             "{refused:?}"
         );
-        let invalid = decide(&view, &proposal("ada", Role::Agent, unfit.clone())).unwrap_err();
+        let invalid = resolves(&view, &proposal("ada", Role::Agent, unfit.clone())).unwrap_err();
         assert!(
             matches!(&invalid, Undecided::Invalid(violations) if violations[0].path == "/confirm"),
             "{invalid:?}"
         );
         view.status = Status::Answered;
-        let resolved = decide(&view, &proposal("ada", Role::Agent, unfit.clone())).unwrap_err();
+        let resolved = resolves(&view, &proposal("ada", Role::Agent, unfit.clone())).unwrap_err();
         assert!(matches!(resolved, Undecided::Resolved), "{resolved:?}");
-        let refused = decide(&view, &proposal("bob", Role::Agent, unfit)).unwrap_err();
+        let refused = resolves(&view, &proposal("bob", Role::Agent, unfit)).unwrap_err();
         assert!(matches!(refused, Undecided::Refused(_)), "{refused:?}");
     }
 
     #[test]
     fn an_approval_is_answered_by_a_listed_approver_other_than_its_caller() {
-        let data = approvals::request_data("demo", "echo", &json!({}), "ada", &["on-call".to_owned()], false);
+        let data = approvals::request_data("demo", "echo", &json!({}), "ada", &["on-call".to_owned()], false, 1);
         let view = pending(RequestKind::Approval, "ada", Value::Object(data));
-        let by = |name: &str, role| decide(&view, &proposal(name, role, None));
+        let by = |name: &str, role| resolves(&view, &proposal(name, role, None));
         assert!(matches!(
             by("ada", Role::Admin),
             Err(Undecided::Refused(Refusal::OwnCall(_)))
@@ -287,13 +345,56 @@ mod tests {
             by("on-call", Role::Agent),
             Err(Undecided::Refused(Refusal::NotYours(_)))
         ));
-        assert_eq!(by("on-call", Role::Approver).unwrap().by, "on-call");
+        assert_eq!(by("on-call", Role::Approver).unwrap().by.name, "on-call");
+    }
+
+    #[test]
+    fn a_quorum_counts_each_person_once_and_ends_on_its_last_yes_or_any_no() {
+        let data = approvals::request_data("demo", "echo", &json!({}), "ada", &[], false, 2);
+        let mut view = pending(RequestKind::Approval, "ada", Value::Object(data));
+        let at = Timestamp::from_millis(5);
+        let yes = |name: &str| proposal(name, Role::Approver, None);
+        let no = |name: &str| Proposal {
+            answer: Answer {
+                id: String::new(),
+                verdict: Verdict::Refuse(None),
+                data: None,
+            },
+            ..yes(name)
+        };
+        let Ok(Decided::Counts(first)) = decide(&view, &yes("lead"), at) else {
+            panic!("one yes of two is counted");
+        };
+        assert_eq!(
+            (first.by.as_str(), first.principal.as_str(), first.at, first.ok),
+            ("lead", "lead", at, true)
+        );
+        view.decisions.push(first.clone());
+        assert!(
+            matches!(decide(&view, &yes("lead"), at), Err(Undecided::Again)),
+            "one person counts once"
+        );
+        assert!(matches!(decide(&view, &no("lead"), at), Err(Undecided::Changed)));
+        let Ok(Decided::Resolves(last)) = decide(&view, &yes("ops"), at) else {
+            panic!("the second person's yes resolves it");
+        };
+        assert_eq!((last.by.name.as_str(), last.answer.ok()), ("ops", true));
+        assert_eq!(last.signoff.map(|signoff| signoff.principal), Some("ops".to_owned()));
+        let Ok(Decided::Resolves(declined)) = decide(&view, &no("ops"), at) else {
+            panic!("a no resolves it");
+        };
+        assert!(!declined.answer.ok() && declined.signoff.is_some_and(|signoff| !signoff.ok));
+        view.decisions.clear();
+        let Ok(Decided::Resolves(first_no)) = decide(&view, &no("lead"), at) else {
+            panic!("a no before any yes resolves it too");
+        };
+        assert!(!first_no.answer.ok());
     }
 
     #[test]
     fn self_approval_lets_the_caller_approve_and_nobody_unlisted() {
         let listed = ["user:ada".to_owned()];
-        let data = approvals::request_data("demo", "echo", &json!({}), "ada", &listed, true);
+        let data = approvals::request_data("demo", "echo", &json!({}), "ada", &listed, true, 1);
         let view = pending(RequestKind::Approval, "ada", Value::Object(data));
         assert_eq!(
             may_answer(&view, &Principal::token("ops", Role::Admin)),
@@ -304,7 +405,7 @@ mod tests {
             Err(Refusal::NotAnApprover("ada".into())),
             "a token is no user: entry"
         );
-        let data = approvals::request_data("demo", "echo", &json!({}), "ada", &[], true);
+        let data = approvals::request_data("demo", "echo", &json!({}), "ada", &[], true, 1);
         let view = pending(RequestKind::Approval, "ada", Value::Object(data));
         assert_eq!(may_answer(&view, &Principal::token("ada", Role::Agent)), Ok(()));
     }
@@ -313,7 +414,7 @@ mod tests {
     fn without_tokens_the_one_anonymous_principal_answers_everything() {
         let anonymous = Principal::anonymous();
         for approvers in [vec![], vec!["on-call".to_owned()]] {
-            let data = approvals::request_data("demo", "echo", &json!({}), ANONYMOUS, &approvers, false);
+            let data = approvals::request_data("demo", "echo", &json!({}), ANONYMOUS, &approvers, false, 1);
             let view = pending(RequestKind::Approval, ANONYMOUS, Value::Object(data));
             assert_eq!(may_answer(&view, &anonymous), Ok(()));
         }
@@ -323,14 +424,14 @@ mod tests {
     fn a_posted_request_maps_to_no_result_and_an_authorization_to_none_of_its_data() {
         let mut posted = pending(RequestKind::Input, "ada", form());
         posted.server = None;
-        let decision = decide(&posted, &proposal("ada", Role::Agent, None)).unwrap();
+        let decision = resolves(&posted, &proposal("ada", Role::Agent, None)).unwrap();
         assert_eq!(
             (decision.answer.data, decision.result),
             (json!({"size": 3}).as_object().cloned(), None)
         );
 
         let authorization = pending(RequestKind::Authorization, "ada", Value::Null);
-        let decision = decide(
+        let decision = resolves(
             &authorization,
             &proposal("ada", Role::Agent, Some(json!({"code": "x"}))),
         )

@@ -8,7 +8,7 @@ mod session;
 
 pub use call::{Arguments, CallError, CallFailure, CallFilter, CallStatus, CallView, Finish, ToolName, Via};
 pub use event::{Event, EventKind, Tags};
-pub use request::{Filter, RequestView, Status};
+pub use request::{Answerer, Filter, RequestView, Signoff, Status};
 pub use session::{SessionFilter, SessionStatus, SessionView};
 
 /// The length of `value` as JSON, without writing it out.

@@ -102,6 +102,9 @@ pub enum AnswerError {
     Refused(#[from] Refusal),
     #[error("Request {0} was already answered with a different answer")]
     Conflict(RequestId),
+    /// The principal approved the pending Request already, and now answers otherwise.
+    #[error("{by} approved Request {id} already, and may not change that answer")]
+    Approved { id: RequestId, by: String },
     #[error("Request {id} is no longer answerable: it is {}", status.as_str())]
     Gone { id: RequestId, status: Status },
     #[error("the answer data does not satisfy the requested schema")]
@@ -468,6 +471,15 @@ impl Registry {
                     status: view.status,
                 })
             }
+            Answered::Counted { view, event } => Ok(AnswerAccepted {
+                view,
+                event: Some(event),
+            }),
+            Answered::Again(view) => Ok(AnswerAccepted { view, event: None }),
+            Answered::Changed(view) => Err(AnswerError::Approved {
+                id: view.request.id,
+                by: by.name.clone(),
+            }),
             Answered::Lost(view) => {
                 let answer = self.shared.rules.applied(&view, answer);
                 repeat(view, &answer)

@@ -127,6 +127,16 @@ pub enum Answered {
     },
     /// The upstream had withdrawn the elicitation: the Request is now `cancelled`.
     Withdrawn(RequestView),
+    /// This answer is one approval of the several the Request needs: recorded, and the Request stays pending.
+    Counted {
+        view: RequestView,
+        /// The `request.updated` event it recorded.
+        event: Arc<Event>,
+    },
+    /// Its principal approved the pending Request already: nothing changed.
+    Again(RequestView),
+    /// Its principal approved the pending Request already, and answered otherwise now: nothing changed.
+    Changed(RequestView),
     /// The Request was resolved already (by this same answer, perhaps).
     Lost(RequestView),
     /// The principal may not answer the Request.
@@ -143,6 +153,8 @@ impl Answered {
             Undecided::Refused(refusal) => Answered::Refused(refusal),
             Undecided::Resolved => Answered::Lost(view),
             Undecided::Invalid(violations) => Answered::Invalid(violations),
+            Undecided::Again => Answered::Again(view),
+            Undecided::Changed => Answered::Changed(view),
         }
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tokio::sync::Notify;
 
 /// The wall clock one gateway reads: the system's, moved on by what [`Clock::advance`] added, so that a test
@@ -133,6 +133,15 @@ impl utoipa::ToSchema for Timestamp {}
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(&humantime::format_rfc3339_millis(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<str>::deserialize(deserializer)?;
+        humantime::parse_rfc3339(&text)
+            .map(Self)
+            .map_err(serde::de::Error::custom)
     }
 }
 

@@ -4,6 +4,7 @@
 // JSON reader, which keeps their data as written.
 
 import { address, canonicalJson, h, isolated, readJson, revealedText, sha256, shownJson } from './display.js';
+import * as signInAt from './signin.js';
 
 const API = new URL('../', document.baseURI);
 const NOTICE_MS = 8000;
@@ -45,12 +46,17 @@ let streaming = null;
 let lastEventId = null;
 /** The access token in use: the tab's stored one at start, then whatever signing in or out leaves. */
 let accessToken = readStoredToken();
+/** The OpenID provider the inbox signs in at, when the gateway names one (see signin.js). */
+const provider = await signInAt.provider();
 
 /** The gateway answered 401: the sign-in form has taken over, so the caller has nothing to show. */
 class SignInNeeded extends Error {}
 
-/** Calls the API with the access token, if there is one; a `401` shows the sign-in form and throws. */
-async function api(path, options = {}) {
+/**
+ * Calls the API with the access token, if there is one. On a `401` a token from the provider is refreshed once
+ * when it can be; otherwise the sign-in form shows and this throws.
+ */
+async function api(path, options = {}, renewed = false) {
   const token = storedToken();
   const response = await fetch(new URL(path, API), {
     cache: 'no-store',
@@ -62,7 +68,12 @@ async function api(path, options = {}) {
     },
   });
   if (response.status === 401) {
-    requireToken(token ? 'That token was not accepted. Check it and try again.' : '');
+    const fresh = token && provider && !renewed ? await signInAt.refresh(provider) : null;
+    if (fresh) {
+      storeToken(fresh);
+      return api(path, options, true);
+    }
+    requireToken(token ? 'That sign-in is no longer accepted (it may have expired). Sign in again.' : '');
     throw new SignInNeeded();
   }
   return response;
@@ -148,7 +159,18 @@ signin.addEventListener('submit', (event) => {
   connect();
 });
 
+if (provider) {
+  const button = document.getElementById('sign-in-at-provider');
+  button.textContent = `Sign in at ${new URL(provider.issuer).host}`;
+  button.hidden = false;
+  document.getElementById('signin-hint').textContent =
+    'Sign in at your organisation’s identity provider, or paste an access token. What signing in gives this ' +
+    'page is kept only in this browser tab, and is forgotten when you sign out or close the tab.';
+  button.addEventListener('click', () => signInAt.begin(provider));
+}
+
 signout.addEventListener('click', () => {
+  signInAt.forget();
   requireToken('');
   notify('Signed out.');
 });
@@ -202,7 +224,7 @@ historyFilter.addEventListener('submit', async (event) => {
       h('td', {}, isolated(request.kind)),
       h('td', {}, request.server === undefined ? ['posted by ', isolated(poster(request))] : isolated(request.server)),
       h('td', { text: outcome(request) }),
-      h('td', {}, request.answeredBy ? isolated(request.answeredBy) : '—'),
+      h('td', {}, request.answeredBy ? answeredBy(request) : '—'),
     ),
   );
   historyTable.tBodies[0].replaceChildren(...rows);
@@ -240,6 +262,7 @@ const HANDLERS = {
   resync: () => relist(),
   'request.created': (data) => alert(add(readJson(data))),
   'request.resolved': (data) => settle(JSON.parse(data)),
+  'request.updated': (data) => recount(readJson(data)),
   'call.updated': (data) => learnCall(JSON.parse(data)),
 };
 
@@ -365,6 +388,25 @@ function settle(request) {
   if (!entry) return;
   notify([`${outcome(request)}: `, title(entry.request)]);
   remove(request.id);
+}
+
+/** Who answered: the name, and for an OpenID principal the subject behind it. */
+function answeredBy(request) {
+  const answerer = request.answerer;
+  const subject = answerer && answerer.via === 'oidc' && answerer.subject;
+  return subject
+    ? [isolated(request.answeredBy), h('small', { class: 'subject' }, ' (OpenID subject ', isolated(subject), ')')]
+    : isolated(request.answeredBy);
+}
+
+/** A pending approval that needs several people took one more: the page shows the count as it is now. */
+function recount(request) {
+  const entry = shown.get(request.id);
+  if (!entry || request.status !== 'pending') return;
+  entry.request = request;
+  const before = entry.item.querySelector('.approvals');
+  const count = approvalCount(request);
+  if (before && count) before.replaceWith(count);
 }
 
 function remove(id) {
@@ -558,13 +600,25 @@ function approvalForm(request) {
   const form = h('form', { novalidate: true, 'aria-labelledby': `h-${request.id}` });
   const problem = h('p', { class: 'problem', role: 'alert', hidden: true });
   const shown = jsonFigure('Arguments, sent to the tool exactly as shown if you approve', args);
-  form.append(facts, shown, digest, problem, buttons(request, 'Approve'));
+  form.append(facts, approvalCount(request), shown, digest, problem, buttons(request, 'Approve'));
   acceptOnSubmit(request, form, problem);
   const approve = form.querySelector('button[type="submit"]');
   approve.dataset.held = '';
   approve.disabled = true;
   checkDigest(args, request.data.digest, digest, approve);
   return form;
+}
+
+/**
+ * For an approval that needs several people (`data.quorum`): how many approved so far, and who; null for one
+ * that needs one.
+ */
+function approvalCount(request) {
+  const quorum = Number(request.data && request.data.quorum) || 1;
+  if (quorum < 2) return null;
+  const given = (request.decisions || []).filter((decision) => decision.ok);
+  const names = given.flatMap((decision, index) => [index ? ', ' : ' — ', isolated(decision.by)]);
+  return h('p', { class: 'approvals' }, `${given.length} of ${quorum} approvals`, names);
 }
 
 /** Says whether `args`, as the page read them, hash to `expected`; Approve goes on only when they do. */
@@ -727,7 +781,11 @@ async function answer(request, body, form, invalid) {
       body: JSON.stringify(body),
     });
     const reply = await response.json().catch(() => ({}));
-    if (response.ok) return settle(reply);
+    if (response.ok) {
+      if (reply.status !== 'pending') return settle(reply);
+      recount(reply);
+      return notify(['Your approval is counted: ', title(request)]);
+    }
     if (response.status === 422 && Array.isArray(reply.errors)) return invalid(reply.errors);
     if (response.status === 403) {
       const why = reply.detail ? ` The gateway says: ${reply.detail}` : '';
@@ -1004,4 +1062,10 @@ function toLocalInput(value) {
 
 refreshEmpty();
 setInterval(tick, 1000);
-connect();
+try {
+  const token = provider && (await signInAt.complete(provider));
+  if (token) storeToken(token);
+  connect();
+} catch (error) {
+  requireToken(`Signing in did not work: ${error.message}`);
+}

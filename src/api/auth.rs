@@ -10,6 +10,7 @@ use utoipa::openapi::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 
 use super::{ApiError, AppState, document};
+use crate::auth::oidc::InboxSignIn;
 use crate::auth::{AuthError, Authenticator};
 
 /// Where protected resource metadata is served: the bare form, and the form for the resource `/mcp`
@@ -44,17 +45,19 @@ impl AuthPolicy {
     }
 
     /// The URL of `/mcp` as a client reached it: the configured one, else from the request's `Host` (and
-    /// `X-Forwarded-Proto`, behind a proxy that ends TLS).
-    fn resource(&self, headers: &HeaderMap) -> String {
+    /// `X-Forwarded-Proto`, behind a proxy that ends TLS); `None` when `Host` is not a plain host and port.
+    fn resource(&self, headers: &HeaderMap) -> Option<String> {
         if let Some(resource) = &self.resource {
-            return resource.clone();
+            return Some(resource.clone());
         }
         let text = |name| headers.get(name).and_then(|value: &HeaderValue| value.to_str().ok());
         let scheme = match text("x-forwarded-proto") {
             Some(proto) if proto.eq_ignore_ascii_case("https") => "https",
             _ => "http",
         };
-        format!("{scheme}://{}/mcp", text(header::HOST.as_str()).unwrap_or("localhost"))
+        let host = text(header::HOST.as_str())?;
+        let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']');
+        (!host.is_empty() && host.chars().all(plain)).then(|| format!("{scheme}://{host}/mcp"))
     }
 
     /// Adds the bearer scheme to the document, and to every route that needs it a `401` response.
@@ -104,9 +107,11 @@ pub fn refused(policy: &AuthPolicy, error: &AuthError, request: &Request) -> Res
     }
     let path = request.uri().path();
     let mut parameters = Vec::new();
-    if policy.authenticator.oidc().is_some() && (path == "/mcp" || path.starts_with("/mcp/")) {
-        let metadata = metadata_url(&policy.resource(request.headers()));
-        parameters.push(format!("resource_metadata=\"{metadata}\""));
+    if policy.authenticator.oidc().is_some()
+        && (path == "/mcp" || path.starts_with("/mcp/"))
+        && let Some(resource) = policy.resource(request.headers())
+    {
+        parameters.push(format!("resource_metadata=\"{}\"", metadata_url(&resource)));
     }
     if matches!(error, AuthError::Rejected(_)) {
         parameters.push("error=\"invalid_token\"".to_owned());
@@ -130,7 +135,8 @@ pub fn refused(policy: &AuthPolicy, error: &AuthError, request: &Request) -> Res
     tag = "operations",
     responses(
         (status = 200, description = "The metadata: `resource` (the URL of `/mcp`), `authorization_servers` (the issuer), `bearer_methods_supported`", body = Object),
-        (status = 404, description = "No OpenID provider is configured", body = crate::api::Problem),
+        (status = 400, description = "The `Host` header is not a host and port, and no `resource` is configured", body = crate::api::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No OpenID provider is configured", body = crate::api::Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn protected_resource(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
@@ -145,7 +151,8 @@ pub async fn protected_resource(State(state): State<AppState>, headers: HeaderMa
     tag = "operations",
     responses(
         (status = 200, description = "The metadata, as at `/.well-known/oauth-protected-resource`", body = Object),
-        (status = 404, description = "No OpenID provider is configured", body = crate::api::Problem),
+        (status = 400, description = "The `Host` header is not a host and port, and no `resource` is configured", body = crate::api::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No OpenID provider is configured", body = crate::api::Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn protected_resource_of_mcp(
@@ -153,6 +160,28 @@ pub async fn protected_resource_of_mcp(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     metadata(&state, &headers)
+}
+
+/// `GET /ui/sign-in.json`: where the inbox signs in, with `[auth.oidc] ui_client_id`: the issuer, the inbox's
+/// client id and scopes, and the provider's authorization and token endpoints.
+#[utoipa::path(
+    get,
+    path = "/ui/sign-in.json",
+    tag = "inbox",
+    responses(
+        (status = 200, description = "`issuer`, `clientId`, `scope`, `authorizationEndpoint`, `tokenEndpoint`", body = Object),
+        (status = 404, description = "The inbox does not sign in at a provider (no `auth.oidc.ui_client_id`)", body = crate::api::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn inbox_sign_in(State(state): State<AppState>) -> Result<Json<InboxSignIn>, ApiError> {
+    state
+        .auth
+        .authenticator
+        .oidc()
+        .and_then(|oidc| oidc.inbox())
+        .cloned()
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found("the inbox does not sign in at an OpenID provider here"))
 }
 
 /// Where the metadata of `resource` is: its path after the well-known prefix (RFC 9728 §3.1).
@@ -174,10 +203,47 @@ fn metadata(state: &AppState, headers: &HeaderMap) -> Result<Json<Value>, ApiErr
         .authenticator
         .oidc()
         .ok_or_else(|| ApiError::not_found("no OpenID provider is configured ([auth.oidc])"))?;
+    let resource = state.auth.resource(headers).ok_or_else(|| {
+        ApiError::bad_request("the Host header is not a host and port: set [auth.oidc] resource to /mcp's URL")
+    })?;
     Ok(Json(json!({
-        "resource": state.auth.resource(headers),
+        "resource": resource,
         "authorization_servers": [oidc.issuer()],
         "bearer_methods_supported": ["header"],
         "resource_name": "toolnexus-gateway",
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_resource_is_built_only_from_a_plain_host_and_its_metadata_sits_under_the_well_known_prefix() {
+        let policy = AuthPolicy::default();
+        let resource = |host: &str, proto: Option<&str>| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::HOST, HeaderValue::from_str(host).unwrap());
+            if let Some(proto) = proto {
+                headers.insert("x-forwarded-proto", HeaderValue::from_str(proto).unwrap());
+            }
+            policy.resource(&headers)
+        };
+        assert_eq!(
+            resource("127.0.0.1:8080", None).as_deref(),
+            Some("http://127.0.0.1:8080/mcp")
+        );
+        assert_eq!(
+            resource("gw.example.com", Some("https")).as_deref(),
+            Some("https://gw.example.com/mcp")
+        );
+        assert_eq!(resource("[::1]:9", None).as_deref(), Some("http://[::1]:9/mcp"));
+        for hostile in ["a\"b,c=\"d", "a b", "x/y", "user@host", ""] {
+            assert_eq!(resource(hostile, None), None, "{hostile:?}");
+        }
+        assert_eq!(
+            metadata_url("https://gw.example.com/mcp"),
+            "https://gw.example.com/.well-known/oauth-protected-resource/mcp"
+        );
+    }
 }

@@ -68,7 +68,7 @@ impl From<AnswerError> for ApiError {
         match error {
             AnswerError::NotFound(_) => Self::not_found(detail),
             AnswerError::Refused(_) => Self::forbidden(detail),
-            AnswerError::Conflict(_) => Self::new(StatusCode::CONFLICT, detail),
+            AnswerError::Conflict(_) | AnswerError::Approved { .. } => Self::new(StatusCode::CONFLICT, detail),
             AnswerError::Gone { .. } => Self::new(StatusCode::GONE, detail),
             AnswerError::Invalid(violations) => Self {
                 errors: Some(violations),

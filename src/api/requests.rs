@@ -265,12 +265,14 @@ pub async fn get(
     params(("id" = String, Path, description = "The Request id"), AnswerQuery),
     request_body(content = Answer, content_type = "application/json"),
     responses(
-        (status = 200, description = "The resolved Request (also for an identical replay); with `wait`, and a call \
-            the principal may see, that call under `resumedCall` once it stops running again", body = AnsweredRequest),
+        (status = 200, description = "The resolved Request (also for an identical replay), or, for an approval \
+            that needs several people and has not yet had them all, the pending Request with this approval in its \
+            `decisions`; with `wait`, and a call the principal may see, that call under `resumedCall` once it \
+            stops running again", body = AnsweredRequest),
         (status = 400, description = "The body is malformed, repeats a key within an object, has unknown keys or wrong types, or its id differs from the path", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The Request belongs to another principal; or, with tokens, it is the approval of the answerer's own call, or its policy's `approvers` do not list the answerer. Nothing changes", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No Request with that id", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Already answered with a different answer", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Already answered with a different answer; or, on an approval that needs several people, the answerer approved it already and now declines", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "No longer answerable: expired or cancelled", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The data does not satisfy the requested schema; `errors` lists every violation", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "With `wait`: the principal holds as many responses held by `wait` as limits.long_polls_per_principal allows; nothing was answered", body = Problem, content_type = "application/problem+json"),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, errors::ErrorKind};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -49,14 +49,6 @@ impl RoleGroups {
         .find(|(_, mapped)| groups.clone().any(|group| mapped.iter().any(|name| name == group)))
         .map(|(role, _)| role)
     }
-
-    /// The mapping as a sentence, for a refusal.
-    fn describe(&self) -> String {
-        format!(
-            "admin {:?}, approver {:?}, agent {:?}",
-            self.admin, self.approver, self.agent
-        )
-    }
 }
 
 /// What the gateway is told about its identity provider.
@@ -71,6 +63,28 @@ pub struct OidcSettings {
     /// The claim that lists a token's groups.
     pub groups_claim: String,
     pub roles: RoleGroups,
+    /// The inbox's client at the provider, when the inbox signs in there by itself.
+    pub ui: Option<InboxClient>,
+}
+
+/// The inbox as a client of the provider: a public one, which signs in with the authorization-code flow and
+/// PKCE.
+#[derive(Debug, Clone)]
+pub struct InboxClient {
+    pub client_id: String,
+    /// The scopes it asks for, space-separated.
+    pub scope: String,
+}
+
+/// What the inbox needs to sign in at the provider, as `GET /ui/sign-in.json` gives it.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InboxSignIn {
+    pub issuer: String,
+    pub client_id: String,
+    pub scope: String,
+    pub authorization_endpoint: String,
+    pub token_endpoint: String,
 }
 
 /// The provider's signing keys by `kid`, as last fetched.
@@ -89,6 +103,7 @@ struct Key {
 pub struct Oidc {
     settings: OidcSettings,
     jwks_uri: String,
+    inbox: Option<InboxSignIn>,
     client: reqwest::Client,
     keys: RwLock<Arc<Keys>>,
     /// When a token last had the keys fetched; held while a fetch runs, so that one fetch serves everyone
@@ -139,6 +154,35 @@ impl Oidc {
             .and_then(Value::as_str)
             .ok_or_else(|| format!("the discovery document {discovery} has no jwks_uri"))?
             .to_owned();
+        if !is_safe_url(&jwks_uri) {
+            return Err(format!(
+                "the discovery document {discovery} names the key set {jwks_uri}, which is not https:// (http:// \
+                 only on a loopback address)"
+            ));
+        }
+        let inbox = match &settings.ui {
+            Some(ui) => {
+                let endpoint = |name: &str| match document.get(name).and_then(Value::as_str) {
+                    Some(url) if is_safe_url(url) => Ok(url.to_owned()),
+                    Some(url) => Err(format!(
+                        "the discovery document {discovery} names the {name} {url}, which is not https:// (http:// \
+                         only on a loopback address)"
+                    )),
+                    None => Err(format!(
+                        "the discovery document {discovery} has no {name}, which the inbox needs to sign in \
+                         (auth.oidc.ui_client_id)"
+                    )),
+                };
+                Some(InboxSignIn {
+                    issuer: settings.issuer.clone(),
+                    client_id: ui.client_id.clone(),
+                    scope: ui.scope.clone(),
+                    authorization_endpoint: endpoint("authorization_endpoint")?,
+                    token_endpoint: endpoint("token_endpoint")?,
+                })
+            }
+            None => None,
+        };
         let keys = fetch_keys(&client, &jwks_uri)
             .await
             .map_err(|why| format!("cannot read the OpenID provider's keys at {jwks_uri}: {why}"))?;
@@ -151,6 +195,7 @@ impl Oidc {
         Ok(Self {
             settings,
             jwks_uri,
+            inbox,
             client,
             keys: RwLock::new(Arc::new(keys)),
             refetched: tokio::sync::Mutex::new(None),
@@ -162,9 +207,14 @@ impl Oidc {
         &self.settings.issuer
     }
 
+    /// What the inbox needs to sign in here, when it does.
+    pub fn inbox(&self) -> Option<&InboxSignIn> {
+        self.inbox.as_ref()
+    }
+
     /// The principal a JWT names: its signature, issuer, audience and times checked, its groups mapped to a
     /// role. The error says which check failed and nothing of the token.
-    pub async fn authenticate(&self, token: &str) -> Result<Principal, AuthError> {
+    pub async fn authenticate(self: &Arc<Self>, token: &str) -> Result<Principal, AuthError> {
         let header = Header::of(token)?;
         let (decoding, algorithm) = self.key_for(&header).await?;
         let settings = &self.settings;
@@ -180,40 +230,57 @@ impl Oidc {
         self.principal(&claims)
     }
 
-    /// The key that verifies a token with this header, fetching the provider's keys again when the token
-    /// names one not cached (or the cache has aged) and no fetch was made for a token lately.
-    async fn key_for(&self, header: &Header) -> Result<(DecodingKey, Algorithm), AuthError> {
+    /// The key that verifies a token with this header. A token naming a key not cached waits for the provider's
+    /// keys to be fetched again, unless a fetch was made lately; a token whose key is cached never waits, and
+    /// when the cache has aged it has the keys fetched again in the background.
+    async fn key_for(self: &Arc<Self>, header: &Header) -> Result<(DecodingKey, Algorithm), AuthError> {
         let algorithm = header.algorithm()?;
         let cached = self.cached();
-        if cached.fetched.elapsed() < KEYS_MAX_AGE
-            && let Some(found) = pick(&cached, header, algorithm)
-        {
-            return found;
-        }
-        let mut refetched = self.refetched.lock().await;
-        // Another token's fetch may have brought the key while this one waited.
-        let cached = self.cached();
-        let fresh = cached.fetched.elapsed() < KEYS_MAX_AGE;
-        if let Some(found) = pick(&cached, header, algorithm).filter(|_| fresh) {
-            return found;
-        }
-        if refetched.is_none_or(|at| at.elapsed() >= REFETCH_INTERVAL) {
-            *refetched = Some(Instant::now());
-            match fetch_keys(&self.client, &self.jwks_uri).await {
-                Ok(keys) => *self.keys.write().expect("the keys' lock is never poisoned") = Arc::new(keys),
-                Err(why) => tracing::warn!(
-                    issuer = %self.settings.issuer,
-                    jwks_uri = %self.jwks_uri,
-                    "cannot fetch the OpenID provider's keys, the cached ones stay in use: {why}"
-                ),
+        if let Some(found) = pick(&cached, header, algorithm) {
+            if cached.fetched.elapsed() >= KEYS_MAX_AGE {
+                let oidc = self.clone();
+                tokio::spawn(async move {
+                    if let Ok(refetched) = oidc.refetched.try_lock() {
+                        oidc.refetch(refetched).await;
+                    }
+                });
             }
+            return found;
         }
+        let refetched = self.refetched.lock().await;
+        // Another token's fetch may have brought the key while this one waited.
+        if let Some(found) = pick(&self.cached(), header, algorithm) {
+            return found;
+        }
+        self.refetch(refetched).await;
         pick(&self.cached(), header, algorithm).unwrap_or_else(|| {
             Err(rejected(match &header.kid {
                 Some(_) => "the token's key id (kid) names none of the issuer's signing keys",
                 None => "the token names no key id (kid), and the issuer has more than one key for its algorithm",
             }))
         })
+    }
+
+    /// Fetches the provider's keys again, unless that was tried less than [`REFETCH_INTERVAL`] ago. A set with no
+    /// key this gateway accepts, or a provider that cannot be reached, leaves the cached keys in use.
+    async fn refetch(&self, mut refetched: tokio::sync::MutexGuard<'_, Option<Instant>>) {
+        if refetched.is_some_and(|at| at.elapsed() < REFETCH_INTERVAL) {
+            return;
+        }
+        *refetched = Some(Instant::now());
+        let why = match fetch_keys(&self.client, &self.jwks_uri).await {
+            Ok(keys) if !keys.by_kid.is_empty() => {
+                *self.keys.write().expect("the keys' lock is never poisoned") = Arc::new(keys);
+                return;
+            }
+            Ok(_) => "it holds no signing key this gateway accepts".to_owned(),
+            Err(why) => why,
+        };
+        tracing::warn!(
+            issuer = %self.settings.issuer,
+            jwks_uri = %self.jwks_uri,
+            "cannot fetch the OpenID provider's keys, the cached ones stay in use: {why}"
+        );
     }
 
     fn cached(&self) -> Arc<Keys> {
@@ -266,8 +333,7 @@ impl Oidc {
         };
         let role = settings.roles.role_of(groups.iter().copied()).ok_or_else(|| {
             AuthError::Forbidden(format!(
-                "none of the token's groups ({groups:?} in {claim:?}) maps to a role; [auth.oidc] roles maps {}",
-                settings.roles.describe()
+                "none of the token's groups ({groups:?} in {claim:?}) maps to a role in [auth.oidc] roles"
             ))
         })?;
         Ok(Principal {
@@ -275,11 +341,29 @@ impl Oidc {
             name: name.to_owned(),
             role,
             signed_in: SignIn::Oidc {
+                issuer: settings.issuer.clone(),
                 subject: subject.to_owned(),
+                email: text("email")
+                    .filter(|_| claims.get("email_verified") == Some(&Value::Bool(true)))
+                    .map(str::to_owned),
                 groups: groups.into_iter().map(str::to_owned).collect(),
             },
         })
     }
+}
+
+/// Whether a URL of the provider may be trusted: `https://`, or `http://` on a loopback address.
+pub fn is_safe_url(url: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    let host = url.host_str().unwrap_or_default();
+    let loopback = host == "localhost"
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|address| address.is_loopback());
+    url.scheme() == "https" || (url.scheme() == "http" && loopback)
 }
 
 /// The stable identity of an OpenID subject: its issuer and `sub`. No token's name can take this form.
@@ -346,14 +430,24 @@ fn pick(keys: &Keys, header: &Header, algorithm: Algorithm) -> Option<Result<(De
 }
 
 async fn fetch_json(client: &reqwest::Client, url: &str) -> Result<Value, String> {
-    let response = client.get(url).send().await.map_err(|error| error.to_string())?;
+    let mut response = client.get(url).send().await.map_err(|error| error.to_string())?;
     let status = response.status();
     if !status.is_success() {
         return Err(format!("it answered {status}"));
     }
-    let body = response.bytes().await.map_err(|error| error.to_string())?;
-    if body.len() > MAX_DOCUMENT_BYTES {
-        return Err(format!("it is larger than {MAX_DOCUMENT_BYTES} bytes"));
+    let too_large = || format!("it is larger than {MAX_DOCUMENT_BYTES} bytes");
+    if response
+        .content_length()
+        .is_some_and(|length| length > MAX_DOCUMENT_BYTES as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|error| error.to_string())? {
+        if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
     }
     serde_json::from_slice(&body).map_err(|error| format!("it is not JSON: {error}"))
 }
@@ -363,15 +457,23 @@ async fn fetch_json(client: &reqwest::Client, url: &str) -> Result<Value, String
 async fn fetch_keys(client: &reqwest::Client, url: &str) -> Result<Keys, String> {
     let document = fetch_json(client, url).await?;
     let set: JwkSet = serde_json::from_value(document).map_err(|error| format!("it is not a JWK set: {error}"))?;
+    Ok(keys_of(set))
+}
+
+/// The signing keys of a key set, as [`fetch_keys`] keeps them.
+fn keys_of(set: JwkSet) -> Keys {
     let mut by_kid = HashMap::new();
     for jwk in set.keys {
         let Some(kid) = jwk.common.key_id.clone() else {
             continue;
         };
-        if matches!(
-            jwk.common.public_key_use,
-            Some(jsonwebtoken::jwk::PublicKeyUse::Encryption)
-        ) {
+        let common = &jwk.common;
+        let encrypts = matches!(common.public_key_use, Some(jsonwebtoken::jwk::PublicKeyUse::Encryption));
+        let verifies = common
+            .key_operations
+            .as_ref()
+            .is_none_or(|operations| operations.contains(&jsonwebtoken::jwk::KeyOperations::Verify));
+        if encrypts || !verifies {
             continue;
         }
         let family: &[Algorithm] = match &jwk.algorithm {
@@ -383,16 +485,20 @@ async fn fetch_keys(client: &reqwest::Client, url: &str) -> Result<Keys, String>
                 Algorithm::PS384,
                 Algorithm::PS512,
             ],
-            AlgorithmParameters::EllipticCurve(_) => &[Algorithm::ES256, Algorithm::ES384],
-            AlgorithmParameters::OctetKeyPair(_) => &[Algorithm::EdDSA],
+            AlgorithmParameters::EllipticCurve(ec) => match ec.curve {
+                EllipticCurve::P256 => &[Algorithm::ES256],
+                EllipticCurve::P384 => &[Algorithm::ES384],
+                _ => continue,
+            },
+            AlgorithmParameters::OctetKeyPair(okp) if okp.curve == EllipticCurve::Ed25519 => &[Algorithm::EdDSA],
             _ => continue,
         };
-        let algorithms = match jwk
-            .common
+        // A key named for an algorithm that signs nothing (an encryption key's) is none of ours.
+        let algorithms = match common
             .key_algorithm
-            .and_then(|named| Algorithm::from_str(&named.to_string()).ok())
+            .map(|named| Algorithm::from_str(&named.to_string()))
         {
-            Some(named) if family.contains(&named) => vec![named],
+            Some(Ok(named)) if family.contains(&named) => vec![named],
             Some(_) => continue,
             None => family.to_vec(),
         };
@@ -401,10 +507,10 @@ async fn fetch_keys(client: &reqwest::Client, url: &str) -> Result<Keys, String>
         };
         by_kid.insert(kid, Key { decoding, algorithms });
     }
-    Ok(Keys {
+    Keys {
         by_kid,
         fetched: Instant::now(),
-    })
+    }
 }
 
 #[cfg(test)]
@@ -424,6 +530,32 @@ mod tests {
         assert_eq!(role(&["agents"]), Some(Role::Agent));
         assert_eq!(role(&["marketing"]), None);
         assert_eq!(role(&[]), None);
+    }
+
+    #[test]
+    fn only_signing_keys_of_the_curves_and_algorithms_verified_are_kept() {
+        let rsa = serde_json::json!({"kty": "RSA", "e": "AQAB", "n": "sXchDaQebHnPiGvyDOAT4saGEUetSyo9MKLOoWFsueri23bOdgWp4Dy1WlUzewbgBHod5pcM9H95GQRV3JDXboIRROSBigeC5yjU1hGzHHyXss8UDprecbAYxknTcQkhslANGRUZmdTOQ5qTRsLAt6BTYuyvVRdhS8exSZEy_c4gs_7svlJJQ4H9_NxsiIoLwAEk7-Q3UXERGYw_75IDrGA84-lA_-Ct4eTlXHBIY2EaV7t7LjJaynVJCpkv4LKjTTAumiGUIuQhrNhZLuF_RJLqHpM2kgWFLU7-VTdL1VbC2tejvcI2BlMkEpk1BzBZI0KQB0GaDWFLN-aEAw3vRw"});
+        let with = |extra: serde_json::Value| {
+            let mut key = rsa.clone();
+            key.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            key
+        };
+        let set = serde_json::json!({"keys": [
+            with(serde_json::json!({"kid": "sig", "use": "sig", "alg": "RS256"})),
+            with(serde_json::json!({"kid": "family"})),
+            with(serde_json::json!({"kid": "enc", "use": "enc"})),
+            with(serde_json::json!({"kid": "oaep", "alg": "RSA-OAEP"})),
+            with(serde_json::json!({"kid": "wraps", "key_ops": ["wrapKey"]})),
+            with(serde_json::json!({})),
+            {"kid": "x25519", "kty": "OKP", "crv": "X25519", "x": "3p7bfXt9wbTTW2HC7OQ1Nz-DQ8hbeGdNrfx-FG-IK08"},
+            {"kid": "hmac", "kty": "oct", "k": "c2VjcmV0"},
+        ]});
+        let keys = keys_of(serde_json::from_value(set).unwrap());
+        let mut kept: Vec<_> = keys.by_kid.keys().map(String::as_str).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, ["family", "sig"]);
+        assert_eq!(keys.by_kid["sig"].algorithms, [Algorithm::RS256]);
+        assert!(keys.by_kid["family"].algorithms.contains(&Algorithm::PS512));
     }
 
     #[test]

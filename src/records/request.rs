@@ -41,6 +41,33 @@ impl Status {
     }
 }
 
+/// Who gave an answer: the name `answeredBy` shows, how they signed in, and for an OpenID principal the
+/// provider and subject behind that name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Answerer {
+    pub name: String,
+    /// `token` (a configured token, or everyone without tokens) or `oidc` (an OpenID provider's JWT).
+    pub via: String,
+    /// The OpenID provider that signed them in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// Their `sub` at that provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+}
+
+/// One person's decision on an approval that needs several (its policy's `quorum`), as `decisions` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Signoff {
+    /// Who decided, by the name `answeredBy` shows.
+    pub by: String,
+    /// Their stable identity (a token's name, or an OpenID issuer and subject): one person counts once.
+    pub principal: String,
+    pub at: Timestamp,
+    /// Whether they approved.
+    pub ok: bool,
+}
+
 /// A Request as the REST API shows it: the §10 shape plus the gateway's fields.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -71,6 +98,9 @@ pub struct RequestView {
     /// The principal whose answer resolved it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answered_by: Option<String>,
+    /// Who that was: how they signed in and, for an OpenID principal, its provider and subject.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answerer: Option<Box<Answerer>>,
     /// The MCP `ElicitResult` sent upstream.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
@@ -79,6 +109,9 @@ pub struct RequestView {
     pub detail: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<Timestamp>,
+    /// An approval that needs several people: each one's decision so far, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub decisions: Vec<Signoff>,
 }
 
 impl RequestView {

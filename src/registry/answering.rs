@@ -102,7 +102,7 @@ async fn raise(registry: &Registry, kind: Kind) -> Raised {
         Kind::Gated { owner, list } => {
             let approvers: Vec<String> = LISTS[list].iter().map(|name| (*name).to_owned()).collect();
             let caller = PRINCIPALS[owner].0;
-            let data = approvals::request_data("demo", "echo", &json!({"text": "x"}), caller, &approvers, false);
+            let data = approvals::request_data("demo", "echo", &json!({"text": "x"}), caller, &approvers, false, 1);
             let request = Request {
                 id: RequestId::mint(ids::APPROVAL),
                 kind: RequestKind::Approval,

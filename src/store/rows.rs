@@ -120,7 +120,7 @@ impl Parse for SharedData {
 macro_rules! request_columns {
     () => {
         "id, kind, prompt, url, data, expires_at, status, server, session, call_id, owner, created_at, resolved_at, \
-         answer, answered_by, result, detail, completed_at"
+         answer, answered_by, result, detail, completed_at, decisions, answerer"
     };
 }
 pub(crate) use request_columns;
@@ -170,6 +170,8 @@ pub fn request_at<R: Columns>(row: &R, at: usize) -> Result<RequestView, R::Erro
         result: row.parsed_opt::<JsonText<_>>(at + 15)?,
         detail: row.text_opt(at + 16)?,
         completed_at: row.integer_opt(at + 17)?.map(Timestamp::from_millis),
+        decisions: row.parsed_opt::<JsonText<_>>(at + 18)?.unwrap_or_default(),
+        answerer: row.parsed_opt::<JsonText<_>>(at + 19)?,
     })
 }
 
@@ -241,6 +243,11 @@ pub fn to_json(value: &impl serde::Serialize) -> String {
 /// An optional value as JSON text, or NULL.
 pub fn to_json_opt<T: serde::Serialize>(value: Option<&T>) -> Option<String> {
     value.map(to_json)
+}
+
+/// A Request's `decisions` as JSON text, or NULL for none.
+pub fn decisions_json(decisions: &[crate::records::Signoff]) -> Option<String> {
+    (!decisions.is_empty()).then(|| to_json(&decisions))
 }
 
 /// The `inputResponses` of a round, from each of its Requests' `input_key`, status and stored `result`: what

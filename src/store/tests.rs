@@ -181,6 +181,53 @@ async fn a_round_answered_in_full_gives_what_its_retry_sends() {
 }
 
 #[tokio::test]
+async fn an_approval_of_three_people_counts_each_once_and_the_last_yes_resolves_it() {
+    on_every(|store| async move {
+        let mut approval = new_request(None, None);
+        approval.request.kind = RequestKind::Approval;
+        let data = crate::approvals::request_data("demo", "echo", &json!({}), "ada", &[], false, 3);
+        approval.request.data = Some(Arc::new(data));
+        let id = approval.request.id.clone();
+        store.raise(vec![approval], None, PendingCaps::NONE).await.unwrap();
+
+        let first = store.answer(&id, proposal_by("bo", true)).await.unwrap();
+        let Answered::Counted { view, event } = first else {
+            panic!("{first:?}");
+        };
+        assert_eq!((view.status, view.decisions.len()), (Status::Pending, 1));
+        assert_eq!(event.kind, EventKind::RequestUpdated);
+        let again = store.answer(&id, proposal_by("bo", true)).await.unwrap();
+        assert!(matches!(again, Answered::Again(_)), "{again:?}");
+        // Two more at once: each is decided on what the other kept, so one counts and the other resolves.
+        let (cy, di) = tokio::join!(
+            store.answer(&id, proposal_by("cy", true)),
+            store.answer(&id, proposal_by("di", true))
+        );
+        let outcomes = [cy.unwrap(), di.unwrap()];
+        let won = outcomes
+            .iter()
+            .filter(|outcome| matches!(outcome, Answered::Won { .. }))
+            .count();
+        let counted = outcomes
+            .iter()
+            .filter(|outcome| matches!(outcome, Answered::Counted { .. }))
+            .count();
+        assert_eq!((won, counted), (1, 1), "{outcomes:?}");
+        let kept = store.request(&id).await.unwrap().unwrap();
+        assert_eq!(kept.status, Status::Answered);
+        let mut people: Vec<_> = kept
+            .decisions
+            .iter()
+            .map(|signoff| signoff.principal.as_str())
+            .collect();
+        people.sort_unstable();
+        assert_eq!(people, ["bo", "cy", "di"], "{kept:?}");
+        assert!(kept.decisions.iter().all(|signoff| signoff.ok));
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn of_two_answers_one_wins_and_the_other_sees_it() {
     on_every(|store| async move {
         let raised = store

@@ -41,9 +41,11 @@ pub(crate) fn raised_view(new: &NewRequest) -> RequestView {
         resolved_at: None,
         answer: None,
         answered_by: None,
+        answerer: None,
         result: None,
         detail: None,
         completed_at: None,
+        decisions: Vec::new(),
     }
 }
 
@@ -73,8 +75,10 @@ pub(crate) fn answer_view(view: &mut RequestView, decision: Decision, now: Times
     view.status = Status::Answered;
     view.resolved_at = Some(now);
     view.answer = Some(Box::new(decision.answer));
-    view.answered_by = Some(decision.by);
+    view.answered_by = Some(decision.by.name.clone());
+    view.answerer = Some(Box::new(decision.by));
     view.result = decision.result.map(Box::new);
+    view.decisions.extend(decision.signoff);
 }
 
 /// The detail of the Requests of a call that ended while they were pending.

@@ -46,6 +46,7 @@ impl Upstreams {
             &view.owner,
             &policy.approvers,
             policy.self_approval,
+            policy.quorum,
         );
         let request = Request {
             id: RequestId::mint(ids::APPROVAL),

@@ -251,6 +251,10 @@ async fn an_approver_group_answers_and_no_agent_approves_its_own_call_at_any_doo
             (200, &json!("sre-bot")),
             "{case}: {approved}"
         );
+        assert_eq!(
+            approved["answerer"],
+            json!({"name": "sre-bot", "via": "oidc", "issuer": provider.issuer, "subject": "sre-bot"})
+        );
         let (_, ended) = sre.get(&format!("/calls/{call}?wait=20")).await;
         assert_eq!(ended["status"], "completed", "{case}: {ended}");
         client.cancel().await.unwrap();
@@ -307,6 +311,8 @@ async fn approvers_name_the_provider_s_groups_and_users_and_self_approval_lets_t
         );
         let (status, answered) = answer(&answerer, request).await;
         assert_eq!((status, &answered["answeredBy"]), (200, &json!(name)), "{answered}");
+        let via = if name == "lead" { "token" } else { "oidc" };
+        assert_eq!(answered["answerer"]["via"], via, "{answered}");
     }
 
     let call = start("legacy").await;
@@ -320,6 +326,76 @@ async fn approvers_name_the_provider_s_groups_and_users_and_self_approval_lets_t
     );
     let (_, ended) = agent.get(&format!("/calls/{call}?wait=20")).await;
     assert_eq!(ended["status"], "completed", "{ended}");
+}
+
+#[tokio::test]
+async fn a_quorum_of_two_takes_two_different_people_and_ends_on_any_no() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = provider_in(dir.path());
+    let policy = "[[approvals]]\nserver = \"modern\"\ntools = [\"echo\"]\nquorum = 2\n";
+    let settings = format!("{}{}", oidc_settings(&provider.issuer), token_entry("lead", "approver"));
+    let app = spawn_front_door(&format!("{BOTH_ERAS}{policy}"), &settings).await;
+    let agent = Caller::bearing(&app, &provider.token("agent-1").await);
+    let sre = Caller::bearing(&app, &provider.token("sre-bot").await);
+    let lead = Caller::new(&app, "lead");
+    let start = async || {
+        let (status, call) = agent
+            .post(
+                "/calls",
+                json!({"server": "modern", "tool": "echo", "arguments": {"text": "two"}}),
+            )
+            .await;
+        assert_eq!(status, 201, "{call}");
+        let call = call["id"].as_str().unwrap().to_owned();
+        let approval = pending_of(&lead, &call).await;
+        assert_eq!(approval["data"]["quorum"], 2, "{approval}");
+        (call, approval["id"].as_str().unwrap().to_owned())
+    };
+    let answer = async |caller: &Caller, request: &str, ok: bool| {
+        caller
+            .post(&format!("/requests/{request}/answer"), json!({"ok": ok}))
+            .await
+    };
+
+    let (call, request) = start().await;
+    let (status, first) = answer(&sre, &request, true).await;
+    assert_eq!((status, &first["status"]), (200, &json!("pending")), "{first}");
+    let decisions = &first["decisions"];
+    assert_eq!(decisions.as_array().unwrap().len(), 1, "{first}");
+    assert_eq!(
+        (&decisions[0]["by"], &decisions[0]["ok"]),
+        (&json!("sre-bot"), &json!(true))
+    );
+    assert_eq!(decisions[0]["principal"], format!("{}#sre-bot", provider.issuer));
+    assert!(first.get("answeredBy").is_none(), "{first}");
+    let (status, again) = answer(&sre, &request, true).await;
+    assert_eq!(
+        (status, &again["decisions"]),
+        (200, decisions),
+        "the same yes again counts once"
+    );
+    let (status, problem) = answer(&sre, &request, false).await;
+    assert_eq!(status, 409, "{problem}");
+    let (_, held) = lead.get(&format!("/calls/{call}")).await;
+    assert_eq!(held["status"], "input_required", "one yes forwards nothing: {held}");
+
+    let (status, last) = answer(&lead, &request, true).await;
+    assert_eq!(
+        (status, &last["status"], &last["answeredBy"]),
+        (200, &json!("answered"), &json!("lead")),
+        "{last}"
+    );
+    assert_eq!(last["decisions"].as_array().unwrap().len(), 2, "{last}");
+    let (_, ended) = lead.get(&format!("/calls/{call}?wait=20")).await;
+    assert_eq!(ended["status"], "completed", "{ended}");
+
+    let (call, request) = start().await;
+    let (status, _) = answer(&sre, &request, true).await;
+    assert_eq!(status, 200);
+    let (status, declined) = answer(&lead, &request, false).await;
+    assert_eq!((status, &declined["answer"]["ok"]), (200, &json!(false)), "{declined}");
+    let (_, failed) = lead.get(&format!("/calls/{call}?wait=20")).await;
+    assert_eq!(failed["status"], "failed", "a no after a yes ends it: {failed}");
 }
 
 #[tokio::test]

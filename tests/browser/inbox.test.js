@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -67,12 +68,12 @@ after(async () => {
 
 // ---- the gateway ----------------------------------------------------------------------------------------
 
-/** Starts the gateway with the demo server and `extra` config, and waits until it is ready. */
-async function startGateway(extra = '') {
+/** Starts the gateway with the demo server and `extra` config on `listen`, and waits until it is ready. */
+async function startGateway(extra = '', listen = '127.0.0.1:0') {
   const dir = mkdtempSync(join(tmpdir(), 'toolnexus-ui-'));
   const config = join(dir, 'gateway.toml');
   const store = `[store]\nurl = "sqlite:${join(dir, 'gateway.sqlite3')}"\n`;
-  writeFileSync(config, `listen = "127.0.0.1:0"\n\n${store}\n[[servers]]\nname = "demo"\nbuiltin = "demo"\n\n${extra}`);
+  writeFileSync(config, `listen = "${listen}"\n\n${store}\n[[servers]]\nname = "demo"\nbuiltin = "demo"\n\n${extra}`);
   const child = spawn(GATEWAY_BIN, ['--config', config], { stdio: ['ignore', 'pipe', 'pipe'] });
   const log = [];
   createInterface({ input: child.stderr }).on('line', (line) => {
@@ -833,4 +834,125 @@ test('a 403 on an answer is shown next to its Request, which stays pending', { t
   assert.equal(await page.locator('#signin').isVisible(), false, 'a 403 does not sign out');
   assert.equal((await json(`/requests/${request}`, agent)).status, 'pending');
   assertStayedHome(requested, problems, [`401 ${base}/events`, `403 ${base}/requests/${request}/answer`], base);
+});
+
+test('an approval that needs three people counts each one live, and the third yes sends the call', { timeout: 90_000 }, async (t) => {
+  const tokens = [
+    ['lead', 'approver', LEAD_TOKEN],
+    ['second', 'approver', 'second-token-5a0e'],
+    ['third', 'approver', 'third-token-c3d1'],
+    ['ci-agent', 'agent', AGENT_TOKEN],
+  ]
+    .map(([name, role, token]) => {
+      const sha256 = createHash('sha256').update(token).digest('hex');
+      return `[[auth.tokens]]\nname = "${name}"\nrole = "${role}"\nsha256 = "${sha256}"\n`;
+    })
+    .join('\n');
+  const quorate = await startGateway(`${tokens}\n[[approvals]]\nserver = "demo"\ntools = ["echo"]\nquorum = 3\n`);
+  t.after(() => quorate.stop());
+  const base = quorate.base;
+  const { call, request } = await startCall('echo', { text: 'three of us' }, { base, token: AGENT_TOKEN });
+  const { page, requested, problems } = await openInbox(t, { base, signIn: true });
+  await signIn(page, LEAD_TOKEN);
+  const form = card(page, request);
+  const count = form.locator('.approvals');
+  await count.waitFor();
+  assert.equal(await count.innerText(), '0 of 3 approvals');
+
+  const approve = (token) => json(`/requests/${request}/answer`, { base, token, method: 'POST', body: '{"ok": true}' });
+  await approve('second-token-5a0e');
+  await page.waitForFunction((id) => document.querySelector(`li[data-request="${id}"] .approvals`)?.innerText === '1 of 3 approvals — second', request);
+
+  await form.getByRole('button', { name: 'Approve' }).waitFor();
+  await form.getByRole('button', { name: 'Approve' }).click();
+  await page.locator('#notices .notice', { hasText: 'Your approval is counted' }).first().waitFor();
+  await page.waitForFunction((id) => document.querySelector(`li[data-request="${id}"] .approvals`)?.innerText === '2 of 3 approvals — second, lead', request);
+  assert.equal((await json(`/calls/${call}`, { base, token: LEAD_TOKEN })).status, 'input_required');
+
+  await approve('third-token-c3d1');
+  await expectResolved(page, request, 'Accepted');
+  const settled = await json(`/calls/${call}?wait=20`, { base, token: LEAD_TOKEN });
+  assert.equal(settled.status, 'completed', JSON.stringify(settled));
+  assertStayedHome(requested, problems, [`401 ${base}/events`], base);
+});
+
+// ---- signing in at an OpenID provider -------------------------------------------------------------------
+
+/** A free loopback port, for a gateway whose address the provider must know before it starts. */
+async function freePort() {
+  const server = createServer();
+  await new Promise((done) => server.listen(0, '127.0.0.1', done));
+  const { port } = server.address();
+  await new Promise((done) => server.close(done));
+  return port;
+}
+
+/** Starts panva's oidc-provider (tests/oidc) with the inbox's client sent back to `redirect`; its issuer. */
+async function startProvider(redirect) {
+  const dir = mkdtempSync(join(tmpdir(), 'toolnexus-oidc-'));
+  const child = spawn(process.execPath, ['provider.mjs', '--keys', join(dir, 'keys.json')], {
+    cwd: join(ROOT, 'tests/oidc'),
+    env: { ...process.env, OIDC_INBOX_REDIRECTS: redirect },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  child.stderr.on('data', (chunk) => process.env.TEST_LOG && process.stderr.write(`oidc: ${chunk}`));
+  const exited = new Promise((done) => child.once('exit', done));
+  const first = await new Promise((done, fail) => {
+    createInterface({ input: child.stdout }).once('line', done);
+    child.once('exit', (code) => fail(new Error(`the provider exited (${code}) before serving`)));
+  });
+  const issuer = /^issuer (\S+)$/.exec(first)[1];
+  return {
+    issuer,
+    async token(client) {
+      const body = new URLSearchParams({ grant_type: 'client_credentials', client_id: client, client_secret: `${client}-secret` });
+      const reply = await (await fetch(`${issuer}/token`, { method: 'POST', body })).json();
+      assert.ok(reply.access_token, JSON.stringify(reply));
+      return reply.access_token;
+    },
+    async stop() {
+      child.kill('SIGTERM');
+      await exited;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+test('with an OpenID provider the inbox signs in there, and answers as the person who did', { timeout: 120_000 }, async (t) => {
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  const provider = await startProvider(`${base}/ui/`);
+  t.after(() => provider.stop());
+  const oidc =
+    `[auth.oidc]\nissuer = "${provider.issuer}"\naudience = "toolnexus-gateway"\nui_client_id = "toolnexus-inbox"\n` +
+    'roles = { approver = ["sre"], agent = ["agents"] }\n\n[[approvals]]\nserver = "demo"\ntools = ["echo"]\n';
+  const signing = await startGateway(oidc, `127.0.0.1:${port}`);
+  t.after(() => signing.stop());
+  const agent = { base, token: await provider.token('agent-1') };
+  const { call, request } = await startCall('echo', { text: 'signed in' }, agent);
+
+  const { page, requested, problems } = await openInbox(t, { base, signIn: true });
+  const button = page.getByRole('button', { name: `Sign in at ${new URL(provider.issuer).host}` });
+  await button.click();
+  await page.locator('input[name="login"]').fill('alice');
+  await page.locator('input[name="password"]').fill('any password');
+  await page.getByRole('button', { name: 'Sign-in' }).click();
+  await page.getByRole('button', { name: 'Continue' }).click();
+  await page.locator('#connection[data-state="live"]').waitFor();
+  assert.equal(page.url(), `${base}/ui/`, 'the code left the address bar');
+  const kept = await page.evaluate(() => Object.keys(sessionStorage).sort());
+  assert.deepEqual(kept, ['toolnexus-gateway.token'], 'only the access token is kept, in the tab');
+
+  const form = card(page, request);
+  await form.getByRole('button', { name: 'Approve' }).waitFor();
+  await page.waitForFunction((id) => !document.querySelector(`li[data-request="${id}"] button[type="submit"]`).disabled, request);
+  await form.getByRole('button', { name: 'Approve' }).click();
+  await expectResolved(page, request, 'Accepted');
+  const answered = await json(`/requests/${request}`, agent);
+  assert.equal(answered.answeredBy, 'alice');
+  assert.deepEqual(answered.answerer, { name: 'alice', via: 'oidc', issuer: provider.issuer, subject: 'alice' });
+  assert.equal((await json(`/calls/${call}?wait=20`, agent)).status, 'completed');
+  const foreign = requested.filter((url) => ![base, provider.issuer].includes(new URL(url).origin));
+  assert.deepEqual(foreign.filter((url) => !url.startsWith('https://fonts.')), [], 'the page went only to the gateway and the provider');
+  assert.deepEqual(problems.filter((problem) => !problem.includes(provider.issuer) && !problem.includes('fonts')), [`401 ${base}/events`]);
 });

@@ -75,12 +75,19 @@ impl Memory {
         let Some(entry) = state.requests.get_mut(id) else {
             return Ok(Answered::NotFound);
         };
-        let decision = match decision::decide(&entry.view, &proposal) {
-            Ok(decision) => decision,
+        let now = self.shared.clock.now();
+        let decision = match decision::decide(&entry.view, &proposal, now) {
+            Ok(decision::Decided::Resolves(decision)) => decision,
+            Ok(decision::Decided::Counts(signoff)) => {
+                entry.view.decisions.push(signoff);
+                let view = entry.view.clone();
+                let event = Arc::new(Event::request(EventKind::RequestUpdated, &view));
+                let event = self.publish_with(&mut state, event, Changes::default());
+                return Ok(Answered::Counted { view, event });
+            }
             Err(undecided) => return Ok(Answered::undecided(undecided, entry.view.clone())),
         };
         let mut changes = Changes::default();
-        let now = self.shared.clock.now();
         if let Some(detail) = proposal.upstream.as_ref().and_then(Upstream::withdrawal) {
             let resolution = Resolution::Cancelled {
                 detail,

@@ -9,9 +9,9 @@ use tokio_postgres::types::ToSql;
 
 use super::writer::{Tx, insert_event};
 use super::{Postgres, Reader, rounds, rows};
-use crate::decision::{self, Proposal, Upstream};
+use crate::decision::{self, Decided, Proposal, Upstream};
 use crate::ids::{CallId, RequestId, SessionId};
-use crate::records::{Event, EventKind, Filter, RequestView, Status};
+use crate::records::{Event, EventKind, Filter, RequestView, Signoff, Status};
 use crate::store::listing::{Conditions, Placeholders};
 use crate::store::shares::{Held, Shares, server_key};
 use crate::store::sql;
@@ -140,19 +140,29 @@ impl Postgres {
     /// transactions it would lengthen. (Who owns a Request and what it asks never change; its status is
     /// decided again by that statement.)
     pub async fn answer(&self, id: &RequestId, proposal: Proposal) -> Result<Answered, StoreError> {
-        let Some(pending) = self.request(id).await? else {
-            return Ok(Answered::NotFound);
-        };
-        let decision = match decision::decide(&pending, &proposal) {
-            Ok(decision) => decision,
-            Err(undecided) => return Ok(Answered::undecided(undecided, pending)),
+        let (pending, decision, now) = loop {
+            let Some(pending) = self.request(id).await? else {
+                return Ok(Answered::NotFound);
+            };
+            let now = self.shared.clock.now();
+            match decision::decide(&pending, &proposal, now) {
+                Ok(Decided::Resolves(decision)) => break (pending, decision, now),
+                Ok(Decided::Counts(signoff)) => {
+                    if let Some(counted) = self.count(pending, signoff).await? {
+                        return Ok(counted);
+                    }
+                    // Another decision on it was kept first: decide on it as it is now.
+                }
+                Err(undecided) => return Ok(Answered::undecided(undecided, pending)),
+            }
         };
         let id = pending.request.id.clone();
-        let now = self.shared.clock.now();
         let mut view = pending;
         crate::store::views::answer_view(&mut view, decision, now);
         let answer = rows::to_json_opt(view.answer.as_ref());
         let result = rows::to_json_opt(view.result.as_ref());
+        let decisions = rows::decisions_json(&view.decisions);
+        let answerer = rows::to_json_opt(view.answerer.as_ref());
         let event = Event::request(EventKind::RequestResolved, &view);
         let upstream = proposal.upstream;
         // Alongside other answers: what this one decides is read by its own statements as they run. So is a
@@ -161,6 +171,7 @@ impl Postgres {
             // Each run its own copy: a run that another change's failure cut short runs again.
             let withdrawn = upstream.as_ref().and_then(Upstream::withdrawal);
             let (id, answer, result) = (id.clone(), answer.clone(), result.clone());
+            let (decisions, answerer) = (decisions.clone(), answerer.clone());
             let (mut view, event) = (view.clone(), event.clone());
             Box::pin(async move {
                 if let Some(detail) = withdrawn {
@@ -182,13 +193,22 @@ impl Postgres {
                 // The Request resolved, counted out and its event numbered, in one statement.
                 static ANSWER: LazyLock<String> = LazyLock::new(|| {
                     rounds::resolving(
-                        "status = 'answered', resolved_at = $2, answer = $3, answered_by = $4, result = $5",
+                        "status = 'answered', resolved_at = $2, answer = $3, answered_by = $4, result = $5, \
+                         decisions = $6, answerer = $7",
                         2,
-                        Some(6),
+                        Some(8),
                     )
                 });
                 let (resolved_at, values) = (now.millis(), tx.event_values(&event));
-                let mut params: Vec<&(dyn ToSql + Sync)> = vec![&id, &resolved_at, &answer, &view.answered_by, &result];
+                let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+                    &id,
+                    &resolved_at,
+                    &answer,
+                    &view.answered_by,
+                    &result,
+                    &decisions,
+                    &answerer,
+                ];
                 params.extend(values.params());
                 let Some(won) = tx.query_opt(&ANSWER, &params).await? else {
                     return Ok(request(tx, &id).await?.map_or(Answered::NotFound, Answered::Lost));
@@ -210,6 +230,34 @@ impl Postgres {
                     event,
                     resumes: resumes.map(Box::new),
                 })
+            })
+        })
+        .await
+    }
+
+    /// Records one approval of the several a pending Request needs, if its decisions are still those `read`
+    /// has; `None` when they are not (another decision on it was kept first), to be decided again.
+    async fn count(&self, read: RequestView, signoff: Signoff) -> Result<Option<Answered>, StoreError> {
+        let before = rows::decisions_json(&read.decisions);
+        let mut view = read;
+        view.decisions.push(signoff);
+        let after = rows::decisions_json(&view.decisions);
+        let event = Event::request(EventKind::RequestUpdated, &view);
+        self.write_alongside(move |tx| {
+            let (before, after, view, event) = (before.clone(), after.clone(), view.clone(), event.clone());
+            Box::pin(async move {
+                let counted = tx
+                    .execute(
+                        "UPDATE requests SET decisions = $2 \
+                         WHERE id = $1 AND status = 'pending' AND decisions IS NOT DISTINCT FROM $3",
+                        &[&view.request.id, &after, &before],
+                    )
+                    .await?;
+                if counted == 0 {
+                    return Ok(None);
+                }
+                let event = tx.record(event).await?;
+                Ok(Some(Answered::Counted { view, event }))
             })
         })
         .await

@@ -471,4 +471,10 @@ DROP FUNCTION count_call_pending();
 DROP TRIGGER calls_live_calls ON calls;
 DROP FUNCTION count_live_calls();
 ",
+    r"
+-- The decisions of an approval that needs several people (JSON), once one is given; who answered (JSON: how
+-- they signed in, and an OpenID principal's provider and subject).
+ALTER TABLE requests ADD COLUMN decisions TEXT;
+ALTER TABLE requests ADD COLUMN answerer TEXT;
+",
 ];

@@ -96,11 +96,20 @@ impl Sqlite {
             let Some((row, current)) = pending_request(tx.conn, &id)? else {
                 return Ok(Answered::NotFound);
             };
-            let decision = match decision::decide(&current, &proposal) {
-                Ok(decision) => decision,
+            let now = tx.now();
+            let decision = match decision::decide(&current, &proposal, now) {
+                Ok(decision::Decided::Resolves(decision)) => decision,
+                Ok(decision::Decided::Counts(signoff)) => {
+                    let mut view = current;
+                    view.decisions.push(signoff);
+                    tx.conn
+                        .prepare_cached("UPDATE requests SET decisions = ?2 WHERE seq = ?1")?
+                        .execute(params![row.seq, rows::decisions_json(&view.decisions)])?;
+                    let event = tx.record(Event::request(EventKind::RequestUpdated, &view))?;
+                    return Ok(Answered::Counted { view, event });
+                }
                 Err(undecided) => return Ok(Answered::undecided(undecided, current)),
             };
-            let now = tx.now();
             if let Some(detail) = proposal.upstream.as_ref().and_then(Upstream::withdrawal) {
                 let resolution = Resolution::Cancelled {
                     detail,
@@ -114,14 +123,16 @@ impl Sqlite {
             tx.conn
                 .prepare_cached(
                     "UPDATE requests SET status = 'answered', resolved_at = ?2, answer = ?3, answered_by = ?4, \
-                     result = ?5 WHERE seq = ?1",
+                     result = ?5, decisions = ?6, answerer = ?7 WHERE seq = ?1",
                 )?
                 .execute(params![
                     row.seq,
                     now.millis(),
                     rows::to_json_opt(view.answer.as_ref()),
                     view.answered_by,
-                    rows::to_json_opt(view.result.as_ref())
+                    rows::to_json_opt(view.result.as_ref()),
+                    rows::decisions_json(&view.decisions),
+                    rows::to_json_opt(view.answerer.as_ref())
                 ])?;
             tx.note(Note::Resolved(id.clone()));
             let event = tx.record(Event::request(EventKind::RequestResolved, &view))?;

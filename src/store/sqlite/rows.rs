@@ -9,7 +9,7 @@ use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallView, Event, RequestView, SessionView};
 use crate::store::listing::{Conditions, Param};
 use crate::store::rows::{self as records, Columns, Parse};
-pub use crate::store::rows::{EVENT, REQUEST, to_json, to_json_opt};
+pub use crate::store::rows::{EVENT, REQUEST, decisions_json, to_json, to_json_opt};
 
 /// The columns `call` reads, in order (from `calls AS c`): each engine gathers a call's Requests its own way.
 pub const CALL: &str = "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, \

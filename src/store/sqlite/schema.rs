@@ -172,6 +172,12 @@ DROP INDEX requests_call;
 CREATE INDEX requests_call ON requests (call_id, seq) WHERE call_id IS NOT NULL;
 CREATE INDEX requests_call_pending ON requests (call_id) WHERE status = 'pending' AND call_id IS NOT NULL;
 ",
+    r"
+-- The decisions of an approval that needs several people (JSON), once one is given; who answered (JSON: how
+-- they signed in, and an OpenID principal's provider and subject).
+ALTER TABLE requests ADD COLUMN decisions TEXT;
+ALTER TABLE requests ADD COLUMN answerer TEXT;
+",
 ];
 
 /// The schema version this build writes.
