@@ -521,7 +521,7 @@ impl Upstreams {
                 self.abandon(view.id.clone());
                 return Err(error.into());
             }
-            self.hold_for_approval(policy, &view).await;
+            self.hold_for_approval(policy, &view, by).await;
             let view = self.calls.get(&view.id).await?.unwrap_or(view);
             return Ok((view, following, Keeping::already()));
         }

@@ -68,12 +68,14 @@ async function api(path, options = {}, renewed = false) {
     },
   });
   if (response.status === 401) {
+    // Another call may have renewed the token since this one was sent: that one is tried first.
+    if (token && storedToken() && storedToken() !== token && !renewed) return api(path, options, true);
     const fresh = token && provider && !renewed ? await signInAt.refresh(provider) : null;
     if (fresh) {
       storeToken(fresh);
       return api(path, options, true);
     }
-    requireToken(token ? 'That sign-in is no longer accepted (it may have expired). Sign in again.' : '');
+    requireToken(token ? 'That token was not accepted (it may have expired). Check it, or sign in again.' : '');
     throw new SignInNeeded();
   }
   return response;
@@ -155,6 +157,7 @@ signin.addEventListener('submit', (event) => {
   }
   signin.setAttribute('aria-busy', 'true');
   signin.querySelector('button').disabled = true;
+  signInAt.forget();
   storeToken(token);
   connect();
 });

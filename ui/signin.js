@@ -9,12 +9,12 @@ const REFRESH_KEY = 'toolnexus-gateway.refresh';
 
 /**
  * The provider the gateway has the inbox sign in at (`GET /ui/sign-in.json`: `issuer`, `clientId`, `scope`,
- * `authorizationEndpoint`, `tokenEndpoint`), or null when it names none.
+ * `authorizationEndpoint`, `tokenEndpoint`), or null when it names none (`204`).
  */
 export async function provider() {
   try {
-    const response = await fetch('sign-in.json', { cache: 'no-store' });
-    return response.ok ? await response.json() : null;
+    const response = await fetch('sign-in.json', { cache: 'no-store', signal: AbortSignal.timeout(10_000) });
+    return response.status === 200 ? await response.json() : null;
   } catch {
     return null;
   }
@@ -22,6 +22,7 @@ export async function provider() {
 
 /** Sends the browser to the provider's sign-in, to come back to this page with a code. */
 export async function begin(provider) {
+  forget();
   const verifier = base64url(crypto.getRandomValues(new Uint8Array(32)));
   const state = base64url(crypto.getRandomValues(new Uint8Array(16)));
   const digest = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(verifier));
@@ -50,10 +51,10 @@ export async function complete(provider) {
   history.replaceState(null, '', location.pathname);
   const attempt = JSON.parse(sessionStorage.getItem(ATTEMPT_KEY) || 'null');
   sessionStorage.removeItem(ATTEMPT_KEY);
+  // Only a return for this tab's own attempt is heard, refusal included: a link cannot sign anyone out or in.
+  if (!attempt || attempt.state !== params.get('state')) return null;
   if (params.has('error')) throw new Error(params.get('error_description') || params.get('error'));
-  if (!attempt || attempt.state !== params.get('state')) {
-    throw new Error('this return from the provider is not for a sign-in this tab began');
-  }
+  forget();
   return tokens(provider, {
     grant_type: 'authorization_code',
     code: params.get('code'),
@@ -63,16 +64,27 @@ export async function complete(provider) {
   });
 }
 
-/** A new access token for the refresh token the provider gave; null without one, or when it is refused. */
-export async function refresh(provider) {
-  const token = sessionStorage.getItem(REFRESH_KEY);
-  if (!token) return null;
-  try {
-    return await tokens(provider, { grant_type: 'refresh_token', refresh_token: token, client_id: provider.clientId });
-  } catch {
-    sessionStorage.removeItem(REFRESH_KEY);
-    return null;
-  }
+/** The refresh in flight, which every call that met a `401` meanwhile waits for rather than starting another. */
+let refreshing = null;
+
+/**
+ * A new access token for the refresh token the provider gave; null without one, or when it is refused. Calls
+ * that ask while a refresh runs share it: a provider that rotates refresh tokens sees each one used once.
+ */
+export function refresh(provider) {
+  refreshing ??= (async () => {
+    const token = sessionStorage.getItem(REFRESH_KEY);
+    if (!token) return null;
+    try {
+      return await tokens(provider, { grant_type: 'refresh_token', refresh_token: token, client_id: provider.clientId });
+    } catch {
+      if (sessionStorage.getItem(REFRESH_KEY) === token) sessionStorage.removeItem(REFRESH_KEY);
+      return null;
+    }
+  })().finally(() => {
+    refreshing = null;
+  });
+  return refreshing;
 }
 
 /** Forgets the refresh token, at sign-out. */

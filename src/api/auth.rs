@@ -10,7 +10,6 @@ use utoipa::openapi::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 
 use super::{ApiError, AppState, document};
-use crate::auth::oidc::InboxSignIn;
 use crate::auth::{AuthError, Authenticator};
 
 /// Where protected resource metadata is served: the bare form, and the form for the resource `/mcp`
@@ -170,18 +169,14 @@ pub async fn protected_resource_of_mcp(
     tag = "inbox",
     responses(
         (status = 200, description = "`issuer`, `clientId`, `scope`, `authorizationEndpoint`, `tokenEndpoint`", body = Object),
-        (status = 404, description = "The inbox does not sign in at a provider (no `auth.oidc.ui_client_id`)", body = crate::api::Problem, content_type = "application/problem+json"),
+        (status = 204, description = "The inbox signs in at no provider (no `auth.oidc.ui_client_id`)"),
     )
 )]
-pub async fn inbox_sign_in(State(state): State<AppState>) -> Result<Json<InboxSignIn>, ApiError> {
-    state
-        .auth
-        .authenticator
-        .oidc()
-        .and_then(|oidc| oidc.inbox())
-        .cloned()
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found("the inbox does not sign in at an OpenID provider here"))
+pub async fn inbox_sign_in(State(state): State<AppState>) -> Response {
+    match state.auth.authenticator.oidc().and_then(|oidc| oidc.inbox()) {
+        Some(inbox) => Json(inbox).into_response(),
+        None => StatusCode::NO_CONTENT.into_response(),
+    }
 }
 
 /// Where the metadata of `resource` is: its path after the well-known prefix (RFC 9728 §3.1).

@@ -344,7 +344,10 @@ impl Oidc {
                 issuer: settings.issuer.clone(),
                 subject: subject.to_owned(),
                 email: text("email")
-                    .filter(|_| claims.get("email_verified") == Some(&Value::Bool(true)))
+                    .filter(|_| {
+                        let verified = claims.get("email_verified");
+                        verified == Some(&Value::Bool(true)) || verified.and_then(Value::as_str) == Some("true")
+                    })
                     .map(str::to_owned),
                 groups: groups.into_iter().map(str::to_owned).collect(),
             },

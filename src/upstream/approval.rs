@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use super::legs::LegError;
 use super::{CallRef, Upstreams};
 use crate::approvals::{self, ApprovalPolicy};
+use crate::auth::Principal;
 use crate::ids::{self, CallId, RequestId};
 use crate::records::{CallError, CallFailure, CallView, Finish, RequestView, Status};
 use crate::registry::{Origin, Waiting};
@@ -36,14 +37,15 @@ enum Verdict {
 }
 
 impl Upstreams {
-    /// Raises the approval a call needs and waits for it on a task of its own; the call is `input_required`
-    /// meanwhile. When the approval cannot be raised, the call fails saying why.
-    pub(super) async fn hold_for_approval(self: &Arc<Self>, policy: &ApprovalPolicy, view: &CallView) {
+    /// Raises the approval a call of `by` needs and waits for it on a task of its own; the call is
+    /// `input_required` meanwhile. When the approval cannot be raised, the call fails saying why. The approval
+    /// names its caller as people know them (`by`'s name); its `owner` is `by`'s identity.
+    pub(super) async fn hold_for_approval(self: &Arc<Self>, policy: &ApprovalPolicy, view: &CallView, by: &Principal) {
         let data = approvals::request_data(
             &view.server,
             &view.tool,
             &view.arguments.to_value(),
-            &view.owner,
+            &by.name,
             &policy.approvers,
             policy.self_approval,
             policy.quorum,
@@ -51,7 +53,7 @@ impl Upstreams {
         let request = Request {
             id: RequestId::mint(ids::APPROVAL),
             kind: RequestKind::Approval,
-            prompt: policy.prompt_for(&view.server, &view.tool, &view.owner),
+            prompt: policy.prompt_for(&view.server, &view.tool, &by.name),
             url: None,
             data: Some(Arc::new(data)),
             expires_at: None,

@@ -302,6 +302,10 @@ async fn approvers_name_the_provider_s_groups_and_users_and_self_approval_lets_t
             approval["data"]["approvers"],
             json!(["group:on-call", "user:admin-bot", "lead"])
         );
+        assert_eq!(
+            approval["data"]["call"]["caller"], "agent-1",
+            "the caller by name; its owner by identity"
+        );
         let sre = Caller::bearing(&app, &provider.token("sre-bot").await);
         let (status, problem) = answer(&sre, request).await;
         assert_eq!(status, 403, "sre is not a listed group: {problem}");

@@ -9,7 +9,7 @@ use tokio_postgres::types::ToSql;
 
 use super::writer::{Tx, insert_event};
 use super::{Postgres, Reader, rounds, rows};
-use crate::decision::{self, Decided, Proposal, Upstream};
+use crate::decision::{self, Decided, Decision, Proposal, Upstream};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{Event, EventKind, Filter, RequestView, Signoff, Status};
 use crate::store::listing::{Conditions, Placeholders};
@@ -139,24 +139,37 @@ impl Postgres {
     /// statement that resolves it only if it is still pending: the read stays off the writer, whose
     /// transactions it would lengthen. (Who owns a Request and what it asks never change; its status is
     /// decided again by that statement.)
+    ///
+    /// An approval that needs several people is written only over the decisions its answer was decided on: when
+    /// another was kept first, the answer is decided again on the Request as it is now.
     pub async fn answer(&self, id: &RequestId, proposal: Proposal) -> Result<Answered, StoreError> {
-        let (pending, decision, now) = loop {
+        loop {
             let Some(pending) = self.request(id).await? else {
                 return Ok(Answered::NotFound);
             };
             let now = self.shared.clock.now();
-            match decision::decide(&pending, &proposal, now) {
-                Ok(Decided::Resolves(decision)) => break (pending, decision, now),
-                Ok(Decided::Counts(signoff)) => {
-                    if let Some(counted) = self.count(pending, signoff).await? {
-                        return Ok(counted);
-                    }
-                    // Another decision on it was kept first: decide on it as it is now.
-                }
+            let written = match decision::decide(&pending, &proposal, now) {
+                Ok(Decided::Resolves(decision)) => self.resolve_answer(pending, decision, now, &proposal).await?,
+                Ok(Decided::Counts(signoff)) => self.count(pending, signoff).await?,
                 Err(undecided) => return Ok(Answered::undecided(undecided, pending)),
+            };
+            if let Some(answered) = written {
+                return Ok(answered);
             }
-        };
+        }
+    }
+
+    /// Writes a decision that resolves `pending`, if it is still pending with the decisions it was read with;
+    /// `None` when it is pending with others.
+    async fn resolve_answer(
+        &self,
+        pending: RequestView,
+        decision: Decision,
+        now: Timestamp,
+        proposal: &Proposal,
+    ) -> Result<Option<Answered>, StoreError> {
         let id = pending.request.id.clone();
+        let decided_on = rows::decisions_json(&pending.decisions);
         let mut view = pending;
         crate::store::views::answer_view(&mut view, decision, now);
         let answer = rows::to_json_opt(view.answer.as_ref());
@@ -164,31 +177,31 @@ impl Postgres {
         let decisions = rows::decisions_json(&view.decisions);
         let answerer = rows::to_json_opt(view.answerer.as_ref());
         let event = Event::request(EventKind::RequestResolved, &view);
-        let upstream = proposal.upstream;
+        let upstream = proposal.upstream.clone();
         // Alongside other answers: what this one decides is read by its own statements as they run. So is a
         // withdrawal's cancellation (a Request with a waiter to withdraw has no round to hand on).
         self.write_alongside(move |tx| {
             // Each run its own copy: a run that another change's failure cut short runs again.
             let withdrawn = upstream.as_ref().and_then(Upstream::withdrawal);
             let (id, answer, result) = (id.clone(), answer.clone(), result.clone());
-            let (decisions, answerer) = (decisions.clone(), answerer.clone());
+            let (decisions, answerer, decided_on) = (decisions.clone(), answerer.clone(), decided_on.clone());
             let (mut view, event) = (view.clone(), event.clone());
             Box::pin(async move {
                 if let Some(detail) = withdrawn {
                     let Some(current) = request(tx, &id).await? else {
-                        return Ok(Answered::NotFound);
+                        return Ok(Some(Answered::NotFound));
                     };
                     if current.status != Status::Pending {
-                        return Ok(Answered::Lost(current));
+                        return Ok(Some(Answered::Lost(current)));
                     }
                     let resolution = Resolution::Cancelled {
                         detail,
                         told_cancel: false,
                     };
-                    return Ok(match resolve_one(tx, current, &resolution, now).await? {
+                    return Ok(Some(match resolve_one(tx, current, &resolution, now).await? {
                         Some((view, _)) => Answered::Withdrawn(view),
                         None => request(tx, &id).await?.map_or(Answered::NotFound, Answered::Lost),
-                    });
+                    }));
                 }
                 // The Request resolved, counted out and its event numbered, in one statement.
                 static ANSWER: LazyLock<String> = LazyLock::new(|| {
@@ -197,6 +210,7 @@ impl Postgres {
                          decisions = $6, answerer = $7",
                         2,
                         Some(8),
+                        Some(9),
                     )
                 });
                 let (resolved_at, values) = (now.millis(), tx.event_values(&event));
@@ -208,10 +222,16 @@ impl Postgres {
                     &result,
                     &decisions,
                     &answerer,
+                    &decided_on,
                 ];
                 params.extend(values.params());
                 let Some(won) = tx.query_opt(&ANSWER, &params).await? else {
-                    return Ok(request(tx, &id).await?.map_or(Answered::NotFound, Answered::Lost));
+                    return Ok(match request(tx, &id).await? {
+                        None => Some(Answered::NotFound),
+                        // Another approval of several was counted since the read.
+                        Some(current) if current.status == Status::Pending => None,
+                        Some(current) => Some(Answered::Lost(current)),
+                    });
                 };
                 let won = rounds::Won::read(&won)?;
                 let seq = won.seq.unwrap_or_default();
@@ -225,11 +245,11 @@ impl Postgres {
                 }
                 let event = tx.numbered(event, seq);
                 let resumes = rounds::on_settled(tx, won.settled, won.round).await?;
-                Ok(Answered::Won {
+                Ok(Some(Answered::Won {
                     view,
                     event,
                     resumes: resumes.map(Box::new),
-                })
+                }))
             })
         })
         .await
@@ -581,6 +601,7 @@ async fn resolve_one(
         rounds::resolving(
             "status = $2, resolved_at = $3, answer = $4, result = $5, detail = $6",
             3,
+            None,
             None,
         )
     });

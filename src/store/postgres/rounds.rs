@@ -126,7 +126,8 @@ pub(super) async fn count_raised(
     Ok(())
 }
 
-/// The statement resolving Request `$1` if it is pending, setting `set` (the columns of `UPDATE requests SET`),
+/// The statement resolving Request `$1` if it is pending (and, with `unchanged`, only if its `decisions` are still
+/// parameter `$unchanged`), setting `set` (the columns of `UPDATE requests SET`),
 /// that also takes the Request out of the counts of pending Requests (its call's, with [`count_pending`] at
 /// parameter `$at`, which claims the call when that completes its round, and its owner's and server's in
 /// `pending_shares`), and records the event whose values are parameters `$event` on (see [`insert_event`]), if
@@ -136,7 +137,10 @@ pub(super) async fn count_raised(
 /// The call is found by its id, read from the Request's row in a subquery, not by a join: joined, with
 /// statistics taken before a large round was raised, its update scanned an index of live calls holding every
 /// version of the call's row that the round's answers left.
-pub(super) fn resolving(set: &str, at: usize, event: Option<usize>) -> String {
+pub(super) fn resolving(set: &str, at: usize, unchanged: Option<usize>, event: Option<usize>) -> String {
+    let unchanged = unchanged
+        .map(|at| format!(" AND decisions IS NOT DISTINCT FROM ${at}"))
+        .unwrap_or_default();
     let (numbered, seq, joined) = match event {
         Some(first) => (
             format!("numbered AS ({}), ", insert_event(first, "SELECT {} FROM won")),
@@ -146,7 +150,7 @@ pub(super) fn resolving(set: &str, at: usize, event: Option<usize>) -> String {
         None => (String::new(), "NULL::BIGINT", ""),
     };
     format!(
-        "WITH won AS (UPDATE requests SET {set} WHERE id = $1 AND status = 'pending' \
+        "WITH won AS (UPDATE requests SET {set} WHERE id = $1 AND status = 'pending'{unchanged} \
          RETURNING round, completed_at, call_id, owner, server, bytes), {numbered}\
          shared AS (INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
          SELECT COALESCE(owner, ''), COALESCE(server, ''), {REPLICA}, -1, -bytes FROM won \
