@@ -8,9 +8,10 @@
 #
 # schemathesis, and the Standard Webhooks library the webhook tests verify deliveries with, are installed from
 # PyPI into virtualenvs under ~/.cache when missing (needs python3-venv).
-# The OpenID tests (tests/api/oidc.rs) sign in at panva's oidc-provider, tests/oidc's npm package, and the
-# browser tests drive the inbox with tests/browser's: both need Node.js 20.19+ with npm, and are installed
-# here with `npm ci` when missing. The browser tests also need Debian's chromium (installed here with apt-get
+# The OpenID tests (tests/api/oidc.rs) sign in at panva's oidc-provider, tests/oidc's npm package; the peer
+# tests (tests/api/peers.rs) run the TypeScript reference server-everything, tests/peers'; and the browser
+# tests drive the inbox with tests/browser's: all need Node.js 20.19+ with npm, and are installed here with
+# `npm ci` when missing. The browser tests also need Debian's chromium (installed here with apt-get
 # when missing and running as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +48,10 @@ node -e 'const [major, minor] = process.versions.node.split(".").map(Number); pr
 if [[ ! -d tests/oidc/node_modules/oidc-provider ]]; then
     (cd tests/oidc && npm ci --no-audit --no-fund) ||
         fail "cannot install the OpenID provider the tests sign in at: run 'npm ci' in tests/oidc"
+fi
+if [[ ! -d tests/peers/node_modules/@modelcontextprotocol/server-everything ]]; then
+    (cd tests/peers && npm ci --no-audit --no-fund) ||
+        fail "cannot install the third-party MCP servers the tests run: run 'npm ci' in tests/peers"
 fi
 
 cargo test --locked "$@"

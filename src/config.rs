@@ -609,6 +609,9 @@ pub struct ServerConfig {
         serialize_with = "as_optional_humantime"
     )]
     pub startup_timeout: Option<Duration>,
+    /// The `file://` URIs the server is told are the roots it may work in (2025-11-25 `roots/list`).
+    #[serde(default)]
+    pub roots: Vec<String>,
 }
 
 /// Servers built into this binary.
@@ -671,6 +674,8 @@ pub struct Server {
     pub protocol: ProtocolChoice,
     /// How long starting the server and its MCP handshake may take before it counts as failed.
     pub startup_timeout: Duration,
+    /// The roots it is told of; none declared when empty.
+    pub roots: Vec<String>,
 }
 
 impl Config {
@@ -1164,11 +1169,19 @@ impl Config {
             if server.startup_timeout.is_some_and(|timeout| timeout.is_zero()) {
                 return Err(format!("{key}.startup_timeout must be longer than zero"));
             }
+            for root in &server.roots {
+                if !Url::parse(root).is_ok_and(|url| url.scheme() == "file") {
+                    return Err(format!(
+                        "{key}.roots: {root:?} is not a file:// URI (e.g. \"file:///workspace\"), as MCP roots are"
+                    ));
+                }
+            }
             Ok(Server {
                 name: server.name.clone(),
                 transport: server.transport(&key, demo_program)?,
                 protocol: server.protocol,
                 startup_timeout: server.startup_timeout.unwrap_or(DEFAULT_STARTUP_TIMEOUT),
+                roots: server.roots.clone(),
             })
         })
     }
@@ -1811,6 +1824,20 @@ mod tests {
             ))
             .is_err()
         );
+    }
+
+    #[test]
+    fn a_server_s_roots_are_file_uris() {
+        let server = |roots: &str| format!("[[servers]]\nname = \"s\"\ncommand = \"true\"\nroots = [{roots}]\n");
+        let config = parse(&server("\"file:///workspace\"")).unwrap();
+        assert_eq!(config.servers().unwrap()[0].roots, ["file:///workspace"]);
+        for root in ["\"/workspace\"", "\"https://example.com/x\""] {
+            let error = parse(&server(root)).unwrap_err();
+            assert!(
+                error.contains("servers[0].roots") && error.contains("is not a file:// URI"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

@@ -500,7 +500,7 @@ impl Upstreams {
             owner: by.id.clone(),
             via,
             protocol_version: live.protocol_version.clone(),
-            capabilities: serde_json::to_value(capabilities()).unwrap_or_default(),
+            capabilities: serde_json::to_value(capabilities(false)).unwrap_or_default(),
         };
         let started = self
             .calls

@@ -31,7 +31,7 @@ impl ClientHandler for Answerer {
     fn get_info(&self) -> ClientConfig {
         // The same declaration as the gateway's, so both paths ask the upstream for the same thing.
         ClientConfig::new(
-            toolnexus_gateway::upstream::capabilities(),
+            toolnexus_gateway::upstream::capabilities(false),
             Implementation::new("bench-direct", "0.1.0"),
         )
         .with_protocol_version(self.protocol.clone())

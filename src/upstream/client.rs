@@ -9,8 +9,10 @@ use rmcp::model::{
     CancelledNotificationParam, ClientCapabilities, ClientConfig, CustomNotification, CustomRequest, CustomResult,
     ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability, ErrorCode, ErrorData,
     FormElicitationCapability, Implementation, ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestId,
-    UrlElicitationCapability,
+    RootsCapabilities, UrlElicitationCapability,
 };
+#[allow(deprecated, reason = "2025-11-25 servers still ask for roots")]
+use rmcp::model::{ListRootsResult, Root};
 use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext};
 use rmcp::{ClientHandler, RoleClient};
 use serde_json::Value;
@@ -418,14 +420,16 @@ pub struct Attribution {
     pub owned: bool,
 }
 
-/// What the gateway declares to upstreams: elicitation in form and URL mode, nothing else.
-pub fn capabilities() -> ClientCapabilities {
+/// What the gateway declares to upstreams: elicitation in form and URL mode, and roots to a 2025-11-25 server
+/// that has some configured.
+pub fn capabilities(roots: bool) -> ClientCapabilities {
     let mut capabilities = ClientCapabilities::default();
     capabilities.elicitation = Some(
         ElicitationCapability::new()
             .with_form(FormElicitationCapability::new())
             .with_url(UrlElicitationCapability::new()),
     );
+    capabilities.roots = roots.then(RootsCapabilities::default);
     capabilities
 }
 
@@ -434,12 +438,14 @@ pub fn capabilities() -> ClientCapabilities {
 pub struct GatewayClient {
     core: Arc<SessionCore>,
     protocol: ProtocolVersion,
+    /// The roots of the session's server, as its config lists them.
+    roots: Arc<[String]>,
 }
 
 impl GatewayClient {
-    /// A handler for one session, offering `protocol` in a legacy `initialize`.
-    pub fn new(core: Arc<SessionCore>, protocol: ProtocolVersion) -> Self {
-        Self { core, protocol }
+    /// A handler for one session, offering `protocol` in a legacy `initialize` and `roots` to `roots/list`.
+    pub fn new(core: Arc<SessionCore>, protocol: ProtocolVersion, roots: Arc<[String]>) -> Self {
+        Self { core, protocol, roots }
     }
 
     /// The session this handler serves.
@@ -494,9 +500,18 @@ impl ClientHandler for GatewayClient {
             .send_modify(|version| *version = version.wrapping_add(1));
     }
 
+    /// The roots configured for the server; the capability is declared only when there are some.
+    #[allow(deprecated, reason = "2025-11-25 servers still ask for roots")]
+    async fn list_roots(&self, _context: RequestContext<RoleClient>) -> Result<ListRootsResult, ErrorData> {
+        Ok(ListRootsResult::new(self.roots.iter().map(Root::new).collect()))
+    }
+
     fn get_info(&self) -> ClientConfig {
+        // Roots are told only in a 2025-11-25 session: a 2026-07-28 server would ask for them in an
+        // `input_required` round, which takes elicitations alone.
+        let roots = !self.roots.is_empty() && self.protocol < ProtocolVersion::V_2026_07_28;
         ClientConfig::new(
-            capabilities(),
+            capabilities(roots),
             Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(self.protocol.clone())

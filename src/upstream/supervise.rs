@@ -133,7 +133,9 @@ impl Upstreams {
             self.reports.clone(),
         ));
         let connected = tokio::select! {
-            connected = connect::connect(server, |protocol| GatewayClient::new(core.clone(), protocol)) => {
+            connected = connect::connect(server, |protocol| {
+                GatewayClient::new(core.clone(), protocol, server.roots.clone().into())
+            }) => {
                 connected.map_err(OpenError::Connect)
             }
             () = self.shutdown.cancelled() => Err(OpenError::ShuttingDown),

@@ -21,6 +21,7 @@ mod limits;
 mod oidc;
 mod openapi;
 mod operations;
+mod peers;
 mod posted;
 mod postgres;
 mod races;

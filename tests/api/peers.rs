@@ -1,0 +1,70 @@
+//! Third-party MCP servers as upstreams: the TypeScript reference `server-everything` (tests/peers, npm) over
+//! stdio.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::helpers::spawn_app;
+
+/// A `[[servers]]` entry running server-everything over stdio, plus extra keys.
+fn everything(name: &str, extra: &str) -> String {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/peers/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        script.is_file(),
+        "the peer tests run @modelcontextprotocol/server-everything: run `npm ci` in tests/peers (scripts/test.sh does)"
+    );
+    format!(
+        "[[servers]]\nname = \"{name}\"\ncommand = \"node\"\nargs = [\"{}\", \"stdio\"]\nprotocol = \"2025-11-25\"\n{extra}\n",
+        script.display()
+    )
+}
+
+/// The text of a completed call's result.
+fn text(call: &Value) -> String {
+    assert_eq!(call["status"], "completed", "{call}");
+    call["result"]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|block| block["text"].as_str())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_2025_11_25_server_asks_for_its_roots_and_hears_the_configured_ones_and_others_hear_of_none() {
+    let servers = format!(
+        "{}{}",
+        everything("rooted", "roots = [\"file:///workspace\", \"file:///srv/data\"]"),
+        everything("rootless", "")
+    );
+    let app = spawn_app(&servers).await;
+
+    let call = app.call("rooted", "get-roots-list", json!({})).await;
+    let listed = text(&call);
+    assert!(
+        listed.contains("file:///workspace") && listed.contains("file:///srv/data"),
+        "{listed}"
+    );
+    // server-everything offers the tool only to a client that declares roots.
+    let tools = |server: &str| {
+        let app = &app;
+        let server = server.to_owned();
+        async move {
+            let listed = app.get_json(&format!("/servers/{server}/tools")).await;
+            listed["tools"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{listed}"))
+                .iter()
+                .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert!(tools("rooted").await.contains(&"get-roots-list".to_owned()));
+    let rootless = tools("rootless").await;
+    assert!(
+        !rootless.is_empty() && !rootless.contains(&"get-roots-list".to_owned()),
+        "{rootless:?}"
+    );
+}
