@@ -622,6 +622,9 @@ async fn resolve_one(
         return Ok(None);
     };
     let won = rounds::Won::read(&won)?;
+    // As the statement found it: a completion or an approval of several kept since the read counts too.
+    view.completed_at = won.completed_at;
+    view.decisions = won.decisions;
     // The Request's event, the call's, and the call's claim, in one exchange.
     let event = Event::request(EventKind::RequestResolved, &view);
     let (_, resumes) = futures::try_join!(tx.record(event), rounds::on_settled(tx, won.settled, won.round))?;

@@ -8,7 +8,7 @@ use tokio_postgres::Row;
 use super::writer::{Tx, insert_event};
 use super::{Reader, rows as call_rows};
 use crate::ids::CallId;
-use crate::records::{CallStatus, CallView, Event};
+use crate::records::{CallStatus, CallView, Event, Signoff};
 use crate::store::Retry;
 use crate::store::rows::{self, Columns, JsonText};
 use crate::time::Timestamp;
@@ -151,13 +151,13 @@ pub(super) fn resolving(set: &str, at: usize, unchanged: Option<usize>, event: O
     };
     format!(
         "WITH won AS (UPDATE requests SET {set} WHERE id = $1 AND status = 'pending'{unchanged} \
-         RETURNING round, completed_at, call_id, owner, server, bytes), {numbered}\
+         RETURNING round, completed_at, call_id, owner, server, bytes, decisions), {numbered}\
          shared AS (INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
          SELECT COALESCE(owner, ''), COALESCE(server, ''), {REPLICA}, -1, -bytes FROM won \
          ON CONFLICT (owner, server, replica) DO UPDATE \
          SET requests = pending_shares.requests + EXCLUDED.requests, bytes = pending_shares.bytes + EXCLUDED.bytes), \
          settled AS ({}) \
-         SELECT settled.*, won.round, won.completed_at, {seq} FROM won{joined} LEFT JOIN settled ON true",
+         SELECT settled.*, won.round, won.completed_at, {seq}, won.decisions FROM won{joined} LEFT JOIN settled ON true",
         count_pending(
             "-1",
             &format!("${at}"),
@@ -177,6 +177,8 @@ pub(super) struct Won {
     pub seq: Option<i64>,
     /// The Request's call, if resolving it changed the call's status.
     pub settled: Option<CallView>,
+    /// The decisions of an approval that needs several people, as the statement read them.
+    pub decisions: Vec<Signoff>,
 }
 
 impl Won {
@@ -187,6 +189,10 @@ impl Won {
             round: row.try_get(at)?,
             completed_at: row.try_get::<_, Option<i64>>(at + 1)?.map(Timestamp::from_millis),
             seq: row.try_get(at + 2)?,
+            decisions: row
+                .try_get::<_, Option<String>>(at + 3)?
+                .and_then(|text| serde_json::from_str(&text).ok())
+                .unwrap_or_default(),
         })
     }
 }
