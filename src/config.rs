@@ -612,6 +612,20 @@ pub struct ServerConfig {
     /// The `file://` URIs the server is told are the roots it may work in (2025-11-25 `roots/list`).
     #[serde(default)]
     pub roots: Vec<String>,
+    /// Whether its sampling requests (2025-11-25) are asked of a person, or refused.
+    #[serde(default)]
+    pub sampling: Sampling,
+}
+
+/// `[[servers]] sampling`: what becomes of a server's `sampling/createMessage`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sampling {
+    /// A Request of kind `sampling`, answered with the reply's text.
+    #[default]
+    Ask,
+    /// Not offered: the capability is not declared, and a request is refused.
+    Refuse,
 }
 
 /// Servers built into this binary.
@@ -676,6 +690,8 @@ pub struct Server {
     pub startup_timeout: Duration,
     /// The roots it is told of; none declared when empty.
     pub roots: Vec<String>,
+    /// What becomes of its sampling requests.
+    pub sampling: Sampling,
 }
 
 impl Config {
@@ -1182,6 +1198,7 @@ impl Config {
                 protocol: server.protocol,
                 startup_timeout: server.startup_timeout.unwrap_or(DEFAULT_STARTUP_TIMEOUT),
                 roots: server.roots.clone(),
+                sampling: server.sampling,
             })
         })
     }

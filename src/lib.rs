@@ -23,6 +23,7 @@ pub mod records;
 pub mod redact;
 pub mod registry;
 pub mod retained;
+pub mod sampling;
 pub mod sessions;
 pub mod signature;
 pub mod store;

@@ -25,6 +25,7 @@ use crate::lock;
 use crate::metrics::{Metric, Metrics};
 use crate::posted::Posted;
 use crate::records::{Event, Filter, RequestView, Status};
+use crate::sampling;
 use crate::store::{
     Answered, NewRequest, NewRound, Pending, PendingCap, PendingCaps, RaiseError, Resolution, Resolved, Retry, Store,
     StoreError,
@@ -226,6 +227,25 @@ impl Registry {
     /// `withdrawn` fires if the upstream withdraws it.
     pub async fn ask(&self, params: Value, origin: &Origin, withdrawn: CancellationToken) -> Result<Waiting, AskError> {
         let new = self.new_request(&params, origin, None)?;
+        self.wait_on(new, &origin.server, withdrawn).await
+    }
+
+    /// Raises the Request of a 2025-11-25 `sampling/createMessage` (see [`crate::sampling`]) to wait on here, as
+    /// [`Registry::ask`] does an elicitation's.
+    pub async fn ask_sampling(
+        &self,
+        params: Value,
+        origin: &Origin,
+        withdrawn: CancellationToken,
+    ) -> Result<Waiting, AskError> {
+        sampling::check_params(&params).map_err(AskError::Unusable)?;
+        let bytes = crate::records::json_size(&params);
+        self.fits("the sampling request", bytes).map_err(AskError::Unusable)?;
+        let mut request = sampling::sampling_to_request(&params);
+        if let Some(data) = request.data.take() {
+            request.data = Some(self.shared.rules.forms.share(data).map_err(AskError::Unusable)?.data);
+        }
+        let new = self.at_origin(request, origin, self.shared.policy.ttl, bytes);
         self.wait_on(new, &origin.server, withdrawn).await
     }
 

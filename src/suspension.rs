@@ -49,6 +49,8 @@ pub enum RequestKind {
     Approval,
     /// toolnexus questions, under `data.questions`.
     Question,
+    /// A reply to an upstream's conversation (a 2025-11-25 `sampling/createMessage`), under `data.messages`.
+    Sampling,
     /// Any other kind.
     Other(String),
 }
@@ -61,6 +63,7 @@ impl RequestKind {
             Self::Authorization => "authorization",
             Self::Approval => "approval",
             Self::Question => "question",
+            Self::Sampling => "sampling",
             Self::Other(kind) => kind,
         }
     }
@@ -73,6 +76,7 @@ impl From<String> for RequestKind {
             "authorization" => Self::Authorization,
             "approval" => Self::Approval,
             "question" => Self::Question,
+            "sampling" => Self::Sampling,
             _ => Self::Other(kind),
         }
     }

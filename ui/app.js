@@ -545,8 +545,25 @@ function card(request, clock) {
     ),
     meta,
     h('p', { class: 'time' }, clock),
+    request.kind === 'sampling' ? conversation(request) : null,
     body,
   );
+}
+
+/**
+ * The conversation a sampling Request asks a reply to (`data.systemPrompt`, `data.messages`): each message's
+ * role and its text, isolated; content that is not text is named, not shown.
+ */
+function conversation(request) {
+  const data = request.data || {};
+  const said = (role, text) => h('div', { class: 'message' }, h('dt', { text: role }), h('dd', {}, isolated(text)));
+  const messages = (Array.isArray(data.messages) ? data.messages : []).map((message) => {
+    const blocks = Array.isArray(message.content) ? message.content : [message.content || {}];
+    const text = blocks.map((block) => (block.type === 'text' ? String(block.text ?? '') : `[${block.type} content]`)).join('\n');
+    return said(message.role === 'assistant' ? 'Assistant' : 'User', text);
+  });
+  const system = typeof data.systemPrompt === 'string' ? [said('System', data.systemPrompt)] : [];
+  return h('dl', { class: 'conversation', 'aria-label': 'Conversation' }, system, messages);
 }
 
 /** The form of a form-mode Request, generated from its requested schema. */

@@ -11,10 +11,12 @@ use rmcp::model::{
     FormElicitationCapability, Implementation, ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestId,
     RootsCapabilities, UrlElicitationCapability,
 };
-#[allow(deprecated, reason = "2025-11-25 servers still ask for roots")]
-use rmcp::model::{ListRootsResult, Root};
+#[allow(deprecated, reason = "2025-11-25 servers still ask for roots and sampling")]
+use rmcp::model::{CreateMessageRequestParams, CreateMessageResult, ListRootsResult, Root, SamplingCapability};
 use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext};
 use rmcp::{ClientHandler, RoleClient};
+
+use crate::config::{Sampling, Server};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -199,15 +201,16 @@ impl SessionCore {
         !lock(&self.elicitations).is_empty()
     }
 
-    /// Answers a 2025-11-25 `elicitation/create` through a Request, waiting for its outcome; `withdrawn` fires if
-    /// the upstream cancels the elicitation. Params the gateway cannot show are refused with `-32602`; past the
-    /// pending cap the upstream gets `cancel` at once.
+    /// Answers a 2025-11-25 `elicitation/create` (or, `asking` so, a `sampling/createMessage`) through a Request,
+    /// waiting for its outcome; `withdrawn` fires if the upstream cancels it. Params the gateway cannot show are
+    /// refused with `-32602`; past the pending cap the upstream gets `cancel` at once.
     ///
-    /// The elicitation is booked before this returns, so that a withdrawal read right after it finds it even
-    /// while its Request is still being raised.
+    /// It is booked before this returns, so that a withdrawal read right after it finds it even while its
+    /// Request is still being raised.
     pub fn elicit(
         self: &Arc<Self>,
         request: RequestId,
+        asking: Asking,
         params: Value,
         stream: Option<InboundStreamOrigin>,
         withdrawn: CancellationToken,
@@ -222,7 +225,10 @@ impl SessionCore {
             let core = &booked.core;
             let call = core.attribute(stream.as_ref()).await;
             let origin = core.origin_of(call.as_ref());
-            let asked = core.registry.ask(params, &origin, withdrawn.clone()).await;
+            let asked = match asking {
+                Asking::Elicitation => core.registry.ask(params, &origin, withdrawn.clone()).await,
+                Asking::Sampling => core.registry.ask_sampling(params, &origin, withdrawn.clone()).await,
+            };
             (booked, asked, withdrawn, origin.call)
         });
         async move {
@@ -276,6 +282,15 @@ impl SessionCore {
             }
         }
     }
+}
+
+/// What a 2025-11-25 server's request asks a person for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asking {
+    /// A value or a visit (`elicitation/create`).
+    Elicitation,
+    /// A reply to its conversation (`sampling/createMessage`).
+    Sampling,
 }
 
 /// The legacy elicitations of a session, from their arrival until their reply is settled: the one place that
@@ -440,12 +455,19 @@ pub struct GatewayClient {
     protocol: ProtocolVersion,
     /// The roots of the session's server, as its config lists them.
     roots: Arc<[String]>,
+    /// Whether the server's sampling requests are asked of a person.
+    sampling: bool,
 }
 
 impl GatewayClient {
-    /// A handler for one session, offering `protocol` in a legacy `initialize` and `roots` to `roots/list`.
-    pub fn new(core: Arc<SessionCore>, protocol: ProtocolVersion, roots: Arc<[String]>) -> Self {
-        Self { core, protocol, roots }
+    /// A handler for one session of `server`, offering `protocol` in a legacy `initialize`.
+    pub fn new(core: Arc<SessionCore>, protocol: ProtocolVersion, server: &Server) -> Self {
+        Self {
+            core,
+            protocol,
+            roots: server.roots.clone().into(),
+            sampling: server.sampling == Sampling::Ask,
+        }
     }
 
     /// The session this handler serves.
@@ -507,11 +529,15 @@ impl ClientHandler for GatewayClient {
     }
 
     fn get_info(&self) -> ClientConfig {
-        // Roots are told only in a 2025-11-25 session: a 2026-07-28 server would ask for them in an
-        // `input_required` round, which takes elicitations alone.
-        let roots = !self.roots.is_empty() && self.protocol < ProtocolVersion::V_2026_07_28;
+        // Roots and sampling are offered only in a 2025-11-25 session: a 2026-07-28 server would ask for them in
+        // an `input_required` round, which takes elicitations alone.
+        let legacy = self.protocol < ProtocolVersion::V_2026_07_28;
+        let mut capabilities = capabilities(legacy && !self.roots.is_empty());
+        if legacy && self.sampling {
+            capabilities.sampling = Some(SamplingCapability::default());
+        }
         ClientConfig::new(
-            capabilities(roots),
+            capabilities,
             Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(self.protocol.clone())
@@ -525,7 +551,30 @@ impl ClientHandler for GatewayClient {
     ) -> impl Future<Output = Result<ElicitResult, ErrorData>> + Send + '_ {
         let stream = context.extensions.get::<InboundStreamOrigin>().cloned();
         let params = serde_json::to_value(params).unwrap_or_default();
-        self.core.elicit(context.id, params, stream, context.ct)
+        self.core
+            .elicit(context.id, Asking::Elicitation, params, stream, context.ct)
+    }
+
+    /// A sampling request: asked of a person when the server's config says `sampling = "ask"` (its capability is
+    /// declared only then), the reply sent back as the assistant's message.
+    #[allow(deprecated, reason = "2025-11-25 servers still ask for sampling")]
+    fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> impl Future<Output = Result<CreateMessageResult, ErrorData>> + Send + '_ {
+        let stream = context.extensions.get::<InboundStreamOrigin>().cloned();
+        let asked = self.sampling.then(|| {
+            let params = serde_json::to_value(params).unwrap_or_default();
+            self.core
+                .elicit(context.id, Asking::Sampling, params, stream, context.ct)
+        });
+        async move {
+            let asked = asked.ok_or_else(|| {
+                ErrorData::new(ErrorCode::METHOD_NOT_FOUND, "sampling is refused for this server", None)
+            })?;
+            crate::sampling::reply(asked.await?)
+        }
     }
 
     /// An `elicitation/create` whose params rmcp could not read, or one a stdio transport without a session passes
@@ -538,8 +587,13 @@ impl ClientHandler for GatewayClient {
         let stream = context.extensions.get::<InboundStreamOrigin>().cloned();
         let elicited = (request.method == ELICITATION_CREATE)
             .then(|| {
-                self.core
-                    .elicit(context.id, request.params.unwrap_or_default(), stream, context.ct)
+                self.core.elicit(
+                    context.id,
+                    Asking::Elicitation,
+                    request.params.unwrap_or_default(),
+                    stream,
+                    context.ct,
+                )
             })
             .ok_or_else(|| ErrorData::new(ErrorCode::METHOD_NOT_FOUND, request.method, None));
         async move {

@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::client::{ELICITATION_CREATE, SessionCore};
+use super::client::{Asking, ELICITATION_CREATE, SessionCore};
 use framing::{Line, MAX_MESSAGE_BYTES, Reader, Writer};
 use process::Process;
 
@@ -83,7 +83,7 @@ impl ChildTransport {
 
     /// Raises the Request of an `elicitation/create` and waits for it on a task that writes the response.
     fn elicit(&mut self, session: &Arc<SessionCore>, id: RequestId, params: Value) {
-        let waiting = session.elicit(id.clone(), params, None, CancellationToken::new());
+        let waiting = session.elicit(id.clone(), Asking::Elicitation, params, None, CancellationToken::new());
         let stdin = self.stdin.clone();
         // Boxed, as is writing the response: the task keeps one copy of the wait, and room for nothing else.
         let waiting = Box::pin(waiting);

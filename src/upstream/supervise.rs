@@ -133,9 +133,7 @@ impl Upstreams {
             self.reports.clone(),
         ));
         let connected = tokio::select! {
-            connected = connect::connect(server, |protocol| {
-                GatewayClient::new(core.clone(), protocol, server.roots.clone().into())
-            }) => {
+            connected = connect::connect(server, |protocol| GatewayClient::new(core.clone(), protocol, server)) => {
                 connected.map_err(OpenError::Connect)
             }
             () = self.shutdown.cancelled() => Err(OpenError::ShuttingDown),

@@ -68,3 +68,66 @@ async fn a_2025_11_25_server_asks_for_its_roots_and_hears_the_configured_ones_an
         "{rootless:?}"
     );
 }
+
+#[tokio::test]
+async fn a_2025_11_25_sampling_request_is_a_request_whose_reply_goes_back_as_the_assistant_s_message() {
+    let servers = format!(
+        "{}{}",
+        everything("asking", ""),
+        everything("refusing", "sampling = \"refuse\"")
+    );
+    let app = spawn_app(&servers).await;
+    let start = async || {
+        let body = json!({"server": "asking", "tool": "trigger-sampling-request", "arguments": {"prompt": "Ship it?"}});
+        let response = app.post("/calls?wait=20", &body).await;
+        assert_eq!(response.status(), 201);
+        let call: Value = response.json().await.unwrap();
+        assert_eq!(call["status"], "input_required", "{call}");
+        let request = app.request_of(&call).await;
+        (call["id"].as_str().unwrap().to_owned(), request)
+    };
+
+    let (call, request) = start().await;
+    assert_eq!(request["kind"], "sampling", "{request}");
+    assert_eq!(request["prompt"], "Resource trigger-sampling-request context: Ship it?");
+    assert_eq!(request["data"]["systemPrompt"], "You are a helpful test server.");
+    assert_eq!(request["data"]["messages"][0]["role"], "user");
+    let id = request["id"].as_str().unwrap();
+    let refused = app.answer(id, json!({"ok": true, "data": {"reply": "no text"}})).await;
+    assert_eq!(refused.status(), 422, "a reply has its text");
+    let answered = app
+        .answer_ok(id, json!({"ok": true, "data": {"text": "Ship it."}}))
+        .await;
+    assert_eq!(answered["result"]["content"]["text"], "Ship it.", "{answered}");
+    let done = app.get_json(&format!("/calls/{call}?wait=20")).await;
+    let told = text(&done);
+    assert!(
+        told.contains("\"model\": \"human\"") && told.contains("Ship it.") && told.contains("\"role\": \"assistant\""),
+        "{told}"
+    );
+
+    let (call, request) = start().await;
+    app.answer_ok(
+        request["id"].as_str().unwrap(),
+        json!({"ok": false, "reason": "declined"}),
+    )
+    .await;
+    let done = app.get_json(&format!("/calls/{call}?wait=20")).await;
+    let told = serde_json::to_string(&done).unwrap();
+    assert!(
+        told.contains("User rejected sampling request"),
+        "the tool heard the refusal: {done}"
+    );
+
+    let tools = app.get_json("/servers/refusing/tools").await;
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    assert!(
+        !names.contains(&"trigger-sampling-request"),
+        "sampling is not offered: {names:?}"
+    );
+}

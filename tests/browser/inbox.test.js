@@ -956,3 +956,34 @@ test('with an OpenID provider the inbox signs in there, and answers as the perso
   assert.deepEqual(foreign.filter((url) => !url.startsWith('https://fonts.')), [], 'the page went only to the gateway and the provider');
   assert.deepEqual(problems.filter((problem) => !problem.includes(provider.issuer) && !problem.includes('fonts')), [`401 ${base}/events`]);
 });
+
+test('a sampling request shows its conversation, and the reply typed in the page goes back as the assistant', { timeout: 90_000 }, async (t) => {
+  const script = join(ROOT, 'tests/peers/node_modules/@modelcontextprotocol/server-everything/dist/index.js');
+  const everything = await startGateway(
+    `[[servers]]\nname = "everything"\ncommand = "node"\nargs = ["${script}", "stdio"]\nprotocol = "2025-11-25"\n`,
+  );
+  t.after(() => everything.stop());
+  const base = everything.base;
+  const call = await json('/calls?wait=20', {
+    base,
+    method: 'POST',
+    body: JSON.stringify({ server: 'everything', tool: 'trigger-sampling-request', arguments: { prompt: 'Ship it?' } }),
+  });
+  assert.equal(call.status, 'input_required', JSON.stringify(call));
+  const request = call.requests[0];
+  const { page, requested, problems } = await openInbox(t, { base });
+  const form = card(page, request);
+  await form.waitFor();
+  assert.deepEqual(await form.locator('.conversation dt').allInnerTexts(), ['System', 'User']);
+  assert.deepEqual(await form.locator('.conversation dd').allInnerTexts(), [
+    'You are a helpful test server.',
+    'Resource trigger-sampling-request context: Ship it?',
+  ]);
+  await form.getByRole('textbox', { name: /^Reply/ }).pressSequentially('Ship it.');
+  await form.getByRole('button', { name: 'Accept' }).click();
+  await expectResolved(page, request, 'Accepted');
+  const done = await json(`/calls/${call.id}?wait=20`, { base });
+  assert.equal(done.status, 'completed', JSON.stringify(done));
+  assert.match(done.result.content[0].text, /"model": "human"[\s\S]*Ship it\./);
+  assertStayedHome(requested, problems, [], base);
+});
