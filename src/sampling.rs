@@ -62,7 +62,8 @@ pub fn sampling_to_request(params: &Value) -> Request {
         .collect();
     data.insert(
         "schema".to_owned(),
-        json!({"type": "object", "properties": {"text": {"type": "string", "title": "Reply"}}, "required": ["text"]}),
+        json!({"type": "object", "properties": {"text": {"type": "string", "title": "Reply", "minLength": 1}},
+            "required": ["text"]}),
     );
     Request {
         id: RequestId::mint(ids::REQUEST),

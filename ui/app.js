@@ -557,9 +557,12 @@ function card(request, clock) {
 function conversation(request) {
   const data = request.data || {};
   const said = (role, text) => h('div', { class: 'message' }, h('dt', { text: role }), h('dd', {}, isolated(text)));
-  const messages = (Array.isArray(data.messages) ? data.messages : []).map((message) => {
-    const blocks = Array.isArray(message.content) ? message.content : [message.content || {}];
-    const text = blocks.map((block) => (block.type === 'text' ? String(block.text ?? '') : `[${block.type} content]`)).join('\n');
+  const isObject = (value) => value !== null && typeof value === 'object' && !Array.isArray(value);
+  const messages = (Array.isArray(data.messages) ? data.messages : []).filter(isObject).map((message) => {
+    const blocks = (Array.isArray(message.content) ? message.content : [message.content]).filter(isObject);
+    const text = blocks
+      .map((block) => (block.type === 'text' ? String(block.text ?? '') : `[${String(block.type)} content]`))
+      .join('\n');
     return said(message.role === 'assistant' ? 'Assistant' : 'User', text);
   });
   const system = typeof data.systemPrompt === 'string' ? [said('System', data.systemPrompt)] : [];

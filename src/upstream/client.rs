@@ -16,7 +16,7 @@ use rmcp::model::{CreateMessageRequestParams, CreateMessageResult, ListRootsResu
 use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext};
 use rmcp::{ClientHandler, RoleClient};
 
-use crate::config::{Sampling, Server};
+use crate::config::{ProtocolChoice, Sampling, Server};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -457,6 +457,8 @@ pub struct GatewayClient {
     roots: Arc<[String]>,
     /// Whether the server's sampling requests are asked of a person.
     sampling: bool,
+    /// Whether the server is configured to speak 2025-11-25 only: the one era roots and sampling are offered in.
+    legacy: bool,
 }
 
 impl GatewayClient {
@@ -467,6 +469,7 @@ impl GatewayClient {
             protocol,
             roots: server.roots.clone().into(),
             sampling: server.sampling == Sampling::Ask,
+            legacy: server.protocol == ProtocolChoice::Legacy,
         }
     }
 
@@ -529,9 +532,10 @@ impl ClientHandler for GatewayClient {
     }
 
     fn get_info(&self) -> ClientConfig {
-        // Roots and sampling are offered only in a 2025-11-25 session: a 2026-07-28 server would ask for them in
-        // an `input_required` round, which takes elicitations alone.
-        let legacy = self.protocol < ProtocolVersion::V_2026_07_28;
+        // Roots and sampling are offered only to a server configured to speak 2025-11-25: a 2026-07-28 server
+        // would ask for them in an `input_required` round, which takes elicitations alone, and under `auto` the
+        // capabilities are declared before the era is known.
+        let legacy = self.legacy;
         let mut capabilities = capabilities(legacy && !self.roots.is_empty());
         if legacy && self.sampling {
             capabilities.sampling = Some(SamplingCapability::default());

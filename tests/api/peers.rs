@@ -7,8 +7,13 @@ use serde_json::{Value, json};
 
 use crate::helpers::spawn_app;
 
-/// A `[[servers]]` entry running server-everything over stdio, plus extra keys.
+/// A `[[servers]]` entry running server-everything over stdio in the 2025-11-25 era, plus extra keys.
 fn everything(name: &str, extra: &str) -> String {
+    everything_in(name, "protocol = \"2025-11-25\"", extra)
+}
+
+/// A `[[servers]]` entry running server-everything over stdio, with its `protocol` line and extra keys.
+fn everything_in(name: &str, protocol: &str, extra: &str) -> String {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/peers/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     assert!(
@@ -16,7 +21,7 @@ fn everything(name: &str, extra: &str) -> String {
         "the peer tests run @modelcontextprotocol/server-everything: run `npm ci` in tests/peers (scripts/test.sh does)"
     );
     format!(
-        "[[servers]]\nname = \"{name}\"\ncommand = \"node\"\nargs = [\"{}\", \"stdio\"]\nprotocol = \"2025-11-25\"\n{extra}\n",
+        "[[servers]]\nname = \"{name}\"\ncommand = \"node\"\nargs = [\"{}\", \"stdio\"]\n{protocol}\n{extra}\n",
         script.display()
     )
 }
@@ -35,9 +40,11 @@ fn text(call: &Value) -> String {
 #[tokio::test]
 async fn a_2025_11_25_server_asks_for_its_roots_and_hears_the_configured_ones_and_others_hear_of_none() {
     let servers = format!(
-        "{}{}",
+        "{}{}{}",
         everything("rooted", "roots = [\"file:///workspace\", \"file:///srv/data\"]"),
-        everything("rootless", "")
+        everything("rootless", ""),
+        // Under `auto` the capabilities go out before the era is known: roots and sampling are not offered.
+        everything_in("auto", "", "roots = [\"file:///workspace\"]")
     );
     let app = spawn_app(&servers).await;
 
@@ -67,6 +74,11 @@ async fn a_2025_11_25_server_asks_for_its_roots_and_hears_the_configured_ones_an
         !rootless.is_empty() && !rootless.contains(&"get-roots-list".to_owned()),
         "{rootless:?}"
     );
+    let auto = tools("auto").await;
+    assert!(!auto.is_empty(), "{auto:?}");
+    for offered in ["get-roots-list", "trigger-sampling-request"] {
+        assert!(!auto.contains(&offered.to_owned()), "{offered} under auto: {auto:?}");
+    }
 }
 
 #[tokio::test]
