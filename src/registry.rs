@@ -239,12 +239,7 @@ impl Registry {
         withdrawn: CancellationToken,
     ) -> Result<Waiting, AskError> {
         sampling::check_params(&params).map_err(AskError::Unusable)?;
-        let bytes = crate::records::json_size(&params);
-        self.fits("the sampling request", bytes).map_err(AskError::Unusable)?;
-        let mut request = sampling::sampling_to_request(&params);
-        if let Some(data) = request.data.take() {
-            request.data = Some(self.shared.rules.forms.share(data).map_err(AskError::Unusable)?.data);
-        }
+        let (request, bytes) = self.shaped("the sampling request", &params, sampling::sampling_to_request)?;
         let new = self.at_origin(request, origin, self.shared.policy.ttl, bytes);
         self.wait_on(new, &origin.server, withdrawn).await
     }
@@ -425,15 +420,27 @@ impl Registry {
         Ok(views)
     }
 
-    /// A Request for elicitation params, with its data shared with every Request of the same schema.
-    fn new_request(&self, params: &Value, origin: &Origin, input_key: Option<String>) -> Result<NewRequest, AskError> {
-        elicitation::check_params(params).map_err(AskError::Unusable)?;
+    /// The Request `to_request` makes of an upstream's params (`what`, in errors), if they are within the size
+    /// bound, with its data shared with every Request of the same schema; and their size.
+    fn shaped(
+        &self,
+        what: &str,
+        params: &Value,
+        to_request: fn(&Value) -> Request,
+    ) -> Result<(Request, usize), AskError> {
         let bytes = crate::records::json_size(params);
-        self.fits("the elicitation", bytes).map_err(AskError::Unusable)?;
-        let mut request = elicitation::elicitation_to_request(params);
+        self.fits(what, bytes).map_err(AskError::Unusable)?;
+        let mut request = to_request(params);
         if let Some(data) = request.data.take() {
             request.data = Some(self.shared.rules.forms.share(data).map_err(AskError::Unusable)?.data);
         }
+        Ok((request, bytes))
+    }
+
+    /// A Request for elicitation params, with its data shared with every Request of the same schema.
+    fn new_request(&self, params: &Value, origin: &Origin, input_key: Option<String>) -> Result<NewRequest, AskError> {
+        elicitation::check_params(params).map_err(AskError::Unusable)?;
+        let (request, bytes) = self.shaped("the elicitation", params, elicitation::elicitation_to_request)?;
         let elicitation_id = params
             .get("elicitationId")
             .and_then(Value::as_str)
