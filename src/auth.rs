@@ -58,6 +58,30 @@ pub const GROUP: &str = "group:";
 /// How an approval policy's `approvers` entry names an OpenID user, by `sub` or by its verified `email`.
 pub const USER: &str = "user:";
 
+/// What an approval policy's `approvers` entry names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Approver<'a> {
+    /// `group:<group>`: any OpenID principal in that group.
+    Group(&'a str),
+    /// `user:<user>`: the OpenID principal whose `sub`, or verified `email`, it is.
+    User(&'a str),
+    /// A bare name: the configured token of that name.
+    Token(&'a str),
+}
+
+impl<'a> Approver<'a> {
+    /// What `entry` names.
+    pub fn parse(entry: &'a str) -> Self {
+        if let Some(group) = entry.strip_prefix(GROUP) {
+            Self::Group(group)
+        } else if let Some(user) = entry.strip_prefix(USER) {
+            Self::User(user)
+        } else {
+            Self::Token(entry)
+        }
+    }
+}
+
 impl Principal {
     /// The principal of a configured token.
     pub fn token(name: &str, role: Role) -> Self {
@@ -87,19 +111,13 @@ impl Principal {
     /// group, `user:<user>` an OpenID principal by its `sub` or its verified `email` (never by a name its user
     /// may choose), and a bare name a configured token.
     pub fn is_listed(&self, entry: &str) -> bool {
-        match &self.signed_in {
-            SignIn::Oidc {
-                subject, email, groups, ..
-            } => {
-                if let Some(group) = entry.strip_prefix(GROUP) {
-                    groups.iter().any(|mine| mine == group)
-                } else if let Some(user) = entry.strip_prefix(USER) {
-                    user == subject || email.as_deref() == Some(user)
-                } else {
-                    false
-                }
+        match (Approver::parse(entry), &self.signed_in) {
+            (Approver::Group(group), SignIn::Oidc { groups, .. }) => groups.iter().any(|mine| mine == group),
+            (Approver::User(user), SignIn::Oidc { subject, email, .. }) => {
+                user == subject || email.as_deref() == Some(user)
             }
-            SignIn::Token => entry == self.id && !entry.starts_with(GROUP) && !entry.starts_with(USER),
+            (Approver::Token(name), SignIn::Token) => name == self.id,
+            _ => false,
         }
     }
 

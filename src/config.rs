@@ -1087,7 +1087,7 @@ impl Config {
                 auth::ANONYMOUS
             ));
         }
-        let by_token = |name: &str| !name.starts_with(auth::GROUP) && !name.starts_with(auth::USER);
+        let by_token = |name: &str| matches!(auth::Approver::parse(name), auth::Approver::Token(_));
         let people = if !approvers.is_empty() && approvers.iter().all(|name| by_token(name)) {
             approvers.iter().collect::<std::collections::BTreeSet<_>>().len()
         } else if approvers.is_empty() && self.auth.oidc.is_none() {
@@ -1112,19 +1112,21 @@ impl Config {
     /// bare name must be an approver's or an admin's among `[[auth.tokens]]`. Without tokens nobody can, since
     /// everyone is `anonymous`.
     fn check_approver(&self, name: &str) -> Result<(), String> {
-        for prefix in [auth::GROUP, auth::USER] {
-            if let Some(rest) = name.strip_prefix(prefix) {
-                if rest.trim().is_empty() {
-                    return Err(format!("{name:?} names no one: write {prefix}<name>"));
-                }
-                if self.auth.oidc.is_none() {
-                    return Err(format!(
-                        "{name:?} names a {} of the OpenID provider, but no [auth.oidc] is configured",
-                        prefix.trim_end_matches(':')
-                    ));
-                }
-                return Ok(());
+        let of_provider = match auth::Approver::parse(name) {
+            auth::Approver::Group(rest) => Some(("group", rest)),
+            auth::Approver::User(rest) => Some(("user", rest)),
+            auth::Approver::Token(_) => None,
+        };
+        if let Some((kind, rest)) = of_provider {
+            if rest.trim().is_empty() {
+                return Err(format!("{name:?} names no one: write {kind}:<name>"));
             }
+            if self.auth.oidc.is_none() {
+                return Err(format!(
+                    "{name:?} names a {kind} of the OpenID provider, but no [auth.oidc] is configured"
+                ));
+            }
+            return Ok(());
         }
         let tokens = &self.auth.tokens;
         if tokens.is_empty() {
