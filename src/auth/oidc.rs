@@ -89,7 +89,7 @@ pub struct InboxSignIn {
 
 /// The provider's signing keys by `kid`, as last fetched.
 struct Keys {
-    by_kid: HashMap<String, Key>,
+    by_kid: HashMap<String, Arc<Key>>,
     fetched: Instant,
 }
 
@@ -216,7 +216,7 @@ impl Oidc {
     /// role. The error says which check failed and nothing of the token.
     pub async fn authenticate(self: &Arc<Self>, token: &str) -> Result<Principal, AuthError> {
         let header = Header::of(token)?;
-        let (decoding, algorithm) = self.key_for(&header).await?;
+        let (key, algorithm) = self.key_for(&header).await?;
         let settings = &self.settings;
         let mut validation = Validation::new(algorithm);
         validation.set_issuer(&[&settings.issuer]);
@@ -224,7 +224,7 @@ impl Oidc {
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         validation.leeway = LEEWAY.as_secs();
         validation.validate_nbf = true;
-        let claims = jsonwebtoken::decode::<Map<String, Value>>(token, &decoding, &validation)
+        let claims = jsonwebtoken::decode::<Map<String, Value>>(token, &key.decoding, &validation)
             .map_err(|error| self.refusal(error.kind()))?
             .claims;
         self.principal(&claims)
@@ -233,11 +233,11 @@ impl Oidc {
     /// The key that verifies a token with this header. A token naming a key not cached waits for the provider's
     /// keys to be fetched again, unless a fetch was made lately; a token whose key is cached never waits, and
     /// when the cache has aged it has the keys fetched again in the background.
-    async fn key_for(self: &Arc<Self>, header: &Header) -> Result<(DecodingKey, Algorithm), AuthError> {
+    async fn key_for(self: &Arc<Self>, header: &Header) -> Result<(Arc<Key>, Algorithm), AuthError> {
         let algorithm = header.algorithm()?;
         let cached = self.cached();
         if let Some(found) = pick(&cached, header, algorithm) {
-            if cached.fetched.elapsed() >= KEYS_MAX_AGE {
+            if cached.fetched.elapsed() >= KEYS_MAX_AGE && self.refetch_due() {
                 let oidc = self.clone();
                 tokio::spawn(async move {
                     if let Ok(refetched) = oidc.refetched.try_lock() {
@@ -259,6 +259,13 @@ impl Oidc {
                 None => "the token names no key id (kid), and the issuer has more than one key for its algorithm",
             }))
         })
+    }
+
+    /// Whether a fetch of the keys could start now: none is running, and none was tried lately.
+    fn refetch_due(&self) -> bool {
+        self.refetched
+            .try_lock()
+            .is_ok_and(|at| at.is_none_or(|at| at.elapsed() >= REFETCH_INTERVAL))
     }
 
     /// Fetches the provider's keys again, unless that was tried less than [`REFETCH_INTERVAL`] ago. A set with no
@@ -414,7 +421,7 @@ impl Header {
 
 /// The cached key the header names (by `kid`, or the only one for its algorithm without one), and whether it
 /// may verify the header's algorithm.
-fn pick(keys: &Keys, header: &Header, algorithm: Algorithm) -> Option<Result<(DecodingKey, Algorithm), AuthError>> {
+fn pick(keys: &Keys, header: &Header, algorithm: Algorithm) -> Option<Result<(Arc<Key>, Algorithm), AuthError>> {
     let key = match &header.kid {
         Some(kid) => keys.by_kid.get(kid)?,
         None => {
@@ -426,7 +433,7 @@ fn pick(keys: &Keys, header: &Header, algorithm: Algorithm) -> Option<Result<(De
         }
     };
     Some(if key.algorithms.contains(&algorithm) {
-        Ok((key.decoding.clone(), algorithm))
+        Ok((key.clone(), algorithm))
     } else {
         Err(rejected("the token's algorithm (alg) is not the one its key is for"))
     })
@@ -508,7 +515,7 @@ fn keys_of(set: JwkSet) -> Keys {
         let Ok(decoding) = DecodingKey::from_jwk(&jwk) else {
             continue;
         };
-        by_kid.insert(kid, Key { decoding, algorithms });
+        by_kid.insert(kid, Arc::new(Key { decoding, algorithms }));
     }
     Keys {
         by_kid,
