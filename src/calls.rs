@@ -2,7 +2,7 @@
 
 use crate::ids::{CallId, SessionId};
 use crate::metrics::{Metric, Metrics};
-use crate::records::{CallFilter, CallStatus, CallView, Finish};
+use crate::records::{CallFilter, CallStatus, CallTask, CallView, Finish};
 use crate::registry::{Registry, Tell};
 use crate::store::{InsertCallError, NewCall, Retry, Started, Store, StoreError};
 
@@ -53,6 +53,11 @@ impl Calls {
     /// Records why the upstream refused the call's latest round, on the Requests that answered it.
     pub async fn annotate_round(&self, id: &CallId, detail: &str) -> Result<(), StoreError> {
         self.store.annotate_round(id, detail).await
+    }
+
+    /// Records the upstream task of a call that has not ended, as last seen; `false` when the call has ended.
+    pub async fn note_task(&self, id: &CallId, task: &CallTask) -> Result<bool, StoreError> {
+        self.store.note_task(id, task).await
     }
 
     /// What retrying a call takes, if its latest round is answered and it has not ended.

@@ -615,6 +615,20 @@ pub struct ServerConfig {
     /// Whether its sampling requests (2025-11-25) are asked of a person, or refused.
     #[serde(default)]
     pub sampling: Sampling,
+    /// Whether the server is told the gateway follows tasks (MCP Tasks), so that it may make a long call one.
+    #[serde(default)]
+    pub tasks: Tasks,
+}
+
+/// `[[servers]] tasks`: whether a server may answer a `tools/call` with a task.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tasks {
+    /// Declared: a server that supports tasks may make a call one, which the gateway follows.
+    #[default]
+    Auto,
+    /// Not declared: every call is answered in one response or in rounds.
+    Never,
 }
 
 /// `[[servers]] sampling`: what becomes of a server's `sampling/createMessage`.
@@ -692,6 +706,8 @@ pub struct Server {
     pub roots: Vec<String>,
     /// What becomes of its sampling requests.
     pub sampling: Sampling,
+    /// Whether it is told the gateway follows tasks.
+    pub tasks: Tasks,
 }
 
 impl Config {
@@ -1201,6 +1217,7 @@ impl Config {
                 startup_timeout: server.startup_timeout.unwrap_or(DEFAULT_STARTUP_TIMEOUT),
                 roots: server.roots.clone(),
                 sampling: server.sampling,
+                tasks: server.tasks,
             })
         })
     }

@@ -19,7 +19,9 @@ use rmcp::model::{
     InputRequest, InputRequiredResult, JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
     ProtocolVersion, ServerCapabilities, ServerConfig, ServerNotification, Tool,
 };
+use rmcp::model::{CancelTaskParams, CreateTaskResult, GetTaskParams, GetTaskResult, UpdateTaskParams};
 use rmcp::service::RequestContext;
+use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
 use rmcp::{RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
@@ -70,6 +72,18 @@ pub struct Demo {
     echoed: Arc<Mutex<HashMap<String, u64>>>,
     /// Where each tool call and each result received is appended, when the server keeps a journal.
     journal: Option<Arc<Journal>>,
+    /// The tasks `research` made (MCP Tasks, 2026-07-28), shared by every session of the process.
+    tasks: Tasks,
+}
+
+/// The demo's tasks.
+#[derive(Clone, Default)]
+struct Tasks(TaskManager);
+
+impl std::fmt::Debug for Tasks {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("Tasks")
+    }
 }
 
 /// An append-only file of what the demo server received, one JSON object a line: `{"call": tool,
@@ -115,6 +129,7 @@ impl Demo {
             connecting: Arc::default(),
             echoed: Arc::default(),
             journal: None,
+            tasks: Tasks::default(),
         }
     }
 
@@ -225,7 +240,11 @@ pub async fn serve_http(
 impl ServerHandler for Demo {
     fn get_info(&self) -> ServerConfig {
         #[allow(deprecated, reason = "`slow` logs in 2025-11-25, which has logging")]
-        let capabilities = ServerCapabilities::builder().enable_logging().enable_tools().build();
+        let capabilities = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_tools()
+            .enable_tasks()
+            .build();
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("toolnexus-demo", env!("CARGO_PKG_VERSION")))
     }
@@ -254,6 +273,30 @@ impl ServerHandler for Demo {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(tools()))
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.tasks.0.get_task(&request.task_id).map(GetTaskResult::new)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.tasks.0.update_task(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.tasks.0.cancel_task(&request.task_id)
     }
 
     async fn call_tool(
@@ -304,6 +347,14 @@ impl ServerHandler for Demo {
                     flood_at_once(count, &context).await
                 }
             }
+            "research" => Ok(self.research(&arguments, &context)),
+            "task_status" => {
+                let status = match self.tasks.0.get_task(&text("id")) {
+                    Ok(task) => serde_json::to_value(task.status()).unwrap_or_default(),
+                    Err(error) => Value::String(error.message.into_owned()),
+                };
+                Ok(CallToolResult::structured(json!({"status": status})).into())
+            }
             "slow" => {
                 slow(
                     arguments.get("seconds").and_then(Value::as_f64).unwrap_or(1.0),
@@ -343,6 +394,52 @@ impl ServerHandler for Demo {
 }
 
 impl Demo {
+    /// `research`: a task when the client follows tasks, which asks which reading of the topic is meant (a form
+    /// elicitation), works on for `seconds`, and reports; without tasks, the report at once, without asking.
+    fn research(&self, arguments: &JsonObject, context: &RequestContext<RoleServer>) -> CallToolResponse {
+        let topic = arguments
+            .get("topic")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let follows_tasks = context.client_capabilities().is_some_and(|caps| caps.supports_tasks());
+        if !follows_tasks {
+            return CallToolResult::success(vec![ContentBlock::text(format!("{topic}: reported without a task"))])
+                .into();
+        }
+        let seconds = arguments.get("seconds").and_then(Value::as_f64).unwrap_or(0.2);
+        let work = Duration::from_secs_f64(seconds.clamp(0.0, 3600.0));
+        let mut options = TaskOptions::new()
+            .with_poll_interval_ms(100)
+            .with_status_message("Gathering sources");
+        if let Some(ttl) = arguments.get("ttl_ms").and_then(Value::as_u64) {
+            options = options.with_ttl_ms(ttl);
+        }
+        let task = self.tasks.0.spawn(options, move |task| {
+            Box::pin(async move {
+                task.set_status_message(format!("Asking which reading of {topic:?} is meant"));
+                let question: ElicitRequestParams = serde_json::from_value(json!({
+                    "mode": "form",
+                    "message": format!("Which reading of {topic:?} do you mean?"),
+                    "requestedSchema": {"type": "object", "properties": {
+                        "reading": {"type": "string", "title": "Reading", "enum": ["technical", "historical"]}
+                    }, "required": ["reading"]}
+                }))
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                let answer = task
+                    .request_input("reading", InputRequest::Elicitation(ElicitRequest::new(question)))
+                    .await?;
+                task.set_status_message("Synthesizing findings");
+                tokio::select! {
+                    () = tokio::time::sleep(work) => {}
+                    () = task.cancelled() => return Err(TaskExit::Cancelled),
+                }
+                Ok(CallToolResult::structured(json!({"topic": topic, "results": [answer]})))
+            })
+        });
+        CallToolResponse::Task(CreateTaskResult::new(task))
+    }
+
     /// 2025-11-25: the first call for a service fails with `-32042` (authorize at a URL), the retry succeeds.
     fn connect_account(&self, service: &str) -> Result<CallToolResponse, ErrorData> {
         let first_time = self
@@ -450,6 +547,19 @@ fn tools() -> Vec<Tool> {
                 json!({"count": {"type": "integer", "minimum": 0, "maximum": MAX_FLOOD}}),
                 &["count"],
             ),
+        ),
+        Tool::new(
+            "research",
+            "Researches a topic. To a client that follows tasks (MCP Tasks, 2026-07-28) it is a task: it asks which reading of the topic is meant, then works `seconds` (default 0.2) and reports; `ttl_ms` sets the task's time to live. Otherwise it reports at once, without asking.",
+            object(
+                json!({"topic": {"type": "string"}, "seconds": {"type": "number", "minimum": 0}, "ttl_ms": {"type": "integer", "minimum": 1}}),
+                &["topic"],
+            ),
+        ),
+        Tool::new(
+            "task_status",
+            "The status of one of this process's tasks, or why it has none by that id.",
+            object(json!({"id": {"type": "string"}}), &["id"]),
         ),
         Tool::new(
             "crash",

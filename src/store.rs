@@ -27,8 +27,8 @@ use crate::decision::{Proposal, Refusal, Undecided};
 use crate::feed::Feed;
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{
-    Arguments, CallFilter, CallStatus, CallView, Event, Filter, Finish, RequestView, SessionFilter, SessionStatus,
-    SessionView, Status, Via,
+    Arguments, CallFilter, CallStatus, CallTask, CallView, Event, Filter, Finish, RequestView, SessionFilter,
+    SessionStatus, SessionView, Status, Via,
 };
 use crate::suspension::Request;
 use crate::time::{Clock, Timestamp};
@@ -259,6 +259,8 @@ pub struct Retry {
     pub request_state: Option<String>,
     /// The `ElicitResult` of every input request, under the key the upstream gave it.
     pub input_responses: Map<String, Value>,
+    /// The id of the upstream task the call became: the answers go to it, and the gateway follows it on.
+    pub task: Option<String>,
 }
 
 /// A session about to connect.
@@ -441,6 +443,12 @@ impl Store {
     /// What retrying a call takes, if its latest round is answered and it has not ended.
     pub async fn retry(&self, call: &CallId) -> Result<Option<Retry>, StoreError> {
         dispatch!(self, store => store.retry(call).await)
+    }
+
+    /// Records the upstream task of a call that has not ended, as last seen (a `call.updated` event); `false`
+    /// when the call has ended.
+    pub async fn note_task(&self, call: &CallId, task: &CallTask) -> Result<bool, StoreError> {
+        dispatch!(self, store => store.note_task(call, task).await)
     }
 
     /// Records a session that is connecting, unless its owner holds `max_open` open sessions.

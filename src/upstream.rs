@@ -11,6 +11,7 @@ mod reports;
 mod stderr;
 mod stdio;
 mod supervise;
+mod task;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -29,6 +30,7 @@ pub use connect::ConnectError;
 pub use reports::{Following, Progress, Report};
 pub use supervise::OpenError;
 
+use legs::Work;
 use reports::Reports;
 
 use crate::Background;
@@ -538,7 +540,7 @@ impl Upstreams {
                 },
                 view.tool.clone(),
                 live,
-                params,
+                Work::Send(Box::new(params)),
                 0,
             )
             .await;
@@ -573,6 +575,9 @@ impl Upstreams {
             leg.token.cancel();
         }
         lock(&self.worked).remove(id);
+        if let Some(view) = &cancelled {
+            self.cancel_task_of(view).await;
+        }
         self.calls
             .get(id)
             .await?

@@ -126,6 +126,9 @@ pub enum CallFailure {
     /// session and before anything showed the upstream had it: it may not have been sent, and a 2025-11-25
     /// call is not sent twice.
     MaybeNotSent,
+    /// The upstream no longer knows the task it made of the call: the task passed its time to live, or the
+    /// server forgot it (it restarted).
+    TaskLost,
 }
 
 impl CallFailure {
@@ -138,6 +141,7 @@ impl CallFailure {
             CallFailure::Declined => "declined",
             CallFailure::Expired => "expired",
             CallFailure::MaybeNotSent => "maybe_not_sent",
+            CallFailure::TaskLost => "task_lost",
         }
     }
 
@@ -150,6 +154,7 @@ impl CallFailure {
             CallFailure::Declined,
             CallFailure::Expired,
             CallFailure::MaybeNotSent,
+            CallFailure::TaskLost,
         ]
         .into_iter()
         .find(|reason| reason.as_str() == name)
@@ -265,8 +270,29 @@ pub struct CallView {
     pub result: Option<Box<Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Box<CallError>>,
+    /// The task the upstream made of the call (MCP Tasks), as the gateway last saw it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task: Option<Box<CallTask>>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+}
+
+/// The task an upstream made of a call (the MCP Tasks extension): the gateway follows it to its end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CallTask {
+    /// The task's id at its server.
+    pub id: String,
+    /// Its status as the server last reported it: `working`, `input_required`, `completed`, `failed` or
+    /// `cancelled`.
+    pub status: String,
+    /// What the server last said of its progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_message: Option<String>,
+    /// When the server may forget the task (its `ttlMs` after the gateway learnt of it); none when it keeps
+    /// it without limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Timestamp>,
 }
 
 /// How a call ended.

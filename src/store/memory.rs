@@ -18,8 +18,8 @@ use crate::feed::Feed;
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::json_size;
 use crate::records::{
-    CallError, CallFilter, CallStatus, CallView, Event, EventKind, Filter, Finish, RequestView, SessionFilter,
-    SessionStatus, SessionView, Status,
+    CallError, CallFilter, CallStatus, CallTask, CallView, Event, EventKind, Filter, Finish, RequestView,
+    SessionFilter, SessionStatus, SessionView, Status,
 };
 use crate::retained::Retained;
 use crate::time::{Clock, Timestamp};
@@ -341,7 +341,14 @@ impl State {
     /// What retrying a call takes, if its latest round is answered and it has not ended.
     fn retry(&self, call: &CallId) -> Option<Retry> {
         let entry = self.calls.get(call).filter(|entry| !entry.view.status.is_final())?;
-        let (round, request_state, requests) = entry.round.as_ref()?;
+        let task = entry.view.task.as_ref().map(|task| task.id.clone());
+        // A task is followed on without a round; a call that is no task is retried only to answer one.
+        let none = (0, None, Vec::new());
+        let (round, request_state, requests) = match entry.round.as_ref() {
+            Some(round) => round,
+            None if task.is_some() => &none,
+            None => return None,
+        };
         let mut input_responses = Map::new();
         for request in requests {
             let request = self.requests.get(request)?;
@@ -365,6 +372,7 @@ impl State {
             round: *round,
             request_state: request_state.clone(),
             input_responses,
+            task,
         })
     }
 

@@ -96,6 +96,9 @@ shared! {
     /// A call that has not ended ends.
     CALL_ENDED = "UPDATE calls SET status = $2, result = $3, error_message = $4, error_reason = $5, \
         updated_at = $6, ended_at = $6 WHERE id = $1 AND status IN ('running', 'input_required')";
+    /// A call that has not ended notes its upstream task as last seen.
+    CALL_TASK = "UPDATE calls SET task = $2, updated_at = $3 WHERE id = $1 \
+        AND status IN ('running', 'input_required')";
 }
 
 // The ids of the Requests that a resolution of several takes.

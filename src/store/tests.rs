@@ -9,7 +9,7 @@ use super::*;
 use crate::auth::{Principal, Role};
 use crate::decision::{Rules, Upstream};
 use crate::ids::{CallId, RequestId, SessionId};
-use crate::records::{Arguments, CallStatus, EventKind, Finish, SessionFilter, SessionStatus, Status, Via};
+use crate::records::{Arguments, CallStatus, CallTask, EventKind, Finish, SessionFilter, SessionStatus, Status, Via};
 use crate::suspension::{Answer, RequestKind, Verdict};
 
 /// Runs a scenario on a memory store, on a SQLite file in a temp dir and on a fresh PostgreSQL database.

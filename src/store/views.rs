@@ -23,6 +23,7 @@ pub(crate) fn started_view(id: CallId, call: &NewCall, now: Timestamp) -> CallVi
         requests: Vec::new(),
         result: None,
         error: None,
+        task: None,
         created_at: now,
         updated_at: now,
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Map, Value};
 
-use super::legs::LegError;
+use super::legs::{LegError, Work};
 use super::{CallRef, Upstreams};
 use crate::approvals::{self, ApprovalPolicy};
 use crate::auth::Principal;
@@ -169,7 +169,10 @@ impl Upstreams {
             id: view.id,
             owner: view.owner,
         };
-        let _ = self.clone().spawn_leg(call, view.tool, live, params, 0).await;
+        let _ = self
+            .clone()
+            .spawn_leg(call, view.tool, live, Work::Send(Box::new(params)), 0)
+            .await;
         Ok(())
     }
 }

@@ -9,7 +9,8 @@ use futures::FutureExt;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientRequest,
-    CustomResult, ElicitResult, ElicitationAction, ErrorCode, ErrorData, InputResponses, RequestId, ServerResult,
+    CreateTaskResult, CustomResult, ElicitResult, ElicitationAction, ErrorCode, ErrorData, InputResponses, RequestId,
+    ServerResult, Task,
 };
 use rmcp::service::{PeerRequestOptions, RequestHandle, ServiceError};
 use rmcp::{Peer, RoleClient};
@@ -24,7 +25,7 @@ use crate::registry::{AskError, Outcome};
 use crate::store::NewRound;
 
 /// The most `input_required` rounds one call may take.
-const MAX_ROUNDS: u32 = 32;
+pub(super) const MAX_ROUNDS: u32 = 32;
 /// JSON-RPC error code of a 2025-11-25 `URLElicitationRequiredError`.
 const URL_ELICITATION_REQUIRED: ErrorCode = ErrorCode(-32042);
 
@@ -37,12 +38,20 @@ enum RoundError {
     State,
 }
 
-/// Sends a call's `tools/call` (after `round` answered rounds) and follows it: returns how the call ended,
-/// or `None` when it waits on a round of Requests.
+/// Where a call's `tools/call` left it.
+pub enum Driven {
+    Ended(Finish),
+    /// It waits on a round of Requests, or its end is recorded already.
+    Waiting,
+    /// The upstream made a task of it, at this round: the call follows the task.
+    Task(Box<Task>, u32),
+}
+
+/// Sends a call's `tools/call` (after `round` answered rounds) and follows it to where it leaves the call.
 ///
 /// Only the request in flight holds the call's arguments: a later `tools/call` of the call (a retry after a
 /// URL elicitation, or the next round) reads them again from the store, which keeps them exactly as sent.
-pub async fn drive(live: &Live, call: &CallRef, params: Box<CallToolRequestParams>, mut round: u32) -> Option<Finish> {
+pub async fn drive(live: &Live, call: &CallRef, params: Box<CallToolRequestParams>, mut round: u32) -> Driven {
     let (core, peer) = (&live.core, &live.peer);
     let mut url_retry_used = false;
     let mut next = Next {
@@ -56,7 +65,7 @@ pub async fn drive(live: &Live, call: &CallRef, params: Box<CallToolRequestParam
             // Boxed: a read of the store is a large future, and a call's task keeps room only for its wait.
             None => match Box::pin(next.params(core, &call.id)).await {
                 Ok(params) => params,
-                Err(finish) => return Some(finish),
+                Err(finish) => return Driven::Ended(finish),
             },
         };
         let retrying = next.input_responses.is_some() || next.request_state.is_some();
@@ -68,7 +77,7 @@ pub async fn drive(live: &Live, call: &CallRef, params: Box<CallToolRequestParam
             () = live.closed.cancelled() => match sending.as_mut().now_or_never() {
                 Some(Ok(response)) => Ok(response),
                 _ => {
-                    return Some(Finish::failed(format!(
+                    return Driven::Ended(Finish::failed(format!(
                         "the session ended before the call completed: {}",
                         live.ended()
                     )));
@@ -85,11 +94,12 @@ pub async fn drive(live: &Live, call: &CallRef, params: Box<CallToolRequestParam
         // Boxed: a call's task keeps room only for waiting on the upstream, not for what follows its response.
         match Box::pin(after(core, call, sent, turn)).await {
             Then::SendAgain => {}
-            Then::Ended(finish) => return Some(finish),
-            Then::Done => return None,
+            Then::Ended(finish) => return Driven::Ended(finish),
+            Then::Done => return Driven::Waiting,
+            Then::Task(task) => return Driven::Task(task, round),
         }
     }
-    Some(Finish::failed(format!(
+    Driven::Ended(Finish::failed(format!(
         "the upstream asked for input more than {MAX_ROUNDS} times"
     )))
 }
@@ -133,6 +143,8 @@ enum Then {
     Ended(Finish),
     /// Nothing more runs here: the call waits on a round of Requests, or its end is recorded already.
     Done,
+    /// The upstream made a task of the call.
+    Task(Box<Task>),
 }
 
 /// What one response of a call's loop may change for the next `tools/call`.
@@ -166,6 +178,15 @@ async fn after(
         Err(error) => return Then::Ended(Finish::failed(describe(&error))),
     };
     let input = match response {
+        ServerResult::CreateTaskResult(created) => return Then::Task(Box::new(created.task)),
+        ServerResult::CustomResult(CustomResult(result)) if is_task(&result) => {
+            return match serde_json::from_value::<CreateTaskResult>(result) {
+                Ok(created) => Then::Task(Box::new(created.task)),
+                Err(error) => Then::Ended(Finish::failed(format!(
+                    "the upstream made a task of the call that the gateway cannot read: {error}"
+                ))),
+            };
+        }
         ServerResult::CustomResult(CustomResult(result)) if is_input_required(&result) => result,
         ServerResult::CustomResult(CustomResult(result)) => return Then::Ended(completed_json(result)),
         ServerResult::InputRequiredResult(input) => serde_json::to_value(input).unwrap_or_default(),
@@ -181,28 +202,57 @@ async fn after(
         }
     };
     *turn.round += 1;
-    if let Some((key, _)) = requests
-        .iter()
-        .find(|(_, request)| request.get("method").and_then(Value::as_str) != Some(ELICITATION_CREATE))
-    {
-        return Then::Ended(Finish::failed(format!(
-            "the upstream asked for input {key:?} of a kind the gateway does not provide (only elicitation is)"
-        )));
-    }
     turn.next.input_responses = None;
     turn.next.request_state = state.clone();
     if requests.is_empty() {
         return Then::SendAgain;
     }
+    match book_round(core, call, *turn.round, state, requests).await {
+        Booked::Waiting => Then::Done,
+        Booked::Refused(responses) => {
+            turn.next.input_responses = Some(responses);
+            Then::SendAgain
+        }
+        Booked::Ended(Some(finish)) => Then::Ended(finish),
+        Booked::Ended(None) => Then::Done,
+    }
+}
+
+/// What became of a round of input requests.
+pub(super) enum Booked {
+    /// Its Requests are raised: the call waits on them.
+    Waiting,
+    /// Pending Requests are at their cap: each input request is answered `cancel`, as here.
+    Refused(InputResponses),
+    /// The call ends so, or (`None`) has ended already.
+    Ended(Option<Finish>),
+}
+
+/// Raises round `number` of a call's input requests (an `input_required` result's or a task's) as Requests.
+pub(super) async fn book_round(
+    core: &SessionCore,
+    call: &CallRef,
+    number: u32,
+    request_state: Option<String>,
+    requests: Map<String, Value>,
+) -> Booked {
+    if let Some((key, _)) = requests
+        .iter()
+        .find(|(_, request)| request.get("method").and_then(Value::as_str) != Some(ELICITATION_CREATE))
+    {
+        return Booked::Ended(Some(Finish::failed(format!(
+            "the upstream asked for input {key:?} of a kind the gateway does not provide (only elicitation is)"
+        ))));
+    }
     let keys: Vec<String> = requests.keys().cloned().collect();
     let new_round = NewRound {
         call: call.id.clone(),
-        number: *turn.round,
-        request_state: state,
+        number,
+        request_state,
         input_requests: requests,
     };
     match core.registry.ask_round(new_round, &core.origin(Some(call))).await {
-        Ok(_) => Then::Done,
+        Ok(_) => Booked::Waiting,
         Err(AskError::Full(cap)) => {
             tracing::warn!(
                 call = %call.id,
@@ -210,18 +260,16 @@ async fn after(
                 "pending Requests at their cap: the round's input requests answered cancel"
             );
             let cancel = serde_json::to_value(ElicitResult::new(ElicitationAction::Cancel)).unwrap_or_default();
-            let responses: InputResponses = keys.into_iter().map(|key| (key, cancel.clone())).collect();
-            turn.next.input_responses = Some(responses);
-            Then::SendAgain
+            Booked::Refused(keys.into_iter().map(|key| (key, cancel.clone())).collect())
         }
-        Err(AskError::Unusable(detail)) => Then::Ended(Finish::failed(format!(
+        Err(AskError::Unusable(detail)) => Booked::Ended(Some(Finish::failed(format!(
             "the upstream sent an elicitation the gateway cannot show: {detail}"
-        ))),
+        )))),
         // The call was cancelled while its upstream worked: its end is recorded already.
-        Err(AskError::CallEnded(_)) => Then::Done,
-        Err(AskError::Store(error)) => Then::Ended(Finish::failed(format!(
+        Err(AskError::CallEnded(_)) => Booked::Ended(None),
+        Err(AskError::Store(error)) => Booked::Ended(Some(Finish::failed(format!(
             "the gateway could not record the round: {error}"
-        ))),
+        )))),
     }
 }
 
@@ -249,6 +297,10 @@ fn is_input_required(result: &Value) -> bool {
     result.get("resultType").and_then(Value::as_str) == Some("input_required")
 }
 
+fn is_task(result: &Value) -> bool {
+    result.get("resultType").and_then(Value::as_str) == Some("task")
+}
+
 /// The `inputRequests` of an `input_required` result and its `requestState`, to be echoed byte for byte.
 fn read_input_required(mut result: Value) -> Result<(Map<String, Value>, Option<String>), RoundError> {
     let requests = match result.get_mut("inputRequests").map(Value::take) {
@@ -266,7 +318,7 @@ fn read_input_required(mut result: Value) -> Result<(Map<String, Value>, Option<
 
 /// The end of a call: its result passed on as the upstream wrote it if it is a `CallToolResult` as MCP defines
 /// it, with `content` defaulting to `[]` as it does when rmcp reads one.
-fn completed_json(mut result: Value) -> Finish {
+pub(super) fn completed_json(mut result: Value) -> Finish {
     let Some(fields) = result.as_object_mut() else {
         return not_a_call_tool_result();
     };

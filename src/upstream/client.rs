@@ -12,11 +12,14 @@ use rmcp::model::{
     RootsCapabilities, UrlElicitationCapability,
 };
 #[allow(deprecated, reason = "2025-11-25 servers still ask for roots and sampling")]
-use rmcp::model::{CreateMessageRequestParams, CreateMessageResult, ListRootsResult, Root, SamplingCapability};
+use rmcp::model::{
+    CreateMessageRequestParams, CreateMessageResult, JsonObject, ListRootsResult, Root, SamplingCapability,
+    TASKS_EXTENSION_ID,
+};
 use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext};
 use rmcp::{ClientHandler, RoleClient};
 
-use crate::config::{ProtocolChoice, Sampling, Server};
+use crate::config::{ProtocolChoice, Sampling, Server, Tasks};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -459,6 +462,8 @@ pub struct GatewayClient {
     sampling: bool,
     /// Whether the server is configured to speak 2025-11-25 only: the one era roots and sampling are offered in.
     legacy: bool,
+    /// Whether the server is told the gateway follows tasks.
+    tasks: bool,
 }
 
 impl GatewayClient {
@@ -470,6 +475,7 @@ impl GatewayClient {
             roots: server.roots.clone().into(),
             sampling: server.sampling == Sampling::Ask,
             legacy: server.protocol == ProtocolChoice::Legacy,
+            tasks: server.tasks == Tasks::Auto,
         }
     }
 
@@ -539,6 +545,13 @@ impl ClientHandler for GatewayClient {
         let mut capabilities = capabilities(legacy && !self.roots.is_empty());
         if legacy && self.sampling {
             capabilities.sampling = Some(SamplingCapability::default());
+        }
+        // Declared in either era: a server that does not know the extension ignores it.
+        if self.tasks {
+            capabilities
+                .extensions
+                .get_or_insert_default()
+                .insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
         }
         ClientConfig::new(
             capabilities,

@@ -6,11 +6,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::CallToolRequestParams;
+use rmcp::model::{CallToolRequestParams, InputResponses};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::call;
+use super::call::{self, Driven};
+use super::task::{self, Following};
 use super::{CallRef, Leg, Live, Target, UpstreamError, Upstreams, lock};
 use crate::calls::Calls;
 use crate::feed::{Concern, Feed};
@@ -21,6 +22,14 @@ use crate::store::Retry;
 /// The first pause before recording a call's end again; it doubles up to `RETRY_MOST`.
 const RETRY_FIRST: Duration = Duration::from_millis(250);
 const RETRY_MOST: Duration = Duration::from_secs(30);
+
+/// What a leg of a call does.
+pub(super) enum Work {
+    /// Sends the call's `tools/call` with these params.
+    Send(Box<CallToolRequestParams>),
+    /// Follows the call's task, first sending it the answers of its latest round.
+    Follow { task: String, answers: InputResponses },
+}
 
 /// Why a call's next `tools/call` has no session to go to.
 #[derive(Debug, thiserror::Error)]
@@ -45,7 +54,7 @@ impl Upstreams {
         call: CallRef,
         tool: String,
         live: Arc<Live>,
-        params: CallToolRequestParams,
+        work: Work,
         round: u32,
     ) -> CancellationToken {
         let leg = CancellationToken::new();
@@ -69,11 +78,8 @@ impl Upstreams {
             session = %live.core.id, tool = %tool);
         let this = self.clone();
         let token = leg.clone();
-        // The params and what runs after the upstream answers are boxed, so that the task of a call waiting on
-        // its upstream (a 2025-11-25 elicitation in flight) holds only what that wait takes.
-        let params = Box::new(params);
         let run = async move {
-            let ended = this.drive(&call, &live, params, round, &token).await;
+            let ended = this.drive(&call, &live, work, round, &token).await;
             this.forget_leg(&call.id, id);
             Box::pin(live.core.settle_withdrawn(&call.id)).await;
             let Some(finish) = ended else { return };
@@ -120,7 +126,7 @@ impl Upstreams {
         &self,
         call: &CallRef,
         live: &Arc<Live>,
-        params: Box<CallToolRequestParams>,
+        work: Work,
         round: u32,
         leg: &CancellationToken,
     ) -> Option<Finish> {
@@ -132,11 +138,16 @@ impl Upstreams {
                 tracing::info!("call cancelled");
                 return None;
             }
-            ended = call::drive(live, call, params, round) => ended,
-            limit = budget => Some(Finish::failed(format!(
-                "the upstream worked on the call for longer than {}s (limits.call_timeout); it was cancelled",
-                limit.as_secs_f64()
-            ))),
+            ended = self.work(call, live, work, round) => ended,
+            limit = budget => {
+                if let Ok(Some(view)) = self.calls.get(&call.id).await {
+                    self.cancel_task_of(&view).await;
+                }
+                Some(Finish::failed(format!(
+                    "the upstream worked on the call for longer than {}s (limits.call_timeout); it was cancelled",
+                    limit.as_secs_f64()
+                )))
+            }
         };
         // Counted across legs only where a call has several (rounds), and only against a limit.
         if !live.keeps_rounds() || self.limits.call_timeout.is_none() {
@@ -144,6 +155,38 @@ impl Upstreams {
         }
         *lock(&self.worked).entry(call.id.clone()).or_default() += started.elapsed();
         ended
+    }
+
+    /// Does a leg's work: `None` when the call waits on a round of Requests, or has ended already.
+    async fn work(&self, call: &CallRef, live: &Arc<Live>, work: Work, round: u32) -> Option<Finish> {
+        let (task, answers, first_look) = match work {
+            // The params, and what runs after the upstream answers, are boxed, so that the task of a call waiting
+            // on its upstream (a 2025-11-25 elicitation in flight) holds only what that wait takes.
+            Work::Send(params) => match call::drive(live, call, params, round).await {
+                Driven::Ended(finish) => return Some(finish),
+                Driven::Waiting => return None,
+                Driven::Task(created, round) => {
+                    let now = live.core.registry.clock().now();
+                    let mut task = match Following::created(&created, round, now) {
+                        Ok(task) => task,
+                        Err(finish) => return Some(finish),
+                    };
+                    self.note_created(&call.id, &mut task, &created).await;
+                    (task, InputResponses::new(), Some(task::poll_interval(&created)))
+                }
+            },
+            Work::Follow { task, answers } => {
+                let noted = match self.calls.get(&call.id).await {
+                    Ok(view) => view.and_then(|view| view.task).map(|task| *task),
+                    Err(error) => {
+                        tracing::warn!(%error, "the call's task as last seen could not be read");
+                        None
+                    }
+                };
+                (Following::resumed(task, round, noted), answers, None)
+            }
+        };
+        Box::pin(self.follow_task(call, live.clone(), task, answers, first_look)).await
     }
 
     /// Resolves, with the limit, once a call has used up `limits.call_timeout` of upstream work; never
@@ -170,14 +213,21 @@ impl Upstreams {
                 Ok(live) => live,
                 Err(error) => return this.end_call(&call, Finish::failed(error.to_string())).await,
             };
-            let mut params = call::call_params(retry.tool.clone(), &retry.arguments);
-            params.input_responses = Some(retry.input_responses.into_iter().collect());
-            params.request_state = retry.request_state;
+            let answers: InputResponses = retry.input_responses.into_iter().collect();
+            let work = match retry.task {
+                Some(task) => Work::Follow { task, answers },
+                None => {
+                    let mut params = call::call_params(retry.tool.clone(), &retry.arguments);
+                    params.input_responses = Some(answers);
+                    params.request_state = retry.request_state;
+                    Work::Send(Box::new(params))
+                }
+            };
             let call = CallRef {
                 id: call,
                 owner: retry.owner,
             };
-            let _ = this.spawn_leg(call, retry.tool, live, params, retry.round).await;
+            let _ = this.spawn_leg(call, retry.tool, live, work, retry.round).await;
         });
     }
 

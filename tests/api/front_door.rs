@@ -665,6 +665,38 @@ async fn a_client_of_the_tasks_extension_gets_a_task_at_once_and_follows_it_to_i
     assert_eq!(task_of(&client, &task).await.status(), TaskStatus::Cancelled);
 }
 
+/// A call the upstream made a task of is a task at the front door too, which says what the upstream's says of its
+/// progress.
+#[tokio::test]
+async fn a_task_shows_what_the_upstream_task_says_of_its_progress() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let client = connect_as(&app, &ProtocolVersion::V_2026_07_28, None, Tasking::default()).await;
+    let started = client
+        .peer()
+        .call_tool_once(params("modern__research", json!({"topic": "rust", "seconds": 600})))
+        .await
+        .unwrap();
+    let CallToolResponse::Task(created) = started else {
+        panic!("not a task: {started:?}")
+    };
+    let task = created.task.task_id;
+    let request = pending_request_of(&app).await;
+    let id = request["id"].as_str().unwrap();
+    app.answer_ok(id, json!({"ok": true, "data": {"reading": "technical"}}))
+        .await;
+    let message = crate::helpers::poll_until("the upstream's progress at the front door", || async {
+        let seen = task_of(&client, &task).await;
+        (seen.status() == TaskStatus::Working)
+            .then_some(seen.task.status_message)
+            .flatten()
+            .filter(|message| message == "Synthesizing findings")
+    })
+    .await;
+    assert_eq!(message, "Synthesizing findings");
+    client.peer().cancel_task(CancelTaskParams::new(&task)).await.unwrap();
+    assert_eq!(task_of(&client, &task).await.status(), TaskStatus::Cancelled);
+}
+
 #[tokio::test]
 async fn in_relay_mode_a_task_asks_its_client_and_takes_its_answer() {
     let app = spawn_front_door(BOTH_ERAS, "[front_door]\nelicitation = \"relay\"\n").await;

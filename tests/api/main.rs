@@ -29,6 +29,7 @@ mod replicas;
 mod restart;
 mod sessions;
 mod store;
+mod tasks;
 mod ui;
 mod waits;
 mod webhooks;

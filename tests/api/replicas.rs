@@ -349,3 +349,33 @@ async fn each_event_reaches_a_webhook_once_for_the_fleet() {
     assert_eq!(once.len(), received.len(), "an event was delivered twice: {received:?}");
     assert!(received.is_sorted(), "out of order: {received:?}");
 }
+
+/// A task one replica's call became (the HTTP demo server keeps it, for every replica) is answered on another,
+/// which follows it on; killed while the task works, a survivor follows it to its end.
+#[tokio::test]
+async fn a_task_is_answered_on_any_replica_and_followed_on_by_a_survivor() {
+    let (_demo, url) = crate::helpers::http_demo();
+    let servers = format!("[[servers]]\nname = \"remote\"\nurl = \"{url}\"\n");
+    let mut fleet = fleet_of(&cluster::shared().database(), &servers).await;
+    let call = fleet.replicas[0]
+        .call("remote", "research", json!({"topic": "rust", "seconds": 3}))
+        .await;
+    assert_eq!(call["task"]["status"], "input_required", "{call}");
+    let id = call["id"].as_str().unwrap().to_owned();
+    fleet.replicas[1]
+        .answer_ok(
+            &first_request(&call),
+            json!({"ok": true, "data": {"reading": "technical"}}),
+        )
+        .await;
+    let working = fleet.replicas[2].get_json(&format!("/calls/{id}")).await;
+    assert_eq!(working["status"], "running", "{working}");
+    // Which replica follows it is the one that took the answer; with it gone, a survivor follows the task.
+    fleet.replicas[1].kill();
+    let done = fleet.replicas[2].get_json(&format!("/calls/{id}?wait=60")).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"]["results"],
+        json!([{"action": "accept", "content": {"reading": "technical"}}])
+    );
+}

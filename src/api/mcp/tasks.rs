@@ -64,6 +64,9 @@ impl FrontDoor {
         let mut task = task(&view);
         if matches!(payload, TaskPayload::Working) && view.status == CallStatus::InputRequired {
             task.status_message = Some(self.waiting_text(&view, context).await);
+        } else if let Some(upstream) = view.task.as_ref().filter(|_| view.status == CallStatus::Running) {
+            // What the upstream's own task says of its progress.
+            task.status_message.clone_from(&upstream.status_message);
         }
         Ok(GetTaskResult::new(DetailedTask::new(task, payload)))
     }

@@ -91,6 +91,20 @@ impl Memory {
         Ok(self.lock().retry(call))
     }
 
+    pub async fn note_task(&self, call: &CallId, task: &CallTask) -> Result<bool, StoreError> {
+        let mut state = self.lock();
+        let now = self.shared.clock.now();
+        let Some(entry) = state.calls.get_mut(call).filter(|entry| !entry.view.status.is_final()) else {
+            return Ok(false);
+        };
+        entry.view.task = Some(Box::new(task.clone()));
+        entry.view.updated_at = now;
+        let mut changes = Changes::default();
+        changes.events.push(Event::call(&entry.view));
+        self.publish(&mut state, changes);
+        Ok(true)
+    }
+
     pub async fn insert_session(
         &self,
         session: NewSession,

@@ -13,7 +13,7 @@ use super::{Postgres, Reader, rounds, rows};
 use crate::ids::{self, CallId, RequestId, SessionId};
 use crate::lock;
 use crate::records::{
-    CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView,
+    CallError, CallFilter, CallStatus, CallTask, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView,
 };
 use crate::store::listing::{Conditions, Placeholders};
 use crate::store::shares::{self, Allowance};
@@ -152,6 +152,27 @@ impl Postgres {
     pub async fn retry(&self, call: &CallId) -> Result<Option<Retry>, StoreError> {
         self.started(call).await;
         self.read(async |conn| rounds::retry(conn, call).await).await
+    }
+
+    pub async fn note_task(&self, id: &CallId, task: &CallTask) -> Result<bool, StoreError> {
+        self.started(id).await;
+        let (id, task) = (id.to_owned(), rows::to_json(task));
+        self.write_alongside(move |tx| {
+            let (id, task) = (id.clone(), task.clone());
+            Box::pin(async move {
+                let changed = tx
+                    .execute(sql::CALL_TASK.postgres, &[&id, &task, &tx.now().millis()])
+                    .await?;
+                if changed == 0 {
+                    return Ok(false);
+                }
+                if let Some(view) = call(&*tx, &id).await? {
+                    tx.record(Event::call(&view)).await?;
+                }
+                Ok(true)
+            })
+        })
+        .await
     }
 
     /// Records a session unless its owner has `max_open` open, under the owner's lock as

@@ -229,13 +229,15 @@ impl Postgres {
                     told_cancel: false,
                 };
                 recovered.ended_requests += resolve_ids(tx, &elicitations, &resolution).await?.views.len();
-                // A round can be retried only on a shared session: a private one ended with its replica.
+                // A round can be retried, and a task followed, only on a shared session: a private one ended with its
+                // replica.
                 let calls = tx
                     .query(
                         &format!(
                             "SELECT c.id, c.protocol_version, \
-                             c.shared AND EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id), {HELD_BY_APPROVAL}, \
-                             c.shared, {CLAIMED_UNHEARD} \
+                             c.shared AND (c.task IS NOT NULL OR EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id)), \
+                             {HELD_BY_APPROVAL}, \
+                             c.shared, {CLAIMED_UNHEARD}, c.task IS NOT NULL \
                              FROM calls AS c WHERE c.status IN ('running', 'input_required') AND {theirs} \
                              ORDER BY c.seq"
                         ),
@@ -254,7 +256,8 @@ impl Postgres {
                         continue;
                     }
                     let keeps_rounds = protocol.as_deref().is_some_and(|version| version >= ROUNDS_PROTOCOL);
-                    if keeps_rounds && resumable {
+                    let task: bool = row.try_get(6)?;
+                    if (keeps_rounds || task) && resumable {
                         if super::rounds::retry(&*tx, &call).await?.is_some() {
                             tx.execute("UPDATE calls SET replica = $2 WHERE id = $1", &[&call, &me])
                                 .await?;

@@ -8,7 +8,7 @@ use tokio_postgres::Row;
 use super::writer::{Tx, insert_event};
 use super::{Reader, rows as call_rows};
 use crate::ids::CallId;
-use crate::records::{CallStatus, CallView, Event, Signoff};
+use crate::records::{CallStatus, CallTask, CallView, Event, Signoff};
 use crate::store::Retry;
 use crate::store::rows::{self, Columns, JsonText};
 use crate::time::Timestamp;
@@ -33,9 +33,9 @@ fn retry_sql() -> String {
     };
     format!(
         "SELECT c.server, c.session, c.shared, c.tool, c.arguments, r.round, r.request_state, c.owner, \
-         {}, {}, {} FROM calls AS c CROSS JOIN LATERAL (SELECT round, request_state FROM rounds \
-         WHERE call_id = c.id ORDER BY round DESC LIMIT 1) AS r \
-         WHERE c.id = $1 AND c.status IN ('running', 'input_required')",
+         {}, {}, {}, c.task FROM calls AS c LEFT JOIN LATERAL (SELECT round, request_state FROM rounds \
+         WHERE call_id = c.id ORDER BY round DESC LIMIT 1) AS r ON true \
+         WHERE c.id = $1 AND c.status IN ('running', 'input_required') AND (r.round IS NOT NULL OR c.task IS NOT NULL)",
         of_round("input_key"),
         of_round("status"),
         of_round("result")
@@ -44,7 +44,8 @@ fn retry_sql() -> String {
 
 /// What retrying call `id` takes, from the row of [`retry_sql`]; `None` while a Request of its round is pending.
 fn retry_from(id: &CallId, found: &Row) -> Result<Option<Retry>, tokio_postgres::Error> {
-    let round: i32 = found.try_get(5)?;
+    // A task is followed on without a round (then the round and its Requests are NULL and empty).
+    let round: Option<i32> = found.try_get(5)?;
     let keys: Vec<String> = found.try_get(8)?;
     let statuses: Vec<String> = found.try_get(9)?;
     let results: Vec<Option<String>> = found.try_get(10)?;
@@ -61,9 +62,10 @@ fn retry_from(id: &CallId, found: &Row) -> Result<Option<Retry>, tokio_postgres:
         shared: found.try_get(2)?,
         tool: found.try_get(3)?,
         arguments: found.parsed::<JsonText<_>>(4)?,
-        round: u32::try_from(round).unwrap_or(0),
+        round: round.and_then(|round| u32::try_from(round).ok()).unwrap_or(0),
         request_state: found.try_get(6)?,
         input_responses,
+        task: found.parsed_opt::<JsonText<CallTask>>(11)?.map(|task| task.id),
     }))
 }
 

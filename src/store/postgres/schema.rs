@@ -477,4 +477,8 @@ DROP FUNCTION count_live_calls();
 ALTER TABLE requests ADD COLUMN decisions TEXT;
 ALTER TABLE requests ADD COLUMN answerer TEXT;
 ",
+    r"
+-- The task an upstream made of a call (JSON: its id, status, status message and expiry), followed to its end.
+ALTER TABLE calls ADD COLUMN task TEXT;
+",
 ];

@@ -8,7 +8,7 @@ use super::writer::{Message, Tx};
 use super::{Sqlite, rounds, rows};
 use crate::ids::{CallId, SessionId};
 use crate::records::{
-    CallError, CallFilter, CallStatus, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView,
+    CallError, CallFilter, CallStatus, CallTask, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView,
 };
 use crate::store::listing::{Conditions, Placeholders};
 use crate::store::live::Note;
@@ -71,6 +71,26 @@ impl Sqlite {
 
     pub async fn retry(&self, call: &CallId) -> Result<Option<Retry>, StoreError> {
         self.read(|conn| rounds::retry(conn, call))
+    }
+
+    pub async fn note_task(&self, id: &CallId, task: &CallTask) -> Result<bool, StoreError> {
+        let (id, task) = (id.to_owned(), rows::to_json(task));
+        self.write(move |tx| {
+            tx.write_deferred(&id)?;
+            let now = tx.now().millis();
+            let changed = tx
+                .conn
+                .prepare_cached(sql::CALL_TASK.sqlite)?
+                .execute(params![id, task, now])?;
+            if changed == 0 {
+                return Ok(false);
+            }
+            if let Some(view) = rows::one_call(tx.conn, &id)? {
+                tx.record(Event::call(&view))?;
+            }
+            Ok(true)
+        })
+        .await
     }
 
     pub async fn insert_session(

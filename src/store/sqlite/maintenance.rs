@@ -129,13 +129,14 @@ impl Sqlite {
                 told_cancel: false,
             };
             recovered.ended_requests += resolve_ids(tx, &elicitations, &resolution)?.views.len();
-            // A round can be retried only on a shared session: a private one ended with the previous run.
-            type Unended = (CallId, Option<String>, bool, bool, Option<RequestId>, Option<RequestId>);
+            // A round can be retried, and a task followed, only on a shared session: a private one ended with the
+            // previous run.
+            type Unended = (CallId, Option<String>, bool, bool, Option<RequestId>, Option<RequestId>, bool);
             let calls: Vec<Unended> = {
                 let mut statement = tx.conn.prepare_cached(&format!(
                     "SELECT c.id, c.protocol_version, c.shared = 1, \
-                     c.shared = 1 AND EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id), \
-                     {HELD_BY_APPROVAL}, {CLAIMED_UNHEARD} \
+                     c.shared = 1 AND (c.task IS NOT NULL OR EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id)), \
+                     {HELD_BY_APPROVAL}, {CLAIMED_UNHEARD}, c.task IS NOT NULL \
                      FROM calls AS c WHERE c.status IN ('running', 'input_required') ORDER BY c.seq"
                 ))?;
                 let calls = statement.query_map([], |row| {
@@ -146,17 +147,18 @@ impl Sqlite {
                         row.get(3)?,
                         row.get(4)?,
                         row.get(5)?,
+                        row.get(6)?,
                     ))
                 })?;
                 calls.collect::<rusqlite::Result<_>>()?
             };
-            for (call, protocol, shared, resumable, approval, unheard) in calls {
+            for (call, protocol, shared, resumable, approval, unheard, task) in calls {
                 if let Some(approval) = approval {
                     recovered.approvals.push(HeldCall { call, approval });
                     continue;
                 }
                 let keeps_rounds = protocol.as_deref().is_some_and(|version| version >= ROUNDS_PROTOCOL);
-                if keeps_rounds && resumable {
+                if (keeps_rounds || task) && resumable {
                     if super::rounds::retry(tx.conn, &call)?.is_some() {
                         recovered.resumes.push(call);
                     }

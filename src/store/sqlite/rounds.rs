@@ -3,6 +3,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::ids::{CallId, SessionId};
+use crate::records::CallTask;
 use crate::store::Retry;
 use crate::store::rows::{self, Columns, JsonText};
 
@@ -12,7 +13,7 @@ use crate::store::rows::{self, Columns, JsonText};
 pub(super) fn retry(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<Retry>> {
     let found = conn
         .prepare_cached(
-            "SELECT server, session, shared, tool, arguments, owner FROM calls \
+            "SELECT server, session, shared, tool, arguments, owner, task FROM calls \
              WHERE id = ?1 AND status IN ('running', 'input_required')",
         )?
         .query_row([id], |row| {
@@ -23,10 +24,11 @@ pub(super) fn retry(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<R
                 row.get::<_, String>(3)?,
                 row.parsed::<JsonText<_>>(4)?,
                 row.get::<_, String>(5)?,
+                row.parsed_opt::<JsonText<CallTask>>(6)?,
             ))
         })
         .optional()?;
-    let Some((server, session, shared, tool, arguments, owner)) = found else {
+    let Some((server, session, shared, tool, arguments, owner, task)) = found else {
         return Ok(None);
     };
     // The latest round, taken here: `ORDER BY round DESC LIMIT 1` (or `max`) would have SQLite compile the
@@ -41,16 +43,21 @@ pub(super) fn retry(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<R
             latest = Some(found);
         }
     }
-    let Some((round, request_state)) = latest else {
-        return Ok(None);
-    };
-    let mut statement =
-        conn.prepare_cached("SELECT input_key, status, result FROM requests WHERE call_id = ?1 AND round = ?2")?;
-    let answers = statement
-        .query_map(params![id, round], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let Some(input_responses) = rows::input_responses(answers) else {
-        return Ok(None);
+    // A task is followed on without a round; a call that is no task is retried only to answer one.
+    let (round, request_state, input_responses) = match latest {
+        Some((round, request_state)) => {
+            let mut statement = conn
+                .prepare_cached("SELECT input_key, status, result FROM requests WHERE call_id = ?1 AND round = ?2")?;
+            let answers = statement
+                .query_map(params![id, round], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let Some(input_responses) = rows::input_responses(answers) else {
+                return Ok(None);
+            };
+            (round, request_state, input_responses)
+        }
+        None if task.is_some() => (0, None, serde_json::Map::new()),
+        None => return Ok(None),
     };
     Ok(Some(Retry {
         call: id.clone(),
@@ -63,5 +70,6 @@ pub(super) fn retry(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<R
         round,
         request_state,
         input_responses,
+        task: task.map(|task| task.id),
     }))
 }

@@ -178,6 +178,10 @@ CREATE INDEX requests_call_pending ON requests (call_id) WHERE status = 'pending
 ALTER TABLE requests ADD COLUMN decisions TEXT;
 ALTER TABLE requests ADD COLUMN answerer TEXT;
 ",
+    r"
+-- The task an upstream made of a call (JSON: its id, status, status message and expiry), followed to its end.
+ALTER TABLE calls ADD COLUMN task TEXT;
+",
 ];
 
 /// The schema version this build writes.

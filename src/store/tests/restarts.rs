@@ -170,6 +170,19 @@ async fn restart_ends_what_cannot_survive_it(location: &Location) {
         .await
         .unwrap();
     store.answer(&answered[0].request.id, proposal(true)).await.unwrap();
+    // A call its upstream made a task of, in either era: the task is followed on.
+    let task = NewCall {
+        protocol_version: Some("2025-11-25".into()),
+        ..new_call("ada")
+    };
+    let task = insert(&store, task).await;
+    let working = CallTask {
+        id: "task-1".into(),
+        status: "working".into(),
+        status_message: None,
+        expires_at: None,
+    };
+    assert!(store.note_task(&task.id, &working).await.unwrap());
     close(store).await;
 
     let store = open(location).await;
@@ -178,7 +191,11 @@ async fn restart_ends_what_cannot_survive_it(location: &Location) {
         (recovered.ended_requests, recovered.ended_calls, recovered.pending),
         (1, 1, 1)
     );
-    assert_eq!(recovered.resumes, std::slice::from_ref(&retrying.id));
+    assert_eq!(recovered.resumes, [retrying.id.clone(), task.id.clone()]);
+    assert_eq!(
+        store.retry(&task.id).await.unwrap().unwrap().task.as_deref(),
+        Some("task-1")
+    );
     let ended = store.request(&elicitation[0].request.id).await.unwrap().unwrap();
     assert_eq!(ended.status, Status::Cancelled);
     assert!(ended.detail.unwrap().starts_with("the gateway restarted"));

@@ -1,0 +1,210 @@
+//! Upstream tasks (the MCP Tasks extension of 2026-07-28): a call the server makes a task of is followed to its
+//! end, its input requests are Requests of the call, and it survives the gateway's restart. The upstream is the
+//! demo server (an rmcp server using rmcp's own task support), over stdio and over HTTP.
+
+use serde_json::{Value, json};
+
+use crate::helpers::{BOTH_ERAS, TestApp, first_request, http_demo, http_demo_on, spawn_app, spawn_process_in};
+
+/// A `research` call that has become a task waiting on its question, checked as such; its id.
+async fn asking(app: &TestApp, server: &str, arguments: Value) -> (Value, String) {
+    let call = app.call(server, "research", arguments).await;
+    assert_eq!(call["status"], "input_required", "{call}");
+    assert_eq!(call["task"]["status"], "input_required", "{call}");
+    assert!(!call["task"]["id"].as_str().unwrap().is_empty(), "{call}");
+    let id = call["id"].as_str().unwrap().to_owned();
+    (call, id)
+}
+
+/// What the upstream's task of a call says of itself, asked of the demo server directly.
+async fn upstream_status(app: &TestApp, server: &str, call: &Value) -> Value {
+    let task = call["task"]["id"].as_str().unwrap();
+    let status = app.call(server, "task_status", json!({"id": task})).await;
+    status["result"]["structuredContent"]["status"].clone()
+}
+
+/// Returns once the upstream's task of a call has stopped as cancelled (the demo's task stops when it next
+/// looks).
+async fn upstream_cancelled(app: &TestApp, server: &str, call: &Value) {
+    let status = crate::helpers::poll_until("the upstream task to be cancelled", || async {
+        let status = upstream_status(app, server, call).await;
+        (status == "cancelled").then_some(status)
+    })
+    .await;
+    assert_eq!(status, "cancelled");
+}
+
+#[tokio::test]
+async fn a_task_asks_through_a_request_of_its_call_and_ends_with_its_result() {
+    let (_demo, url) = http_demo();
+    let servers = format!("{BOTH_ERAS}\n[[servers]]\nname = \"remote\"\nurl = \"{url}\"\n");
+    let app = spawn_app(&servers).await;
+    // rmcp serves the extension to a 2025-11-25 session that declares it as well.
+    for server in ["legacy", "modern", "remote"] {
+        for (answer, received) in [
+            (
+                json!({"ok": true, "data": {"reading": "technical"}}),
+                json!({"action": "accept", "content": {"reading": "technical"}}),
+            ),
+            (json!({"ok": false, "reason": "declined"}), json!({"action": "decline"})),
+        ] {
+            let (call, id) = asking(&app, server, json!({"topic": "python"})).await;
+            assert!(
+                call["task"]["statusMessage"]
+                    .as_str()
+                    .unwrap()
+                    .contains("Asking which reading"),
+                "{call}"
+            );
+            let request = app.request_of(&call).await;
+            assert_eq!(request["kind"], "input", "{request}");
+            assert_eq!(request["prompt"], "Which reading of \"python\" do you mean?");
+            app.answer_ok(request["id"].as_str().unwrap(), answer).await;
+
+            let done = app.settled(&id).await;
+            assert_eq!(done["status"], "completed", "{server}: {done}");
+            assert_eq!(
+                done["result"]["structuredContent"]["results"],
+                json!([received]),
+                "{done}"
+            );
+            assert_eq!(done["task"]["status"], "completed", "{done}");
+            assert_eq!(done["requests"], json!([request["id"]]), "{done}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_server_not_told_of_tasks_answers_the_call_itself() {
+    let app = spawn_app("[[servers]]\nname = \"plain\"\nbuiltin = \"demo\"\ntasks = \"never\"\n").await;
+    let call = app.call("plain", "research", json!({"topic": "rust"})).await;
+    assert_eq!(call["status"], "completed", "{call}");
+    assert_eq!(call["result"]["content"][0]["text"], "rust: reported without a task");
+    assert!(call.get("task").is_none(), "{call}");
+}
+
+#[tokio::test]
+async fn deleting_a_call_cancels_its_task_upstream() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let (waiting, id) = asking(&app, "modern", json!({"topic": "rust"})).await;
+    let request = first_request(&waiting);
+    let deleted = app.delete(&format!("/calls/{id}")).await;
+    assert_eq!(deleted.status(), 200);
+    let cancelled = app.get_json(&format!("/calls/{id}")).await;
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    assert_eq!(
+        app.get_json(&format!("/requests/{request}")).await["status"],
+        "cancelled"
+    );
+    // The demo's task, asked to cancel while it waits on its question, stops as cancelled.
+    upstream_cancelled(&app, "modern", &waiting).await;
+}
+
+#[tokio::test]
+async fn a_task_that_outlives_the_call_timeout_fails_the_call_and_is_cancelled() {
+    let app = spawn_app(&format!("{BOTH_ERAS}\n[limits]\ncall_timeout = \"1s\"\n")).await;
+    let (waiting, id) = asking(&app, "modern", json!({"topic": "rust", "seconds": 600})).await;
+    app.answer_ok(
+        &first_request(&waiting),
+        json!({"ok": true, "data": {"reading": "historical"}}),
+    )
+    .await;
+    let failed = app.settled(&id).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert!(
+        failed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limits.call_timeout"),
+        "{failed}"
+    );
+    upstream_cancelled(&app, "modern", &waiting).await;
+}
+
+#[tokio::test]
+async fn a_task_past_its_time_to_live_fails_the_call_saying_so() {
+    let app = spawn_app(BOTH_ERAS).await;
+    let (waiting, id) = asking(&app, "modern", json!({"topic": "rust", "seconds": 600, "ttl_ms": 1000})).await;
+    assert!(waiting["task"]["expiresAt"].is_string(), "{waiting}");
+    app.answer_ok(
+        &first_request(&waiting),
+        json!({"ok": true, "data": {"reading": "historical"}}),
+    )
+    .await;
+    let failed = app.settled(&id).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(failed["error"]["reason"], "task_lost", "{failed}");
+    assert!(
+        failed["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("passed its time to live"),
+        "{failed}"
+    );
+}
+
+/// The HTTP demo server outlives the gateway, so its tasks do: a gateway killed while a task waits on its
+/// question, or while it works after the answer, follows it on after the restart.
+#[tokio::test]
+async fn a_task_is_followed_on_after_the_gateway_is_killed() {
+    let (_demo, url) = http_demo();
+    let servers = format!("[[servers]]\nname = \"remote\"\nurl = \"{url}\"\n");
+    let dir = tempfile::tempdir().unwrap();
+
+    // Killed while the task waits on its question: the Request stays pending and answerable.
+    let mut app = spawn_process_in(dir.path(), "", &servers, "").await;
+    let (waiting, id) = asking(&app, "remote", json!({"topic": "rust"})).await;
+    app.kill();
+    let mut app = spawn_process_in(dir.path(), "", &servers, "").await;
+    let request = app.request_of(&app.get_json(&format!("/calls/{id}")).await).await;
+    assert_eq!(request["id"], waiting["requests"][0]);
+    app.answer_ok(
+        request["id"].as_str().unwrap(),
+        json!({"ok": true, "data": {"reading": "technical"}}),
+    )
+    .await;
+    let done = app.settled(&id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+
+    // Killed while the task works after its answer: the restarted gateway polls it to its end.
+    let (waiting, id) = asking(&app, "remote", json!({"topic": "rust", "seconds": 3})).await;
+    app.answer_ok(
+        &first_request(&waiting),
+        json!({"ok": true, "data": {"reading": "historical"}}),
+    )
+    .await;
+    let working = app.get_json(&format!("/calls/{id}")).await;
+    assert_eq!(working["status"], "running", "{working}");
+    app.kill();
+    let app = spawn_process_in(dir.path(), "", &servers, "").await;
+    let done = app.settled(&id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"]["results"],
+        json!([{"action": "accept", "content": {"reading": "historical"}}])
+    );
+}
+
+#[tokio::test]
+async fn a_task_its_server_forgot_fails_the_call_with_a_reason() {
+    let (demo, url) = http_demo();
+    let servers = format!("[[servers]]\nname = \"remote\"\nurl = \"{url}\"\n");
+    let app = spawn_app(&servers).await;
+    let (waiting, id) = asking(&app, "remote", json!({"topic": "rust"})).await;
+    // The server restarts on the same address, knowing no task.
+    let listen = url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    drop(demo);
+    let (_demo, _) = http_demo_on(&listen);
+    app.answer_ok(
+        &first_request(&waiting),
+        json!({"ok": true, "data": {"reading": "technical"}}),
+    )
+    .await;
+    let failed = app.settled(&id).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(failed["error"]["reason"], "task_lost", "{failed}");
+    assert!(
+        failed["error"]["message"].as_str().unwrap().contains("no longer knows"),
+        "{failed}"
+    );
+}
