@@ -6,9 +6,9 @@ use serde_json::{Value, json};
 
 use crate::helpers::{BOTH_ERAS, TestApp, first_request, http_demo, http_demo_on, spawn_app, spawn_process_in};
 
-/// A `research` call that has become a task waiting on its question, checked as such; its id.
-async fn asking(app: &TestApp, server: &str, arguments: Value) -> (Value, String) {
-    let call = app.call(server, "research", arguments).await;
+/// A call of `tool` that has become a task waiting on its question, checked as such; its id.
+async fn asking(app: &TestApp, server: &str, tool: &str, arguments: Value) -> (Value, String) {
+    let call = app.call(server, tool, arguments).await;
     assert_eq!(call["status"], "input_required", "{call}");
     assert_eq!(call["task"]["status"], "input_required", "{call}");
     assert!(!call["task"]["id"].as_str().unwrap().is_empty(), "{call}");
@@ -48,7 +48,7 @@ async fn a_task_asks_through_a_request_of_its_call_and_ends_with_its_result() {
             ),
             (json!({"ok": false, "reason": "declined"}), json!({"action": "decline"})),
         ] {
-            let (call, id) = asking(&app, server, json!({"topic": "python"})).await;
+            let (call, id) = asking(&app, server, "research", json!({"topic": "python"})).await;
             assert!(
                 call["task"]["statusMessage"]
                     .as_str()
@@ -86,7 +86,7 @@ async fn a_server_not_told_of_tasks_answers_the_call_itself() {
 #[tokio::test]
 async fn deleting_a_call_cancels_its_task_upstream() {
     let app = spawn_app(BOTH_ERAS).await;
-    let (waiting, id) = asking(&app, "modern", json!({"topic": "rust"})).await;
+    let (waiting, id) = asking(&app, "modern", "research", json!({"topic": "rust"})).await;
     let request = first_request(&waiting);
     let deleted = app.delete(&format!("/calls/{id}")).await;
     assert_eq!(deleted.status(), 200);
@@ -103,7 +103,7 @@ async fn deleting_a_call_cancels_its_task_upstream() {
 #[tokio::test]
 async fn a_task_that_outlives_the_call_timeout_fails_the_call_and_is_cancelled() {
     let app = spawn_app(&format!("{BOTH_ERAS}\n[limits]\ncall_timeout = \"1s\"\n")).await;
-    let (waiting, id) = asking(&app, "modern", json!({"topic": "rust", "seconds": 600})).await;
+    let (waiting, id) = asking(&app, "modern", "research", json!({"topic": "rust", "seconds": 600})).await;
     app.answer_ok(
         &first_request(&waiting),
         json!({"ok": true, "data": {"reading": "historical"}}),
@@ -124,7 +124,13 @@ async fn a_task_that_outlives_the_call_timeout_fails_the_call_and_is_cancelled()
 #[tokio::test]
 async fn a_task_past_its_time_to_live_fails_the_call_saying_so() {
     let app = spawn_app(BOTH_ERAS).await;
-    let (waiting, id) = asking(&app, "modern", json!({"topic": "rust", "seconds": 600, "ttl_ms": 1000})).await;
+    let (waiting, id) = asking(
+        &app,
+        "modern",
+        "research",
+        json!({"topic": "rust", "seconds": 600, "ttl_ms": 1000}),
+    )
+    .await;
     assert!(waiting["task"]["expiresAt"].is_string(), "{waiting}");
     app.answer_ok(
         &first_request(&waiting),
@@ -153,7 +159,7 @@ async fn a_task_is_followed_on_after_the_gateway_is_killed() {
 
     // Killed while the task waits on its question: the Request stays pending and answerable.
     let mut app = spawn_process_in(dir.path(), "", &servers, "").await;
-    let (waiting, id) = asking(&app, "remote", json!({"topic": "rust"})).await;
+    let (waiting, id) = asking(&app, "remote", "research", json!({"topic": "rust"})).await;
     app.kill();
     let mut app = spawn_process_in(dir.path(), "", &servers, "").await;
     let request = app.request_of(&app.get_json(&format!("/calls/{id}")).await).await;
@@ -167,7 +173,7 @@ async fn a_task_is_followed_on_after_the_gateway_is_killed() {
     assert_eq!(done["status"], "completed", "{done}");
 
     // Killed while the task works after its answer: the restarted gateway polls it to its end.
-    let (waiting, id) = asking(&app, "remote", json!({"topic": "rust", "seconds": 3})).await;
+    let (waiting, id) = asking(&app, "remote", "research", json!({"topic": "rust", "seconds": 3})).await;
     app.answer_ok(
         &first_request(&waiting),
         json!({"ok": true, "data": {"reading": "historical"}}),
@@ -190,7 +196,7 @@ async fn a_task_its_server_forgot_fails_the_call_with_a_reason() {
     let (demo, url) = http_demo();
     let servers = format!("[[servers]]\nname = \"remote\"\nurl = \"{url}\"\n");
     let app = spawn_app(&servers).await;
-    let (waiting, id) = asking(&app, "remote", json!({"topic": "rust"})).await;
+    let (waiting, id) = asking(&app, "remote", "research", json!({"topic": "rust"})).await;
     // The server restarts on the same address, knowing no task.
     let listen = url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
     drop(demo);
@@ -207,4 +213,60 @@ async fn a_task_its_server_forgot_fails_the_call_with_a_reason() {
         failed["error"]["message"].as_str().unwrap().contains("no longer knows"),
         "{failed}"
     );
+}
+
+/// A call's status, and its error message, once it has stopped running.
+fn ended(call: &Value) -> (&str, &str) {
+    (
+        call["status"].as_str().unwrap(),
+        call["error"]["message"].as_str().unwrap_or_default(),
+    )
+}
+
+/// Tasks that misbehave (tests/upstreams/tasks.py) end their calls, each saying what happened; none hangs.
+#[tokio::test]
+async fn tasks_that_misbehave_end_their_calls_saying_what_happened() {
+    let servers = crate::hostile::python_server("tasks", "tasks.py", "");
+    let app = spawn_app(&format!("{servers}\n[limits]\ncall_timeout = \"2s\"\n")).await;
+    for (tool, status, says) in [
+        ("never", "failed", "limits.call_timeout"),
+        (
+            "flaky",
+            "failed",
+            "error -32603 to tasks/get for the call's task flaky-",
+        ),
+        ("reappears", "cancelled", "the upstream cancelled its task reappears-"),
+        ("fails", "failed", "failed: error -32000: the disk is full"),
+        ("long_id", "failed", "whose id is longer than 1024 bytes"),
+        ("samples", "failed", "of a kind the gateway does not provide"),
+    ] {
+        let call = app.call("tasks", tool, json!({})).await;
+        let (ended_as, message) = ended(&call);
+        assert_eq!(ended_as, status, "{tool}: {call}");
+        assert!(message.contains(says), "{tool}: {call}");
+    }
+    let never = app.call("tasks", "never", json!({})).await;
+    assert_eq!(never["task"]["statusMessage"], "still at it", "{never}");
+
+    // Completed, then working again: the call ended with the result.
+    let backwards = app.call("tasks", "backwards", json!({})).await;
+    assert_eq!(backwards["status"], "completed", "{backwards}");
+    assert_eq!(backwards["result"]["content"][0]["text"], "done");
+    let id = backwards["id"].as_str().unwrap();
+    assert_eq!(app.get_json(&format!("/calls/{id}")).await["status"], "completed");
+
+    // A question still listed after its answer is not asked again.
+    let (repeats, id) = asking(&app, "tasks", "repeats", json!({})).await;
+    app.answer_ok(&first_request(&repeats), json!({"ok": true, "data": {"go": true}}))
+        .await;
+    let done = app.settled(&id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["requests"].as_array().unwrap().len(), 1, "{done}");
+
+    // The answer reaches a server that forgot the task.
+    let (forgets, id) = asking(&app, "tasks", "forgets", json!({})).await;
+    app.answer_ok(&first_request(&forgets), json!({"ok": true, "data": {"go": true}}))
+        .await;
+    let lost = app.settled(&id).await;
+    assert_eq!(lost["error"]["reason"], "task_lost", "{lost}");
 }

@@ -51,23 +51,27 @@ def response_to(request_id):
     return None
 
 
-def serve(name, tools):
-    """Answers the handshake and `tools/list`, and hands each `tools/call` to `tools[name](request)`."""
+def serve(name, tools, methods=None, capabilities=None):
+    """Answers the handshake and `tools/list`, and hands each `tools/call` to `tools[name](request)` and each
+    request of another method in `methods` to `methods[method](request)`; `capabilities` are declared besides
+    `tools`."""
     global NAME
     NAME = name
+    methods = methods or {}
+    declared = {"tools": {}, **(capabilities or {})}
     for message in incoming():
         method = message.get("method")
         if method == "initialize":
             result(message, {
                 "protocolVersion": "2025-11-25",
-                "capabilities": {"tools": {}},
+                "capabilities": declared,
                 "serverInfo": {"name": name, "version": "0"},
             })
         elif method == "server/discover":
             result(message, {
                 "resultType": "complete",
                 "supportedVersions": ["2025-11-25", MODERN],
-                "capabilities": {"tools": {}},
+                "capabilities": declared,
                 "ttlMs": 0,
                 "cacheScope": "private",
                 "_meta": {"io.modelcontextprotocol/serverInfo": {"name": name, "version": "0"}},
@@ -77,6 +81,8 @@ def serve(name, tools):
             result(message, {"tools": listed})
         elif method == "tools/call":
             tools[message["params"]["name"]](message)
+        elif method in methods:
+            methods[method](message)
         elif method == "ping":
             result(message, {})
         elif "id" in message and method is not None:

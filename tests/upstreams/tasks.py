@@ -1,0 +1,86 @@
+"""Tasks that misbehave (the MCP Tasks extension): each tool makes a task whose `tasks/get` answers follow a
+script, the last answer repeated. `tasks/update` and `tasks/cancel` are acknowledged, unless the script says
+the task is forgotten."""
+
+import json
+
+import stub
+
+ELICIT = {"method": "elicitation/create", "params": {
+    "mode": "form", "message": "Go on?",
+    "requestedSchema": {"type": "object", "properties": {"go": {"type": "boolean"}}, "required": ["go"]},
+}}
+DONE = {"content": [{"type": "text", "text": "done"}], "isError": False}
+
+# What `tasks/get` says of a tool's task, one step per look.
+SCRIPTS = {
+    # Works for ever: only the call's timeout ends it.
+    "never": [{"status": "working", "statusMessage": "still at it"}],
+    # Asking about it fails.
+    "flaky": ["error"],
+    # Completed, then working again: the first end counts.
+    "backwards": [{"status": "working"}, {"status": "completed", "result": DONE}, {"status": "working"}],
+    # Asks, and after the answer still lists the question once (a server slow to update), then completes.
+    "repeats": [{"status": "input_required", "inputRequests": {"go": ELICIT}},
+                {"status": "input_required", "inputRequests": {"go": ELICIT}},
+                {"status": "completed", "result": DONE}],
+    # Cancelled, then back: a cancelled task ends the call.
+    "reappears": [{"status": "cancelled"}, {"status": "working"}],
+    # Fails with an error of its own.
+    "fails": [{"status": "failed", "error": {"code": -32000, "message": "the disk is full"}}],
+    # Asks, then forgets the task before the answer arrives.
+    "forgets": [{"status": "input_required", "inputRequests": {"go": ELICIT}}],
+    # Asks for something the gateway does not provide.
+    "samples": [{"status": "input_required", "inputRequests": {"s": {"method": "sampling/createMessage", "params": {
+        "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 5}}}}],
+}
+
+# Each task's script and how far it has got.
+tasks = {}
+
+
+def task(task_id, status):
+    return {"taskId": task_id, "status": status, "createdAt": "2026-01-01T00:00:00Z",
+            "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttlMs": None, "pollIntervalMs": 100}
+
+
+def start(request):
+    name = request["params"]["name"]
+    task_id = "t" * 2000 if name == "long_id" else f"{name}-{request['id']}"
+    tasks[task_id] = {"script": SCRIPTS.get(name, [{"status": "working"}]), "at": 0}
+    stub.result(request, {"resultType": "task", **task(task_id, "working")})
+
+
+def get(request):
+    task_id = request["params"]["taskId"]
+    entry = tasks.get(task_id)
+    if entry is None:
+        return stub.send({"jsonrpc": "2.0", "id": request["id"],
+                          "error": {"code": -32602, "message": f"unknown task: {task_id}"}})
+    step = entry["script"][min(entry["at"], len(entry["script"]) - 1)]
+    entry["at"] += 1
+    if step == "error":
+        return stub.send({"jsonrpc": "2.0", "id": request["id"],
+                          "error": {"code": -32603, "message": "the task store is unavailable"}})
+    stub.result(request, {"resultType": "complete", **task(task_id, step["status"]),
+                          **{key: value for key, value in step.items() if key != "status"}})
+
+
+def update(request):
+    task_id = request["params"]["taskId"]
+    stub.log(f"tasks/update {json.dumps(request['params'])}")
+    if task_id.startswith("forgets-") or task_id not in tasks:
+        tasks.pop(task_id, None)
+        return stub.send({"jsonrpc": "2.0", "id": request["id"],
+                          "error": {"code": -32602, "message": f"unknown task: {task_id}"}})
+    stub.result(request, {"resultType": "complete"})
+
+
+def cancel(request):
+    stub.log(f"tasks/cancel {request['params']['taskId']}")
+    stub.result(request, {"resultType": "complete"})
+
+
+stub.serve("tasks", {name: start for name in [*SCRIPTS, "long_id"]},
+           {"tasks/get": get, "tasks/update": update, "tasks/cancel": cancel},
+           {"extensions": {"io.modelcontextprotocol/tasks": {}}})
