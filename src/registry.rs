@@ -304,9 +304,14 @@ impl Registry {
 
     /// Raises the input requests of a 2026-07-28 round as Requests, all of them or none: each of the round's
     /// `inputRequests` is an `elicitation/create` whose params become one Request, keyed as the upstream
-    /// keyed it.
-    pub async fn ask_round(&self, round: NewRound, origin: &Origin) -> Result<Vec<RequestView>, AskError> {
-        let requests = round
+    /// keyed it. None expires later than `by` (a task's end), when given.
+    pub async fn ask_round(
+        &self,
+        round: NewRound,
+        origin: &Origin,
+        by: Option<Timestamp>,
+    ) -> Result<Vec<RequestView>, AskError> {
+        let mut requests = round
             .input_requests
             .iter()
             .map(|(key, request)| {
@@ -314,6 +319,10 @@ impl Registry {
                 self.new_request(&params, origin, Some(key.clone()))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        for new in requests.iter_mut().filter(|new| by.is_some_and(|by| by < new.deadline)) {
+            new.deadline = by.unwrap_or(new.deadline);
+            new.request.expires_at = Some(new.deadline.rfc3339());
+        }
         Ok(self.raise(requests, Some(round), &origin.server).await?)
     }
 

@@ -23,6 +23,7 @@ use crate::ids::CallId;
 use crate::records::{Arguments, CallError, CallFailure, Finish};
 use crate::registry::{AskError, Outcome};
 use crate::store::NewRound;
+use crate::time::Timestamp;
 
 /// The most `input_required` rounds one call may take.
 pub(super) const MAX_ROUNDS: u32 = 32;
@@ -207,7 +208,7 @@ async fn after(
     if requests.is_empty() {
         return Then::SendAgain;
     }
-    match book_round(core, call, *turn.round, state, requests).await {
+    match book_round(core, call, *turn.round, state, requests, None).await {
         Booked::Waiting => Then::Done,
         Booked::Refused(responses) => {
             turn.next.input_responses = Some(responses);
@@ -228,13 +229,15 @@ pub(super) enum Booked {
     Ended(Option<Finish>),
 }
 
-/// Raises round `number` of a call's input requests (an `input_required` result's or a task's) as Requests.
+/// Raises round `number` of a call's input requests (an `input_required` result's or a task's) as Requests,
+/// none expiring later than `by` (the task's end).
 pub(super) async fn book_round(
     core: &SessionCore,
     call: &CallRef,
     number: u32,
     request_state: Option<String>,
     requests: Map<String, Value>,
+    by: Option<Timestamp>,
 ) -> Booked {
     if let Some((key, _)) = requests
         .iter()
@@ -251,7 +254,7 @@ pub(super) async fn book_round(
         request_state,
         input_requests: requests,
     };
-    match core.registry.ask_round(new_round, &core.origin(Some(call))).await {
+    match core.registry.ask_round(new_round, &core.origin(Some(call)), by).await {
         Ok(_) => Booked::Waiting,
         Err(AskError::Full(cap)) => {
             tracing::warn!(

@@ -203,7 +203,7 @@ impl Upstreams {
             )));
         }
         task.round += 1;
-        match book_round(&live.core, call, task.round, None, requests).await {
+        match book_round(&live.core, call, task.round, None, requests, task.expires_at).await {
             Booked::Waiting => Seen::Waiting,
             Booked::Ended(Some(finish)) => Seen::Ended(finish),
             // The call has ended: nothing more is asked of its task.

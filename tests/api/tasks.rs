@@ -121,32 +121,37 @@ async fn a_task_that_outlives_the_call_timeout_fails_the_call_and_is_cancelled()
     upstream_cancelled(&app, "modern", &waiting).await;
 }
 
+/// A task past its time to live fails its call, whether it worked past it after its answer or its question
+/// went unanswered: a task's Requests expire with it.
 #[tokio::test]
 async fn a_task_past_its_time_to_live_fails_the_call_saying_so() {
     let app = spawn_app(BOTH_ERAS).await;
-    let (waiting, id) = asking(
-        &app,
-        "modern",
-        "research",
-        json!({"topic": "rust", "seconds": 600, "ttl_ms": 1000}),
-    )
-    .await;
-    assert!(waiting["task"]["expiresAt"].is_string(), "{waiting}");
+    let arguments = json!({"topic": "rust", "seconds": 600, "ttl_ms": 1000});
+    let (answered, answered_id) = asking(&app, "modern", "research", arguments.clone()).await;
+    let (unanswered, unanswered_id) = asking(&app, "modern", "research", arguments).await;
+    let request = app.request_of(&unanswered).await;
+    assert_eq!(request["expiresAt"], unanswered["task"]["expiresAt"], "{request}");
     app.answer_ok(
-        &first_request(&waiting),
+        &first_request(&answered),
         json!({"ok": true, "data": {"reading": "historical"}}),
     )
     .await;
-    let failed = app.settled(&id).await;
-    assert_eq!(failed["status"], "failed", "{failed}");
-    assert_eq!(failed["error"]["reason"], "task_lost", "{failed}");
-    assert!(
-        failed["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("passed its time to live"),
-        "{failed}"
-    );
+    let expired = app
+        .get_json(&format!("/requests/{}?wait=20", request["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(expired["status"], "expired", "{expired}");
+    for id in [answered_id, unanswered_id] {
+        let failed = app.settled(&id).await;
+        assert_eq!(failed["status"], "failed", "{failed}");
+        assert_eq!(failed["error"]["reason"], "task_lost", "{failed}");
+        assert!(
+            failed["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("passed its time to live"),
+            "{failed}"
+        );
+    }
 }
 
 /// The HTTP demo server outlives the gateway, so its tasks do: a gateway killed while a task waits on its
