@@ -9,8 +9,8 @@ use futures::FutureExt;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientRequest,
-    CreateTaskResult, CustomResult, ElicitResult, ElicitationAction, ErrorCode, ErrorData, InputResponses, RequestId,
-    ServerResult, Task,
+    CreateTaskResult, CustomRequest, CustomResult, ElicitResult, ElicitationAction, ErrorCode, ErrorData,
+    InputResponses, RequestId, ServerResult, Task,
 };
 use rmcp::service::{PeerRequestOptions, RequestHandle, ServiceError};
 use rmcp::{Peer, RoleClient};
@@ -46,18 +46,28 @@ pub enum Driven {
     Waiting,
     /// The upstream made a task of it, at this round: the call follows the task.
     Task(Box<Task>, u32),
+    /// A 2025-11-25 server made an experimental task of it (SEP-1686), whose result `tasks/result` waits for.
+    LegacyTask(Box<Task>),
 }
 
-/// Sends a call's `tools/call` (after `round` answered rounds) and follows it to where it leaves the call.
+/// Sends a call's `tools/call` (after `round` answered rounds) and follows it to where it leaves the call. With
+/// `legacy_tasks`, a tool a 2025-11-25 server says requires a task is called again as one.
 ///
 /// Only the request in flight holds the call's arguments: a later `tools/call` of the call (a retry after a
 /// URL elicitation, or the next round) reads them again from the store, which keeps them exactly as sent.
-pub async fn drive(live: &Live, call: &CallRef, params: Box<CallToolRequestParams>, mut round: u32) -> Driven {
+pub async fn drive(
+    live: &Live,
+    call: &CallRef,
+    params: Box<CallToolRequestParams>,
+    mut round: u32,
+    legacy_tasks: bool,
+) -> Driven {
     let (core, peer) = (&live.core, &live.peer);
     let mut url_retry_used = false;
     let mut next = Next {
         input_responses: params.input_responses.clone(),
         request_state: params.request_state.clone(),
+        as_task: false,
     };
     let mut first = Some(params);
     while round <= MAX_ROUNDS {
@@ -72,7 +82,8 @@ pub async fn drive(live: &Live, call: &CallRef, params: Box<CallToolRequestParam
         let retrying = next.input_responses.is_some() || next.request_state.is_some();
         // Only the wait for the response races the session's end: a response read before it, such as a round
         // the upstream returned just before it exited, is acted on in full.
-        let mut sending = std::pin::pin!(send(core, peer, call, params));
+        let request = Box::new(tools_call(*params, next.as_task));
+        let mut sending = std::pin::pin!(send(core, peer, call, request));
         let sent = tokio::select! {
             biased;
             () = live.closed.cancelled() => match sending.as_mut().now_or_never() {
@@ -88,6 +99,7 @@ pub async fn drive(live: &Live, call: &CallRef, params: Box<CallToolRequestParam
         };
         let turn = Turn {
             retrying,
+            legacy_tasks,
             url_retry_used: &mut url_retry_used,
             next: &mut next,
             round: &mut round,
@@ -98,6 +110,7 @@ pub async fn drive(live: &Live, call: &CallRef, params: Box<CallToolRequestParam
             Then::Ended(finish) => return Driven::Ended(finish),
             Then::Done => return Driven::Waiting,
             Then::Task(task) => return Driven::Task(task, round),
+            Then::LegacyTask(task) => return Driven::LegacyTask(task),
         }
     }
     Driven::Ended(Finish::failed(format!(
@@ -116,6 +129,8 @@ pub fn call_params(tool: String, arguments: &Arguments) -> CallToolRequestParams
 struct Next {
     input_responses: Option<InputResponses>,
     request_state: Option<String>,
+    /// Whether it asks for a task (`task`, the experimental tasks of 2025-11-25).
+    as_task: bool,
 }
 
 impl Next {
@@ -146,12 +161,16 @@ enum Then {
     Done,
     /// The upstream made a task of the call.
     Task(Box<Task>),
+    /// A 2025-11-25 upstream made an experimental task of the call.
+    LegacyTask(Box<Task>),
 }
 
 /// What one response of a call's loop may change for the next `tools/call`.
 struct Turn<'a> {
     /// Whether the request carried answers, or a state, to the upstream.
     retrying: bool,
+    /// Whether a tool the server says requires a task may be called again as one.
+    legacy_tasks: bool,
     url_retry_used: &'a mut bool,
     next: &'a mut Next,
     round: &'a mut u32,
@@ -180,6 +199,14 @@ async fn after(
     };
     let input = match response {
         ServerResult::CreateTaskResult(created) => return Then::Task(Box::new(created.task)),
+        ServerResult::CustomResult(CustomResult(result)) if result.get("task").is_some_and(Value::is_object) => {
+            return match legacy_task(&result["task"]) {
+                Some(task) => Then::LegacyTask(Box::new(task)),
+                None => Then::Ended(Finish::failed(
+                    "the upstream made a task of the call that the gateway cannot read",
+                )),
+            };
+        }
         ServerResult::CustomResult(CustomResult(result)) if is_task(&result) => {
             return match serde_json::from_value::<CreateTaskResult>(result) {
                 Ok(created) => Then::Task(Box::new(created.task)),
@@ -189,10 +216,10 @@ async fn after(
             };
         }
         ServerResult::CustomResult(CustomResult(result)) if is_input_required(&result) => result,
-        ServerResult::CustomResult(CustomResult(result)) => return Then::Ended(completed_json(result)),
         ServerResult::InputRequiredResult(input) => serde_json::to_value(input).unwrap_or_default(),
+        ServerResult::CustomResult(CustomResult(result)) => return completed(result, turn),
         // What rmcp read over HTTP, through an untagged enum: a result may arrive as another variant.
-        other => return Then::Ended(completed_json(serde_json::to_value(other).unwrap_or_default())),
+        other => return completed(serde_json::to_value(other).unwrap_or_default(), turn),
     };
     let (requests, state) = match read_input_required(input) {
         Ok(round) => round,
@@ -296,6 +323,52 @@ async fn state_rejected(core: &SessionCore, call: &CallId, error: &ErrorData) ->
     })
 }
 
+/// The end of a call with the result its `tools/call` got, unless the server said the tool requires a task
+/// (the experimental tasks of 2025-11-25): then it is sent again, as a task, once.
+fn completed(result: Value, turn: Turn<'_>) -> Then {
+    if turn.legacy_tasks && !turn.next.as_task && requires_task(&result) {
+        turn.next.as_task = true;
+        return Then::SendAgain;
+    }
+    Then::Ended(completed_json(result))
+}
+
+/// Whether a result is the TypeScript SDK's refusal of a tool call that was not made a task: rmcp does not
+/// read a tool's `execution.taskSupport`, so the refusal is how the gateway learns that the tool needs one.
+fn requires_task(result: &Value) -> bool {
+    result["isError"] == true
+        && result["content"].as_array().is_some_and(|blocks| {
+            blocks.iter().any(|block| {
+                block["text"]
+                    .as_str()
+                    .is_some_and(|text| text.contains("requires task augmentation"))
+            })
+        })
+}
+
+/// An experimental task of 2025-11-25 (its `CreateTaskResult`'s `task`, or a `tasks/get` result) as the
+/// Tasks extension's, whose fields it shares under other names (`ttl`, `pollInterval`).
+pub(super) fn legacy_task(task: &Value) -> Option<Task> {
+    let mut fields = task.as_object()?.clone();
+    for (old, new) in [("ttl", "ttlMs"), ("pollInterval", "pollIntervalMs")] {
+        if let Some(value) = fields.remove(old) {
+            fields.insert(new.to_owned(), value);
+        }
+    }
+    fields.entry("ttlMs").or_insert(Value::Null);
+    serde_json::from_value(Value::Object(fields)).ok()
+}
+
+/// A call's `tools/call`, asking for a task when `as_task` (2025-11-25: rmcp's params have no `task`).
+fn tools_call(params: CallToolRequestParams, as_task: bool) -> ClientRequest {
+    if !as_task {
+        return ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    }
+    let mut params = serde_json::to_value(params).unwrap_or_default();
+    params["task"] = serde_json::json!({});
+    ClientRequest::CustomRequest(CustomRequest::new("tools/call", Some(params)))
+}
+
 fn is_input_required(result: &Value) -> bool {
     result.get("resultType").and_then(Value::as_str) == Some("input_required")
 }
@@ -348,16 +421,17 @@ fn not_a_call_tool_result() -> Finish {
     Finish::failed("the upstream answered tools/call with something that is not a CallToolResult")
 }
 
-/// Sends one `tools/call` and waits for its response; dropping the future tells the upstream it was cancelled.
-async fn send(
+/// Sends one request of a call (its `tools/call`, or a 2025-11-25 task's `tasks/result`) and waits for its
+/// response; dropping the future tells the upstream it was cancelled.
+pub(super) async fn send(
     core: &SessionCore,
     peer: &Peer<RoleClient>,
     call: &CallRef,
-    params: Box<CallToolRequestParams>,
+    request: Box<ClientRequest>,
 ) -> Result<ServerResult, ServiceError> {
     // Boxed: what sending and tracking the request take (rmcp's future alone is about 3 KB) is not kept while
     // the response is awaited.
-    let (handle, mut guard) = Box::pin(start(core, peer, call, params)).await?;
+    let (handle, mut guard) = Box::pin(start(core, peer, call, request)).await?;
     // The response itself, as `RequestHandle::await_response` gives it without a timeout (none is set): that
     // future keeps room for its timeouts and their cancellations, about 3 KB more per call in flight.
     let response = handle.rx.await.unwrap_or(Err(ServiceError::TransportClosed));
@@ -365,17 +439,16 @@ async fn send(
     response
 }
 
-/// Sends one `tools/call` and tracks it as in flight, until the guard returned is finished or dropped.
+/// Sends one request of a call and tracks it as in flight, until the guard returned is finished or dropped.
 async fn start<'a>(
     core: &'a SessionCore,
     peer: &'a Peer<RoleClient>,
     call: &CallRef,
-    params: Box<CallToolRequestParams>,
+    request: Box<ClientRequest>,
 ) -> Result<(RequestHandle<RoleClient>, InFlight<'a>), ServiceError> {
     let sending = core.sending().await;
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(*params));
     let handle = peer
-        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .send_request_with_option(*request, PeerRequestOptions::no_options())
         .await?;
     let guard = InFlight {
         core,
@@ -483,6 +556,28 @@ mod tests {
             completed_json(json!({"isError": true})),
             Finish::Completed(json!({"isError": true, "content": []}))
         );
+    }
+
+    #[test]
+    fn an_experimental_task_reads_as_the_extension_s_and_a_refusal_to_run_without_one_is_known() {
+        let task = legacy_task(&json!({"taskId": "t1", "status": "working", "statusMessage": "m",
+            "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z",
+            "ttl": 60000, "pollInterval": 500}))
+        .unwrap();
+        assert_eq!(
+            (task.task_id.as_str(), task.ttl_ms, task.poll_interval_ms),
+            ("t1", Some(60000), Some(500))
+        );
+        assert!(legacy_task(&json!({"status": "working"})).is_none());
+
+        let refusal = |text: &str| json!({"content": [{"type": "text", "text": text}], "isError": true});
+        assert!(requires_task(&refusal(
+            "MCP error -32601: Tool x requires task augmentation (taskSupport: 'required')"
+        )));
+        assert!(!requires_task(&refusal("the disk is full")));
+        let mut succeeded = refusal("requires task augmentation");
+        succeeded["isError"] = json!(false);
+        assert!(!requires_task(&succeeded));
     }
 
     #[test]

@@ -68,6 +68,9 @@ pub struct SessionCore {
     tools_changed: Arc<tokio::sync::watch::Sender<u64>>,
     /// Where the upstream's progress on a call goes.
     reports: Reports,
+    /// The 2025-11-25 tasks followed on this session, by id, with their calls: an elicitation that names its
+    /// task (`io.modelcontextprotocol/related-task`) is that call's.
+    tasks: Mutex<HashMap<String, CallRef>>,
 }
 
 impl SessionCore {
@@ -95,6 +98,7 @@ impl SessionCore {
             sending: tokio::sync::RwLock::new(()),
             tools_changed,
             reports,
+            tasks: Mutex::default(),
         }
     }
 
@@ -114,14 +118,27 @@ impl SessionCore {
         lock(&self.in_flight).remove(request);
     }
 
-    /// The call an inbound elicitation belongs to: the one whose HTTP stream carried it, or the only call in flight,
+    /// Records that the 2025-11-25 task `id` serves `call`, until the guard returned is dropped.
+    pub fn relate_task(&self, id: &str, call: &CallRef) -> RelatedTask<'_> {
+        lock(&self.tasks).insert(id.to_owned(), call.clone());
+        RelatedTask {
+            core: self,
+            id: id.to_owned(),
+        }
+    }
+
+    /// The call an inbound elicitation belongs to: the one whose 2025-11-25 `task` it names, the one whose HTTP
+    /// stream carried it, or the only call in flight,
     /// read once no `tools/call` is between being sent and being tracked.
     ///
     /// Only the first is proof. The only call in flight may not be the one the elicitation comes from (another
     /// principal's earlier call may have left work behind), so its principal gets the Request only while this
     /// session has run no other principal's calls.
-    pub async fn attribute(&self, origin: Option<&InboundStreamOrigin>) -> Option<Attribution> {
+    pub async fn attribute(&self, origin: Option<&InboundStreamOrigin>, task: Option<&str>) -> Option<Attribution> {
         drop(self.sending.write().await);
+        if let Some(call) = task.and_then(|task| lock(&self.tasks).get(task).cloned()) {
+            return Some(Attribution { call, owned: true });
+        }
         let in_flight = lock(&self.in_flight);
         match origin {
             Some(InboundStreamOrigin::OutboundRequest(request)) => {
@@ -226,7 +243,10 @@ impl SessionCore {
         // Boxed, so that a pending elicitation's future keeps only a pointer to what raising it took.
         let asked = Box::pin(async move {
             let core = &booked.core;
-            let call = core.attribute(stream.as_ref()).await;
+            let task = params
+                .pointer("/_meta/io.modelcontextprotocol~1related-task/taskId")
+                .and_then(Value::as_str);
+            let call = core.attribute(stream.as_ref(), task).await;
             let origin = core.origin_of(call.as_ref());
             let asked = match asking {
                 Asking::Elicitation => core.registry.ask(params, &origin, withdrawn.clone()).await,
@@ -423,6 +443,18 @@ pub struct CallRef {
     pub owner: String,
 }
 
+/// A 2025-11-25 task related to its call, until dropped.
+pub struct RelatedTask<'a> {
+    core: &'a SessionCore,
+    id: String,
+}
+
+impl Drop for RelatedTask<'_> {
+    fn drop(&mut self) {
+        lock(&self.core.tasks).remove(&self.id);
+    }
+}
+
 /// A legacy elicitation replied to: its JSON-RPC id, its Request, and when.
 #[derive(Debug)]
 struct Replied {
@@ -518,7 +550,7 @@ impl ClientHandler for GatewayClient {
         params: rmcp::model::LoggingMessageNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        if let Some(attribution) = self.core.attribute(None).await
+        if let Some(attribution) = self.core.attribute(None, None).await
             && attribution.owned
         {
             self.core.reports.report(&attribution.call.id, Report::Log(params));

@@ -14,6 +14,7 @@ use super::call::{self, Driven};
 use super::task::{self, Following};
 use super::{CallRef, Leg, Live, Target, UpstreamError, Upstreams, lock};
 use crate::calls::Calls;
+use crate::config::Tasks;
 use crate::feed::{Concern, Feed};
 use crate::ids::{CallId, SessionId};
 use crate::records::{CallStatus, Finish};
@@ -162,9 +163,10 @@ impl Upstreams {
         let (task, answers, first_look) = match work {
             // The params, and what runs after the upstream answers, are boxed, so that the task of a call waiting
             // on its upstream (a 2025-11-25 elicitation in flight) holds only what that wait takes.
-            Work::Send(params) => match call::drive(live, call, params, round).await {
+            Work::Send(params) => match call::drive(live, call, params, round, self.legacy_tasks(live)).await {
                 Driven::Ended(finish) => return Some(finish),
                 Driven::Waiting => return None,
+                Driven::LegacyTask(created) => return Box::pin(self.follow_legacy_task(call, live, &created)).await,
                 Driven::Task(created, round) => {
                     let now = live.core.registry.clock().now();
                     let mut task = match Following::created(&created, round, now) {
@@ -187,6 +189,14 @@ impl Upstreams {
             }
         };
         Box::pin(self.follow_task(call, live.clone(), task, answers, first_look)).await
+    }
+
+    /// Whether a call on `live` may be made an experimental task of 2025-11-25 when its tool requires one.
+    fn legacy_tasks(&self, live: &Live) -> bool {
+        !live.keeps_rounds()
+            && self
+                .slot(&live.core.server)
+                .is_ok_and(|slot| slot.server.tasks == Tasks::Auto)
     }
 
     /// Resolves, with the limit, once a call has used up `limits.call_timeout` of upstream work; never

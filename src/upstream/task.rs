@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CancelTaskParams, DetailedTask, ErrorCode, GetTaskParams, InputResponses, Task, TaskPayload, TaskStatus,
-    UpdateTaskParams,
+    CancelTaskParams, ClientRequest, CustomRequest, DetailedTask, ErrorCode, GetTaskParams, InputResponses, Task,
+    TaskPayload, TaskStatus, UpdateTaskParams,
 };
 use rmcp::service::ServiceError;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
-use super::call::{Booked, MAX_ROUNDS, book_round, completed_json};
+use super::call::{self, Booked, MAX_ROUNDS, book_round, completed_json};
 use super::{CallRef, Live, Upstreams};
 use crate::ids::CallId;
 use crate::records::{CallError, CallFailure, CallTask, CallView, Finish};
@@ -154,7 +154,7 @@ impl Upstreams {
                 },
                 Err(error) => return Some(failed(&task.id, "tasks/get", &error)),
             };
-            self.note_task(&call.id, &mut task, &detailed).await;
+            self.note_task(&call.id, &mut task, &detailed.task).await;
             match self.seen(call, &live, &mut task, detailed).await {
                 Seen::Working(poll) => wait = poll,
                 Seen::Ended(finish) => return Some(finish),
@@ -216,11 +216,11 @@ impl Upstreams {
     }
 
     /// Records what the call shows of its task, when that changed.
-    async fn note_task(&self, call: &CallId, task: &mut Following, detailed: &DetailedTask) {
+    async fn note_task(&self, call: &CallId, task: &mut Following, seen: &Task) {
         let note = CallTask {
             id: task.id.clone(),
-            status: status_name(detailed.task.status).to_owned(),
-            status_message: detailed.task.status_message.as_deref().map(|message| {
+            status: status_name(seen.status).to_owned(),
+            status_message: seen.status_message.as_deref().map(|message| {
                 let mut end = message.len().min(MAX_MESSAGE);
                 while !message.is_char_boundary(end) {
                     end -= 1;
@@ -240,8 +240,61 @@ impl Upstreams {
 
     /// Records the task a server has just made of a call.
     pub(super) async fn note_created(&self, call: &CallId, task: &mut Following, created: &Task) {
-        let detailed = DetailedTask::new(created.clone(), TaskPayload::Working);
-        self.note_task(call, task, &detailed).await;
+        self.note_task(call, task, created).await;
+    }
+
+    /// Follows an experimental task of 2025-11-25 (SEP-1686) to its end: `tasks/result`, sent as a request of
+    /// the call, waits for the task's result, while the elicitations the task sends (each naming it) become
+    /// Requests of the call as any 2025-11-25 elicitation does; `tasks/get` at the server's poll interval keeps
+    /// what the call shows of the task current. The server holds such a task in its session: it is not
+    /// followed on after the session ends.
+    pub(super) async fn follow_legacy_task(&self, call: &CallRef, live: &Live, created: &Task) -> Option<Finish> {
+        let now = live.core.registry.clock().now();
+        let mut task = match Following::created(created, 0, now) {
+            Ok(task) => task,
+            Err(finish) => return Some(finish),
+        };
+        self.note_created(&call.id, &mut task, created).await;
+        let _related = live.core.relate_task(&task.id, call);
+        let of_task = json!({"taskId": task.id});
+        let request = Box::new(ClientRequest::CustomRequest(CustomRequest::new(
+            "tasks/result",
+            Some(of_task.clone()),
+        )));
+        let mut result = std::pin::pin!(call::send(&live.core, &live.peer, call, request));
+        let mut poll = poll_interval(created);
+        let mut last = created.clone();
+        loop {
+            tokio::select! {
+                got = &mut result => {
+                    let (status, finish) = match got {
+                        Ok(response) => (
+                            TaskStatus::Completed,
+                            completed_json(serde_json::to_value(response).unwrap_or_default()),
+                        ),
+                        Err(error) => (TaskStatus::Failed, failed(&task.id, "tasks/result", &error)),
+                    };
+                    last.status = status;
+                    self.note_task(&call.id, &mut task, &last).await;
+                    return Some(finish);
+                }
+                () = live.closed.cancelled() => {
+                    return Some(Finish::failed(format!(
+                        "the session ended before the call's task did: {}",
+                        live.ended()
+                    )));
+                }
+                () = tokio::time::sleep(poll) => {}
+            }
+            let looking = ClientRequest::CustomRequest(CustomRequest::new("tasks/get", Some(of_task.clone())));
+            if let Ok(looked) = live.peer.send_request(looking).await
+                && let Some(seen) = call::legacy_task(&serde_json::to_value(looked).unwrap_or_default())
+            {
+                poll = poll_interval(&seen);
+                self.note_task(&call.id, &mut task, &seen).await;
+                last = seen;
+            }
+        }
     }
 
     /// The session a call's task is followed on once the one it was followed on has ended: the server's
@@ -316,6 +369,10 @@ fn failed(task: &str, method: &str, error: &ServiceError) -> Finish {
         ServiceError::McpError(error) => Finish::failed(format!(
             "the upstream returned error {} to {method} for the call's task {task}: {}",
             error.code.0, error.message
+        )),
+        ServiceError::UnexpectedResponse => Finish::failed(format!(
+            "the upstream answered {method} for the call's task {task} with something the Tasks extension does \
+             not define (an experimental task of 2025-11-25 is followed only on the session it began on)"
         )),
         other => Finish::failed(format!("{method} for the call's task {task} failed: {other}")),
     }

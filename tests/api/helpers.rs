@@ -758,6 +758,11 @@ impl Caller {
 pub struct HttpDemo(Child);
 
 impl HttpDemo {
+    /// Another server process, killed when dropped as the demo is.
+    pub fn of(child: Child) -> Self {
+        Self(child)
+    }
+
     /// Waits until it has exited by itself.
     pub fn exited(&mut self) {
         let _ = self.0.wait();

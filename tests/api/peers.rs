@@ -1,5 +1,5 @@
 //! Third-party MCP servers as upstreams: the TypeScript reference `server-everything` (tests/peers, npm) over
-//! stdio.
+//! stdio and streamable HTTP.
 
 use std::path::PathBuf;
 
@@ -14,16 +14,43 @@ fn everything(name: &str, extra: &str) -> String {
 
 /// A `[[servers]]` entry running server-everything over stdio, with its `protocol` line and extra keys.
 fn everything_in(name: &str, protocol: &str, extra: &str) -> String {
+    let script = script();
+    format!(
+        "[[servers]]\nname = \"{name}\"\ncommand = \"node\"\nargs = [\"{}\", \"stdio\"]\n{protocol}\n{extra}\n",
+        script.display()
+    )
+}
+
+/// server-everything's entry point, installed by `npm ci` in tests/peers.
+fn script() -> PathBuf {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/peers/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     assert!(
         script.is_file(),
         "the peer tests run @modelcontextprotocol/server-everything: run `npm ci` in tests/peers (scripts/test.sh does)"
     );
-    format!(
-        "[[servers]]\nname = \"{name}\"\ncommand = \"node\"\nargs = [\"{}\", \"stdio\"]\n{protocol}\n{extra}\n",
-        script.display()
-    )
+    script
+}
+
+/// server-everything over streamable HTTP on a free loopback port, killed when dropped, and its `/mcp` URL.
+fn everything_over_http() -> (crate::helpers::HttpDemo, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = std::process::Command::new("node")
+        .arg(script())
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = crate::helpers::Output::collect(child.stderr.take().unwrap(), "[everything http] ");
+    let server = crate::helpers::HttpDemo::of(child);
+    stderr.wait_for("listening on port");
+    (server, format!("http://127.0.0.1:{port}/mcp"))
 }
 
 /// The text of a completed call's result.
@@ -142,4 +169,69 @@ async fn a_2025_11_25_sampling_request_is_a_request_whose_reply_goes_back_as_the
         !names.contains(&"trigger-sampling-request"),
         "sampling is not offered: {names:?}"
     );
+}
+
+/// server-everything's `simulate-research-query` is a tool that must be a task (the experimental tasks of
+/// 2025-11-25, SEP-1686): the gateway, refused once, calls it as a task; the clarification its task asks for
+/// (an elicitation naming the task, sent on the `tasks/result` stream) is a Request of the call, and the task's
+/// result ends it.
+#[tokio::test]
+async fn a_2025_11_25_task_asks_through_a_request_of_its_call_and_ends_with_its_report() {
+    let (_http, url) = everything_over_http();
+    let servers = format!(
+        "{}{}[[servers]]\nname = \"remote\"\nurl = \"{url}\"\nprotocol = \"2025-11-25\"\n",
+        everything("everything", ""),
+        everything("plain", "tasks = \"never\"")
+    );
+    let app = spawn_app(&servers).await;
+    let arguments = json!({"topic": "python", "ambiguous": true});
+    for server in ["everything", "remote"] {
+        let call = app.call(server, "simulate-research-query", arguments.clone()).await;
+        assert_eq!(call["status"], "input_required", "{server}: {call}");
+        // What the task says of itself is polled: the call shows the task, whichever status it last said.
+        assert!(call["task"]["id"].is_string(), "{call}");
+        let request = app.request_of(&call).await;
+        assert!(
+            request["prompt"].as_str().unwrap().contains("multiple interpretations"),
+            "{request}"
+        );
+        let id = call["id"].as_str().unwrap();
+        app.answer_ok(
+            request["id"].as_str().unwrap(),
+            json!({"ok": true, "data": {"interpretation": "snake"}}),
+        )
+        .await;
+        let done = app.settled(id).await;
+        assert!(
+            text(&done).contains("# Research Report: python (snake)"),
+            "{server}: {done}"
+        );
+        assert_eq!(done["task"]["status"], "completed", "{done}");
+    }
+
+    // Without a question, the task runs to its report.
+    let plain = app
+        .call("everything", "simulate-research-query", json!({"topic": "rust"}))
+        .await;
+    let plain = app.settled(plain["id"].as_str().unwrap()).await;
+    assert!(text(&plain).contains("# Research Report: rust"), "{plain}");
+    assert_eq!(plain["requests"], json!([]), "{plain}");
+
+    // Cancelled while its question waits: the Request is cancelled with the call.
+    let waiting = app
+        .call("everything", "simulate-research-query", arguments.clone())
+        .await;
+    let request = app.request_of(&waiting).await;
+    let deleted = app.delete(&format!("/calls/{}", waiting["id"].as_str().unwrap())).await;
+    assert_eq!(deleted.status(), 200);
+    let cancelled = app
+        .get_json(&format!("/requests/{}", request["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+
+    // A server not to be given tasks: the call ends with the server's refusal.
+    let refused = app.call("plain", "simulate-research-query", arguments).await;
+    assert_eq!(refused["status"], "completed", "{refused}");
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert!(refused.get("task").is_none(), "{refused}");
 }
