@@ -14,13 +14,14 @@ use rmcp::model::{
 #[allow(deprecated, reason = "2025-11-25 servers still ask for roots and sampling")]
 use rmcp::model::{
     CreateMessageRequestParams, CreateMessageResult, JsonObject, ListRootsResult, Root, SamplingCapability,
-    TASKS_EXTENSION_ID,
+    TASKS_EXTENSION_ID, TaskStatusNotificationParams,
 };
 use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext};
 use rmcp::{ClientHandler, RoleClient};
 
 use crate::config::{ProtocolChoice, Sampling, Server, Tasks};
 use serde_json::Value;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -68,10 +69,22 @@ pub struct SessionCore {
     tools_changed: Arc<tokio::sync::watch::Sender<u64>>,
     /// Where the upstream's progress on a call goes.
     reports: Reports,
-    /// The 2025-11-25 tasks followed on this session, by id, with their calls: an elicitation that names its
-    /// task (`io.modelcontextprotocol/related-task`) is that call's.
-    tasks: Mutex<HashMap<String, CallRef>>,
+    /// The tasks followed on this session, by id: the call each serves (a 2025-11-25 elicitation that names its
+    /// task, in `io.modelcontextprotocol/related-task`, is that call's), and what wakes its follower when the
+    /// server says the task changed (`notifications/tasks`).
+    tasks: Mutex<Followed>,
 }
+
+/// The tasks followed on a session, and the latest the server said changed before anyone followed them.
+#[derive(Debug, Default)]
+struct Followed {
+    followed: HashMap<String, (CallRef, Arc<Notify>)>,
+    changed_early: VecDeque<String>,
+}
+
+/// How many task ids a session remembers as changed before they were followed: a server may report a change
+/// before the gateway has read the task's id from the response that made it.
+const CHANGED_EARLY: usize = 64;
 
 impl SessionCore {
     /// Creates the shared part of a session that is about to connect.
@@ -118,13 +131,33 @@ impl SessionCore {
         lock(&self.in_flight).remove(request);
     }
 
-    /// Records that the 2025-11-25 task `id` serves `call`, until the guard returned is dropped.
-    pub fn relate_task(&self, id: &str, call: &CallRef) -> RelatedTask<'_> {
-        lock(&self.tasks).insert(id.to_owned(), call.clone());
-        RelatedTask {
-            core: self,
-            id: id.to_owned(),
+    /// Records that task `id` serves `call` and is followed, until the guard returned is dropped.
+    pub fn relate_task(self: &Arc<Self>, id: &str, call: &CallRef) -> RelatedTask {
+        let changed = Arc::new(Notify::new());
+        let mut tasks = lock(&self.tasks);
+        if let Some(at) = tasks.changed_early.iter().position(|early| early == id) {
+            tasks.changed_early.remove(at);
+            changed.notify_one();
         }
+        tasks.followed.insert(id.to_owned(), (call.clone(), changed.clone()));
+        RelatedTask {
+            core: self.clone(),
+            id: id.to_owned(),
+            changed,
+        }
+    }
+
+    /// The server says task `id` changed: its follower looks at it now.
+    pub fn task_changed(&self, id: &str) {
+        let mut tasks = lock(&self.tasks);
+        if let Some((_, changed)) = tasks.followed.get(id) {
+            changed.notify_one();
+            return;
+        }
+        if tasks.changed_early.len() >= CHANGED_EARLY {
+            tasks.changed_early.pop_front();
+        }
+        tasks.changed_early.push_back(id.to_owned());
     }
 
     /// The call an inbound elicitation belongs to: the one whose 2025-11-25 `task` it names, the one whose HTTP
@@ -136,7 +169,7 @@ impl SessionCore {
     /// session has run no other principal's calls.
     pub async fn attribute(&self, origin: Option<&InboundStreamOrigin>, task: Option<&str>) -> Option<Attribution> {
         drop(self.sending.write().await);
-        if let Some(call) = task.and_then(|task| lock(&self.tasks).get(task).cloned()) {
+        if let Some((call, _)) = task.and_then(|task| lock(&self.tasks).followed.get(task).cloned()) {
             return Some(Attribution { call, owned: true });
         }
         let in_flight = lock(&self.in_flight);
@@ -443,15 +476,23 @@ pub struct CallRef {
     pub owner: String,
 }
 
-/// A 2025-11-25 task related to its call, until dropped.
-pub struct RelatedTask<'a> {
-    core: &'a SessionCore,
+/// A task followed for its call, until dropped.
+pub struct RelatedTask {
+    core: Arc<SessionCore>,
     id: String,
+    changed: Arc<Notify>,
 }
 
-impl Drop for RelatedTask<'_> {
+impl RelatedTask {
+    /// Resolves when the server says the task changed.
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+}
+
+impl Drop for RelatedTask {
     fn drop(&mut self) {
-        lock(&self.core.tasks).remove(&self.id);
+        lock(&self.core.tasks).followed.remove(&self.id);
     }
 }
 
@@ -555,6 +596,11 @@ impl ClientHandler for GatewayClient {
         {
             self.core.reports.report(&attribution.call.id, Report::Log(params));
         }
+    }
+
+    /// A task's change, which its follower looks at at once rather than at its next poll.
+    async fn on_task_status(&self, params: TaskStatusNotificationParams, _context: NotificationContext<RoleClient>) {
+        self.core.task_changed(&params.task.task.task_id);
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {

@@ -130,12 +130,14 @@ impl Upstreams {
             return Some(finish);
         }
         let mut wait = first_look.unwrap_or_default();
+        let mut related = live.core.relate_task(&task.id, call);
         loop {
             if task.expired(&live) {
                 return Some(task.lost_to_time());
             }
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
+                () = related.changed() => {}
                 () = live.closed.cancelled() => {}
             }
             let looked = tokio::select! {
@@ -147,6 +149,7 @@ impl Upstreams {
                 Err(ServiceError::TransportClosed) => match self.session_after(call, &live).await {
                     Ok(next) => {
                         live = next;
+                        related = live.core.relate_task(&task.id, call);
                         wait = Duration::ZERO;
                         continue;
                     }
@@ -255,7 +258,7 @@ impl Upstreams {
             Err(finish) => return Some(finish),
         };
         self.note_created(&call.id, &mut task, created).await;
-        let _related = live.core.relate_task(&task.id, call);
+        let related = live.core.relate_task(&task.id, call);
         let of_task = json!({"taskId": task.id});
         let request = Box::new(ClientRequest::CustomRequest(CustomRequest::new(
             "tasks/result",
@@ -285,6 +288,7 @@ impl Upstreams {
                     )));
                 }
                 () = tokio::time::sleep(poll) => {}
+                () = related.changed() => {}
             }
             let looking = ClientRequest::CustomRequest(CustomRequest::new("tasks/get", Some(of_task.clone())));
             if let Ok(looked) = live.peer.send_request(looking).await

@@ -253,6 +253,10 @@ async fn tasks_that_misbehave_end_their_calls_saying_what_happened() {
     let never = app.call("tasks", "never", json!({})).await;
     assert_eq!(never["task"]["statusMessage"], "still at it", "{never}");
 
+    // Polled every 30 s, but said at once to have completed: the call ends without waiting for the poll.
+    let notified = app.call("tasks", "notifies", json!({})).await;
+    assert_eq!(notified["status"], "completed", "{notified}");
+
     // Completed, then working again: the call ended with the result.
     let backwards = app.call("tasks", "backwards", json!({})).await;
     assert_eq!(backwards["status"], "completed", "{backwards}");

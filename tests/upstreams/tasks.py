@@ -30,6 +30,8 @@ SCRIPTS = {
     "fails": [{"status": "failed", "error": {"code": -32000, "message": "the disk is full"}}],
     # Asks, then forgets the task before the answer arrives.
     "forgets": [{"status": "input_required", "inputRequests": {"go": ELICIT}}],
+    # Asks to be polled every 30 s, and says at once that it completed (`notifications/tasks`).
+    "notifies": [{"status": "completed", "result": DONE}],
     # Asks for something the gateway does not provide.
     "samples": [{"status": "input_required", "inputRequests": {"s": {"method": "sampling/createMessage", "params": {
         "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 5}}}}],
@@ -39,15 +41,19 @@ SCRIPTS = {
 tasks = {}
 
 
-def task(task_id, status):
+def task(task_id, status, poll=100):
     return {"taskId": task_id, "status": status, "createdAt": "2026-01-01T00:00:00Z",
-            "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttlMs": None, "pollIntervalMs": 100}
+            "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttlMs": None, "pollIntervalMs": poll}
 
 
 def start(request):
     name = request["params"]["name"]
     task_id = "t" * 2000 if name == "long_id" else f"{name}-{request['id']}"
     tasks[task_id] = {"script": SCRIPTS.get(name, [{"status": "working"}]), "at": 0}
+    if name == "notifies":
+        stub.result(request, {"resultType": "task", **task(task_id, "working", poll=30000)})
+        return stub.send({"jsonrpc": "2.0", "method": "notifications/tasks",
+                          "params": {**task(task_id, "completed", poll=30000), "result": DONE}})
     stub.result(request, {"resultType": "task", **task(task_id, "working")})
 
 
