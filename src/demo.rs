@@ -348,6 +348,7 @@ impl ServerHandler for Demo {
                 }
             }
             "research" => Ok(self.research(&arguments, &context)),
+            "consult" => consult(&request, &context),
             "task_status" => {
                 let status = match self.tasks.0.get_task(&text("id")) {
                     Ok(task) => serde_json::to_value(task.status()).unwrap_or_default(),
@@ -557,6 +558,14 @@ fn tools() -> Vec<Tool> {
             ),
         ),
         Tool::new(
+            "consult",
+            "2026-07-28 only: asks in one round for a reply to `question` (sampling) and for the client's roots (with `roots_only`, for the roots alone), and returns what it received.",
+            object(
+                json!({"question": {"type": "string"}, "roots_only": {"type": "boolean"}}),
+                &["question"],
+            ),
+        ),
+        Tool::new(
             "task_status",
             "The status of one of this process's tasks, or why it has none by that id.",
             object(json!({"id": {"type": "string"}}), &["id"]),
@@ -710,6 +719,54 @@ impl Demo {
         )]);
         Ok(InputRequiredResult::new(Some(requests), Some(self.seal(&results))).into())
     }
+}
+
+/// `consult` (2026-07-28): one round asking for a sampled reply to the question and for the roots; the retry
+/// returns the two responses as they came.
+fn consult(
+    request: &CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+) -> Result<CallToolResponse, ErrorData> {
+    if !context
+        .protocol_version()
+        .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28)
+    {
+        return Err(ErrorData::invalid_request("consult speaks 2026-07-28 only", None));
+    }
+    if let Some(responses) = &request.input_responses {
+        return Ok(CallToolResult::structured(json!({
+            "reply": responses.get("reply"),
+            "roots": responses.get("roots"),
+        }))
+        .into());
+    }
+    let question = request
+        .arguments
+        .as_ref()
+        .and_then(|arguments| arguments.get("question"))
+        .cloned()
+        .unwrap_or_default();
+    let ask = |request: Value| {
+        serde_json::from_value::<InputRequest>(request).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    };
+    let mut requests = BTreeMap::from([
+        (
+            "reply".to_owned(),
+            ask(json!({"method": "sampling/createMessage", "params": {
+                "messages": [{"role": "user", "content": {"type": "text", "text": question}}],
+                "systemPrompt": "Answer in one sentence.", "maxTokens": 100
+            }}))?,
+        ),
+        ("roots".to_owned(), ask(json!({"method": "roots/list"}))?),
+    ]);
+    if request
+        .arguments
+        .as_ref()
+        .is_some_and(|arguments| arguments.get("roots_only") == Some(&Value::Bool(true)))
+    {
+        requests.remove("reply");
+    }
+    Ok(InputRequiredResult::new(Some(requests), None).into())
 }
 
 /// The form each `flood` elicitation asks for.

@@ -27,8 +27,8 @@ use crate::posted::Posted;
 use crate::records::{Event, Filter, RequestView, Status};
 use crate::sampling;
 use crate::store::{
-    Answered, NewRequest, NewRound, Pending, PendingCap, PendingCaps, RaiseError, Resolution, Resolved, Retry, Store,
-    StoreError,
+    Answered, Asked, NewRequest, NewRound, Pending, PendingCap, PendingCaps, RaiseError, Resolution, Resolved, Retry,
+    Store, StoreError,
 };
 use crate::suspension::{Answer, Request};
 use crate::time::{Clock, Timestamp};
@@ -238,9 +238,7 @@ impl Registry {
         origin: &Origin,
         withdrawn: CancellationToken,
     ) -> Result<Waiting, AskError> {
-        sampling::check_params(&params).map_err(AskError::Unusable)?;
-        let (request, bytes) = self.shaped("the sampling request", &params, sampling::sampling_to_request)?;
-        let new = self.at_origin(request, origin, self.shared.policy.ttl, bytes);
+        let new = self.new_sampling(&params, origin, None)?;
         self.wait_on(new, &origin.server, withdrawn).await
     }
 
@@ -303,8 +301,9 @@ impl Registry {
     }
 
     /// Raises the input requests of a 2026-07-28 round as Requests, all of them or none: each of the round's
-    /// `inputRequests` is an `elicitation/create` whose params become one Request, keyed as the upstream
-    /// keyed it. None expires later than `by` (a task's end), when given.
+    /// `inputRequests` that a person answers (an `elicitation/create`, a `sampling/createMessage`) becomes one
+    /// Request, keyed as the upstream keyed it; `roots/list` is answered from the config. None expires later
+    /// than `by` (a task's end), when given.
     pub async fn ask_round(
         &self,
         round: NewRound,
@@ -314,9 +313,13 @@ impl Registry {
         let mut requests = round
             .input_requests
             .iter()
-            .map(|(key, request)| {
+            .filter_map(|(key, request)| {
                 let params = request.get("params").cloned().unwrap_or_default();
-                self.new_request(&params, origin, Some(key.clone()))
+                match Asked::of(request) {
+                    Some(Asked::Roots) => None,
+                    Some(Asked::Sampling) => Some(self.new_sampling(&params, origin, Some(key.clone()))),
+                    _ => Some(self.new_request(&params, origin, Some(key.clone()))),
+                }
             })
             .collect::<Result<Vec<_>, _>>()?;
         for new in requests.iter_mut().filter(|new| by.is_some_and(|by| by < new.deadline)) {
@@ -447,6 +450,16 @@ impl Registry {
     }
 
     /// A Request for elicitation params, with its data shared with every Request of the same schema.
+    /// A Request for a sampling request's `params` (see [`crate::sampling`]), due after `requests.ttl`.
+    fn new_sampling(&self, params: &Value, origin: &Origin, input_key: Option<String>) -> Result<NewRequest, AskError> {
+        sampling::check_params(params).map_err(AskError::Unusable)?;
+        let (request, bytes) = self.shaped("the sampling request", params, sampling::sampling_to_request)?;
+        Ok(NewRequest {
+            input_key,
+            ..self.at_origin(request, origin, self.shared.policy.ttl, bytes)
+        })
+    }
+
     fn new_request(&self, params: &Value, origin: &Origin, input_key: Option<String>) -> Result<NewRequest, AskError> {
         elicitation::check_params(params).map_err(AskError::Unusable)?;
         let (request, bytes) = self.shaped("the elicitation", params, elicitation::elicitation_to_request)?;

@@ -1,4 +1,5 @@
-//! An upstream's `sampling/createMessage` (2025-11-25) as a Request a person answers: the conversation it
+//! An upstream's `sampling/createMessage` (a 2025-11-25 request, or an input request of a 2026-07-28 round) as a
+//! Request a person answers: the conversation it
 //! carries is shown, and the person's reply goes back as the message a model would have written.
 
 use std::sync::Arc;

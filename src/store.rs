@@ -91,6 +91,38 @@ pub struct NewRound {
     pub input_requests: Map<String, Value>,
 }
 
+/// What an input request of a round asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked {
+    /// `elicitation/create`: a Request of its own.
+    Elicitation,
+    /// `sampling/createMessage`: a Request of kind `sampling`.
+    Sampling,
+    /// `roots/list`: answered from the server's config, with no Request.
+    Roots,
+}
+
+impl Asked {
+    /// What an input request (`{"method", "params"}`) asks for; `None` for what the gateway does not provide.
+    pub fn of(request: &Value) -> Option<Self> {
+        match request.get("method").and_then(Value::as_str)? {
+            "elicitation/create" => Some(Self::Elicitation),
+            "sampling/createMessage" => Some(Self::Sampling),
+            "roots/list" => Some(Self::Roots),
+            _ => None,
+        }
+    }
+
+    /// What each of a round's input requests asks for, as the round's JSON keeps them; an unknown method counts
+    /// as an elicitation (the round was raised only once each was known).
+    pub fn of_round(input_requests: &Map<String, Value>) -> Vec<(String, Self)> {
+        input_requests
+            .iter()
+            .map(|(key, request)| (key.clone(), Self::of(request).unwrap_or(Self::Elicitation)))
+            .collect()
+    }
+}
+
 /// Why Requests were not raised.
 #[derive(Debug, thiserror::Error)]
 pub enum RaiseError {
@@ -257,8 +289,11 @@ pub struct Retry {
     pub arguments: Arguments,
     pub round: u32,
     pub request_state: Option<String>,
-    /// The `ElicitResult` of every input request, under the key the upstream gave it.
+    /// The `ElicitResult` of every input request a Request answered, under the key the upstream gave it.
     pub input_responses: Map<String, Value>,
+    /// What each input request of the round asked for, by its key: what is not a Request's (roots) is
+    /// answered from the config, and a Request's answer is sent as what was asked for.
+    pub asked: Vec<(String, Asked)>,
     /// The id of the upstream task the call became: the answers go to it, and the gateway follows it on.
     pub task: Option<String>,
 }

@@ -49,7 +49,7 @@ pub enum RequestKind {
     Approval,
     /// toolnexus questions, under `data.questions`.
     Question,
-    /// A reply to an upstream's conversation (a 2025-11-25 `sampling/createMessage`), under `data.messages`.
+    /// A reply to an upstream's conversation (its `sampling/createMessage`), under `data.messages`.
     Sampling,
     /// Any other kind.
     Other(String),

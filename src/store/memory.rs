@@ -10,7 +10,7 @@ use serde_json::Map;
 
 use super::shares::{Held, Running, Shares};
 use super::{
-    Answered, EventPage, Finished, InsertCallError, InsertSessionError, Lease, NewCall, NewRequest, NewRound,
+    Answered, Asked, EventPage, Finished, InsertCallError, InsertSessionError, Lease, NewCall, NewRequest, NewRound,
     NewSession, Pending, PendingCaps, RaiseError, Recovered, Resolution, Resolved, Retry, Started, StoreError,
 };
 use crate::decision::{self, Proposal, Upstream};
@@ -131,8 +131,18 @@ struct CallEntry {
     shared: bool,
     /// Whether it was sent upstream once its approval was given.
     forwarded: bool,
-    /// Its latest round (2026-07-28): the number, the state to echo, and the Requests that answer it.
-    round: Option<(u32, Option<String>, Vec<RequestId>)>,
+    /// Its latest round (2026-07-28).
+    round: Option<Box<Round>>,
+}
+
+/// A call's latest round: its number, the state to echo, the Requests that answer it, and what each input
+/// request asked for.
+#[derive(Debug, Default)]
+struct Round {
+    number: u32,
+    request_state: Option<String>,
+    requests: Vec<RequestId>,
+    asked: Vec<(String, Asked)>,
 }
 
 /// The changes one verb makes: the events to record, in order.
@@ -343,8 +353,13 @@ impl State {
         let entry = self.calls.get(call).filter(|entry| !entry.view.status.is_final())?;
         let task = entry.view.task.as_ref().map(|task| task.id.clone());
         // A task is followed on without a round; a call that is no task is retried only to answer one.
-        let none = (0, None, Vec::new());
-        let (round, request_state, requests) = match entry.round.as_ref() {
+        let none = Round::default();
+        let Round {
+            number: round,
+            request_state,
+            requests,
+            asked,
+        } = match entry.round.as_deref() {
             Some(round) => round,
             None if task.is_some() => &none,
             None => return None,
@@ -372,6 +387,7 @@ impl State {
             round: *round,
             request_state: request_state.clone(),
             input_responses,
+            asked: asked.clone(),
             task,
         })
     }

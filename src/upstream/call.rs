@@ -18,11 +18,11 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::Live;
-use super::client::{CallRef, ELICITATION_CREATE, SessionCore};
+use super::client::{CallRef, Offers, SessionCore};
 use crate::ids::CallId;
 use crate::records::{Arguments, CallError, CallFailure, Finish};
 use crate::registry::{AskError, Outcome};
-use crate::store::NewRound;
+use crate::store::{Asked, NewRound};
 use crate::time::Timestamp;
 
 /// The most `input_required` rounds one call may take.
@@ -237,7 +237,7 @@ async fn after(
     }
     match book_round(core, call, *turn.round, state, requests, None).await {
         Booked::Waiting => Then::Done,
-        Booked::Refused(responses) => {
+        Booked::Answered(responses) => {
             turn.next.input_responses = Some(responses);
             Then::SendAgain
         }
@@ -250,8 +250,9 @@ async fn after(
 pub(super) enum Booked {
     /// Its Requests are raised: the call waits on them.
     Waiting,
-    /// Pending Requests are at their cap: each input request is answered `cancel`, as here.
-    Refused(InputResponses),
+    /// Answered here at once, as here: nothing in it is for a person (roots), or pending Requests are at their
+    /// cap and each elicitation is answered `cancel`.
+    Answered(InputResponses),
     /// The call ends so, or (`None`) has ended already.
     Ended(Option<Finish>),
 }
@@ -266,15 +267,30 @@ pub(super) async fn book_round(
     requests: Map<String, Value>,
     by: Option<Timestamp>,
 ) -> Booked {
-    if let Some((key, _)) = requests
-        .iter()
-        .find(|(_, request)| request.get("method").and_then(Value::as_str) != Some(ELICITATION_CREATE))
-    {
-        return Booked::Ended(Some(Finish::failed(format!(
-            "the upstream asked for input {key:?} of a kind the gateway does not provide (only elicitation is)"
-        ))));
+    let mut asked = Vec::with_capacity(requests.len());
+    for (key, request) in &requests {
+        match Asked::of(request) {
+            Some(Asked::Sampling) if !core.offers.sampling => {
+                return Booked::Ended(Some(Finish::failed(format!(
+                    "the upstream asked for sampling ({key:?}), which this server's config refuses (sampling = \"refuse\")"
+                ))));
+            }
+            Some(kind) => asked.push((key.clone(), kind)),
+            None => {
+                return Booked::Ended(Some(Finish::failed(format!(
+                    "the upstream asked for input {key:?} of a kind the gateway does not provide (elicitation, \
+                     sampling and roots are)"
+                ))));
+            }
+        }
     }
-    let keys: Vec<String> = requests.keys().cloned().collect();
+    let answered_here = |answers| match input_responses(&asked, answers, &core.offers) {
+        Ok(responses) => Booked::Answered(responses),
+        Err(finish) => Booked::Ended(Some(finish)),
+    };
+    if asked.iter().all(|(_, kind)| *kind == Asked::Roots) {
+        return answered_here(Map::new());
+    }
     let new_round = NewRound {
         call: call.id.clone(),
         number,
@@ -290,7 +306,7 @@ pub(super) async fn book_round(
                 "pending Requests at their cap: the round's input requests answered cancel"
             );
             let cancel = serde_json::to_value(ElicitResult::new(ElicitationAction::Cancel)).unwrap_or_default();
-            Booked::Refused(keys.into_iter().map(|key| (key, cancel.clone())).collect())
+            answered_here(asked.iter().map(|(key, _)| (key.clone(), cancel.clone())).collect())
         }
         Err(AskError::Unusable(detail)) => Booked::Ended(Some(Finish::failed(format!(
             "the upstream sent an elicitation the gateway cannot show: {detail}"
@@ -301,6 +317,44 @@ pub(super) async fn book_round(
             "the gateway could not record the round: {error}"
         )))),
     }
+}
+
+/// The `inputResponses` of a round: each Request's answer (`answers`, by key) sent as what its input request
+/// asked for, a reply to a sampling request as the assistant's message, and roots from the server's config. A
+/// refused sampling request ends the call: a 2026-07-28 answer has no way to say so (rmcp's client fails the
+/// call alike).
+pub(super) fn input_responses(
+    asked: &[(String, Asked)],
+    mut answers: Map<String, Value>,
+    offers: &Offers,
+) -> Result<InputResponses, Finish> {
+    let cancel = || serde_json::to_value(ElicitResult::new(ElicitationAction::Cancel)).unwrap_or_default();
+    let mut responses = InputResponses::new();
+    for (key, kind) in asked {
+        let answer = answers.remove(key);
+        let response = match kind {
+            Asked::Elicitation => answer.unwrap_or_else(cancel),
+            Asked::Roots => serde_json::to_value(offers.roots_result()).unwrap_or_default(),
+            Asked::Sampling => {
+                let result = answer
+                    .and_then(|answer| serde_json::from_value::<ElicitResult>(answer).ok())
+                    .unwrap_or_else(|| ElicitResult::new(ElicitationAction::Cancel));
+                match crate::sampling::reply(result) {
+                    Ok(reply) => serde_json::to_value(reply).unwrap_or_default(),
+                    Err(refused) => {
+                        return Err(Finish::failed(format!(
+                            "the server's sampling request {key:?} was not answered with a reply ({}), which a \
+                             2026-07-28 answer cannot say: the call ends",
+                            refused.message
+                        )));
+                    }
+                }
+            }
+        };
+        responses.insert(key.clone(), response);
+    }
+    responses.extend(answers);
+    Ok(responses)
 }
 
 /// The end of a call whose retry the upstream refused: the `requestState` the gateway echoed is not one it
@@ -578,6 +632,34 @@ mod tests {
         let mut succeeded = refusal("requires task augmentation");
         succeeded["isError"] = json!(false);
         assert!(!requires_task(&succeeded));
+    }
+
+    #[test]
+    fn a_round_s_answers_go_back_as_what_each_input_request_asked_for() {
+        let offers = Offers {
+            roots: vec!["file:///w".to_owned()].into(),
+            sampling: true,
+        };
+        let asked = [
+            ("e".to_owned(), Asked::Elicitation),
+            ("s".to_owned(), Asked::Sampling),
+            ("r".to_owned(), Asked::Roots),
+            ("unanswered".to_owned(), Asked::Elicitation),
+        ];
+        let answers = json!({"e": {"action": "accept", "content": {"x": 1}},
+            "s": {"action": "accept", "content": {"text": "Yes."}}});
+        let sent = input_responses(&asked, answers.as_object().cloned().unwrap(), &offers).unwrap();
+        assert_eq!(sent["e"], answers["e"]);
+        assert_eq!(
+            (&sent["s"]["content"]["text"], &sent["s"]["model"]),
+            (&json!("Yes."), &json!("human"))
+        );
+        assert_eq!(sent["r"], json!({"roots": [{"uri": "file:///w"}]}));
+        assert_eq!(sent["unanswered"], json!({"action": "cancel"}));
+
+        let declined = json!({"s": {"action": "decline"}});
+        let ended = input_responses(&asked[1..2], declined.as_object().cloned().unwrap(), &offers).unwrap_err();
+        assert!(matches!(ended, Finish::Failed(error) if error.message.contains("\"s\" was not answered")));
     }
 
     #[test]

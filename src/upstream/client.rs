@@ -19,7 +19,7 @@ use rmcp::model::{
 use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext};
 use rmcp::{ClientHandler, RoleClient};
 
-use crate::config::{ProtocolChoice, Sampling, Server, Tasks};
+use crate::config::{Sampling, Server, Tasks};
 use serde_json::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -69,10 +69,38 @@ pub struct SessionCore {
     tools_changed: Arc<tokio::sync::watch::Sender<u64>>,
     /// Where the upstream's progress on a call goes.
     reports: Reports,
+    /// What the server is answered beyond elicitation.
+    pub offers: Offers,
     /// The tasks followed on this session, by id: the call each serves (a 2025-11-25 elicitation that names its
     /// task, in `io.modelcontextprotocol/related-task`, is that call's), and what wakes its follower when the
     /// server says the task changed (`notifications/tasks`).
     tasks: Mutex<Followed>,
+}
+
+/// What a session's server is answered beyond elicitation, as its config says: in a 2025-11-25 request or a
+/// 2026-07-28 round alike.
+#[derive(Debug, Clone, Default)]
+pub struct Offers {
+    /// Its roots (`file://` URIs); the capability is declared only when there are some.
+    pub roots: Arc<[String]>,
+    /// Whether its sampling requests are asked of a person (and the capability declared).
+    pub sampling: bool,
+}
+
+impl Offers {
+    /// What `server`'s config offers it.
+    pub fn of(server: &Server) -> Self {
+        Self {
+            roots: server.roots.clone().into(),
+            sampling: server.sampling == Sampling::Ask,
+        }
+    }
+
+    /// The answer to the server's `roots/list`.
+    #[allow(deprecated, reason = "servers still ask for roots")]
+    pub fn roots_result(&self) -> ListRootsResult {
+        ListRootsResult::new(self.roots.iter().map(Root::new).collect())
+    }
 }
 
 /// The tasks followed on a session, and the latest the server said changed before anyone followed them.
@@ -87,10 +115,10 @@ struct Followed {
 const CHANGED_EARLY: usize = 64;
 
 impl SessionCore {
-    /// Creates the shared part of a session that is about to connect.
+    /// Creates the shared part of a session of `server` that is about to connect.
     pub fn new(
         id: SessionId,
-        server: String,
+        server: &Server,
         owner: Option<String>,
         registry: Registry,
         calls: Calls,
@@ -99,7 +127,8 @@ impl SessionCore {
     ) -> Self {
         Self {
             id,
-            server,
+            server: server.name.clone(),
+            offers: Offers::of(server),
             owner,
             registry,
             calls,
@@ -529,12 +558,6 @@ pub fn capabilities(roots: bool) -> ClientCapabilities {
 pub struct GatewayClient {
     core: Arc<SessionCore>,
     protocol: ProtocolVersion,
-    /// The roots of the session's server, as its config lists them.
-    roots: Arc<[String]>,
-    /// Whether the server's sampling requests are asked of a person.
-    sampling: bool,
-    /// Whether the server is configured to speak 2025-11-25 only: the one era roots and sampling are offered in.
-    legacy: bool,
     /// Whether the server is told the gateway follows tasks.
     tasks: bool,
 }
@@ -545,9 +568,6 @@ impl GatewayClient {
         Self {
             core,
             protocol,
-            roots: server.roots.clone().into(),
-            sampling: server.sampling == Sampling::Ask,
-            legacy: server.protocol == ProtocolChoice::Legacy,
             tasks: server.tasks == Tasks::Auto,
         }
     }
@@ -612,16 +632,14 @@ impl ClientHandler for GatewayClient {
     /// The roots configured for the server; the capability is declared only when there are some.
     #[allow(deprecated, reason = "2025-11-25 servers still ask for roots")]
     async fn list_roots(&self, _context: RequestContext<RoleClient>) -> Result<ListRootsResult, ErrorData> {
-        Ok(ListRootsResult::new(self.roots.iter().map(Root::new).collect()))
+        Ok(self.core.offers.roots_result())
     }
 
     fn get_info(&self) -> ClientConfig {
-        // Roots and sampling are offered only to a server configured to speak 2025-11-25: a 2026-07-28 server
-        // would ask for them in an `input_required` round, which takes elicitations alone, and under `auto` the
-        // capabilities are declared before the era is known.
-        let legacy = self.legacy;
-        let mut capabilities = capabilities(legacy && !self.roots.is_empty());
-        if legacy && self.sampling {
+        // Roots and sampling in either era: a 2026-07-28 server asks for them in a round, or a task's.
+        let offers = &self.core.offers;
+        let mut capabilities = capabilities(!offers.roots.is_empty());
+        if offers.sampling {
             capabilities.sampling = Some(SamplingCapability::default());
         }
         // Declared in either era: a server that does not know the extension ignores it.
@@ -659,7 +677,7 @@ impl ClientHandler for GatewayClient {
         context: RequestContext<RoleClient>,
     ) -> impl Future<Output = Result<CreateMessageResult, ErrorData>> + Send + '_ {
         let stream = context.extensions.get::<InboundStreamOrigin>().cloned();
-        let asked = self.sampling.then(|| {
+        let asked = self.core.offers.sampling.then(|| {
             let params = serde_json::to_value(params).unwrap_or_default();
             self.core
                 .elicit(context.id, Asking::Sampling, params, stream, context.ct)

@@ -223,7 +223,10 @@ impl Upstreams {
                 Ok(live) => live,
                 Err(error) => return this.end_call(&call, Finish::failed(error.to_string())).await,
             };
-            let answers: InputResponses = retry.input_responses.into_iter().collect();
+            let answers = match call::input_responses(&retry.asked, retry.input_responses, &live.core.offers) {
+                Ok(answers) => answers,
+                Err(finish) => return this.end_call(&call, finish).await,
+            };
             let work = match retry.task {
                 Some(task) => Work::Follow { task, answers },
                 None => {

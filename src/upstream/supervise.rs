@@ -125,7 +125,7 @@ impl Upstreams {
     ) -> Result<(SessionView, Arc<Live>), OpenError> {
         let core = Arc::new(SessionCore::new(
             id.clone(),
-            server.name.clone(),
+            server,
             owner.map(str::to_owned),
             self.registry.clone(),
             self.calls.clone(),

@@ -211,7 +211,7 @@ impl Upstreams {
             Booked::Ended(Some(finish)) => Seen::Ended(finish),
             // The call has ended: nothing more is asked of its task.
             Booked::Ended(None) => Seen::Waiting,
-            Booked::Refused(answers) => match task.answer(live, answers).await {
+            Booked::Answered(answers) => match task.answer(live, answers).await {
                 Ok(()) => Seen::Working(poll),
                 Err(finish) => Seen::Ended(finish),
             },
@@ -375,8 +375,9 @@ fn failed(task: &str, method: &str, error: &ServiceError) -> Finish {
             error.code.0, error.message
         )),
         ServiceError::UnexpectedResponse => Finish::failed(format!(
-            "the upstream answered {method} for the call's task {task} with something the Tasks extension does \
-             not define (an experimental task of 2025-11-25 is followed only on the session it began on)"
+            "the upstream answered {method} for the call's task {task} with something that does not read as a \
+             task: an input request of a kind MCP does not define, or an experimental task of 2025-11-25, which is \
+             followed only on the session it began on"
         )),
         other => Finish::failed(format!("{method} for the call's task {task} failed: {other}")),
     }

@@ -587,3 +587,77 @@ async fn a_restarted_http_upstreams_elicitation_is_not_taken_for_the_previous_on
         "{done}"
     );
 }
+
+/// A 2026-07-28 round may ask for a sampled reply and for the client's roots: the first is a `sampling` Request
+/// answered with the reply's text, the second is answered from the config. A refused sampling request ends the
+/// call (a 2026-07-28 answer cannot say so), and a server whose config refuses sampling has its call fail.
+#[tokio::test]
+async fn a_round_asks_for_a_reply_through_a_sampling_request_and_for_roots_from_the_config() {
+    let servers = "[[servers]]\nname = \"rooted\"\nbuiltin = \"demo\"\nroots = [\"file:///workspace\"]\n\
+                   [[servers]]\nname = \"rootless\"\nbuiltin = \"demo\"\n\
+                   [[servers]]\nname = \"refusing\"\nbuiltin = \"demo\"\nsampling = \"refuse\"\n";
+    let app = spawn_app(servers).await;
+    for (server, roots) in [
+        ("rooted", json!([{"uri": "file:///workspace"}])),
+        ("rootless", json!([])),
+    ] {
+        let call = app.call(server, "consult", json!({"question": "Ship it?"})).await;
+        let request = app.request_of(&call).await;
+        assert_eq!(
+            (request["kind"].as_str(), request["prompt"].as_str()),
+            (Some("sampling"), Some("Ship it?"))
+        );
+        app.answer_ok(
+            request["id"].as_str().unwrap(),
+            json!({"ok": true, "data": {"text": "Yes."}}),
+        )
+        .await;
+        let done = app.settled(call["id"].as_str().unwrap()).await;
+        assert_eq!(done["status"], "completed", "{done}");
+        let told = &done["result"]["structuredContent"];
+        assert_eq!(told["reply"]["content"]["text"], "Yes.", "{done}");
+        assert_eq!(
+            (&told["reply"]["role"], &told["reply"]["model"]),
+            (&json!("assistant"), &json!("human"))
+        );
+        assert_eq!(told["roots"]["roots"], roots, "{done}");
+    }
+
+    // Roots alone are answered at once, with no Request.
+    let roots = app
+        .call("rooted", "consult", json!({"question": "-", "roots_only": true}))
+        .await;
+    assert_eq!(roots["status"], "completed", "{roots}");
+    assert_eq!(roots["requests"], json!([]), "{roots}");
+    assert_eq!(
+        roots["result"]["structuredContent"]["roots"]["roots"][0]["uri"],
+        "file:///workspace"
+    );
+
+    let call = app.call("rooted", "consult", json!({"question": "Ship it?"})).await;
+    let request = app.request_of(&call).await;
+    app.answer_ok(
+        request["id"].as_str().unwrap(),
+        json!({"ok": false, "reason": "declined"}),
+    )
+    .await;
+    let declined = app.settled(call["id"].as_str().unwrap()).await;
+    assert_eq!(declined["status"], "failed", "{declined}");
+    assert!(
+        declined["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("was not answered with a reply"),
+        "{declined}"
+    );
+
+    let refused = app.call("refusing", "consult", json!({"question": "Ship it?"})).await;
+    assert_eq!(refused["status"], "failed", "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("sampling = \"refuse\""),
+        "{refused}"
+    );
+}

@@ -70,7 +70,7 @@ async fn a_2025_11_25_server_asks_for_its_roots_and_hears_the_configured_ones_an
         "{}{}{}",
         everything("rooted", "roots = [\"file:///workspace\", \"file:///srv/data\"]"),
         everything("rootless", ""),
-        // Under `auto` the capabilities go out before the era is known: roots and sampling are not offered.
+        // Under `auto` the server is offered roots and sampling too: it speaks 2025-11-25 after all.
         everything_in("auto", "", "roots = [\"file:///workspace\"]")
     );
     let app = spawn_app(&servers).await;
@@ -102,10 +102,11 @@ async fn a_2025_11_25_server_asks_for_its_roots_and_hears_the_configured_ones_an
         "{rootless:?}"
     );
     let auto = tools("auto").await;
-    assert!(!auto.is_empty(), "{auto:?}");
     for offered in ["get-roots-list", "trigger-sampling-request"] {
-        assert!(!auto.contains(&offered.to_owned()), "{offered} under auto: {auto:?}");
+        assert!(auto.contains(&offered.to_owned()), "{offered} under auto: {auto:?}");
     }
+    let call = app.call("auto", "get-roots-list", json!({})).await;
+    assert!(text(&call).contains("file:///workspace"), "{call}");
 }
 
 #[tokio::test]

@@ -231,7 +231,7 @@ fn ended(call: &Value) -> (&str, &str) {
 /// Tasks that misbehave (tests/upstreams/tasks.py) end their calls, each saying what happened; none hangs.
 #[tokio::test]
 async fn tasks_that_misbehave_end_their_calls_saying_what_happened() {
-    let servers = crate::hostile::python_server("tasks", "tasks.py", "");
+    let servers = crate::hostile::python_server("tasks", "tasks.py", "roots = [\"file:///workspace\"]");
     let app = spawn_app(&format!("{servers}\n[limits]\ncall_timeout = \"2s\"\n")).await;
     for (tool, status, says) in [
         ("never", "failed", "limits.call_timeout"),
@@ -243,7 +243,7 @@ async fn tasks_that_misbehave_end_their_calls_saying_what_happened() {
         ("reappears", "cancelled", "the upstream cancelled its task reappears-"),
         ("fails", "failed", "failed: error -32000: the disk is full"),
         ("long_id", "failed", "whose id is longer than 1024 bytes"),
-        ("samples", "failed", "of a kind the gateway does not provide"),
+        ("unknown", "failed", "an input request of a kind MCP does not define"),
     ] {
         let call = app.call("tasks", tool, json!({})).await;
         let (ended_as, message) = ended(&call);
@@ -256,6 +256,21 @@ async fn tasks_that_misbehave_end_their_calls_saying_what_happened() {
     // Polled every 30 s, but said at once to have completed: the call ends without waiting for the poll.
     let notified = app.call("tasks", "notifies", json!({})).await;
     assert_eq!(notified["status"], "completed", "{notified}");
+
+    // What it says of its progress is kept to its first 4 KiB.
+    let chatty = app.call("tasks", "chatty", json!({})).await;
+    assert_eq!(
+        chatty["task"]["statusMessage"].as_str().unwrap().len(),
+        4096,
+        "{chatty}"
+    );
+
+    // Its roots are answered from the config, with no Request.
+    let roots = app.call("tasks", "roots", json!({})).await;
+    assert_eq!(roots["status"], "completed", "{roots}");
+    assert_eq!(roots["requests"], json!([]), "{roots}");
+    let sent: Value = serde_json::from_str(roots["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(sent, json!({"r": {"roots": [{"uri": "file:///workspace"}]}}));
 
     // Completed, then working again: the call ended with the result.
     let backwards = app.call("tasks", "backwards", json!({})).await;

@@ -32,9 +32,12 @@ SCRIPTS = {
     "forgets": [{"status": "input_required", "inputRequests": {"go": ELICIT}}],
     # Asks to be polled every 30 s, and says at once that it completed (`notifications/tasks`).
     "notifies": [{"status": "completed", "result": DONE}],
+    # Says a great deal of its progress.
+    "chatty": [{"status": "completed", "statusMessage": "x" * 10000, "result": DONE}],
     # Asks for something the gateway does not provide.
-    "samples": [{"status": "input_required", "inputRequests": {"s": {"method": "sampling/createMessage", "params": {
-        "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 5}}}}],
+    "unknown": [{"status": "input_required", "inputRequests": {"x": {"method": "things/make", "params": {}}}}],
+    # Asks for the client's roots, then completes with the answers it was sent.
+    "roots": [{"status": "input_required", "inputRequests": {"r": {"method": "roots/list"}}}, "echo"],
 }
 
 # Each task's script and how far it has got.
@@ -68,6 +71,9 @@ def get(request):
     if step == "error":
         return stub.send({"jsonrpc": "2.0", "id": request["id"],
                           "error": {"code": -32603, "message": "the task store is unavailable"}})
+    if step == "echo":
+        answers = json.dumps(entry.get("responses"))
+        step = {"status": "completed", "result": {"content": [{"type": "text", "text": answers}], "isError": False}}
     stub.result(request, {"resultType": "complete", **task(task_id, step["status"]),
                           **{key: value for key, value in step.items() if key != "status"}})
 
@@ -79,6 +85,7 @@ def update(request):
         tasks.pop(task_id, None)
         return stub.send({"jsonrpc": "2.0", "id": request["id"],
                           "error": {"code": -32602, "message": f"unknown task: {task_id}"}})
+    tasks[task_id]["responses"] = request["params"].get("inputResponses")
     stub.result(request, {"resultType": "complete"})
 
 

@@ -71,7 +71,11 @@ impl Memory {
 
     pub async fn annotate_round(&self, call: &CallId, detail: &str) -> Result<(), StoreError> {
         let mut state = self.lock();
-        let Some((_, _, requests)) = state.calls.get(call).and_then(|entry| entry.round.clone()) else {
+        let Some(requests) = state
+            .calls
+            .get(call)
+            .and_then(|entry| entry.round.as_ref().map(|round| round.requests.clone()))
+        else {
             return Ok(());
         };
         let mut changes = Changes::default();

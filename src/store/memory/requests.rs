@@ -24,8 +24,12 @@ impl Memory {
         if let Some(round) = &round
             && let Some(call) = state.calls.get_mut(&round.call)
         {
-            let ids = requests.iter().map(|new| new.request.id.clone()).collect();
-            call.round = Some((round.number, round.request_state.clone(), ids));
+            call.round = Some(Box::new(Round {
+                number: round.number,
+                request_state: round.request_state.clone(),
+                requests: requests.iter().map(|new| new.request.id.clone()).collect(),
+                asked: Asked::of_round(&round.input_requests),
+            }));
         }
         let mut views = Vec::with_capacity(requests.len());
         let mut calls = Vec::new();

@@ -9,8 +9,8 @@ use super::writer::{Tx, insert_event};
 use super::{Reader, rows as call_rows};
 use crate::ids::CallId;
 use crate::records::{CallStatus, CallTask, CallView, Event, Signoff};
-use crate::store::Retry;
 use crate::store::rows::{self, Columns, JsonText};
+use crate::store::{Asked, Retry};
 use crate::time::Timestamp;
 
 /// What retrying a call takes, if its latest round is answered and it has not ended.
@@ -33,7 +33,8 @@ fn retry_sql() -> String {
     };
     format!(
         "SELECT c.server, c.session, c.shared, c.tool, c.arguments, r.round, r.request_state, c.owner, \
-         {}, {}, {}, c.task FROM calls AS c LEFT JOIN LATERAL (SELECT round, request_state FROM rounds \
+         {}, {}, {}, c.task, r.input_requests FROM calls AS c LEFT JOIN LATERAL \
+         (SELECT round, request_state, input_requests FROM rounds \
          WHERE call_id = c.id ORDER BY round DESC LIMIT 1) AS r ON true \
          WHERE c.id = $1 AND c.status IN ('running', 'input_required') AND (r.round IS NOT NULL OR c.task IS NOT NULL)",
         of_round("input_key"),
@@ -65,6 +66,10 @@ fn retry_from(id: &CallId, found: &Row) -> Result<Option<Retry>, tokio_postgres:
         round: round.and_then(|round| u32::try_from(round).ok()).unwrap_or(0),
         request_state: found.try_get(6)?,
         input_responses,
+        asked: found
+            .parsed_opt::<JsonText<serde_json::Map<String, serde_json::Value>>>(12)?
+            .map(|input_requests| Asked::of_round(&input_requests))
+            .unwrap_or_default(),
         task: found.parsed_opt::<JsonText<CallTask>>(11)?.map(|task| task.id),
     }))
 }

@@ -4,8 +4,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::ids::{CallId, SessionId};
 use crate::records::CallTask;
-use crate::store::Retry;
 use crate::store::rows::{self, Columns, JsonText};
+use crate::store::{Asked, Retry};
 
 /// What retrying a call takes, if its latest round is answered and it has not ended: three statements, none of
 /// which SQLite compiles again per call, as one with `ORDER BY round DESC LIMIT 1` would (BENCHMARKS.md, "Store:
@@ -33,19 +33,20 @@ pub(super) fn retry(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<R
     };
     // The latest round, taken here: `ORDER BY round DESC LIMIT 1` (or `max`) would have SQLite compile the
     // statement again for every call id it is given.
-    let mut latest: Option<(u32, Option<String>)> = None;
-    let mut rounds = conn.prepare_cached("SELECT round, request_state FROM rounds WHERE call_id = ?1")?;
+    let mut latest: Option<(u32, Option<String>, String)> = None;
+    let mut rounds =
+        conn.prepare_cached("SELECT round, request_state, input_requests FROM rounds WHERE call_id = ?1")?;
     for found in rounds.query_map([id], |row| {
-        Ok((row.get::<_, u32>(0)?, row.get::<_, Option<String>>(1)?))
+        Ok((row.get::<_, u32>(0)?, row.get::<_, Option<String>>(1)?, row.get(2)?))
     })? {
         let found = found?;
-        if latest.as_ref().is_none_or(|(round, _)| found.0 > *round) {
+        if latest.as_ref().is_none_or(|(round, _, _)| found.0 > *round) {
             latest = Some(found);
         }
     }
     // A task is followed on without a round; a call that is no task is retried only to answer one.
-    let (round, request_state, input_responses) = match latest {
-        Some((round, request_state)) => {
+    let (round, request_state, input_responses, asked) = match latest {
+        Some((round, request_state, input_requests)) => {
             let mut statement = conn
                 .prepare_cached("SELECT input_key, status, result FROM requests WHERE call_id = ?1 AND round = ?2")?;
             let answers = statement
@@ -54,9 +55,10 @@ pub(super) fn retry(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<R
             let Some(input_responses) = rows::input_responses(answers) else {
                 return Ok(None);
             };
-            (round, request_state, input_responses)
+            let input_requests = serde_json::from_str(&input_requests).unwrap_or_default();
+            (round, request_state, input_responses, Asked::of_round(&input_requests))
         }
-        None if task.is_some() => (0, None, serde_json::Map::new()),
+        None if task.is_some() => (0, None, serde_json::Map::new(), Vec::new()),
         None => return Ok(None),
     };
     Ok(Some(Retry {
@@ -70,6 +72,7 @@ pub(super) fn retry(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<R
         round,
         request_state,
         input_responses,
+        asked,
         task: task.map(|task| task.id),
     }))
 }
