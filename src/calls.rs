@@ -60,7 +60,7 @@ impl Calls {
         self.store.note_task(id, task).await
     }
 
-    /// What retrying a call takes, if its latest round is answered and it has not ended.
+    /// What retrying a call takes, if it has not ended and its latest round is answered, or it follows a task.
     pub async fn retry(&self, id: &CallId) -> Result<Option<Retry>, StoreError> {
         self.store.retry(id).await
     }

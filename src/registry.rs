@@ -449,7 +449,6 @@ impl Registry {
         Ok((request, bytes))
     }
 
-    /// A Request for elicitation params, with its data shared with every Request of the same schema.
     /// A Request for a sampling request's `params` (see [`crate::sampling`]), due after `requests.ttl`.
     fn new_sampling(&self, params: &Value, origin: &Origin, input_key: Option<String>) -> Result<NewRequest, AskError> {
         sampling::check_params(params).map_err(AskError::Unusable)?;
@@ -460,6 +459,7 @@ impl Registry {
         })
     }
 
+    /// A Request for elicitation params, with its data shared with every Request of the same schema.
     fn new_request(&self, params: &Value, origin: &Origin, input_key: Option<String>) -> Result<NewRequest, AskError> {
         elicitation::check_params(params).map_err(AskError::Unusable)?;
         let (request, bytes) = self.shaped("the elicitation", params, elicitation::elicitation_to_request)?;

@@ -475,7 +475,7 @@ impl Store {
         dispatch!(self, store => store.annotate_round(call, detail).await)
     }
 
-    /// What retrying a call takes, if its latest round is answered and it has not ended.
+    /// What retrying a call takes, if it has not ended and its latest round is answered, or it follows a task.
     pub async fn retry(&self, call: &CallId) -> Result<Option<Retry>, StoreError> {
         dispatch!(self, store => store.retry(call).await)
     }

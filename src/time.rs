@@ -89,10 +89,15 @@ impl Clock {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(SystemTime);
 
+/// From the Unix epoch to 9999-12-31T23:59:59.999Z.
+const LAST_WRITABLE: Duration = Duration::from_millis(253_402_300_799_999);
+
 impl Timestamp {
-    /// This instant moved forward by `duration`.
+    /// This instant moved forward by `duration`, at the latest the last instant of the year 9999, the last
+    /// RFC 3339 can write (a server may give a task a time to live of a million years).
     pub fn after(self, duration: Duration) -> Self {
-        Self(self.0 + duration)
+        let last = SystemTime::UNIX_EPOCH + LAST_WRITABLE;
+        Self(self.0.checked_add(duration).map_or(last, |after| after.min(last)))
     }
 
     /// This instant moved back by `duration` (the epoch at the earliest).
@@ -158,6 +163,16 @@ mod tests {
         clock.advance(Duration::from_secs(3600));
         assert!(clock.since(before) >= Duration::from_secs(3600));
         assert_eq!(clock.until(due), Duration::ZERO);
+    }
+
+    #[test]
+    fn an_instant_far_ahead_stops_at_the_last_one_rfc_3339_writes() {
+        let now = Clock::default().now();
+        for far in [Duration::from_millis(u64::MAX), Duration::MAX] {
+            let later = now.after(far);
+            assert_eq!(later.rfc3339(), "9999-12-31T23:59:59.999Z");
+            assert_eq!(serde_json::to_string(&later).unwrap(), "\"9999-12-31T23:59:59.999Z\"");
+        }
     }
 
     #[test]

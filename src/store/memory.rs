@@ -348,7 +348,7 @@ impl State {
         (view, resumes)
     }
 
-    /// What retrying a call takes, if its latest round is answered and it has not ended.
+    /// What retrying a call takes, if it has not ended and its latest round is answered, or it follows a task.
     fn retry(&self, call: &CallId) -> Option<Retry> {
         let entry = self.calls.get(call).filter(|entry| !entry.view.status.is_final())?;
         let task = entry.view.task.as_ref().map(|task| task.id.clone());

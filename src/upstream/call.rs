@@ -69,6 +69,7 @@ pub async fn drive(
         request_state: params.request_state.clone(),
         as_task: false,
     };
+    let tool = params.name.to_string();
     let mut first = Some(params);
     while round <= MAX_ROUNDS {
         let params = match first.take() {
@@ -99,7 +100,7 @@ pub async fn drive(
         };
         let turn = Turn {
             retrying,
-            legacy_tasks,
+            legacy_tasks: legacy_tasks.then_some(tool.as_str()),
             url_retry_used: &mut url_retry_used,
             next: &mut next,
             round: &mut round,
@@ -169,8 +170,8 @@ enum Then {
 struct Turn<'a> {
     /// Whether the request carried answers, or a state, to the upstream.
     retrying: bool,
-    /// Whether a tool the server says requires a task may be called again as one.
-    legacy_tasks: bool,
+    /// The tool, when the server may say it requires a task (then it is called again as one).
+    legacy_tasks: Option<&'a str>,
     url_retry_used: &'a mut bool,
     next: &'a mut Next,
     round: &'a mut u32,
@@ -199,7 +200,9 @@ async fn after(
     };
     let input = match response {
         ServerResult::CreateTaskResult(created) => return Then::Task(Box::new(created.task)),
-        ServerResult::CustomResult(CustomResult(result)) if result.get("task").is_some_and(Value::is_object) => {
+        ServerResult::CustomResult(CustomResult(result))
+            if turn.next.as_task && result.get("task").is_some_and(Value::is_object) =>
+        {
             return match legacy_task(&result["task"]) {
                 Some(task) => Then::LegacyTask(Box::new(task)),
                 None => Then::Ended(Finish::failed(
@@ -299,6 +302,12 @@ pub(super) async fn book_round(
     };
     match core.registry.ask_round(new_round, &core.origin(Some(call)), by).await {
         Ok(_) => Booked::Waiting,
+        Err(AskError::Full(cap)) if asked.iter().any(|(_, kind)| *kind == Asked::Sampling) => {
+            Booked::Ended(Some(Finish::failed(format!(
+                "pending Requests are at their cap ({cap}): the upstream's sampling request cannot be asked, and \
+                 a 2026-07-28 answer cannot refuse it"
+            ))))
+        }
         Err(AskError::Full(cap)) => {
             tracing::warn!(
                 call = %call.id,
@@ -309,7 +318,7 @@ pub(super) async fn book_round(
             answered_here(asked.iter().map(|(key, _)| (key.clone(), cancel.clone())).collect())
         }
         Err(AskError::Unusable(detail)) => Booked::Ended(Some(Finish::failed(format!(
-            "the upstream sent an elicitation the gateway cannot show: {detail}"
+            "the upstream asked for input the gateway cannot show: {detail}"
         )))),
         // The call was cancelled while its upstream worked: its end is recorded already.
         Err(AskError::CallEnded(_)) => Booked::Ended(None),
@@ -380,24 +389,25 @@ async fn state_rejected(core: &SessionCore, call: &CallId, error: &ErrorData) ->
 /// The end of a call with the result its `tools/call` got, unless the server said the tool requires a task
 /// (the experimental tasks of 2025-11-25): then it is sent again, as a task, once.
 fn completed(result: Value, turn: Turn<'_>) -> Then {
-    if turn.legacy_tasks && !turn.next.as_task && requires_task(&result) {
+    if let Some(tool) = turn.legacy_tasks
+        && !turn.next.as_task
+        && requires_task(&result, tool)
+    {
         turn.next.as_task = true;
         return Then::SendAgain;
     }
     Then::Ended(completed_json(result))
 }
 
-/// Whether a result is the TypeScript SDK's refusal of a tool call that was not made a task: rmcp does not
-/// read a tool's `execution.taskSupport`, so the refusal is how the gateway learns that the tool needs one.
-fn requires_task(result: &Value) -> bool {
+/// Whether a result is the TypeScript SDK's refusal to run `tool` other than as a task, word for word: rmcp
+/// does not read a tool's `execution.taskSupport`, so the refusal is how the gateway learns that the tool
+/// needs one. The SDK refuses before the tool runs, so sending it again runs it once.
+fn requires_task(result: &Value, tool: &str) -> bool {
+    let refusal = format!("MCP error -32601: Tool {tool} requires task augmentation (taskSupport: 'required')");
     result["isError"] == true
-        && result["content"].as_array().is_some_and(|blocks| {
-            blocks.iter().any(|block| {
-                block["text"]
-                    .as_str()
-                    .is_some_and(|text| text.contains("requires task augmentation"))
-            })
-        })
+        && result["content"]
+            .as_array()
+            .is_some_and(|blocks| blocks.len() == 1 && blocks[0]["text"] == refusal.as_str())
 }
 
 /// An experimental task of 2025-11-25 (its `CreateTaskResult`'s `task`, or a `tasks/get` result) as the
@@ -625,13 +635,17 @@ mod tests {
         assert!(legacy_task(&json!({"status": "working"})).is_none());
 
         let refusal = |text: &str| json!({"content": [{"type": "text", "text": text}], "isError": true});
-        assert!(requires_task(&refusal(
-            "MCP error -32601: Tool x requires task augmentation (taskSupport: 'required')"
-        )));
-        assert!(!requires_task(&refusal("the disk is full")));
-        let mut succeeded = refusal("requires task augmentation");
+        let exact = "MCP error -32601: Tool x requires task augmentation (taskSupport: 'required')";
+        assert!(requires_task(&refusal(exact), "x"));
+        assert!(!requires_task(&refusal(exact), "y"), "another tool's refusal");
+        assert!(
+            !requires_task(&refusal(&format!("echo: {exact}")), "x"),
+            "a text quoting it"
+        );
+        assert!(!requires_task(&refusal("the disk is full"), "x"));
+        let mut succeeded = refusal(exact);
         succeeded["isError"] = json!(false);
-        assert!(!requires_task(&succeeded));
+        assert!(!requires_task(&succeeded, "x"));
     }
 
     #[test]

@@ -189,19 +189,17 @@ impl SessionCore {
         tasks.changed_early.push_back(id.to_owned());
     }
 
-    /// The call an inbound elicitation belongs to: the one whose 2025-11-25 `task` it names, the one whose HTTP
-    /// stream carried it, or the only call in flight,
-    /// read once no `tools/call` is between being sent and being tracked.
+    /// The call an inbound elicitation belongs to: the one whose HTTP stream carried it, the one whose 2025-11-25
+    /// task it names (the server's word for its own task), or the only call in flight, read once no
+    /// `tools/call` is between being sent and being tracked.
     ///
     /// Only the first is proof. The only call in flight may not be the one the elicitation comes from (another
     /// principal's earlier call may have left work behind), so its principal gets the Request only while this
     /// session has run no other principal's calls.
     pub async fn attribute(&self, origin: Option<&InboundStreamOrigin>, task: Option<&str>) -> Option<Attribution> {
         drop(self.sending.write().await);
-        if let Some((call, _)) = task.and_then(|task| lock(&self.tasks).followed.get(task).cloned()) {
-            return Some(Attribution { call, owned: true });
-        }
         let in_flight = lock(&self.in_flight);
+        let of_task = || task.and_then(|task| lock(&self.tasks).followed.get(task).map(|(call, _)| call.clone()));
         match origin {
             Some(InboundStreamOrigin::OutboundRequest(request)) => {
                 in_flight.get(request).map(|(call, _)| Attribution {
@@ -209,6 +207,7 @@ impl SessionCore {
                     owned: true,
                 })
             }
+            _ if let Some(call) = of_task() => Some(Attribution { call, owned: true }),
             _ if in_flight.len() == 1 => in_flight.values().next().map(|(call, _)| {
                 let served = lock(&self.served);
                 Attribution {
@@ -521,7 +520,15 @@ impl RelatedTask {
 
 impl Drop for RelatedTask {
     fn drop(&mut self) {
-        lock(&self.core.tasks).followed.remove(&self.id);
+        let mut tasks = lock(&self.core.tasks);
+        // Unless a later follower of the same task has taken its place.
+        if tasks
+            .followed
+            .get(&self.id)
+            .is_some_and(|(_, changed)| Arc::ptr_eq(changed, &self.changed))
+        {
+            tasks.followed.remove(&self.id);
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::call::{self, Driven};
-use super::task::{self, Following};
+use super::task::{self, FollowedTask};
 use super::{CallRef, Leg, Live, Target, UpstreamError, Upstreams, lock};
 use crate::calls::Calls;
 use crate::config::Tasks;
@@ -104,9 +104,16 @@ impl Upstreams {
     }
 
     /// Records how a call ended, trying again while the store cannot keep it (a full disk): a call left
-    /// running would hold its owner's place and, after a restart, be sent again.
+    /// running would hold its owner's place and, after a restart, be sent again. A call that did not complete
+    /// has its upstream task, if it made one, cancelled.
     pub(super) async fn end_call(&self, call: &CallId, finish: Finish) {
         lock(&self.worked).remove(call);
+        if !matches!(finish, Finish::Completed(_))
+            && let Ok(Some(view)) = self.calls.get(call).await
+            && !view.status.is_final()
+        {
+            self.cancel_task_of(&view).await;
+        }
         let mut pause = RETRY_FIRST;
         loop {
             match self.calls.finish(call, finish.clone()).await {
@@ -140,18 +147,13 @@ impl Upstreams {
                 return None;
             }
             ended = self.work(call, live, work, round) => ended,
-            limit = budget => {
-                if let Ok(Some(view)) = self.calls.get(&call.id).await {
-                    self.cancel_task_of(&view).await;
-                }
-                Some(Finish::failed(format!(
-                    "the upstream worked on the call for longer than {}s (limits.call_timeout); it was cancelled",
-                    limit.as_secs_f64()
-                )))
-            }
+            limit = budget => Some(Finish::failed(format!(
+                "the upstream worked on the call for longer than {}s (limits.call_timeout); it was cancelled",
+                limit.as_secs_f64()
+            ))),
         };
-        // Counted across legs only where a call has several (rounds), and only against a limit.
-        if !live.keeps_rounds() || self.limits.call_timeout.is_none() {
+        // Counted across legs (rounds, a task's turns), and only against a limit.
+        if self.limits.call_timeout.is_none() {
             return ended;
         }
         *lock(&self.worked).entry(call.id.clone()).or_default() += started.elapsed();
@@ -169,7 +171,7 @@ impl Upstreams {
                 Driven::LegacyTask(created) => return Box::pin(self.follow_legacy_task(call, live, &created)).await,
                 Driven::Task(created, round) => {
                     let now = live.core.registry.clock().now();
-                    let mut task = match Following::created(&created, round, now) {
+                    let mut task = match FollowedTask::created(&created, round, now) {
                         Ok(task) => task,
                         Err(finish) => return Some(finish),
                     };
@@ -185,7 +187,7 @@ impl Upstreams {
                         None
                     }
                 };
-                (Following::resumed(task, round, noted), answers, None)
+                (FollowedTask::resumed(task, round, noted), answers, None)
             }
         };
         Box::pin(self.follow_task(call, live.clone(), task, answers, first_look)).await

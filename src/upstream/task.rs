@@ -1,4 +1,4 @@
-//! Following the task an upstream made of a call (the MCP Tasks extension of 2026-07-28): `tasks/get` at the
+//! FollowedTask the task an upstream made of a call (the MCP Tasks extension of 2026-07-28): `tasks/get` at the
 //! server's poll interval until the task ends. Its input requests become a round of Requests of the call, and
 //! the call waits on them with nothing in flight, as on an `input_required` result; the answers go back by
 //! `tasks/update`, and the gateway follows the task on. A restart, or another replica, follows it on alike: the
@@ -33,7 +33,7 @@ const MAX_MESSAGE: usize = 4096;
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
 
 /// A call's task as the gateway follows it.
-pub(super) struct Following {
+pub(super) struct FollowedTask {
     pub id: String,
     /// The round of Requests the call is at: a new one is numbered after it.
     pub round: u32,
@@ -45,7 +45,7 @@ pub(super) struct Following {
     noted: Option<CallTask>,
 }
 
-impl Following {
+impl FollowedTask {
     /// A task the server has just made of a call, from its `CreateTaskResult`; the end of the call if its id
     /// is too long to follow.
     pub fn created(task: &Task, round: u32, now: Timestamp) -> Result<Self, Finish> {
@@ -75,7 +75,7 @@ impl Following {
     }
 }
 
-impl Following {
+impl FollowedTask {
     /// Whether the task has passed its time to live.
     fn expired(&self, live: &Live) -> bool {
         self.expires_at.is_some_and(|at| live.core.registry.clock().now() >= at)
@@ -117,7 +117,7 @@ impl Upstreams {
         &self,
         call: &CallRef,
         mut live: Arc<Live>,
-        mut task: Following,
+        mut task: FollowedTask,
         answers: InputResponses,
         first_look: Option<Duration>,
     ) -> Option<Finish> {
@@ -135,10 +135,23 @@ impl Upstreams {
             if task.expired(&live) {
                 return Some(task.lost_to_time());
             }
+            let looked_at = tokio::time::Instant::now();
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
-                () = related.changed() => {}
+                // Woken early, though not more often than the least interval.
+                () = related.changed() => tokio::time::sleep_until(looked_at + POLL_LEAST).await,
                 () = live.closed.cancelled() => {}
+            }
+            // Ended meanwhile (cancelled on another replica, say): nothing more to follow.
+            if self
+                .calls
+                .status(&call.id)
+                .await
+                .ok()
+                .flatten()
+                .is_none_or(|(status, _)| status.is_final())
+            {
+                return None;
             }
             let looked = tokio::select! {
                 looked = live.peer.get_task(GetTaskParams::new(task.id.clone())) => looked,
@@ -167,7 +180,7 @@ impl Upstreams {
     }
 
     /// Acts on what `tasks/get` said of a call's task.
-    async fn seen(&self, call: &CallRef, live: &Live, task: &mut Following, detailed: DetailedTask) -> Seen {
+    async fn seen(&self, call: &CallRef, live: &Live, task: &mut FollowedTask, detailed: DetailedTask) -> Seen {
         let poll = poll_interval(&detailed.task);
         let requests = match detailed.payload {
             TaskPayload::Completed { result } => return Seen::Ended(completed_json(Value::Object(result))),
@@ -219,7 +232,7 @@ impl Upstreams {
     }
 
     /// Records what the call shows of its task, when that changed.
-    async fn note_task(&self, call: &CallId, task: &mut Following, seen: &Task) {
+    async fn note_task(&self, call: &CallId, task: &mut FollowedTask, seen: &Task) {
         let note = CallTask {
             id: task.id.clone(),
             status: status_name(seen.status).to_owned(),
@@ -242,7 +255,7 @@ impl Upstreams {
     }
 
     /// Records the task a server has just made of a call.
-    pub(super) async fn note_created(&self, call: &CallId, task: &mut Following, created: &Task) {
+    pub(super) async fn note_created(&self, call: &CallId, task: &mut FollowedTask, created: &Task) {
         self.note_task(call, task, created).await;
     }
 
@@ -253,12 +266,12 @@ impl Upstreams {
     /// followed on after the session ends.
     pub(super) async fn follow_legacy_task(&self, call: &CallRef, live: &Live, created: &Task) -> Option<Finish> {
         let now = live.core.registry.clock().now();
-        let mut task = match Following::created(created, 0, now) {
+        let mut task = match FollowedTask::created(created, 0, now) {
             Ok(task) => task,
             Err(finish) => return Some(finish),
         };
-        self.note_created(&call.id, &mut task, created).await;
         let related = live.core.relate_task(&task.id, call);
+        self.note_created(&call.id, &mut task, created).await;
         let of_task = json!({"taskId": task.id});
         let request = Box::new(ClientRequest::CustomRequest(CustomRequest::new(
             "tasks/result",
@@ -291,7 +304,13 @@ impl Upstreams {
                 () = related.changed() => {}
             }
             let looking = ClientRequest::CustomRequest(CustomRequest::new("tasks/get", Some(of_task.clone())));
-            if let Ok(looked) = live.peer.send_request(looking).await
+            // Its result, or the session's end, is not kept waiting on a look that is not answered.
+            let looked = tokio::select! {
+                looked = live.peer.send_request(looking) => looked.ok(),
+                () = live.closed.cancelled() => None,
+                () = tokio::time::sleep(POLL_MOST) => None,
+            };
+            if let Some(looked) = looked
                 && let Some(seen) = call::legacy_task(&serde_json::to_value(looked).unwrap_or_default())
             {
                 poll = poll_interval(&seen);
@@ -304,12 +323,17 @@ impl Upstreams {
     /// The session a call's task is followed on once the one it was followed on has ended: the server's
     /// shared session open now, for a call on a shared one.
     async fn session_after(&self, call: &CallRef, ended: &Live) -> Result<Arc<Live>, Finish> {
-        if ended.core.owner.is_some() {
-            return Err(Finish::failed(format!(
+        let gone = || {
+            Finish::failed(format!(
                 "the session ended before the call's task did: {}",
                 ended.ended()
-            )));
+            ))
+        };
+        if ended.core.owner.is_some() {
+            return Err(gone());
         }
+        // The transport may say it closed before the session is seen to end: wait for that, briefly.
+        let _ = tokio::time::timeout(CANCEL_WAIT, ended.closed.cancelled()).await;
         let view = match self.calls.get(&call.id).await {
             Ok(Some(view)) => view,
             _ => {
@@ -318,9 +342,14 @@ impl Upstreams {
                 ));
             }
         };
-        self.session_for(&view.server, &view.session, true)
+        let next = self
+            .session_for(&view.server, &view.session, true)
             .await
-            .map_err(|error| Finish::failed(format!("the call's task could not be followed on: {error}")))
+            .map_err(|error| Finish::failed(format!("the call's task could not be followed on: {error}")))?;
+        if next.core.id == ended.core.id {
+            return Err(gone());
+        }
+        Ok(next)
     }
 
     /// Tells the server of a call that has ended to cancel the task it made of the call, if any, waiting at

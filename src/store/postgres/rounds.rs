@@ -13,7 +13,7 @@ use crate::store::rows::{self, Columns, JsonText};
 use crate::store::{Asked, Retry};
 use crate::time::Timestamp;
 
-/// What retrying a call takes, if its latest round is answered and it has not ended.
+/// What retrying a call takes, if it has not ended and its latest round is answered, or it follows a task.
 pub(super) async fn retry(conn: &impl Reader, id: &CallId) -> Result<Option<Retry>, tokio_postgres::Error> {
     static RETRY: LazyLock<String> = LazyLock::new(retry_sql);
     match conn.query_opt(&RETRY, &[&id]).await? {

@@ -7,9 +7,9 @@ use crate::records::CallTask;
 use crate::store::rows::{self, Columns, JsonText};
 use crate::store::{Asked, Retry};
 
-/// What retrying a call takes, if its latest round is answered and it has not ended: three statements, none of
-/// which SQLite compiles again per call, as one with `ORDER BY round DESC LIMIT 1` would (BENCHMARKS.md, "Store:
-/// SQLite after the statement fixes", and "Changes that mattered", 20).
+/// What retrying a call takes, if it has not ended and its latest round is answered, or it follows a task:
+/// three statements, none of which SQLite compiles again per call, as one with `ORDER BY round DESC LIMIT 1`
+/// would (BENCHMARKS.md, "Store: SQLite after the statement fixes", and "Changes that mattered", 20).
 pub(super) fn retry(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<Retry>> {
     let found = conn
         .prepare_cached(
