@@ -75,6 +75,15 @@ impl Calls {
         self.store.forwarding(id).await
     }
 
+    /// Whether the store says the call has ended; a call it does not know, or a read that fails, has not.
+    pub async fn has_ended(&self, id: &CallId) -> bool {
+        self.status(id)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|(status, _)| status.is_final())
+    }
+
     /// A call's status and owner, without reading the rest.
     pub async fn status(&self, id: &CallId) -> Result<Option<(CallStatus, String)>, StoreError> {
         self.store.call_status(id).await

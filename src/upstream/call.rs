@@ -253,8 +253,8 @@ async fn after(
 pub(super) enum Booked {
     /// Its Requests are raised: the call waits on them.
     Waiting,
-    /// Answered here at once, as here: nothing in it is for a person (roots), or pending Requests are at their
-    /// cap and each elicitation is answered `cancel`.
+    /// Answered here at once, with these answers: nothing in it is for a person (roots), or pending Requests are
+    /// at their cap and each elicitation is answered `cancel`.
     Answered(InputResponses),
     /// The call ends so, or (`None`) has ended already.
     Ended(Option<Finish>),
@@ -314,8 +314,8 @@ pub(super) async fn book_round(
                 %cap,
                 "pending Requests at their cap: the round's input requests answered cancel"
             );
-            let cancel = serde_json::to_value(ElicitResult::new(ElicitationAction::Cancel)).unwrap_or_default();
-            answered_here(asked.iter().map(|(key, _)| (key.clone(), cancel.clone())).collect())
+            // No answers: each elicitation gets `cancel`.
+            answered_here(Map::new())
         }
         Err(AskError::Unusable(detail)) => Booked::Ended(Some(Finish::failed(format!(
             "the upstream asked for input the gateway cannot show: {detail}"
@@ -653,6 +653,7 @@ mod tests {
         let offers = Offers {
             roots: vec!["file:///w".to_owned()].into(),
             sampling: true,
+            tasks: true,
         };
         let asked = [
             ("e".to_owned(), Asked::Elicitation),

@@ -85,6 +85,8 @@ pub struct Offers {
     pub roots: Arc<[String]>,
     /// Whether its sampling requests are asked of a person (and the capability declared).
     pub sampling: bool,
+    /// Whether it is told the gateway follows tasks (and, in 2025-11-25, may have a call sent again as one).
+    pub tasks: bool,
 }
 
 impl Offers {
@@ -93,6 +95,7 @@ impl Offers {
         Self {
             roots: server.roots.clone().into(),
             sampling: server.sampling == Sampling::Ask,
+            tasks: server.tasks == Tasks::Auto,
         }
     }
 
@@ -565,18 +568,12 @@ pub fn capabilities(roots: bool) -> ClientCapabilities {
 pub struct GatewayClient {
     core: Arc<SessionCore>,
     protocol: ProtocolVersion,
-    /// Whether the server is told the gateway follows tasks.
-    tasks: bool,
 }
 
 impl GatewayClient {
-    /// A handler for one session of `server`, offering `protocol` in a legacy `initialize`.
-    pub fn new(core: Arc<SessionCore>, protocol: ProtocolVersion, server: &Server) -> Self {
-        Self {
-            core,
-            protocol,
-            tasks: server.tasks == Tasks::Auto,
-        }
+    /// A handler for the session of `core`, offering `protocol` in a legacy `initialize`.
+    pub fn new(core: Arc<SessionCore>, protocol: ProtocolVersion) -> Self {
+        Self { core, protocol }
     }
 
     /// The session this handler serves.
@@ -650,7 +647,7 @@ impl ClientHandler for GatewayClient {
             capabilities.sampling = Some(SamplingCapability::default());
         }
         // Declared in either era: a server that does not know the extension ignores it.
-        if self.tasks {
+        if offers.tasks {
             capabilities
                 .extensions
                 .get_or_insert_default()

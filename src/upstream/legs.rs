@@ -14,7 +14,6 @@ use super::call::{self, Driven};
 use super::task::{self, FollowedTask};
 use super::{CallRef, Leg, Live, Target, UpstreamError, Upstreams, lock};
 use crate::calls::Calls;
-use crate::config::Tasks;
 use crate::feed::{Concern, Feed};
 use crate::ids::{CallId, SessionId};
 use crate::records::{CallStatus, Finish};
@@ -26,7 +25,9 @@ const RETRY_MOST: Duration = Duration::from_secs(30);
 
 /// What a leg of a call does.
 pub(super) enum Work {
-    /// Sends the call's `tools/call` with these params.
+    /// Sends the call's `tools/call` with these params: boxed, as is what runs after the upstream answers, so
+    /// that the task of a call waiting on its upstream (a 2025-11-25 elicitation in flight) holds only what that
+    /// wait takes.
     Send(Box<CallToolRequestParams>),
     /// Follows the call's task, first sending it the answers of its latest round.
     Follow { task: String, answers: InputResponses },
@@ -63,14 +64,7 @@ impl Upstreams {
         let entry = Leg { id, token: leg.clone() };
         lock(&self.legs).insert(call.id.clone(), entry);
         // Registered before this check, so that a cancellation either sees the leg or has ended the call.
-        if self
-            .calls
-            .status(&call.id)
-            .await
-            .ok()
-            .flatten()
-            .is_some_and(|(status, _)| status.is_final())
-        {
+        if self.calls.has_ended(&call.id).await {
             self.forget_leg(&call.id, id);
             leg.cancel();
             return leg;
@@ -108,16 +102,15 @@ impl Upstreams {
     /// has its upstream task, if it made one, cancelled.
     pub(super) async fn end_call(&self, call: &CallId, finish: Finish) {
         lock(&self.worked).remove(call);
-        if !matches!(finish, Finish::Completed(_))
-            && let Ok(Some(view)) = self.calls.get(call).await
-            && !view.status.is_final()
-        {
-            self.cancel_task_of(&view).await;
-        }
         let mut pause = RETRY_FIRST;
         loop {
             match self.calls.finish(call, finish.clone()).await {
-                Ok(_) => return,
+                Ok(ended) => {
+                    if let Some(view) = ended {
+                        self.cancel_task_of(&view).await;
+                    }
+                    return;
+                }
                 Err(error) => tracing::error!(%call, %error, "the call's end could not be recorded; trying again"),
             }
             tokio::select! {
@@ -163,9 +156,7 @@ impl Upstreams {
     /// Does a leg's work: `None` when the call waits on a round of Requests, or has ended already.
     async fn work(&self, call: &CallRef, live: &Arc<Live>, work: Work, round: u32) -> Option<Finish> {
         let (task, answers, first_look) = match work {
-            // The params, and what runs after the upstream answers, are boxed, so that the task of a call waiting
-            // on its upstream (a 2025-11-25 elicitation in flight) holds only what that wait takes.
-            Work::Send(params) => match call::drive(live, call, params, round, self.legacy_tasks(live)).await {
+            Work::Send(params) => match call::drive(live, call, params, round, Self::legacy_tasks(live)).await {
                 Driven::Ended(finish) => return Some(finish),
                 Driven::Waiting => return None,
                 Driven::LegacyTask(created) => return Box::pin(self.follow_legacy_task(call, live, &created)).await,
@@ -175,7 +166,7 @@ impl Upstreams {
                         Ok(task) => task,
                         Err(finish) => return Some(finish),
                     };
-                    self.note_created(&call.id, &mut task, &created).await;
+                    self.note_task(&call.id, &mut task, &created).await;
                     (task, InputResponses::new(), Some(task::poll_interval(&created)))
                 }
             },
@@ -194,11 +185,8 @@ impl Upstreams {
     }
 
     /// Whether a call on `live` may be made an experimental task of 2025-11-25 when its tool requires one.
-    fn legacy_tasks(&self, live: &Live) -> bool {
-        !live.keeps_rounds()
-            && self
-                .slot(&live.core.server)
-                .is_ok_and(|slot| slot.server.tasks == Tasks::Auto)
+    fn legacy_tasks(live: &Live) -> bool {
+        !live.keeps_rounds() && live.core.offers.tasks
     }
 
     /// Resolves, with the limit, once a call has used up `limits.call_timeout` of upstream work; never

@@ -133,7 +133,7 @@ impl Upstreams {
             self.reports.clone(),
         ));
         let connected = tokio::select! {
-            connected = connect::connect(server, |protocol| GatewayClient::new(core.clone(), protocol, server)) => {
+            connected = connect::connect(server, |protocol| GatewayClient::new(core.clone(), protocol)) => {
                 connected.map_err(OpenError::Connect)
             }
             () = self.shutdown.cancelled() => Err(OpenError::ShuttingDown),

@@ -1,4 +1,4 @@
-//! FollowedTask the task an upstream made of a call (the MCP Tasks extension of 2026-07-28): `tasks/get` at the
+//! Following the task an upstream made of a call (the MCP Tasks extension of 2026-07-28): `tasks/get` at the
 //! server's poll interval until the task ends. Its input requests become a round of Requests of the call, and
 //! the call waits on them with nothing in flight, as on an `input_required` result; the answers go back by
 //! `tasks/update`, and the gateway follows the task on. A restart, or another replica, follows it on alike: the
@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 use super::call::{self, Booked, MAX_ROUNDS, book_round, completed_json};
 use super::{CallRef, Live, Upstreams};
 use crate::ids::CallId;
-use crate::records::{CallError, CallFailure, CallTask, CallView, Finish};
+use crate::records::{CallError, CallFailure, CallStatus, CallTask, CallView, Finish};
 use crate::time::Timestamp;
 
 /// How often a task is polled when its server suggests nothing, and the bounds on what it may suggest.
@@ -73,9 +73,7 @@ impl FollowedTask {
             noted,
         }
     }
-}
 
-impl FollowedTask {
     /// Whether the task has passed its time to live.
     fn expired(&self, live: &Live) -> bool {
         self.expires_at.is_some_and(|at| live.core.registry.clock().now() >= at)
@@ -143,14 +141,7 @@ impl Upstreams {
                 () = live.closed.cancelled() => {}
             }
             // Ended meanwhile (cancelled on another replica, say): nothing more to follow.
-            if self
-                .calls
-                .status(&call.id)
-                .await
-                .ok()
-                .flatten()
-                .is_none_or(|(status, _)| status.is_final())
-            {
+            if self.calls.has_ended(&call.id).await {
                 return None;
             }
             let looked = tokio::select! {
@@ -232,7 +223,7 @@ impl Upstreams {
     }
 
     /// Records what the call shows of its task, when that changed.
-    async fn note_task(&self, call: &CallId, task: &mut FollowedTask, seen: &Task) {
+    pub(super) async fn note_task(&self, call: &CallId, task: &mut FollowedTask, seen: &Task) {
         let note = CallTask {
             id: task.id.clone(),
             status: status_name(seen.status).to_owned(),
@@ -254,11 +245,6 @@ impl Upstreams {
         }
     }
 
-    /// Records the task a server has just made of a call.
-    pub(super) async fn note_created(&self, call: &CallId, task: &mut FollowedTask, created: &Task) {
-        self.note_task(call, task, created).await;
-    }
-
     /// Follows an experimental task of 2025-11-25 (SEP-1686) to its end: `tasks/result`, sent as a request of
     /// the call, waits for the task's result, while the elicitations the task sends (each naming it) become
     /// Requests of the call as any 2025-11-25 elicitation does; `tasks/get` at the server's poll interval keeps
@@ -271,7 +257,7 @@ impl Upstreams {
             Err(finish) => return Some(finish),
         };
         let related = live.core.relate_task(&task.id, call);
-        self.note_created(&call.id, &mut task, created).await;
+        self.note_task(&call.id, &mut task, created).await;
         let of_task = json!({"taskId": task.id});
         let request = Box::new(ClientRequest::CustomRequest(CustomRequest::new(
             "tasks/result",
@@ -352,10 +338,12 @@ impl Upstreams {
         Ok(next)
     }
 
-    /// Tells the server of a call that has ended to cancel the task it made of the call, if any, waiting at
-    /// most [`CANCEL_WAIT`]; a failure is logged only, for the call has ended.
+    /// Tells the server of a call that has ended other than completed to cancel the task it made of the call,
+    /// if any, waiting at most [`CANCEL_WAIT`]; a failure is logged only, for the call has ended.
     pub(super) async fn cancel_task_of(&self, call: &CallView) {
-        let Some(task) = &call.task else { return };
+        let Some(task) = call.task.as_ref().filter(|_| call.status != CallStatus::Completed) else {
+            return;
+        };
         let cancel = async {
             // The call's session while it is open, else its server's shared one: a task outlives a session.
             let live = self
