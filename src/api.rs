@@ -9,6 +9,7 @@ mod events;
 mod extract;
 mod health;
 mod http;
+mod links;
 mod mcp;
 mod metrics;
 mod requests;
@@ -41,6 +42,7 @@ use crate::auth::Principal;
 use crate::calls::Calls;
 use crate::connections::Connections;
 use crate::feed::{Counted, Feed, Hold};
+use crate::links::Links;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::sessions::Sessions;
@@ -93,6 +95,8 @@ pub struct Services {
     pub holds: HoldLimits,
     /// How `/mcp` names tools and holds calls.
     pub front_door: FrontDoorPolicy,
+    /// Makes and reads answer links.
+    pub links: Links,
 }
 
 /// How many long-polls and event streams one principal may hold at once (without tokens there is one
@@ -197,6 +201,8 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(requests::list, requests::post))
         .routes(routes!(requests::get))
         .routes(routes!(requests::answer))
+        .routes(routes!(links::make))
+        .routes(routes!(links::open, links::answer))
         .routes(routes!(calls::list, calls::start))
         .routes(routes!(calls::get, calls::cancel))
         .routes(routes!(sessions::list, sessions::open))
@@ -219,6 +225,7 @@ pub fn router(state: AppState) -> Router {
         .merge(ui::routes(&mut document, sign_in.as_deref()))
         .merge(mcp::routes(&state, state.front_door));
     document::constrain(&mut document);
+    document::unique_operation_ids(&mut document);
     events::document(&mut document);
     document::unavailable(&mut document);
     state.auth.document(&mut document);
@@ -368,7 +375,7 @@ mod tests {
     }
 
     /// Every source file of the API, to check how routes are registered.
-    const SOURCES: [(&str, &str); 11] = [
+    const SOURCES: [(&str, &str); 12] = [
         ("api.rs", include_str!("api.rs")),
         ("approvals.rs", include_str!("api/approvals.rs")),
         ("calls.rs", include_str!("api/calls.rs")),
@@ -376,6 +383,7 @@ mod tests {
         ("events.rs", include_str!("api/events.rs")),
         ("extract.rs", include_str!("api/extract.rs")),
         ("health.rs", include_str!("api/health.rs")),
+        ("links.rs", include_str!("api/links.rs")),
         ("metrics.rs", include_str!("api/metrics.rs")),
         ("requests.rs", include_str!("api/requests.rs")),
         ("sessions.rs", include_str!("api/sessions.rs")),

@@ -51,6 +51,22 @@ pub enum SignIn {
         email: Option<String>,
         groups: Vec<String>,
     },
+    /// With a signed answer link ([`crate::links`]): one a principal asked for itself (`asked`: how it signed
+    /// in), or one a notification channel sent (`to`: the address it was sent to, when the channel knows one).
+    Link {
+        asked: Option<Box<SignIn>>,
+        to: Option<String>,
+    },
+}
+
+impl SignIn {
+    /// What proved who the principal is: through a link a principal asked for, how that principal signed in.
+    fn proof(&self) -> &SignIn {
+        match self {
+            SignIn::Link { asked: Some(asked), .. } => asked.proof(),
+            other => other,
+        }
+    }
 }
 
 /// How an approval policy's `approvers` entry names a group of the OpenID provider.
@@ -95,9 +111,14 @@ impl Principal {
 
     /// Who it is, as an answer records it.
     pub fn answerer(&self) -> Answerer {
-        let (via, issuer, subject) = match &self.signed_in {
-            SignIn::Token => ("token", None, None),
-            SignIn::Oidc { issuer, subject, .. } => ("oidc", Some(issuer.clone()), Some(subject.clone())),
+        let via = match &self.signed_in {
+            SignIn::Token => "token",
+            SignIn::Oidc { .. } => "oidc",
+            SignIn::Link { .. } => "link",
+        };
+        let (issuer, subject) = match self.signed_in.proof() {
+            SignIn::Oidc { issuer, subject, .. } => (Some(issuer.clone()), Some(subject.clone())),
+            _ => (None, None),
         };
         Answerer {
             name: self.name.clone(),
@@ -109,13 +130,15 @@ impl Principal {
 
     /// Whether an approval policy's `approvers` entry names it: `group:<group>` an OpenID principal in that
     /// group, `user:<user>` an OpenID principal by its `sub` or its verified `email` (never by a name its user
-    /// may choose), and a bare name a configured token.
+    /// may choose), or the address a notification channel sent its link to, and a bare name a configured token.
+    /// A link a principal asked for is listed as that principal is.
     pub fn is_listed(&self, entry: &str) -> bool {
-        match (Approver::parse(entry), &self.signed_in) {
+        match (Approver::parse(entry), self.signed_in.proof()) {
             (Approver::Group(group), SignIn::Oidc { groups, .. }) => groups.iter().any(|mine| mine == group),
             (Approver::User(user), SignIn::Oidc { subject, email, .. }) => {
                 user == subject || email.as_deref() == Some(user)
             }
+            (Approver::User(user), SignIn::Link { to, .. }) => to.as_deref() == Some(user),
             (Approver::Token(name), SignIn::Token) => name == self.id,
             _ => false,
         }

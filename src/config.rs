@@ -138,6 +138,24 @@ pub struct Config {
     /// Tool calls that wait for a person's approval before they are forwarded.
     #[serde(default)]
     pub approvals: Vec<ApprovalConfig>,
+    /// The address people reach the gateway at (behind a proxy, the proxy's), which answer links start with;
+    /// unset, `http://` and `listen`.
+    #[serde(default, deserialize_with = "expanded_option")]
+    pub public_url: Option<String>,
+    /// How answer links are signed.
+    #[serde(default)]
+    pub links: LinksConfig,
+}
+
+/// The `[links]` table.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinksConfig {
+    /// The keys that sign answer links (`whsec_<base64>`, as `toolnexus-gateway webhook-secret` prints): the
+    /// first signs, and links signed by any of them are taken, so a new key goes first and the one before stays
+    /// until its links have expired. Unset, a key the gateway makes once and keeps in its store.
+    #[serde(default, deserialize_with = "expanded_list", serialize_with = "masked_list")]
+    pub keys: Vec<String>,
 }
 
 /// One `[[approvals]]` entry.
@@ -731,6 +749,8 @@ impl Config {
             front_door: FrontDoorConfig::default(),
             replica: None,
             approvals: Vec::new(),
+            public_url: None,
+            links: LinksConfig::default(),
         }
     }
 
@@ -1043,6 +1063,45 @@ impl Config {
                 allow_link_local: hook.allow_link_local,
             })
         })
+    }
+
+    /// How answer links are made: the address they start with (unset: the one the gateway listens at), and the
+    /// configured keys (none: the store's).
+    pub fn links(&self) -> Result<crate::links::Settings, Problem> {
+        let public_url = match &self.public_url {
+            Some(written) => {
+                let url = Url::parse(written)
+                    .ok()
+                    .filter(|url| {
+                        matches!(url.scheme(), "http" | "https")
+                            && url.host_str().is_some()
+                            && url.query().is_none()
+                            && url.fragment().is_none()
+                    })
+                    .ok_or_else(|| {
+                        "public_url must be an http:// or https:// URL with a host and no query, such as \
+                         \"https://gateway.example.com\""
+                            .to_owned()
+                    })?;
+                Some(url.as_str().trim_end_matches('/').to_owned())
+            }
+            None => None,
+        };
+        let keys = self
+            .links
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(index, key)| {
+                Secret::parse(key).map_err(|why| {
+                    format!(
+                        "links.keys[{index}] is not a key ({why}): one is {PREFIX} and the base64 of 24 to 64 \
+                         random bytes; make one with `toolnexus-gateway webhook-secret`"
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(crate::links::Settings { public_url, keys })
     }
 
     /// The validated approval policies; the error names the entry.
@@ -1420,6 +1479,14 @@ fn replica_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Str
     expanded_checked(deserializer, check_replica, str::to_owned).map(Some)
 }
 
+fn expanded_list<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    let written = Vec::<String>::deserialize(deserializer)?;
+    written
+        .iter()
+        .map(|text| expand_env(text).map_err(serde::de::Error::custom))
+        .collect()
+}
+
 fn expanded_option<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
     Option::<String>::deserialize(deserializer)?
         .map(|text| expand_env(&text))
@@ -1496,6 +1563,10 @@ fn masked<S: Serializer>(secret: &Option<String>, serializer: S) -> Result<S::Ok
         Some(_) => serializer.serialize_str(MASK),
         None => serializer.serialize_none(),
     }
+}
+
+fn masked_list<S: Serializer>(secrets: &[String], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(secrets.iter().map(|_| MASK))
 }
 
 /// A map whose keys are shown and whose values are masked (headers, environment variables).

@@ -16,6 +16,7 @@ pub mod elicitation;
 pub mod feed;
 pub mod forms;
 pub mod ids;
+pub mod links;
 pub mod logs;
 pub mod metrics;
 pub mod posted;
@@ -52,6 +53,7 @@ use crate::config::Config;
 use crate::connections::{Connections, Limits};
 use crate::feed::Feed;
 use crate::ids::CallId;
+use crate::links::Links;
 use crate::metrics::Metrics;
 use crate::registry::{Policy, Registry};
 use crate::sessions::Sessions;
@@ -167,6 +169,8 @@ impl Gateway {
             max_request_bytes: config.requests.max_request_bytes,
         };
         let (resume, resumes) = mpsc::unbounded_channel();
+        let listening = listener.local_addr()?;
+        let links = Links::open(config.links().map_err(anyhow::Error::msg)?, listening, &store).await?;
         let registry = Registry::new(store.clone(), policy, metrics.clone(), resume);
         let calls = Calls::new(store.clone(), registry.clone(), metrics.clone());
         let sessions = Sessions::new(store.clone(), replica.clone());
@@ -217,6 +221,7 @@ impl Gateway {
                 relay: config.front_door.elicitation == config::Elicitations::Relay,
                 max_hold: config.front_door.max_hold,
             },
+            links,
         });
         Ok(Self {
             listener,

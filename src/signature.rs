@@ -51,9 +51,14 @@ impl Secret {
         format!("{PREFIX}{}", BASE64.encode(&self.0))
     }
 
+    /// A MAC keyed with the secret.
+    pub fn mac(&self) -> Hmac<Sha256> {
+        Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length")
+    }
+
     /// The `webhook-signature` of one delivery: `v1,` and the base64 HMAC-SHA256 of `{id}.{timestamp}.{body}`.
     pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        let mut mac = self.mac();
         mac.update(format!("{id}.{timestamp}.").as_bytes());
         mac.update(body);
         format!("v1,{}", BASE64.encode(mac.finalize().into_bytes()))

@@ -614,6 +614,12 @@ impl Store {
         dispatch!(self, store => store.hold_webhook(webhook, holder, lease).await)
     }
 
+    /// The key kept under `name`; when none is kept yet, `made` is kept and returned. Every replica of a
+    /// database store gets the one that was kept first.
+    pub async fn kept_key(&self, name: &str, made: &str) -> Result<String, StoreError> {
+        dispatch!(self, store => store.kept_key(name, made).await)
+    }
+
     /// Puts right what the previous run left: what could not survive it ends, and the calls ready to retry
     /// are returned. `restarted` says why, in the records it ends.
     pub async fn recover(&self, restarted: &str) -> Result<Recovered, StoreError> {

@@ -117,6 +117,11 @@ impl Timestamp {
         Self(SystemTime::UNIX_EPOCH + Duration::from_millis(millis))
     }
 
+    /// The instant RFC 3339 `text` names.
+    pub fn parse(text: &str) -> Option<Self> {
+        humantime::parse_rfc3339(text).ok().map(Self)
+    }
+
     /// RFC 3339 UTC text, e.g. `2026-01-01T00:00:00.000Z`.
     pub fn rfc3339(self) -> String {
         humantime::format_rfc3339_millis(self.0).to_string()

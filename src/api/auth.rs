@@ -38,6 +38,7 @@ impl AuthPolicy {
         matches!(path, "/healthz" | "/readyz")
             || path == "/ui"
             || path.starts_with("/ui/")
+            || path.starts_with(crate::links::PATH)
             || (self.public_metrics && path == "/metrics")
             || (self.public_openapi && path == "/openapi.json")
             || matches!(path, METADATA | METADATA_OF_MCP)

@@ -58,6 +58,25 @@ pub fn constrain(document: &mut OpenApi) {
     one_of(document, "Answer", [ok(false), accept]);
 }
 
+/// Gives each operation an id of its own: an id that several handlers share (`list`, `get`) is suffixed with
+/// the operation's tag, as in `list_requests`, so that links and generated clients name one operation.
+pub fn unique_operation_ids(document: &mut OpenApi) {
+    let mut count = std::collections::HashMap::<String, usize>::new();
+    for (_, operation) in operations(document) {
+        if let Some(id) = &operation.operation_id {
+            *count.entry(id.clone()).or_default() += 1;
+        }
+    }
+    for (_, operation) in operations(document) {
+        let tag = operation.tags.as_ref().and_then(|tags| tags.first()).cloned();
+        if let (Some(id), Some(tag)) = (&mut operation.operation_id, tag)
+            && count.get(id.as_str()).is_some_and(|count| *count > 1)
+        {
+            *id = format!("{id}_{tag}");
+        }
+    }
+}
+
 /// The routes that never use the store (they answer without it, or swallow its errors).
 const WITHOUT_STORE: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/openapi.json"];
 

@@ -33,6 +33,16 @@ impl ApiError {
         }
     }
 
+    /// The response's status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The violations it lists, if any.
+    pub fn errors(&self) -> &[Violation] {
+        self.errors.as_deref().unwrap_or_default()
+    }
+
     /// What went wrong, as the problem's `detail` says it.
     pub fn detail(&self) -> &str {
         &self.detail

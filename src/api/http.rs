@@ -27,7 +27,7 @@ pub struct HttpPolicy {
 impl HttpPolicy {
     /// Documents what every route answers about the `Host` (`400` to more than one `Host` header, and `403` to
     /// a `Host` off the allow-list) and what every route with a body answers about it (`413` past the configured
-    /// `http.max_body_bytes`, `415` when it is not JSON).
+    /// `http.max_body_bytes`, and, for a JSON body, `415` when it is not JSON).
     pub fn document(&self, document: &mut OpenApi) {
         let bad_request = document::problem("Bad Request: the request has more than one Host header").build();
         let bad_request = document::shared(document, "MoreThanOneHost", bad_request);
@@ -61,9 +61,15 @@ impl HttpPolicy {
             if let Some(forbidden) = &forbidden {
                 responses.entry("403".to_owned()).or_insert_with(|| forbidden.clone());
             }
-            if operation.request_body.is_some() {
-                responses.insert("413".to_owned(), too_large.clone());
-                responses.insert("415".to_owned(), not_json.clone());
+            if let Some(body) = &operation.request_body {
+                responses.entry("413".to_owned()).or_insert_with(|| too_large.clone());
+                let json = match body {
+                    RefOr::T(body) => body.content.contains_key("application/json"),
+                    RefOr::Ref(_) => true,
+                };
+                if json {
+                    responses.insert("415".to_owned(), not_json.clone());
+                }
             }
         }
     }

@@ -20,7 +20,7 @@ fn content_security_policy(sign_in: Option<&str>) -> HeaderValue {
 }
 
 /// Each file of the inbox: its path, content type and contents.
-const ASSETS: [(&str, &str, &str); 6] = [
+const ASSETS: [(&str, &str, &str); 7] = [
     ("/ui/", "text/html; charset=utf-8", include_str!("../../ui/index.html")),
     (
         "/ui/app.js",
@@ -43,6 +43,11 @@ const ASSETS: [(&str, &str, &str); 6] = [
         include_str!("../../ui/app.css"),
     ),
     ("/ui/favicon.svg", "image/svg+xml", include_str!("../../ui/favicon.svg")),
+    (
+        "/ui/link.css",
+        "text/css; charset=utf-8",
+        include_str!("../../ui/link.css"),
+    ),
 ];
 
 /// The routes of the inbox, to merge into the API router; each is added to the OpenAPI document too. `sign_in` is

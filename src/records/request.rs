@@ -46,7 +46,8 @@ impl Status {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Answerer {
     pub name: String,
-    /// `token` (a configured token, or everyone without tokens) or `oidc` (an OpenID provider's JWT).
+    /// `token` (a configured token, or everyone without tokens), `oidc` (an OpenID provider's JWT) or `link` (a
+    /// signed answer link).
     pub via: String,
     /// The OpenID provider that signed them in.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -84,6 +84,7 @@ struct State {
     ended: Held,
     ended_by_principal: HashMap<String, EndedShare>,
     webhook_cursors: HashMap<String, u64>,
+    keys: HashMap<String, String>,
     /// How long ended records are kept.
     retention: Duration,
 }
@@ -206,6 +207,15 @@ impl Memory {
         let mut state = self.lock();
         let delivered = state.webhook_cursors.entry(webhook.to_owned()).or_insert(event);
         *delivered = (*delivered).max(event);
+    }
+
+    pub async fn kept_key(&self, name: &str, made: &str) -> Result<String, StoreError> {
+        let mut state = self.lock();
+        Ok(state
+            .keys
+            .entry(name.to_owned())
+            .or_insert_with(|| made.to_owned())
+            .clone())
     }
 
     /// The one gateway of a memory store always holds its webhooks.

@@ -79,6 +79,10 @@ shared! {
     DETAIL = "UPDATE requests SET detail = $2 WHERE id = $1";
     /// The last event a webhook was sent.
     WEBHOOK_DELIVERED = "SELECT delivered FROM webhook_cursors WHERE name = $1";
+    /// A key kept under a name, unless one is kept under it already.
+    KEY_KEPT = "INSERT INTO keys (name, secret, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING";
+    /// The key kept under a name.
+    KEY = "SELECT secret FROM keys WHERE name = $1";
     /// A Request.
     REQUEST = concat!("SELECT ", request_columns!(), " FROM requests WHERE id = $1");
     /// A session.

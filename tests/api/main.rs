@@ -18,6 +18,7 @@ mod injection;
 mod integrity;
 mod lifecycle;
 mod limits;
+mod links;
 mod oidc;
 mod openapi;
 mod operations;

@@ -379,3 +379,31 @@ async fn a_task_is_answered_on_any_replica_and_followed_on_by_a_survivor() {
         json!([{"action": "accept", "content": {"reading": "technical"}}])
     );
 }
+
+/// Replicas started together agree on the key that signs links: a link made on one answers on another.
+#[tokio::test]
+async fn a_link_made_on_one_replica_answers_on_another() {
+    let servers = format!("{BOTH_ERAS}[[approvals]]\nserver = \"*\"\ntools = [\"confirm_*\"]\n");
+    let fleet = fleet_of(&cluster::shared().database(), &servers).await;
+    let [a, b, c] = &fleet.replicas[..] else { unreachable!() };
+    let start = json!({"server": "legacy", "tool": "confirm_action", "arguments": {"action": "linked"}});
+    let held = a.call_on(start).await;
+    let approval = first_request(&held);
+    let made = a.post(&format!("/requests/{approval}/links"), &json!(null)).await;
+    assert_eq!(made.status(), 201);
+    let made: Value = made.json().await.unwrap();
+    let token = made["url"].as_str().unwrap().rsplit_once('/').unwrap().1.to_owned();
+    let answered = reqwest::Client::new()
+        .post(format!("{}/r/{token}", c.address))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("decision=approve")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), 200, "{}", answered.text().await.unwrap());
+    forwarded_once(&fleet, 0, &held, "linked").await;
+    assert_eq!(
+        b.get_json(&format!("/requests/{approval}")).await["answerer"]["via"],
+        "link"
+    );
+}

@@ -104,6 +104,22 @@ impl Postgres {
         .await
     }
 
+    pub async fn kept_key(&self, name: &str, made: &str) -> Result<String, StoreError> {
+        let (name, made) = (name.to_owned(), made.to_owned());
+        self.write(move |tx| {
+            Box::pin(async move {
+                let now = tx.now().millis();
+                tx.execute(sql::KEY_KEPT.postgres, &[&name, &made, &now]).await?;
+                let row = tx.query_opt(sql::KEY.postgres, &[&name]).await?;
+                Ok(match row {
+                    Some(row) => row.try_get(0)?,
+                    None => made,
+                })
+            })
+        })
+        .await
+    }
+
     pub fn save_webhook_cursor(&self, webhook: &str, event: u64) {
         let webhook = webhook.to_owned();
         let event = i64::try_from(event).unwrap_or(i64::MAX);

@@ -82,6 +82,20 @@ impl Sqlite {
         });
     }
 
+    pub async fn kept_key(&self, name: &str, made: &str) -> Result<String, StoreError> {
+        let (name, made) = (name.to_owned(), made.to_owned());
+        self.write(move |tx| {
+            let now = tx.now().millis();
+            tx.conn
+                .prepare_cached(sql::KEY_KEPT.sqlite)?
+                .execute(params![name, made, now])?;
+            tx.conn
+                .prepare_cached(sql::KEY.sqlite)?
+                .query_row([name], |row| row.get(0))
+        })
+        .await
+    }
+
     /// The one gateway of a SQLite file (it holds the file alone) always holds its webhooks. Read in the
     /// writer, after the cursor saves still waiting there.
     pub async fn hold_webhook(&self, webhook: &str, _holder: &str, _lease: Duration) -> Result<Lease, StoreError> {

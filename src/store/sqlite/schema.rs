@@ -182,6 +182,15 @@ ALTER TABLE requests ADD COLUMN answerer TEXT;
 -- The task an upstream made of a call (JSON: its id, status, status message and expiry), followed to its end.
 ALTER TABLE calls ADD COLUMN task TEXT;
 ",
+    r"
+-- Keys the gateway made for itself and that every replica uses (the one that signs answer links), each under a
+-- name, in base64.
+CREATE TABLE keys (
+    name TEXT PRIMARY KEY,
+    secret TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
+",
 ];
 
 /// The schema version this build writes.
