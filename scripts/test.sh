@@ -7,7 +7,9 @@
 # it needs; TOOLNEXUS_SKIP_CONTAINER=1 leaves it out).
 #
 # schemathesis, and the Standard Webhooks library the webhook tests verify deliveries with, are installed from
-# PyPI into virtualenvs under ~/.cache when missing (needs python3-venv).
+# PyPI into virtualenvs under ~/.cache when missing (needs python3-venv); so is the mail server the notification
+# tests send to (aiosmtpd), with Slack's Block Kit types and the Adaptive Card schema they check messages
+# against (scripts/notify-checkers.sh, from npm).
 # The OpenID tests (tests/api/oidc.rs) sign in at panva's oidc-provider, tests/oidc's npm package; the peer
 # tests (tests/api/peers.rs) run the TypeScript reference server-everything, tests/peers'; and the browser
 # tests drive the inbox with tests/browser's: all need Node.js 20.19+ with npm, and are installed here with
@@ -54,6 +56,7 @@ if [[ ! -d tests/peers/node_modules/@modelcontextprotocol/server-everything ]]; 
         fail "cannot install the third-party MCP servers the tests run: run 'npm ci' in tests/peers"
 fi
 
+scripts/notify-checkers.sh
 cargo test --locked "$@"
 scripts/schemathesis.sh
 

@@ -1,6 +1,6 @@
 //! The gateway's configuration: one TOML file, or the built-in default (listen on 127.0.0.1:8080 with the demo server).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -145,6 +145,88 @@ pub struct Config {
     /// How answer links are signed.
     #[serde(default)]
     pub links: LinksConfig,
+    /// Where people are told of Requests: mail, Slack, Teams.
+    #[serde(default)]
+    pub notify: Vec<NotifyConfig>,
+}
+
+/// One `[[notify]]` entry: a channel, the Requests it is told of, and how it is delivered to.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotifyConfig {
+    /// Its name in logs, metrics and escalations (letters, digits, `-`, `_`, `.`).
+    pub name: String,
+    /// Mail through an SMTP server, one message per recipient.
+    pub email: Option<EmailConfig>,
+    /// A Slack incoming webhook.
+    pub slack: Option<ChatConfig>,
+    /// A Microsoft Teams Workflows webhook.
+    pub teams: Option<ChatConfig>,
+    /// Which Requests it is told of; all of them when unset.
+    #[serde(default)]
+    pub requests: NotifyRequests,
+    /// How long one delivery attempt may take.
+    #[serde(
+        default = "default_notify_timeout",
+        deserialize_with = "duration",
+        serialize_with = "as_humantime"
+    )]
+    pub timeout: Duration,
+    /// How many times a message is tried before it is given up.
+    #[serde(default = "default_webhook_attempts")]
+    pub attempts: u32,
+    /// Deliver to link-local addresses and cloud metadata endpoints too, which are refused by default.
+    #[serde(default)]
+    pub allow_link_local: bool,
+}
+
+/// `[[notify]] email`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmailConfig {
+    /// The recipients: each gets a message of their own, with links that answer as them.
+    pub to: Vec<String>,
+    /// The sender.
+    pub from: String,
+    /// `smtp://host[:port]` (port 587 by default) or `smtps://host[:port]` (TLS from the start, 465).
+    #[serde(deserialize_with = "expanded", serialize_with = "redacted_url")]
+    pub smtp: String,
+    /// Whether an `smtp://` connection must be upgraded with STARTTLS before anything is sent.
+    #[serde(default = "default_true")]
+    pub starttls: bool,
+    #[serde(default, deserialize_with = "expanded_option")]
+    pub username: Option<String>,
+    #[serde(default, deserialize_with = "expanded_option", serialize_with = "masked")]
+    pub password: Option<String>,
+}
+
+/// `[[notify]] slack` and `teams`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatConfig {
+    /// The webhook URL messages are POSTed to (`${VAR}` expands; it is a secret, shown masked).
+    #[serde(deserialize_with = "expanded", serialize_with = "masked_string")]
+    pub webhook: String,
+}
+
+/// `[[notify]] requests`: the Requests a channel is told of.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotifyRequests {
+    /// Only Requests of these kinds (`approval`, `input`, …); all when empty.
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    /// Only Requests of these servers; all when empty (a posted Request has no server).
+    #[serde(default)]
+    pub servers: Vec<String>,
+}
+
+fn default_notify_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// The `[links]` table.
@@ -751,6 +833,7 @@ impl Config {
             approvals: Vec::new(),
             public_url: None,
             links: LinksConfig::default(),
+            notify: Vec::new(),
         }
     }
 
@@ -1007,6 +1090,8 @@ impl Config {
         self.tokens()?;
         self.oidc()?;
         self.approvals()?;
+        self.links()?;
+        self.notify()?;
         if self.http.max_connections == Some(0) {
             return Err(Problem::from("http.max_connections must be at least 1".to_owned()));
         }
@@ -1102,6 +1187,112 @@ impl Config {
             })
             .collect::<Result<_, _>>()?;
         Ok(crate::links::Settings { public_url, keys })
+    }
+
+    /// The validated notification channels; the error names the entry.
+    pub fn notify(&self) -> Result<Vec<crate::notify::Channel>, Problem> {
+        use crate::notify::{Channel, Destination, Email, Filter, Security};
+        let servers = self.servers()?;
+        let mut names = HashSet::new();
+        each_entry("notify", &self.notify, |index, entry| {
+            let key = format!("notify[{index}]");
+            let name = &entry.name;
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            {
+                return Err(format!("{key}.name = {name:?}: use letters, digits, '-', '_' and '.'"));
+            }
+            if !names.insert(name.clone()) {
+                return Err(format!("{key}.name = {name:?}: another [[notify]] entry has that name"));
+            }
+            let refused = |url: &Url, what: &str| match egress::host_refusal(url) {
+                Some(why) if !entry.allow_link_local => Err(format!(
+                    "{key}.{what} of channel {name:?}: {why}; notifications do not go to link-local or cloud \
+                     metadata addresses unless the entry sets allow_link_local = true"
+                )),
+                _ => Ok(()),
+            };
+            let web = |written: &str, what: &str| -> Result<Url, String> {
+                let url = Url::parse(written)
+                    .ok()
+                    .filter(|url| matches!(url.scheme(), "http" | "https") && url.host_str().is_some())
+                    .ok_or_else(|| {
+                        format!("{key}.{what}: the URL must start with http:// or https:// and name a host")
+                    })?;
+                refused(&url, what)?;
+                Ok(url)
+            };
+            let destination = match (&entry.email, &entry.slack, &entry.teams) {
+                (Some(email), None, None) => {
+                    let smtp = Url::parse(&email.smtp)
+                        .ok()
+                        .filter(|url| matches!(url.scheme(), "smtp" | "smtps") && url.host_str().is_some())
+                        .ok_or_else(|| {
+                            format!("{key}.email.smtp: the URL must be smtp://host[:port] or smtps://host[:port]")
+                        })?;
+                    refused(&smtp, "email.smtp")?;
+                    let security = match (smtp.scheme(), email.starttls) {
+                        ("smtps", _) => Security::Tls,
+                        (_, true) => Security::StartTls,
+                        (_, false) => Security::None,
+                    };
+                    let port = smtp.port().unwrap_or(match security {
+                        Security::Tls => 465,
+                        _ => 587,
+                    });
+                    if email.to.is_empty() {
+                        return Err(format!("{key}.email.to: name at least one recipient"));
+                    }
+                    let mailbox = |address: &str, what: &str| {
+                        address
+                            .parse::<lettre::message::Mailbox>()
+                            .map_err(|error| format!("{key}.email.{what} = {address:?} is not an address: {error}"))
+                    };
+                    let to = email
+                        .to
+                        .iter()
+                        .map(|address| mailbox(address, "to"))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let credentials = match (&email.username, &email.password) {
+                        (Some(username), Some(password)) => Some((username.clone(), password.clone())),
+                        (None, None) => None,
+                        _ => return Err(format!("{key}.email: give both username and password, or neither")),
+                    };
+                    Destination::Email(Box::new(Email {
+                        to,
+                        from: mailbox(&email.from, "from")?,
+                        host: smtp.host_str().unwrap_or_default().trim_matches(['[', ']']).to_owned(),
+                        port,
+                        security,
+                        credentials,
+                    }))
+                }
+                (None, Some(slack), None) => Destination::Slack(web(&slack.webhook, "slack.webhook")?),
+                (None, None, Some(teams)) => Destination::Teams(web(&teams.webhook, "teams.webhook")?),
+                _ => return Err(format!("{key}: give exactly one of email, slack and teams")),
+            };
+            for server in &entry.requests.servers {
+                if !servers.iter().any(|known| &known.name == server) {
+                    return Err(format!("{key}.requests.servers: no server is named {server:?}"));
+                }
+            }
+            if entry.attempts == 0 {
+                return Err(format!("{key}.attempts must be at least 1"));
+            }
+            Ok(Channel {
+                name: name.clone(),
+                destination,
+                filter: Filter {
+                    kinds: entry.requests.kinds.clone(),
+                    servers: entry.requests.servers.clone(),
+                },
+                timeout: entry.timeout,
+                attempts: entry.attempts,
+                allow_link_local: entry.allow_link_local,
+            })
+        })
     }
 
     /// The validated approval policies; the error names the entry.
@@ -1565,6 +1756,10 @@ fn masked<S: Serializer>(secret: &Option<String>, serializer: S) -> Result<S::Ok
     }
 }
 
+fn masked_string<S: Serializer>(_: &str, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(MASK)
+}
+
 fn masked_list<S: Serializer>(secrets: &[String], serializer: S) -> Result<S::Ok, S::Error> {
     serializer.collect_seq(secrets.iter().map(|_| MASK))
 }
@@ -1689,10 +1884,6 @@ fn default_store_path() -> PathBuf {
         Some(state) => state.join("toolnexus-gateway/gateway.sqlite3"),
         None => PathBuf::from("toolnexus-gateway.sqlite3"),
     }
-}
-
-fn default_true() -> bool {
-    true
 }
 
 #[cfg(test)]
@@ -2101,6 +2292,58 @@ mod tests {
         ] {
             let error = config.validate().unwrap_err().message;
             assert!(error.starts_with(key) && !error.contains(secret), "{error}");
+        }
+    }
+
+    #[test]
+    fn notification_channels_are_validated() {
+        let mail = "[[notify]]\nname = \"sre-mail\"\nemail = { to = [\"sre@example.com\"], from = \"gateway@example.com\", \
+                    smtp = \"smtp://mail.example.com\", username = \"u\", password = \"p4ss\" }\n";
+        let config = parse(mail).unwrap();
+        let channels = config.notify().unwrap();
+        let crate::notify::Destination::Email(email) = &channels[0].destination else {
+            panic!()
+        };
+        assert_eq!((email.host.as_str(), email.port), ("mail.example.com", 587));
+        assert_eq!(email.security, crate::notify::Security::StartTls);
+        let printed = config.masked_toml().unwrap();
+        assert!(
+            !printed.contains("p4ss") && printed.contains("sre@example.com"),
+            "{printed}"
+        );
+        let smtps = parse(&mail.replace("smtp://mail", "smtps://mail"))
+            .unwrap()
+            .notify()
+            .unwrap();
+        let crate::notify::Destination::Email(email) = &smtps[0].destination else {
+            panic!()
+        };
+        assert_eq!((email.port, email.security), (465, crate::notify::Security::Tls));
+        let slack =
+            "[[notify]]\nname = \"chat\"\nslack = { webhook = \"https://hooks.slack.com/services/T/B/s3cr3t\" }\n";
+        let printed = parse(slack).unwrap().masked_toml().unwrap();
+        assert!(!printed.contains("s3cr3t"), "{printed}");
+        for (broken, named) in [
+            (mail.replace("smtp://mail.example.com", "http://mail"), "email.smtp"),
+            (mail.replace("sre@example.com", "not an address"), "email.to"),
+            (mail.replace(", password = \"p4ss\"", ""), "both username and password"),
+            (mail.replace("sre-mail", "sre mail"), "name"),
+            (
+                format!(
+                    "{mail}{}",
+                    mail.replace("email = {", "slack = { webhook = \"http://x\" }\n#")
+                ),
+                "another",
+            ),
+            (format!("{slack}teams = {{ webhook = \"http://x\" }}\n"), "exactly one"),
+            (
+                slack.replace("https://hooks.slack.com", "http://169.254.169.254"),
+                "link-local",
+            ),
+            (format!("{slack}requests = {{ servers = [\"nowhere\"] }}\n"), "nowhere"),
+        ] {
+            let error = parse(&broken).unwrap_err();
+            assert!(error.contains(named), "{named}: {error}");
         }
     }
 

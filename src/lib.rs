@@ -19,6 +19,8 @@ pub mod ids;
 pub mod links;
 pub mod logs;
 pub mod metrics;
+pub mod notify;
+pub mod outbox;
 pub mod posted;
 pub mod records;
 pub mod redact;
@@ -170,6 +172,7 @@ impl Gateway {
         };
         let (resume, resumes) = mpsc::unbounded_channel();
         let listening = listener.local_addr()?;
+        let channels = config.notify().map_err(anyhow::Error::msg)?;
         let links = Links::open(config.links().map_err(anyhow::Error::msg)?, listening, &store).await?;
         let registry = Registry::new(store.clone(), policy, metrics.clone(), resume);
         let calls = Calls::new(store.clone(), registry.clone(), metrics.clone());
@@ -179,6 +182,9 @@ impl Gateway {
         webhooks::start(webhooks, &replica, &store, &feed, &metrics, &shutdown, &tracker)
             .await
             .map_err(|error| anyhow::anyhow!("cannot build the webhooks' HTTP client: {error}"))?;
+        notify::start(channels, &links, &replica, &store, &feed, &metrics, &shutdown, &tracker)
+            .await
+            .map_err(|error| anyhow::anyhow!("cannot set up the notification channels: {error}"))?;
         let domain = Domain {
             replica: replica.clone(),
             sessions: sessions.clone(),

@@ -106,6 +106,8 @@ metrics! {
         "Size of the SQLite store's database file (absent for the memory store).";
     WebhookDeliveries: Counter "toolnexus_webhook_deliveries_total"
         "Webhook delivery attempts, by webhook and outcome (delivered, failed, dropped).";
+    NotificationDeliveries: Counter "toolnexus_notification_deliveries_total"
+        "Notification delivery attempts, by channel and outcome (delivered, failed, dropped).";
 }
 
 /// A label set: pairs of name and value.

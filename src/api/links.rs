@@ -123,8 +123,8 @@ pub async fn open(State(state): State<AppState>, Path(token): Path<String>) -> R
         (status = 400, description = "The form says no decision", content_type = "text/html", body = String),
         (status = 403, description = "The link's holder may not answer this Request", content_type = "text/html", body = String),
         (status = 404, description = "The link is not valid", content_type = "text/html", body = String),
-        (status = 409, description = "Already answered: otherwise, or by this link", content_type = "text/html", body = String),
-        (status = 410, description = "The link has expired, or the Request is no longer pending", content_type = "text/html", body = String),
+        (status = 409, description = "This person's approval is counted already, or the Request was just answered otherwise", content_type = "text/html", body = String),
+        (status = 410, description = "The link has expired, or the Request is no longer pending: the page says how it ended", content_type = "text/html", body = String),
         (status = 413, description = "The form is larger than http.max_body_bytes", content_type = "text/html", body = String),
         (status = 422, description = "The answer does not fit the form: the page again, with the violations", content_type = "text/html", body = String),
         (status = 503, description = "The answer cannot be kept right now (the store is unavailable): nothing was changed, try again", content_type = "text/html", body = String),
@@ -146,6 +146,9 @@ pub async fn answer(
     // Read whatever its content type says: a form posts nothing else, and a malformed one is a page, not a 415.
     let form: Vec<(String, String)> = serde_urlencoded::from_bytes(&body).unwrap_or_default();
     let call = call_of(&state, &view).await;
+    if view.status != Status::Pending {
+        return html(StatusCode::GONE, page::request(&view, call.as_ref(), None, &[], &[]));
+    }
     let refused_page = |status: StatusCode, problem: &str, violations| {
         html(
             status,

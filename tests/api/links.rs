@@ -113,8 +113,8 @@ async fn an_approval_is_answered_through_its_link_once_and_opening_it_answers_no
     assert_eq!(done["result"]["content"][0]["text"], "<b>hello</b>");
 
     // Used: the same answer again, or another, changes nothing; the page says it is answered.
-    assert_eq!(submit(&url, &[("decision", "approve")]).await.0, 409);
-    assert_eq!(submit(&url, &[("decision", "decline")]).await.0, 409);
+    assert_eq!(submit(&url, &[("decision", "approve")]).await.0, 410);
+    assert_eq!(submit(&url, &[("decision", "decline")]).await.0, 410);
     let (status, page) = open(&url).await;
     assert_eq!(status, 200);
     assert!(page.contains("answered by lead") && !page.contains("<form"), "{page}");

@@ -19,6 +19,7 @@ mod integrity;
 mod lifecycle;
 mod limits;
 mod links;
+mod notify;
 mod oidc;
 mod openapi;
 mod operations;

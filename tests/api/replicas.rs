@@ -407,3 +407,51 @@ async fn a_link_made_on_one_replica_answers_on_another() {
         "link"
     );
 }
+
+/// A channel's messages are sent once for the fleet, not once per replica.
+#[tokio::test]
+async fn three_replicas_send_a_channel_one_message_each() {
+    let (record, mut messages) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let app = axum::Router::new().route(
+        "/slack",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let record = record.clone();
+            async move {
+                let _ = record.send(serde_json::from_slice(&body).unwrap());
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/slack", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let servers = format!("{BOTH_ERAS}\n[[notify]]\nname = \"fleet\"\nslack = {{ webhook = \"{url}\" }}\n");
+    let fleet = fleet_of(&cluster::shared().database(), &servers).await;
+    let mut prompts = Vec::new();
+    for n in 0..3 {
+        let action = format!("told-{n}");
+        let call = fleet.replicas[n]
+            .call("modern", "confirm_action", json!({"action": action}))
+            .await;
+        fleet.replicas[(n + 1) % 3]
+            .answer_ok(&first_request(&call), json!({"ok": false}))
+            .await;
+        // Its two messages, and any other replica's copy of an earlier one, which would come before them.
+        while prompts.len() < 2 * (n + 1) {
+            let message = tokio::time::timeout(std::time::Duration::from_secs(30), messages.recv())
+                .await
+                .expect("a message within 30 s")
+                .unwrap();
+            prompts.push(message["text"].as_str().unwrap().to_owned());
+        }
+    }
+    let expected: Vec<String> = (0..3)
+        .flat_map(|n| {
+            [
+                format!("Input needed: Confirm: told-{n}?"),
+                format!("Declined: Confirm: told-{n}?"),
+            ]
+        })
+        .collect();
+    assert_eq!(prompts, expected);
+}

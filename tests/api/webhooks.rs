@@ -395,7 +395,7 @@ async fn a_redirect_is_a_failed_delivery_and_its_location_gets_nothing() {
     let metrics = app.get("/metrics").await.text().await.unwrap();
     assert!(!metrics.contains("outcome=\"delivered\""), "{metrics}");
     app.stderr().wait_for_all(&[
-        "webhook delivery failed",
+        "delivery failed",
         "bouncer",
         "307 Temporary Redirect (redirects are not followed)",
     ]);

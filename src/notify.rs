@@ -1,0 +1,330 @@
+//! Notification channels: people are told of new Requests where they are (mail, Slack, Teams), with signed
+//! links that answer them, and told again once a Request resolves, who answered it. Messages go through the
+//! event log like webhooks do ([`crate::outbox`]): at least once, retried with back-off, across restarts, once
+//! per fleet. A mail channel is one receiver per recipient, so that each gets links that answer as them and a
+//! recipient whose server refuses holds up only their own messages.
+
+mod message;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lettre::message::Mailbox;
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
+use reqwest::Url;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::egress::{self, GuardedResolver};
+use crate::feed::Feed;
+use crate::links::{Holder, Link, Links};
+use crate::metrics::{Metric, Metrics};
+use crate::outbox::{self, Receiver};
+use crate::records::{Event, EventKind};
+use crate::store::Store;
+use crate::time::Timestamp;
+use crate::webhooks;
+
+pub use message::Notice;
+
+/// A validated `[[notify]]` entry.
+#[derive(Debug, Clone)]
+pub struct Channel {
+    pub name: String,
+    pub destination: Destination,
+    pub filter: Filter,
+    pub timeout: Duration,
+    pub attempts: u32,
+    pub allow_link_local: bool,
+}
+
+/// Where a channel's messages go.
+#[derive(Debug, Clone)]
+pub enum Destination {
+    Email(Box<Email>),
+    /// A Slack incoming webhook: Block Kit messages.
+    Slack(Url),
+    /// A Teams Workflows webhook: Adaptive Cards.
+    Teams(Url),
+}
+
+/// A mail channel's server and addresses.
+#[derive(Debug, Clone)]
+pub struct Email {
+    pub to: Vec<Mailbox>,
+    pub from: Mailbox,
+    pub host: String,
+    pub port: u16,
+    pub security: Security,
+    /// The user name and password, when the server wants them.
+    pub credentials: Option<(String, String)>,
+}
+
+/// How the connection to the mail server is protected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Security {
+    /// TLS from the start (`smtps://`).
+    Tls,
+    /// Upgraded with STARTTLS before anything is sent; a server that cannot is a failed delivery.
+    StartTls,
+    /// In the clear (`starttls = false`): for a relay on the same host or network.
+    None,
+}
+
+/// The Requests a channel is told of.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Kinds; any when empty.
+    pub kinds: Vec<String>,
+    /// Servers; any when empty.
+    pub servers: Vec<String>,
+}
+
+impl Filter {
+    /// Whether a Request, as its event carries it, is one the channel is told of.
+    pub fn admits(&self, request: &Value) -> bool {
+        let text = |key| request.get(key).and_then(Value::as_str);
+        let kind = text("kind").unwrap_or_default();
+        let kind_fits = self.kinds.is_empty() || self.kinds.iter().any(|wanted| wanted == kind);
+        let server_fits =
+            self.servers.is_empty() || text("server").is_some_and(|server| self.servers.iter().any(|s| s == server));
+        kind_fits && server_fits
+    }
+}
+
+/// What every receiver of the channels shares: how to make links and read calls, and the metrics.
+#[derive(Debug, Clone)]
+struct Context {
+    links: Links,
+    store: Store,
+    metrics: Metrics,
+}
+
+/// Starts the receivers of every channel, delivering as `holder`. Fails only when a client cannot be built.
+#[allow(clippy::too_many_arguments, reason = "what a gateway's background work needs, named")]
+pub async fn start(
+    channels: Vec<Channel>,
+    links: &Links,
+    holder: &str,
+    store: &Store,
+    feed: &Feed,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+    tracker: &TaskTracker,
+) -> anyhow::Result<()> {
+    if channels.is_empty() {
+        return Ok(());
+    }
+    let context = Arc::new(Context {
+        links: links.clone(),
+        store: store.clone(),
+        metrics: metrics.clone(),
+    });
+    let guarded = webhooks::delivery_client().dns_resolver(GuardedResolver).build()?;
+    let open = webhooks::delivery_client().build()?;
+    for channel in channels {
+        let channel = Arc::new(channel);
+        match &channel.destination {
+            Destination::Email(email) => {
+                let transport = transport(email, channel.timeout)?;
+                for to in &email.to {
+                    let receiver = MailTo {
+                        key: format!("notify:{}:{}", channel.name, to.email),
+                        to: to.clone(),
+                        transport: transport.clone(),
+                        channel: channel.clone(),
+                        context: context.clone(),
+                    };
+                    outbox::start(receiver, holder, store, feed, shutdown, tracker).await;
+                }
+            }
+            Destination::Slack(url) | Destination::Teams(url) => {
+                let receiver = Chat {
+                    key: format!("notify:{}", channel.name),
+                    url: url.clone(),
+                    client: if channel.allow_link_local { &open } else { &guarded }.clone(),
+                    channel: channel.clone(),
+                    context: context.clone(),
+                };
+                outbox::start(receiver, holder, store, feed, shutdown, tracker).await;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The SMTP client of a mail channel.
+fn transport(email: &Email, timeout: Duration) -> anyhow::Result<AsyncSmtpTransport<Tokio1Executor>> {
+    let host = email.host.as_str();
+    let builder = match email.security {
+        Security::Tls => AsyncSmtpTransport::<Tokio1Executor>::relay(host)?,
+        Security::StartTls => AsyncSmtpTransport::<Tokio1Executor>::starttls_relay(host)?,
+        Security::None => AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host),
+    };
+    let mut builder = builder.port(email.port).timeout(Some(timeout));
+    if let Some((username, password)) = &email.credentials {
+        builder = builder.credentials(Credentials::new(username.clone(), password.clone()));
+    }
+    Ok(builder.build())
+}
+
+/// The events a channel's receivers are given: Requests created and resolved that its filter admits.
+fn wanted(channel: &Channel, event: &Event) -> bool {
+    matches!(event.kind, EventKind::RequestCreated | EventKind::RequestResolved)
+        && serde_json::from_str::<Value>(&event.data).is_ok_and(|request| channel.filter.admits(&request))
+}
+
+impl Context {
+    /// What to tell of `event`, with a link for `holder` when the Request is new and answerable by one.
+    async fn notice(&self, event: &Event, holder: Holder) -> Result<Notice, String> {
+        let request: Value = serde_json::from_str(&event.data).map_err(|error| error.to_string())?;
+        let call = match request
+            .get("call")
+            .and_then(Value::as_str)
+            .and_then(crate::ids::CallId::parse)
+        {
+            Some(call) if event.kind == EventKind::RequestCreated => {
+                self.store.call(&call).await.map_err(|error| error.to_string())?
+            }
+            _ => None,
+        };
+        let link = match (event.kind, message::link_answers(&request)) {
+            (EventKind::RequestCreated, true) => self.link(&request, holder),
+            _ => None,
+        };
+        Ok(Notice::of(event.kind, &request, call.as_ref(), link))
+    }
+
+    /// A link to the Request for `holder`, until the Request expires.
+    fn link(&self, request: &Value, holder: Holder) -> Option<String> {
+        let id = request.get("id").and_then(Value::as_str)?;
+        let expires_at = request
+            .get("expiresAt")
+            .and_then(Value::as_str)
+            .and_then(Timestamp::parse)?;
+        let link = Link {
+            request: crate::ids::RequestId::parse(id)?,
+            holder,
+            expires_at,
+        };
+        Some(self.links.url(&link))
+    }
+
+    fn count(&self, channel: &str, outcome: &str) {
+        let labels = [("channel", channel), ("outcome", outcome)];
+        self.metrics.inc(Metric::NotificationDeliveries, &labels);
+    }
+}
+
+/// One recipient of a mail channel.
+struct MailTo {
+    key: String,
+    to: Mailbox,
+    transport: AsyncSmtpTransport<Tokio1Executor>,
+    channel: Arc<Channel>,
+    context: Arc<Context>,
+}
+
+impl Receiver for MailTo {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn wants(&self, event: &Event) -> bool {
+        wanted(&self.channel, event)
+    }
+
+    fn attempts(&self) -> u32 {
+        self.channel.attempts
+    }
+
+    async fn deliver(&self, event: &Event) -> Result<(), String> {
+        let Destination::Email(email) = &self.channel.destination else {
+            return Err("not a mail channel".to_owned());
+        };
+        if !self.channel.allow_link_local {
+            refuse_link_local(&email.host, email.port).await?;
+        }
+        let holder = Holder::Sent {
+            channel: self.channel.name.clone(),
+            to: Some(self.to.email.to_string()),
+        };
+        let notice = self.context.notice(event, holder).await?;
+        let mail = notice
+            .mail(email.from.clone(), self.to.clone())
+            .map_err(|error| format!("the message could not be built: {error}"))?;
+        self.transport
+            .send(mail)
+            .await
+            .map(drop)
+            .map_err(|error| format!("the mail server refused it: {}", outbox::causes(&error)))
+    }
+
+    fn count(&self, outcome: &str) {
+        self.context.count(&self.channel.name, outcome);
+    }
+}
+
+/// Refuses a mail server whose name resolves to a link-local or metadata address, as webhooks' are refused.
+async fn refuse_link_local(host: &str, port: u16) -> Result<(), String> {
+    let addresses = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|error| format!("{host} could not be resolved: {error}"))?;
+    for address in addresses {
+        if let Some(why) = egress::refusal(address.ip()) {
+            return Err(format!(
+                "{host} resolves to {}, which is {why}: notifications do not go there unless the channel sets \
+                 allow_link_local = true",
+                address.ip()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A Slack or Teams channel.
+struct Chat {
+    key: String,
+    url: Url,
+    client: reqwest::Client,
+    channel: Arc<Channel>,
+    context: Arc<Context>,
+}
+
+impl Receiver for Chat {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn wants(&self, event: &Event) -> bool {
+        wanted(&self.channel, event)
+    }
+
+    fn attempts(&self) -> u32 {
+        self.channel.attempts
+    }
+
+    async fn deliver(&self, event: &Event) -> Result<(), String> {
+        let holder = Holder::Sent {
+            channel: self.channel.name.clone(),
+            to: None,
+        };
+        let notice = self.context.notice(event, holder).await?;
+        let body = match self.channel.destination {
+            Destination::Teams(_) => notice.teams(),
+            _ => notice.slack(),
+        };
+        let request = self
+            .client
+            .post(self.url.clone())
+            .timeout(self.channel.timeout)
+            .json(&body);
+        webhooks::posted(request.send().await)
+    }
+
+    fn count(&self, outcome: &str) {
+        self.context.count(&self.channel.name, outcome);
+    }
+}
