@@ -96,6 +96,24 @@ pub struct ApprovalPolicy {
     pub self_approval: bool,
     /// How many different people must approve before the call is forwarded.
     pub quorum: usize,
+    /// Channels told of an approval still pending a while after it was raised.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub escalate: Vec<Escalation>,
+}
+
+/// One escalation step: after this long, these `[[notify]]` channels are told of an approval still pending.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Escalation {
+    /// How long after it was raised (`"15m"`).
+    #[serde(serialize_with = "human")]
+    #[schema(value_type = String)]
+    pub after: Duration,
+    /// The channels' names.
+    pub notify: Vec<String>,
+}
+
+fn human<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&humantime::format_duration(*duration).to_string())
 }
 
 fn human_duration<S: serde::Serializer>(duration: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {

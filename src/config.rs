@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::Url;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::approvals::{self, ApprovalPolicy, Glob};
+use crate::approvals::{self, ApprovalPolicy, Escalation, Glob};
 use crate::auth::{self, Role, Token};
 use crate::egress;
 use crate::records::EventKind;
@@ -267,6 +267,20 @@ pub struct ApprovalConfig {
     /// How many different people must approve before the call is forwarded.
     #[serde(default = "default_quorum")]
     pub quorum: usize,
+    /// Channels told of an approval nobody has answered after a while.
+    #[serde(default)]
+    pub escalate: Vec<EscalationConfig>,
+}
+
+/// One step of `[[approvals]] escalate`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EscalationConfig {
+    /// How long after the approval was raised.
+    #[serde(deserialize_with = "duration", serialize_with = "as_humantime")]
+    pub after: Duration,
+    /// The `[[notify]]` channels told then, if it is still pending.
+    pub notify: Vec<String>,
 }
 
 fn default_quorum() -> usize {
@@ -1323,6 +1337,22 @@ impl Config {
             }
             self.check_quorum(&entry.approvers, entry.quorum)
                 .map_err(|why| format!("{key}.quorum = {} (server {:?}): {why}", entry.quorum, entry.server))?;
+            for (step, escalation) in entry.escalate.iter().enumerate() {
+                let at = format!("{key}.escalate[{step}]");
+                if escalation.after.is_zero() {
+                    return Err(format!("{at}.after must be longer than zero"));
+                }
+                if escalation.notify.is_empty() {
+                    return Err(format!("{at}.notify must name at least one [[notify]] channel"));
+                }
+                if let Some(unknown) = escalation
+                    .notify
+                    .iter()
+                    .find(|name| !self.notify.iter().any(|channel| &channel.name == *name))
+                {
+                    return Err(format!("{at}.notify: no [[notify]] channel is named {unknown:?}"));
+                }
+            }
             Ok(ApprovalPolicy {
                 server: entry.server.clone(),
                 tools,
@@ -1334,6 +1364,14 @@ impl Config {
                 approvers: entry.approvers.clone(),
                 self_approval: entry.self_approval,
                 quorum: entry.quorum,
+                escalate: entry
+                    .escalate
+                    .iter()
+                    .map(|step| Escalation {
+                        after: step.after,
+                        notify: step.notify.clone(),
+                    })
+                    .collect(),
             })
         })
     }
@@ -2319,8 +2357,11 @@ mod tests {
             panic!()
         };
         assert_eq!((email.port, email.security), (465, crate::notify::Security::Tls));
+        let escalating = "[[servers]]\nname = \"demo\"\nbuiltin = \"demo\"\n[[approvals]]\nserver = \"demo\"\n\
+                          tools = [\"*\"]\nescalate = [{ after = \"15m\", notify = [";
         let slack =
             "[[notify]]\nname = \"chat\"\nslack = { webhook = \"https://hooks.slack.com/services/T/B/s3cr3t\" }\n";
+        assert!(parse(&format!("{slack}{escalating}\"chat\"] }}]\n")).is_ok());
         let printed = parse(slack).unwrap().masked_toml().unwrap();
         assert!(!printed.contains("s3cr3t"), "{printed}");
         for (broken, named) in [
@@ -2341,6 +2382,11 @@ mod tests {
                 "link-local",
             ),
             (format!("{slack}requests = {{ servers = [\"nowhere\"] }}\n"), "nowhere"),
+            (
+                format!("{slack}{escalating}\"mail\"] }}]\n"),
+                "no [[notify]] channel is named \"mail\"",
+            ),
+            (format!("{slack}{escalating}] }}]\n"), "at least one"),
         ] {
             let error = parse(&broken).unwrap_err();
             assert!(error.contains(named), "{named}: {error}");

@@ -182,9 +182,11 @@ impl Gateway {
         webhooks::start(webhooks, &replica, &store, &feed, &metrics, &shutdown, &tracker)
             .await
             .map_err(|error| anyhow::anyhow!("cannot build the webhooks' HTTP client: {error}"))?;
-        notify::start(channels, &links, &replica, &store, &feed, &metrics, &shutdown, &tracker)
-            .await
-            .map_err(|error| anyhow::anyhow!("cannot set up the notification channels: {error}"))?;
+        notify::start(
+            channels, &approvals, &links, &replica, &store, &feed, &metrics, &shutdown, &tracker,
+        )
+        .await
+        .map_err(|error| anyhow::anyhow!("cannot set up the notification channels: {error}"))?;
         let domain = Domain {
             replica: replica.clone(),
             sessions: sessions.clone(),

@@ -17,12 +17,13 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::approvals::{Approvals, Escalation};
 use crate::egress::{self, GuardedResolver};
 use crate::feed::Feed;
 use crate::links::{Holder, Link, Links};
 use crate::metrics::{Metric, Metrics};
 use crate::outbox::{self, Receiver};
-use crate::records::{Event, EventKind};
+use crate::records::{Event, EventKind, Status};
 use crate::store::Store;
 use crate::time::Timestamp;
 use crate::webhooks;
@@ -94,18 +95,32 @@ impl Filter {
     }
 }
 
-/// What every receiver of the channels shares: how to make links and read calls, and the metrics.
+/// What every receiver of the channels shares: how to make links, read calls and find an approval's policy,
+/// and the metrics.
 #[derive(Debug, Clone)]
 struct Context {
     links: Links,
     store: Store,
+    approvals: Approvals,
     metrics: Metrics,
 }
 
-/// Starts the receivers of every channel, delivering as `holder`. Fails only when a client cannot be built.
+/// What a receiver is told of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Told {
+    /// The Requests its channel admits, new and resolved.
+    Requests,
+    /// Approvals still pending this long after they were raised, whose policy escalates to its channel then.
+    Escalated(Duration),
+}
+
+/// Starts the receivers of every channel, delivering as `holder`. A channel that an approval policy escalates
+/// to is told only of those escalations, once for each wait that names it. Fails only when a client cannot be
+/// built.
 #[allow(clippy::too_many_arguments, reason = "what a gateway's background work needs, named")]
 pub async fn start(
     channels: Vec<Channel>,
+    approvals: &Approvals,
     links: &Links,
     holder: &str,
     store: &Store,
@@ -120,35 +135,58 @@ pub async fn start(
     let context = Arc::new(Context {
         links: links.clone(),
         store: store.clone(),
+        approvals: approvals.clone(),
         metrics: metrics.clone(),
     });
     let guarded = webhooks::delivery_client().dns_resolver(GuardedResolver).build()?;
     let open = webhooks::delivery_client().build()?;
     for channel in channels {
+        let mut waits: Vec<Duration> = approvals
+            .all()
+            .iter()
+            .flat_map(|policy| &policy.escalate)
+            .filter(|step| step.notify.contains(&channel.name))
+            .map(|step| step.after)
+            .collect();
+        waits.sort_unstable();
+        waits.dedup();
+        let told: Vec<Told> = if waits.is_empty() {
+            vec![Told::Requests]
+        } else {
+            waits.into_iter().map(Told::Escalated).collect()
+        };
         let channel = Arc::new(channel);
-        match &channel.destination {
-            Destination::Email(email) => {
-                let transport = transport(email, channel.timeout)?;
-                for to in &email.to {
-                    let receiver = MailTo {
-                        key: format!("notify:{}:{}", channel.name, to.email),
-                        to: to.clone(),
-                        transport: transport.clone(),
+        for told in told {
+            let suffix = match told {
+                Told::Requests => String::new(),
+                Told::Escalated(after) => format!(":after:{}s", after.as_secs()),
+            };
+            match &channel.destination {
+                Destination::Email(email) => {
+                    let transport = transport(email, channel.timeout)?;
+                    for to in &email.to {
+                        let receiver = MailTo {
+                            key: format!("notify:{}:{}{suffix}", channel.name, to.email),
+                            to: to.clone(),
+                            transport: transport.clone(),
+                            told,
+                            channel: channel.clone(),
+                            context: context.clone(),
+                        };
+                        outbox::start(receiver, holder, store, feed, shutdown, tracker).await;
+                    }
+                }
+                Destination::Slack(url) | Destination::Teams(url) => {
+                    let receiver = Chat {
+                        key: format!("notify:{}{suffix}", channel.name),
+                        url: url.clone(),
+                        client: if channel.allow_link_local { &open } else { &guarded }.clone(),
+                        told,
                         channel: channel.clone(),
                         context: context.clone(),
                     };
                     outbox::start(receiver, holder, store, feed, shutdown, tracker).await;
                 }
-            }
-            Destination::Slack(url) | Destination::Teams(url) => {
-                let receiver = Chat {
-                    key: format!("notify:{}", channel.name),
-                    url: url.clone(),
-                    client: if channel.allow_link_local { &open } else { &guarded }.clone(),
-                    channel: channel.clone(),
-                    context: context.clone(),
-                };
-                outbox::start(receiver, holder, store, feed, shutdown, tracker).await;
             }
         }
     }
@@ -170,15 +208,66 @@ fn transport(email: &Email, timeout: Duration) -> anyhow::Result<AsyncSmtpTransp
     Ok(builder.build())
 }
 
-/// The events a channel's receivers are given: Requests created and resolved that its filter admits.
-fn wanted(channel: &Channel, event: &Event) -> bool {
-    matches!(event.kind, EventKind::RequestCreated | EventKind::RequestResolved)
-        && serde_json::from_str::<Value>(&event.data).is_ok_and(|request| channel.filter.admits(&request))
+impl Context {
+    /// Whether a receiver of `channel` that is `told` so is given `event`: Requests created and resolved that
+    /// the channel admits; or, for an escalation, approvals created whose policy escalates to it after that wait.
+    fn wants(&self, channel: &Channel, told: Told, event: &Event) -> bool {
+        let request = || serde_json::from_str::<Value>(&event.data).ok();
+        match told {
+            Told::Requests => {
+                matches!(event.kind, EventKind::RequestCreated | EventKind::RequestResolved)
+                    && request().is_some_and(|request| channel.filter.admits(&request))
+            }
+            Told::Escalated(after) => {
+                event.kind == EventKind::RequestCreated
+                    && request().is_some_and(|request| {
+                        self.escalations(&request)
+                            .any(|step| step.after == after && step.notify.contains(&channel.name))
+                    })
+            }
+        }
+    }
+
+    /// The escalation steps of the policy an approval Request was raised by, by the call it holds.
+    fn escalations<'a>(&'a self, request: &Value) -> impl Iterator<Item = &'a Escalation> {
+        let call = request
+            .get("data")
+            .and_then(|data| data.get("call"))
+            .filter(|_| request.get("kind").and_then(Value::as_str) == Some("approval"));
+        let text = |key| call.and_then(|call| call.get(key)).and_then(Value::as_str);
+        let policy = match (text("server"), text("tool")) {
+            (Some(server), Some(tool)) => self.approvals.find(server, tool),
+            _ => None,
+        };
+        policy.into_iter().flat_map(|policy| &policy.escalate)
+    }
+
+    /// Waits until an escalated Request's wait is over; whether it is still pending then (only then is the
+    /// channel told).
+    async fn still_pending_after(&self, event: &Event, told: Told) -> Result<bool, String> {
+        let Told::Escalated(after) = told else { return Ok(true) };
+        let request: Value = serde_json::from_str(&event.data).map_err(|error| error.to_string())?;
+        let created = request
+            .get("createdAt")
+            .and_then(Value::as_str)
+            .and_then(Timestamp::parse)
+            .ok_or("the Request has no createdAt")?;
+        self.store.clock().sleep_until(created.after(after)).await;
+        let id = request
+            .get("id")
+            .and_then(Value::as_str)
+            .and_then(crate::ids::RequestId::parse)
+            .ok_or("the Request has no id")?;
+        match self.store.request_status(&id).await {
+            Ok(status) => Ok(status.is_some_and(|(status, _)| status == Status::Pending)),
+            Err(error) => Err(error.to_string()),
+        }
+    }
 }
 
 impl Context {
     /// What to tell of `event`, with a link for `holder` when the Request is new and answerable by one.
-    async fn notice(&self, event: &Event, holder: Holder) -> Result<Notice, String> {
+    async fn notice(&self, event: &Event, told: Told, holder: Holder) -> Result<Notice, String> {
         let request: Value = serde_json::from_str(&event.data).map_err(|error| error.to_string())?;
         let call = match request
             .get("call")
@@ -194,7 +283,11 @@ impl Context {
             (EventKind::RequestCreated, true) => self.link(&request, holder),
             _ => None,
         };
-        Ok(Notice::of(event.kind, &request, call.as_ref(), link))
+        let mut notice = Notice::of(event.kind, &request, call.as_ref(), link);
+        if let Told::Escalated(after) = told {
+            notice.waited = Some(after);
+        }
+        Ok(notice)
     }
 
     /// A link to the Request for `holder`, until the Request expires.
@@ -223,6 +316,7 @@ struct MailTo {
     key: String,
     to: Mailbox,
     transport: AsyncSmtpTransport<Tokio1Executor>,
+    told: Told,
     channel: Arc<Channel>,
     context: Arc<Context>,
 }
@@ -233,7 +327,7 @@ impl Receiver for MailTo {
     }
 
     fn wants(&self, event: &Event) -> bool {
-        wanted(&self.channel, event)
+        self.context.wants(&self.channel, self.told, event)
     }
 
     fn attempts(&self) -> u32 {
@@ -244,6 +338,9 @@ impl Receiver for MailTo {
         let Destination::Email(email) = &self.channel.destination else {
             return Err("not a mail channel".to_owned());
         };
+        if !self.context.still_pending_after(event, self.told).await? {
+            return Ok(());
+        }
         if !self.channel.allow_link_local {
             refuse_link_local(&email.host, email.port).await?;
         }
@@ -251,7 +348,7 @@ impl Receiver for MailTo {
             channel: self.channel.name.clone(),
             to: Some(self.to.email.to_string()),
         };
-        let notice = self.context.notice(event, holder).await?;
+        let notice = self.context.notice(event, self.told, holder).await?;
         let mail = notice
             .mail(email.from.clone(), self.to.clone())
             .map_err(|error| format!("the message could not be built: {error}"))?;
@@ -289,6 +386,7 @@ struct Chat {
     key: String,
     url: Url,
     client: reqwest::Client,
+    told: Told,
     channel: Arc<Channel>,
     context: Arc<Context>,
 }
@@ -299,7 +397,7 @@ impl Receiver for Chat {
     }
 
     fn wants(&self, event: &Event) -> bool {
-        wanted(&self.channel, event)
+        self.context.wants(&self.channel, self.told, event)
     }
 
     fn attempts(&self) -> u32 {
@@ -307,11 +405,14 @@ impl Receiver for Chat {
     }
 
     async fn deliver(&self, event: &Event) -> Result<(), String> {
+        if !self.context.still_pending_after(event, self.told).await? {
+            return Ok(());
+        }
         let holder = Holder::Sent {
             channel: self.channel.name.clone(),
             to: None,
         };
-        let notice = self.context.notice(event, holder).await?;
+        let notice = self.context.notice(event, self.told, holder).await?;
         let body = match self.channel.destination {
             Destination::Teams(_) => notice.teams(),
             _ => notice.slack(),

@@ -2,6 +2,8 @@
 //! Adaptive Card. A new Request's message says what is asked, by whom, for which tool and arguments, when it
 //! expires, and carries the link that answers it; a resolved one's says how it ended and who answered it.
 
+use std::time::Duration;
+
 use lettre::Message;
 use lettre::message::{Mailbox, header::ContentType};
 use serde_json::{Value, json};
@@ -32,6 +34,8 @@ pub struct Notice {
     pub digest: Option<String>,
     /// The URL of the page that answers it, for a new Request.
     pub link: Option<String>,
+    /// For an escalation: how long it has waited unanswered.
+    pub waited: Option<Duration>,
 }
 
 /// How a Request ended.
@@ -88,16 +92,18 @@ impl Notice {
             expires_at: text(request.get("expiresAt")),
             digest: text(request.get("data").and_then(|data| data.get("digest"))).filter(|_| approved.is_some()),
             link,
+            waited: None,
         }
     }
 
     /// The one-line heading: what is asked, or how it ended.
     pub fn heading(&self) -> String {
         let prompt = cut(&self.prompt, MAX_HEADING);
-        match &self.ended {
-            None if self.kind == "approval" => format!("Approval needed: {prompt}"),
-            None => format!("Input needed: {prompt}"),
-            Some(ended) => format!("{}: {prompt}", ended.outcome()),
+        match (&self.ended, self.waited) {
+            (None, Some(waited)) => format!("Still waiting after {}: {prompt}", humantime::format_duration(waited)),
+            (None, None) if self.kind == "approval" => format!("Approval needed: {prompt}"),
+            (None, None) => format!("Input needed: {prompt}"),
+            (Some(ended), _) => format!("{}: {prompt}", ended.outcome()),
         }
     }
 

@@ -393,3 +393,55 @@ async fn slack_and_teams_get_messages_their_schemas_take_with_a_link_that_answer
     assert_eq!(adaptive_card_violations(&teams["attachments"][0]["content"]), "");
     assert!(teams.to_string().contains("Answered by sre-teams"), "{teams}");
 }
+
+#[tokio::test]
+async fn an_approval_nobody_answered_in_time_is_escalated_on_the_gateways_clock_and_one_answered_is_not() {
+    let (url, mut messages) = chat_receiver().await;
+    let channels = format!(
+        "[[notify]]\nname = \"sre-lead\"\nslack = {{ webhook = \"{url}/lead\" }}\n\
+         [[approvals]]\nserver = \"modern\"\ntools = [\"confirm_*\"]\nttl = \"1h\"\n\
+         escalate = [{{ after = \"15m\", notify = [\"sre-lead\"] }}]\n"
+    );
+    let app = spawn_app(&gated(&channels)).await;
+    let start = |action: &str| json!({"server": "modern", "tool": "confirm_action", "arguments": {"action": action}});
+    let (_, answered) = Caller::new(&app, "agent")
+        .post("/calls?wait=20", start("answered"))
+        .await;
+    let (_, waiting) = Caller::new(&app, "agent")
+        .post("/calls?wait=20", start("waiting"))
+        .await;
+    let answered = answered["requests"][0].as_str().unwrap().to_owned();
+    let waiting = waiting["requests"][0].as_str().unwrap().to_owned();
+    let (status, _) = Caller::new(&app, "lead")
+        .post(&format!("/requests/{answered}/answer"), json!({"ok": true}))
+        .await;
+    assert_eq!(status, 200);
+    // The channel an escalation names is told of nothing else.
+    assert!(messages.try_recv().is_err());
+
+    app.advance(Duration::from_secs(15 * 60 + 1));
+    // The answered approval's turn comes first; only the waiting one is told.
+    let (service, message) = next(&mut messages).await;
+    assert_eq!(service, "lead");
+    let text = message.to_string();
+    assert!(
+        text.contains("Still waiting after 15m") && text.contains(&waiting),
+        "{text}"
+    );
+    assert!(!text.contains(&answered), "{text}");
+    assert_eq!(slack_type_errors(std::slice::from_ref(&message)), "");
+    // Its link answers.
+    let link = message["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|block| block["type"] == "actions")
+        .map(|block| block["elements"][0]["url"].as_str().unwrap().to_owned())
+        .unwrap();
+    let (status, page) = approve(&link).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(
+        Caller::new(&app, "lead").get(&format!("/requests/{waiting}")).await.1["answeredBy"],
+        "sre-lead"
+    );
+}
