@@ -258,6 +258,25 @@ impl Holder {
     }
 }
 
+/// `text` as a link's page and messages show it: each character that changes the direction of the text around
+/// it or is invisible (the bidi embeddings, overrides, isolates and marks) written as its code point, `⟨U+202E⟩`,
+/// so that an argument or prompt cannot reorder what a person reads before deciding.
+pub fn visible(text: &str) -> String {
+    let hidden = |c: char| matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{061c}' | '\u{feff}');
+    if !text.chars().any(hidden) {
+        return text.to_owned();
+    }
+    text.chars()
+        .map(|c| {
+            if hidden(c) {
+                format!("⟨U+{:04X}⟩", u32::from(c))
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// The signature of a token's encoded claims.
 fn sign(key: &Secret, claims: &str) -> Vec<u8> {
     let mut mac = key.mac();
@@ -374,6 +393,13 @@ mod tests {
         let new = rotated.token(&link);
         assert_ne!(new, old);
         assert_eq!(links(&[OTHER]).read(&new, now), Ok(link));
+    }
+
+    #[test]
+    fn direction_changing_and_invisible_characters_are_shown_as_code_points() {
+        assert_eq!(visible("plain é"), "plain é");
+        assert_eq!(visible("rm \u{202e}fdp.exe"), "rm ⟨U+202E⟩fdp.exe");
+        assert_eq!(visible("a\u{2066}b\u{200b}"), "a⟨U+2066⟩b⟨U+200B⟩");
     }
 
     #[test]

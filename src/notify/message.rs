@@ -8,6 +8,7 @@ use lettre::Message;
 use lettre::message::{Mailbox, header::ContentType};
 use serde_json::{Value, json};
 
+use crate::links::visible;
 use crate::records::{CallView, EventKind};
 
 /// The most characters of a call's arguments a message shows; the link's page shows them whole.
@@ -83,11 +84,11 @@ impl Notice {
         Self {
             id: text(request.get("id")).unwrap_or_default(),
             kind: text(request.get("kind")).unwrap_or_default(),
-            prompt: text(request.get("prompt")).unwrap_or_default(),
+            prompt: visible(&text(request.get("prompt")).unwrap_or_default()),
             ended,
             server: text(request.get("server")),
             tool,
-            arguments: arguments.map(|arguments| cut(&arguments.to_string(), MAX_ARGUMENTS)),
+            arguments: arguments.map(|arguments| cut(&visible(&arguments.to_string()), MAX_ARGUMENTS)),
             asked_by,
             expires_at: text(request.get("expiresAt")),
             digest: text(request.get("data").and_then(|data| data.get("digest"))).filter(|_| approved.is_some()),

@@ -987,3 +987,67 @@ test('a sampling request shows its conversation, and the reply typed in the page
   assert.match(done.result.content[0].text, /"model": "human"[\s\S]*Ship it\./);
   assertStayedHome(requested, problems, [], base);
 });
+
+// ---- answer links ---------------------------------------------------------------------------------------
+
+/** A link that answers `request`, made by the (anonymous) principal of the plain gateway. */
+async function linkTo(request) {
+  const made = await json(`/requests/${request}/links`, { method: 'POST' });
+  assert.ok(made.url.startsWith(`${gateway.base}/r/`), made.url);
+  return made.url;
+}
+
+test('an answer link opens a page that shows the call, reorders nothing, and Approve sends it', { timeout: 60_000 }, async (t) => {
+  const { call, request } = await startCall('echo', { text: 'ship it \u202egnp.exe' });
+  const url = await linkTo(request);
+  const context = await browser.newContext({ viewport: { width: 360, height: 740 } });
+  t.after(() => context.close());
+  const page = await context.newPage();
+  const requested = [];
+  const problems = [];
+  page.on('request', (sent) => requested.push(sent.url()));
+  page.on('console', (message) => message.type() === 'error' && problems.push(message.text()));
+  page.on('response', (response) => response.status() >= 400 && problems.push(`${response.status()} ${response.url()}`));
+  await page.goto(url);
+  await page.getByRole('heading', { name: 'Allow echo on demo?' }).waitFor();
+  const facts = await page.locator('dl').innerText();
+  assert.match(facts, /Tool\s+echo/);
+  assert.match(facts, /ship it ⟨U\+202E⟩gnp\.exe/);
+  await page.screenshot({ path: join(SCREENSHOT_DIR, 'link-page.png'), fullPage: true });
+  // Opening the page answered nothing.
+  assert.equal((await json(`/requests/${request}`)).status, 'pending');
+  await page.getByRole('button', { name: 'Approve' }).click();
+  await page.getByRole('heading', { name: 'Answered' }).waitFor();
+  const settled = await json(`/calls/${call}?wait=20`);
+  assert.equal(settled.status, 'completed', JSON.stringify(settled));
+  assert.equal(settled.result.content[0].text, 'ship it \u202egnp.exe');
+  assert.equal((await json(`/requests/${request}`)).answerer.via, 'link');
+  // Back to the link: the page says how it ended, and offers nothing to press.
+  await page.goto(url);
+  await page.getByText('nothing is left to answer').waitFor();
+  assert.equal(await page.getByRole('button').count(), 0);
+  assert.deepEqual(requested.filter((sent) => new URL(sent).origin !== gateway.base), []);
+  assert.deepEqual(problems.filter((problem) => !problem.startsWith('410')), []);
+});
+
+test('an answer link fills in a form, shows what does not fit next to it, and sends the typed values', { timeout: 60_000 }, async (t) => {
+  const { call, request } = await startCall('collect_profile');
+  const url = await linkTo(request);
+  const context = await browser.newContext();
+  t.after(() => context.close());
+  const page = await context.newPage();
+  await page.goto(url);
+  await page.getByLabel('Name').fill('Ada');
+  await page.getByLabel('Age').fill('200');
+  await page.getByLabel('Favourite colour').selectOption('blue');
+  await page.getByRole('checkbox', { name: 'b' }).check();
+  await page.getByRole('button', { name: 'Accept' }).click();
+  await page.getByText('/age').waitFor();
+  assert.equal(await page.getByLabel('Name').inputValue(), 'Ada');
+  await page.getByLabel('Age').fill('36');
+  await page.getByRole('checkbox', { name: 'Newsletter' }).check();
+  await page.getByRole('button', { name: 'Accept' }).click();
+  await page.getByRole('heading', { name: 'Answered' }).waitFor();
+  const results = await resultsOf(call);
+  assert.deepEqual(results[0].content, { name: 'Ada', age: 36, color: 'blue', tags: ['b'], newsletter: true });
+});

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Map, Value, json};
 
+use crate::links::visible;
 use crate::records::{CallView, RequestView, Status};
 use crate::suspension::RequestKind;
 use crate::validation::Violation;
@@ -39,8 +40,9 @@ pub fn document(title: &str, body: &str) -> String {
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <meta name=\"robots\" content=\"noindex\">\n<title>{} · toolnexus-gateway</title>\n\
+         <link rel=\"icon\" href=\"/ui/favicon.svg\" type=\"image/svg+xml\">\n\
          <link rel=\"stylesheet\" href=\"/ui/link.css\">\n</head>\n<body>\n<main>\n{body}</main>\n</body>\n</html>\n",
-        escape(title)
+        escape(&visible(title))
     )
 }
 
@@ -74,9 +76,13 @@ pub fn request(
         (Some(_), true) => "Visit a link".to_owned(),
         (None, true) => "A request".to_owned(),
     };
-    let mut body = format!("<h1>{}</h1>\n<dl>\n", escape(&heading));
+    let mut body = format!("<h1><bdi>{}</bdi></h1>\n<dl>\n", escape(&visible(&heading)));
     let mut fact = |name: &str, value: &str, class: &str| {
-        let _ = writeln!(body, "<div><dt>{name}</dt><dd{class}>{}</dd></div>", escape(value));
+        let _ = writeln!(
+            body,
+            "<div><dt>{name}</dt><dd{class}><bdi>{}</bdi></dd></div>",
+            escape(&visible(value))
+        );
     };
     let data = request.data.as_deref();
     let approval = data
@@ -184,7 +190,7 @@ pub fn request(
             body,
             "<p class=\"hint\">The server asks you to visit this address. Check its host, open it yourself, then \
              answer:</p>\n<p class=\"url\" dir=\"ltr\">{}</p>",
-            escape(url)
+            escape(&visible(url))
         );
         buttons(&mut body, "accept", "Done");
         return finish(&heading, body);
@@ -250,7 +256,7 @@ pub fn request(
         let _ = writeln!(
             body,
             "<p class=\"hint\">Data</p>\n<pre class=\"json\">{}</pre>",
-            escape(&pretty(&Value::Object(data.clone())))
+            escape(&visible(&pretty(&Value::Object(data.clone()))))
         );
     }
     buttons(&mut body, "accept", accept);
@@ -342,24 +348,32 @@ fn property(body: &mut String, field: &str, name: &str, schema: &Value, required
     let described = schema
         .get("description")
         .and_then(Value::as_str)
-        .map(|text| format!("<p class=\"hint\">{}</p>", escape(text)))
+        .map(|text| format!("<p class=\"hint\">{}</p>", escape(&visible(text))))
         .unwrap_or_default();
     match (kind, choices(schema)) {
         ("array", Some(choices)) => {
-            let _ = write!(body, "<fieldset><legend>{}{marker}</legend>{described}", escape(title));
+            let _ = write!(
+                body,
+                "<fieldset><legend>{}{marker}</legend>{described}",
+                escape(&visible(title))
+            );
             for (index, (value, label)) in choices.iter().enumerate() {
                 let checked = if current.contains(value) { " checked" } else { "" };
                 let _ = write!(
                     body,
                     "<label><input type=\"checkbox\" id=\"{id}.{index}\" name=\"{field}\" value=\"{}\"{checked}> {}</label>",
                     escape(value),
-                    escape(label)
+                    escape(&visible(label))
                 );
             }
             body.push_str("</fieldset>");
         }
         (_, Some(choices)) => {
-            let _ = write!(body, "<label for=\"{id}\">{}{marker}</label>{described}", escape(title));
+            let _ = write!(
+                body,
+                "<label for=\"{id}\">{}{marker}</label>{described}",
+                escape(&visible(title))
+            );
             let _ = write!(
                 body,
                 "<select id=\"{id}\" name=\"{field}\"><option value=\"\"></option>"
@@ -374,7 +388,7 @@ fn property(body: &mut String, field: &str, name: &str, schema: &Value, required
                     body,
                     "<option value=\"{}\"{selected}>{}</option>",
                     escape(value),
-                    escape(label)
+                    escape(&visible(label))
                 );
             }
             body.push_str("</select>");
@@ -388,7 +402,7 @@ fn property(body: &mut String, field: &str, name: &str, schema: &Value, required
             let _ = write!(
                 body,
                 "<label><input type=\"checkbox\" id=\"{id}\" name=\"{field}\" value=\"true\"{checked}> {}</label>{described}",
-                escape(title)
+                escape(&visible(title))
             );
         }
         (kind, None) => {
@@ -403,7 +417,7 @@ fn property(body: &mut String, field: &str, name: &str, schema: &Value, required
             let _ = write!(
                 body,
                 "<label for=\"{id}\">{}{marker}</label>{described}<input type=\"{input}\" id=\"{id}\" name=\"{field}\" value=\"{value}\">",
-                escape(title)
+                escape(&visible(title))
             );
         }
     }
