@@ -203,6 +203,8 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(requests::answer))
         .routes(routes!(links::make))
         .routes(routes!(links::open, links::answer))
+        .routes(routes!(links::sign_in::sign_in))
+        .routes(routes!(links::sign_in::signed_in))
         .routes(routes!(calls::list, calls::start))
         .routes(routes!(calls::get, calls::cancel))
         .routes(routes!(sessions::list, sessions::open))

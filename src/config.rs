@@ -238,6 +238,10 @@ pub struct LinksConfig {
     /// until its links have expired. Unset, a key the gateway makes once and keeps in its store.
     #[serde(default, deserialize_with = "expanded_list", serialize_with = "masked_list")]
     pub keys: Vec<String>,
+    /// Whether a link answers only once its person has signed in at the OpenID provider (`[auth.oidc]` with
+    /// `ui_client_id`), and then as the person who did.
+    #[serde(default)]
+    pub sign_in: bool,
 }
 
 /// One `[[approvals]]` entry.
@@ -1200,7 +1204,19 @@ impl Config {
                 })
             })
             .collect::<Result<_, _>>()?;
-        Ok(crate::links::Settings { public_url, keys })
+        let sign_in = self.links.sign_in;
+        if sign_in && self.auth.oidc.as_ref().is_none_or(|oidc| oidc.ui_client_id.is_none()) {
+            return Err(Problem::from(
+                "links.sign_in needs [auth.oidc] with ui_client_id: people sign in there, with that client, before a \
+                 link answers"
+                    .to_owned(),
+            ));
+        }
+        Ok(crate::links::Settings {
+            public_url,
+            keys,
+            sign_in,
+        })
     }
 
     /// The validated notification channels; the error names the entry.
@@ -2331,6 +2347,16 @@ mod tests {
             let error = config.validate().unwrap_err().message;
             assert!(error.starts_with(key) && !error.contains(secret), "{error}");
         }
+    }
+
+    #[test]
+    fn links_sign_in_needs_a_provider_with_the_inbox_s_client() {
+        let error = parse("[links]\nsign_in = true\n").unwrap_err();
+        assert!(error.contains("ui_client_id"), "{error}");
+        let keys = parse("[links]\nkeys = [\"s3cr3t\"]\n").unwrap_err();
+        assert!(keys.contains("links.keys[0]") && !keys.contains("s3cr3t"), "{keys}");
+        let public = parse("public_url = \"ftp://gateway\"\n").unwrap_err();
+        assert!(public.contains("public_url"), "{public}");
     }
 
     #[test]

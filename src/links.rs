@@ -34,6 +34,8 @@ pub struct Settings {
     pub public_url: Option<String>,
     /// The configured keys, the signing one first; none, the store's.
     pub keys: Vec<Secret>,
+    /// Whether a link answers only once its person has signed in at the OpenID provider.
+    pub sign_in: bool,
 }
 
 /// Makes and reads the links of this gateway.
@@ -42,6 +44,8 @@ pub struct Links {
     public_url: String,
     /// The signing key first, then the others that are still taken.
     keys: Vec<Secret>,
+    /// Whether a link answers only once its person has signed in.
+    pub sign_in: bool,
 }
 
 /// Who a link lets answer.
@@ -136,7 +140,13 @@ impl Links {
         Ok(Self {
             public_url: settings.public_url.unwrap_or_else(|| format!("http://{listening}")),
             keys,
+            sign_in: settings.sign_in,
         })
+    }
+
+    /// The address links start with.
+    pub fn public_url(&self) -> &str {
+        &self.public_url
     }
 
     /// The URL of `link`'s page.
@@ -177,21 +187,27 @@ impl Links {
             expires_at: link.expires_at.millis(),
             holder,
         };
-        let claims = BASE64URL.encode(serde_json::to_vec(&claims).expect("claims serialize"));
-        let signature = BASE64URL.encode(sign(&self.keys[0], &claims));
+        self.seal(CONTEXT, &claims)
+    }
+
+    /// `value` as `<base64url of its JSON>.<base64url of their HMAC-SHA256 under the signing key>`, the MAC
+    /// taken over `context` first, so that nothing sealed for one use passes for another.
+    pub fn seal<T: Serialize>(&self, context: &[u8], value: &T) -> String {
+        let claims = BASE64URL.encode(serde_json::to_vec(value).expect("claims serialize"));
+        let signature = BASE64URL.encode(sign(&self.keys[0], context, &claims));
         format!("{claims}.{signature}")
     }
 
-    /// What `token` says, if one of the keys signed it and it has not expired at `now`.
-    pub fn read(&self, token: &str, now: Timestamp) -> Result<Link, LinkError> {
-        if token.len() > MAX_TOKEN {
+    /// What [`Links::seal`] sealed for `context`, if one of the keys signed it.
+    pub fn unseal<T: serde::de::DeserializeOwned>(&self, context: &[u8], sealed: &str) -> Result<T, LinkError> {
+        if sealed.len() > MAX_TOKEN {
             return Err(LinkError::Malformed);
         }
-        let (claims, signature) = token.split_once('.').ok_or(LinkError::Malformed)?;
+        let (claims, signature) = sealed.split_once('.').ok_or(LinkError::Malformed)?;
         let signature = BASE64URL.decode(signature).map_err(|_| LinkError::Malformed)?;
         let signed = self.keys.iter().any(|key| {
             let mut mac = key.mac();
-            mac.update(CONTEXT);
+            mac.update(context);
             mac.update(claims.as_bytes());
             mac.verify_slice(&signature).is_ok()
         });
@@ -199,7 +215,12 @@ impl Links {
             return Err(LinkError::Signature);
         }
         let claims = BASE64URL.decode(claims).map_err(|_| LinkError::Malformed)?;
-        let claims: Claims = serde_json::from_slice(&claims).map_err(|_| LinkError::Malformed)?;
+        serde_json::from_slice(&claims).map_err(|_| LinkError::Malformed)
+    }
+
+    /// What `token` says, if one of the keys signed it and it has not expired at `now`.
+    pub fn read(&self, token: &str, now: Timestamp) -> Result<Link, LinkError> {
+        let claims: Claims = self.unseal(CONTEXT, token)?;
         let request = RequestId::parse(&claims.request).ok_or(LinkError::Malformed)?;
         let expires_at = Timestamp::from_millis(claims.expires_at);
         if now >= expires_at {
@@ -277,10 +298,10 @@ pub fn visible(text: &str) -> String {
         .collect()
 }
 
-/// The signature of a token's encoded claims.
-fn sign(key: &Secret, claims: &str) -> Vec<u8> {
+/// The signature of encoded claims, for `context`.
+fn sign(key: &Secret, context: &[u8], claims: &str) -> Vec<u8> {
     let mut mac = key.mac();
-    mac.update(CONTEXT);
+    mac.update(context);
     mac.update(claims.as_bytes());
     mac.finalize().into_bytes().to_vec()
 }
@@ -307,6 +328,7 @@ mod tests {
         Links {
             public_url: "https://gateway.example.com".to_owned(),
             keys: keys.iter().map(|key| Secret::parse(key).unwrap()).collect(),
+            sign_in: false,
         }
     }
 
@@ -378,6 +400,11 @@ mod tests {
         let flipped = format!("{claims}.{}", String::from_utf8(flipped).unwrap());
         assert_eq!(links.read(&flipped, now), Err(LinkError::Signature));
         assert_eq!(self::links(&[OTHER]).read(&token, now), Err(LinkError::Signature));
+        // Sealed for another use, the same claims are no link.
+        let (claims, _) = token.split_once('.').unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&BASE64URL.decode(claims).unwrap()).unwrap();
+        let elsewhere = links.seal(b"another use", &value);
+        assert_eq!(links.read(&elsewhere, now), Err(LinkError::Signature));
         for malformed in ["", "abc", "a.b.c", &"x".repeat(MAX_TOKEN + 1), claims] {
             assert!(links.read(malformed, now).is_err(), "{malformed}");
         }

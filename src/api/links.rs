@@ -3,11 +3,12 @@
 //! form, posted to the same URL, answers. The token is the page's only credential.
 
 mod page;
+pub mod sign_in;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Serialize;
@@ -99,11 +100,15 @@ pub async fn make(
         (status = 503, description = "The Request cannot be read right now (the store is unavailable): try again", content_type = "text/html", body = String),
     )
 )]
-pub async fn open(State(state): State<AppState>, Path(token): Path<String>) -> Response {
+pub async fn open(State(state): State<AppState>, Path(token): Path<String>, headers: HeaderMap) -> Response {
     match read(&state, &token).await {
-        Ok((_, view)) => {
+        Ok((link, view)) => {
             let call = call_of(&state, &view).await;
-            html(StatusCode::OK, page::request(&view, call.as_ref(), None, &[], &[]))
+            let (_, signing) = answering(&state, &headers, &token, &link);
+            html(
+                StatusCode::OK,
+                page::request(&view, call.as_ref(), &signing, None, &[], &[]),
+            )
         }
         Err(refused) => refused,
     }
@@ -121,6 +126,7 @@ pub async fn open(State(state): State<AppState>, Path(token): Path<String>) -> R
     responses(
         (status = 200, description = "Answered (or, for an approval that needs several people, counted)", content_type = "text/html", body = String),
         (status = 400, description = "The form says no decision", content_type = "text/html", body = String),
+        (status = 401, description = "With links.sign_in: nobody has signed in for this link yet", content_type = "text/html", body = String),
         (status = 403, description = "The link's holder may not answer this Request", content_type = "text/html", body = String),
         (status = 404, description = "The link is not valid", content_type = "text/html", body = String),
         (status = 409, description = "This person's approval is counted already, or the Request was just answered otherwise", content_type = "text/html", body = String),
@@ -133,6 +139,7 @@ pub async fn open(State(state): State<AppState>, Path(token): Path<String>) -> R
 pub async fn answer(
     State(state): State<AppState>,
     Path(token): Path<String>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let body = match body {
@@ -146,14 +153,25 @@ pub async fn answer(
     // Read whatever its content type says: a form posts nothing else, and a malformed one is a page, not a 415.
     let form: Vec<(String, String)> = serde_urlencoded::from_bytes(&body).unwrap_or_default();
     let call = call_of(&state, &view).await;
+    let (principal, signing) = answering(&state, &headers, &token, &link);
     if view.status != Status::Pending {
-        return html(StatusCode::GONE, page::request(&view, call.as_ref(), None, &[], &[]));
+        return html(
+            StatusCode::GONE,
+            page::request(&view, call.as_ref(), &signing, None, &[], &[]),
+        );
     }
     let refused_page = |status: StatusCode, problem: &str, violations| {
         html(
             status,
-            page::request(&view, call.as_ref(), Some(problem), violations, &form),
+            page::request(&view, call.as_ref(), &signing, Some(problem), violations, &form),
         )
+    };
+    let Some(principal) = principal else {
+        return refused_page(
+            StatusCode::UNAUTHORIZED,
+            "Sign in first: this link answers as the person who does.",
+            &[],
+        );
     };
     let body = match page::answer(&view, &form) {
         Ok(body) => body,
@@ -163,7 +181,6 @@ pub async fn answer(
         Ok(answer) => answer,
         Err(error) => return refused_page(StatusCode::BAD_REQUEST, &error.to_string(), &[]),
     };
-    let principal = link.holder.principal();
     let (registry, id, by) = (state.registry.clone(), link.request.clone(), principal.clone());
     let answered = to_completion(async move { Ok(registry.answer(&id, &by, answer).await?) }).await;
     match answered {
@@ -208,6 +225,34 @@ pub async fn answer(
                 _ => html(status, page::notice("Not answered", &detail)),
             }
         }
+    }
+}
+
+/// Who answers through `link` (whose token is `token`), and what its page says of signing in: the link's holder;
+/// with `links.sign_in`, the person signed in for the link's Request in this browser (its session cookie, which
+/// only [`sign_in::signed_in`] sets), else nobody yet.
+fn answering(state: &AppState, headers: &HeaderMap, token: &str, link: &Link) -> (Option<Principal>, page::Signing) {
+    if !state.links.sign_in {
+        return (Some(link.holder.principal()), page::Signing::Off);
+    }
+    let now = state.registry.clock().now();
+    let session = sign_in::cookie(headers, &sign_in::session_cookie(&link.request))
+        .and_then(|value| state.links.read(value, now).ok())
+        .filter(|session| session.request == link.request);
+    match session.map(|session| session.holder) {
+        Some(Holder::Asked(person)) => {
+            let name = person.name.clone();
+            (
+                Some(Holder::Asked(person).principal()),
+                page::Signing::SignedIn { name },
+            )
+        }
+        _ => (
+            None,
+            page::Signing::Needed {
+                url: format!("{}{token}/sign-in", crate::links::PATH),
+            },
+        ),
     }
 }
 

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer as createHttpServer } from 'node:http';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -1050,4 +1051,96 @@ test('an answer link fills in a form, shows what does not fit next to it, and se
   await page.getByRole('heading', { name: 'Answered' }).waitFor();
   const results = await resultsOf(call);
   assert.deepEqual(results[0].content, { name: 'Ada', age: 36, color: 'blue', tags: ['b'], newsletter: true });
+});
+
+/** A local Slack incoming webhook: the messages POSTed to it, as they come. */
+async function slackReceiver(t) {
+  const messages = [];
+  let arrived = () => {};
+  const server = createHttpServer((request, response) => {
+    let body = '';
+    request.on('data', (chunk) => { body += chunk; });
+    request.on('end', () => {
+      messages.push(JSON.parse(body));
+      arrived();
+      response.end('ok');
+    });
+  });
+  await new Promise((done) => server.listen(0, '127.0.0.1', done));
+  t.after(() => new Promise((done) => server.close(done)));
+  return {
+    url: `http://127.0.0.1:${server.address().port}/slack`,
+    async next() {
+      while (!messages.length) await new Promise((done) => { arrived = done; });
+      return messages.shift();
+    },
+  };
+}
+
+/** The link of a Slack message's button. */
+function buttonLink(message) {
+  const actions = message.blocks.find((block) => block.type === 'actions');
+  assert.ok(actions, JSON.stringify(message));
+  return actions.elements[0].url;
+}
+
+/** Signs `who` in at the provider's own pages, from wherever the page was sent there. */
+async function signInAtProvider(page, who) {
+  await page.locator('input[name="login"]').fill(who);
+  await page.locator('input[name="password"]').fill('any password');
+  await page.getByRole('button', { name: 'Sign-in' }).click();
+  await page.getByRole('button', { name: 'Continue' }).click();
+}
+
+test('with links.sign_in a chat message\'s link answers only once a person signs in, and as that person', { timeout: 120_000 }, async (t) => {
+  const slack = await slackReceiver(t);
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  const provider = await startProvider(`${base}/ui/ ${base}/r/signed-in`);
+  t.after(() => provider.stop());
+  const config =
+    `[auth.oidc]\nissuer = "${provider.issuer}"\naudience = "toolnexus-gateway"\nui_client_id = "toolnexus-inbox"\n` +
+    'roles = { approver = ["sre"], agent = ["agents"] }\n\n[links]\nsign_in = true\n\n' +
+    `[[notify]]\nname = "sre-slack"\nslack = { webhook = "${slack.url}" }\n\n` +
+    '[[approvals]]\nserver = "demo"\ntools = ["echo"]\napprovers = ["group:sre"]\n';
+  const signing = await startGateway(config, `127.0.0.1:${port}`);
+  t.after(() => signing.stop());
+  const agent = { base, token: await provider.token('agent-1') };
+  const { call, request } = await startCall('echo', { text: 'signed by link' }, agent);
+  const link = buttonLink(await slack.next());
+  assert.ok(link.startsWith(`${base}/r/`), link);
+
+  // Carol is an agent: she signs in, and the policy still refuses her.
+  const refused = await browser.newContext();
+  t.after(() => refused.close());
+  const carol = await refused.newPage();
+  await carol.goto(link);
+  await carol.getByRole('link', { name: 'Sign in to answer' }).click();
+  await signInAtProvider(carol, 'carol');
+  await carol.getByText('Signed in as carol').waitFor();
+  await carol.getByRole('button', { name: 'Approve' }).click();
+  await carol.getByText(/may not see|belongs to another principal|not among the approvers/).waitFor();
+  assert.equal((await json(`/requests/${request}`, agent)).status, 'pending');
+
+  // Without signing in, the page offers no form, and a post answers nothing.
+  const posted = await fetch(link, { method: 'POST', body: new URLSearchParams({ decision: 'approve' }) });
+  assert.equal(posted.status, 401);
+
+  const context = await browser.newContext();
+  t.after(() => context.close());
+  const page = await context.newPage();
+  await page.goto(link);
+  assert.equal(await page.getByRole('button', { name: 'Approve' }).count(), 0);
+  await page.getByRole('link', { name: 'Sign in to answer' }).click();
+  await signInAtProvider(page, 'alice');
+  await page.getByText('Signed in as alice').waitFor();
+  assert.equal(page.url(), link, 'back at the link, the code gone from the address bar');
+  const cookies = await context.cookies();
+  assert.ok(cookies.every((cookie) => cookie.httpOnly && cookie.sameSite === 'Lax'), JSON.stringify(cookies));
+  await page.getByRole('button', { name: 'Approve' }).click();
+  await page.getByRole('heading', { name: 'Answered' }).waitFor();
+  const answered = await json(`/requests/${request}`, agent);
+  assert.equal(answered.answeredBy, 'alice');
+  assert.deepEqual(answered.answerer, { name: 'alice', via: 'link', issuer: provider.issuer, subject: 'alice' });
+  assert.equal((await json(`/calls/${call}?wait=20`, agent)).status, 'completed');
 });

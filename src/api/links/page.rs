@@ -61,11 +61,24 @@ pub fn notice(heading: &str, text: &str) -> String {
 /// What a form posted, as it was entered: kept to show again beside the errors of an answer that was refused.
 pub type Entered = [(String, String)];
 
-/// The page of a Request: what it asks and for which call, and, while it is pending, a form to answer it.
-/// `problem` and `violations` say why the last answer was refused, `entered` what it held.
+/// Whether a link's page asks its person to sign in before it answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Signing {
+    /// Links answer as their holder.
+    Off,
+    /// Nobody has signed in for this link yet: the page offers `url`, which starts it.
+    Needed { url: String },
+    /// Signed in as `name`, whose answer it takes.
+    SignedIn { name: String },
+}
+
+/// The page of a Request: what it asks and for which call, and, while it is pending, a form to answer it (or,
+/// when `signing` says so, the way to sign in first). `problem` and `violations` say why the last answer was
+/// refused, `entered` what it held.
 pub fn request(
     view: &RequestView,
     call: Option<&CallView>,
+    signing: &Signing,
     problem: Option<&str>,
     violations: &[Violation],
     entered: &Entered,
@@ -164,6 +177,25 @@ pub fn request(
                 );
             }
             body.push_str("</ul>\n");
+        }
+    }
+    match signing {
+        Signing::Off => {}
+        Signing::Needed { url } => {
+            let _ = writeln!(
+                body,
+                "<p class=\"hint\">This link answers once you have signed in, as you.</p>\n\
+                 <p class=\"actions\"><a class=\"button primary\" href=\"{}\">Sign in to answer</a></p>",
+                escape(url)
+            );
+            return document(&heading, &body);
+        }
+        Signing::SignedIn { name } => {
+            let _ = writeln!(
+                body,
+                "<p class=\"hint\">Signed in as <bdi>{}</bdi>: you answer as yourself.</p>",
+                escape(&visible(name))
+            );
         }
     }
     body.push_str("<form method=\"post\">\n");
