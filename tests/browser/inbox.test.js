@@ -7,10 +7,10 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { createConnection, createServer } from 'node:net';
+import { homedir, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -1143,4 +1143,66 @@ test('with links.sign_in a chat message\'s link answers only once a person signs
   assert.equal(answered.answeredBy, 'alice');
   assert.deepEqual(answered.answerer, { name: 'alice', via: 'link', issuer: provider.issuer, subject: 'alice' });
   assert.equal((await json(`/calls/${call}?wait=20`, agent)).status, 'completed');
+});
+
+/** A real mail server on loopback (aiosmtpd, as scripts/notify-checkers.sh installs it), keeping what it gets. */
+async function mailServer(t) {
+  const venv = process.env.AIOSMTPD_VENV ||
+    join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'toolnexus-gateway/aiosmtpd');
+  assert.ok(existsSync(join(venv, 'bin/python')), `no aiosmtpd in ${venv}: run scripts/notify-checkers.sh`);
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'toolnexus-mail-'));
+  const child = spawn(join(venv, 'bin/python'),
+    ['-m', 'aiosmtpd', '-n', '-l', `127.0.0.1:${port}`, '-c', 'aiosmtpd.handlers.Mailbox', join(dir, 'mail')],
+    { stdio: 'ignore' });
+  t.after(() => { child.kill(); rmSync(dir, { recursive: true, force: true }); });
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const connected = await new Promise((done) => {
+      const socket = createConnection({ port, host: '127.0.0.1' }, () => { socket.end(); done(true); });
+      socket.on('error', () => done(false));
+    });
+    if (connected) break;
+    assert.ok(Date.now() < deadline, 'the mail server never listened');
+    await new Promise((done) => setTimeout(done, 50));
+  }
+  const received = () => {
+    const box = join(dir, 'mail/new');
+    return existsSync(box) ? readdirSync(box).sort().map((file) => readFileSync(join(box, file), 'utf8')) : [];
+  };
+  return {
+    port,
+    async next() {
+      while (Date.now() < deadline + 30_000) {
+        const mails = received();
+        if (mails.length) return mails[0].replace(/=\r?\n/g, '').replace(/=([0-9A-F]{2})/g, (_, hex) => String.fromCharCode(parseInt(hex, 16)));
+        await new Promise((done) => setTimeout(done, 50));
+      }
+      throw new Error('no mail arrived');
+    },
+  };
+}
+
+test('a mailed link opens in the browser and answers as the address it was sent to', { timeout: 90_000 }, async (t) => {
+  const mail = await mailServer(t);
+  const config =
+    `[[notify]]\nname = "sre-mail"\nemail = { to = ["alice@example.com"], from = "gateway@example.com", ` +
+    `smtp = "smtp://127.0.0.1:${mail.port}", starttls = false }\n\n` +
+    '[[approvals]]\nserver = "demo"\ntools = ["echo"]\n';
+  const mailing = await startGateway(config);
+  t.after(() => mailing.stop());
+  const { call, request } = await startCall('echo', { text: 'by mail' }, { base: mailing.base });
+  const text = await mail.next();
+  assert.match(text, /Subject: Approval needed: Allow echo on demo\?/);
+  const link = /(http:\/\/\S+\/r\/\S+)/.exec(text)[1];
+  const context = await browser.newContext();
+  t.after(() => context.close());
+  const page = await context.newPage();
+  await page.goto(link);
+  await page.getByRole('button', { name: 'Approve' }).click();
+  await page.getByRole('heading', { name: 'Answered' }).waitFor();
+  assert.match(await page.locator('main').innerText(), /Thank you, alice@example\.com/);
+  const answered = await json(`/requests/${request}`, { base: mailing.base });
+  assert.equal(answered.answeredBy, 'alice@example.com');
+  assert.equal((await json(`/calls/${call}?wait=20`, { base: mailing.base })).status, 'completed');
 });
