@@ -251,7 +251,14 @@ pub fn router(state: AppState) -> Router {
                         .extensions()
                         .get::<MatchedPath>()
                         .map_or("", MatchedPath::as_str);
-                    tracing::info_span!("http", method = %request.method(), path = %request.uri().path(), route)
+                    // An answer link's path is its credential: it is never written to the log.
+                    let path = request.uri().path();
+                    let path = if path.starts_with(crate::links::PATH) {
+                        route
+                    } else {
+                        path
+                    };
+                    tracing::info_span!("http", method = %request.method(), path, route)
                 })
                 .on_request(())
                 .on_response(

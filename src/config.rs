@@ -1149,6 +1149,12 @@ impl Config {
             if hook.attempts == 0 {
                 return Err(format!("{key}.attempts must be at least 1"));
             }
+            if name.starts_with(crate::notify::KEY_PREFIX) {
+                return Err(format!(
+                    "{key}.name = {name:?}: names starting with {:?} are the notification channels'",
+                    crate::notify::KEY_PREFIX
+                ));
+            }
             let secret = hook.secret.as_deref().map(Secret::parse).transpose().map_err(|why| {
                 format!(
                     "{key}.secret of webhook {name:?} is not a Standard Webhooks secret ({why}): one is {PREFIX} and \
@@ -1178,12 +1184,13 @@ impl Config {
                     .filter(|url| {
                         matches!(url.scheme(), "http" | "https")
                             && url.host_str().is_some()
+                            && url.path() == "/"
                             && url.query().is_none()
                             && url.fragment().is_none()
                     })
                     .ok_or_else(|| {
-                        "public_url must be an http:// or https:// URL with a host and no query, such as \
-                         \"https://gateway.example.com\""
+                        "public_url must be an http:// or https:// URL of a host and nothing after it (the gateway \
+                         serves its pages at the root), such as \"https://gateway.example.com\""
                             .to_owned()
                     })?;
                 Some(url.as_str().trim_end_matches('/').to_owned())
@@ -1285,6 +1292,13 @@ impl Config {
                         .iter()
                         .map(|address| mailbox(address, "to"))
                         .collect::<Result<Vec<_>, _>>()?;
+                    if let Some((index, twice)) = to
+                        .iter()
+                        .enumerate()
+                        .find(|(index, mailbox)| to[..*index].iter().any(|before| before.email == mailbox.email))
+                    {
+                        return Err(format!("{key}.email.to[{index}]: {} is listed twice", twice.email));
+                    }
                     let credentials = match (&email.username, &email.password) {
                         (Some(username), Some(password)) => Some((username.clone(), password.clone())),
                         (None, None) => None,
@@ -1353,10 +1367,15 @@ impl Config {
             }
             self.check_quorum(&entry.approvers, entry.quorum)
                 .map_err(|why| format!("{key}.quorum = {} (server {:?}): {why}", entry.quorum, entry.server))?;
+            let ttl = entry.ttl.unwrap_or(self.requests.ttl);
             for (step, escalation) in entry.escalate.iter().enumerate() {
                 let at = format!("{key}.escalate[{step}]");
-                if escalation.after.is_zero() {
-                    return Err(format!("{at}.after must be longer than zero"));
+                if escalation.after.is_zero() || escalation.after >= ttl {
+                    return Err(format!(
+                        "{at}.after must be longer than zero and shorter than the approval's ttl ({}), or it never \
+                         comes",
+                        humantime::format_duration(ttl)
+                    ));
                 }
                 if escalation.notify.is_empty() {
                     return Err(format!("{at}.notify must name at least one [[notify]] channel"));
@@ -2355,8 +2374,15 @@ mod tests {
         assert!(error.contains("ui_client_id"), "{error}");
         let keys = parse("[links]\nkeys = [\"s3cr3t\"]\n").unwrap_err();
         assert!(keys.contains("links.keys[0]") && !keys.contains("s3cr3t"), "{keys}");
-        let public = parse("public_url = \"ftp://gateway\"\n").unwrap_err();
-        assert!(public.contains("public_url"), "{public}");
+        for public in [
+            "ftp://gateway",
+            "https://gateway.example.com/gw",
+            "https://gateway.example.com/?a=1",
+        ] {
+            let error = parse(&format!("public_url = \"{public}\"\n")).unwrap_err();
+            assert!(error.contains("public_url"), "{error}");
+        }
+        assert!(parse("public_url = \"https://gateway.example.com/\"\n").is_ok());
     }
 
     #[test]
@@ -2384,7 +2410,7 @@ mod tests {
         };
         assert_eq!((email.port, email.security), (465, crate::notify::Security::Tls));
         let escalating = "[[servers]]\nname = \"demo\"\nbuiltin = \"demo\"\n[[approvals]]\nserver = \"demo\"\n\
-                          tools = [\"*\"]\nescalate = [{ after = \"15m\", notify = [";
+                          tools = [\"*\"]\nescalate = [{ after = \"5m\", notify = [";
         let slack =
             "[[notify]]\nname = \"chat\"\nslack = { webhook = \"https://hooks.slack.com/services/T/B/s3cr3t\" }\n";
         assert!(parse(&format!("{slack}{escalating}\"chat\"] }}]\n")).is_ok());
@@ -2413,6 +2439,18 @@ mod tests {
                 "no [[notify]] channel is named \"mail\"",
             ),
             (format!("{slack}{escalating}] }}]\n"), "at least one"),
+            (
+                format!("{slack}{escalating}\"chat\"] }}]\nttl = \"5m\"\n"),
+                "shorter than the approval's ttl",
+            ),
+            (
+                mail.replace("[\"sre@example.com\"]", "[\"a@x.org\", \"A <a@x.org>\"]"),
+                "listed twice",
+            ),
+            (
+                "[[webhooks]]\nname = \"notify:x\"\nurl = \"http://x\"\n".to_owned(),
+                "notification channels'",
+            ),
         ] {
             let error = parse(&broken).unwrap_err();
             assert!(error.contains(named), "{named}: {error}");

@@ -9,7 +9,7 @@ use rmcp::model::ElicitResult;
 use tokio_util::sync::CancellationToken;
 
 use crate::approvals;
-use crate::auth::Principal;
+use crate::auth::{ANONYMOUS, Principal, SignIn};
 use crate::elicitation;
 use crate::forms::Forms;
 use crate::ids::RequestId;
@@ -37,6 +37,13 @@ pub enum Refusal {
     /// The approval's policy lists who may answer it, and not this principal.
     #[error("{0} is not among the approvers of this call")]
     NotAnApprover(String),
+    /// A link a chat channel posted names nobody, and an approval needs a person the call's own principal can be
+    /// told apart from.
+    #[error(
+        "a link posted to {0} names nobody, and an approval needs a person: answer it in the inbox, or have people \
+         sign in first (links.sign_in)"
+    )]
+    Unidentified(String),
 }
 
 /// What the gateway's policy makes of every answer.
@@ -209,8 +216,27 @@ pub fn may_answer(view: &RequestView, principal: &Principal) -> Result<(), Refus
         return Ok(());
     }
     let data = view.request.data.as_deref();
-    if view.owner.as_deref() == Some(principal.id.as_str()) && !approvals::self_approval(data) {
+    let own = !approvals::self_approval(data);
+    if view.owner.as_deref() == Some(principal.id.as_str()) && own {
         return Err(Refusal::OwnCall(principal.name.clone()));
+    }
+    // A link a channel sent answers as the address it went to, or as nobody: the call's principal is told apart
+    // from it by the name the approval shows for the caller (refusing more, never less), and a call of the one
+    // anonymous principal of a gateway without tokens has nobody to tell apart.
+    if let SignIn::Link { asked: None, to } = &principal.signed_in
+        && view.owner.as_deref() != Some(ANONYMOUS)
+    {
+        let caller = data
+            .and_then(|data| data.get("call"))
+            .and_then(|call| call.get("caller"))
+            .and_then(serde_json::Value::as_str);
+        match to {
+            None => return Err(Refusal::Unidentified(principal.name.clone())),
+            Some(address) if own && caller == Some(address.as_str()) => {
+                return Err(Refusal::OwnCall(principal.name.clone()));
+            }
+            Some(_) => {}
+        }
     }
     let listed = approvals::approvers(data).map(|mut approvers| approvers.any(|entry| principal.is_listed(entry)));
     if listed == Some(false) {
@@ -389,6 +415,42 @@ mod tests {
             panic!("a no before any yes resolves it too");
         };
         assert!(!first_no.answer.ok());
+    }
+
+    #[test]
+    fn a_channel_s_link_approves_nothing_and_a_mailed_one_not_for_its_own_caller() {
+        use crate::links::Holder;
+        let sent = |to: Option<&str>| {
+            Holder::Sent {
+                channel: "sre".to_owned(),
+                to: to.map(str::to_owned),
+            }
+            .principal()
+        };
+        let data = approvals::request_data("demo", "echo", &json!({}), "alice@example.com", &[], false, 1);
+        let approval = pending(
+            RequestKind::Approval,
+            "https://idp.example.com#alice",
+            Value::Object(data.clone()),
+        );
+        assert!(matches!(
+            may_answer(&approval, &sent(None)),
+            Err(Refusal::Unidentified(_))
+        ));
+        assert!(matches!(
+            may_answer(&approval, &sent(Some("alice@example.com"))),
+            Err(Refusal::OwnCall(_))
+        ));
+        assert!(may_answer(&approval, &sent(Some("bob@example.com"))).is_ok());
+        // An elicitation is answered by whoever it reaches; a gateway without tokens tells nobody apart.
+        let input = pending(
+            RequestKind::Input,
+            "https://idp.example.com#alice",
+            json!({"schema": {}}),
+        );
+        assert!(may_answer(&input, &sent(None)).is_ok());
+        let anonymous = pending(RequestKind::Approval, ANONYMOUS, Value::Object(data));
+        assert!(may_answer(&anonymous, &sent(None)).is_ok());
     }
 
     #[test]

@@ -21,11 +21,15 @@ use crate::time::Timestamp;
 const STORE_KEY: &str = "links";
 /// Where a link's page is served, below the public URL.
 pub const PATH: &str = "/r/";
-/// What a signature covers besides the claims, so that no other signature the gateway makes passes for one.
+/// What a link's signature covers besides the claims, so that no other signature the gateway makes passes for
+/// one.
 const CONTEXT: &[u8] = b"toolnexus-gateway answer link v1.";
-/// The longest token taken: far above any the gateway makes, and a bound on what an unauthenticated request
-/// makes it decode.
+/// What a sign-in session's signature covers besides its claims: a link is no session, nor a session a link.
+const SESSION: &[u8] = b"toolnexus-gateway link session v1.";
+/// The longest token taken: a bound on what an unauthenticated request makes the gateway decode.
 const MAX_TOKEN: usize = 4096;
+/// The longest token made: one that still fits a cookie with room to spare, as a sign-in attempt carries it.
+pub const MAX_MADE: usize = 2048;
 
 /// How links are made, from the config.
 #[derive(Debug, Clone)]
@@ -157,6 +161,15 @@ impl Links {
     /// `link` as the token its URL ends with: the base64url of its claims, `.`, and the base64url of their
     /// signature.
     pub fn token(&self, link: &Link) -> String {
+        self.sealed(CONTEXT, link)
+    }
+
+    /// A sign-in session: the person who signed in for `link`'s Request, sealed for that use alone.
+    pub fn session(&self, link: &Link) -> String {
+        self.sealed(SESSION, link)
+    }
+
+    fn sealed(&self, context: &[u8], link: &Link) -> String {
         let holder = match &link.holder {
             Holder::Asked(principal) => HolderClaims::Asked {
                 id: principal.id.clone(),
@@ -187,7 +200,7 @@ impl Links {
             expires_at: link.expires_at.millis(),
             holder,
         };
-        self.seal(CONTEXT, &claims)
+        self.seal(context, &claims)
     }
 
     /// `value` as `<base64url of its JSON>.<base64url of their HMAC-SHA256 under the signing key>`, the MAC
@@ -205,12 +218,10 @@ impl Links {
         }
         let (claims, signature) = sealed.split_once('.').ok_or(LinkError::Malformed)?;
         let signature = BASE64URL.decode(signature).map_err(|_| LinkError::Malformed)?;
-        let signed = self.keys.iter().any(|key| {
-            let mut mac = key.mac();
-            mac.update(context);
-            mac.update(claims.as_bytes());
-            mac.verify_slice(&signature).is_ok()
-        });
+        let signed = self
+            .keys
+            .iter()
+            .any(|key| mac(key, context, claims).verify_slice(&signature).is_ok());
         if !signed {
             return Err(LinkError::Signature);
         }
@@ -220,7 +231,16 @@ impl Links {
 
     /// What `token` says, if one of the keys signed it and it has not expired at `now`.
     pub fn read(&self, token: &str, now: Timestamp) -> Result<Link, LinkError> {
-        let claims: Claims = self.unseal(CONTEXT, token)?;
+        self.opened(CONTEXT, token, now)
+    }
+
+    /// What a sign-in session says, if one of the keys signed it as one and it has not expired at `now`.
+    pub fn read_session(&self, session: &str, now: Timestamp) -> Result<Link, LinkError> {
+        self.opened(SESSION, session, now)
+    }
+
+    fn opened(&self, context: &[u8], token: &str, now: Timestamp) -> Result<Link, LinkError> {
+        let claims: Claims = self.unseal(context, token)?;
         let request = RequestId::parse(&claims.request).ok_or(LinkError::Malformed)?;
         let expires_at = Timestamp::from_millis(claims.expires_at);
         if now >= expires_at {
@@ -280,10 +300,14 @@ impl Holder {
 }
 
 /// `text` as a link's page and messages show it: each character that changes the direction of the text around
-/// it or is invisible (the bidi embeddings, overrides, isolates and marks) written as its code point, `⟨U+202E⟩`,
+/// it or is invisible (the bidi embeddings, overrides, isolates and marks, zero-width and soft hyphen, word
+/// joiners, tags) written as its code point, `⟨U+202E⟩`,
 /// so that an argument or prompt cannot reorder what a person reads before deciding.
 pub fn visible(text: &str) -> String {
-    let hidden = |c: char| matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{061c}' | '\u{feff}');
+    let hidden = |c: char| {
+        matches!(c, '\u{00ad}' | '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{feff}' | '\u{e0000}'..='\u{e007f}')
+    };
     if !text.chars().any(hidden) {
         return text.to_owned();
     }
@@ -298,12 +322,17 @@ pub fn visible(text: &str) -> String {
         .collect()
 }
 
-/// The signature of encoded claims, for `context`.
-fn sign(key: &Secret, context: &[u8], claims: &str) -> Vec<u8> {
+/// The MAC of encoded claims for `context`.
+fn mac(key: &Secret, context: &[u8], claims: &str) -> hmac::Hmac<sha2::Sha256> {
     let mut mac = key.mac();
     mac.update(context);
     mac.update(claims.as_bytes());
-    mac.finalize().into_bytes().to_vec()
+    mac
+}
+
+/// The signature of encoded claims, for `context`.
+fn sign(key: &Secret, context: &[u8], claims: &str) -> Vec<u8> {
+    mac(key, context, claims).finalize().into_bytes().to_vec()
 }
 
 /// Why the links could not be set up.
@@ -405,6 +434,11 @@ mod tests {
         let value: serde_json::Value = serde_json::from_slice(&BASE64URL.decode(claims).unwrap()).unwrap();
         let elsewhere = links.seal(b"another use", &value);
         assert_eq!(links.read(&elsewhere, now), Err(LinkError::Signature));
+        // A link is no sign-in session, nor a session a link.
+        assert_eq!(links.read_session(&token, now), Err(LinkError::Signature));
+        let session = links.session(&link(Holder::Asked(Principal::token("lead", Role::Approver))));
+        assert_eq!(links.read(&session, now), Err(LinkError::Signature));
+        assert!(links.read_session(&session, now).is_ok());
         for malformed in ["", "abc", "a.b.c", &"x".repeat(MAX_TOKEN + 1), claims] {
             assert!(links.read(malformed, now).is_err(), "{malformed}");
         }
@@ -427,6 +461,7 @@ mod tests {
         assert_eq!(visible("plain é"), "plain é");
         assert_eq!(visible("rm \u{202e}fdp.exe"), "rm ⟨U+202E⟩fdp.exe");
         assert_eq!(visible("a\u{2066}b\u{200b}"), "a⟨U+2066⟩b⟨U+200B⟩");
+        assert_eq!(visible("ta\u{e0041}g\u{ad}"), "ta⟨U+E0041⟩g⟨U+00AD⟩");
     }
 
     #[test]

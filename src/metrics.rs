@@ -107,7 +107,7 @@ metrics! {
     WebhookDeliveries: Counter "toolnexus_webhook_deliveries_total"
         "Webhook delivery attempts, by webhook and outcome (delivered, failed, dropped).";
     NotificationDeliveries: Counter "toolnexus_notification_deliveries_total"
-        "Notification delivery attempts, by channel and outcome (delivered, failed, dropped).";
+        "Notification delivery attempts, by channel and outcome (delivered, skipped, failed, dropped).";
 }
 
 /// A label set: pairs of name and value.

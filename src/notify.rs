@@ -22,13 +22,16 @@ use crate::egress::{self, GuardedResolver};
 use crate::feed::Feed;
 use crate::links::{Holder, Link, Links};
 use crate::metrics::{Metric, Metrics};
-use crate::outbox::{self, Receiver};
+use crate::outbox::{self, Delivered, Receiver};
 use crate::records::{Event, EventKind, Status};
 use crate::store::Store;
 use crate::time::Timestamp;
 use crate::webhooks;
 
 pub use message::Notice;
+
+/// What the keys of channels' cursors and leases start with (webhooks may not take it).
+pub const KEY_PREFIX: &str = "notify:";
 
 /// A validated `[[notify]]` entry.
 #[derive(Debug, Clone)]
@@ -166,7 +169,7 @@ pub async fn start(
                     let transport = transport(email, channel.timeout)?;
                     for to in &email.to {
                         let receiver = MailTo {
-                            key: format!("notify:{}:{}{suffix}", channel.name, to.email),
+                            key: format!("{KEY_PREFIX}{}:{}{suffix}", channel.name, to.email),
                             to: to.clone(),
                             transport: transport.clone(),
                             told,
@@ -178,7 +181,7 @@ pub async fn start(
                 }
                 Destination::Slack(url) | Destination::Teams(url) => {
                     let receiver = Chat {
-                        key: format!("notify:{}{suffix}", channel.name),
+                        key: format!("{KEY_PREFIX}{}{suffix}", channel.name),
                         url: url.clone(),
                         client: if channel.allow_link_local { &open } else { &guarded }.clone(),
                         told,
@@ -230,10 +233,7 @@ impl Context {
 
     /// The escalation steps of the policy an approval Request was raised by, by the call it holds.
     fn escalations<'a>(&'a self, request: &Value) -> impl Iterator<Item = &'a Escalation> {
-        let call = request
-            .get("data")
-            .and_then(|data| data.get("call"))
-            .filter(|_| request.get("kind").and_then(Value::as_str) == Some("approval"));
+        let call = message::held_call(request);
         let text = |key| call.and_then(|call| call.get(key)).and_then(Value::as_str);
         let policy = match (text("server"), text("tool")) {
             (Some(server), Some(tool)) => self.approvals.find(server, tool),
@@ -334,12 +334,12 @@ impl Receiver for MailTo {
         self.channel.attempts
     }
 
-    async fn deliver(&self, event: &Event) -> Result<(), String> {
+    async fn deliver(&self, event: &Event) -> Result<Delivered, String> {
         let Destination::Email(email) = &self.channel.destination else {
             return Err("not a mail channel".to_owned());
         };
         if !self.context.still_pending_after(event, self.told).await? {
-            return Ok(());
+            return Ok(Delivered::Skipped);
         }
         if !self.channel.allow_link_local {
             refuse_link_local(&email.host, email.port).await?;
@@ -355,7 +355,7 @@ impl Receiver for MailTo {
         self.transport
             .send(mail)
             .await
-            .map(drop)
+            .map(|_| Delivered::Sent)
             .map_err(|error| format!("the mail server refused it: {}", outbox::causes(&error)))
     }
 
@@ -404,9 +404,9 @@ impl Receiver for Chat {
         self.channel.attempts
     }
 
-    async fn deliver(&self, event: &Event) -> Result<(), String> {
+    async fn deliver(&self, event: &Event) -> Result<Delivered, String> {
         if !self.context.still_pending_after(event, self.told).await? {
-            return Ok(());
+            return Ok(Delivered::Skipped);
         }
         let holder = Holder::Sent {
             channel: self.channel.name.clone(),
@@ -422,7 +422,7 @@ impl Receiver for Chat {
             .post(self.url.clone())
             .timeout(self.channel.timeout)
             .json(&body);
-        webhooks::posted(request.send().await)
+        webhooks::posted(request.send().await).map(|()| Delivered::Sent)
     }
 
     fn count(&self, outcome: &str) {

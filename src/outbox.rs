@@ -39,10 +39,18 @@ pub trait Receiver: Send + Sync + 'static {
     fn attempts(&self) -> u32;
 
     /// One attempt to deliver `event`; the error says why it failed.
-    fn deliver(&self, event: &Event) -> impl Future<Output = Result<(), String>> + Send;
+    fn deliver(&self, event: &Event) -> impl Future<Output = Result<Delivered, String>> + Send;
 
-    /// Counts an attempt's outcome (`delivered`, `failed`) or an event it never got (`dropped`).
+    /// Counts an attempt's outcome (`delivered`, `skipped`, `failed`) or an event it never got (`dropped`).
     fn count(&self, outcome: &str);
+}
+
+/// What a successful attempt came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivered {
+    Sent,
+    /// Nothing was due by the time the event's turn came (an escalation whose approval was answered).
+    Skipped,
 }
 
 /// Starts delivering to `receiver` as `holder` (this gateway, among those sharing the store). A receiver goes

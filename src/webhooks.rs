@@ -9,7 +9,7 @@ use crate::config::Webhook;
 use crate::egress::GuardedResolver;
 use crate::feed::Feed;
 use crate::metrics::{Metric, Metrics};
-use crate::outbox::{self, Receiver};
+use crate::outbox::{self, Delivered, Receiver};
 use crate::records::Event;
 use crate::time::Clock;
 
@@ -77,7 +77,7 @@ impl Receiver for Posting {
     }
 
     /// POSTs the event; each attempt carries its own timestamp, signed anew.
-    async fn deliver(&self, event: &Event) -> Result<(), String> {
+    async fn deliver(&self, event: &Event) -> Result<Delivered, String> {
         let id = event.id.to_string();
         let body = format!(
             r#"{{"id":{},"type":"{}","data":{}}}"#,
@@ -99,7 +99,7 @@ impl Receiver for Posting {
         if let Some(secret) = &self.webhook.secret {
             request = request.header(SIGNATURE_HEADER, secret.sign(&id, timestamp, body.as_bytes()));
         }
-        posted(request.send().await)
+        posted(request.send().await).map(|()| Delivered::Sent)
     }
 
     fn count(&self, outcome: &str) {

@@ -53,6 +53,7 @@ pub struct LinkForm {
         (status = 403, description = "The principal may not answer the Request", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No Request with that id", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "The Request is no longer pending", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The link would be too long to use: the principal carries too many groups", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn make(
@@ -79,11 +80,29 @@ pub async fn make(
         holder: Holder::Asked(principal),
         expires_at,
     };
+    if state.links.token(&link).len() > crate::links::MAX_MADE {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "a link for {} would be longer than {} characters (it carries the principal's groups): ask for it \
+                 as a principal with fewer",
+                principal_name(&link),
+                crate::links::MAX_MADE
+            ),
+        ));
+    }
     let made = MadeLink {
         url: state.links.url(&link),
         expires_at,
     };
     Ok((StatusCode::CREATED, Json(made)).into_response())
+}
+
+fn principal_name(link: &Link) -> &str {
+    match &link.holder {
+        Holder::Asked(principal) => &principal.name,
+        Holder::Sent { channel, .. } => channel,
+    }
 }
 
 /// `GET /r/{token}`: the page of an answer link; it never answers.
@@ -237,7 +256,7 @@ fn answering(state: &AppState, headers: &HeaderMap, token: &str, link: &Link) ->
     }
     let now = state.registry.clock().now();
     let session = sign_in::cookie(headers, &sign_in::session_cookie(&link.request))
-        .and_then(|value| state.links.read(value, now).ok())
+        .and_then(|value| state.links.read_session(value, now).ok())
         .filter(|session| session.request == link.request);
     match session.map(|session| session.holder) {
         Some(Holder::Asked(person)) => {

@@ -47,6 +47,12 @@ pub struct Ended {
     pub ok: Option<bool>,
 }
 
+/// The call an approval Request holds (`data.call`): only one a policy raised, never a posted Request's claim.
+pub fn held_call(request: &Value) -> Option<&Value> {
+    let raised = request.get("server").is_some() && request.get("kind").and_then(Value::as_str) == Some("approval");
+    request.get("data").and_then(|data| data.get("call")).filter(|_| raised)
+}
+
 /// Whether a link's page can answer a Request of this kind (a sampling reply is written in the inbox).
 pub fn link_answers(request: &Value) -> bool {
     request.get("kind").and_then(Value::as_str) != Some("sampling")
@@ -56,10 +62,7 @@ impl Notice {
     /// The notice of a `request.created` or `request.resolved` event's Request, with its call when known.
     pub fn of(kind: EventKind, request: &Value, call: Option<&CallView>, link: Option<String>) -> Self {
         let text = |value: Option<&Value>| value.and_then(Value::as_str).map(str::to_owned);
-        let approved = request
-            .get("data")
-            .and_then(|data| data.get("call"))
-            .filter(|_| text(request.get("kind")).as_deref() == Some("approval"));
+        let approved = held_call(request);
         let (tool, arguments, asked_by) = match (approved, call) {
             (Some(approved), _) => (
                 text(approved.get("tool")),
@@ -75,7 +78,7 @@ impl Notice {
         };
         let ended = (kind == EventKind::RequestResolved).then(|| Ended {
             status: text(request.get("status")).unwrap_or_default(),
-            answered_by: text(request.get("answeredBy")),
+            answered_by: text(request.get("answeredBy")).map(|name| visible(&name)),
             ok: request
                 .get("answer")
                 .and_then(|answer| answer.get("ok"))
@@ -89,7 +92,7 @@ impl Notice {
             server: text(request.get("server")),
             tool,
             arguments: arguments.map(|arguments| cut(&visible(&arguments.to_string()), MAX_ARGUMENTS)),
-            asked_by,
+            asked_by: asked_by.map(|name| visible(&name)),
             expires_at: text(request.get("expiresAt")),
             digest: text(request.get("data").and_then(|data| data.get("digest"))).filter(|_| approved.is_some()),
             link,
@@ -295,6 +298,14 @@ mod tests {
         assert_eq!(notice.heading(), "Declined: Allow deploy on prod?");
         assert!(notice.slack().to_string().contains("Declined by lead"));
         assert!(notice.teams()["attachments"][0]["content"].get("actions").is_none());
+    }
+
+    #[test]
+    fn a_posted_request_of_kind_approval_names_no_call() {
+        let mut posted = approval();
+        posted.as_object_mut().unwrap().remove("server");
+        let notice = Notice::of(EventKind::RequestCreated, &posted, None, None);
+        assert_eq!((notice.tool, notice.digest), (None, None));
     }
 
     #[test]

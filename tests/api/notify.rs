@@ -332,25 +332,49 @@ fn adaptive_card_violations(card: &Value) -> String {
         .collect()
 }
 
+/// The link of a Slack message's button.
+fn button_link(message: &Value) -> String {
+    message["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|block| block["type"] == "actions")
+        .map(|block| block["elements"][0]["url"].as_str().unwrap().to_owned())
+        .unwrap_or_else(|| panic!("no button in {message}"))
+}
+
+/// The next message to each of Slack and Teams, in that order.
+async fn both(messages: &mut mpsc::UnboundedReceiver<(String, Value)>) -> (Value, Value) {
+    let mut two = [next(messages).await, next(messages).await];
+    two.sort_by(|a, b| a.0.cmp(&b.0));
+    let [(_, slack), (_, teams)] = two;
+    (slack, teams)
+}
+
 #[tokio::test]
-async fn slack_and_teams_get_messages_their_schemas_take_with_a_link_that_answers() {
+async fn slack_and_teams_get_messages_their_schemas_take_with_links_that_answer_what_a_channel_may() {
     let (url, mut messages) = chat_receiver().await;
     let channels = format!(
         "[[notify]]\nname = \"sre-slack\"\nslack = {{ webhook = \"{url}/slack\" }}\n\
          [[notify]]\nname = \"sre-teams\"\nteams = {{ webhook = \"{url}/teams\" }}\nrequests = {{ servers = [\"modern\"] }}\n"
     );
     let app = spawn_app(&gated(&channels)).await;
-    let (call, approval) = held(&app, "<chat> & \"friends\"").await;
-    let mut asked = [next(&mut messages).await, next(&mut messages).await];
-    asked.sort_by(|a, b| a.0.cmp(&b.0));
-    let [(_, slack), (_, teams)] = &asked[..] else {
-        unreachable!()
-    };
-
-    assert_eq!(slack_type_errors(std::slice::from_ref(slack)), "");
+    let (status, asking) = Caller::new(&app, "agent")
+        .post(
+            "/calls?wait=20",
+            json!({"server": "modern", "tool": "confirm_action", "arguments": {"action": "<chat> & \"friends\""}}),
+        )
+        .await;
+    assert_eq!(
+        (status, asking["status"].as_str()),
+        (201, Some("input_required")),
+        "{asking}"
+    );
+    let (slack, teams) = both(&mut messages).await;
+    assert_eq!(slack_type_errors(std::slice::from_ref(&slack)), "");
     let text = slack.to_string();
     assert!(
-        text.contains("Approval needed") && text.contains("&lt;chat&gt; &amp;"),
+        text.contains("Input needed") && text.contains("&lt;chat&gt; &amp;"),
         "{text}"
     );
     let card = &teams["attachments"][0]["content"];
@@ -364,34 +388,48 @@ async fn slack_and_teams_get_messages_their_schemas_take_with_a_link_that_answer
     broken["body"][0]["type"] = json!(17);
     assert_ne!(adaptive_card_violations(&broken), "");
 
-    let slack_link = slack["blocks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|block| block["type"] == "actions")
-        .map(|block| block["elements"][0]["url"].as_str().unwrap().to_owned())
+    // The Teams card's link answers the form, as the channel.
+    let teams_link = card["actions"][0]["url"].as_str().unwrap().to_owned();
+    assert_ne!(button_link(&slack), teams_link);
+    let response = reqwest::Client::new()
+        .post(&teams_link)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("decision=accept&f.confirm=true&f.note=from+teams")
+        .send()
+        .await
         .unwrap();
-    let teams_link = card["actions"][0]["url"].as_str().unwrap();
-    assert_ne!(slack_link, teams_link);
-    let (status, page) = approve(teams_link).await;
-    assert_eq!(status, 200, "{page}");
-    let answered = Caller::new(&app, "lead").get(&format!("/requests/{approval}")).await.1;
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    let request = asking["requests"][0].as_str().unwrap();
+    let answered = Caller::new(&app, "lead").get(&format!("/requests/{request}")).await.1;
     assert_eq!(answered["answeredBy"], "sre-teams");
+    assert_eq!(
+        answered["answer"]["data"],
+        json!({"confirm": true, "note": "from teams"})
+    );
+    let (slack, teams) = both(&mut messages).await;
+    assert!(slack.to_string().contains("Answered by sre-teams"), "{slack}");
+    assert_eq!(adaptive_card_violations(&teams["attachments"][0]["content"]), "");
+
+    // An approval needs a person: a channel's link names nobody, and is refused.
+    let (call, approval) = held(&app, "approve me").await;
+    let (slack, _) = both(&mut messages).await;
+    assert!(slack.to_string().contains("Approval needed"), "{slack}");
+    let (status, page) = approve(&button_link(&slack)).await;
+    assert_eq!(status, 403, "{page}");
+    assert!(page.contains("names nobody"), "{page}");
+    let (status, _) = Caller::new(&app, "lead")
+        .post(&format!("/requests/{approval}/answer"), json!({"ok": true}))
+        .await;
+    assert_eq!(status, 200);
     let done = Caller::new(&app, "agent")
         .get(&format!("/calls/{call}?wait=20"))
         .await
         .1;
     assert_eq!(done["status"], "completed", "{done}");
-
-    let mut told = [next(&mut messages).await, next(&mut messages).await];
-    told.sort_by(|a, b| a.0.cmp(&b.0));
-    let [(_, slack), (_, teams)] = &told[..] else {
-        unreachable!()
-    };
-    assert_eq!(slack_type_errors(std::slice::from_ref(slack)), "");
-    assert!(slack.to_string().contains("Answered by sre-teams"), "{slack}");
-    assert_eq!(adaptive_card_violations(&teams["attachments"][0]["content"]), "");
-    assert!(teams.to_string().contains("Answered by sre-teams"), "{teams}");
+    let (slack, teams) = both(&mut messages).await;
+    assert_eq!(slack_type_errors(std::slice::from_ref(&slack)), "");
+    assert!(slack.to_string().contains("Answered by lead"), "{slack}");
+    assert!(teams.to_string().contains("Answered by lead"), "{teams}");
 }
 
 #[tokio::test]
@@ -430,18 +468,12 @@ async fn an_approval_nobody_answered_in_time_is_escalated_on_the_gateways_clock_
     );
     assert!(!text.contains(&answered), "{text}");
     assert_eq!(slack_type_errors(std::slice::from_ref(&message)), "");
-    // Its link answers.
-    let link = message["blocks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|block| block["type"] == "actions")
-        .map(|block| block["elements"][0]["url"].as_str().unwrap().to_owned())
-        .unwrap();
-    let (status, page) = approve(&link).await;
-    assert_eq!(status, 200, "{page}");
+    // Its link shows the approval; being a channel's, it does not approve it.
+    let link = button_link(&message);
+    assert_eq!(reqwest::get(&link).await.unwrap().status(), 200);
+    assert_eq!(approve(&link).await.0, 403);
     assert_eq!(
-        Caller::new(&app, "lead").get(&format!("/requests/{waiting}")).await.1["answeredBy"],
-        "sre-lead"
+        Caller::new(&app, "lead").get(&format!("/requests/{waiting}")).await.1["status"],
+        "pending"
     );
 }

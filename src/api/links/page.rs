@@ -53,7 +53,7 @@ pub fn notice(heading: &str, text: &str) -> String {
         &format!(
             "<h1>{}</h1>\n<p class=\"notice\">{}</p>\n",
             escape(heading),
-            escape(text)
+            escape(&visible(text))
         ),
     )
 }
@@ -158,22 +158,26 @@ pub fn request(
             .unwrap_or_default();
         let _ = writeln!(
             body,
-            "<p class=\"notice\">This Request is {}{}: nothing is left to answer.</p>",
+            "<p class=\"notice\">This Request is {}<bdi>{}</bdi>: nothing is left to answer.</p>",
             escape(view.status.as_str()),
-            escape(&by)
+            escape(&visible(&by))
         );
         return document(&heading, &body);
     }
     if let Some(problem) = problem {
-        let _ = writeln!(body, "<p class=\"problem\" role=\"alert\">{}</p>", escape(problem));
+        let _ = writeln!(
+            body,
+            "<p class=\"problem\" role=\"alert\">{}</p>",
+            escape(&visible(problem))
+        );
         if !violations.is_empty() {
             body.push_str("<ul class=\"problem\">\n");
             for violation in violations {
                 let _ = writeln!(
                     body,
                     "<li><code>{}</code>: {}</li>",
-                    escape(&violation.path),
-                    escape(&violation.message)
+                    escape(&visible(&violation.path)),
+                    escape(&visible(&violation.message))
                 );
             }
             body.push_str("</ul>\n");

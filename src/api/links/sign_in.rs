@@ -255,7 +255,7 @@ pub async fn signed_in(
     if let Ok(location) = HeaderValue::from_str(&format!("{PATH}{}", attempt.token)) {
         headers.insert(header::LOCATION, location);
     }
-    let sealed = state.links.token(&session);
+    let sealed = state.links.session(&session);
     headers.append(
         header::SET_COOKIE,
         set_cookie(&state, &session_cookie(&link.request), &sealed, lifetime),
