@@ -168,10 +168,12 @@ pub async fn start(
                 Destination::Email(email) => {
                     let transport = transport(email, channel.timeout)?;
                     for to in &email.to {
-                        let receiver = MailTo {
+                        let receiver = Recipient {
                             key: format!("{KEY_PREFIX}{}:{}{suffix}", channel.name, to.email),
-                            to: to.clone(),
-                            transport: transport.clone(),
+                            via: Via::Mail {
+                                to: to.clone(),
+                                transport: transport.clone(),
+                            },
                             told,
                             channel: channel.clone(),
                             context: context.clone(),
@@ -180,10 +182,12 @@ pub async fn start(
                     }
                 }
                 Destination::Slack(url) | Destination::Teams(url) => {
-                    let receiver = Chat {
+                    let receiver = Recipient {
                         key: format!("{KEY_PREFIX}{}{suffix}", channel.name),
-                        url: url.clone(),
-                        client: if channel.allow_link_local { &open } else { &guarded }.clone(),
+                        via: Via::Chat {
+                            url: url.clone(),
+                            client: if channel.allow_link_local { &open } else { &guarded }.clone(),
+                        },
                         told,
                         channel: channel.clone(),
                         context: context.clone(),
@@ -263,9 +267,7 @@ impl Context {
             Err(error) => Err(error.to_string()),
         }
     }
-}
 
-impl Context {
     /// What to tell of `event`, with a link for `holder` when the Request is new and answerable by one.
     async fn notice(&self, event: &Event, told: Told, holder: Holder) -> Result<Notice, String> {
         let request: Value = serde_json::from_str(&event.data).map_err(|error| error.to_string())?;
@@ -311,17 +313,26 @@ impl Context {
     }
 }
 
-/// One recipient of a mail channel.
-struct MailTo {
+/// One destination of a channel, told of Requests or of escalations: a mail recipient, or the chat channel.
+struct Recipient {
     key: String,
-    to: Mailbox,
-    transport: AsyncSmtpTransport<Tokio1Executor>,
+    via: Via,
     told: Told,
     channel: Arc<Channel>,
     context: Arc<Context>,
 }
 
-impl Receiver for MailTo {
+/// How a destination is reached.
+enum Via {
+    Mail {
+        to: Mailbox,
+        transport: AsyncSmtpTransport<Tokio1Executor>,
+    },
+    /// A Slack or Teams webhook.
+    Chat { url: Url, client: reqwest::Client },
+}
+
+impl Receiver for Recipient {
     fn key(&self) -> &str {
         &self.key
     }
@@ -335,28 +346,41 @@ impl Receiver for MailTo {
     }
 
     async fn deliver(&self, event: &Event) -> Result<Delivered, String> {
-        let Destination::Email(email) = &self.channel.destination else {
-            return Err("not a mail channel".to_owned());
-        };
         if !self.context.still_pending_after(event, self.told).await? {
             return Ok(Delivered::Skipped);
         }
-        if !self.channel.allow_link_local {
-            refuse_link_local(&email.host, email.port).await?;
-        }
         let holder = Holder::Sent {
             channel: self.channel.name.clone(),
-            to: Some(self.to.email.to_string()),
+            to: match &self.via {
+                Via::Mail { to, .. } => Some(to.email.to_string()),
+                Via::Chat { .. } => None,
+            },
         };
         let notice = self.context.notice(event, self.told, holder).await?;
-        let mail = notice
-            .mail(email.from.clone(), self.to.clone())
-            .map_err(|error| format!("the message could not be built: {error}"))?;
-        self.transport
-            .send(mail)
-            .await
-            .map(|_| Delivered::Sent)
-            .map_err(|error| format!("the mail server refused it: {}", outbox::causes(&error)))
+        match (&self.via, &self.channel.destination) {
+            (Via::Mail { to, transport }, Destination::Email(email)) => {
+                if !self.channel.allow_link_local {
+                    refuse_link_local(&email.host, email.port).await?;
+                }
+                let mail = notice
+                    .mail(email.from.clone(), to.clone())
+                    .map_err(|error| format!("the message could not be built: {error}"))?;
+                transport
+                    .send(mail)
+                    .await
+                    .map(|_| Delivered::Sent)
+                    .map_err(|error| format!("the mail server refused it: {}", outbox::causes(&error)))
+            }
+            (Via::Chat { url, client }, destination) => {
+                let body = match destination {
+                    Destination::Teams(_) => notice.teams(),
+                    _ => notice.slack(),
+                };
+                let request = client.post(url.clone()).timeout(self.channel.timeout).json(&body);
+                webhooks::posted(request.send().await).map(|()| Delivered::Sent)
+            }
+            (Via::Mail { .. }, _) => Err("a mail recipient of a channel that sends no mail".to_owned()),
+        }
     }
 
     fn count(&self, outcome: &str) {
@@ -379,53 +403,4 @@ async fn refuse_link_local(host: &str, port: u16) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// A Slack or Teams channel.
-struct Chat {
-    key: String,
-    url: Url,
-    client: reqwest::Client,
-    told: Told,
-    channel: Arc<Channel>,
-    context: Arc<Context>,
-}
-
-impl Receiver for Chat {
-    fn key(&self) -> &str {
-        &self.key
-    }
-
-    fn wants(&self, event: &Event) -> bool {
-        self.context.wants(&self.channel, self.told, event)
-    }
-
-    fn attempts(&self) -> u32 {
-        self.channel.attempts
-    }
-
-    async fn deliver(&self, event: &Event) -> Result<Delivered, String> {
-        if !self.context.still_pending_after(event, self.told).await? {
-            return Ok(Delivered::Skipped);
-        }
-        let holder = Holder::Sent {
-            channel: self.channel.name.clone(),
-            to: None,
-        };
-        let notice = self.context.notice(event, self.told, holder).await?;
-        let body = match self.channel.destination {
-            Destination::Teams(_) => notice.teams(),
-            _ => notice.slack(),
-        };
-        let request = self
-            .client
-            .post(self.url.clone())
-            .timeout(self.channel.timeout)
-            .json(&body);
-        webhooks::posted(request.send().await).map(|()| Delivered::Sent)
-    }
-
-    fn count(&self, outcome: &str) {
-        self.context.count(&self.channel.name, outcome);
-    }
 }
