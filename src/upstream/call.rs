@@ -567,7 +567,18 @@ fn describe(error: &ServiceError) -> String {
         ServiceError::McpError(error) => format!("the upstream returned error {}: {}", error.code.0, error.message),
         // Whichever notices first, rmcp's service or the transport's end of input, the call ends alike.
         ServiceError::TransportClosed => super::stdio::ENDED.to_owned(),
-        other => format!("the upstream call failed: {other}"),
+        other => format!("the upstream call failed: {}", without_type_names(other)),
+    }
+}
+
+/// A service error as people read it: a transport's failure by what failed, not by the Rust type of the
+/// transport that rmcp names in its message.
+pub(super) fn without_type_names(error: &ServiceError) -> String {
+    match error {
+        ServiceError::TransportSend(sent) => {
+            format!("the request could not be sent: {}", crate::outbox::causes(&*sent.error))
+        }
+        other => other.to_string(),
     }
 }
 
@@ -691,5 +702,20 @@ mod tests {
         ] {
             assert_eq!(completed_json(other), not_a_call_tool_result());
         }
+    }
+
+    #[test]
+    fn a_transport_failure_says_what_failed_and_names_no_rust_type() {
+        let io = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the server's input is closed");
+        let sent = rmcp::transport::DynamicTransportError::from_parts(
+            "toolnexus_gateway::upstream::connect::EofWatch<rmcp::transport::io::Transport>",
+            std::any::TypeId::of::<()>(),
+            Box::new(io),
+        );
+        let described = describe(&ServiceError::TransportSend(sent));
+        assert_eq!(
+            described,
+            "the upstream call failed: the request could not be sent: the server's input is closed"
+        );
     }
 }

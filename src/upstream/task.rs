@@ -396,7 +396,10 @@ fn failed(task: &str, method: &str, error: &ServiceError) -> Finish {
              task: an input request of a kind MCP does not define, or an experimental task of 2025-11-25, which is \
              followed only on the session it began on"
         )),
-        other => Finish::failed(format!("{method} for the call's task {task} failed: {other}")),
+        other => Finish::failed(format!(
+            "{method} for the call's task {task} failed: {}",
+            super::call::without_type_names(other)
+        )),
     }
 }
 
