@@ -6,11 +6,13 @@
 
 mod message;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lettre::message::Mailbox;
 use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 use reqwest::Url;
 use serde_json::Value;
@@ -118,8 +120,8 @@ enum Told {
 }
 
 /// Starts the receivers of every channel, delivering as `holder`. A channel that an approval policy escalates
-/// to is told only of those escalations, once for each wait that names it. Fails only when a client cannot be
-/// built.
+/// to is told only of those escalations, once for each wait that names it. Fails only when an HTTP client cannot
+/// be built.
 #[allow(clippy::too_many_arguments, reason = "what a gateway's background work needs, named")]
 pub async fn start(
     channels: Vec<Channel>,
@@ -166,14 +168,10 @@ pub async fn start(
             };
             match &channel.destination {
                 Destination::Email(email) => {
-                    let transport = transport(email, channel.timeout)?;
                     for to in &email.to {
                         let receiver = Recipient {
                             key: format!("{KEY_PREFIX}{}:{}{suffix}", channel.name, to.email),
-                            via: Via::Mail {
-                                to: to.clone(),
-                                transport: transport.clone(),
-                            },
+                            via: Via::Mail { to: to.clone() },
                             told,
                             channel: channel.clone(),
                             context: context.clone(),
@@ -200,15 +198,19 @@ pub async fn start(
     Ok(())
 }
 
-/// The SMTP client of a mail channel.
-fn transport(email: &Email, timeout: Duration) -> anyhow::Result<AsyncSmtpTransport<Tokio1Executor>> {
-    let host = email.host.as_str();
-    let builder = match email.security {
-        Security::Tls => AsyncSmtpTransport::<Tokio1Executor>::relay(host)?,
-        Security::StartTls => AsyncSmtpTransport::<Tokio1Executor>::starttls_relay(host)?,
-        Security::None => AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host),
+/// The SMTP client of a mail channel, connecting to `address` (the host's, as resolved and checked) and checking
+/// the server's certificate against the host's name.
+fn transport(email: &Email, address: IpAddr, timeout: Duration) -> Result<AsyncSmtpTransport<Tokio1Executor>, String> {
+    let tls = || TlsParameters::new(email.host.clone()).map_err(|error| format!("TLS for {}: {error}", email.host));
+    let tls = match email.security {
+        Security::Tls => Tls::Wrapper(tls()?),
+        Security::StartTls => Tls::Required(tls()?),
+        Security::None => Tls::None,
     };
-    let mut builder = builder.port(email.port).timeout(Some(timeout));
+    let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(address.to_string())
+        .port(email.port)
+        .tls(tls)
+        .timeout(Some(timeout));
     if let Some((username, password)) = &email.credentials {
         builder = builder.credentials(Credentials::new(username.clone(), password.clone()));
     }
@@ -326,10 +328,12 @@ struct Recipient {
 enum Via {
     Mail {
         to: Mailbox,
-        transport: AsyncSmtpTransport<Tokio1Executor>,
     },
     /// A Slack or Teams webhook.
-    Chat { url: Url, client: reqwest::Client },
+    Chat {
+        url: Url,
+        client: reqwest::Client,
+    },
 }
 
 impl Receiver for Recipient {
@@ -358,14 +362,12 @@ impl Receiver for Recipient {
         };
         let notice = self.context.notice(event, self.told, holder).await?;
         match (&self.via, &self.channel.destination) {
-            (Via::Mail { to, transport }, Destination::Email(email)) => {
-                if !self.channel.allow_link_local {
-                    refuse_link_local(&email.host, email.port).await?;
-                }
+            (Via::Mail { to }, Destination::Email(email)) => {
+                let address = resolve(&email.host, email.port, self.channel.allow_link_local).await?;
                 let mail = notice
                     .mail(email.from.clone(), to.clone())
                     .map_err(|error| format!("the message could not be built: {error}"))?;
-                transport
+                transport(email, address, self.channel.timeout)?
                     .send(mail)
                     .await
                     .map(|_| Delivered::Sent)
@@ -388,19 +390,43 @@ impl Receiver for Recipient {
     }
 }
 
-/// Refuses a mail server whose name resolves to a link-local or metadata address, as webhooks' are refused.
-async fn refuse_link_local(host: &str, port: u16) -> Result<(), String> {
-    let addresses = tokio::net::lookup_host((host, port))
+/// The address of a mail server to connect to: the first its name resolves to. Unless `allow_link_local`, a
+/// name that resolves to a link-local or metadata address is refused, as webhooks' are; the connection goes to
+/// the address checked, so the name cannot resolve elsewhere in between.
+async fn resolve(host: &str, port: u16, allow_link_local: bool) -> Result<IpAddr, String> {
+    let addresses: Vec<IpAddr> = tokio::net::lookup_host((host, port))
         .await
-        .map_err(|error| format!("{host} could not be resolved: {error}"))?;
-    for address in addresses {
-        if let Some(why) = egress::refusal(address.ip()) {
-            return Err(format!(
-                "{host} resolves to {}, which is {why}: notifications do not go there unless the channel sets \
-                 allow_link_local = true",
-                address.ip()
-            ));
-        }
+        .map_err(|error| format!("{host} could not be resolved: {error}"))?
+        .map(|address| address.ip())
+        .collect();
+    if !allow_link_local
+        && let Some((address, why)) = addresses
+            .iter()
+            .find_map(|address| egress::refusal(*address).map(|why| (address, why)))
+    {
+        return Err(format!(
+            "{host} resolves to {address}, which is {why}: notifications do not go there unless the channel sets \
+             allow_link_local = true"
+        ));
     }
-    Ok(())
+    addresses
+        .first()
+        .copied()
+        .ok_or_else(|| format!("{host} resolves to no address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_mail_server_at_a_link_local_or_metadata_address_is_refused_unless_allowed() {
+        let refused = resolve("169.254.169.254", 25, false).await.unwrap_err();
+        assert!(refused.contains("allow_link_local"), "{refused}");
+        assert_eq!(
+            resolve("169.254.169.254", 25, true).await,
+            Ok("169.254.169.254".parse().unwrap())
+        );
+        assert_eq!(resolve("127.0.0.1", 25, false).await, Ok("127.0.0.1".parse().unwrap()));
+    }
 }
