@@ -221,6 +221,10 @@ pub fn digest(arguments: &Value) -> String {
         .collect()
 }
 
+/// The key under `data.call` of an approval that keeps its caller's verified email, when the caller signed in
+/// with one: what a mailed link is told apart from.
+pub const CALLER_EMAIL: &str = "callerEmail";
+
 /// The `data` of an approval Request: the call as it will be forwarded, its digest, and who may answer.
 pub fn request_data(
     server: &str,

@@ -37,11 +37,11 @@ pub enum Refusal {
     /// The approval's policy lists who may answer it, and not this principal.
     #[error("{0} is not among the approvers of this call")]
     NotAnApprover(String),
-    /// A link a chat channel posted names nobody, and an approval needs a person the call's own principal can be
-    /// told apart from.
+    /// A link a channel sent names nobody the call's principal or the other approvers can be told apart from:
+    /// a chat channel's names nobody at all, a mailed one only an address.
     #[error(
-        "a link posted to {0} names nobody, and an approval needs a person: answer it in the inbox, or have people \
-         sign in first (links.sign_in)"
+        "a link sent to {0} does not say who answers well enough to approve this call: answer it in the inbox, or \
+         have people sign in first (links.sign_in)"
     )]
     Unidentified(String),
 }
@@ -220,19 +220,25 @@ pub fn may_answer(view: &RequestView, principal: &Principal) -> Result<(), Refus
     if view.owner.as_deref() == Some(principal.id.as_str()) && own {
         return Err(Refusal::OwnCall(principal.name.clone()));
     }
-    // A link a channel sent answers as the address it went to, or as nobody: the call's principal is told apart
-    // from it by the name the approval shows for the caller (refusing more, never less), and a call of the one
-    // anonymous principal of a gateway without tokens has nobody to tell apart.
+    // A link a channel sent answers as the address it went to, or as nobody. That address is no identity the
+    // call's principal or another approver is known by, so: a channel's link approves nothing; a mailed one
+    // approves no call whose caller the approval names by that address (its name or verified email, in any
+    // case), and takes no part in an approval that needs several people, where it could count one person
+    // twice. Signing in first (`links.sign_in`) answers as the person instead. A call of the one anonymous
+    // principal of a gateway without tokens has nobody to tell apart.
     if let SignIn::Link { asked: None, to } = &principal.signed_in
         && view.owner.as_deref() != Some(ANONYMOUS)
     {
-        let caller = data
-            .and_then(|data| data.get("call"))
-            .and_then(|call| call.get("caller"))
-            .and_then(serde_json::Value::as_str);
+        let call = data.and_then(|data| data.get("call"));
+        let named = |key: &str, address: &str| {
+            call.and_then(|call| call.get(key))
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|name| name.eq_ignore_ascii_case(address))
+        };
         match to {
             None => return Err(Refusal::Unidentified(principal.name.clone())),
-            Some(address) if own && caller == Some(address.as_str()) => {
+            Some(_) if approvals::quorum(data) > 1 => return Err(Refusal::Unidentified(principal.name.clone())),
+            Some(address) if own && (named("caller", address) || named(approvals::CALLER_EMAIL, address)) => {
                 return Err(Refusal::OwnCall(principal.name.clone()));
             }
             Some(_) => {}
@@ -441,7 +447,30 @@ mod tests {
             may_answer(&approval, &sent(Some("alice@example.com"))),
             Err(Refusal::OwnCall(_))
         ));
+        assert!(matches!(
+            may_answer(&approval, &sent(Some("ALICE@example.com"))),
+            Err(Refusal::OwnCall(_))
+        ));
         assert!(may_answer(&approval, &sent(Some("bob@example.com"))).is_ok());
+        // The caller known by another name, and by the verified email the approval keeps.
+        let mut known = approvals::request_data("demo", "echo", &json!({}), "alice", &[], false, 1);
+        known["call"][approvals::CALLER_EMAIL] = json!("alice@example.com");
+        let known = pending(
+            RequestKind::Approval,
+            "https://idp.example.com#alice",
+            Value::Object(known),
+        );
+        assert!(matches!(
+            may_answer(&known, &sent(Some("alice@example.com"))),
+            Err(Refusal::OwnCall(_))
+        ));
+        // Two people: a mailed link could be a person counted already, under another name.
+        let two = approvals::request_data("demo", "echo", &json!({}), "ci", &[], false, 2);
+        let two = pending(RequestKind::Approval, "ci", Value::Object(two));
+        assert!(matches!(
+            may_answer(&two, &sent(Some("bob@example.com"))),
+            Err(Refusal::Unidentified(_))
+        ));
         // An elicitation is answered by whoever it reaches; a gateway without tokens tells nobody apart.
         let input = pending(
             RequestKind::Input,

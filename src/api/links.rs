@@ -146,7 +146,7 @@ pub async fn open(State(state): State<AppState>, Path(token): Path<String>, head
         (status = 200, description = "Answered (or, for an approval that needs several people, counted)", content_type = "text/html", body = String),
         (status = 400, description = "The form says no decision", content_type = "text/html", body = String),
         (status = 401, description = "With links.sign_in: nobody has signed in for this link yet", content_type = "text/html", body = String),
-        (status = 403, description = "The link's holder may not answer this Request", content_type = "text/html", body = String),
+        (status = 403, description = "The link's holder may not answer this Request, or the form was posted from another page", content_type = "text/html", body = String),
         (status = 404, description = "The link is not valid", content_type = "text/html", body = String),
         (status = 409, description = "This person's approval is counted already, or the Request was just answered otherwise", content_type = "text/html", body = String),
         (status = 410, description = "The link has expired, or the Request is no longer pending: the page says how it ended", content_type = "text/html", body = String),
@@ -165,6 +165,18 @@ pub async fn answer(
         Ok(body) => body,
         Err(rejection) => return html(rejection.status(), page::notice("Not answered", &rejection.body_text())),
     };
+    // Only the page's own form answers: a browser says where a post comes from, and one from another page (a
+    // sibling site that learnt a link, while its person is signed in) answers nothing.
+    let from = headers.get("sec-fetch-site").and_then(|value| value.to_str().ok());
+    if from.is_some_and(|from| !matches!(from, "same-origin" | "none")) {
+        return html(
+            StatusCode::FORBIDDEN,
+            page::notice(
+                "Not answered",
+                "Only the link's own page answers: open the link and answer there.",
+            ),
+        );
+    }
     let (link, view) = match read(&state, &token).await {
         Ok(read) => read,
         Err(refused) => return refused,

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::legs::{LegError, Work};
 use super::{CallRef, Upstreams};
 use crate::approvals::{self, ApprovalPolicy};
-use crate::auth::Principal;
+use crate::auth::{Principal, SignIn};
 use crate::ids::{self, CallId, RequestId};
 use crate::records::{CallError, CallFailure, CallView, Finish, RequestView, Status};
 use crate::registry::{Origin, Waiting};
@@ -41,7 +41,7 @@ impl Upstreams {
     /// `input_required` meanwhile. When the approval cannot be raised, the call fails saying why. The approval
     /// names its caller as people know them (`by`'s name); its `owner` is `by`'s identity.
     pub(super) async fn hold_for_approval(self: &Arc<Self>, policy: &ApprovalPolicy, view: &CallView, by: &Principal) {
-        let data = approvals::request_data(
+        let mut data = approvals::request_data(
             &view.server,
             &view.tool,
             &view.arguments.to_value(),
@@ -50,6 +50,11 @@ impl Upstreams {
             policy.self_approval,
             policy.quorum,
         );
+        if let SignIn::Oidc { email: Some(email), .. } = &by.signed_in
+            && let Some(Value::Object(call)) = data.get_mut("call")
+        {
+            call.insert(approvals::CALLER_EMAIL.to_owned(), Value::String(email.clone()));
+        }
         let request = Request {
             id: RequestId::mint(ids::APPROVAL),
             kind: RequestKind::Approval,

@@ -101,6 +101,17 @@ async fn an_approval_is_answered_through_its_link_once_and_opening_it_answers_no
     assert_eq!(open(&url).await.0, 200);
     assert_eq!(request(&app, &approval).await["status"], "pending");
 
+    // A post from another page (another site that learnt the link) answers nothing.
+    let across = reqwest::Client::new()
+        .post(&url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("sec-fetch-site", "cross-site")
+        .body("decision=approve")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(across.status(), 403);
+    assert_eq!(request(&app, &approval).await["status"], "pending");
     let (status, page) = submit(&url, &[("decision", "approve")]).await;
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("Thank you, lead"), "{page}");

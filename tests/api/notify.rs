@@ -416,7 +416,7 @@ async fn slack_and_teams_get_messages_their_schemas_take_with_links_that_answer_
     assert!(slack.to_string().contains("Approval needed"), "{slack}");
     let (status, page) = approve(&button_link(&slack)).await;
     assert_eq!(status, 403, "{page}");
-    assert!(page.contains("names nobody"), "{page}");
+    assert!(page.contains("does not say who answers"), "{page}");
     let (status, _) = Caller::new(&app, "lead")
         .post(&format!("/requests/{approval}/answer"), json!({"ok": true}))
         .await;
