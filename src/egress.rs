@@ -46,8 +46,8 @@ fn is_metadata_name(name: &str) -> bool {
     METADATA_NAMES.contains(&name.as_str())
 }
 
-/// A DNS resolver that fails a name resolving to any link-local or metadata address, so that a name in a
-/// webhook's URL cannot lead a delivery where a literal address could not. It resolves like the default
+/// A DNS resolver that fails a name resolving to any link-local or metadata address ([`guarded_lookup`]), so that
+/// a name in a webhook's URL cannot lead a delivery where a literal address could not. It resolves like the default
 /// (the system's `getaddrinfo` on a blocking thread); a URL naming an address is not resolved, and is
 /// checked when the config is read instead.
 #[derive(Debug, Clone, Copy, Default)]
@@ -57,27 +57,52 @@ impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            if is_metadata_name(&host) {
-                return Err(Refused::new(host, None, "a cloud metadata service").into());
-            }
-            let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let refused = addresses
-                .iter()
-                .find_map(|address| refusal(address.ip()).map(|why| (address.ip(), why)));
-            if let Some((address, why)) = refused {
-                return Err(Refused::new(host, Some(address), why).into());
-            }
+            let addresses = match guarded_lookup(&host, 0).await {
+                Ok(addresses) => addresses,
+                Err(Lookup::Refused(refused)) => return Err(refused.into()),
+                Err(Lookup::Failed(error)) => return Err(error.into()),
+            };
             let addresses: Addrs = Box::new(addresses.into_iter());
             Ok(addresses)
         })
     }
 }
 
-/// A name refused by [`GuardedResolver`].
+/// Why [`guarded_lookup`] gave no addresses.
+#[derive(Debug)]
+pub enum Lookup {
+    Refused(Refused),
+    Failed(std::io::Error),
+}
+
+/// The addresses `host` resolves to, with `port`; refused when it is a metadata name or resolves to any
+/// link-local or metadata address.
+pub async fn guarded_lookup(host: &str, port: u16) -> Result<Vec<SocketAddr>, Lookup> {
+    if is_metadata_name(host) {
+        return Err(Lookup::Refused(Refused::new(
+            host.to_owned(),
+            None,
+            "a cloud metadata service",
+        )));
+    }
+    let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(Lookup::Failed)?
+        .collect();
+    let refused = addresses
+        .iter()
+        .find_map(|address| refusal(address.ip()).map(|why| (address.ip(), why)));
+    if let Some((address, why)) = refused {
+        return Err(Lookup::Refused(Refused::new(host.to_owned(), Some(address), why)));
+    }
+    Ok(addresses)
+}
+
+/// A name refused by [`guarded_lookup`]; its message is a webhook's.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "{host}{} is {why}: webhooks do not post there unless the webhook sets allow_link_local = true",
-    address.map(|address| format!(" resolves to {address}, which")).unwrap_or_default()
+    "{}: webhooks do not post there unless the webhook sets allow_link_local = true",
+    self.reason()
 )]
 pub struct Refused {
     host: String,
@@ -88,6 +113,16 @@ pub struct Refused {
 impl Refused {
     fn new(host: String, address: Option<IpAddr>, why: &'static str) -> Self {
         Self { host, address, why }
+    }
+
+    /// What was refused and why, such as `"169.254.169.254 resolves to 169.254.169.254, which is a cloud
+    /// metadata address"`.
+    pub fn reason(&self) -> String {
+        let resolved = self
+            .address
+            .map(|address| format!(" resolves to {address}, which"))
+            .unwrap_or_default();
+        format!("{}{resolved} is {}", self.host, self.why)
     }
 }
 

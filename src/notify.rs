@@ -250,9 +250,8 @@ impl Context {
 
     /// Waits until an escalated Request's wait is over; whether it is still pending then (only then is the
     /// channel told).
-    async fn still_pending_after(&self, event: &Event, told: Told) -> Result<bool, String> {
+    async fn still_pending_after(&self, request: &Value, told: Told) -> Result<bool, String> {
         let Told::Escalated(after) = told else { return Ok(true) };
-        let request: Value = serde_json::from_str(&event.data).map_err(|error| error.to_string())?;
         let created = request
             .get("createdAt")
             .and_then(Value::as_str)
@@ -270,24 +269,24 @@ impl Context {
         }
     }
 
-    /// What to tell of `event`, with a link for `holder` when the Request is new and answerable by one.
-    async fn notice(&self, event: &Event, told: Told, holder: Holder) -> Result<Notice, String> {
-        let request: Value = serde_json::from_str(&event.data).map_err(|error| error.to_string())?;
+    /// What to tell of a `kind` event of `request`, with a link for `holder` when the Request is new and
+    /// answerable by one.
+    async fn notice(&self, kind: EventKind, request: &Value, told: Told, holder: Holder) -> Result<Notice, String> {
         let call = match request
             .get("call")
             .and_then(Value::as_str)
             .and_then(crate::ids::CallId::parse)
         {
-            Some(call) if event.kind == EventKind::RequestCreated => {
+            Some(call) if kind == EventKind::RequestCreated => {
                 self.store.call(&call).await.map_err(|error| error.to_string())?
             }
             _ => None,
         };
-        let link = match (event.kind, message::link_answers(&request)) {
-            (EventKind::RequestCreated, true) => self.link(&request, holder),
+        let link = match (kind, message::link_answers(request)) {
+            (EventKind::RequestCreated, true) => self.link(request, holder),
             _ => None,
         };
-        let mut notice = Notice::of(event.kind, &request, call.as_ref(), link);
+        let mut notice = Notice::of(kind, request, call.as_ref(), link);
         if let Told::Escalated(after) = told {
             notice.waited = Some(after);
         }
@@ -350,7 +349,8 @@ impl Receiver for Recipient {
     }
 
     async fn deliver(&self, event: &Event) -> Result<Delivered, String> {
-        if !self.context.still_pending_after(event, self.told).await? {
+        let request: Value = serde_json::from_str(&event.data).map_err(|error| error.to_string())?;
+        if !self.context.still_pending_after(&request, self.told).await? {
             return Ok(Delivered::Skipped);
         }
         let holder = Holder::Sent {
@@ -360,7 +360,7 @@ impl Receiver for Recipient {
                 Via::Chat { .. } => None,
             },
         };
-        let notice = self.context.notice(event, self.told, holder).await?;
+        let notice = self.context.notice(event.kind, &request, self.told, holder).await?;
         match (&self.via, &self.channel.destination) {
             (Via::Mail { to }, Destination::Email(email)) => {
                 let address = resolve(&email.host, email.port, self.channel.allow_link_local).await?;
@@ -394,24 +394,24 @@ impl Receiver for Recipient {
 /// name that resolves to a link-local or metadata address is refused, as webhooks' are; the connection goes to
 /// the address checked, so the name cannot resolve elsewhere in between.
 async fn resolve(host: &str, port: u16, allow_link_local: bool) -> Result<IpAddr, String> {
-    let addresses: Vec<IpAddr> = tokio::net::lookup_host((host, port))
-        .await
-        .map_err(|error| format!("{host} could not be resolved: {error}"))?
-        .map(|address| address.ip())
-        .collect();
-    if !allow_link_local
-        && let Some((address, why)) = addresses
-            .iter()
-            .find_map(|address| egress::refusal(*address).map(|why| (address, why)))
-    {
-        return Err(format!(
-            "{host} resolves to {address}, which is {why}: notifications do not go there unless the channel sets \
-             allow_link_local = true"
-        ));
-    }
+    let resolved = if allow_link_local {
+        tokio::net::lookup_host((host, port))
+            .await
+            .map(Iterator::collect)
+            .map_err(egress::Lookup::Failed)
+    } else {
+        egress::guarded_lookup(host, port).await
+    };
+    let addresses: Vec<std::net::SocketAddr> = resolved.map_err(|error| match error {
+        egress::Lookup::Refused(refused) => format!(
+            "{}: notifications do not go there unless the channel sets allow_link_local = true",
+            refused.reason()
+        ),
+        egress::Lookup::Failed(error) => format!("{host} could not be resolved: {error}"),
+    })?;
     addresses
         .first()
-        .copied()
+        .map(std::net::SocketAddr::ip)
         .ok_or_else(|| format!("{host} resolves to no address"))
 }
 
@@ -428,5 +428,7 @@ mod tests {
             Ok("169.254.169.254".parse().unwrap())
         );
         assert_eq!(resolve("127.0.0.1", 25, false).await, Ok("127.0.0.1".parse().unwrap()));
+        let named = resolve("metadata.google.internal", 25, false).await.unwrap_err();
+        assert!(named.contains("cloud metadata service"), "{named}");
     }
 }
