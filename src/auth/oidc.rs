@@ -207,6 +207,11 @@ impl Oidc {
         &self.settings.issuer
     }
 
+    /// The HTTP client that asks the provider: a short timeout, no redirects followed.
+    pub fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
     /// What the inbox needs to sign in here, when it does.
     pub fn inbox(&self) -> Option<&InboxSignIn> {
         self.inbox.as_ref()

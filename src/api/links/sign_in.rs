@@ -143,15 +143,22 @@ pub async fn sign_in(State(state): State<AppState>, Path(token): Path<String>) -
         .append_pair("state", &state_value)
         .append_pair("code_challenge", &challenge)
         .append_pair("code_challenge_method", "S256");
+    see_other(
+        url.as_str(),
+        [set_cookie(&state, ATTEMPT_COOKIE, &sealed, ATTEMPT_LIFETIME)],
+    )
+}
+
+/// A `303` to `location` that sets `cookies`, neither cached nor telling the next page where it came from.
+fn see_other<const N: usize>(location: &str, cookies: [HeaderValue; N]) -> Response {
     let mut response = StatusCode::SEE_OTHER.into_response();
     let headers = response.headers_mut();
-    if let Ok(location) = HeaderValue::from_str(url.as_str()) {
+    if let Ok(location) = HeaderValue::from_str(location) {
         headers.insert(header::LOCATION, location);
     }
-    headers.insert(
-        header::SET_COOKIE,
-        set_cookie(&state, ATTEMPT_COOKIE, &sealed, ATTEMPT_LIFETIME),
-    );
+    for cookie in cookies {
+        headers.append(header::SET_COOKIE, cookie);
+    }
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     response
@@ -250,39 +257,25 @@ pub async fn signed_in(
         expires_at: link.expires_at.min(now.after(SESSION_LIFETIME)),
     };
     let lifetime = state.registry.clock().until(session.expires_at);
-    let mut response = StatusCode::SEE_OTHER.into_response();
-    let headers = response.headers_mut();
-    if let Ok(location) = HeaderValue::from_str(&format!("{PATH}{}", attempt.token)) {
-        headers.insert(header::LOCATION, location);
-    }
     let sealed = state.links.session(&session);
-    headers.append(
-        header::SET_COOKIE,
-        set_cookie(&state, &session_cookie(&link.request), &sealed, lifetime),
-    );
-    headers.append(
-        header::SET_COOKIE,
-        set_cookie(&state, ATTEMPT_COOKIE, "", Duration::ZERO),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
-    response
+    see_other(
+        &format!("{PATH}{}", attempt.token),
+        [
+            set_cookie(&state, &session_cookie(&link.request), &sealed, lifetime),
+            set_cookie(&state, ATTEMPT_COOKIE, "", Duration::ZERO),
+        ],
+    )
 }
 
 /// Trades the provider's `code` for an access token, with the attempt's PKCE `verifier`.
 async fn token_of(state: &AppState, code: &str, verifier: &str) -> Result<String, Response> {
     let unreachable = |why: String| html(StatusCode::BAD_GATEWAY, page::notice("Not signed in", &why));
-    let provider = state
+    let (client, provider) = state
         .auth
         .authenticator
         .oidc()
-        .and_then(|oidc| oidc.inbox())
+        .and_then(|oidc| Some((oidc.client(), oidc.inbox()?)))
         .ok_or_else(|| unreachable("no provider is configured".to_owned()))?;
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(10))
-        .build()
-        .map_err(|error| unreachable(error.to_string()))?;
     let form = [
         ("grant_type", "authorization_code"),
         ("code", code),
