@@ -155,7 +155,12 @@ impl Links {
 
     /// The URL of `link`'s page.
     pub fn url(&self, link: &Link) -> String {
-        format!("{}{PATH}{}", self.public_url, self.token(link))
+        self.url_of(&self.token(link))
+    }
+
+    /// The URL of the page of the link whose token is `token`.
+    pub fn url_of(&self, token: &str) -> String {
+        format!("{}{PATH}{token}", self.public_url)
     }
 
     /// `link` as the token its URL ends with: the base64url of its claims, `.`, and the base64url of their

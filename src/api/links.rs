@@ -80,7 +80,8 @@ pub async fn make(
         holder: Holder::Asked(principal),
         expires_at,
     };
-    if state.links.token(&link).len() > crate::links::MAX_MADE {
+    let token = state.links.token(&link);
+    if token.len() > crate::links::MAX_MADE {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             format!(
@@ -92,7 +93,7 @@ pub async fn make(
         ));
     }
     let made = MadeLink {
-        url: state.links.url(&link),
+        url: state.links.url_of(&token),
         expires_at,
     };
     Ok((StatusCode::CREATED, Json(made)).into_response())
