@@ -5,7 +5,7 @@ use std::time::Duration;
 use reqwest::header::AUTHORIZATION;
 use serde_json::{Value, json};
 
-use crate::helpers::{BOTH_ERAS, TestApp, spawn_app, spawn_process_in, token_entry};
+use crate::helpers::{BOTH_ERAS, TestApp, held_as, spawn_app, spawn_process_in, token_entry};
 
 /// `modern` calls of `confirm_*` and `echo` need approval; `legacy` calls of `confirm_*` need it within a second.
 const POLICIES: &str = r#"
@@ -155,20 +155,6 @@ async fn as_(app: &TestApp, name: &str, method: reqwest::Method, path: &str, bod
     (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
 }
 
-async fn start_as(app: &TestApp, name: &str, tool: &str, arguments: Value) -> (String, String) {
-    let body = json!({"server": "modern", "tool": tool, "arguments": arguments});
-    let (status, call) = as_(app, name, reqwest::Method::POST, "/calls?wait=20", Some(body)).await;
-    assert_eq!(
-        (status, call["status"].as_str()),
-        (201, Some("input_required")),
-        "{call}"
-    );
-    (
-        call["id"].as_str().unwrap().to_owned(),
-        call["requests"][0].as_str().unwrap().to_owned(),
-    )
-}
-
 async fn answer_as(app: &TestApp, name: &str, request: &str, ok: bool) -> (u16, Value) {
     let path = format!("/requests/{request}/answer");
     as_(app, name, reqwest::Method::POST, &path, Some(json!({"ok": ok}))).await
@@ -177,7 +163,7 @@ async fn answer_as(app: &TestApp, name: &str, request: &str, ok: bool) -> (u16, 
 #[tokio::test]
 async fn nobody_approves_their_own_call_and_approvers_are_honoured() {
     let app = spawn_app(&authenticated()).await;
-    let (call, request) = start_as(&app, "agent", "echo", json!({"text": "mine"})).await;
+    let (call, request) = held_as(&app, "agent", "echo", json!({"text": "mine"})).await;
     let (status, problem) = answer_as(&app, "agent", &request, true).await;
     assert_eq!(status, 403, "{problem}");
     assert!(
@@ -198,14 +184,14 @@ async fn nobody_approves_their_own_call_and_approvers_are_honoured() {
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["result"]["content"][0]["text"], "mine");
 
-    let (_, request) = start_as(&app, "ops", "echo", json!({"text": "admin's own"})).await;
+    let (_, request) = held_as(&app, "ops", "echo", json!({"text": "admin's own"})).await;
     assert_eq!(
         answer_as(&app, "ops", &request, true).await.0,
         403,
         "an admin's own call too"
     );
 
-    let (call, request) = start_as(&app, "agent", "confirm_action", json!({"action": "page"})).await;
+    let (call, request) = held_as(&app, "agent", "confirm_action", json!({"action": "page"})).await;
     for off_the_list in ["lead", "ops"] {
         let (status, problem) = answer_as(&app, off_the_list, &request, false).await;
         assert_eq!(status, 403, "{off_the_list}: {problem}");

@@ -322,6 +322,38 @@ pub fn stored_in(url: &str) -> String {
     format!("[store]\nurl = \"{url}\"\n")
 }
 
+/// Starts `tool` on server `modern` as the token entry `name` ([`token_entry`]), expecting it to wait: its call's
+/// id and the first Request it waits on.
+pub async fn held_as(app: &TestApp, name: &str, tool: &str, arguments: Value) -> (String, String) {
+    let (status, call) = Caller::new(app, name)
+        .post(
+            "/calls?wait=20",
+            json!({"server": "modern", "tool": tool, "arguments": arguments}),
+        )
+        .await;
+    assert_eq!(
+        (status, call["status"].as_str()),
+        (201, Some("input_required")),
+        "{call}"
+    );
+    (
+        call["id"].as_str().unwrap().to_owned(),
+        call["requests"][0].as_str().unwrap().to_owned(),
+    )
+}
+
+/// Posts `form` to an answer link's page at `url`, as a browser does: the status and the page.
+pub async fn submit(url: &str, form: &[(&str, &str)]) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(serde_urlencoded::to_string(form).unwrap())
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
 /// An `[[auth.tokens]]` entry for `name` in `role`, whose token is `{name}-token`, given as its SHA-256.
 pub fn token_entry(name: &str, role: &str) -> String {
     let digest = toolnexus_gateway::auth::digest_hex(&format!("{name}-token"));

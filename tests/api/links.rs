@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{BOTH_ERAS, Caller, TestApp, spawn_app, spawn_app_with, spawn_in, token_entry};
+use crate::helpers::{BOTH_ERAS, Caller, TestApp, held_as, spawn_app, spawn_app_with, spawn_in, submit, token_entry};
 
 /// `modern` `echo` needs any approver's yes, `confirm_*` the on-call's, and `flood` two people's.
 fn gated() -> String {
@@ -18,25 +18,6 @@ fn gated() -> String {
         token_entry("lead", "approver"),
         token_entry("on-call", "approver"),
         token_entry("ops", "admin"),
-    )
-}
-
-/// Starts `tool` as the agent; its call and the approval it waits on.
-async fn held(app: &TestApp, tool: &str, arguments: Value) -> (String, String) {
-    let (status, call) = Caller::new(app, "agent")
-        .post(
-            "/calls?wait=20",
-            json!({"server": "modern", "tool": tool, "arguments": arguments}),
-        )
-        .await;
-    assert_eq!(
-        (status, call["status"].as_str()),
-        (201, Some("input_required")),
-        "{call}"
-    );
-    (
-        call["id"].as_str().unwrap().to_owned(),
-        call["requests"][0].as_str().unwrap().to_owned(),
     )
 }
 
@@ -59,18 +40,6 @@ async fn open(url: &str) -> (u16, String) {
     (response.status().as_u16(), response.text().await.unwrap())
 }
 
-/// Posts `form` to `url` as a browser does: the status and the page.
-async fn submit(url: &str, form: &[(&str, &str)]) -> (u16, String) {
-    let response = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(serde_urlencoded::to_string(form).unwrap())
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.text().await.unwrap())
-}
-
 async fn request(app: &TestApp, id: &str) -> Value {
     Caller::new(app, "ops").get(&format!("/requests/{id}")).await.1
 }
@@ -78,7 +47,7 @@ async fn request(app: &TestApp, id: &str) -> Value {
 #[tokio::test]
 async fn an_approval_is_answered_through_its_link_once_and_opening_it_answers_nothing() {
     let app = spawn_app(&gated()).await;
-    let (call, approval) = held(&app, "echo", json!({"text": "<b>hello</b>"})).await;
+    let (call, approval) = held_as(&app, "agent", "echo", json!({"text": "<b>hello</b>"})).await;
     // An agent may not make a link to approve its own call, nor get one through a shared Request.
     assert_eq!(link_as(&app, "agent", &approval).await.0, 403);
     let url = link(&app, "lead", &approval).await;
@@ -139,8 +108,8 @@ async fn an_approval_is_answered_through_its_link_once_and_opening_it_answers_no
 #[tokio::test]
 async fn a_changed_link_or_one_for_another_request_answers_nothing() {
     let app = spawn_app(&gated()).await;
-    let (_, first) = held(&app, "echo", json!({"text": "one"})).await;
-    let (_, second) = held(&app, "echo", json!({"text": "two"})).await;
+    let (_, first) = held_as(&app, "agent", "echo", json!({"text": "one"})).await;
+    let (_, second) = held_as(&app, "agent", "echo", json!({"text": "two"})).await;
     let url = link(&app, "lead", &first).await;
     let (base, token) = url.rsplit_once('/').unwrap();
     let (claims, signature) = token.split_once('.').unwrap();
@@ -175,7 +144,7 @@ async fn a_changed_link_or_one_for_another_request_answers_nothing() {
 #[tokio::test]
 async fn a_link_past_its_request_s_expiry_answers_nothing() {
     let app = spawn_app_with(&gated(), "ttl = \"10m\"").await;
-    let (call, approval) = held(&app, "echo", json!({"text": "late"})).await;
+    let (call, approval) = held_as(&app, "agent", "echo", json!({"text": "late"})).await;
     let url = link(&app, "lead", &approval).await;
     app.advance(Duration::from_secs(601));
     let (status, page) = submit(&url, &[("decision", "approve")]).await;
@@ -189,7 +158,7 @@ async fn a_link_past_its_request_s_expiry_answers_nothing() {
 async fn a_link_answers_under_the_policy_s_rules() {
     let app = spawn_app(&gated()).await;
     // Only the on-call may approve confirm_*: the lead gets no link, the on-call's answers.
-    let (_, approval) = held(&app, "confirm_action", json!({"action": "deploy"})).await;
+    let (_, approval) = held_as(&app, "agent", "confirm_action", json!({"action": "deploy"})).await;
     let (status, problem) = link_as(&app, "lead", &approval).await;
     assert_eq!(status, 403, "{problem}");
     let (status, page) = submit(&link(&app, "on-call", &approval).await, &[("decision", "decline")]).await;
@@ -201,7 +170,7 @@ async fn a_link_answers_under_the_policy_s_rules() {
     );
 
     // Two people for flood: one link's yes is counted and the Request stays pending until the second.
-    let (call, approval) = held(&app, "flood", json!({"count": 0})).await;
+    let (call, approval) = held_as(&app, "agent", "flood", json!({"count": 0})).await;
     let url = link(&app, "lead", &approval).await;
     let (status, page) = submit(&url, &[("decision", "approve")]).await;
     assert_eq!(status, 200, "{page}");
@@ -290,7 +259,7 @@ async fn an_input_request_is_answered_through_its_link_s_form() {
 async fn links_outlive_a_restart_on_the_key_the_store_keeps() {
     let dir = tempfile::tempdir().unwrap();
     let mut app = spawn_in(dir.path(), "", &gated(), "").await;
-    let (_, approval) = held(&app, "echo", json!({"text": "kept"})).await;
+    let (_, approval) = held_as(&app, "agent", "echo", json!({"text": "kept"})).await;
     let before = link(&app, "lead", &approval).await;
     app.shut_down();
     drop(app);

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::helpers::{BOTH_ERAS, Caller, TestApp, poll_until, spawn_app, spawn_process_in, token_entry};
+use crate::helpers::{BOTH_ERAS, Caller, held_as, poll_until, spawn_app, spawn_process_in, submit, token_entry};
 
 /// `modern` `echo` needs an approval; an agent and an approver.
 fn gated(channels: &str) -> String {
@@ -139,36 +139,6 @@ fn link_in(text: &str) -> String {
     link
 }
 
-/// Starts `tool` as the agent; the approval its call waits on.
-async fn held(app: &TestApp, text: &str) -> (String, String) {
-    let (status, call) = Caller::new(app, "agent")
-        .post(
-            "/calls?wait=20",
-            json!({"server": "modern", "tool": "echo", "arguments": {"text": text}}),
-        )
-        .await;
-    assert_eq!(
-        (status, call["status"].as_str()),
-        (201, Some("input_required")),
-        "{call}"
-    );
-    (
-        call["id"].as_str().unwrap().to_owned(),
-        call["requests"][0].as_str().unwrap().to_owned(),
-    )
-}
-
-async fn approve(link: &str) -> (u16, String) {
-    let response = reqwest::Client::new()
-        .post(link)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body("decision=approve")
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.text().await.unwrap())
-}
-
 fn mail_channel(port: u16, to: &[&str]) -> String {
     let to: Vec<String> = to.iter().map(|to| format!("\"{to}\"")).collect();
     format!(
@@ -186,7 +156,7 @@ async fn each_recipient_is_mailed_a_link_that_answers_as_them_and_then_who_answe
         &["alice@example.com", "bob@example.com"],
     )))
     .await;
-    let (call, approval) = held(&app, "mailed").await;
+    let (call, approval) = held_as(&app, "agent", "echo", json!({"text": "mailed"})).await;
     let asked = mail.received(2).await;
     let to_alice = asked
         .iter()
@@ -211,7 +181,7 @@ async fn each_recipient_is_mailed_a_link_that_answers_as_them_and_then_who_answe
 
     // Opened, nothing is answered; posted, Bob's link answers as Bob.
     assert_eq!(reqwest::get(link_in(to_bob)).await.unwrap().status(), 200);
-    let (status, page) = approve(&link_in(to_bob)).await;
+    let (status, page) = submit(&link_in(to_bob), &[("decision", "approve")]).await;
     assert_eq!(status, 200, "{page}");
     let answered = Caller::new(&app, "lead").get(&format!("/requests/{approval}")).await.1;
     assert_eq!(answered["answeredBy"], "bob@example.com");
@@ -222,7 +192,7 @@ async fn each_recipient_is_mailed_a_link_that_answers_as_them_and_then_who_answe
         .1;
     assert_eq!(done["status"], "completed", "{done}");
     // Alice's link answers nothing more.
-    assert_eq!(approve(&link_in(to_alice)).await.0, 410);
+    assert_eq!(submit(&link_in(to_alice), &[("decision", "approve")]).await.0, 410);
 
     // Each is told who answered.
     let all = mail.received(4).await;
@@ -249,7 +219,7 @@ async fn a_message_held_up_by_a_mail_server_that_is_down_outlives_a_kill_and_arr
     let servers = gated(&mail_channel(port, &["sre@example.com"]));
     let settings = "[auth]\npublic_metrics = true\n";
     let mut gateway = spawn_process_in(dir.path(), settings, &servers, "").await;
-    let (_, approval) = held(&gateway, "queued").await;
+    let (_, approval) = held_as(&gateway, "agent", "echo", json!({"text": "queued"})).await;
     // Nothing listens yet: the gateway tries, and is killed while the message waits.
     gateway
         .metric_reaches("toolnexus_notification_deliveries_total{channel=\"sre-mail\",outcome=\"failed\"} 1")
@@ -267,7 +237,7 @@ async fn a_message_held_up_by_a_mail_server_that_is_down_outlives_a_kill_and_arr
 }
 
 /// A local Slack and Teams: each receives POSTs at its path and passes on their bodies.
-async fn chat_receiver() -> (String, mpsc::UnboundedReceiver<(String, Value)>) {
+pub async fn chat_receiver() -> (String, mpsc::UnboundedReceiver<(String, Value)>) {
     let (record, messages) = mpsc::unbounded_channel();
     let app = axum::Router::new().route(
         "/{service}",
@@ -391,14 +361,12 @@ async fn slack_and_teams_get_messages_their_schemas_take_with_links_that_answer_
     // The Teams card's link answers the form, as the channel.
     let teams_link = card["actions"][0]["url"].as_str().unwrap().to_owned();
     assert_ne!(button_link(&slack), teams_link);
-    let response = reqwest::Client::new()
-        .post(&teams_link)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body("decision=accept&f.confirm=true&f.note=from+teams")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    let (status, page) = submit(
+        &teams_link,
+        &[("decision", "accept"), ("f.confirm", "true"), ("f.note", "from teams")],
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
     let request = asking["requests"][0].as_str().unwrap();
     let answered = Caller::new(&app, "lead").get(&format!("/requests/{request}")).await.1;
     assert_eq!(answered["answeredBy"], "sre-teams");
@@ -411,10 +379,10 @@ async fn slack_and_teams_get_messages_their_schemas_take_with_links_that_answer_
     assert_eq!(adaptive_card_violations(&teams["attachments"][0]["content"]), "");
 
     // An approval needs a person: a channel's link names nobody, and is refused.
-    let (call, approval) = held(&app, "approve me").await;
+    let (call, approval) = held_as(&app, "agent", "echo", json!({"text": "approve me"})).await;
     let (slack, _) = both(&mut messages).await;
     assert!(slack.to_string().contains("Approval needed"), "{slack}");
-    let (status, page) = approve(&button_link(&slack)).await;
+    let (status, page) = submit(&button_link(&slack), &[("decision", "approve")]).await;
     assert_eq!(status, 403, "{page}");
     assert!(page.contains("does not say who answers"), "{page}");
     let (status, _) = Caller::new(&app, "lead")
@@ -471,7 +439,7 @@ async fn an_approval_nobody_answered_in_time_is_escalated_on_the_gateways_clock_
     // Its link shows the approval; being a channel's, it does not approve it.
     let link = button_link(&message);
     assert_eq!(reqwest::get(&link).await.unwrap().status(), 200);
-    assert_eq!(approve(&link).await.0, 403);
+    assert_eq!(submit(&link, &[("decision", "approve")]).await.0, 403);
     assert_eq!(
         Caller::new(&app, "lead").get(&format!("/requests/{waiting}")).await.1["status"],
         "pending"

@@ -3,7 +3,9 @@
 use serde_json::{Value, json};
 
 use crate::cluster;
-use crate::helpers::{BOTH_ERAS, ERAS, Process, confirming, first_request, results, start_process_in, stored_in};
+use crate::helpers::{
+    BOTH_ERAS, ERAS, Process, confirming, first_request, results, start_process_in, stored_in, submit,
+};
 
 /// Three gateways with the demo server in both eras, storing in the database at `url`, and their dirs.
 pub struct Fleet {
@@ -393,14 +395,8 @@ async fn a_link_made_on_one_replica_answers_on_another() {
     assert_eq!(made.status(), 201);
     let made: Value = made.json().await.unwrap();
     let token = made["url"].as_str().unwrap().rsplit_once('/').unwrap().1.to_owned();
-    let answered = reqwest::Client::new()
-        .post(format!("{}/r/{token}", c.address))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body("decision=approve")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answered.status(), 200, "{}", answered.text().await.unwrap());
+    let (status, page) = submit(&format!("{}/r/{token}", c.address), &[("decision", "approve")]).await;
+    assert_eq!(status, 200, "{page}");
     forwarded_once(&fleet, 0, &held, "linked").await;
     assert_eq!(
         b.get_json(&format!("/requests/{approval}")).await["answerer"]["via"],
@@ -411,20 +407,8 @@ async fn a_link_made_on_one_replica_answers_on_another() {
 /// A channel's messages are sent once for the fleet, not once per replica.
 #[tokio::test]
 async fn three_replicas_send_a_channel_one_message_each() {
-    let (record, mut messages) = tokio::sync::mpsc::unbounded_channel::<Value>();
-    let app = axum::Router::new().route(
-        "/slack",
-        axum::routing::post(move |body: axum::body::Bytes| {
-            let record = record.clone();
-            async move {
-                let _ = record.send(serde_json::from_slice(&body).unwrap());
-                axum::http::StatusCode::OK
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/slack", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (base, mut messages) = crate::notify::chat_receiver().await;
+    let url = format!("{base}/slack");
     let servers = format!("{BOTH_ERAS}\n[[notify]]\nname = \"fleet\"\nslack = {{ webhook = \"{url}\" }}\n");
     let fleet = fleet_of(&cluster::shared().database(), &servers).await;
     let mut prompts = Vec::new();
@@ -438,7 +422,7 @@ async fn three_replicas_send_a_channel_one_message_each() {
             .await;
         // Its two messages, and any other replica's copy of an earlier one, which would come before them.
         while prompts.len() < 2 * (n + 1) {
-            let message = tokio::time::timeout(std::time::Duration::from_secs(30), messages.recv())
+            let (_, message) = tokio::time::timeout(std::time::Duration::from_secs(30), messages.recv())
                 .await
                 .expect("a message within 30 s")
                 .unwrap();
