@@ -96,6 +96,8 @@ pub struct ApprovalPolicy {
     pub self_approval: bool,
     /// How many different people must approve before the call is forwarded.
     pub quorum: usize,
+    /// Whether an approver may approve the call with changed arguments.
+    pub editable: bool,
     /// Channels told of an approval still pending a while after it was raised.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub escalate: Vec<Escalation>,
@@ -253,6 +255,63 @@ pub fn request_data(
     data
 }
 
+/// The key of an editable approval's `data`, and of the `data` of an answer that approves its call with other
+/// arguments: the arguments.
+pub const ARGUMENTS: &str = "arguments";
+
+/// Makes an approval's `data` editable: an approver may approve its call with other arguments that fit the tool's
+/// `inputSchema`, which it keeps under `call`.
+pub fn make_editable(data: &mut Map<String, Value>, input_schema: Value) {
+    if let Some(Value::Object(call)) = data.get_mut("call") {
+        call.insert("inputSchema".to_owned(), input_schema);
+        data.insert("editable".to_owned(), Value::Bool(true));
+    }
+}
+
+/// The tool's `inputSchema` an editable approval's `data` keeps; `None` when its arguments may not change.
+pub fn input_schema(data: &Map<String, Value>) -> Option<&Value> {
+    if data.get("editable").and_then(Value::as_bool) != Some(true) {
+        return None;
+    }
+    data.get("call")?.get("inputSchema")
+}
+
+/// The arguments an approval's `data` was raised with.
+pub fn arguments(data: &Map<String, Value>) -> Option<&Value> {
+    data.get("call")?.get(ARGUMENTS)
+}
+
+/// What changed from `from` to `to`, as a JSON Patch (RFC 6902) of `add`, `remove` and `replace` operations:
+/// objects are compared key by key, anything else whole.
+pub fn changes(from: &Value, to: &Value) -> Vec<Value> {
+    let mut patch = Vec::new();
+    diff_at(String::new(), from, to, &mut patch);
+    patch
+}
+
+fn diff_at(path: String, from: &Value, to: &Value, patch: &mut Vec<Value>) {
+    match (from, to) {
+        (Value::Object(from), Value::Object(to)) => {
+            let mut keys: Vec<&String> = from
+                .keys()
+                .chain(to.keys().filter(|key| !from.contains_key(*key)))
+                .collect();
+            keys.sort_unstable();
+            for key in keys {
+                let at = format!("{path}/{}", key.replace('~', "~0").replace('/', "~1"));
+                match (from.get(key), to.get(key)) {
+                    (Some(before), Some(after)) => diff_at(at, before, after, patch),
+                    (Some(_), None) => patch.push(serde_json::json!({"op": "remove", "path": at})),
+                    (None, Some(after)) => patch.push(serde_json::json!({"op": "add", "path": at, "value": after})),
+                    (None, None) => {}
+                }
+            }
+        }
+        _ if from == to => {}
+        _ => patch.push(serde_json::json!({"op": "replace", "path": path, "value": to})),
+    }
+}
+
 /// How many different people an approval's `data` asks to approve it (one unless it says more).
 pub fn quorum(data: Option<&Map<String, Value>>) -> usize {
     data.and_then(|data| data.get("quorum"))
@@ -331,6 +390,35 @@ mod tests {
             "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
         );
         assert_ne!(digest(&json!({"a": 1})), digest(&json!({"a": 2})));
+    }
+
+    #[test]
+    fn changes_are_a_json_patch_from_the_old_arguments_to_the_new() {
+        let from = json!({"path": "/tmp/a", "flags": ["-r"], "opts": {"force": true, "a/b": 1}, "gone": 1});
+        let to = json!({"path": "/tmp/a", "flags": ["-r", "--dry-run"], "opts": {"force": false, "a/b": 1}, "new": 2});
+        assert_eq!(
+            changes(&from, &to),
+            [
+                json!({"op": "replace", "path": "/flags", "value": ["-r", "--dry-run"]}),
+                json!({"op": "remove", "path": "/gone"}),
+                json!({"op": "add", "path": "/new", "value": 2}),
+                json!({"op": "replace", "path": "/opts/force", "value": false}),
+            ]
+        );
+        assert!(changes(&from, &from).is_empty());
+        assert_eq!(
+            changes(&json!({"a~b/c": 1}), &json!({"a~b/c": 2})),
+            [json!({"op": "replace", "path": "/a~0b~1c", "value": 2})]
+        );
+    }
+
+    #[test]
+    fn an_approval_is_editable_only_once_made_so() {
+        let mut data = request_data("s", "t", &json!({"a": 1}), "ci", &[], false, 1);
+        assert!(input_schema(&data).is_none());
+        assert_eq!(arguments(&data), Some(&json!({"a": 1})));
+        make_editable(&mut data, json!({"type": "object"}));
+        assert_eq!(input_schema(&data), Some(&json!({"type": "object"})));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use crate::ids::{CallId, SessionId};
 use crate::metrics::{Metric, Metrics};
-use crate::records::{CallFilter, CallStatus, CallTask, CallView, Finish};
+use crate::records::{Allowed, Arguments, CallFilter, CallStatus, CallTask, CallView, Finish};
 use crate::registry::{Registry, Tell};
 use crate::store::{InsertCallError, NewCall, Retry, Started, Store, StoreError};
 
@@ -71,8 +71,8 @@ impl Calls {
     }
 
     /// Claims the sending of a call its approval held: `false` when it was sent already (or is not running).
-    pub async fn forwarding(&self, id: &CallId) -> Result<bool, StoreError> {
-        self.store.forwarding(id).await
+    pub async fn forwarding(&self, id: &CallId, allowed: &Allowed, arguments: &Arguments) -> Result<bool, StoreError> {
+        self.store.forwarding(id, allowed, arguments).await
     }
 
     /// Whether the store says the call has ended; a call it does not know, or a read that fails, has not.

@@ -274,6 +274,10 @@ pub struct ApprovalConfig {
     /// Channels told of an approval nobody has answered after a while.
     #[serde(default)]
     pub escalate: Vec<EscalationConfig>,
+    /// Whether an approver may approve the call with changed arguments, checked against the tool's
+    /// `inputSchema`.
+    #[serde(default)]
+    pub editable: bool,
 }
 
 /// One step of `[[approvals]] escalate`.
@@ -1367,6 +1371,13 @@ impl Config {
             }
             self.check_quorum(&entry.approvers, entry.quorum)
                 .map_err(|why| format!("{key}.quorum = {} (server {:?}): {why}", entry.quorum, entry.server))?;
+            if entry.editable && entry.quorum > 1 {
+                return Err(format!(
+                    "{key}: editable with quorum = {} (server {:?}): the approvers before an edit would have \
+                     approved other arguments than those forwarded; make it one or the other",
+                    entry.quorum, entry.server
+                ));
+            }
             let ttl = entry.ttl.unwrap_or(self.requests.ttl);
             for (step, escalation) in entry.escalate.iter().enumerate() {
                 let at = format!("{key}.escalate[{step}]");
@@ -1399,6 +1410,7 @@ impl Config {
                 approvers: entry.approvers.clone(),
                 self_approval: entry.self_approval,
                 quorum: entry.quorum,
+                editable: entry.editable,
                 escalate: entry
                     .escalate
                     .iter()
@@ -2301,6 +2313,10 @@ mod tests {
             (
                 format!("{tokens}{}quorum = 0\n", policy("")),
                 "a quorum must be at least 1",
+            ),
+            (
+                format!("{tokens}{}quorum = 2\neditable = true\n", policy("")),
+                "approvals[0]: editable with quorum = 2",
             ),
         ] {
             let error = parse(&text).unwrap_err();

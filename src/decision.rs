@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use rmcp::model::ElicitResult;
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::approvals;
@@ -138,9 +139,12 @@ pub fn decide(view: &RequestView, proposal: &Proposal, now: Timestamp) -> Result
     if view.status != Status::Pending {
         return Err(Undecided::Resolved);
     }
-    let answer = proposal.rules.applied(view, proposal.answer.clone());
+    let mut answer = proposal.rules.applied(view, proposal.answer.clone());
     let withdrawn = proposal.upstream.as_ref().and_then(Upstream::withdrawal).is_some();
-    if answer.ok()
+    let approval = view.request.kind == RequestKind::Approval && !view.is_posted();
+    if answer.ok() && approval {
+        edit(view, &mut answer, &proposal.rules.forms).map_err(Undecided::Invalid)?;
+    } else if answer.ok()
         && !withdrawn
         && let (Some(data), Some(form)) = (&answer.data, &view.request.data)
         && let Some(validator) = proposal.rules.forms.validator(form)
@@ -186,6 +190,58 @@ pub fn decide(view: &RequestView, proposal: &Proposal, now: Timestamp) -> Result
         by: by.answerer(),
         signoff,
     }))
+}
+
+/// An approval's `ok` answer as it applies to its call. Arguments it carries are the call's arguments changed by
+/// the approver: allowed only where the approval is editable (one person approves it), they must fit the
+/// tool's `inputSchema`, and are recorded with their digest and what changed (none, when nothing did).
+fn edit(view: &RequestView, answer: &mut Answer, forms: &Forms) -> Result<(), Vec<Violation>> {
+    let Some(edited) = answer.data.as_mut().and_then(|data| data.remove(approvals::ARGUMENTS)) else {
+        return Ok(());
+    };
+    let refuse = |message: &str| {
+        vec![Violation {
+            path: format!("/{}", approvals::ARGUMENTS),
+            message: message.to_owned(),
+        }]
+    };
+    let data = view.request.data.as_ref();
+    let editable = data.is_some_and(|data| approvals::input_schema(data).is_some());
+    if !editable || approvals::quorum(data.map(|data| &**data)) > 1 {
+        return Err(refuse(
+            "this approval's policy does not let its arguments be changed (editable = true)",
+        ));
+    }
+    let Value::Object(arguments) = edited else {
+        return Err(refuse("must be an object: the tool's arguments"));
+    };
+    let validator = data
+        .and_then(|data| forms.arguments(data))
+        .ok_or_else(|| refuse("the tool's inputSchema does not compile, so no change can be checked"))?;
+    validation::violations(&validator, &arguments).map_err(|violations| {
+        violations
+            .into_iter()
+            .map(|violation| Violation {
+                path: format!("/{}{}", approvals::ARGUMENTS, violation.path),
+                ..violation
+            })
+            .collect::<Vec<_>>()
+    })?;
+    let original = data
+        .and_then(|data| approvals::arguments(data))
+        .cloned()
+        .unwrap_or_default();
+    let edited = Value::Object(arguments);
+    if edited != original {
+        let data = answer.data.get_or_insert_with(Default::default);
+        data.insert("digest".to_owned(), Value::String(approvals::digest(&edited)));
+        data.insert(
+            "changes".to_owned(),
+            Value::from(approvals::changes(&original, &edited)),
+        );
+        data.insert(approvals::ARGUMENTS.to_owned(), edited);
+    }
+    Ok(())
 }
 
 impl Rules {
@@ -480,6 +536,57 @@ mod tests {
         assert!(may_answer(&input, &sent(None)).is_ok());
         let anonymous = pending(RequestKind::Approval, ANONYMOUS, Value::Object(data));
         assert!(may_answer(&anonymous, &sent(None)).is_ok());
+    }
+
+    #[test]
+    fn an_edit_is_taken_only_where_editable_fits_the_tool_and_records_what_changed() {
+        let schema = json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]});
+        let raised = |editable: bool, quorum: usize| {
+            let mut data = approvals::request_data("demo", "echo", &json!({"text": "a"}), "ci", &[], false, quorum);
+            if editable {
+                approvals::make_editable(&mut data, schema.clone());
+            }
+            pending(RequestKind::Approval, "ci", Value::Object(data))
+        };
+        let edit = |arguments: Value| proposal("lead", Role::Approver, Some(json!({"arguments": arguments})));
+        let invalid = |view: &RequestView, arguments: Value| match resolves(view, &edit(arguments)) {
+            Err(Undecided::Invalid(violations)) => violations,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(invalid(&raised(false, 1), json!({"text": "b"}))[0].path, "/arguments");
+        assert_eq!(invalid(&raised(true, 2), json!({"text": "b"}))[0].path, "/arguments");
+        assert_eq!(invalid(&raised(true, 1), json!({"text": 1}))[0].path, "/arguments/text");
+        assert_eq!(invalid(&raised(true, 1), json!({}))[0].path, "/arguments/text");
+
+        let decision = resolves(&raised(true, 1), &edit(json!({"text": "b"}))).unwrap();
+        assert_eq!(
+            decision.answer.data.unwrap(),
+            *json!({
+                "arguments": {"text": "b"},
+                "digest": approvals::digest(&json!({"text": "b"})),
+                "changes": [{"op": "replace", "path": "/text", "value": "b"}],
+            })
+            .as_object()
+            .unwrap()
+        );
+        let unchanged = resolves(&raised(true, 1), &edit(json!({"text": "a"}))).unwrap();
+        assert_eq!(
+            unchanged.answer.data,
+            Some(Default::default()),
+            "the same arguments are no edit"
+        );
+        let declined = Proposal {
+            answer: Answer {
+                id: String::new(),
+                verdict: Verdict::Refuse(None),
+                data: json!({"arguments": {"text": 1}}).as_object().cloned(),
+            },
+            ..edit(json!({}))
+        };
+        assert!(
+            resolves(&raised(false, 1), &declined).is_ok(),
+            "a decline changes nothing"
+        );
     }
 
     #[test]

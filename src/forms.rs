@@ -1,12 +1,12 @@
-//! The forms Requests carry: one copy of each distinct Request `data` (a form's schema) with its compiled
-//! validator, shared by every Request that carries it.
+//! The forms Requests carry: one copy of each distinct Request `data` (a form's schema, or an editable
+//! approval's tool schema) with its compiled validator, shared by every Request that carries it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Map, Value};
 
-use crate::{lock, validation};
+use crate::{approvals, lock, validation};
 
 /// The most distinct `data` objects [`Forms`] keeps; it starts over when full.
 const MAX_SHARED_DATA: usize = 256;
@@ -24,11 +24,15 @@ struct Copies {
     by_address: HashMap<usize, Held>,
 }
 
-/// A Request's `data` and the validator of its schema (`None` without a schema).
+/// A Request's `data` and the validators of its schemas (`None` without one).
 #[derive(Debug, Clone)]
 pub struct Held {
     pub data: Arc<Map<String, Value>>,
+    /// Of the form's `schema`, which an answer's data must fit.
     pub validator: Option<Arc<jsonschema::Validator>>,
+    /// Of an editable approval's tool `inputSchema`, which changed arguments must fit; `None` also when the
+    /// tool's schema does not compile, and no change can be checked.
+    pub arguments: Option<Arc<jsonschema::Validator>>,
 }
 
 impl Forms {
@@ -45,7 +49,14 @@ impl Forms {
             .get("schema")
             .map(|schema| validation::compile(schema).map(Arc::new))
             .transpose()?;
-        let fresh = Held { data, validator };
+        let arguments = approvals::input_schema(&data)
+            .and_then(|schema| validation::compile_arguments(schema).ok())
+            .map(Arc::new);
+        let fresh = Held {
+            data,
+            validator,
+            arguments,
+        };
         let mut copies = self.lock();
         if copies.by_text.len() >= MAX_SHARED_DATA {
             copies.by_text.clear();
@@ -59,6 +70,11 @@ impl Forms {
     /// The validator of a Request's data (compiled again if it is no longer held).
     pub fn validator(&self, data: &Arc<Map<String, Value>>) -> Option<Arc<jsonschema::Validator>> {
         self.share(data.clone()).ok().and_then(|held| held.validator)
+    }
+
+    /// The validator of the arguments an editable approval's data lets an approver change.
+    pub fn arguments(&self, data: &Arc<Map<String, Value>>) -> Option<Arc<jsonschema::Validator>> {
+        self.share(data.clone()).ok().and_then(|held| held.arguments)
     }
 
     fn lock(&self) -> MutexGuard<'_, Copies> {

@@ -6,7 +6,9 @@ mod event;
 mod request;
 mod session;
 
-pub use call::{Arguments, CallError, CallFailure, CallFilter, CallStatus, CallTask, CallView, Finish, ToolName, Via};
+pub use call::{
+    Allowed, Arguments, CallError, CallFailure, CallFilter, CallStatus, CallTask, CallView, Finish, ToolName, Via,
+};
 pub use event::{Event, EventKind, Tags};
 pub use request::{Answerer, Filter, RequestView, Signoff, Status};
 pub use session::{SessionFilter, SessionStatus, SessionView};

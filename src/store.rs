@@ -27,7 +27,7 @@ use crate::decision::{Proposal, Refusal, Undecided};
 use crate::feed::Feed;
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{
-    Arguments, CallFilter, CallStatus, CallTask, CallView, Event, Filter, Finish, RequestView, SessionFilter,
+    Allowed, Arguments, CallFilter, CallStatus, CallTask, CallView, Event, Filter, Finish, RequestView, SessionFilter,
     SessionStatus, SessionView, Status, Via,
 };
 use crate::suspension::Request;
@@ -545,10 +545,11 @@ impl Store {
         dispatch!(self, store => store.call(id).await)
     }
 
-    /// Marks a running call, which its approval held, as sent upstream: `false` if it was already (or is not
+    /// Marks a running call, which its approval held, as sent upstream with `arguments` (those it was started
+    /// with, or those its approver changed them to) and who allowed it: `false` if it was already (or is not
     /// running), so that it is sent once whoever sends it.
-    pub async fn forwarding(&self, id: &CallId) -> Result<bool, StoreError> {
-        dispatch!(self, store => store.forwarding(id).await)
+    pub async fn forwarding(&self, id: &CallId, allowed: &Allowed, arguments: &Arguments) -> Result<bool, StoreError> {
+        dispatch!(self, store => store.forwarding(id, allowed, arguments).await)
     }
 
     /// A call's status and owner, without reading the rest.

@@ -523,7 +523,12 @@ impl Upstreams {
                 self.abandon(view.id.clone());
                 return Err(error.into());
             }
-            self.hold_for_approval(policy, &view, by).await;
+            let input_schema = if policy.editable {
+                approval::input_schema(&live, &view.tool).await
+            } else {
+                None
+            };
+            self.hold_for_approval(policy, &view, by, input_schema).await;
             let view = self.calls.get(&view.id).await?.unwrap_or(view);
             return Ok((view, following, Keeping::already()));
         }

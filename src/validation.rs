@@ -104,6 +104,18 @@ pub fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
         .map_err(|error| format!("the requested schema is not usable: {error}"))
 }
 
+/// Compiles a tool's `inputSchema` to check arguments with: its own dialect (`$schema`, else 2020-12) with format
+/// checks, and no reference outside it resolved.
+pub fn compile_arguments(schema: &Value) -> Result<jsonschema::Validator, String> {
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Err("the tool's inputSchema is not of type \"object\"".to_owned());
+    }
+    jsonschema::options()
+        .should_validate_formats(true)
+        .build(schema)
+        .map_err(|error| format!("the tool's inputSchema is not usable: {error}"))
+}
+
 fn pointer_segment(name: &str) -> String {
     name.replace('~', "~0").replace('/', "~1")
 }

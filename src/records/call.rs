@@ -273,8 +273,27 @@ pub struct CallView {
     /// The task the upstream made of the call (MCP Tasks), as the gateway last saw it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub task: Option<Box<CallTask>>,
+    /// Who let a call an approval policy covers go upstream, once someone has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed: Option<Box<Allowed>>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+}
+
+/// Who let a call an approval policy covers go upstream, and how.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Allowed {
+    /// Who approved it (the last of them, when it needed several).
+    pub by: String,
+    /// The approval Request that allowed it.
+    #[schema(value_type = String)]
+    pub request: RequestId,
+    /// The arguments the call was started with, when the approver changed them: the call's `arguments` are
+    /// those it ran with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub edited_from: Option<Arguments>,
 }
 
 /// The task an upstream made of a call (the MCP Tasks extension): the gateway follows it to its end.

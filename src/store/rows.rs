@@ -143,7 +143,7 @@ pub const SESSION: &str = session_columns!();
 pub const EVENT: &str = "seq, kind, server, session, call_id, owner, data";
 
 /// How many columns a call's read selects.
-pub const CALL_COLUMNS: usize = 15;
+pub const CALL_COLUMNS: usize = 16;
 /// How many columns an event's read selects.
 pub const EVENT_COLUMNS: usize = 7;
 
@@ -200,6 +200,7 @@ pub fn call<R: Columns>(row: &R) -> Result<CallView, R::Error> {
         result: row.parsed_opt::<JsonText<_>>(7)?.map(Box::new),
         error: error.map(Box::new),
         task: row.parsed_opt::<JsonText<_>>(14)?.map(Box::new),
+        allowed: row.parsed_opt::<JsonText<_>>(15)?.map(Box::new),
         created_at: Timestamp::from_millis(row.integer(10)?),
         updated_at: Timestamp::from_millis(row.integer(11)?),
     })

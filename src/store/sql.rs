@@ -53,9 +53,9 @@ shared! {
         WHERE id = $1 AND status IN ('starting', 'ready')";
     /// A session closes, whatever it was.
     SESSION_CLOSED = "UPDATE sessions SET status = $2, closed_at = $3, detail = $4 WHERE id = $1";
-    /// A running call is handed to its session, once.
-    CALL_FORWARDED = "UPDATE calls SET forwarded_at = $2 WHERE id = $1 AND forwarded_at IS NULL \
-        AND status = 'running'";
+    /// A running call is handed to its session, once, noting who allowed it and the arguments it is sent with.
+    CALL_FORWARDED = "UPDATE calls SET forwarded_at = $2, allowed = $3, arguments = $4 WHERE id = $1 \
+        AND forwarded_at IS NULL AND status = 'running'";
     /// A call's status and owner.
     CALL_STATUS = "SELECT status, owner FROM calls WHERE id = $1";
     /// How many calls have each status.

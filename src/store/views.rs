@@ -24,6 +24,7 @@ pub(crate) fn started_view(id: CallId, call: &NewCall, now: Timestamp) -> CallVi
         result: None,
         error: None,
         task: None,
+        allowed: None,
         created_at: now,
         updated_at: now,
     }

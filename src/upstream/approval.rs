@@ -7,14 +7,15 @@ use rmcp::model::CallToolRequestParams;
 use serde_json::{Map, Value};
 
 use super::legs::{LegError, Work};
-use super::{CallRef, Upstreams};
+use super::{CallRef, Live, Upstreams};
 use crate::approvals::{self, ApprovalPolicy};
 use crate::auth::{Principal, SignIn};
 use crate::ids::{self, CallId, RequestId};
-use crate::records::{CallError, CallFailure, CallView, Finish, RequestView, Status};
+use crate::records::{Allowed, Arguments, CallError, CallFailure, CallView, Finish, RequestView, Status};
 use crate::registry::{Origin, Waiting};
 use crate::store::{HeldCall, StoreError};
-use crate::suspension::{Reason, Request, RequestKind};
+use crate::suspension::{Answer, Reason, Request, RequestKind};
+use crate::validation;
 
 /// Why an approved call could not be forwarded.
 #[derive(Debug, thiserror::Error)]
@@ -30,8 +31,8 @@ enum ForwardError {
 /// What an approval's outcome does to its call.
 #[derive(Debug, PartialEq)]
 enum Verdict {
-    /// Send exactly these arguments upstream.
-    Forward(Option<Map<String, Value>>),
+    /// Send exactly these arguments upstream, allowed as this says.
+    Forward(Map<String, Value>, Allowed),
     /// End the call without sending it.
     Fail(CallError),
 }
@@ -39,8 +40,15 @@ enum Verdict {
 impl Upstreams {
     /// Raises the approval a call of `by` needs and waits for it on a task of its own; the call is
     /// `input_required` meanwhile. When the approval cannot be raised, the call fails saying why. The approval
-    /// names its caller as people know them (`by`'s name); its `owner` is `by`'s identity.
-    pub(super) async fn hold_for_approval(self: &Arc<Self>, policy: &ApprovalPolicy, view: &CallView, by: &Principal) {
+    /// names its caller as people know them (`by`'s name); its `owner` is `by`'s identity. With the tool's
+    /// `input_schema`, an editable policy's approver may change the arguments.
+    pub(super) async fn hold_for_approval(
+        self: &Arc<Self>,
+        policy: &ApprovalPolicy,
+        view: &CallView,
+        by: &Principal,
+        input_schema: Option<Value>,
+    ) {
         let mut data = approvals::request_data(
             &view.server,
             &view.tool,
@@ -54,6 +62,9 @@ impl Upstreams {
             && let Some(Value::Object(call)) = data.get_mut("call")
         {
             call.insert(approvals::CALLER_EMAIL.to_owned(), Value::String(email.clone()));
+        }
+        if let Some(schema) = input_schema {
+            approvals::make_editable(&mut data, schema);
         }
         let request = Request {
             id: RequestId::mint(ids::APPROVAL),
@@ -118,9 +129,9 @@ impl Upstreams {
             ))),
         };
         match verdict {
-            Verdict::Forward(arguments) => {
-                tracing::info!(%call, request = %waiting.id, "call approved; forwarding it");
-                if let Err(error) = self.forward(&call, arguments).await {
+            Verdict::Forward(arguments, allowed) => {
+                tracing::info!(%call, request = %waiting.id, edited = allowed.edited_from.is_some(), "call approved; forwarding it");
+                if let Err(error) = self.forward(&call, arguments, allowed).await {
                     self.end_call(&call, Finish::failed(error.to_string())).await;
                 }
             }
@@ -154,7 +165,8 @@ impl Upstreams {
     async fn forward(
         self: &Arc<Self>,
         call: &CallId,
-        arguments: Option<Map<String, Value>>,
+        arguments: Map<String, Value>,
+        allowed: Allowed,
     ) -> Result<(), ForwardError> {
         let view = self
             .calls
@@ -165,11 +177,15 @@ impl Upstreams {
         let shared = session.is_some_and(|session| session.shared);
         let live = self.session_for(&view.server, &view.session, shared).await?;
         // Whoever waited on the approval — this process, a previous run, or another replica — sends it once.
-        if !self.calls.forwarding(call).await? {
+        if !self
+            .calls
+            .forwarding(call, &allowed, &Arguments::of(&arguments))
+            .await?
+        {
             return Ok(());
         }
         let mut params = CallToolRequestParams::new(view.tool.clone());
-        params.arguments = arguments;
+        params.arguments = (!arguments.is_empty()).then_some(arguments);
         let call = CallRef {
             id: view.id,
             owner: view.owner,
@@ -182,20 +198,45 @@ impl Upstreams {
     }
 }
 
+/// The `inputSchema` of `tool` as `live` lists it, which an editable approval checks changed arguments against;
+/// `None`, and the approval not editable, when it cannot be had or does not compile.
+pub(super) async fn input_schema(live: &Live, tool: &str) -> Option<Value> {
+    let listed = match live.peer.list_all_tools().await {
+        Ok(tools) => tools.into_iter().find(|listed| listed.name == tool),
+        Err(error) => {
+            tracing::warn!(%tool, %error, "the tools could not be listed: the approval cannot be edited");
+            return None;
+        }
+    };
+    let schema = Value::Object((*listed?.input_schema).clone());
+    match validation::compile_arguments(&schema) {
+        Ok(_) => Some(schema),
+        Err(error) => {
+            tracing::warn!(%tool, %error, "the approval cannot be edited");
+            None
+        }
+    }
+}
+
 /// What a resolved approval does to its call: an answer `ok: true` forwards the arguments it approved (those
 /// whose digest it carries), anything else fails the call saying who or what decided.
 fn verdict(view: &RequestView) -> Verdict {
     let id = &view.request.id;
     let by = view.answered_by.as_deref().unwrap_or("nobody");
     match (view.status, &view.answer) {
-        (Status::Answered, Some(answer)) if answer.ok() => approved_arguments(view).map_or_else(
-            || {
-                Verdict::Fail(CallError::new(format!(
-                    "approval {id} does not match the call it approved"
-                )))
-            },
-            Verdict::Forward,
-        ),
+        (Status::Answered, Some(answer)) if answer.ok() => match approved_arguments(view, answer) {
+            Some((arguments, edited_from)) => Verdict::Forward(
+                arguments,
+                Allowed {
+                    by: by.to_owned(),
+                    request: id.clone(),
+                    edited_from,
+                },
+            ),
+            None => Verdict::Fail(CallError::new(format!(
+                "approval {id} does not match the call it approved"
+            ))),
+        },
         (Status::Answered, Some(answer)) => {
             let said = match answer.reason() {
                 Some(Reason::Cancelled) => "cancelled",
@@ -217,16 +258,18 @@ fn verdict(view: &RequestView) -> Verdict {
     }
 }
 
-/// The arguments an approval carries, when their digest is the one it was raised with.
-fn approved_arguments(view: &RequestView) -> Option<Option<Map<String, Value>>> {
-    let data = view.request.data.as_ref()?;
-    let arguments = data.get("call")?.get("arguments")?;
-    if data.get("digest")?.as_str()? != approvals::digest(arguments) {
-        return None;
-    }
-    match arguments {
-        Value::Object(map) if map.is_empty() => Some(None),
-        Value::Object(map) => Some(Some(map.clone())),
+/// The arguments an approval approved, each set only with the digest it was recorded with: those it was raised
+/// with or, when its approver changed them, those of its answer, with the ones the call was started with.
+fn approved_arguments(view: &RequestView, answer: &Answer) -> Option<(Map<String, Value>, Option<Arguments>)> {
+    let sealed = |data: &Map<String, Value>, arguments: &Value| match arguments {
+        Value::Object(map) if data.get("digest")?.as_str()? == approvals::digest(arguments) => Some(map.clone()),
         _ => None,
+    };
+    let data = view.request.data.as_ref()?;
+    let raised = sealed(data, approvals::arguments(data)?)?;
+    let edit = answer.data.as_ref();
+    match edit.and_then(|edit| edit.get(approvals::ARGUMENTS)).zip(edit) {
+        Some((edited, edit)) => Some((sealed(edit, edited)?, Some(Arguments::of(&raised)))),
+        None => Some((raised, None)),
     }
 }

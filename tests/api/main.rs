@@ -10,6 +10,7 @@ mod calls;
 #[path = "../../src/store/postgres/cluster.rs"]
 mod cluster;
 mod connections;
+mod edits;
 mod events;
 mod front_door;
 mod helpers;

@@ -193,13 +193,17 @@ impl Memory {
         Ok(self.lock().calls.get(id).map(|entry| entry.view.clone()))
     }
 
-    pub async fn forwarding(&self, id: &CallId) -> Result<bool, StoreError> {
+    pub async fn forwarding(&self, id: &CallId, allowed: &Allowed, arguments: &Arguments) -> Result<bool, StoreError> {
         let mut state = self.lock();
         let Some(entry) = state.calls.get_mut(id) else {
             return Ok(false);
         };
         let first = !entry.forwarded && entry.view.status == CallStatus::Running;
-        entry.forwarded |= first;
+        if first {
+            entry.forwarded = true;
+            entry.view.allowed = Some(Box::new(allowed.clone()));
+            entry.view.arguments = arguments.clone();
+        }
         Ok(first)
     }
 

@@ -13,7 +13,8 @@ use super::{Postgres, Reader, rounds, rows};
 use crate::ids::{self, CallId, RequestId, SessionId};
 use crate::lock;
 use crate::records::{
-    CallError, CallFilter, CallStatus, CallTask, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView,
+    Allowed, Arguments, CallError, CallFilter, CallStatus, CallTask, CallView, Event, Finish, SessionFilter,
+    SessionStatus, SessionView,
 };
 use crate::store::listing::{Conditions, Placeholders};
 use crate::store::shares::{self, Allowance};
@@ -135,13 +136,16 @@ impl Postgres {
         .await
     }
 
-    pub async fn forwarding(&self, id: &CallId) -> Result<bool, StoreError> {
-        let id = id.to_owned();
+    pub async fn forwarding(&self, id: &CallId, allowed: &Allowed, arguments: &Arguments) -> Result<bool, StoreError> {
+        let (id, allowed, arguments) = (id.to_owned(), rows::to_json(allowed), arguments.text().to_owned());
         self.write_alongside(move |tx| {
-            let id = id.clone();
+            let (id, allowed, arguments) = (id.clone(), allowed.clone(), arguments.clone());
             Box::pin(async move {
                 let changed = tx
-                    .execute(sql::CALL_FORWARDED.postgres, &[&id, &tx.now().millis()])
+                    .execute(
+                        sql::CALL_FORWARDED.postgres,
+                        &[&id, &tx.now().millis(), &allowed, &arguments],
+                    )
                     .await?;
                 Ok(changed == 1)
             })

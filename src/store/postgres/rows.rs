@@ -22,7 +22,7 @@ macro_rules! call_columns {
             "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, c.error_message, ",
             "c.error_reason, c.created_at, c.updated_at, ",
             $requests,
-            ", c.via, c.task"
+            ", c.via, c.task, c.allowed"
         )
     };
 }

@@ -490,4 +490,9 @@ CREATE TABLE keys (
     created_at BIGINT NOT NULL
 );
 ",
+    r"
+-- Who let a call an approval held go upstream (JSON: who, the approval, and the arguments it was started with
+-- when the approver changed them).
+ALTER TABLE calls ADD COLUMN allowed TEXT;
+",
 ];

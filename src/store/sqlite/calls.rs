@@ -8,7 +8,8 @@ use super::writer::{Message, Tx};
 use super::{Sqlite, rounds, rows};
 use crate::ids::{CallId, SessionId};
 use crate::records::{
-    CallError, CallFilter, CallStatus, CallTask, CallView, Event, Finish, SessionFilter, SessionStatus, SessionView,
+    Allowed, Arguments, CallError, CallFilter, CallStatus, CallTask, CallView, Event, Finish, SessionFilter,
+    SessionStatus, SessionView,
 };
 use crate::store::listing::{Conditions, Placeholders};
 use crate::store::live::Note;
@@ -182,13 +183,13 @@ impl Sqlite {
         self.read(|conn| rows::one_call(conn, id))
     }
 
-    pub async fn forwarding(&self, id: &CallId) -> Result<bool, StoreError> {
-        let id = id.to_owned();
+    pub async fn forwarding(&self, id: &CallId, allowed: &Allowed, arguments: &Arguments) -> Result<bool, StoreError> {
+        let (id, allowed, arguments) = (id.to_owned(), rows::to_json(allowed), arguments.text().to_owned());
         self.write(move |tx| {
             tx.write_deferred(&id)?;
             tx.conn
                 .prepare_cached(sql::CALL_FORWARDED.sqlite)?
-                .execute(params![id, tx.now().millis()])
+                .execute(params![id, tx.now().millis(), allowed, arguments])
                 .map(|changed| changed == 1)
         })
         .await

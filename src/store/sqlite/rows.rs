@@ -14,7 +14,7 @@ pub use crate::store::rows::{EVENT, REQUEST, decisions_json, to_json, to_json_op
 /// The columns `call` reads, in order (from `calls AS c`): each engine gathers a call's Requests its own way.
 pub const CALL: &str = "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, \
      c.error_message, c.error_reason, c.created_at, c.updated_at, \
-     (SELECT json_group_array(id) FROM (SELECT r.id FROM requests AS r WHERE r.call_id = c.id ORDER BY r.seq)), c.via, c.task";
+     (SELECT json_group_array(id) FROM (SELECT r.id FROM requests AS r WHERE r.call_id = c.id ORDER BY r.seq)), c.via, c.task, c.allowed";
 
 /// Call `id`, read whole.
 pub fn one_call(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<CallView>> {

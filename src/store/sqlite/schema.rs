@@ -191,6 +191,11 @@ CREATE TABLE keys (
     created_at INTEGER NOT NULL
 );
 ",
+    r"
+-- Who let a call an approval held go upstream (JSON: who, the approval, and the arguments it was started with
+-- when the approver changed them).
+ALTER TABLE calls ADD COLUMN allowed TEXT;
+",
 ];
 
 /// The schema version this build writes.

@@ -33,6 +33,17 @@ fn approval_of(call: &CallId) -> NewRequest {
     request
 }
 
+/// Whether `call` is claimed for sending, as approved with the arguments it was started with.
+async fn forwarded(store: &Store, call: &CallId) -> bool {
+    let view = store.call(call).await.unwrap().unwrap();
+    let allowed = Allowed {
+        by: "lead".into(),
+        request: view.requests[0].clone(),
+        edited_from: None,
+    };
+    store.forwarding(call, &allowed, &view.arguments).await.unwrap()
+}
+
 #[tokio::test]
 async fn an_approved_call_is_claimed_for_sending_once() {
     on_every(|store| async move {
@@ -41,7 +52,14 @@ async fn an_approved_call_is_claimed_for_sending_once() {
             .raise(vec![approval_of(&call.id)], None, PendingCaps::NONE)
             .await
             .unwrap();
-        assert!(!store.forwarding(&call.id).await.unwrap(), "not while it waits");
+        let edited = Arguments::of(json!({"text": "edited"}).as_object().unwrap());
+        let allowed = Allowed {
+            by: "lead".into(),
+            request: raised[0].request.id.clone(),
+            edited_from: Some(call.arguments.clone()),
+        };
+        let forwarding = || store.forwarding(&call.id, &allowed, &edited);
+        assert!(!forwarding().await.unwrap(), "not while it waits");
         store.resolve(Pending::Elicitations, Resolution::Expired).await.unwrap();
         assert_eq!(
             store.request(&raised[0].request.id).await.unwrap().unwrap().status,
@@ -50,8 +68,14 @@ async fn an_approved_call_is_claimed_for_sending_once() {
         );
         let answered = store.answer(&raised[0].request.id, proposal(true)).await;
         assert!(matches!(answered.unwrap(), Answered::Won { .. }));
-        assert!(store.forwarding(&call.id).await.unwrap());
-        assert!(!store.forwarding(&call.id).await.unwrap(), "sent once");
+        assert!(forwarding().await.unwrap());
+        assert!(!forwarding().await.unwrap(), "sent once");
+        let forwarded = store.call(&call.id).await.unwrap().unwrap();
+        assert_eq!(
+            (forwarded.allowed.as_deref(), &forwarded.arguments),
+            (Some(&allowed), &edited),
+            "it shows who allowed it and what it runs"
+        );
     })
     .await;
 }
@@ -82,7 +106,7 @@ async fn a_restart_hands_over_the_calls_approvals_hold_until_they_are_known_sent
             store.answer(&approval.request.id, proposal(true)).await.unwrap();
         }
         for call in &calls[2..] {
-            assert!(store.forwarding(call).await.unwrap());
+            assert!(forwarded(&store, call).await);
         }
         store
             .raise(vec![new_request(Some(&calls[4]), None)], None, PendingCaps::NONE)
@@ -98,10 +122,7 @@ async fn a_restart_hands_over_the_calls_approvals_hold_until_they_are_known_sent
         };
         // A 2026-07-28 call that may not have been sent is sent again: at least once.
         assert_eq!(recovered.approvals, [held(0), held(1), held(2)]);
-        assert!(
-            store.forwarding(&calls[2]).await.unwrap(),
-            "claimed again once handed over"
-        );
+        assert!(forwarded(&store, &calls[2]).await, "claimed again once handed over");
         assert_eq!(recovered.ended_calls, 2);
         let pending = store.request(&approvals[0].request.id).await.unwrap().unwrap();
         assert_eq!(pending.status, Status::Pending);
