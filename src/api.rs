@@ -7,6 +7,7 @@ mod document;
 mod error;
 mod events;
 mod extract;
+mod grants;
 mod health;
 mod http;
 mod links;
@@ -42,6 +43,7 @@ use crate::auth::Principal;
 use crate::calls::Calls;
 use crate::connections::Connections;
 use crate::feed::{Counted, Feed, Hold};
+use crate::grants::Grants;
 use crate::links::Links;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
@@ -75,6 +77,8 @@ impl std::ops::Deref for AppState {
 pub struct Services {
     pub registry: Registry,
     pub calls: Calls,
+    /// The standing grants approvers gave.
+    pub grants: Grants,
     pub sessions: Sessions,
     pub upstreams: Arc<Upstreams>,
     /// The approval policies, as `GET /approvals` lists them.
@@ -168,13 +172,14 @@ impl Services {
         title = "toolnexus-gateway",
         description = "Turns MCP elicitations into Requests that can be listed and answered over REST."
     ),
-    components(responses(InvalidQuery, LongPollsHeld)),
+    components(schemas(crate::grants::GrantUse), responses(InvalidQuery, LongPollsHeld)),
     tags(
         (name = "requests", description = "What upstreams ask of a human, and the answers"),
         (name = "calls", description = "Tool calls started over REST"),
         (name = "sessions", description = "MCP client sessions to the upstream servers"),
         (name = "servers", description = "The configured upstream servers"),
         (name = "approvals", description = "The policies that hold tool calls for a person's approval"),
+        (name = "grants", description = "Standing grants: later calls like an approved one run without asking"),
         (name = "events", description = "Live events"),
         (name = "operations", description = "Health, readiness, metrics and this document"),
         (name = "inbox", description = "The approval inbox, a page served from the binary"),
@@ -214,6 +219,8 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(sessions::server))
         .routes(routes!(sessions::server_tools))
         .routes(routes!(approvals::list))
+        .routes(routes!(grants::list))
+        .routes(routes!(grants::revoke))
         .routes(routes!(events::stream))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))

@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use serde::Serialize;
+
+use crate::grants::Lasting;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -98,6 +100,9 @@ pub struct ApprovalPolicy {
     pub quorum: usize,
     /// Whether an approver may approve the call with changed arguments.
     pub editable: bool,
+    /// The standing grants an approver may give with an approval (`"session"`, `"1h"`).
+    #[schema(value_type = Vec<String>)]
+    pub grants: Vec<Lasting>,
     /// Channels told of an approval still pending a while after it was raised.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub escalate: Vec<Escalation>,
@@ -274,6 +279,23 @@ pub fn input_schema(data: &Map<String, Value>) -> Option<&Value> {
         return None;
     }
     data.get("call")?.get("inputSchema")
+}
+
+/// Offers in an approval's `data` the standing grants its policy lets an approver give (`"grants"`).
+pub fn offer_grants(data: &mut Map<String, Value>, grants: &[Lasting]) {
+    if !grants.is_empty() {
+        data.insert("grants".to_owned(), serde_json::to_value(grants).unwrap_or_default());
+    }
+}
+
+/// The standing grants an approval's `data` offers.
+pub fn grants(data: Option<&Map<String, Value>>) -> Vec<Lasting> {
+    let offered = data.and_then(|data| data.get("grants")).and_then(Value::as_array);
+    offered
+        .into_iter()
+        .flatten()
+        .filter_map(|lasting| Lasting::parse(lasting.as_str()?).ok())
+        .collect()
 }
 
 /// The arguments an approval's `data` was raised with.

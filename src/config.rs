@@ -11,6 +11,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::approvals::{self, ApprovalPolicy, Escalation, Glob};
 use crate::auth::{self, Role, Token};
 use crate::egress;
+use crate::grants::Lasting;
 use crate::records::EventKind;
 use crate::redact;
 use crate::signature::{PREFIX, Secret};
@@ -278,6 +279,10 @@ pub struct ApprovalConfig {
     /// `inputSchema`.
     #[serde(default)]
     pub editable: bool,
+    /// The standing grants an approver may give with an approval: `"session"` and durations (`"1h"`); none
+    /// by default.
+    #[serde(default)]
+    pub grants: Vec<String>,
 }
 
 /// One step of `[[approvals]] escalate`.
@@ -1371,6 +1376,18 @@ impl Config {
             }
             self.check_quorum(&entry.approvers, entry.quorum)
                 .map_err(|why| format!("{key}.quorum = {} (server {:?}): {why}", entry.quorum, entry.server))?;
+            let grants = entry
+                .grants
+                .iter()
+                .map(|text| Lasting::parse(text).map_err(|why| format!("{key}.grants: {why}")))
+                .collect::<Result<Vec<_>, _>>()?;
+            if !grants.is_empty() && entry.quorum > 1 {
+                return Err(format!(
+                    "{key}: grants with quorum = {} (server {:?}): a grant one person gives would let later calls \
+                     skip the people the quorum asks for",
+                    entry.quorum, entry.server
+                ));
+            }
             if entry.editable && entry.quorum > 1 {
                 return Err(format!(
                     "{key}: editable with quorum = {} (server {:?}): the approvers before an edit would have \
@@ -1411,6 +1428,7 @@ impl Config {
                 self_approval: entry.self_approval,
                 quorum: entry.quorum,
                 editable: entry.editable,
+                grants,
                 escalate: entry
                     .escalate
                     .iter()
@@ -2317,6 +2335,14 @@ mod tests {
             (
                 format!("{tokens}{}quorum = 2\neditable = true\n", policy("")),
                 "approvals[0]: editable with quorum = 2",
+            ),
+            (
+                format!("{tokens}{}quorum = 2\ngrants = [\"1h\"]\n", policy("")),
+                "approvals[0]: grants with quorum = 2",
+            ),
+            (
+                format!("{tokens}{}grants = [\"forever\"]\n", policy("")),
+                "approvals[0].grants: \"forever\" is neither \"session\" nor a duration",
             ),
         ] {
             let error = parse(&text).unwrap_err();

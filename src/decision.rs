@@ -158,6 +158,25 @@ pub fn decide(view: &RequestView, proposal: &Proposal, now: Timestamp) -> Result
         }
         result
     });
+    if let Some(terms) = &answer.grant {
+        let data = view.request.data.as_deref();
+        let offered = approval && approvals::quorum(data) == 1 && approvals::grants(data).contains(&terms.lasting);
+        if !offered {
+            let message = match approvals::grants(data) {
+                offered if !approval || offered.is_empty() => {
+                    "this Request's policy offers no standing grants".to_owned()
+                }
+                offered => format!(
+                    "this approval's policy offers grants for {}",
+                    serde_json::to_string(&offered).unwrap_or_default()
+                ),
+            };
+            return Err(Undecided::Invalid(vec![Violation {
+                path: "/grant".to_owned(),
+                message,
+            }]));
+        }
+    }
     let by = &proposal.by;
     let quorum = match (&view.request.kind, view.is_posted()) {
         (RequestKind::Approval, false) => approvals::quorum(view.request.data.as_deref()),
@@ -369,6 +388,7 @@ mod tests {
                 id: String::new(),
                 verdict: Verdict::Accept,
                 data: data.and_then(|data| data.as_object().cloned()),
+                grant: None,
             },
             by: Principal::token(by, role),
             upstream: None,
@@ -447,6 +467,7 @@ mod tests {
                 id: String::new(),
                 verdict: Verdict::Refuse(None),
                 data: None,
+                grant: None,
             },
             ..yes(name)
         };
@@ -580,6 +601,7 @@ mod tests {
                 id: String::new(),
                 verdict: Verdict::Refuse(None),
                 data: json!({"arguments": {"text": 1}}).as_object().cloned(),
+                grant: None,
             },
             ..edit(json!({}))
         };
@@ -587,6 +609,41 @@ mod tests {
             resolves(&raised(false, 1), &declined).is_ok(),
             "a decline changes nothing"
         );
+    }
+
+    #[test]
+    fn a_grant_is_taken_only_where_the_approval_offers_it() {
+        use crate::grants::{Lasting, Scope, Terms};
+        let hour = Lasting::For(std::time::Duration::from_secs(3600));
+        let raised = |offered: &[Lasting], quorum: usize| {
+            let mut data = approvals::request_data("demo", "echo", &json!({}), "ci", &[], false, quorum);
+            approvals::offer_grants(&mut data, offered);
+            pending(RequestKind::Approval, "ci", Value::Object(data))
+        };
+        let asking = |lasting| Proposal {
+            answer: Answer {
+                grant: Some(Terms {
+                    lasting,
+                    scope: Scope::Tool,
+                }),
+                ..proposal("lead", Role::Approver, None).answer
+            },
+            ..proposal("lead", Role::Approver, None)
+        };
+        let refused = |view: &RequestView, lasting| match resolves(view, &asking(lasting)) {
+            Err(Undecided::Invalid(violations)) => violations[0].path == "/grant",
+            _ => false,
+        };
+        let granted = resolves(&raised(&[Lasting::Session, hour], 1), &asking(hour)).unwrap();
+        assert!(granted.answer.grant.is_some());
+        assert!(refused(&raised(&[Lasting::Session], 1), hour), "not offered");
+        assert!(refused(&raised(&[], 1), hour), "none offered");
+        assert!(
+            refused(&raised(&[hour], 2), hour),
+            "one person's grant would skip the others"
+        );
+        let input = pending(RequestKind::Input, "ci", form());
+        assert!(refused(&input, hour), "an elicitation gives no grant");
     }
 
     #[test]

@@ -120,6 +120,7 @@ pub fn elicit_result_to_answer(id: &str, result: &ElicitResult) -> Answer {
         id: id.to_owned(),
         verdict,
         data,
+        grant: None,
     }
 }
 
@@ -395,6 +396,7 @@ mod tests {
                 id,
                 verdict,
                 data,
+                grant: None,
             })
         }
 

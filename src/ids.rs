@@ -18,6 +18,8 @@ pub const APPROVAL: &str = "apv-";
 pub const CALL: &str = "call-";
 /// Prefix of Session ids.
 pub const SESSION: &str = "ses-";
+/// Prefix of the ids of standing grants.
+pub const GRANT: &str = "grt-";
 
 /// Mints a fresh id with the given prefix.
 pub fn mint(prefix: &str) -> String {
@@ -112,6 +114,23 @@ impl SessionId {
     /// The session id a client wrote, if it can name one: an id the gateway did not mint names no session.
     pub fn parse(text: &str) -> Option<Self> {
         is_minted(text, SESSION).then(|| Self(text.to_owned()))
+    }
+}
+
+id_type! {
+    /// The id of a standing grant: `grt-` and a UUID v7.
+    GrantId
+}
+
+impl GrantId {
+    /// Mints the id of a new grant.
+    pub fn mint() -> Self {
+        Self(mint(GRANT))
+    }
+
+    /// The grant id a client wrote, if it can name one: an id the gateway did not mint names no grant.
+    pub fn parse(text: &str) -> Option<Self> {
+        is_minted(text, GRANT).then(|| Self(text.to_owned()))
     }
 }
 

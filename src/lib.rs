@@ -15,6 +15,7 @@ pub mod egress;
 pub mod elicitation;
 pub mod feed;
 pub mod forms;
+pub mod grants;
 pub mod ids;
 pub mod links;
 pub mod logs;
@@ -54,6 +55,7 @@ use crate::calls::Calls;
 use crate::config::Config;
 use crate::connections::{Connections, Limits};
 use crate::feed::Feed;
+use crate::grants::Grants;
 use crate::ids::CallId;
 use crate::links::Links;
 use crate::metrics::Metrics;
@@ -176,6 +178,7 @@ impl Gateway {
         let links = Links::open(config.links().map_err(anyhow::Error::msg)?, listening, &store).await?;
         let registry = Registry::new(store.clone(), policy, metrics.clone(), resume);
         let calls = Calls::new(store.clone(), registry.clone(), metrics.clone());
+        let grants = Grants::new(store.clone());
         let sessions = Sessions::new(store.clone(), replica.clone());
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
@@ -192,6 +195,7 @@ impl Gateway {
             sessions: sessions.clone(),
             registry: registry.clone(),
             calls: calls.clone(),
+            grants: grants.clone(),
             feed: feed.clone(),
         };
         let background = Background {
@@ -209,6 +213,7 @@ impl Gateway {
         let state = AppState::new(Services {
             registry,
             calls,
+            grants,
             sessions,
             upstreams,
             approvals,

@@ -25,7 +25,8 @@ use serde_json::{Map, Value};
 
 use crate::decision::{Proposal, Refusal, Undecided};
 use crate::feed::Feed;
-use crate::ids::{CallId, RequestId, SessionId};
+use crate::grants::{GrantView, NewGrant};
+use crate::ids::{CallId, GrantId, RequestId, SessionId};
 use crate::records::{
     Allowed, Arguments, CallFilter, CallStatus, CallTask, CallView, Event, Filter, Finish, RequestView, SessionFilter,
     SessionStatus, SessionView, Status, Via,
@@ -550,6 +551,32 @@ impl Store {
     /// running), so that it is sent once whoever sends it.
     pub async fn forwarding(&self, id: &CallId, allowed: &Allowed, arguments: &Arguments) -> Result<bool, StoreError> {
         dispatch!(self, store => store.forwarding(id, allowed, arguments).await)
+    }
+
+    /// Gives the grant an approval asked for, once: the grant that approval gave, new or given before.
+    pub async fn give_grant(&self, grant: NewGrant) -> Result<GrantView, StoreError> {
+        dispatch!(self, store => store.give_grant(grant).await)
+    }
+
+    /// Uses the oldest grant that holds and covers `call`, whose arguments have `digest`, recording the use (a
+    /// `grant.used` event): `None` when no grant covers it.
+    pub async fn use_grant(&self, call: &CallView, digest: &str) -> Result<Option<GrantView>, StoreError> {
+        dispatch!(self, store => store.use_grant(call, digest).await)
+    }
+
+    /// A grant, whether it holds or not.
+    pub async fn grant(&self, id: &GrantId) -> Result<Option<GrantView>, StoreError> {
+        dispatch!(self, store => store.grant(id).await)
+    }
+
+    /// Up to `limit` grants that hold now, of `owner` or of everyone, oldest first.
+    pub async fn grants(&self, owner: Option<&str>, limit: usize) -> Result<Vec<GrantView>, StoreError> {
+        dispatch!(self, store => store.grants(owner, limit).await)
+    }
+
+    /// Revokes a grant that is not revoked yet, by `by`: `None` when it is unknown or revoked already.
+    pub async fn revoke_grant(&self, id: &GrantId, by: &str) -> Result<Option<GrantView>, StoreError> {
+        dispatch!(self, store => store.revoke_grant(id, by).await)
     }
 
     /// A call's status and owner, without reading the rest.

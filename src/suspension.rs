@@ -9,6 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 use serde_json::{Map, Value};
 use utoipa::openapi::{RefOr, schema::Schema};
 
+use crate::grants::Terms;
 use crate::ids::RequestId;
 
 /// What a suspended call asks of a human, in the §10 wire shape.
@@ -129,6 +130,8 @@ pub struct Answer {
     pub verdict: Verdict,
     /// The values entered (form mode).
     pub data: Option<Map<String, Value>>,
+    /// With an approval, a standing grant for later calls like it (a gateway extension of the §10 shape).
+    pub grant: Option<Terms>,
 }
 
 /// What an Answer says: `ok: true`, or `ok: false` with the `reason` if one was given.
@@ -148,6 +151,7 @@ impl Answer {
             id: id.to_owned(),
             verdict: Verdict::Refuse(Some(Reason::Expired)),
             data: None,
+            grant: None,
         }
     }
 
@@ -182,6 +186,9 @@ struct AnswerWire {
     /// Only when `ok` is false.
     #[serde(default)]
     reason: Option<Reason>,
+    /// With `ok: true` to an approval whose policy lists `grants`: later calls like it run without asking.
+    #[serde(default)]
+    grant: Option<Terms>,
 }
 
 impl TryFrom<AnswerWire> for Answer {
@@ -191,12 +198,14 @@ impl TryFrom<AnswerWire> for Answer {
         let verdict = match (wire.ok, wire.reason) {
             (true, None) => Verdict::Accept,
             (true, Some(_)) => return Err("reason is only allowed when ok is false"),
+            (false, _) if wire.grant.is_some() => return Err("grant is only allowed when ok is true"),
             (false, reason) => Verdict::Refuse(reason),
         };
         Ok(Self {
             id: wire.id,
             verdict,
             data: wire.data,
+            grant: wire.grant,
         })
     }
 }
@@ -219,6 +228,8 @@ struct AnswerOut<'a> {
     data: Option<&'a Map<String, Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<Reason>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grant: Option<&'a Terms>,
 }
 
 impl Serialize for Answer {
@@ -228,6 +239,7 @@ impl Serialize for Answer {
             ok: self.ok(),
             data: self.data.as_ref(),
             reason: self.reason(),
+            grant: self.grant.as_ref(),
         }
         .serialize(serializer)
     }
@@ -292,6 +304,7 @@ mod tests {
             id: "r1".into(),
             verdict: Verdict::Accept,
             data: None,
+            grant: None,
         };
         assert_eq!(serde_json::to_string(&bare).unwrap(), r#"{"id":"r1","ok":true}"#);
         let with_data = Answer {

@@ -39,6 +39,7 @@ use crate::auth::Principal;
 use crate::calls::Calls;
 use crate::config::{LimitsConfig, ProtocolChoice, Server};
 use crate::feed::Feed;
+use crate::grants::Grants;
 use crate::ids::{CallId, SessionId};
 use crate::lock;
 use crate::records::{Arguments, CallStatus, CallView, Finish, SessionStatus, SessionView, ToolName, Via};
@@ -195,6 +196,7 @@ pub struct Domain {
     pub sessions: Sessions,
     pub registry: Registry,
     pub calls: Calls,
+    pub grants: Grants,
     pub feed: Feed,
 }
 
@@ -274,6 +276,7 @@ pub struct Upstreams {
     sessions: Sessions,
     registry: Registry,
     calls: Calls,
+    grants: Grants,
     feed: Feed,
     limits: LimitsConfig,
     /// Whether the store keeps what it holds across restarts (then 2026-07-28 rounds outlive a shutdown).
@@ -322,6 +325,7 @@ impl Upstreams {
             sessions,
             registry,
             calls,
+            grants,
             feed,
         } = domain;
         let replica: Arc<str> = replica.into();
@@ -353,6 +357,7 @@ impl Upstreams {
             sessions,
             registry,
             calls,
+            grants,
             feed,
             limits,
             durable,
@@ -522,6 +527,10 @@ impl Upstreams {
             if let Err(error) = started.kept.await {
                 self.abandon(view.id.clone());
                 return Err(error.into());
+            }
+            if self.runs_under_grant(&view).await {
+                let view = self.calls.get(&view.id).await?.unwrap_or(view);
+                return Ok((view, following, Keeping::already()));
             }
             let input_schema = if policy.editable {
                 approval::input_schema(&live, &view.tool).await

@@ -21,6 +21,7 @@ use super::extract::QueryParams;
 use super::{ApiError, AppState, Problem};
 use crate::auth::{Principal, Role};
 use crate::feed::{Counted, Live};
+use crate::grants::{GrantUse, GrantView};
 use crate::records::{CallView, Event, EventKind, RequestView, SessionView};
 use crate::store::Store;
 
@@ -257,6 +258,8 @@ fn data_schema(kind: EventKind) -> String {
         EventKind::RequestCreated | EventKind::RequestResolved | EventKind::RequestUpdated => RequestView::name(),
         EventKind::CallUpdated => CallView::name(),
         EventKind::SessionUpdated => SessionView::name(),
+        EventKind::GrantCreated | EventKind::GrantRevoked => GrantView::name(),
+        EventKind::GrantUsed => GrantUse::name(),
     }
     .into_owned()
 }

@@ -274,7 +274,7 @@ pub async fn get(
         (status = 404, description = "No Request with that id", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Already answered with a different answer; or, on an approval that needs several people, the answerer approved it already and now declines", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "No longer answerable: expired or cancelled", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "The data does not satisfy the requested schema; `errors` lists every violation", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The data does not satisfy the requested schema, an approval's changed arguments do not fit the tool's schema or its policy is not `editable`, or its policy does not offer the `grant` asked for; `errors` lists every violation", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "With `wait`: the principal holds as many responses held by `wait` as limits.long_polls_per_principal allows; nothing was answered", body = Problem, content_type = "application/problem+json"),
     )
 )]

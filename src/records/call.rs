@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::ids::{CallId, RequestId, SessionId};
+use crate::ids::{CallId, GrantId, RequestId, SessionId};
 use crate::time::Timestamp;
 
 /// Where a Call is in its life.
@@ -286,9 +286,13 @@ pub struct CallView {
 pub struct Allowed {
     /// Who approved it (the last of them, when it needed several).
     pub by: String,
-    /// The approval Request that allowed it.
+    /// The approval Request that allowed it, or that the grant it ran under was given with.
     #[schema(value_type = String)]
     pub request: RequestId,
+    /// The standing grant it ran under, without asking.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub grant: Option<GrantId>,
     /// The arguments the call was started with, when the approver changed them: the call's `arguments` are
     /// those it ran with.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{CallStatus, CallView, RequestView, SessionView};
+use crate::grants::{GrantUse, GrantView};
 use crate::ids::{CallId, SessionId};
 
 /// What an event reports.
@@ -20,16 +21,27 @@ pub enum EventKind {
     CallUpdated,
     #[serde(rename = "session.updated")]
     SessionUpdated,
+    /// An approver gave a standing grant with an approval.
+    #[serde(rename = "grant.created")]
+    GrantCreated,
+    /// A call ran under a grant, without asking.
+    #[serde(rename = "grant.used")]
+    GrantUsed,
+    #[serde(rename = "grant.revoked")]
+    GrantRevoked,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [EventKind; 5] = [
+    pub const ALL: [EventKind; 8] = [
         EventKind::RequestCreated,
         EventKind::RequestResolved,
         EventKind::RequestUpdated,
         EventKind::CallUpdated,
         EventKind::SessionUpdated,
+        EventKind::GrantCreated,
+        EventKind::GrantUsed,
+        EventKind::GrantRevoked,
     ];
 
     /// The SSE `event:` name.
@@ -40,6 +52,9 @@ impl EventKind {
             EventKind::RequestUpdated => "request.updated",
             EventKind::CallUpdated => "call.updated",
             EventKind::SessionUpdated => "session.updated",
+            EventKind::GrantCreated => "grant.created",
+            EventKind::GrantUsed => "grant.used",
+            EventKind::GrantRevoked => "grant.revoked",
         }
     }
 
@@ -157,6 +172,28 @@ impl Event {
             owner: view.owner.as_deref(),
         };
         Self::new(EventKind::SessionUpdated, view, tags)
+    }
+
+    /// A `grant.created` or `grant.revoked` event, owned by the principal whose calls the grant covers.
+    pub fn grant(kind: EventKind, view: &GrantView) -> Self {
+        let tags = Tags {
+            server: &view.server,
+            session: view.session.as_ref().map(SessionId::as_str).unwrap_or_default(),
+            call: None,
+            owner: Some(&view.owner),
+        };
+        Self::new(kind, view, tags)
+    }
+
+    /// A `grant.used` event: `call` ran under the grant, as it is after the use.
+    pub fn grant_used(grant: &GrantView, call: &CallView) -> Self {
+        let tags = Tags {
+            server: &call.server,
+            session: call.session.as_str(),
+            call: Some(call.id.as_str()),
+            owner: Some(&call.owner),
+        };
+        Self::new(EventKind::GrantUsed, &GrantUse { grant, call: &call.id }, tags)
     }
 }
 

@@ -164,7 +164,11 @@ impl Filter {
         let about_a_request = match event.kind {
             EventKind::RequestCreated => self.status.is_none_or(|status| status == Status::Pending),
             EventKind::RequestResolved | EventKind::RequestUpdated => true,
-            EventKind::CallUpdated | EventKind::SessionUpdated => false,
+            EventKind::CallUpdated
+            | EventKind::SessionUpdated
+            | EventKind::GrantCreated
+            | EventKind::GrantUsed
+            | EventKind::GrantRevoked => false,
         };
         about_a_request
             && event.tagged(

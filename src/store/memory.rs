@@ -25,6 +25,7 @@ use crate::retained::Retained;
 use crate::time::{Clock, Timestamp};
 
 mod calls;
+mod grants;
 mod requests;
 
 /// How many past events a reconnecting stream (or a webhook that fell behind) can catch up on.
@@ -85,6 +86,8 @@ struct State {
     ended_by_principal: HashMap<String, EndedShare>,
     webhook_cursors: HashMap<String, u64>,
     keys: HashMap<String, String>,
+    /// Standing grants, oldest first.
+    grants: Vec<crate::grants::GrantView>,
     /// How long ended records are kept.
     retention: Duration,
 }
@@ -448,6 +451,19 @@ impl State {
             self.release_ended(&entry.view);
         }
         self.sessions.purge(now);
+        let kept_since = now.before(self.retention);
+        let sessions = &self.sessions;
+        self.grants.retain(|grant| {
+            let ended = grant
+                .revoked_at
+                .or(grant.expires_at)
+                .is_some_and(|end| end < kept_since);
+            let session_gone = grant
+                .session
+                .as_ref()
+                .is_some_and(|session| sessions.get(session).is_none());
+            !ended && !session_gone
+        });
     }
 }
 

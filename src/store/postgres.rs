@@ -4,6 +4,7 @@
 mod calls;
 #[cfg(test)]
 pub mod cluster;
+mod grants;
 mod maintenance;
 mod requests;
 mod rounds;

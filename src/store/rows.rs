@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
-use crate::ids::{CallId, RequestId, SessionId};
+use crate::grants::{GrantView, Scope};
+use crate::ids::{CallId, GrantId, RequestId, SessionId};
 use crate::records::{
     CallError, CallFailure, CallStatus, CallView, Event, EventKind, RequestView, SessionStatus, SessionView, Status,
     Via,
@@ -80,7 +81,7 @@ macro_rules! names {
     )*};
 }
 
-names!(Status, CallStatus, SessionStatus, EventKind);
+names!(Status, CallStatus, SessionStatus, EventKind, Scope);
 
 /// The `data` of a Request. Requests raised alike (one form put to many callers) hold the same text, which each
 /// thread parses once and shares while it keeps being read, as the memory store shares it.
@@ -132,6 +133,15 @@ macro_rules! session_columns {
     };
 }
 pub(crate) use session_columns;
+
+/// The columns `grant` reads, in order.
+macro_rules! grant_columns {
+    () => {
+        "id, request, owner, server, tool, scope, digest, lasting, session, expires_at, by_name, created_at, uses, \
+         revoked_at, revoked_by"
+    };
+}
+pub(crate) use grant_columns;
 
 /// The columns `request` reads, in order.
 pub const REQUEST: &str = request_columns!();
@@ -203,6 +213,27 @@ pub fn call<R: Columns>(row: &R) -> Result<CallView, R::Error> {
         allowed: row.parsed_opt::<JsonText<_>>(15)?.map(Box::new),
         created_at: Timestamp::from_millis(row.integer(10)?),
         updated_at: Timestamp::from_millis(row.integer(11)?),
+    })
+}
+
+/// A grant read with the `grant_columns!` columns.
+pub fn grant<R: Columns>(row: &R) -> Result<GrantView, R::Error> {
+    Ok(GrantView {
+        id: GrantId::stored(row.text(0)?),
+        request: RequestId::stored(row.text(1)?),
+        owner: row.text(2)?,
+        server: row.text(3)?,
+        tool: row.text(4)?,
+        scope: row.parsed::<NameText<_>>(5)?,
+        digest: row.text_opt(6)?,
+        lasting: row.parsed::<JsonText<_>>(7)?,
+        session: row.text_opt(8)?.map(SessionId::stored),
+        expires_at: row.integer_opt(9)?.map(Timestamp::from_millis),
+        by: row.text(10)?,
+        created_at: Timestamp::from_millis(row.integer(11)?),
+        uses: u64::try_from(row.integer(12)?).unwrap_or_default(),
+        revoked_at: row.integer_opt(13)?.map(Timestamp::from_millis),
+        revoked_by: row.text_opt(14)?,
     })
 }
 

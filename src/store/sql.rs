@@ -7,7 +7,7 @@
 //! (PostgreSQL's counts for a fleet, SQLite's deferred calls). Each such place names the BENCHMARKS.md section
 //! that measured it.
 
-use super::rows::{request_columns, session_columns};
+use super::rows::{grant_columns, request_columns, session_columns};
 
 /// A statement in each engine's form.
 pub struct Shared {
@@ -105,6 +105,39 @@ shared! {
         AND status IN ('running', 'input_required')";
 }
 
+// Standing grants.
+shared! {
+    /// A grant given with an approval, unless that approval gave one already.
+    GRANT_GIVEN = "INSERT INTO grants (id, request, owner, server, tool, scope, digest, lasting, session, expires_at, \
+        by_name, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (request) DO NOTHING";
+    /// The grant an approval gave.
+    GRANT_OF_REQUEST = concat!("SELECT ", grant_columns!(), " FROM grants WHERE request = $1");
+    /// A grant.
+    GRANT = concat!("SELECT ", grant_columns!(), " FROM grants WHERE id = $1");
+    /// One use of the oldest live grant that covers a call of principal `$1` of tool `$3` on server `$2` with
+    /// arguments of digest `$4` on session `$5`, at `$6` (see `GrantView::covers`).
+    GRANT_USED = concat!(
+        "UPDATE grants SET uses = uses + 1 WHERE id = (SELECT id FROM grants WHERE owner = $1 AND server = $2 \
+        AND tool = $3 AND revoked_at IS NULL AND (digest IS NULL OR digest = $4) AND (session IS NULL OR session = $5) \
+        AND (expires_at IS NULL OR expires_at > $6) ORDER BY created_at, id LIMIT 1) AND revoked_at IS NULL RETURNING ",
+        grant_columns!()
+    );
+    /// A grant that holds is revoked.
+    GRANT_REVOKED = concat!(
+        "UPDATE grants SET revoked_at = $2, revoked_by = $3 WHERE id = $1 AND revoked_at IS NULL RETURNING ",
+        grant_columns!()
+    );
+    /// Up to `$3` grants that hold at `$1`, of principal `$2` or of all when it is NULL, oldest first: not revoked,
+    /// their time not up, their session (if they last as long as one) open.
+    GRANTS_LIVE = concat!(
+        "SELECT ",
+        grant_columns!(),
+        " FROM grants AS g WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $1) \
+        AND (CAST($2 AS TEXT) IS NULL OR owner = $2) AND (session IS NULL OR EXISTS (SELECT 1 FROM sessions AS s \
+        WHERE s.id = g.session AND s.status IN ('starting', 'ready'))) ORDER BY created_at, id LIMIT $3"
+    );
+}
+
 // The ids of the Requests that a resolution of several takes.
 shared! {
     /// Every pending Request.
@@ -135,6 +168,10 @@ shared! {
     PRUNE_CALLS = "DELETE FROM calls WHERE seq IN (SELECT seq FROM calls WHERE ended_at < $1 LIMIT $2)";
     /// Sessions closed.
     PRUNE_SESSIONS = "DELETE FROM sessions WHERE seq IN (SELECT seq FROM sessions WHERE closed_at < $1 LIMIT $2)";
+    /// Grants revoked or whose time is up, and those whose session is gone.
+    PRUNE_GRANTS = "DELETE FROM grants WHERE id IN (SELECT id FROM grants AS g WHERE revoked_at < $1 \
+        OR expires_at < $1 OR (session IS NOT NULL AND NOT EXISTS (SELECT 1 FROM sessions AS s WHERE s.id = g.session)) \
+        LIMIT $2)";
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 mod calls;
 mod deferred;
 mod files;
+mod grants;
 mod live;
 mod maintenance;
 mod requests;

@@ -111,6 +111,7 @@ fn proposal_by(who: &str, confirm: bool) -> Proposal {
             id: String::new(),
             verdict: Verdict::Accept,
             data: json!({"confirm": confirm}).as_object().cloned(),
+            grant: None,
         },
         by: Principal::token(who, Role::Admin),
         upstream: None,
@@ -615,6 +616,7 @@ async fn a_webhook_lease_goes_to_its_holder_with_the_cursor_never_moved_back() {
 mod calls;
 mod caps;
 mod counts;
+mod grants;
 mod replicas;
 mod restarts;
 

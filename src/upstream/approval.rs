@@ -10,7 +10,8 @@ use super::legs::{LegError, Work};
 use super::{CallRef, Live, Upstreams};
 use crate::approvals::{self, ApprovalPolicy};
 use crate::auth::{Principal, SignIn};
-use crate::ids::{self, CallId, RequestId};
+use crate::grants::{NewGrant, Terms};
+use crate::ids::{self, CallId, GrantId, RequestId};
 use crate::records::{Allowed, Arguments, CallError, CallFailure, CallView, Finish, RequestView, Status};
 use crate::registry::{Origin, Waiting};
 use crate::store::{HeldCall, StoreError};
@@ -31,8 +32,9 @@ enum ForwardError {
 /// What an approval's outcome does to its call.
 #[derive(Debug, PartialEq)]
 enum Verdict {
-    /// Send exactly these arguments upstream, allowed as this says.
-    Forward(Map<String, Value>, Allowed),
+    /// Send exactly these arguments upstream, allowed as this says, after giving the grant the approver asked
+    /// for with them.
+    Forward(Map<String, Value>, Allowed, Option<Terms>),
     /// End the call without sending it.
     Fail(CallError),
 }
@@ -66,6 +68,7 @@ impl Upstreams {
         if let Some(schema) = input_schema {
             approvals::make_editable(&mut data, schema);
         }
+        approvals::offer_grants(&mut data, &policy.grants);
         let request = Request {
             id: RequestId::mint(ids::APPROVAL),
             kind: RequestKind::Approval,
@@ -129,9 +132,9 @@ impl Upstreams {
             ))),
         };
         match verdict {
-            Verdict::Forward(arguments, allowed) => {
+            Verdict::Forward(arguments, allowed, grant) => {
                 tracing::info!(%call, request = %waiting.id, edited = allowed.edited_from.is_some(), "call approved; forwarding it");
-                if let Err(error) = self.forward(&call, arguments, allowed).await {
+                if let Err(error) = self.forward(&call, arguments, allowed, grant).await {
                     self.end_call(&call, Finish::failed(error.to_string())).await;
                 }
             }
@@ -160,19 +163,61 @@ impl Upstreams {
         false
     }
 
+    /// Runs a call its approval policy covers at once when a standing grant covers it: the use is recorded, and
+    /// the call forwarded as allowed by the grant. A grant that cannot be looked up is as none: the call asks.
+    pub(super) async fn runs_under_grant(self: &Arc<Self>, view: &CallView) -> bool {
+        let grant = match self.grants.use_for(view).await {
+            Ok(Some(grant)) => grant,
+            Ok(None) => return false,
+            Err(error) => {
+                tracing::warn!(call = %view.id, %error, "standing grants could not be read: the call asks for approval");
+                return false;
+            }
+        };
+        tracing::info!(call = %view.id, grant = %grant.id, by = %grant.by, "call runs under a standing grant");
+        let allowed = Allowed {
+            by: grant.by,
+            request: grant.request,
+            grant: Some(grant.id),
+            edited_from: None,
+        };
+        if let Err(error) = self.forward(&view.id, view.arguments.to_map(), allowed, None).await {
+            self.end_call(&view.id, Finish::failed(error.to_string())).await;
+        }
+        true
+    }
+
     /// Sends an approved call upstream with the arguments approved, on its session or, if that was the
-    /// server's shared one and has ended since, on the shared session open now.
+    /// server's shared one and has ended since, on the shared session open now; first, the standing grant its
+    /// approver gave with them, if one did.
     async fn forward(
         self: &Arc<Self>,
         call: &CallId,
         arguments: Map<String, Value>,
         allowed: Allowed,
+        grant: Option<Terms>,
     ) -> Result<(), ForwardError> {
         let view = self
             .calls
             .get(call)
             .await?
             .ok_or_else(|| ForwardError::Gone(call.clone()))?;
+        if let Some(terms) = grant {
+            let grant = NewGrant {
+                id: GrantId::mint(),
+                owner: view.owner.clone(),
+                server: view.server.clone(),
+                tool: view.tool.clone(),
+                scope: terms.scope,
+                digest: approvals::digest(&Value::Object(arguments.clone())),
+                lasting: terms.lasting,
+                session: view.session.clone(),
+                by: allowed.by.clone(),
+                request: allowed.request.clone(),
+            };
+            let given = self.grants.give(grant).await?;
+            tracing::info!(call = %view.id, grant = %given.id, by = %given.by, "standing grant given");
+        }
         let session = self.sessions.get(&view.session).await?;
         let shared = session.is_some_and(|session| session.shared);
         let live = self.session_for(&view.server, &view.session, shared).await?;
@@ -230,8 +275,10 @@ fn verdict(view: &RequestView) -> Verdict {
                 Allowed {
                     by: by.to_owned(),
                     request: id.clone(),
+                    grant: None,
                     edited_from,
                 },
+                answer.grant,
             ),
             None => Verdict::Fail(CallError::new(format!(
                 "approval {id} does not match the call it approved"

@@ -229,8 +229,8 @@ async fn the_policies_are_listed_to_admins_only() {
     assert_eq!(
         policies,
         json!([
-            {"server": "*", "tools": ["confirm_*"], "prompt": "Allow {tool} on {server}?", "approvers": ["on-call"], "selfApproval": false, "quorum": 1, "editable": false},
-            {"server": "modern", "tools": ["echo"], "prompt": "Allow {tool} on {server}?", "approvers": [], "selfApproval": false, "quorum": 1, "editable": false},
+            {"server": "*", "tools": ["confirm_*"], "prompt": "Allow {tool} on {server}?", "approvers": ["on-call"], "selfApproval": false, "quorum": 1, "editable": false, "grants": []},
+            {"server": "modern", "tools": ["echo"], "prompt": "Allow {tool} on {server}?", "approvers": [], "selfApproval": false, "quorum": 1, "editable": false, "grants": []},
         ])
     );
     for name in ["agent", "lead"] {

@@ -104,13 +104,17 @@ async fn session_events_report_private_sessions() {
 
 #[tokio::test]
 async fn every_event_type_matches_the_schema_the_document_gives_it() {
-    let app = spawn_app(BOTH_ERAS).await;
+    let granting = "[[approvals]]\nserver = \"modern\"\ntools = [\"echoes\"]\ngrants = [\"1h\"]\n";
+    let app = spawn_app(&format!("{BOTH_ERAS}{granting}")).await;
     let document = app.get_json("/openapi.json").await;
     let schemas = EventSchemas::of(&document);
     assert_eq!(
         schemas.types(),
         [
             "call.updated",
+            "grant.created",
+            "grant.revoked",
+            "grant.used",
             "request.created",
             "request.resolved",
             "request.updated",
@@ -139,6 +143,15 @@ async fn every_event_type_matches_the_schema_the_document_gives_it() {
     let session: Value = session.json().await.unwrap();
     app.delete(&format!("/sessions/{}", session["id"].as_str().unwrap()))
         .await;
+    // A grant given, used and revoked.
+    let held = app.call("modern", "echoes", json!({"text": "x"})).await;
+    let request = app.request_of(&held).await;
+    let grant = json!({"ok": true, "grant": {"for": "1h", "match": "tool"}});
+    app.answer_ok(request["id"].as_str().unwrap(), grant).await;
+    app.settled(held["id"].as_str().unwrap()).await;
+    let used = app.call("modern", "echoes", json!({"text": "y"})).await;
+    let grant = used["allowed"]["grant"].as_str().unwrap();
+    assert_eq!(app.delete(&format!("/grants/{grant}")).await.status(), 200);
 
     let live: BTreeSet<String> = schemas
         .types()

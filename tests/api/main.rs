@@ -13,6 +13,7 @@ mod connections;
 mod edits;
 mod events;
 mod front_door;
+mod grants;
 mod helpers;
 mod hostile;
 mod injection;

@@ -439,3 +439,33 @@ async fn three_replicas_send_a_channel_one_message_each() {
         .collect();
     assert_eq!(prompts, expected);
 }
+
+/// A grant given through one replica lets the next matching call run on another, and its revocation on a third
+/// holds for all.
+#[tokio::test]
+async fn a_grant_given_on_one_replica_is_honoured_and_revoked_on_the_others() {
+    let servers = format!("{BOTH_ERAS}[[approvals]]\nserver = \"*\"\ntools = [\"echo\"]\ngrants = [\"1h\"]\n");
+    let fleet = fleet_of(&cluster::shared().database(), &servers).await;
+    let [a, b, c] = &fleet.replicas[..] else { unreachable!() };
+    let arguments = json!({"text": "granted"});
+    let held = a.call("modern", "echo", arguments.clone()).await;
+    let grant = json!({"ok": true, "grant": {"for": "1h", "match": "same-arguments"}});
+    assert_eq!(
+        b.post(&format!("/requests/{}/answer", first_request(&held)), &grant)
+            .await
+            .status(),
+        200
+    );
+    let done = a.settled(held["id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let again = c.call("modern", "echo", arguments.clone()).await;
+    assert_eq!(again["status"], "completed", "{again}");
+    let id = again["allowed"]["grant"]
+        .as_str()
+        .expect("it ran under the grant")
+        .to_owned();
+    assert_eq!(b.get_json("/grants").await[0]["uses"], 1);
+    assert_eq!(a.delete(&format!("/grants/{id}")).await.status(), 200);
+    let asked = b.call("modern", "echo", arguments).await;
+    assert_eq!(asked["status"], "input_required", "{asked}");
+}

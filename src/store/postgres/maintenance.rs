@@ -322,6 +322,7 @@ impl Postgres {
             sql::PRUNE_ROUNDS.postgres,
             sql::PRUNE_CALLS.postgres,
             sql::PRUNE_SESSIONS.postgres,
+            sql::PRUNE_GRANTS.postgres,
         ];
         for statement in statements {
             loop {

@@ -9,8 +9,8 @@ use tokio_postgres::types::{FromSql, ToSql, Type};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::store::listing::{Conditions, Param};
 pub use crate::store::rows::{
-    CALL_COLUMNS, EVENT, EVENT_COLUMNS, SESSION, call, decisions_json, event, request, request_at, session, to_json,
-    to_json_opt,
+    CALL_COLUMNS, EVENT, EVENT_COLUMNS, SESSION, call, decisions_json, event, grant, request, request_at, session,
+    to_json, to_json_opt,
 };
 use crate::store::rows::{Columns, Parse};
 

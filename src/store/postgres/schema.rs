@@ -495,4 +495,26 @@ CREATE TABLE keys (
 -- when the approver changed them).
 ALTER TABLE calls ADD COLUMN allowed TEXT;
 ",
+    r"
+-- Standing grants approvers gave with approvals (one at most each): later calls they cover run without asking.
+-- `lasting` is JSON (the string session, or a duration); a session grant names its session, a grant for a time its end.
+CREATE TABLE grants (
+    id TEXT PRIMARY KEY,
+    request TEXT NOT NULL UNIQUE,
+    owner TEXT NOT NULL,
+    server TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    digest TEXT,
+    lasting TEXT NOT NULL,
+    session TEXT,
+    expires_at BIGINT,
+    by_name TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    uses BIGINT NOT NULL DEFAULT 0,
+    revoked_at BIGINT,
+    revoked_by TEXT
+);
+CREATE INDEX grants_live ON grants (owner, server, tool) WHERE revoked_at IS NULL;
+",
 ];

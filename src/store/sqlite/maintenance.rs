@@ -211,6 +211,7 @@ impl Sqlite {
             sql::PRUNE_ROUNDS.sqlite,
             sql::PRUNE_CALLS.sqlite,
             sql::PRUNE_SESSIONS.sqlite,
+            sql::PRUNE_GRANTS.sqlite,
             // Events are recorded in time order: those before the first one that is recent enough go, and the
             // newest always stays.
             "DELETE FROM events WHERE seq < min( \

@@ -5,6 +5,7 @@ use rusqlite::ToSql;
 use rusqlite::types::{FromSql, FromSqlResult, ToSqlOutput, Type, ValueRef};
 use rusqlite::{Connection, OptionalExtension, Row};
 
+use crate::grants::GrantView;
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallView, Event, RequestView, SessionView};
 use crate::store::listing::{Conditions, Param};
@@ -49,6 +50,11 @@ pub fn call(row: &Row<'_>) -> rusqlite::Result<CallView> {
 /// A session read with the `SESSION` columns.
 pub fn session(row: &Row<'_>) -> rusqlite::Result<SessionView> {
     records::session(row)
+}
+
+/// A grant read with the `grant_columns!` columns.
+pub fn grant(row: &Row<'_>) -> rusqlite::Result<GrantView> {
+    records::grant(row)
 }
 
 /// An event read with the `EVENT` columns.

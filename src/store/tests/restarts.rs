@@ -39,6 +39,7 @@ async fn forwarded(store: &Store, call: &CallId) -> bool {
     let allowed = Allowed {
         by: "lead".into(),
         request: view.requests[0].clone(),
+        grant: None,
         edited_from: None,
     };
     store.forwarding(call, &allowed, &view.arguments).await.unwrap()
@@ -56,6 +57,7 @@ async fn an_approved_call_is_claimed_for_sending_once() {
         let allowed = Allowed {
             by: "lead".into(),
             request: raised[0].request.id.clone(),
+            grant: None,
             edited_from: Some(call.arguments.clone()),
         };
         let forwarding = || store.forwarding(&call.id, &allowed, &edited);
