@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::{CallStatus, CallView, RequestView, SessionView};
 use crate::grants::{GrantUse, GrantView};
 use crate::ids::{CallId, SessionId};
+use crate::time::Timestamp;
 
 /// What an event reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,6 +70,8 @@ impl EventKind {
 pub struct Event {
     /// Its place in the order of every event; set when it is recorded.
     pub id: u64,
+    /// When it was recorded, by the store's clock; set then.
+    pub at: Timestamp,
     pub kind: EventKind,
     pub data: String,
     pub server: String,
@@ -92,6 +95,7 @@ impl Event {
     pub fn without_data(&self) -> Self {
         Self {
             id: self.id,
+            at: self.at,
             kind: self.kind,
             data: String::new(),
             server: self.server.clone(),
@@ -128,10 +132,11 @@ impl Event {
         !self.data.is_empty()
     }
 
-    /// An event about `object`, not yet numbered.
+    /// An event about `object`, not yet numbered nor stamped.
     pub fn new(kind: EventKind, object: &impl Serialize, tags: Tags<'_>) -> Self {
         Self {
             id: 0,
+            at: Timestamp::from_millis(0),
             kind,
             data: serde_json::to_string(object).unwrap_or_default(),
             server: tags.server.to_owned(),

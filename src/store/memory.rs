@@ -245,15 +245,21 @@ impl Memory {
     /// Numbers the changes' events, keeps them for replay and publishes them, under the lock so that they
     /// reach subscribers in order.
     fn publish(&self, state: &mut State, changes: Changes) {
-        let events: Vec<Arc<Event>> = changes.events.into_iter().map(|event| state.record(event)).collect();
+        let now = self.shared.clock.now();
+        let events: Vec<Arc<Event>> = changes
+            .events
+            .into_iter()
+            .map(|event| state.record(event, now))
+            .collect();
         self.shared.feed.publish(events);
     }
 
     /// Like `publish`, with one event already built (to be returned numbered) before the changes.
     fn publish_with(&self, state: &mut State, event: Arc<Event>, changes: Changes) -> Arc<Event> {
-        let event = state.record(Arc::unwrap_or_clone(event));
+        let now = self.shared.clock.now();
+        let event = state.record(Arc::unwrap_or_clone(event), now);
         let mut events = vec![event.clone()];
-        events.extend(changes.events.into_iter().map(|event| state.record(event)));
+        events.extend(changes.events.into_iter().map(|event| state.record(event, now)));
         self.shared.feed.publish(events);
         event
     }
@@ -264,10 +270,11 @@ impl Memory {
 }
 
 impl State {
-    /// Numbers an event and keeps it for replay.
-    fn record(&mut self, mut event: Event) -> Arc<Event> {
+    /// Numbers an event recorded at `now` and keeps it for replay.
+    fn record(&mut self, mut event: Event, now: Timestamp) -> Arc<Event> {
         self.last_event += 1;
         event.id = self.last_event;
+        event.at = now;
         let event = Arc::new(event);
         self.replay_bytes += event.data.len();
         self.events.push_back(event.clone());

@@ -150,12 +150,12 @@ pub const REQUEST: &str = request_columns!();
 pub const SESSION: &str = session_columns!();
 
 /// The columns `event` reads, in order.
-pub const EVENT: &str = "seq, kind, server, session, call_id, owner, data";
+pub const EVENT: &str = "seq, kind, server, session, call_id, owner, data, at";
 
 /// How many columns a call's read selects.
 pub const CALL_COLUMNS: usize = 16;
 /// How many columns an event's read selects.
-pub const EVENT_COLUMNS: usize = 7;
+pub const EVENT_COLUMNS: usize = 8;
 
 /// A Request read with the `REQUEST` columns, starting at column `at`.
 pub fn request_at<R: Columns>(row: &R, at: usize) -> Result<RequestView, R::Error> {
@@ -265,6 +265,7 @@ pub fn event<R: Columns>(row: &R) -> Result<Event, R::Error> {
         call: row.text_opt(4)?,
         owner: row.text_opt(5)?,
         data: row.text(6)?,
+        at: Timestamp::from_millis(row.integer(7)?),
     })
 }
 

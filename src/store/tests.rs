@@ -458,6 +458,7 @@ async fn a_call_that_ends_cancels_its_pending_requests_once() {
 async fn events_are_numbered_in_order_and_a_reader_past_the_end_is_told_to_relist() {
     on_every(|store| async move {
         let before = store.last_event_id().await.unwrap();
+        let started = store.clock().now();
         let session = NewSession {
             id: ses_1(),
             replica: "replica-under-test".into(),
@@ -480,6 +481,9 @@ async fn events_are_numbered_in_order_and_a_reader_past_the_end_is_told_to_relis
         assert!(before < ids[0] && ids[0] < ids[1] && ids[1] < ids[2], "{ids:?}");
         assert_eq!(store.last_event_id().await.unwrap(), ids[2]);
         assert!(page.events.iter().all(|event| event.kind == EventKind::SessionUpdated));
+        let stamped = page.events.iter().map(|event| event.at);
+        assert!(stamped.clone().all(|at| started <= at && at <= store.clock().now()));
+        assert!(stamped.clone().zip(stamped.skip(1)).all(|(one, next)| one <= next));
         let last: Value = serde_json::from_str(&page.events[2].data).unwrap();
         assert_eq!(last["status"], "closed");
         assert!(store.events_after(ids[2] + 1, 10).await.unwrap().gap);

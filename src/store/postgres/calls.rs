@@ -476,8 +476,8 @@ async fn start_in(
     });
     let now = tx.now();
     let view = views::started_view(CallId::stored(id), call, now);
-    let event = Event::call(&view);
-    let values = tx.event_values(&event);
+    let mut event = Event::call(&view);
+    let values = tx.event_values(&mut event);
     let (arguments, capabilities, now, via) = (
         rows::to_json(&call.arguments),
         rows::to_json(&call.capabilities),

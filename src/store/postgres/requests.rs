@@ -213,7 +213,8 @@ impl Postgres {
                         Some(9),
                     )
                 });
-                let (resolved_at, values) = (now.millis(), tx.event_values(&event));
+                let mut event = event;
+                let (resolved_at, values) = (now.millis(), tx.event_values(&mut event));
                 let mut params: Vec<&(dyn ToSql + Sync)> = vec![
                     &id,
                     &resolved_at,
@@ -235,11 +236,13 @@ impl Postgres {
                 };
                 let won = rounds::Won::read(&won)?;
                 let seq = won.seq.unwrap_or_default();
-                let mut event = event;
                 if won.completed_at != view.completed_at {
                     // Its URL-mode completion was kept after the read: the event says so too.
                     view.completed_at = won.completed_at;
-                    event = Event::request(EventKind::RequestResolved, &view);
+                    event = Event {
+                        at: event.at,
+                        ..Event::request(EventKind::RequestResolved, &view)
+                    };
                     tx.execute("UPDATE events SET data = $2 WHERE seq = $1", &[&seq, &event.data])
                         .await?;
                 }
@@ -532,7 +535,7 @@ async fn insert_request(
     tx: &Tx<'_>,
     new: &NewRequest,
     round: Option<u32>,
-    event: Event,
+    mut event: Event,
 ) -> Result<(), tokio_postgres::Error> {
     let request = &new.request;
     let (data, deadline, created_at) = (
@@ -545,7 +548,7 @@ async fn insert_request(
         i64::try_from(new.bytes).unwrap_or(i64::MAX),
     );
     let kind = request.kind.as_str();
-    let values = tx.event_values(&event);
+    let values = tx.event_values(&mut event);
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![
         &request.id,
         &kind,

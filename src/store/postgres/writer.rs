@@ -157,24 +157,26 @@ impl Tx<'_> {
     }
 
     /// Records an event: it is numbered now and published once the transaction is kept.
-    pub async fn record(&self, event: Event) -> Result<Arc<Event>, tokio_postgres::Error> {
+    pub async fn record(&self, mut event: Event) -> Result<Arc<Event>, tokio_postgres::Error> {
         static RECORD: LazyLock<String> = LazyLock::new(|| insert_event(1, "VALUES ({})"));
-        let values = self.event_values(&event);
+        let values = self.event_values(&mut event);
         let row = self.query_one(&RECORD, &values.params()).await?;
         Ok(self.numbered(event, row.get(0)))
     }
 
-    /// `event`'s values as [`insert_event`] takes them: the transaction's next place, recorded now.
-    pub fn event_values<'e>(&self, event: &'e Event) -> EventValues<'e> {
+    /// `event`'s values as [`insert_event`] takes them: the transaction's next place, recorded now (the event
+    /// is stamped with that instant).
+    pub fn event_values<'e>(&self, event: &'e mut Event) -> EventValues<'e> {
         // Past the transaction's ids, each event takes its last one: the second such insert fails on the
         // primary key, and the transaction with it.
         let place = self
             .next_event
             .fetch_add(1, Ordering::Relaxed)
             .min(EVENTS_PER_TRANSACTION - 1);
+        event.at = self.now();
         EventValues {
             place,
-            at: self.now().millis(),
+            at: event.at.millis(),
             kind: event.kind.name(),
             event,
         }

@@ -120,6 +120,7 @@ impl Tx<'_> {
 
     /// Records an event: it is numbered now and published once the transaction is kept.
     pub fn record(&mut self, mut event: Event) -> rusqlite::Result<Arc<Event>> {
+        event.at = self.now();
         // The row id, not `RETURNING`, which would build a temporary table per event.
         self.conn
             .prepare_cached(
@@ -127,7 +128,7 @@ impl Tx<'_> {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?
             .execute(rusqlite::params![
-                self.now().millis(),
+                event.at.millis(),
                 event.kind.name(),
                 event.server,
                 event.session,
