@@ -17,6 +17,7 @@ pub mod feed;
 pub mod forms;
 pub mod grants;
 pub mod ids;
+pub mod lease;
 pub mod links;
 pub mod logs;
 pub mod metrics;

@@ -6,13 +6,13 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::feed::Feed;
+use crate::lease::{self, Leased};
 use crate::records::Event;
-use crate::store::{Lease, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 /// How many events a receiver reads from the log at a time.
 const PAGE: usize = 256;
@@ -20,12 +20,6 @@ const PAGE: usize = 256;
 const FIRST_RETRY: Duration = Duration::from_millis(500);
 /// How long a receiver waits before reading the log again after the store failed a read.
 const READ_RETRY: Duration = Duration::from_secs(1);
-/// How long a gateway holds a receiver's lease without renewing it: when the gateway delivering dies, another
-/// takes its deliveries over from the saved cursor within this and one [`RENEW`].
-const LEASE: Duration = Duration::from_secs(15);
-/// How often the holder renews the lease (a third of it, so that two renewals may fail), and how often the
-/// other gateways ask for it.
-const RENEW: Duration = Duration::from_secs(5);
 
 /// Where events go: one webhook, or one destination of a notification channel.
 pub trait Receiver: Send + Sync + 'static {
@@ -53,9 +47,10 @@ pub enum Delivered {
     Skipped,
 }
 
-/// Starts delivering to `receiver` as `holder` (this gateway, among those sharing the store). A receiver goes
-/// on from the last event it was given; one the store has never seen starts with the events recorded from now
-/// on, which the lease taken here, before the gateway serves, makes every event of this run.
+/// Starts delivering to `receiver` as `holder` (this gateway, among those sharing the store), while it holds
+/// the receiver's lease ([`crate::lease`]). A receiver goes on from the last event it was given; one the store
+/// has never seen starts with the events recorded from now on, which the lease taken here, before the gateway
+/// serves, makes every event of this run.
 pub async fn start<R: Receiver>(
     receiver: R,
     holder: &str,
@@ -66,106 +61,46 @@ pub async fn start<R: Receiver>(
 ) {
     let delivery = Delivery {
         receiver,
-        holder: holder.to_owned(),
         store: store.clone(),
         feed: feed.clone(),
     };
-    let first = delivery.take().await;
-    tracker.spawn(delivery.run(first, shutdown.clone()));
+    lease::start(delivery, holder, store, shutdown, tracker).await;
 }
 
-/// Delivers one receiver's events in order, while it holds the receiver's lease.
+/// Delivers one receiver's events in order.
 struct Delivery<R> {
     receiver: R,
-    /// Who this gateway is to the other gateways sharing the store.
-    holder: String,
     store: Store,
     feed: Feed,
 }
 
-/// What an attempt to take a receiver's lease came to.
-enum Taken {
-    /// This gateway delivers, after this event.
-    Mine(u64),
-    /// Another gateway holds the lease.
-    Elsewhere,
-    Failed(StoreError),
+impl<R: Receiver> Leased for Delivery<R> {
+    /// The last event given to the receiver.
+    type Start = u64;
+
+    fn key(&self) -> &str {
+        self.receiver.key()
+    }
+
+    /// The saved cursor; a receiver without one starts after the newest event, also across a restart before
+    /// its first delivery.
+    async fn resume(&self, saved: Option<u64>) -> Result<u64, StoreError> {
+        if let Some(cursor) = saved {
+            return Ok(cursor);
+        }
+        let start = self.store.last_event_id().await?;
+        self.store.save_webhook_cursor(self.key(), start);
+        Ok(start)
+    }
+
+    async fn work(&self, cursor: u64, shutdown: &CancellationToken) {
+        self.follow(cursor, shutdown).await;
+    }
 }
 
 impl<R: Receiver> Delivery<R> {
     fn key(&self) -> &str {
         self.receiver.key()
-    }
-
-    /// Delivers while this gateway holds the lease and waits for it while another does, until `shutdown`;
-    /// `first` is what the first attempt to take it came to.
-    async fn run(self, first: Taken, shutdown: CancellationToken) {
-        let mut taken = first;
-        loop {
-            match taken {
-                Taken::Mine(cursor) => {
-                    let held_until = Instant::now() + LEASE;
-                    tokio::select! {
-                        () = self.follow(cursor, &shutdown) => return,
-                        () = self.keep(held_until) => {}
-                    }
-                }
-                Taken::Elsewhere => {}
-                Taken::Failed(error) => {
-                    tracing::warn!(receiver = %self.key(), %error, "the lease on deliveries could not be taken");
-                }
-            }
-            tokio::select! {
-                () = tokio::time::sleep(RENEW) => {}
-                () = shutdown.cancelled() => return,
-            }
-            taken = self.take().await;
-        }
-    }
-
-    /// Takes the lease, with the saved cursor. A receiver without one starts after the newest event, also
-    /// across a restart before its first delivery.
-    async fn take(&self) -> Taken {
-        match self.hold().await {
-            Ok(Lease::Mine(Some(cursor))) => Taken::Mine(cursor),
-            Ok(Lease::Mine(None)) => match self.store.last_event_id().await {
-                Ok(start) => {
-                    self.store.save_webhook_cursor(self.key(), start);
-                    Taken::Mine(start)
-                }
-                Err(error) => Taken::Failed(error),
-            },
-            Ok(Lease::Elsewhere) => Taken::Elsewhere,
-            Err(error) => Taken::Failed(error),
-        }
-    }
-
-    /// Takes or renews the lease.
-    async fn hold(&self) -> Result<Lease, StoreError> {
-        self.store.hold_webhook(self.key(), &self.holder, LEASE).await
-    }
-
-    /// Renews the lease every [`RENEW`]; returns once another gateway holds it, or once it may have run out
-    /// (`held_until`, on this process's clock) while the store could not renew it.
-    async fn keep(&self, mut held_until: Instant) {
-        loop {
-            tokio::time::sleep(RENEW).await;
-            let asked = Instant::now();
-            match self.hold().await {
-                Ok(Lease::Mine(_)) => held_until = asked + LEASE,
-                Ok(Lease::Elsewhere) => {
-                    tracing::warn!(receiver = %self.key(), "another gateway took the deliveries over");
-                    return;
-                }
-                Err(error) if Instant::now() + RENEW < held_until => {
-                    tracing::warn!(receiver = %self.key(), %error, "the lease on deliveries could not be renewed");
-                }
-                Err(error) => {
-                    tracing::warn!(receiver = %self.key(), %error, "the lease on deliveries may have run out: they stop");
-                    return;
-                }
-            }
-        }
     }
 
     /// Delivers every event after `cursor`, then each new one as it is recorded; returns at `shutdown`.

@@ -330,7 +330,8 @@ pub struct EventPage {
     pub resume_after: u64,
 }
 
-/// Who holds the lease on a webhook's deliveries, as [`Store::hold_webhook`] decided it.
+/// Who holds the lease on a webhook's deliveries (or other leased work, [`crate::lease`]), as
+/// [`Store::hold_webhook`] decided it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lease {
     /// The asking holder has the lease until it runs out; with the webhook's saved cursor, `None` for a
@@ -630,9 +631,10 @@ impl Store {
         dispatch!(self, store => store.save_webhook_cursor(webhook, event))
     }
 
-    /// Takes or renews the lease on a webhook's deliveries for `holder`, for `lease` from now, if it is free,
-    /// run out, or `holder`'s already. Gateways sharing a database run the same webhooks; the lease makes
-    /// one of them deliver each. A memory or SQLite store has one gateway, which always gets it.
+    /// Takes or renews the lease on a webhook's deliveries (or other leased work, [`crate::lease`]) for
+    /// `holder`, for `lease` from now, if it is free, run out, or `holder`'s already. Gateways sharing a
+    /// database run the same webhooks; the lease makes one of them deliver each. A memory or SQLite store has
+    /// one gateway, which always gets it.
     pub async fn hold_webhook(
         &self,
         webhook: &str,
