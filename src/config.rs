@@ -1158,10 +1158,13 @@ impl Config {
             if hook.attempts == 0 {
                 return Err(format!("{key}.attempts must be at least 1"));
             }
-            if name.starts_with(crate::notify::KEY_PREFIX) {
+            let reserved = [
+                (crate::notify::KEY_PREFIX, "the notification channels'"),
+                (crate::audit::KEY_PREFIX, "the audit trail's"),
+            ];
+            if let Some((prefix, whose)) = reserved.into_iter().find(|(prefix, _)| name.starts_with(prefix)) {
                 return Err(format!(
-                    "{key}.name = {name:?}: names starting with {:?} are the notification channels'",
-                    crate::notify::KEY_PREFIX
+                    "{key}.name = {name:?}: names starting with {prefix:?} are {whose}"
                 ));
             }
             let secret = hook.secret.as_deref().map(Secret::parse).transpose().map_err(|why| {
@@ -2492,6 +2495,10 @@ mod tests {
             (
                 "[[webhooks]]\nname = \"notify:x\"\nurl = \"http://x\"\n".to_owned(),
                 "notification channels'",
+            ),
+            (
+                "[[webhooks]]\nname = \"audit:chain\"\nurl = \"http://x\"\n".to_owned(),
+                "audit trail's",
             ),
         ] {
             let error = parse(&broken).unwrap_err();

@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod approvals;
+pub mod audit;
 pub mod auth;
 pub mod calls;
 pub mod config;
@@ -186,6 +187,7 @@ impl Gateway {
         webhooks::start(webhooks, &replica, &store, &feed, &metrics, &shutdown, &tracker)
             .await
             .map_err(|error| anyhow::anyhow!("cannot build the webhooks' HTTP client: {error}"))?;
+        audit::chainer::start(&replica, &store, &feed, &shutdown, &tracker).await;
         notify::start(
             channels, &approvals, &links, &replica, &store, &feed, &metrics, &shutdown, &tracker,
         )

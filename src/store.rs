@@ -23,6 +23,7 @@ use std::sync::Arc;
 use rmcp::model::Implementation;
 use serde_json::{Map, Value};
 
+use crate::audit::{Entry, Link};
 use crate::decision::{Proposal, Refusal, Undecided};
 use crate::feed::Feed;
 use crate::grants::{GrantView, NewGrant};
@@ -618,6 +619,23 @@ impl Store {
     /// The id of the newest event.
     pub async fn last_event_id(&self) -> Result<u64, StoreError> {
         dispatch!(self, store => store.last_event_id().await)
+    }
+
+    /// The newest link of the audit chain; `None` before an event is chained.
+    pub async fn chain_head(&self) -> Result<Option<Link>, StoreError> {
+        dispatch!(self, store => store.chain_head().await)
+    }
+
+    /// Appends `links` (of events published, in the order of the log, each following the one before) to the
+    /// audit chain if its newest link is still event `after`'s (`None`: the chain is empty); `false` when
+    /// another chainer moved it on meanwhile, and nothing was appended.
+    pub async fn extend_chain(&self, after: Option<u64>, links: Vec<Link>) -> Result<bool, StoreError> {
+        dispatch!(self, store => store.extend_chain(after, links).await)
+    }
+
+    /// Up to `limit` events chained after event `after`, oldest first, each with its link.
+    pub async fn chained_after(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError> {
+        dispatch!(self, store => store.chained_after(after, limit).await)
     }
 
     /// The id of the last event delivered to a webhook, as last recorded.

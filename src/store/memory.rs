@@ -13,6 +13,7 @@ use super::{
     Answered, Asked, EventPage, Finished, InsertCallError, InsertSessionError, Lease, NewCall, NewRequest, NewRound,
     NewSession, Pending, PendingCaps, RaiseError, Recovered, Resolution, Resolved, Retry, Started, StoreError,
 };
+use crate::audit::Link;
 use crate::decision::{self, Proposal, Upstream};
 use crate::feed::Feed;
 use crate::ids::{CallId, RequestId, SessionId};
@@ -24,6 +25,7 @@ use crate::records::{
 use crate::retained::Retained;
 use crate::time::{Clock, Timestamp};
 
+mod audit;
 mod calls;
 mod grants;
 mod requests;
@@ -78,6 +80,8 @@ struct State {
     /// without looking through every Request kept.
     completions: HashMap<(Option<SessionId>, String), RequestId>,
     events: VecDeque<Arc<Event>>,
+    /// The audit chain's links of the events kept, oldest first: those of events forgotten go with them.
+    chain: VecDeque<Link>,
     /// The bytes of the events' data.
     replay_bytes: usize,
     last_event: u64,
@@ -282,6 +286,10 @@ impl State {
             if let Some(gone) = self.events.pop_front() {
                 self.replay_bytes -= gone.data.len();
             }
+        }
+        let oldest = self.events.front().map_or(event.id, |oldest| oldest.id);
+        while self.chain.front().is_some_and(|link| link.id < oldest) {
+            self.chain.pop_front();
         }
         event
     }

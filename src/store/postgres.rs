@@ -1,6 +1,7 @@
 //! The store in a PostgreSQL database: one writer connection that commits every change waiting in one
 //! transaction, holding the store's write lock, and shared connections for reads.
 
+mod audit;
 mod calls;
 #[cfg(test)]
 pub mod cluster;

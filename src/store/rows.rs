@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
+use crate::audit::{Entry, Link};
 use crate::grants::{GrantView, Scope};
 use crate::ids::{CallId, GrantId, RequestId, SessionId};
 use crate::records::{
@@ -143,6 +144,14 @@ macro_rules! grant_columns {
 }
 pub(crate) use grant_columns;
 
+/// The columns `event` reads, in order.
+macro_rules! event_columns {
+    () => {
+        "seq, kind, server, session, call_id, owner, data, at"
+    };
+}
+pub(crate) use event_columns;
+
 /// The columns `request` reads, in order.
 pub const REQUEST: &str = request_columns!();
 
@@ -150,7 +159,7 @@ pub const REQUEST: &str = request_columns!();
 pub const SESSION: &str = session_columns!();
 
 /// The columns `event` reads, in order.
-pub const EVENT: &str = "seq, kind, server, session, call_id, owner, data, at";
+pub const EVENT: &str = event_columns!();
 
 /// How many columns a call's read selects.
 pub const CALL_COLUMNS: usize = 16;
@@ -266,6 +275,26 @@ pub fn event<R: Columns>(row: &R) -> Result<Event, R::Error> {
         owner: row.text_opt(5)?,
         data: row.text(6)?,
         at: Timestamp::from_millis(row.integer(7)?),
+    })
+}
+
+/// An event of the audit trail read with the `EVENT` columns, then its link's `prev` and `hash`.
+pub fn entry<R: Columns>(row: &R) -> Result<Entry, R::Error> {
+    let event = event(row)?;
+    let link = Link {
+        id: event.id,
+        prev: row.text(EVENT_COLUMNS)?,
+        hash: row.text(EVENT_COLUMNS + 1)?,
+    };
+    Ok(Entry::linked(&event, link))
+}
+
+/// A link of the audit chain read as `seq, prev, hash`.
+pub fn link<R: Columns>(row: &R) -> Result<Link, R::Error> {
+    Ok(Link {
+        id: u64::try_from(row.integer(0)?).unwrap_or_default(),
+        prev: row.text(1)?,
+        hash: row.text(2)?,
     })
 }
 

@@ -7,7 +7,7 @@
 //! (PostgreSQL's counts for a fleet, SQLite's deferred calls). Each such place names the BENCHMARKS.md section
 //! that measured it.
 
-use super::rows::{grant_columns, request_columns, session_columns};
+use super::rows::{event_columns, grant_columns, request_columns, session_columns};
 
 /// A statement in each engine's form.
 pub struct Shared {
@@ -83,6 +83,14 @@ shared! {
     KEY_KEPT = "INSERT INTO keys (name, secret, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING";
     /// The key kept under a name.
     KEY = "SELECT secret FROM keys WHERE name = $1";
+    /// The newest link of the audit chain.
+    CHAIN_HEAD = "SELECT seq, prev, hash FROM audit_chain ORDER BY seq DESC LIMIT 1";
+    /// Up to `$2` events chained after event `$1`, with their links, in order.
+    CHAINED = concat!(
+        "SELECT ",
+        event_columns!(),
+        ", prev, hash FROM events JOIN audit_chain USING (seq) WHERE seq > $1 ORDER BY seq LIMIT $2"
+    );
     /// A Request.
     REQUEST = concat!("SELECT ", request_columns!(), " FROM requests WHERE id = $1");
     /// A session.
@@ -172,6 +180,12 @@ shared! {
     PRUNE_GRANTS = "DELETE FROM grants WHERE id IN (SELECT id FROM grants AS g WHERE revoked_at < $1 \
         OR expires_at < $1 OR (session IS NOT NULL AND NOT EXISTS (SELECT 1 FROM sessions AS s WHERE s.id = g.session)) \
         LIMIT $2)";
+}
+
+shared! {
+    /// The links of the audit chain whose events were pruned (the chain is pruned with the log, from the oldest,
+    /// and each link keeps the hash it follows).
+    PRUNE_CHAIN = "DELETE FROM audit_chain WHERE seq < (SELECT min(seq) FROM events)";
 }
 
 #[cfg(test)]

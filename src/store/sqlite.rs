@@ -1,6 +1,7 @@
 //! The store in a SQLite database file: WAL, a sync to disk before a change counts as kept, one writer
 //! thread that commits every change waiting in one transaction, and read-only connections for reads.
 
+mod audit;
 mod calls;
 mod deferred;
 mod files;

@@ -335,13 +335,16 @@ impl Postgres {
             }
         }
         // Events go as a prefix of the log, so that a reader resuming inside it is told what it missed: up to
-        // the newest published event older than `before`, never the newest published.
+        // the newest published event older than `before`, never the newest published, and none that is not
+        // chained yet nor the newest chained. Their links in the audit chain go with them.
         static EVENTS: LazyLock<String> = LazyLock::new(|| {
             format!(
                 "WITH published AS (SELECT max(seq) AS newest, max(seq) FILTER (WHERE at < $1) AS old \
                  FROM events WHERE seq < {PUBLISHED}), \
-                 gone AS (DELETE FROM events WHERE seq IN (SELECT seq FROM events, published \
-                 WHERE seq <= published.old AND seq < published.newest ORDER BY seq LIMIT $2) RETURNING seq), \
+                 chained AS (SELECT max(seq) AS head FROM audit_chain), \
+                 gone AS (DELETE FROM events WHERE seq IN (SELECT seq FROM events, published, chained \
+                 WHERE seq <= published.old AND seq < published.newest AND seq < chained.head ORDER BY seq LIMIT $2) \
+                 RETURNING seq), \
                  noted AS (UPDATE event_log SET pruned_through = GREATEST(pruned_through, (SELECT max(seq) FROM gone)) \
                  WHERE EXISTS (SELECT 1 FROM gone)) \
                  SELECT count(*) FROM gone"
@@ -350,7 +353,11 @@ impl Postgres {
         loop {
             let deleted: i64 = self
                 .write(move |tx| {
-                    Box::pin(async move { tx.query_one(&EVENTS, &[&before, &PRUNE_BATCH]).await?.try_get(0) })
+                    Box::pin(async move {
+                        let deleted = tx.query_one(&EVENTS, &[&before, &PRUNE_BATCH]).await?.try_get(0)?;
+                        tx.execute(sql::PRUNE_CHAIN.postgres, &[]).await?;
+                        Ok(deleted)
+                    })
                 })
                 .await?;
             if deleted < PRUNE_BATCH {

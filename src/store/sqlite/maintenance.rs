@@ -6,6 +6,7 @@ use std::time::Duration;
 use rusqlite::{OptionalExtension, params};
 
 use super::requests::{resolve_ids, select_ids};
+use super::writer::Tx;
 use super::{Sqlite, rows};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallError, CallFailure, Event, Finish, SessionStatus};
@@ -212,23 +213,42 @@ impl Sqlite {
             sql::PRUNE_CALLS.sqlite,
             sql::PRUNE_SESSIONS.sqlite,
             sql::PRUNE_GRANTS.sqlite,
-            // Events are recorded in time order: those before the first one that is recent enough go, and the
-            // newest always stays.
-            "DELETE FROM events WHERE seq < min( \
-                 coalesce((SELECT seq FROM events WHERE at >= ?1 ORDER BY seq LIMIT 1), (SELECT max(seq) FROM events)), \
-                 (SELECT min(seq) FROM events) + ?2)",
         ];
         for statement in statements {
-            loop {
-                let deleted = self
-                    .write(move |tx| tx.conn.prepare_cached(statement)?.execute(params![before, PRUNE_BATCH]))
-                    .await?;
-                if i64::try_from(deleted).unwrap_or(i64::MAX) < PRUNE_BATCH {
-                    break;
-                }
+            self.in_batches(move |tx| tx.conn.prepare_cached(statement)?.execute(params![before, PRUNE_BATCH]))
+                .await?;
+        }
+        // Events are recorded in time order: those before the first one that is recent enough go, with their
+        // links in the audit chain, but none that is not chained yet, and never the newest chained (nor so the
+        // newest of all).
+        self.in_batches(move |tx| {
+            let deleted = tx
+                .conn
+                .prepare_cached(
+                    "DELETE FROM events WHERE seq < min( \
+                     coalesce((SELECT seq FROM events WHERE at >= ?1 ORDER BY seq LIMIT 1), (SELECT max(seq) FROM events)), \
+                     (SELECT min(seq) FROM events) + ?2, \
+                     coalesce((SELECT max(seq) FROM audit_chain), 0))",
+                )?
+                .execute(params![before, PRUNE_BATCH])?;
+            tx.conn.prepare_cached(sql::PRUNE_CHAIN.sqlite)?.execute([])?;
+            Ok(deleted)
+        })
+        .await
+    }
+
+    /// Runs a pruning statement in the writer until a run deletes fewer than [`PRUNE_BATCH`] rows, so that the
+    /// writer never stops for long.
+    async fn in_batches(
+        &self,
+        delete: impl Fn(&mut Tx<'_>) -> rusqlite::Result<usize> + Clone + Send + 'static,
+    ) -> Result<(), StoreError> {
+        loop {
+            let deleted = self.write(delete.clone()).await?;
+            if i64::try_from(deleted).unwrap_or(i64::MAX) < PRUNE_BATCH {
+                return Ok(());
             }
         }
-        Ok(())
     }
 }
 

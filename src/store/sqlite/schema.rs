@@ -218,6 +218,16 @@ CREATE TABLE grants (
 );
 CREATE INDEX grants_live ON grants (owner, server, tool) WHERE revoked_at IS NULL;
 ",
+    r"
+-- The audit chain: each event's hash and the hash of the event before it (src/audit.rs), computed after the
+-- event was kept, in the order of the log. Pruned with the events, from the oldest: the first link kept says
+-- what it follows, and the newest stays.
+CREATE TABLE audit_chain (
+    seq INTEGER PRIMARY KEY,
+    prev TEXT NOT NULL,
+    hash TEXT NOT NULL
+);
+",
 ];
 
 /// The schema version this build writes.

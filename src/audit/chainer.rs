@@ -1,0 +1,131 @@
+//! The chainer: it follows the event log in order from the newest event chained, and keeps each event's link
+//! (the hash it follows and its own) in the store. It runs after the fact, on events published, so that no
+//! write waits for the hash of the event before it: in PostgreSQL the replicas' transactions commit side by
+//! side, and an event's predecessor is known only once the log is published up to it. One gateway of those
+//! sharing a store chains, under a lease ([`crate::lease`]); the chain itself is its cursor.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::{Entry, GENESIS, Link};
+use crate::feed::Feed;
+use crate::lease::{self, Leased};
+use crate::store::{Store, StoreError};
+
+/// The key the chainer's lease is kept under, which no webhook takes ([`super::KEY_PREFIX`]).
+const KEY: &str = "audit:chain";
+/// How many events are chained at a time, in one write.
+const PAGE: usize = 512;
+/// How long the chainer waits before it tries again after the store failed.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Starts chaining as `holder` (this gateway, among those sharing the store), while it holds the lease.
+pub async fn start(holder: &str, store: &Store, feed: &Feed, shutdown: &CancellationToken, tracker: &TaskTracker) {
+    let chainer = Chainer {
+        store: store.clone(),
+        feed: feed.clone(),
+    };
+    lease::start(chainer, holder, store, shutdown, tracker).await;
+}
+
+/// Chains the events of one store.
+struct Chainer {
+    store: Store,
+    feed: Feed,
+}
+
+impl Leased for Chainer {
+    /// The chain says where it goes on from, whoever extended it last.
+    type Start = ();
+
+    fn key(&self) -> &str {
+        KEY
+    }
+
+    async fn resume(&self, _saved: Option<u64>) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Chains what is published, then again whenever more is.
+    async fn work(&self, (): (), shutdown: &CancellationToken) {
+        let mut versions = self.feed.versions();
+        loop {
+            match chain_published(&self.store).await {
+                Ok(_) => tokio::select! {
+                    changed = versions.changed() => if changed.is_err() { return },
+                    () = shutdown.cancelled() => return,
+                },
+                Err(error) => {
+                    tracing::warn!(%error, "the audit chain could not be extended");
+                    tokio::select! {
+                        () = tokio::time::sleep(RETRY) => {}
+                        () = shutdown.cancelled() => return,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Chains every event published and not chained yet, in the order of the log, and returns the newest link.
+///
+/// The first event chained follows [`GENESIS`]: the oldest event kept, when a store written before the chain
+/// existed is chained for the first time. Events that left the log before they were chained (possible only in
+/// memory, which keeps the last 4096) break the chain: the next one follows [`GENESIS`] again.
+pub async fn chain_published(store: &Store) -> Result<Option<Link>, StoreError> {
+    let mut head = store.chain_head().await?;
+    let mut read_after = head.as_ref().map_or(0, |link| link.id);
+    let mut prev = head
+        .as_ref()
+        .map_or_else(|| GENESIS.to_owned(), |link| link.hash.clone());
+    loop {
+        let page = store.events_after(read_after, PAGE).await?;
+        if page.gap {
+            if page.resume_after <= read_after {
+                return Ok(head);
+            }
+            if head.is_some() {
+                tracing::warn!(
+                    after = read_after,
+                    resume_after = page.resume_after,
+                    "events left the log before they were chained: the audit chain starts again after them"
+                );
+            }
+            read_after = page.resume_after;
+            prev = GENESIS.to_owned();
+            continue;
+        }
+        if page.events.is_empty() {
+            return Ok(head);
+        }
+        let mut links = Vec::with_capacity(page.events.len());
+        for event in &page.events {
+            let link = Entry::chained(event, &prev).link();
+            prev.clone_from(&link.hash);
+            links.push(link);
+        }
+        let newest = links.last().cloned();
+        if store.extend_chain(head.as_ref().map(|link| link.id), links).await? {
+            head = newest;
+        } else {
+            // Another chainer moved the chain on: go on from where it got to.
+            head = store.chain_head().await?;
+            prev = head
+                .as_ref()
+                .map_or_else(|| GENESIS.to_owned(), |link| link.hash.clone());
+        }
+        read_after = head.as_ref().map_or(0, |link| link.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_chainers_lease_is_under_a_key_no_webhook_takes() {
+        assert!(KEY.starts_with(crate::audit::KEY_PREFIX));
+    }
+}

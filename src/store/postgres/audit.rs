@@ -1,0 +1,51 @@
+//! The audit chain in the database: its newest link, links appended alongside other changes (one statement
+//! that checks the chain has not moved on, so that no lock orders the chainers), and chained events read back.
+
+use super::{Postgres, Reader};
+use crate::audit::{Entry, Link};
+use crate::store::{StoreError, rows, sql};
+
+impl Postgres {
+    pub async fn chain_head(&self) -> Result<Option<Link>, StoreError> {
+        self.read(async |conn| {
+            let row = conn.query_opt(sql::CHAIN_HEAD.postgres, &[]).await?;
+            row.as_ref().map(rows::link).transpose()
+        })
+        .await
+    }
+
+    /// Two chainers (one whose lease ran out while it worked) compute the same links from the same events: the
+    /// second to run appends only what the first did not, and is told that the chain moved on.
+    pub async fn extend_chain(&self, after: Option<u64>, links: Vec<Link>) -> Result<bool, StoreError> {
+        const EXTEND: &str = "INSERT INTO audit_chain (seq, prev, hash) \
+             SELECT * FROM unnest($1::BIGINT[], $2::TEXT[], $3::TEXT[]) \
+             WHERE (SELECT max(seq) FROM audit_chain) IS NOT DISTINCT FROM $4::BIGINT \
+             ON CONFLICT (seq) DO NOTHING";
+        let after = after.map(|id| i64::try_from(id).unwrap_or(i64::MAX));
+        let ids: Vec<i64> = links
+            .iter()
+            .map(|link| i64::try_from(link.id).unwrap_or(i64::MAX))
+            .collect();
+        let prevs: Vec<String> = links.iter().map(|link| link.prev.clone()).collect();
+        let hashes: Vec<String> = links.iter().map(|link| link.hash.clone()).collect();
+        let wanted = u64::try_from(links.len()).unwrap_or(u64::MAX);
+        self.write_alongside(move |tx| {
+            let (ids, prevs, hashes) = (ids.clone(), prevs.clone(), hashes.clone());
+            Box::pin(async move {
+                let appended = tx.execute(EXTEND, &[&ids, &prevs, &hashes, &after]).await?;
+                Ok(appended == wanted)
+            })
+        })
+        .await
+    }
+
+    pub async fn chained_after(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(async |conn| {
+            let found = conn.query(sql::CHAINED.postgres, &[&after, &limit]).await?;
+            found.iter().map(rows::entry).collect()
+        })
+        .await
+    }
+}
