@@ -109,6 +109,9 @@ pub struct Config {
     /// How Requests live and resolve.
     #[serde(default)]
     pub requests: RequestsConfig,
+    /// How long the audit trail (the event log) is kept.
+    #[serde(default)]
+    pub audit: AuditConfig,
     /// The upstream MCP servers, each with a shared session opened at start-up.
     #[serde(default)]
     pub servers: Vec<ServerConfig>,
@@ -590,6 +593,20 @@ pub struct RequestsConfig {
     pub max_pending_bytes: usize,
 }
 
+/// The `[audit]` table: the event log with its hashes, which `GET /audit` exports.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// How long events stay in the log; unset, 90 days, or `requests.retention` if that is longer. It may not
+    /// be shorter than `requests.retention`: the trail outlives the records it tells the history of.
+    #[serde(
+        default,
+        deserialize_with = "optional_duration",
+        serialize_with = "as_optional_humantime"
+    )]
+    pub retention: Option<Duration>,
+}
+
 /// The `[limits]` table: what one principal may hold at once, and how long upstream work may take.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -844,6 +861,7 @@ impl Config {
             listen: default_listen(),
             workers: default_workers(),
             requests: RequestsConfig::default(),
+            audit: AuditConfig::default(),
             servers: vec![ServerConfig {
                 name: "demo".to_owned(),
                 builtin: Some(Builtin::Demo),
@@ -923,6 +941,12 @@ impl Config {
         })
     }
 
+    /// How long events (the audit trail) stay in the log: `audit.retention`, else 90 days or `retention()`,
+    /// whichever is longer.
+    pub fn audit_retention(&self) -> Duration {
+        self.audit.retention.unwrap_or(AUDIT_RETENTION.max(self.retention()))
+    }
+
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -955,6 +979,7 @@ impl Config {
         let caps = self.pending_caps();
         let requests = &mut effective.requests;
         requests.retention = Some(self.retention());
+        effective.audit.retention = Some(self.audit_retention());
         requests.max_pending_per_principal = Some(caps.per_principal);
         requests.max_pending_per_server = Some(caps.per_server);
         for (entry, server) in effective.servers.iter_mut().zip(self.servers()?) {
@@ -1135,6 +1160,15 @@ impl Config {
             check_origin(origin).map_err(|problem| format!("http.cors_origins: {origin:?} {problem}"))?;
         }
         check_log_filter(&self.log.level).map_err(|_| format!("log.level: {NOT_A_LOG_FILTER}"))?;
+        if self.audit_retention() < self.retention() {
+            return Err(Problem::from(format!(
+                "audit.retention = \"{}\" is shorter than requests.retention (\"{}\"): the audit trail must outlive \
+                 the records whose history it tells; lengthen audit.retention, or leave it out for the longer of 90 \
+                 days and requests.retention",
+                shown(self.audit_retention()),
+                shown(self.retention())
+            )));
+        }
         Ok(())
     }
 
@@ -1842,7 +1876,23 @@ fn optional_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Optio
 
 /// Writes a duration as `check-config` shows it, such as `30s` or `1h 30m`.
 fn as_humantime<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.collect_str(&humantime::format_duration(*duration))
+    serializer.collect_str(&shown(*duration))
+}
+
+/// A duration as `check-config` and errors show it, such as `30s`, `1h 30m` or `90days`: in days past a
+/// month, rather than in humantime's months and years, which are averages (`2months 29days 2h 52m 48s`).
+fn shown(duration: Duration) -> String {
+    const DAY: u64 = 24 * 3600;
+    let days = duration.as_secs() / DAY;
+    if days < 30 {
+        return humantime::format_duration(duration).to_string();
+    }
+    let rest = duration - Duration::from_secs(days * DAY);
+    if rest.is_zero() {
+        format!("{days}days")
+    } else {
+        format!("{days}days {}", humantime::format_duration(rest))
+    }
 }
 
 fn as_optional_humantime<S: Serializer>(duration: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
@@ -1974,6 +2024,8 @@ fn default_ttl() -> Duration {
 pub const DURABLE_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long ended records stay readable in memory unless `requests.retention` says otherwise.
 pub const MEMORY_RETENTION: Duration = Duration::from_secs(3600);
+/// How long events stay in the log unless `audit.retention` (or a longer `requests.retention`) says otherwise.
+pub const AUDIT_RETENTION: Duration = Duration::from_secs(90 * 24 * 3600);
 
 /// `toolnexus-gateway/gateway.sqlite3` in `$XDG_STATE_HOME`, else in `~/.local/state`, else in the working
 /// directory.
@@ -2050,6 +2102,30 @@ mod tests {
         let servers = config.servers().unwrap();
         assert_eq!(servers[0].name, "demo");
         assert!(matches!(&servers[0].transport, Transport::Stdio { args, .. } if args == &["demo-server"]));
+    }
+
+    #[test]
+    fn the_audit_trail_outlives_the_records_it_tells_the_history_of() {
+        let default = parse("").unwrap();
+        assert_eq!(default.audit_retention(), AUDIT_RETENTION);
+        let long = parse("[requests]\nretention = \"180d\"\n").unwrap();
+        assert_eq!(long.audit_retention(), Duration::from_secs(180 * 24 * 3600));
+        let set = parse("[requests]\nretention = \"1h\"\n[audit]\nretention = \"2h\"\n").unwrap();
+        assert_eq!(set.audit_retention(), Duration::from_secs(7200));
+        let error = parse("[audit]\nretention = \"1d\"\n").unwrap_err();
+        assert!(
+            error.contains("audit.retention = \"1day\" is shorter than requests.retention (\"7days\")"),
+            "{error}"
+        );
+        let printed = default.masked_toml().unwrap();
+        assert!(printed.contains("[audit]\nretention = \"90days\""), "{printed}");
+        assert_eq!(shown(Duration::from_secs(400 * 24 * 3600 + 90)), "400days 1m 30s");
+        let again = parse("[audit]\nretention = \"400days 1m 30s\"\n").unwrap();
+        assert_eq!(
+            again.audit_retention(),
+            Duration::from_secs(400 * 24 * 3600 + 90),
+            "what is shown parses back"
+        );
     }
 
     #[test]

@@ -90,7 +90,7 @@ pub struct Gateway {
     state: AppState,
     store: Store,
     limits: Limits,
-    retention: Duration,
+    retention: Retention,
     resumes: mpsc::UnboundedReceiver<store::Retry>,
     tracker: TaskTracker,
 }
@@ -158,9 +158,12 @@ impl Gateway {
         };
         let feed = Feed::default();
         let metrics = Metrics::default();
-        let retention = config.retention();
+        let retention = Retention {
+            records: config.retention(),
+            events: config.audit_retention(),
+        };
         let replica = config.replica();
-        let store = Store::open(&location, feed.clone(), retention, &replica, clock).await?;
+        let store = Store::open(&location, feed.clone(), retention.records, &replica, clock).await?;
         match &location {
             store::Location::Memory => tracing::info!("store: in memory (nothing is kept across restarts)"),
             store::Location::Sqlite(path) => tracing::info!(path = %path.display(), "store: SQLite file"),
@@ -365,16 +368,30 @@ async fn resume(store: &Store, registry: &Registry, calls: Vec<CallId>) {
     }
 }
 
-/// Forgets ended records and events past the retention, every minute (or sooner with a short retention).
-async fn prune(store: Store, retention: Duration, shutdown: CancellationToken) {
-    let every = (retention / 4).clamp(Duration::from_secs(1), PRUNE_EVERY);
+/// How long what the store keeps stays there.
+#[derive(Debug, Clone, Copy)]
+struct Retention {
+    /// Ended records: `requests.retention`.
+    records: Duration,
+    /// Events, the audit trail: `audit.retention`, never shorter.
+    events: Duration,
+}
+
+/// Forgets ended records and events past their retention, every minute (or sooner with a short retention).
+async fn prune(store: Store, retention: Retention, shutdown: CancellationToken) {
+    let every = (retention.records / 4).clamp(Duration::from_secs(1), PRUNE_EVERY);
     let clock = store.clock().clone();
     loop {
         tokio::select! {
             () = clock.sleep(every) => {}
             () = shutdown.cancelled() => return,
         }
-        if let Err(error) = store.prune(clock.now().before(retention)).await {
+        let now = clock.now();
+        let horizons = store::Horizons {
+            records: now.before(retention.records),
+            events: now.before(retention.events),
+        };
+        if let Err(error) = store.prune(horizons).await {
             tracing::warn!(%error, "pruning ended records failed");
         }
     }

@@ -331,6 +331,14 @@ pub struct EventPage {
     pub resume_after: u64,
 }
 
+/// What a pruning forgets: ended records from before `records`, and events (with their links in the audit chain)
+/// from before `events`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Horizons {
+    pub records: Timestamp,
+    pub events: Timestamp,
+}
+
 /// Who holds the lease on a webhook's deliveries (or other leased work, [`crate::lease`]), as
 /// [`Store::hold_webhook`] decided it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -674,9 +682,10 @@ impl Store {
         dispatch!(self, store => store.recover(restarted).await)
     }
 
-    /// Forgets ended records and events older than `before`.
-    pub async fn prune(&self, before: Timestamp) -> Result<(), StoreError> {
-        dispatch!(self, store => store.prune(before).await)
+    /// Forgets ended records and events older than their horizons; an event only once it is chained, and
+    /// never the newest chained.
+    pub async fn prune(&self, horizons: Horizons) -> Result<(), StoreError> {
+        dispatch!(self, store => store.prune(horizons).await)
     }
 
     /// How large the store is, in bytes (`None` in memory).

@@ -10,8 +10,9 @@ use serde_json::Map;
 
 use super::shares::{Held, Running, Shares};
 use super::{
-    Answered, Asked, EventPage, Finished, InsertCallError, InsertSessionError, Lease, NewCall, NewRequest, NewRound,
-    NewSession, Pending, PendingCaps, RaiseError, Recovered, Resolution, Resolved, Retry, Started, StoreError,
+    Answered, Asked, EventPage, Finished, Horizons, InsertCallError, InsertSessionError, Lease, NewCall, NewRequest,
+    NewRound, NewSession, Pending, PendingCaps, RaiseError, Recovered, Resolution, Resolved, Retry, Started,
+    StoreError,
 };
 use crate::audit::Link;
 use crate::decision::{self, Proposal, Upstream};
@@ -235,9 +236,9 @@ impl Memory {
         Ok(Recovered::default())
     }
 
-    pub async fn prune(&self, before: Timestamp) -> Result<(), StoreError> {
-        // Ended records are retired with their own deadline; `before` is when the oldest may still be kept.
-        let _ = before;
+    /// Ended records are retired with their own deadline, and events are kept by number
+    /// ([`REPLAY_CAPACITY`]): the horizons change nothing here.
+    pub async fn prune(&self, _horizons: Horizons) -> Result<(), StoreError> {
         self.lock().purge(self.shared.clock.now());
         Ok(())
     }

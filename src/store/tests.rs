@@ -122,6 +122,14 @@ fn proposal_by(who: &str, confirm: bool) -> Proposal {
     }
 }
 
+/// The horizons of a pruning that forgets every record and event from before `instant`.
+fn all_before(instant: crate::time::Timestamp) -> Horizons {
+    Horizons {
+        records: instant,
+        events: instant,
+    }
+}
+
 /// Records a call and waits until it is kept.
 async fn insert(store: &Store, call: NewCall) -> crate::records::CallView {
     let started = store.insert_call(call, 10).await.unwrap();
@@ -568,7 +576,7 @@ async fn listings_cursors_and_pruning_read_what_was_kept() {
         let last = store.last_event_id().await.unwrap();
         crate::audit::chainer::chain_published(&store).await.unwrap();
         store
-            .prune(Clock::default().now().after(Duration::from_secs(1)))
+            .prune(all_before(Clock::default().now().after(Duration::from_secs(1))))
             .await
             .unwrap();
         assert_eq!(store.webhook_cursor("hook").await.unwrap(), Some(7));

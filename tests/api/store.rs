@@ -200,7 +200,8 @@ async fn a_delivery_not_acknowledged_before_a_crash_is_made_after_the_restart() 
 
 #[tokio::test]
 async fn ended_records_are_pruned_after_the_retention_and_the_file_stays_bounded() {
-    let app = spawn_app_with(BOTH_ERAS, "retention = \"1h\"").await;
+    let servers = format!("{BOTH_ERAS}\n[audit]\nretention = \"1h\"\n");
+    let app = spawn_app_with(&servers, "retention = \"1h\"").await;
     let mut first = None;
     let mut sizes = Vec::new();
     for _ in 0..6 {

@@ -10,8 +10,7 @@ use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallError, CallFailure, Finish, SessionStatus};
 use crate::store::recovery::{CLAIMED_UNHEARD, HELD_BY_APPROVAL, maybe_not_sent};
 use crate::store::sql;
-use crate::store::{EventPage, HeldCall, Lease, Recovered, Resolution, StoreError};
-use crate::time::Timestamp;
+use crate::store::{EventPage, HeldCall, Horizons, Lease, Recovered, Resolution, StoreError};
 
 /// How many rows one pruning statement deletes, so that the writer never stops for long.
 const PRUNE_BATCH: i64 = 5000;
@@ -315,8 +314,8 @@ impl Postgres {
         .await
     }
 
-    pub async fn prune(&self, before: Timestamp) -> Result<(), StoreError> {
-        let before = before.millis();
+    pub async fn prune(&self, horizons: Horizons) -> Result<(), StoreError> {
+        let before = horizons.records.millis();
         let statements = [
             sql::PRUNE_REQUESTS.postgres,
             sql::PRUNE_ROUNDS.postgres,
@@ -350,6 +349,7 @@ impl Postgres {
                  SELECT count(*) FROM gone"
             )
         });
+        let before = horizons.events.millis();
         loop {
             let deleted: i64 = self
                 .write(move |tx| {

@@ -12,8 +12,7 @@ use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallError, CallFailure, Event, Finish, SessionStatus};
 use crate::store::recovery::{CLAIMED_UNHEARD, HELD_BY_APPROVAL, maybe_not_sent};
 use crate::store::sql;
-use crate::store::{EventPage, HeldCall, Lease, Recovered, Resolution, StoreError};
-use crate::time::Timestamp;
+use crate::store::{EventPage, HeldCall, Horizons, Lease, Recovered, Resolution, StoreError};
 
 /// How many rows one pruning statement deletes, so that the writer never stops for long.
 const PRUNE_BATCH: i64 = 5000;
@@ -205,8 +204,8 @@ impl Sqlite {
         .await
     }
 
-    pub async fn prune(&self, before: Timestamp) -> Result<(), StoreError> {
-        let before = before.millis();
+    pub async fn prune(&self, horizons: Horizons) -> Result<(), StoreError> {
+        let before = horizons.records.millis();
         let statements = [
             sql::PRUNE_REQUESTS.sqlite,
             sql::PRUNE_ROUNDS.sqlite,
@@ -221,6 +220,7 @@ impl Sqlite {
         // Events are recorded in time order: those before the first one that is recent enough go, with their
         // links in the audit chain, but none that is not chained yet, and never the newest chained (nor so the
         // newest of all).
+        let before = horizons.events.millis();
         self.in_batches(move |tx| {
             let deleted = tx
                 .conn

@@ -78,7 +78,7 @@ async fn every_event_is_chained_once_in_the_order_of_the_log() {
 async fn a_pruning_takes_only_chained_events_and_what_it_leaves_follows_what_it_took() {
     on_every(|store| async move {
         sessions(&store, 2).await;
-        let later = || store.clock().now().after(Duration::from_secs(1));
+        let later = || all_before(store.clock().now().after(Duration::from_secs(1)));
         store.prune(later()).await.unwrap();
         let kept = store.events_after(0, 10).await.unwrap();
         assert!(
@@ -91,6 +91,12 @@ async fn a_pruning_takes_only_chained_events_and_what_it_leaves_follows_what_it_
         chain_published(&store).await.unwrap();
         let whole = export(&store, 0).await;
         assert_eq!(verified(&whole, Some(GENESIS)).events, 6);
+        let records_only = Horizons {
+            events: store.clock().now().before(Duration::from_secs(3600)),
+            ..later()
+        };
+        store.prune(records_only).await.unwrap();
+        assert_eq!(export(&store, 0).await, whole, "events are kept by their own horizon");
         store.prune(later()).await.unwrap();
         let left = export(&store, 0).await;
         if !store.is_durable() {

@@ -161,7 +161,7 @@ async fn pruning_folds_the_counts_and_keeps_the_allowances_of_live_replicas() {
     .await
     .unwrap();
 
-    store.prune(Clock::default().now()).await.unwrap();
+    store.prune(all_before(Clock::default().now())).await.unwrap();
     assert_eq!(
         allowances().await,
         vec![(String::new(), 1, 0), (replica, calls, allowance)]
