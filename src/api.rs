@@ -1,6 +1,7 @@
 //! The REST API: routes, shared state and the query parameters common to several resources.
 
 mod approvals;
+mod audit;
 mod auth;
 mod calls;
 mod document;
@@ -181,6 +182,7 @@ impl Services {
         (name = "approvals", description = "The policies that hold tool calls for a person's approval"),
         (name = "grants", description = "Standing grants: later calls like an approved one run without asking"),
         (name = "events", description = "Live events"),
+        (name = "audit", description = "The audit trail: every event, chained by hashes"),
         (name = "operations", description = "Health, readiness, metrics and this document"),
         (name = "inbox", description = "The approval inbox, a page served from the binary"),
     )
@@ -222,6 +224,7 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(grants::list))
         .routes(routes!(grants::revoke))
         .routes(routes!(events::stream))
+        .routes(routes!(audit::export))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(metrics::render))
@@ -391,9 +394,10 @@ mod tests {
     }
 
     /// Every source file of the API, to check how routes are registered.
-    const SOURCES: [(&str, &str); 12] = [
+    const SOURCES: [(&str, &str); 13] = [
         ("api.rs", include_str!("api.rs")),
         ("approvals.rs", include_str!("api/approvals.rs")),
+        ("audit.rs", include_str!("api/audit.rs")),
         ("calls.rs", include_str!("api/calls.rs")),
         ("document.rs", include_str!("api/document.rs")),
         ("events.rs", include_str!("api/events.rs")),

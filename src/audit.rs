@@ -41,6 +41,7 @@ pub struct Link {
 
 /// One event of the audit trail, as a line of the export writes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(as = AuditEntry)]
 pub struct Entry {
     /// The event's id: its place in the log.
     pub id: u64,

@@ -1,5 +1,5 @@
 //! The `toolnexus-gateway` command: `serve` (the default), `demo-server`, `check-config`, `backup`,
-//! `healthcheck` and `webhook-secret`.
+//! `healthcheck`, `webhook-secret` and `audit verify`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use toolnexus_gateway::Gateway;
+use toolnexus_gateway::audit::verify::{Broken, is_hash, verify};
 use toolnexus_gateway::config::{Config, LogConfig, LogFormat, MAX_WORKERS};
 use toolnexus_gateway::demo::{self, Demo, Eras, Journal, StateSeal};
 use toolnexus_gateway::logs;
@@ -42,6 +43,25 @@ enum Command {
     /// Print a new webhook secret (`whsec_` and 32 random bytes in base64) for a `[[webhooks]]` entry and its
     /// receiver.
     WebhookSecret,
+    /// Work with an export of the audit trail (`GET /audit`).
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Check that an export's chain of hashes is whole: exit 0 with how many events verified and the last hash,
+    /// 1 with the line and event where it breaks and why.
+    Verify(VerifyArgs),
+}
+
+#[derive(Debug, Args)]
+struct VerifyArgs {
+    /// The export, as `GET /audit` wrote it; `-` reads standard input.
+    file: PathBuf,
+    /// The hash the export's first event must follow: the last hash of the previous export, kept elsewhere.
+    #[arg(long, value_parser = hash)]
+    follows: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -141,6 +161,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", secret.expose());
             Ok(())
         }
+        Some(Command::Audit(AuditCommand::Verify(args))) => audit_verify(&args),
         None => serve(&cli.serve),
     }
 }
@@ -179,6 +200,32 @@ fn backup(args: &BackupArgs) -> anyhow::Result<()> {
     toolnexus_gateway::store::sqlite::backup(&path, &args.to)?;
     println!("copied {} to {}", path.display(), args.to.display());
     Ok(())
+}
+
+/// Checks an export of the audit trail, read from a file or standard input.
+fn audit_verify(args: &VerifyArgs) -> anyhow::Result<()> {
+    let verified = if args.file.as_os_str() == "-" {
+        verify(std::io::stdin().lock(), args.follows.as_deref())
+    } else {
+        let file = std::fs::File::open(&args.file).with_context(|| format!("cannot open {}", args.file.display()))?;
+        verify(std::io::BufReader::new(file), args.follows.as_deref())
+    };
+    let file = args.file.display();
+    let verified = verified.map_err(|broken| match broken {
+        Broken::Read(error) => anyhow::Error::new(error).context(format!("cannot read {file}")),
+        broken => anyhow::Error::new(broken).context(format!("{file}: the audit chain is broken")),
+    })?;
+    println!("{verified}");
+    Ok(())
+}
+
+/// A hash as `--follows` takes it: 64 lowercase hex digits.
+fn hash(text: &str) -> Result<String, String> {
+    if is_hash(text) {
+        Ok(text.to_owned())
+    } else {
+        Err("a hash is 64 lowercase hex digits, as an export's `hash` writes it".to_owned())
+    }
 }
 
 /// Probes `GET /healthz` of a running gateway; any answer but 200 is an error.

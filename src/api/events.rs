@@ -34,7 +34,7 @@ const PAGE: usize = 512;
 /// The schema component of one event, whatever its type.
 const EVENT: &str = "ServerSentEvent";
 /// The largest event id: the stores number events with signed 64-bit integers.
-const MAX_EVENT_ID: u64 = i64::MAX as u64;
+pub const MAX_EVENT_ID: u64 = i64::MAX as u64;
 
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

@@ -3,6 +3,7 @@
 
 mod answers;
 mod approvals;
+mod audit;
 mod auth;
 mod bounds;
 mod calls;
