@@ -7,16 +7,19 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
+use crate::cluster;
 use crate::helpers::{BINARY, BOTH_ERAS, Caller, TestApp, poll_until, spawn_app, spawn_in, token_entry};
+use crate::replicas::fleet;
 
-/// The export once it holds the event of call `call`'s completion, and so every event before it.
-async fn export_through(app: &TestApp, call: &str) -> Vec<String> {
-    poll_until("the call's completion chained", || async {
+/// The export once it holds the event of each call's completion, and so every event before them.
+async fn export_through(app: &TestApp, calls: &[&str]) -> Vec<String> {
+    poll_until("the calls' completions chained", || async {
         let response = app.get("/audit").await;
         assert_eq!(response.status(), 200);
         assert_eq!(response.headers()["content-type"], "application/jsonl");
         let lines: Vec<String> = response.text().await.unwrap().lines().map(str::to_owned).collect();
-        lines.iter().any(|line| completes(line, call)).then_some(lines)
+        let chained = |call: &&str| lines.iter().any(|line| completes(line, call));
+        calls.iter().all(chained).then_some(lines)
     })
     .await
 }
@@ -60,7 +63,7 @@ fn verify(dir: &Path, lines: &[String], extra: &[&str]) -> (bool, String) {
 async fn two_calls(app: &TestApp) -> (String, Vec<String>) {
     let first = app.call("modern", "echo", json!({"text": "first"})).await;
     let second = app.call("modern", "echo", json!({"text": "second"})).await;
-    let lines = export_through(app, second["id"].as_str().unwrap()).await;
+    let lines = export_through(app, &[second["id"].as_str().unwrap()]).await;
     (first["id"].as_str().unwrap().to_owned(), lines)
 }
 
@@ -239,4 +242,28 @@ async fn only_admins_export_and_a_bad_since_is_a_problem() {
     }
     let (status, _) = root.get("/audit?since=1&since=2").await;
     assert_eq!(status, 400, "given twice");
+}
+
+#[tokio::test]
+async fn a_fleet_chains_every_replicas_events_once_and_any_replica_exports_the_same_chain() {
+    let fleet = fleet(&cluster::shared().database()).await;
+    let mut calls = Vec::new();
+    for replica in &fleet.replicas {
+        let call = replica.call("modern", "echo", json!({"text": "fleet"})).await;
+        calls.push(call["id"].as_str().unwrap().to_owned());
+    }
+    let calls: Vec<&str> = calls.iter().map(String::as_str).collect();
+
+    let lines = export_through(&fleet.replicas[2], &calls).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (verified, said) = verify(dir.path(), &lines, &["--follows", &"0".repeat(64)]);
+    assert!(verified, "{said}");
+    for replica in &fleet.replicas[..2] {
+        let same = export_through(replica, &calls).await;
+        assert_eq!(
+            same[..lines.len()],
+            lines[..],
+            "one chain, whichever replica exports it"
+        );
+    }
 }
