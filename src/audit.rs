@@ -47,7 +47,7 @@ pub struct Entry {
     pub id: u64,
     /// When it was recorded.
     pub at: Timestamp,
-    /// `request.created`, `request.resolved`, `request.updated`, `call.updated` or `session.updated`.
+    /// Its type, as `GET /events` names it (`request.created`, `call.updated`, …).
     #[schema(value_type = String)]
     pub kind: EventKind,
     /// The server it is about; empty for a posted Request.
