@@ -35,7 +35,9 @@ pub const MEMBERS: [&str; 10] = [
 pub struct Link {
     /// The event's id.
     pub id: u64,
+    /// The hash of the event before it in the chain ([`GENESIS`] for the first).
     pub prev: String,
+    /// The hash of the event's entry.
     pub hash: String,
 }
 

@@ -335,7 +335,9 @@ pub struct EventPage {
 /// from before `events`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Horizons {
+    /// Resolved Requests, ended calls and sessions older than this go (`requests.retention`).
     pub records: Timestamp,
+    /// Events older than this go (`audit.retention`).
     pub events: Timestamp,
 }
 
