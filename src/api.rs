@@ -173,7 +173,7 @@ impl Services {
         title = "toolnexus-gateway",
         description = "Turns MCP elicitations into Requests that can be listed and answered over REST."
     ),
-    components(schemas(crate::grants::GrantUse), responses(InvalidQuery, LongPollsHeld)),
+    components(schemas(crate::records::GrantUse), responses(InvalidQuery, LongPollsHeld)),
     tags(
         (name = "requests", description = "What upstreams ask of a human, and the answers"),
         (name = "calls", description = "Tool calls started over REST"),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::grants::Lasting;
+use crate::suspension::Lasting;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 

@@ -11,11 +11,11 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::approvals::{self, ApprovalPolicy, Escalation, Glob};
 use crate::auth::{self, Role, Token};
 use crate::egress;
-use crate::grants::Lasting;
 use crate::records::EventKind;
 use crate::redact;
 use crate::signature::{PREFIX, Secret};
 use crate::store::{Location, PendingCaps};
+use crate::suspension::Lasting;
 
 /// Where the built-in default listens.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";

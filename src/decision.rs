@@ -15,7 +15,7 @@ use crate::elicitation;
 use crate::forms::Forms;
 use crate::ids::RequestId;
 use crate::records::{Answerer, RequestView, Signoff, Status};
-use crate::suspension::{Answer, RequestKind};
+use crate::suspension::{Answer, RequestKind, Terms};
 use crate::time::Timestamp;
 use crate::validation::{self, Violation};
 
@@ -139,12 +139,13 @@ pub fn decide(view: &RequestView, proposal: &Proposal, now: Timestamp) -> Result
     if view.status != Status::Pending {
         return Err(Undecided::Resolved);
     }
-    let mut answer = proposal.rules.applied(view, proposal.answer.clone());
+    let answer = proposal
+        .rules
+        .recorded(view, proposal.answer.clone())
+        .map_err(Undecided::Invalid)?;
     let withdrawn = proposal.upstream.as_ref().and_then(Upstream::withdrawal).is_some();
-    let approval = view.request.kind == RequestKind::Approval && !view.is_posted();
-    if answer.ok() && approval {
-        edit(view, &mut answer, &proposal.rules.forms).map_err(Undecided::Invalid)?;
-    } else if answer.ok()
+    if answer.ok()
+        && !holds_call(view)
         && !withdrawn
         && let (Some(data), Some(form)) = (&answer.data, &view.request.data)
         && let Some(validator) = proposal.rules.forms.validator(form)
@@ -159,23 +160,12 @@ pub fn decide(view: &RequestView, proposal: &Proposal, now: Timestamp) -> Result
         result
     });
     if let Some(terms) = &answer.grant {
-        let data = view.request.data.as_deref();
-        let offered = approval && approvals::quorum(data) == 1 && approvals::grants(data).contains(&terms.lasting);
-        if !offered {
-            let message = match approvals::grants(data) {
-                offered if !approval || offered.is_empty() => {
-                    "this Request's policy offers no standing grants".to_owned()
-                }
-                offered => format!(
-                    "this approval's policy offers grants for {}",
-                    serde_json::to_string(&offered).unwrap_or_default()
-                ),
-            };
-            return Err(Undecided::Invalid(vec![Violation {
+        grant(view, terms, &proposal.by).map_err(|message| {
+            Undecided::Invalid(vec![Violation {
                 path: "/grant".to_owned(),
                 message,
-            }]));
-        }
+            }])
+        })?;
     }
     let by = &proposal.by;
     let quorum = match (&view.request.kind, view.is_posted()) {
@@ -211,10 +201,53 @@ pub fn decide(view: &RequestView, proposal: &Proposal, now: Timestamp) -> Result
     }))
 }
 
+/// Whether `view` is an approval that holds a call (not a posted Request of that kind, which holds nothing).
+fn holds_call(view: &RequestView) -> bool {
+    view.request.kind == RequestKind::Approval && !view.is_posted()
+}
+
+/// Whether an approver may give the standing grant `terms` with an answer to `view`: the approval's policy offers
+/// it, one person approves it, and the approver is not the call's own principal (who, under `self_approval`,
+/// may approve a call but not stop being asked); the error says why not.
+fn grant(view: &RequestView, terms: &Terms, by: &Principal) -> Result<(), String> {
+    let data = view.request.data.as_deref();
+    let offered = if holds_call(view) {
+        approvals::grants(data)
+    } else {
+        Vec::new()
+    };
+    if offered.is_empty() || approvals::quorum(data) > 1 {
+        return Err("this Request's policy offers no standing grants".to_owned());
+    }
+    if !offered.contains(&terms.lasting) {
+        return Err(format!(
+            "this approval's policy offers grants for {}",
+            serde_json::to_string(&offered).unwrap_or_default()
+        ));
+    }
+    if view.owner.as_deref() == Some(by.id.as_str()) && !by.is_anonymous() {
+        return Err(format!(
+            "{} started this call: it may approve it (self_approval), but not give itself a standing grant",
+            by.name
+        ));
+    }
+    Ok(())
+}
+
+/// The keys of an approval's answer `data` that only the gateway writes: the digest of changed arguments, and
+/// what changed.
+const EDIT_RECORD: [&str; 2] = ["digest", "changes"];
+
 /// An approval's `ok` answer as it applies to its call. Arguments it carries are the call's arguments changed by
 /// the approver: allowed only where the approval is editable (one person approves it), they must fit the
-/// tool's `inputSchema`, and are recorded with their digest and what changed (none, when nothing did).
+/// tool's `inputSchema`, and are recorded with their digest and what changed (none, when nothing did). What an
+/// answer says of an edit itself is dropped: the gateway writes that record.
 fn edit(view: &RequestView, answer: &mut Answer, forms: &Forms) -> Result<(), Vec<Violation>> {
+    if let Some(data) = answer.data.as_mut() {
+        for key in EDIT_RECORD {
+            data.remove(key);
+        }
+    }
     let Some(edited) = answer.data.as_mut().and_then(|data| data.remove(approvals::ARGUMENTS)) else {
         return Ok(());
     };
@@ -228,7 +261,8 @@ fn edit(view: &RequestView, answer: &mut Answer, forms: &Forms) -> Result<(), Ve
     let editable = data.is_some_and(|data| approvals::input_schema(data).is_some());
     if !editable || approvals::quorum(data.map(|data| &**data)) > 1 {
         return Err(refuse(
-            "this approval's policy does not let its arguments be changed (editable = true)",
+            "this approval's arguments cannot be changed: its policy is not editable (editable = true), or the tool's \
+             schema could not be had when it was raised",
         ));
     }
     let Value::Object(arguments) = edited else {
@@ -264,6 +298,16 @@ fn edit(view: &RequestView, answer: &mut Answer, forms: &Forms) -> Result<(), Ve
 }
 
 impl Rules {
+    /// `answer` as the store records it on `view`: [`Rules::applied`], and an approval's changed arguments
+    /// checked and recorded; the error lists why a change does not fit.
+    pub fn recorded(&self, view: &RequestView, answer: Answer) -> Result<Answer, Vec<Violation>> {
+        let mut answer = self.applied(view, answer);
+        if answer.ok() && holds_call(view) {
+            edit(view, &mut answer, &self.forms)?;
+        }
+        Ok(answer)
+    }
+
     /// `answer` as it applies to a Request: an accepting answer to a form carries data (`{}` when it has
     /// none), with the form's defaults filled in when the policy says so.
     pub fn applied(&self, view: &RequestView, mut answer: Answer) -> Answer {
@@ -613,7 +657,7 @@ mod tests {
 
     #[test]
     fn a_grant_is_taken_only_where_the_approval_offers_it() {
-        use crate::grants::{Lasting, Scope, Terms};
+        use crate::suspension::{Lasting, Scope, Terms};
         let hour = Lasting::For(std::time::Duration::from_secs(3600));
         let raised = |offered: &[Lasting], quorum: usize| {
             let mut data = approvals::request_data("demo", "echo", &json!({}), "ci", &[], false, quorum);
@@ -644,6 +688,16 @@ mod tests {
         );
         let input = pending(RequestKind::Input, "ci", form());
         assert!(refused(&input, hour), "an elicitation gives no grant");
+        // Under self_approval the caller approves its call, but gives itself no grant.
+        let mut data = approvals::request_data("demo", "echo", &json!({}), "ci", &[], true, 1);
+        approvals::offer_grants(&mut data, &[hour]);
+        let own = pending(RequestKind::Approval, "ci", Value::Object(data));
+        let by_itself = Proposal {
+            by: Principal::token("ci", Role::Agent),
+            ..asking(hour)
+        };
+        assert!(matches!(resolves(&own, &by_itself), Err(Undecided::Invalid(_))));
+        assert!(resolves(&own, &asking(hour)).is_ok(), "an approver may give it");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 mod call;
 mod event;
+mod grant;
 mod request;
 mod session;
 
@@ -10,6 +11,7 @@ pub use call::{
     Allowed, Arguments, CallError, CallFailure, CallFilter, CallStatus, CallTask, CallView, Finish, ToolName, Via,
 };
 pub use event::{Event, EventKind, Tags};
+pub use grant::{Asked, GrantUse, GrantView, NewGrant, SESSION_GRANT_LIMIT};
 pub use request::{Answerer, Filter, RequestView, Signoff, Status};
 pub use session::{SessionFilter, SessionStatus, SessionView};
 

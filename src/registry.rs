@@ -530,8 +530,11 @@ impl Registry {
                 by: by.name.clone(),
             }),
             Answered::Lost(view) => {
-                let answer = self.shared.rules.applied(&view, answer);
-                repeat(view, &answer)
+                let rules = &self.shared.rules;
+                let recorded = rules
+                    .recorded(&view, answer.clone())
+                    .unwrap_or_else(|_| rules.applied(&view, answer));
+                repeat(view, &recorded)
             }
             Answered::Refused(refusal) => Err(refusal.into()),
             Answered::Invalid(violations) => Err(AnswerError::Invalid(violations)),

@@ -26,13 +26,13 @@ use serde_json::{Map, Value};
 use crate::audit::{Entry, Link};
 use crate::decision::{Proposal, Refusal, Undecided};
 use crate::feed::Feed;
-use crate::grants::{GrantView, NewGrant};
 use crate::ids::{CallId, GrantId, RequestId, SessionId};
 use crate::records::{
     Allowed, Arguments, CallFilter, CallStatus, CallTask, CallView, Event, Filter, Finish, RequestView, SessionFilter,
     SessionStatus, SessionView, Status, Via,
 };
-use crate::suspension::Request;
+use crate::records::{GrantView, NewGrant};
+use crate::suspension::{Lasting, Request};
 use crate::time::{Clock, Timestamp};
 use crate::validation::Violation;
 
@@ -570,10 +570,15 @@ impl Store {
         dispatch!(self, store => store.give_grant(grant).await)
     }
 
-    /// Uses the oldest grant that holds and covers `call`, whose arguments have `digest`, recording the use (a
-    /// `grant.used` event): `None` when no grant covers it.
-    pub async fn use_grant(&self, call: &CallView, digest: &str) -> Result<Option<GrantView>, StoreError> {
-        dispatch!(self, store => store.use_grant(call, digest).await)
+    /// Uses the oldest grant that holds, covers `call` (whose arguments have `digest`) and lasts as one of
+    /// `offered` (what its policy offers now), recording the use (a `grant.used` event): `None` when none does.
+    pub async fn use_grant(
+        &self,
+        call: &CallView,
+        digest: &str,
+        offered: &[Lasting],
+    ) -> Result<Option<GrantView>, StoreError> {
+        dispatch!(self, store => store.use_grant(call, digest, offered).await)
     }
 
     /// A grant, whether it holds or not.

@@ -4,12 +4,12 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 use serde_json::{Map, Value};
 use utoipa::openapi::{RefOr, schema::Schema};
 
-use crate::grants::Terms;
 use crate::ids::RequestId;
 
 /// What a suspended call asks of a human, in the §10 wire shape.
@@ -255,6 +255,90 @@ impl utoipa::ToSchema for Answer {
     fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
         AnswerWire::schemas(schemas);
     }
+}
+
+// ---- standing grants, as an approver asks for one with an Answer ----
+
+/// The `for` of a grant that lasts as long as the session of the call it was given on.
+pub const SESSION: &str = "session";
+
+/// How long a grant lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lasting {
+    /// Until the session of the call it was given on ends.
+    Session,
+    /// This long after it was given.
+    For(Duration),
+}
+
+impl Lasting {
+    /// Parses `"session"` or a duration (`"1h"`, `"8h"`) longer than zero.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text == SESSION {
+            return Ok(Lasting::Session);
+        }
+        match humantime::parse_duration(text) {
+            Ok(duration) if !duration.is_zero() => Ok(Lasting::For(duration)),
+            _ => Err(format!(
+                "{text:?} is neither \"session\" nor a duration longer than zero such as \"1h\""
+            )),
+        }
+    }
+}
+
+impl Serialize for Lasting {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Lasting::Session => serializer.serialize_str(SESSION),
+            Lasting::For(duration) => serializer.serialize_str(&humantime::format_duration(*duration).to_string()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Lasting {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Lasting::parse(&String::deserialize(deserializer)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Which later calls a grant covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scope {
+    /// Calls whose arguments have the digest of those approved.
+    SameArguments,
+    /// Every call of the tool.
+    Tool,
+}
+
+impl Scope {
+    /// The scope as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::SameArguments => "same-arguments",
+            Scope::Tool => "tool",
+        }
+    }
+
+    /// The scope the API spells `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Scope::SameArguments, Scope::Tool]
+            .into_iter()
+            .find(|scope| scope.as_str() == name)
+    }
+}
+
+/// The grant an approver asks for with an approval: `{"for": "1h", "match": "tool"}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Terms {
+    /// `"session"`, or how long (`"1h"`); one of those the approval's policy lists under `grants`.
+    #[serde(rename = "for")]
+    #[schema(value_type = String)]
+    pub lasting: Lasting,
+    /// `same-arguments` or `tool`.
+    #[serde(rename = "match")]
+    pub scope: Scope,
 }
 
 #[cfg(test)]

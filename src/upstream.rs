@@ -528,7 +528,7 @@ impl Upstreams {
                 self.abandon(view.id.clone());
                 return Err(error.into());
             }
-            if self.runs_under_grant(&view).await {
+            if self.runs_under_grant(&view, &policy.grants).await {
                 let view = self.calls.get(&view.id).await?.unwrap_or(view);
                 return Ok((view, following, Keeping::already()));
             }

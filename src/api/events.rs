@@ -21,8 +21,8 @@ use super::extract::QueryParams;
 use super::{ApiError, AppState, Problem};
 use crate::auth::{Principal, Role};
 use crate::feed::{Counted, Live};
-use crate::grants::{GrantUse, GrantView};
 use crate::records::{CallView, Event, EventKind, RequestView, SessionView};
+use crate::records::{GrantUse, GrantView};
 use crate::store::Store;
 
 /// How often an idle stream sends a keep-alive comment.

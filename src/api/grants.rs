@@ -6,8 +6,9 @@ use axum::extract::{Extension, Path, State};
 use super::error::ApiError;
 use super::{AppState, Problem};
 use crate::auth::Principal;
-use crate::grants::{GrantView, RevokeError};
+use crate::grants::RevokeError;
 use crate::ids::GrantId;
+use crate::records::GrantView;
 
 /// `GET /grants`: the grants that hold now, oldest first (at most 1000): every one to approvers and admins,
 /// its own to an agent.

@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::{CallStatus, CallView, RequestView, SessionView};
-use crate::grants::{GrantUse, GrantView};
 use crate::ids::{CallId, SessionId};
+use crate::records::{GrantUse, GrantView};
 use crate::time::Timestamp;
 
 /// What an event reports.

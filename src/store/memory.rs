@@ -92,7 +92,7 @@ struct State {
     webhook_cursors: HashMap<String, u64>,
     keys: HashMap<String, String>,
     /// Standing grants, oldest first.
-    grants: Vec<crate::grants::GrantView>,
+    grants: Vec<crate::records::GrantView>,
     /// How long ended records are kept.
     retention: Duration,
 }

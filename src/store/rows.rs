@@ -11,13 +11,13 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 
 use crate::audit::{Entry, Link};
-use crate::grants::{GrantView, Scope};
 use crate::ids::{CallId, GrantId, RequestId, SessionId};
+use crate::records::GrantView;
 use crate::records::{
     CallError, CallFailure, CallStatus, CallView, Event, EventKind, RequestView, SessionStatus, SessionView, Status,
     Via,
 };
-use crate::suspension::{Request, RequestKind};
+use crate::suspension::{Request, RequestKind, Scope};
 use crate::time::Timestamp;
 
 /// Why a column's text is not the value it should hold.

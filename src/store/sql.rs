@@ -54,8 +54,8 @@ shared! {
     /// A session closes, whatever it was.
     SESSION_CLOSED = "UPDATE sessions SET status = $2, closed_at = $3, detail = $4 WHERE id = $1";
     /// A running call is handed to its session, once, noting who allowed it and the arguments it is sent with.
-    CALL_FORWARDED = "UPDATE calls SET forwarded_at = $2, allowed = $3, arguments = $4 WHERE id = $1 \
-        AND forwarded_at IS NULL AND status = 'running'";
+    CALL_FORWARDED = "UPDATE calls SET forwarded_at = $2, updated_at = $2, allowed = $3, arguments = $4 \
+        WHERE id = $1 AND forwarded_at IS NULL AND status = 'running'";
     /// A call's status and owner.
     CALL_STATUS = "SELECT status, owner FROM calls WHERE id = $1";
     /// How many calls have each status.
@@ -113,6 +113,10 @@ shared! {
         AND status IN ('running', 'input_required')";
 }
 
+/// How many of the grants that cover a call a use reads (`GRANTS_COVERING`) to find one its policy still offers:
+/// those a policy no longer offers are passed over, and few are expected.
+pub const COVERING: i64 = 16;
+
 // Standing grants.
 shared! {
     /// A grant given with an approval, unless that approval gave one already.
@@ -122,17 +126,25 @@ shared! {
     GRANT_OF_REQUEST = concat!("SELECT ", grant_columns!(), " FROM grants WHERE request = $1");
     /// A grant.
     GRANT = concat!("SELECT ", grant_columns!(), " FROM grants WHERE id = $1");
-    /// One use of the oldest live grant that covers a call of principal `$1` of tool `$3` on server `$2` with
-    /// arguments of digest `$4` on session `$5`, at `$6` (see `GrantView::covers`).
+    /// The oldest grants that hold at `$6` and cover a call of principal `$1` of tool `$3` on server `$2` with
+    /// arguments of digest `$4` on session `$5` (see `GrantView::covers`), at most `$7`.
+    GRANTS_COVERING = concat!(
+        "SELECT ",
+        grant_columns!(),
+        " FROM grants WHERE owner = $1 AND server = $2 AND tool = $3 AND revoked_at IS NULL \
+        AND (digest IS NULL OR digest = $4) AND (session IS NULL OR session = $5) \
+        AND (expires_at IS NULL OR expires_at > $6) ORDER BY created_at, id LIMIT $7"
+    );
+    /// One use of a grant, if it still holds at `$2`: a revocation that commits first is seen.
     GRANT_USED = concat!(
-        "UPDATE grants SET uses = uses + 1 WHERE id = (SELECT id FROM grants WHERE owner = $1 AND server = $2 \
-        AND tool = $3 AND revoked_at IS NULL AND (digest IS NULL OR digest = $4) AND (session IS NULL OR session = $5) \
-        AND (expires_at IS NULL OR expires_at > $6) ORDER BY created_at, id LIMIT 1) AND revoked_at IS NULL RETURNING ",
+        "UPDATE grants SET uses = uses + 1 WHERE id = $1 AND revoked_at IS NULL \
+        AND (expires_at IS NULL OR expires_at > $2) RETURNING ",
         grant_columns!()
     );
-    /// A grant that holds is revoked.
+    /// A grant that holds at `$2` is revoked.
     GRANT_REVOKED = concat!(
-        "UPDATE grants SET revoked_at = $2, revoked_by = $3 WHERE id = $1 AND revoked_at IS NULL RETURNING ",
+        "UPDATE grants SET revoked_at = $2, revoked_by = $3 WHERE id = $1 AND revoked_at IS NULL \
+        AND (expires_at IS NULL OR expires_at > $2) RETURNING ",
         grant_columns!()
     );
     /// Up to `$3` grants that hold at `$1`, of principal `$2` or of all when it is NULL, oldest first: not revoked,

@@ -2,6 +2,7 @@
 //! outcome does — the recorded call forwarded once, or the call failed without the upstream hearing of it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Map, Value};
@@ -10,12 +11,12 @@ use super::legs::{LegError, Work};
 use super::{CallRef, Live, Upstreams};
 use crate::approvals::{self, ApprovalPolicy};
 use crate::auth::{Principal, SignIn};
-use crate::grants::{NewGrant, Terms};
 use crate::ids::{self, CallId, GrantId, RequestId};
-use crate::records::{Allowed, Arguments, CallError, CallFailure, CallView, Finish, RequestView, Status};
+use crate::records::NewGrant;
+use crate::records::{Allowed, Arguments, CallError, CallFailure, CallView, Finish, RequestView, Status, json_size};
 use crate::registry::{Origin, Waiting};
 use crate::store::{HeldCall, StoreError};
-use crate::suspension::{Answer, Reason, Request, RequestKind};
+use crate::suspension::{Answer, Lasting, Reason, Request, RequestKind, Terms};
 use crate::validation;
 
 /// Why an approved call could not be forwarded.
@@ -163,10 +164,11 @@ impl Upstreams {
         false
     }
 
-    /// Runs a call its approval policy covers at once when a standing grant covers it: the use is recorded, and
-    /// the call forwarded as allowed by the grant. A grant that cannot be looked up is as none: the call asks.
-    pub(super) async fn runs_under_grant(self: &Arc<Self>, view: &CallView) -> bool {
-        let grant = match self.grants.use_for(view).await {
+    /// Runs a call its approval policy covers at once when a standing grant covers it that lasts as one of the
+    /// policy's `offered` grants: the use is recorded, and the call forwarded as allowed by the grant. A grant
+    /// that cannot be looked up is as none: the call asks.
+    pub(super) async fn runs_under_grant(self: &Arc<Self>, view: &CallView, offered: &[Lasting]) -> bool {
+        let grant = match self.grants.use_for(view, offered).await {
             Ok(Some(grant)) => grant,
             Ok(None) => return false,
             Err(error) => {
@@ -202,31 +204,40 @@ impl Upstreams {
             .get(call)
             .await?
             .ok_or_else(|| ForwardError::Gone(call.clone()))?;
-        if let Some(terms) = grant {
-            let grant = NewGrant {
-                id: GrantId::mint(),
-                owner: view.owner.clone(),
-                server: view.server.clone(),
-                tool: view.tool.clone(),
-                scope: terms.scope,
-                digest: approvals::digest(&Value::Object(arguments.clone())),
-                lasting: terms.lasting,
-                session: view.session.clone(),
-                by: allowed.by.clone(),
-                request: allowed.request.clone(),
-            };
-            let given = self.grants.give(grant).await?;
-            tracing::info!(call = %view.id, grant = %given.id, by = %given.by, "standing grant given");
-        }
+        let grant = grant.map(|terms| NewGrant {
+            id: GrantId::mint(),
+            owner: view.owner.clone(),
+            server: view.server.clone(),
+            tool: view.tool.clone(),
+            scope: terms.scope,
+            digest: approvals::digest(&Value::Object(arguments.clone())),
+            lasting: terms.lasting,
+            session: view.session.clone(),
+            by: allowed.by.clone(),
+            request: allowed.request.clone(),
+        });
         let session = self.sessions.get(&view.session).await?;
         let shared = session.is_some_and(|session| session.shared);
         let live = self.session_for(&view.server, &view.session, shared).await?;
         // Whoever waited on the approval — this process, a previous run, or another replica — sends it once.
-        if !self
+        let claimed = self
             .calls
             .forwarding(call, &allowed, &Arguments::of(&arguments))
-            .await?
-        {
+            .await?;
+        // The grant goes with the call it was given with, once that is sent: by this claim or, before a restart,
+        // by one that did not live to give it.
+        if let Some(grant) = grant {
+            let sent = claimed
+                || self.calls.get(call).await?.is_some_and(|view| {
+                    view.allowed
+                        .is_some_and(|sent| sent.request == allowed.request && sent.grant.is_none())
+                });
+            if sent {
+                let given = self.grants.give(grant).await?;
+                tracing::info!(%call, grant = %given.id, by = %given.by, "standing grant given");
+            }
+        }
+        if !claimed {
             return Ok(());
         }
         let mut params = CallToolRequestParams::new(view.tool.clone());
@@ -243,24 +254,32 @@ impl Upstreams {
     }
 }
 
+/// How long listing the tools for an editable approval's schema may take before the approval is raised without.
+const TOOLS_LIST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest tool schema an approval carries, as JSON: it counts towards `requests.max_request_bytes` (64 KiB
+/// by default) with the call's arguments.
+const MAX_INPUT_SCHEMA_BYTES: usize = 16 * 1024;
+
 /// The `inputSchema` of `tool` as `live` lists it, which an editable approval checks changed arguments against;
-/// `None`, and the approval not editable, when it cannot be had or does not compile.
+/// `None`, and the approval not editable, when it cannot be had in time, is too large, or does not compile.
 pub(super) async fn input_schema(live: &Live, tool: &str) -> Option<Value> {
-    let listed = match live.peer.list_all_tools().await {
-        Ok(tools) => tools.into_iter().find(|listed| listed.name == tool),
-        Err(error) => {
-            tracing::warn!(%tool, %error, "the tools could not be listed: the approval cannot be edited");
-            return None;
-        }
+    let why = match tokio::time::timeout(TOOLS_LIST_TIMEOUT, live.peer.list_all_tools()).await {
+        Ok(Ok(tools)) => match tools.into_iter().find(|listed| listed.name == tool) {
+            Some(listed) => {
+                let schema = Value::Object((*listed.input_schema).clone());
+                match validation::compile_arguments(&schema) {
+                    Ok(_) if json_size(&schema) <= MAX_INPUT_SCHEMA_BYTES => return Some(schema),
+                    Ok(_) => format!("its inputSchema is larger than {MAX_INPUT_SCHEMA_BYTES} bytes"),
+                    Err(error) => error,
+                }
+            }
+            None => "the server does not list the tool".to_owned(),
+        },
+        Ok(Err(error)) => format!("the tools could not be listed: {error}"),
+        Err(_) => format!("the tools were not listed within {TOOLS_LIST_TIMEOUT:?}"),
     };
-    let schema = Value::Object((*listed?.input_schema).clone());
-    match validation::compile_arguments(&schema) {
-        Ok(_) => Some(schema),
-        Err(error) => {
-            tracing::warn!(%tool, %error, "the approval cannot be edited");
-            None
-        }
-    }
+    tracing::warn!(%tool, why, "the approval cannot be edited");
+    None
 }
 
 /// What a resolved approval does to its call: an answer `ok: true` forwards the arguments it approved (those

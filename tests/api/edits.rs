@@ -125,3 +125,28 @@ async fn edits_that_do_not_fit_or_are_not_allowed_are_refused_and_nothing_is_for
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(received(&journal), [json!({"text": "hello"}), json!({"text": "hello"})]);
 }
+
+#[tokio::test]
+async fn an_edited_answer_sent_again_is_the_same_answer_and_no_answer_writes_the_edit_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal.jsonl");
+    let app = spawn_app(&gated(&journal)).await;
+    let (_, approval) = held(&app, "echo", json!({"text": "a"})).await;
+    let id = approval["id"].as_str().unwrap();
+    let edit = json!({"ok": true, "data": {"arguments": {"text": "b"}}});
+    let first = app.answer_ok(id, edit.clone()).await;
+    let again = app.answer_ok(id, edit).await;
+    assert_eq!(
+        again["answer"], first["answer"],
+        "a retry is answered 200, as the first was"
+    );
+
+    // An approval answered without a change keeps no record of one, whatever the answer claims.
+    let (call, approval) = held(&app, "echo", json!({"text": "c"})).await;
+    let id = approval["id"].as_str().unwrap();
+    let claim = json!({"changes": [{"op": "replace", "path": "/text", "value": "safe"}], "digest": "0"});
+    let answered = app.answer_ok(id, json!({"ok": true, "data": claim})).await;
+    assert_eq!(answered["answer"]["data"], json!({}), "{answered}");
+    let done = app.settled(&call).await;
+    assert_eq!(done["arguments"], json!({"text": "c"}));
+}

@@ -198,13 +198,16 @@ impl Memory {
         let Some(entry) = state.calls.get_mut(id) else {
             return Ok(false);
         };
-        let first = !entry.forwarded && entry.view.status == CallStatus::Running;
-        if first {
-            entry.forwarded = true;
-            entry.view.allowed = Some(Box::new(allowed.clone()));
-            entry.view.arguments = arguments.clone();
+        if entry.forwarded || entry.view.status != CallStatus::Running {
+            return Ok(false);
         }
-        Ok(first)
+        entry.forwarded = true;
+        entry.view.allowed = Some(Box::new(allowed.clone()));
+        entry.view.arguments = arguments.clone();
+        entry.view.updated_at = self.shared.clock.now();
+        let events = vec![Event::call(&entry.view)];
+        self.publish(&mut state, Changes { events });
+        Ok(true)
     }
 
     pub async fn call_status(&self, id: &CallId) -> Result<Option<(CallStatus, String)>, StoreError> {

@@ -1,8 +1,9 @@
 //! Standing grants in memory.
 
 use super::*;
-use crate::grants::{Asked, GrantView, NewGrant};
 use crate::ids::GrantId;
+use crate::records::{Asked, GrantView, NewGrant};
+use crate::suspension::Lasting;
 
 impl Memory {
     pub async fn give_grant(&self, grant: NewGrant) -> Result<GrantView, StoreError> {
@@ -17,7 +18,12 @@ impl Memory {
         Ok(view)
     }
 
-    pub async fn use_grant(&self, call: &CallView, digest: &str) -> Result<Option<GrantView>, StoreError> {
+    pub async fn use_grant(
+        &self,
+        call: &CallView,
+        digest: &str,
+        offered: &[Lasting],
+    ) -> Result<Option<GrantView>, StoreError> {
         let now = self.shared.clock.now();
         let asked = Asked {
             owner: &call.owner,
@@ -27,7 +33,11 @@ impl Memory {
             session: &call.session,
         };
         let mut state = self.lock();
-        let Some(grant) = state.grants.iter_mut().find(|grant| grant.covers(&asked, now)) else {
+        let found = state
+            .grants
+            .iter_mut()
+            .find(|grant| grant.covers(&asked, now) && offered.contains(&grant.lasting));
+        let Some(grant) = found else {
             return Ok(None);
         };
         grant.uses += 1;
@@ -58,11 +68,7 @@ impl Memory {
     pub async fn revoke_grant(&self, id: &GrantId, by: &str) -> Result<Option<GrantView>, StoreError> {
         let now = self.shared.clock.now();
         let mut state = self.lock();
-        let Some(grant) = state
-            .grants
-            .iter_mut()
-            .find(|grant| grant.id == *id && grant.revoked_at.is_none())
-        else {
+        let Some(grant) = state.grants.iter_mut().find(|grant| grant.id == *id && grant.live(now)) else {
             return Ok(None);
         };
         grant.revoked_at = Some(now);

@@ -147,7 +147,13 @@ impl Postgres {
                         &[&id, &tx.now().millis(), &allowed, &arguments],
                     )
                     .await?;
-                Ok(changed == 1)
+                if changed == 0 {
+                    return Ok(false);
+                }
+                if let Some(view) = call(&*tx, &id).await? {
+                    tx.record(Event::call(&view)).await?;
+                }
+                Ok(true)
             })
         })
         .await

@@ -1,14 +1,17 @@
-//! Standing grants in PostgreSQL: each change one statement, so replicas give, use and revoke them side by side.
+//! Standing grants in PostgreSQL. Each change runs alongside other replicas' changes: a use updates its grant by
+//! id on the condition that it still holds, which under READ COMMITTED is checked again on the newest version of
+//! the row, so that a revocation that commits first is never overtaken.
 
 use super::{Postgres, Reader, rows};
-use crate::grants::{GrantView, NewGrant};
 use crate::ids::GrantId;
-use crate::records::{CallView, Event, EventKind};
+use crate::records::{CallView, Event, EventKind, GrantView, NewGrant};
 use crate::store::{StoreError, sql};
+use crate::suspension::Lasting;
 
 impl Postgres {
     pub async fn give_grant(&self, grant: NewGrant) -> Result<GrantView, StoreError> {
-        self.write(move |tx| {
+        self.write_alongside(move |tx| {
+            let grant = grant.clone();
             Box::pin(async move {
                 let view = grant.view(tx.now());
                 let lasting = rows::to_json(&view.lasting);
@@ -44,16 +47,39 @@ impl Postgres {
         .await
     }
 
-    pub async fn use_grant(&self, call: &CallView, digest: &str) -> Result<Option<GrantView>, StoreError> {
-        let (call, digest) = (call.clone(), digest.to_owned());
-        self.write(move |tx| {
+    pub async fn use_grant(
+        &self,
+        call: &CallView,
+        digest: &str,
+        offered: &[Lasting],
+    ) -> Result<Option<GrantView>, StoreError> {
+        let (call, digest, offered) = (call.clone(), digest.to_owned(), offered.to_vec());
+        self.write_alongside(move |tx| {
+            let (call, digest, offered) = (call.clone(), digest.clone(), offered.clone());
             Box::pin(async move {
                 let (now, session) = (tx.now().millis(), call.session.as_str());
-                let row = tx
-                    .query_opt(
-                        sql::GRANT_USED.postgres,
-                        &[&call.owner, &call.server, &call.tool, &digest, &session, &now],
+                let covering = tx
+                    .query(
+                        sql::GRANTS_COVERING.postgres,
+                        &[
+                            &call.owner,
+                            &call.server,
+                            &call.tool,
+                            &digest,
+                            &session,
+                            &now,
+                            &sql::COVERING,
+                        ],
                     )
+                    .await?
+                    .iter()
+                    .map(rows::grant)
+                    .collect::<Result<Vec<_>, _>>()?;
+                let Some(grant) = covering.iter().find(|grant| offered.contains(&grant.lasting)) else {
+                    return Ok(None);
+                };
+                let row = tx
+                    .query_opt(sql::GRANT_USED.postgres, &[&grant.id.as_str(), &now])
                     .await?;
                 let Some(grant) = row.map(|row| rows::grant(&row)).transpose()? else {
                     return Ok(None);
@@ -87,7 +113,8 @@ impl Postgres {
 
     pub async fn revoke_grant(&self, id: &GrantId, by: &str) -> Result<Option<GrantView>, StoreError> {
         let (id, by) = (id.clone(), by.to_owned());
-        self.write(move |tx| {
+        self.write_alongside(move |tx| {
+            let (id, by) = (id.clone(), by.clone());
             Box::pin(async move {
                 let now = tx.now().millis();
                 let row = tx

@@ -187,10 +187,19 @@ impl Sqlite {
         let (id, allowed, arguments) = (id.to_owned(), rows::to_json(allowed), arguments.text().to_owned());
         self.write(move |tx| {
             tx.write_deferred(&id)?;
-            tx.conn
-                .prepare_cached(sql::CALL_FORWARDED.sqlite)?
-                .execute(params![id, tx.now().millis(), allowed, arguments])
-                .map(|changed| changed == 1)
+            let changed = tx.conn.prepare_cached(sql::CALL_FORWARDED.sqlite)?.execute(params![
+                id,
+                tx.now().millis(),
+                allowed,
+                arguments
+            ])?;
+            if changed == 0 {
+                return Ok(false);
+            }
+            if let Some(view) = rows::one_call(tx.conn, &id)? {
+                tx.record(Event::call(&view))?;
+            }
+            Ok(true)
         })
         .await
     }

@@ -3,10 +3,10 @@
 use rusqlite::{OptionalExtension, params};
 
 use super::{Sqlite, rows};
-use crate::grants::{GrantView, NewGrant};
 use crate::ids::GrantId;
-use crate::records::{CallView, Event, EventKind};
+use crate::records::{CallView, Event, EventKind, GrantView, NewGrant};
 use crate::store::{StoreError, sql};
+use crate::suspension::Lasting;
 
 impl Sqlite {
     pub async fn give_grant(&self, grant: NewGrant) -> Result<GrantView, StoreError> {
@@ -37,17 +37,38 @@ impl Sqlite {
         .await
     }
 
-    pub async fn use_grant(&self, call: &CallView, digest: &str) -> Result<Option<GrantView>, StoreError> {
-        let (call, digest) = (call.clone(), digest.to_owned());
+    pub async fn use_grant(
+        &self,
+        call: &CallView,
+        digest: &str,
+        offered: &[Lasting],
+    ) -> Result<Option<GrantView>, StoreError> {
+        let (call, digest, offered) = (call.clone(), digest.to_owned(), offered.to_vec());
         self.write(move |tx| {
             let now = tx.now().millis();
+            let covering: Vec<GrantView> = tx
+                .conn
+                .prepare_cached(sql::GRANTS_COVERING.sqlite)?
+                .query_map(
+                    params![
+                        call.owner,
+                        call.server,
+                        call.tool,
+                        digest,
+                        call.session.as_str(),
+                        now,
+                        sql::COVERING
+                    ],
+                    rows::grant,
+                )?
+                .collect::<rusqlite::Result<_>>()?;
+            let Some(grant) = covering.iter().find(|grant| offered.contains(&grant.lasting)) else {
+                return Ok(None);
+            };
             let used = tx
                 .conn
                 .prepare_cached(sql::GRANT_USED.sqlite)?
-                .query_row(
-                    params![call.owner, call.server, call.tool, digest, call.session.as_str(), now],
-                    rows::grant,
-                )
+                .query_row(params![grant.id.as_str(), now], rows::grant)
                 .optional()?;
             if let Some(grant) = &used {
                 tx.record(Event::grant_used(grant, &call))?;

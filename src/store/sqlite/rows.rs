@@ -5,8 +5,8 @@ use rusqlite::ToSql;
 use rusqlite::types::{FromSql, FromSqlResult, ToSqlOutput, Type, ValueRef};
 use rusqlite::{Connection, OptionalExtension, Row};
 
-use crate::grants::GrantView;
 use crate::ids::{CallId, RequestId, SessionId};
+use crate::records::GrantView;
 use crate::records::{CallView, Event, RequestView, SessionView};
 use crate::store::listing::{Conditions, Param};
 use crate::store::rows::{self as records, Columns, Parse};

@@ -1,8 +1,9 @@
 //! Standing grants: given once per approval, used by the calls they cover (each use an event), revoked at once.
 
 use super::*;
-use crate::grants::{GrantView, Lasting, NewGrant, Scope};
 use crate::ids::GrantId;
+use crate::records::{GrantView, NewGrant};
+use crate::suspension::{Lasting, Scope};
 
 fn new_grant(owner: &str, scope: Scope, lasting: Lasting, request: &str) -> NewGrant {
     NewGrant {
@@ -18,6 +19,9 @@ fn new_grant(owner: &str, scope: Scope, lasting: Lasting, request: &str) -> NewG
         request: RequestId::stored(request),
     }
 }
+
+/// Every duration the tests' grants last.
+const ANY: &[Lasting] = &[Lasting::Session, Lasting::For(Duration::from_secs(3600))];
 
 #[tokio::test]
 async fn a_grant_is_given_once_used_by_what_it_covers_and_revoked_at_once() {
@@ -45,16 +49,31 @@ async fn a_grant_is_given_once_used_by_what_it_covers_and_revoked_at_once() {
 
         let call = insert(&store, new_call("ada")).await;
         let other = insert(&store, new_call("bob")).await;
-        assert_eq!(store.use_grant(&call, "d2").await.unwrap(), None, "other arguments");
-        assert_eq!(store.use_grant(&other, "d1").await.unwrap(), None, "another principal");
-        let used = store.use_grant(&call, "d1").await.unwrap().unwrap();
+        assert_eq!(
+            store.use_grant(&call, "d2", ANY).await.unwrap(),
+            None,
+            "other arguments"
+        );
+        assert_eq!(
+            store.use_grant(&other, "d1", ANY).await.unwrap(),
+            None,
+            "another principal"
+        );
+        assert_eq!(
+            store.use_grant(&call, "d1", &[Lasting::Session]).await.unwrap(),
+            None,
+            "a grant its policy no longer offers is passed over"
+        );
+        let used = store.use_grant(&call, "d1", ANY).await.unwrap().unwrap();
         assert_eq!((used.id.clone(), used.uses), (given.id.clone(), 1));
 
         let session = store
             .give_grant(new_grant("bob", Scope::Tool, Lasting::Session, "apv-2"))
             .await
             .unwrap();
-        assert_eq!((session.digest.as_ref(), session.expires_at), (None, None));
+        assert_eq!(session.digest, None);
+        let limit = session.created_at.after(crate::records::SESSION_GRANT_LIMIT);
+        assert_eq!(session.expires_at, Some(limit), "a session grant lasts a day at most");
         assert_eq!(session.session, Some(ses_1()));
         let elsewhere = NewCall {
             session: SessionId::stored("ses-2"),
@@ -62,11 +81,14 @@ async fn a_grant_is_given_once_used_by_what_it_covers_and_revoked_at_once() {
         };
         let elsewhere = insert(&store, elsewhere).await;
         assert_eq!(
-            store.use_grant(&elsewhere, "d9").await.unwrap(),
+            store.use_grant(&elsewhere, "d9", ANY).await.unwrap(),
             None,
             "another session"
         );
-        assert_eq!(store.use_grant(&other, "d9").await.unwrap().unwrap().id, session.id);
+        assert_eq!(
+            store.use_grant(&other, "d9", ANY).await.unwrap().unwrap().id,
+            session.id
+        );
 
         assert_eq!(
             store.grants(Some("bob"), 10).await.unwrap(),
@@ -85,7 +107,7 @@ async fn a_grant_is_given_once_used_by_what_it_covers_and_revoked_at_once() {
         let revoked = store.revoke_grant(&given.id, "ops").await.unwrap().unwrap();
         assert_eq!(revoked.revoked_by.as_deref(), Some("ops"));
         assert!(store.revoke_grant(&given.id, "ops").await.unwrap().is_none(), "once");
-        assert_eq!(store.use_grant(&call, "d1").await.unwrap(), None, "revoked");
+        assert_eq!(store.use_grant(&call, "d1", ANY).await.unwrap(), None, "revoked");
         assert!(store.grants(Some("ada"), 10).await.unwrap().is_empty());
         assert_eq!(store.grant(&given.id).await.unwrap(), Some(revoked));
 
