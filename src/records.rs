@@ -10,7 +10,7 @@ pub use call::{
     Allowed, Arguments, CallError, CallFailure, CallFilter, CallStatus, CallTask, CallView, Finish, ToolName, Via,
 };
 pub use event::{Event, EventKind, Tags};
-pub use request::{Answerer, Filter, RequestView, Signoff, Status};
+pub use request::{Answerer, DecisionFilter, Filter, RequestView, Signoff, Status};
 pub use session::{SessionFilter, SessionStatus, SessionView};
 
 /// The length of `value` as JSON, without writing it out.

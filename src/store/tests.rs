@@ -615,6 +615,7 @@ async fn a_webhook_lease_goes_to_its_holder_with_the_cursor_never_moved_back() {
 mod calls;
 mod caps;
 mod counts;
+mod filters;
 mod replicas;
 mod restarts;
 
