@@ -14,6 +14,7 @@ mod edits;
 mod events;
 mod front_door;
 mod helpers;
+mod history;
 mod hostile;
 mod injection;
 mod integrity;
