@@ -623,7 +623,7 @@ function approvalForm(request) {
   const form = h('form', { novalidate: true, 'aria-labelledby': `h-${request.id}` });
   const problem = h('p', { class: 'problem', role: 'alert', hidden: true });
   const shown = jsonFigure('Arguments, sent to the tool exactly as shown if you approve', args);
-  form.append(facts, approvalCount(request), shown, digest, problem, buttons(request, 'Approve'));
+  form.append(...[facts, approvalCount(request), shown, digest, problem, buttons(request, 'Approve')].filter(Boolean));
   acceptOnSubmit(request, form, problem);
   const approve = form.querySelector('button[type="submit"]');
   approve.dataset.held = '';

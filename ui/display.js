@@ -2,7 +2,7 @@
 // characters that hide or reorder text made visible, an address as the browser's own URL parser reads it, and
 // JSON as it was written (every number with all its digits), read by a JSON reader of its own.
 
-/** Builds an element: `h('p', {class: 'x'}, 'text', child)`. */
+/** Builds an element: `h('p', {class: 'x'}, 'text', child)`; children may be arrays, nested as deep as need be. */
 export function h(tag, attrs = {}, ...children) {
   const element = document.createElement(tag);
   for (const [name, value] of Object.entries(attrs)) {
@@ -10,7 +10,7 @@ export function h(tag, attrs = {}, ...children) {
     if (name === 'text') element.textContent = value;
     else element.setAttribute(name, value === true ? '' : String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child !== null && child !== undefined && child !== false) element.append(child);
   }
   return element;

@@ -338,8 +338,12 @@ test('an approval shows who calls which tool with what, and Approve sends exactl
   assert.match(facts, /Caller\s+anonymous/);
   const args = argumentsOf(form);
   assert.equal(await args.innerText(), '{\n  "text": "from the inbox ⟨U+202E⟩"\n}');
+  assert.doesNotMatch(await form.innerText(), /null/, 'nothing shows where an approval needs one person');
+  await form.locator('dd[data-tool-of] bdi').waitFor();
   await form.getByRole('button', { name: 'Approve' }).click();
   await expectResolved(page, request, 'Accepted');
+  const notice = page.locator('#notices .notice', { hasText: 'Accepted' }).first();
+  assert.equal(await notice.innerText(), 'Accepted: echo on demo: Allow echo on demo?');
   const settled = await json(`/calls/${call}?wait=20`);
   assert.equal(settled.status, 'completed', JSON.stringify(settled));
   assert.equal(settled.result.content[0].text, 'from the inbox \u202e');
