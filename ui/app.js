@@ -190,11 +190,22 @@ if ('Notification' in window && Notification.permission === 'default') {
 
 // ---- the history ----------------------------------------------------------------------------------------
 
+/** What each outcome the history filters by asks the API for: a status, and for an answer its decision. */
+const OUTCOMES = {
+  '': { status: 'all' },
+  accepted: { status: 'answered', decision: 'accepted' },
+  declined: { status: 'answered', decision: 'declined' },
+  cancelled: { status: 'answered', decision: 'cancelled' },
+  expired: { status: 'expired' },
+  withdrawn: { status: 'cancelled' },
+};
+
 // Resolved Requests with who answered, when and how, the latest first; read when asked, filtered by the API.
 historyFilter.addEventListener('submit', async (event) => {
   event.preventDefault();
-  const params = new URLSearchParams({ status: 'all', limit: '1000' });
-  for (const name of ['server', 'kind']) {
+  const byOutcome = OUTCOMES[historyFilter.elements.outcome.value] || OUTCOMES[''];
+  const params = new URLSearchParams({ ...byOutcome, limit: '1000' });
+  for (const name of ['server', 'tool', 'kind', 'answeredBy']) {
     const value = historyFilter.elements[name].value.trim();
     if (value) params.set(name, value);
   }

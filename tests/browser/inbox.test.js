@@ -25,15 +25,27 @@ const SCREENSHOT_DIR = process.env.SCREENSHOT_DIR || tmpdir();
 /** The tokens of the gateway with authentication: an approver's and an agent's. */
 const LEAD_TOKEN = 'lead-token-0f4c9b2e';
 const AGENT_TOKEN = 'agent-token-7d1e3a58';
-const TOKENS = [
+const TOKENS = tokenConfig([
   ['lead', 'approver', LEAD_TOKEN],
   ['ci-agent', 'agent', AGENT_TOKEN],
-]
-  .map(([name, role, token]) => {
-    const sha256 = createHash('sha256').update(token).digest('hex');
-    return `[[auth.tokens]]\nname = "${name}"\nrole = "${role}"\nsha256 = "${sha256}"\n`;
-  })
-  .join('\n');
+]);
+/** Another approver's token, for a gateway with a team: the lead, this approver and the agent. */
+const BO_TOKEN = 'bo-token-9b41c7e2';
+const TEAM = tokenConfig([
+  ['lead', 'approver', LEAD_TOKEN],
+  ['bo', 'approver', BO_TOKEN],
+  ['ci-agent', 'agent', AGENT_TOKEN],
+]);
+
+/** `[[auth.tokens]]` entries for `[name, role, token]`, each token given as its SHA-256. */
+function tokenConfig(entries) {
+  return entries
+    .map(([name, role, token]) => {
+      const sha256 = createHash('sha256').update(token).digest('hex');
+      return `[[auth.tokens]]\nname = "${name}"\nrole = "${role}"\nsha256 = "${sha256}"\n`;
+    })
+    .join('\n');
+}
 
 /** The gateway without tokens, and the one with them. */
 let gateway;
@@ -530,6 +542,67 @@ test('the history lists resolved Requests, the latest first, with who answered a
   assertStayedHome(requested, problems);
 });
 
+/** The ids of the history's rows once they are `expected`, after asking for them with the filter as it is. */
+async function historyShows(page, expected) {
+  await page.getByRole('button', { name: 'Show history' }).click();
+  const rows = () => [...document.querySelectorAll('#history-table tbody tr')].map((row) => row.dataset.request);
+  const shows = (wanted) =>
+    JSON.stringify([...document.querySelectorAll('#history-table tbody tr')].map((row) => row.dataset.request)) === wanted;
+  // On a timeout the assertion below says what the table shows instead.
+  await page.waitForFunction(shows, JSON.stringify(expected), { timeout: 10_000 }).catch(() => {});
+  assert.deepEqual(await page.evaluate(rows), expected);
+}
+
+test('the history filters by who answered, by outcome and by tool', { timeout: 90_000 }, async (t) => {
+  const team = await startGateway(
+    `${TEAM}\n[[approvals]]\nserver = "demo"\ntools = ["echo"]\n\n[[approvals]]\nserver = "demo"\ntools = ["echoes"]\nttl = "1s"\n`,
+  );
+  t.after(() => team.stop());
+  const base = team.base;
+  const agent = { base, token: AGENT_TOKEN };
+  const answer = (id, token, body) => json(`/requests/${id}/answer`, { base, token, method: 'POST', body: JSON.stringify(body) });
+  const approved = await startCall('echo', { text: 'approved' }, agent);
+  await answer(approved.request, LEAD_TOKEN, { ok: true });
+  const declined = await startCall('echo', { text: 'declined' }, agent);
+  await answer(declined.request, BO_TOKEN, { ok: false, reason: 'declined' });
+  const cancelled = await startCall('confirm_action', { action: 'cancelled' }, agent);
+  await answer(cancelled.request, BO_TOKEN, { ok: false, reason: 'cancelled' });
+  const expired = await startCall('echoes', { text: 'expired' }, agent);
+  assert.equal((await json(`/requests/${expired.request}?wait=20`, agent)).status, 'expired');
+
+  const { page, requested, problems } = await openInbox(t, { base, signIn: true });
+  await signIn(page, LEAD_TOKEN);
+  await historyShows(page, [expired.request, cancelled.request, declined.request, approved.request]);
+
+  await page.getByLabel('Answered by').fill('bo');
+  await historyShows(page, [cancelled.request, declined.request]);
+  assert.match(await page.locator('#history-table tbody tr').first().innerText(), /Cancelled\s+bo/);
+  await page.getByLabel('Outcome').selectOption('Declined');
+  await historyShows(page, [declined.request]);
+
+  await page.getByLabel('Answered by').fill('');
+  await page.getByLabel('Outcome').selectOption('Expired');
+  await historyShows(page, [expired.request]);
+  await page.getByLabel('Outcome').selectOption('Accepted');
+  await historyShows(page, [approved.request]);
+
+  await page.getByLabel('Outcome').selectOption('Any');
+  await page.getByLabel('Tool').fill('confirm_action');
+  await historyShows(page, [cancelled.request]);
+  await page.getByLabel('Tool').fill('echo');
+  await historyShows(page, [declined.request, approved.request]);
+  await page.getByLabel('Answered by').fill('lead');
+  await historyShows(page, [approved.request]);
+  await page.getByLabel('Answered by').fill('nobody');
+  await historyShows(page, []);
+  assert.equal(await page.locator('#history-note').innerText(), 'Nothing resolved matches.');
+
+  const asked = requested.filter((url) => new URL(url).pathname === '/requests').map((url) => new URL(url).search);
+  assert.ok(asked.includes('?status=answered&decision=declined&limit=1000&answeredBy=bo'), asked.join('\n'));
+  assert.ok(asked.includes('?status=all&limit=1000&tool=echo&answeredBy=lead'), asked.join('\n'));
+  assertStayedHome(requested, problems, [`401 ${base}/events`], base);
+});
+
 test('Decline sends decline upstream', { timeout: 60_000 }, async (t) => {
   const { call, request } = await startCall('confirm_action', { action: 'deploy' });
   const { page, requested, problems } = await openInbox(t);
@@ -842,17 +915,12 @@ test('a 403 on an answer is shown next to its Request, which stays pending', { t
 });
 
 test('an approval that needs three people counts each one live, and the third yes sends the call', { timeout: 90_000 }, async (t) => {
-  const tokens = [
+  const tokens = tokenConfig([
     ['lead', 'approver', LEAD_TOKEN],
     ['second', 'approver', 'second-token-5a0e'],
     ['third', 'approver', 'third-token-c3d1'],
     ['ci-agent', 'agent', AGENT_TOKEN],
-  ]
-    .map(([name, role, token]) => {
-      const sha256 = createHash('sha256').update(token).digest('hex');
-      return `[[auth.tokens]]\nname = "${name}"\nrole = "${role}"\nsha256 = "${sha256}"\n`;
-    })
-    .join('\n');
+  ]);
   const quorate = await startGateway(`${tokens}\n[[approvals]]\nserver = "demo"\ntools = ["echo"]\nquorum = 3\n`);
   t.after(() => quorate.stop());
   const base = quorate.base;
