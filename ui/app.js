@@ -4,6 +4,7 @@
 // JSON reader, which keeps their data as written.
 
 import { address, canonicalJson, h, isolated, readJson, sha256, shownJson } from './display.js';
+import { argumentEditor, isEditable } from './edit.js';
 import { clearErrors, field, pointer, showErrors, showProblem } from './fields.js';
 import * as signInAt from './signin.js';
 
@@ -623,7 +624,7 @@ function fieldsForm(request, fields, collect) {
  * An approval (an approval policy held a tool call for it): who called which tool on which server, and the
  * arguments that go upstream if it is approved, whole and as written. Approve waits until the page has found
  * that the arguments it shows hash to the approval's digest, which the gateway checks before it forwards them,
- * and stays off when they do not.
+ * and stays off when they do not; so does editing them, for an editable policy's approval (see edit.js).
  */
 function approvalForm(request) {
   const call = request.data.call;
@@ -637,10 +638,23 @@ function approvalForm(request) {
   form.append(...[facts, approvalCount(request), shown, digest, problem, buttons(request, 'Approve')].filter(Boolean));
   acceptOnSubmit(request, form, problem);
   const approve = form.querySelector('button[type="submit"]');
-  approve.dataset.held = '';
-  approve.disabled = true;
-  checkDigest(args, request.data.digest, digest, approve);
-  return form;
+  const held = [approve];
+  let body = form;
+  if (isEditable(request)) {
+    body = h('div', { class: 'approval' }, form);
+    const withChanges = (text, shownAt, invalid) =>
+      answer(request, `{"ok":true,"data":{"arguments":${text}}}`, body, invalid, shownAt);
+    const editor = argumentEditor(request, args, withChanges);
+    approve.after(editor.toggle);
+    body.append(editor.form);
+    held.push(editor.toggle);
+  }
+  for (const button of held) {
+    button.dataset.held = '';
+    button.disabled = true;
+  }
+  checkDigest(args, request.data.digest, digest, held);
+  return body;
 }
 
 /**
@@ -655,8 +669,8 @@ function approvalCount(request) {
   return h('p', { class: 'approvals' }, `${given.length} of ${quorum} approvals`, names);
 }
 
-/** Says whether `args`, as the page read them, hash to `expected`; Approve goes on only when they do. */
-async function checkDigest(args, expected, line, approve) {
+/** Says whether `args`, as the page read them, hash to `expected`; the `held` buttons go on only when they do. */
+async function checkDigest(args, expected, line, held) {
   const actual = await sha256(canonicalJson(args));
   const code = h('code', { text: String(expected ?? 'none') });
   if (actual !== null && actual !== expected) {
@@ -673,8 +687,10 @@ async function checkDigest(args, expected, line, approve) {
       ? ['Digest ', code, ' (not checked: this browser computes SHA-256 only over https or on localhost).']
       : ['Digest ', code, ': the SHA-256 of the arguments shown, which the gateway checks again before it forwards them.']),
   );
-  delete approve.dataset.held;
-  approve.disabled = approve.form.hasAttribute('aria-busy');
+  for (const button of held) {
+    delete button.dataset.held;
+    button.disabled = Boolean(button.closest('[aria-busy]'));
+  }
 }
 
 /** JSON under a caption, whole and as written (see display.js `shownJson`), with its warnings. */
@@ -803,16 +819,18 @@ function wireButtons(request, form, problem) {
   }
 }
 
-/** Posts an Answer; on success the Request leaves the list, on a 422 `invalid` gets the violations. */
-async function answer(request, body, form, invalid) {
-  const problem = form.querySelector('.problem');
+/**
+ * Posts an Answer (`body` an object, or its JSON text) with the buttons of `form` off meanwhile; on success the
+ * Request leaves the list, on a 422 `invalid` gets the violations, and any other refusal shows in `problem`.
+ */
+async function answer(request, body, form, invalid, problem = form.querySelector('.problem')) {
   form.setAttribute('aria-busy', 'true');
   for (const button of form.querySelectorAll('button')) button.disabled = true;
   try {
     const response = await api(`requests/${encodeURIComponent(request.id)}/answer`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(body),
+      body: typeof body === 'string' ? body : JSON.stringify(body),
     });
     const reply = await response.json().catch(() => ({}));
     if (response.ok) {

@@ -497,6 +497,77 @@ test('when the arguments the page shows do not hash to the digest, it does not o
   assertStayedHome(requested, problems);
 });
 
+/** What the review of an edit lists: each change's operation and path. */
+function reviewed(form) {
+  return form.locator('.changes li').evaluateAll((all) => all.map((change) => [change.dataset.op, change.dataset.path]));
+}
+
+test('an editable approval is edited in a form of the tool’s schema, its changes reviewed, and sends exactly them', { timeout: 90_000 }, async (t) => {
+  const editing = await startGateway(
+    '[[approvals]]\nserver = "demo"\ntools = ["echo"]\neditable = true\n\n[[approvals]]\nserver = "demo"\ntools = ["echoes"]\n',
+  );
+  t.after(() => editing.stop());
+  const as = { base: editing.base };
+  const { call, request } = await startCall('echo', { text: 'rm -rf /', options: { force: true } }, as);
+  const fixed = await startCall('echoes', { text: 'as asked' }, as);
+  const { page, requested, problems } = await openInbox(t, { base: editing.base, viewport: { width: 360, height: 740 } });
+  const form = card(page, request);
+  const edit = form.getByRole('button', { name: 'Edit arguments' });
+  await card(page, fixed.request).getByRole('button', { name: 'Approve' }).waitFor();
+  assert.equal(await card(page, fixed.request).getByRole('button', { name: 'Edit arguments' }).count(), 0, 'not editable');
+  await form.locator('button[aria-controls]:not([disabled])').waitFor();
+  assert.doesNotMatch(await form.innerText(), /null/, 'nothing shows where an approval needs one person');
+
+  // Opened, the form holds the arguments: the schema's property in its field, the rest as a JSON object.
+  await edit.click();
+  assert.equal(await edit.getAttribute('aria-expanded'), 'true');
+  const text = form.getByRole('textbox', { name: /^text/ });
+  const other = form.getByRole('textbox', { name: /^Other arguments/ });
+  assert.equal(await text.inputValue(), 'rm -rf /');
+  assert.equal(await other.inputValue(), '{\n  "options": {\n    "force": true\n  }\n}');
+  const send = form.getByRole('button', { name: 'Approve with changes' });
+  assert.equal(await send.isDisabled(), true, 'nothing is sent before a review');
+
+  // A required argument removed: the review says so, and the gateway's 422 shows beside its field.
+  await text.fill('');
+  await form.getByRole('button', { name: 'Review changes' }).click();
+  await form.locator('.changes').waitFor();
+  assert.deepEqual(await reviewed(form), [['remove', '/text']]);
+  await send.click();
+  const error = form.locator('.editor [data-field="text"] .error');
+  await error.waitFor();
+  assert.match(await error.innerText(), /required/);
+  assert.equal(await text.getAttribute('aria-invalid'), 'true');
+  assert.equal((await json(`/requests/${request}`, as)).status, 'pending', 'a 422 leaves the approval pending');
+
+  // A valid edit, reviewed (Enter in a field reviews, it does not approve), then sent.
+  await text.fill('ls --dry-run');
+  assert.equal(await send.isDisabled(), true, 'a change after the review needs another');
+  await other.fill('{"options": {"force": false}, "note": "checked"}');
+  await text.press('Enter');
+  await form.locator('.changes li[data-path="/note"]').waitFor();
+  assert.deepEqual(await reviewed(form), [['replace', '/text'], ['replace', '/options/force'], ['add', '/note']]);
+  assert.equal(
+    await form.locator('.changes li').first().innerText(),
+    'Changed "/text"\n\nWas\n"rm -rf /"\n→\nNow\n"ls --dry-run"',
+  );
+  assert.equal((await json(`/requests/${request}`, as)).status, 'pending', 'a review sends nothing');
+  const width = await page.evaluate(() => document.scrollingElement.scrollWidth);
+  assert.ok(width <= 360, `the page is ${width}px wide`);
+  await page.screenshot({ path: join(SCREENSHOT_DIR, 'toolnexus-inbox-edit.png'), fullPage: true });
+  await send.click();
+  await card(page, request).waitFor({ state: 'detached' });
+
+  const edited = { text: 'ls --dry-run', options: { force: false }, note: 'checked' };
+  const settled = await json(`/calls/${call}?wait=20`, as);
+  assert.equal(settled.status, 'completed', JSON.stringify(settled));
+  assert.deepEqual(settled.arguments, edited);
+  assert.equal(settled.result.content[0].text, 'ls --dry-run');
+  assert.deepEqual(settled.allowed.editedFrom, { text: 'rm -rf /', options: { force: true } });
+  await json(`/requests/${fixed.request}/answer`, { ...as, method: 'POST', body: '{"ok": false, "reason": "declined"}' });
+  assertStayedHome(requested, problems, [`422 ${editing.base}/requests/${request}/answer`], editing.base);
+});
+
 test('a posted Request of kind approval shows as posted, its data as data, never as a gated call', { timeout: 60_000 }, async (t) => {
   const { page, requested, problems } = await openInbox(t);
   const call = { server: 'bank', tool: 'transfer_funds', arguments: { amount: 1000000 }, caller: 'ci-agent' };
