@@ -27,6 +27,13 @@ const alerts = document.getElementById('alerts');
 const historyFilter = document.getElementById('history-filter');
 const historyNote = document.getElementById('history-note');
 const historyTable = document.getElementById('history-table');
+const bulk = document.getElementById('bulk');
+const selectAll = document.getElementById('select-all');
+const bulkCount = document.getElementById('bulk-count');
+const bulkHint = document.getElementById('bulk-hint');
+const bulkApprove = document.getElementById('bulk-approve');
+const bulkDecline = document.getElementById('bulk-decline');
+const bulkReport = document.getElementById('bulk-report');
 /** Pages of 1000 Requests the History reads at most, and rows it shows at most. */
 const HISTORY_PAGES = 20;
 const HISTORY_ROWS = 200;
@@ -37,6 +44,12 @@ const baseTitle = document.title;
 const shown = new Map();
 /** Ids already resolved, so a late list or event does not bring them back. */
 const resolved = new Set();
+/** Ids of the pending Requests selected for a bulk answer. */
+const selected = new Set();
+/** Ids of those a bulk answer is being sent for: its report says what became of them, not a notice each. */
+const reporting = new Set();
+/** Whether a bulk answer is being sent. */
+let bulkBusy = false;
 /** Calls by id, for their tool names. */
 const calls = new Map();
 /** Server clock minus ours, in milliseconds, from the `Date` header of the last listing. */
@@ -118,6 +131,7 @@ function requireToken(message) {
   lastEventId = null;
   storeToken(null);
   for (const id of [...shown.keys()]) remove(id);
+  bulkReport.hidden = true;
   setConnection('signed-out', 'Signed out');
   signout.hidden = true;
   inbox.hidden = true;
@@ -376,6 +390,7 @@ function add(request) {
   shown.set(request.id, { request, item, clock });
   tick();
   refreshEmpty();
+  refreshBulk();
   if (request.call) describeCall(request.call);
   return request;
 }
@@ -395,13 +410,13 @@ function alert(request) {
   });
 }
 
-/** A Request left the pending state (here or elsewhere): remove it with a short confirmation. */
-function settle(request) {
+/** A Request left the pending state (here or elsewhere): remove it, with a short confirmation unless `quiet`. */
+function settle(request, quiet = reporting.has(request.id)) {
   if (resolved.has(request.id)) return;
   resolved.add(request.id);
   const entry = shown.get(request.id);
   if (!entry) return;
-  notify([`${outcome(request)}: `, title(entry.request)]);
+  if (!quiet) notify([`${outcome(request)}: `, title(entry.request)]);
   remove(request.id);
 }
 
@@ -431,7 +446,9 @@ function remove(id) {
   const next = entry.item.nextElementSibling || entry.item.previousElementSibling;
   entry.item.remove();
   shown.delete(id);
+  selected.delete(id);
   refreshEmpty();
+  refreshBulk();
   if (hadFocus) (next ? next.querySelector('h2') : document.getElementById('title')).focus();
 }
 
@@ -512,6 +529,18 @@ function duration(ms) {
 
 // ---- one Request ----------------------------------------------------------------------------------------
 
+/** The form each kind of Request is answered in. */
+const FORMS = { url: urlForm, approval: approvalForm, schema: schemaForm, question: questionForm, plain: plainForm };
+
+/** Which of `FORMS` a Request is answered in. */
+function formOf(request) {
+  if (request.url !== undefined) return 'url';
+  if (request.kind === 'approval' && request.server !== undefined && request.data && request.data.call) return 'approval';
+  if (request.data && request.data.schema) return 'schema';
+  if (request.kind === 'question' && request.data && Array.isArray(request.data.questions)) return 'question';
+  return 'plain';
+}
+
 /** Who posted a Request that no server raised (POST /requests). */
 function poster(request) {
   return request.owner || 'unknown';
@@ -538,18 +567,11 @@ function card(request, clock) {
     ),
     h('div', {}, h('dt', { text: 'Call' }), h('dd', { class: 'id', text: request.call || 'not attributed' })),
   );
-  const body = request.url !== undefined
-    ? urlForm(request)
-    : request.kind === 'approval' && request.server !== undefined && request.data && request.data.call
-      ? approvalForm(request)
-      : request.data && request.data.schema
-        ? schemaForm(request)
-        : request.kind === 'question' && request.data && Array.isArray(request.data.questions)
-          ? questionForm(request)
-          : plainForm(request);
+  const body = FORMS[formOf(request)](request);
   return h(
     'article',
     { 'aria-labelledby': heading },
+    pickBox(request),
     h(
       'h2',
       { id: heading, tabindex: -1 },
@@ -691,6 +713,7 @@ async function checkDigest(args, expected, line, held) {
     delete button.dataset.held;
     button.disabled = Boolean(button.closest('[aria-busy]'));
   }
+  refreshBulk();
 }
 
 /** JSON under a caption, whole and as written (see display.js `shownJson`), with its warnings. */
@@ -827,23 +850,10 @@ async function answer(request, body, form, invalid, problem = form.querySelector
   form.setAttribute('aria-busy', 'true');
   for (const button of form.querySelectorAll('button')) button.disabled = true;
   try {
-    const response = await api(`requests/${encodeURIComponent(request.id)}/answer`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: typeof body === 'string' ? body : JSON.stringify(body),
-    });
-    const reply = await response.json().catch(() => ({}));
-    if (response.ok) {
-      if (reply.status !== 'pending') return settle(reply);
-      recount(reply);
-      return notify(['Your approval is counted: ', title(request)]);
-    }
+    const { response, reply } = await post(request, body);
+    if (response.ok) return kept(request, reply);
     if (response.status === 422 && Array.isArray(reply.errors)) return invalid(reply.errors);
-    if (response.status === 403) {
-      const why = reply.detail ? ` The gateway says: ${reply.detail}` : '';
-      return showProblem(problem, `This token may not answer this Request.${why}`);
-    }
-    showProblem(problem, reply.detail || `The gateway answered ${response.status}.`);
+    showProblem(problem, refusal(response, reply));
   } catch (error) {
     if (!(error instanceof SignInNeeded)) showProblem(problem, `The answer was not sent: ${error.message}`);
   } finally {
@@ -852,7 +862,157 @@ async function answer(request, body, form, invalid, problem = form.querySelector
   }
 }
 
+/** Posts an Answer (`body` an object, or its JSON text): `{response, reply}`, the reply's JSON (or `{}`). */
+async function post(request, body) {
+  const response = await api(`requests/${encodeURIComponent(request.id)}/answer`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  return { response, reply: await response.json().catch(() => ({})) };
+}
+
+/** The gateway kept an answer: the Request resolved, or counts one more (with a confirmation, unless reported). */
+function kept(request, reply) {
+  if (reply.status !== 'pending') return settle(reply);
+  recount(reply);
+  if (!reporting.has(request.id)) notify(['Your approval is counted: ', title(request)]);
+}
+
+/** What the page says of an answer the gateway refused. */
+function refusal(response, reply) {
+  if (response.status === 403) {
+    const why = reply.detail ? ` The gateway says: ${reply.detail}` : '';
+    return `This token may not answer this Request.${why}`;
+  }
+  return reply.detail || `The gateway answered ${response.status}.`;
+}
+
+// ---- answering several at once --------------------------------------------------------------------------
+
+/** The checkbox that selects a Request for a bulk answer, named by the word and the Request's heading. */
+function pickBox(request) {
+  const box = h('input', { type: 'checkbox', id: `s-${request.id}`, 'aria-labelledby': `sl-${request.id} h-${request.id}` });
+  box.addEventListener('change', () => {
+    if (box.checked) selected.add(request.id);
+    else selected.delete(request.id);
+    refreshBulk();
+  });
+  return h('div', { class: 'pick' }, h('label', { for: box.id, class: 'option' }, box, h('span', { id: `sl-${request.id}`, text: 'Select' })));
+}
+
+/**
+ * Whether a Request can be approved from outside its card, with no data: an approval whose arguments the page
+ * checked against its digest, or a Request without a form.
+ */
+function approvable(entry) {
+  const form = formOf(entry.request);
+  if (form === 'plain') return true;
+  const approve = entry.item.querySelector('button[type="submit"].primary');
+  return form === 'approval' && Boolean(approve) && !('held' in approve.dataset);
+}
+
+/** Shows the bulk controls while anything is pending, and what they would act on. */
+function refreshBulk() {
+  const count = selected.size;
+  const left = [...selected].filter((id) => !approvable(shown.get(id))).length;
+  bulk.hidden = shown.size === 0;
+  selectAll.checked = count > 0 && count === shown.size;
+  selectAll.indeterminate = count > 0 && count < shown.size;
+  bulkCount.textContent = count ? `${count} selected` : 'None selected';
+  bulkApprove.disabled = bulkBusy || count === left;
+  bulkDecline.disabled = bulkBusy || count === 0;
+  bulkHint.textContent = left === 1
+    ? 'Approve selected leaves out one of them: it asks for an answer in its own form, or its arguments were not checked.'
+    : `Approve selected leaves out ${left} of them: they ask for answers in their own forms, or their arguments were not checked.`;
+  bulkHint.hidden = left === 0;
+}
+
+selectAll.addEventListener('change', () => {
+  for (const [id, entry] of shown) {
+    entry.item.querySelector('.pick input').checked = selectAll.checked;
+    if (selectAll.checked) selected.add(id);
+    else selected.delete(id);
+  }
+  refreshBulk();
+});
+bulkApprove.addEventListener('click', () => answerSelected(true));
+bulkDecline.addEventListener('click', () => answerSelected(false));
+bulkReport.querySelector('button').addEventListener('click', () => {
+  bulkReport.hidden = true;
+  selectAll.focus();
+});
+
+/**
+ * Approves (`ok`) or declines each selected Request with an answer of its own, one after another, and reports
+ * which went through and which the gateway refused, and why; a refused one stays selected, its reason on its card.
+ */
+async function answerSelected(ok) {
+  const entries = [...selected].map((id) => shown.get(id)).filter(Boolean);
+  bulkBusy = true;
+  bulk.setAttribute('aria-busy', 'true');
+  refreshBulk();
+  const results = [];
+  try {
+    for (const entry of entries) {
+      if (!shown.has(entry.request.id)) results.push({ entry, done: false, said: 'Resolved meanwhile, elsewhere.' });
+      else if (ok && !approvable(entry)) results.push({ entry, done: false, said: 'Left out: answer it in its own card.' });
+      else results.push(await answerOne(entry, ok ? { ok: true } : { ok: false, reason: 'declined' }));
+    }
+  } catch (error) {
+    if (!(error instanceof SignInNeeded)) throw error;
+    return;
+  } finally {
+    bulkBusy = false;
+    bulk.removeAttribute('aria-busy');
+    refreshBulk();
+  }
+  report(ok ? 'Approve selected' : 'Decline selected', results);
+}
+
+/** Sends one Request's part of a bulk answer: `{entry, done, said}`; a refusal shows on its card too. */
+async function answerOne(entry, body) {
+  const { request } = entry;
+  reporting.add(request.id);
+  try {
+    const { response, reply } = await post(request, body);
+    if (response.ok) {
+      kept(request, reply);
+      return { entry, done: true, said: reply.status === 'pending' ? 'Your approval is counted.' : `${outcome(reply)}.` };
+    }
+    const text = response.status === 422 ? reply.detail || 'The answer does not fit.' : refusal(response, reply);
+    showProblem(entry.item.querySelector('.problem'), text);
+    return { entry, done: false, status: response.status, said: text };
+  } catch (error) {
+    if (error instanceof SignInNeeded) throw error;
+    return { entry, done: false, said: `Not sent: ${error.message}` };
+  } finally {
+    reporting.delete(request.id);
+  }
+}
+
+/** Lists what a bulk answer did to each Request, and moves focus there. */
+function report(action, results) {
+  const through = results.filter((result) => result.done).length;
+  const items = results.map(({ entry, done, status, said }) =>
+    h(
+      'li',
+      { class: done ? 'through' : 'refused', 'data-reported': entry.request.id },
+      h('strong', { text: done ? 'Done' : status ? `Refused (${status})` : 'Not sent' }),
+      ' ',
+      h('span', {}, title(entry.request)),
+      h('p', { class: 'said', text: said }),
+    ),
+  );
+  const heading = bulkReport.querySelector('h2');
+  heading.textContent = `${action}: ${through} of ${results.length} went through`;
+  bulkReport.querySelector('ul').replaceChildren(...items);
+  bulkReport.hidden = false;
+  heading.focus();
+}
+
 refreshEmpty();
+refreshBulk();
 setInterval(tick, 1000);
 try {
   const token = provider && (await signInAt.complete(provider));

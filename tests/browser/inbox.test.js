@@ -985,6 +985,70 @@ test('a 403 on an answer is shown next to its Request, which stays pending', { t
   assertStayedHome(requested, problems, [`401 ${base}/events`, `403 ${base}/requests/${request}/answer`], base);
 });
 
+test('several approvals are approved at once, each on its own: a refused one is shown as refused, the others go through', { timeout: 90_000 }, async (t) => {
+  const team = await startGateway(
+    `${TEAM}\n[[approvals]]\nserver = "demo"\ntools = ["echo"]\n\n[[approvals]]\nserver = "demo"\ntools = ["echoes"]\napprovers = ["bo"]\n`,
+  );
+  t.after(() => team.stop());
+  const base = team.base;
+  const agent = { base, token: AGENT_TOKEN };
+  const texts = ['first', 'second', 'third'];
+  const approvals = [];
+  for (const text of texts) approvals.push(await startCall('echo', { text }, agent));
+  const boOnly = await startCall('echoes', { text: 'for bo' }, agent);
+  const form = await startCall('confirm_action', { action: 'asks for a form' }, agent);
+  const { page, requested, problems } = await openInbox(t, { base, signIn: true });
+  await signIn(page, LEAD_TOKEN);
+  // Each card names its tool once the page has read its call, as the report will.
+  for (const { request } of [...approvals, boOnly, form]) await card(page, request).locator('dd[data-tool-of] bdi').waitFor();
+  assert.equal(await page.getByRole('button', { name: 'Approve selected' }).isDisabled(), true, 'nothing selected yet');
+  const pick = (request) => card(page, request).getByRole('checkbox', { name: /^Select / });
+  assert.match(await pick(form.request).getAttribute('aria-labelledby'), new RegExp(`h-${form.request}$`));
+
+  await page.getByLabel('Select all', { exact: true }).check();
+  await page.getByText('5 selected').waitFor();
+  // Once the page has checked each approval's arguments, only the form is left out of a bulk approval.
+  await page.getByText('Approve selected leaves out one of them').waitFor();
+  await page.getByRole('button', { name: 'Approve selected' }).click();
+
+  const heading = page.locator('#bulk-report h2');
+  await page.locator('#bulk-report h2:focus').waitFor();
+  assert.equal(await heading.innerText(), 'Approve selected: 3 of 5 went through');
+  const reported = await page.locator('#bulk-report li').evaluateAll((all) =>
+    Object.fromEntries(all.map((item) => [item.dataset.reported, [item.className, item.querySelector('strong').textContent]])),
+  );
+  const expected = Object.fromEntries(approvals.map(({ request }) => [request, ['through', 'Done']]));
+  expected[boOnly.request] = ['refused', 'Refused (403)'];
+  expected[form.request] = ['refused', 'Not sent'];
+  assert.deepEqual(reported, expected);
+  assert.match(await page.locator(`#bulk-report li[data-reported="${boOnly.request}"]`).innerText(), /not among the approvers/);
+  const first = await page.locator(`#bulk-report li[data-reported="${approvals[0].request}"]`).innerText();
+  assert.match(first, /^Done echo on demo: /);
+  assert.equal(await page.locator('#notices .notice').count(), 0, 'the report says what became of each, not a notice');
+  for (const [i, { call, request }] of approvals.entries()) {
+    await card(page, request).waitFor({ state: 'detached' });
+    const settled = await json(`/calls/${call}?wait=20`, agent);
+    assert.equal(settled.status, 'completed', JSON.stringify(settled));
+    assert.equal(settled.result.content[0].text, texts[i]);
+  }
+  assert.match(await card(page, boOnly.request).locator('.problem').innerText(), /^This token may not answer this Request\./);
+  assert.equal(await pick(boOnly.request).isChecked(), true, 'a refused one stays selected');
+  assert.equal((await json(`/requests/${boOnly.request}`, agent)).status, 'pending');
+  assert.equal((await json(`/requests/${form.request}`, agent)).status, 'pending');
+  await page.screenshot({ path: join(SCREENSHOT_DIR, 'toolnexus-inbox-bulk.png'), fullPage: true });
+
+  // Declining works for any Request: the form's goes through, and bo's approval is refused again.
+  await page.getByText('2 selected').waitFor();
+  await page.getByRole('button', { name: 'Decline selected' }).click();
+  await page.getByText('Decline selected: 1 of 2 went through').waitFor();
+  await card(page, form.request).waitFor({ state: 'detached' });
+  assert.deepEqual(await resultsOf(form.call, agent), [{ action: 'decline' }]);
+  assert.equal((await json(`/requests/${boOnly.request}`, agent)).status, 'pending');
+  const refusals = problems.filter((problem) => problem.startsWith('403 '));
+  assert.deepEqual(refusals, [`403 ${base}/requests/${boOnly.request}/answer`, `403 ${base}/requests/${boOnly.request}/answer`]);
+  assertStayedHome(requested, problems, [`401 ${base}/events`, ...refusals], base);
+});
+
 test('an approval that needs three people counts each one live, and the third yes sends the call', { timeout: 90_000 }, async (t) => {
   const tokens = tokenConfig([
     ['lead', 'approver', LEAD_TOKEN],
