@@ -12,7 +12,7 @@ pub use call::{
 };
 pub use event::{Event, EventKind, Tags};
 pub use grant::{Asked, GrantUse, GrantView, NewGrant, SESSION_GRANT_LIMIT};
-pub use request::{Answerer, Filter, RequestView, Signoff, Status};
+pub use request::{Answerer, DecisionFilter, Filter, RequestView, Signoff, Status};
 pub use session::{SessionFilter, SessionStatus, SessionView};
 
 /// The length of `value` as JSON, without writing it out.

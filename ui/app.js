@@ -3,12 +3,13 @@
 // and each piece of a server's text is shown as display.js says. Pending Requests are read with display.js's
 // JSON reader, which keeps their data as written.
 
-import { address, canonicalJson, h, isolated, readJson, revealedText, sha256, shownJson } from './display.js';
+import { address, canonicalJson, h, isolated, readJson, sha256, shownJson } from './display.js';
+import { argumentEditor, isEditable } from './edit.js';
+import { clearErrors, field, pointer, showErrors, showProblem } from './fields.js';
 import * as signInAt from './signin.js';
 
 const API = new URL('../', document.baseURI);
 const NOTICE_MS = 8000;
-const RADIO_LIMIT = 5;
 const RETRY_MS = 3000;
 /** Where the access token is kept: this tab's session storage, never a cookie, local storage or a URL. */
 const TOKEN_KEY = 'toolnexus-gateway.token';
@@ -26,6 +27,13 @@ const alerts = document.getElementById('alerts');
 const historyFilter = document.getElementById('history-filter');
 const historyNote = document.getElementById('history-note');
 const historyTable = document.getElementById('history-table');
+const bulk = document.getElementById('bulk');
+const selectAll = document.getElementById('select-all');
+const bulkCount = document.getElementById('bulk-count');
+const bulkHint = document.getElementById('bulk-hint');
+const bulkApprove = document.getElementById('bulk-approve');
+const bulkDecline = document.getElementById('bulk-decline');
+const bulkReport = document.getElementById('bulk-report');
 /** Pages of 1000 Requests the History reads at most, and rows it shows at most. */
 const HISTORY_PAGES = 20;
 const HISTORY_ROWS = 200;
@@ -36,6 +44,12 @@ const baseTitle = document.title;
 const shown = new Map();
 /** Ids already resolved, so a late list or event does not bring them back. */
 const resolved = new Set();
+/** Ids of the pending Requests selected for a bulk answer. */
+const selected = new Set();
+/** Ids of those a bulk answer is being sent for: its report says what became of them, not a notice each. */
+const reporting = new Set();
+/** Whether a bulk answer is being sent. */
+let bulkBusy = false;
 /** Calls by id, for their tool names. */
 const calls = new Map();
 /** Server clock minus ours, in milliseconds, from the `Date` header of the last listing. */
@@ -117,6 +131,7 @@ function requireToken(message) {
   lastEventId = null;
   storeToken(null);
   for (const id of [...shown.keys()]) remove(id);
+  bulkReport.hidden = true;
   setConnection('signed-out', 'Signed out');
   signout.hidden = true;
   inbox.hidden = true;
@@ -190,11 +205,22 @@ if ('Notification' in window && Notification.permission === 'default') {
 
 // ---- the history ----------------------------------------------------------------------------------------
 
+/** What each outcome the history filters by asks the API for: a status, and for an answer its decision. */
+const OUTCOMES = {
+  '': { status: 'all' },
+  accepted: { status: 'answered', decision: 'accepted' },
+  declined: { status: 'answered', decision: 'declined' },
+  cancelled: { status: 'answered', decision: 'cancelled' },
+  expired: { status: 'expired' },
+  withdrawn: { status: 'cancelled' },
+};
+
 // Resolved Requests with who answered, when and how, the latest first; read when asked, filtered by the API.
 historyFilter.addEventListener('submit', async (event) => {
   event.preventDefault();
-  const params = new URLSearchParams({ status: 'all', limit: '1000' });
-  for (const name of ['server', 'kind']) {
+  const byOutcome = OUTCOMES[historyFilter.elements.outcome.value] || OUTCOMES[''];
+  const params = new URLSearchParams({ ...byOutcome, limit: '1000' });
+  for (const name of ['server', 'tool', 'kind', 'answeredBy']) {
     const value = historyFilter.elements[name].value.trim();
     if (value) params.set(name, value);
   }
@@ -364,6 +390,7 @@ function add(request) {
   shown.set(request.id, { request, item, clock });
   tick();
   refreshEmpty();
+  refreshBulk();
   if (request.call) describeCall(request.call);
   return request;
 }
@@ -383,13 +410,13 @@ function alert(request) {
   });
 }
 
-/** A Request left the pending state (here or elsewhere): remove it with a short confirmation. */
-function settle(request) {
+/** A Request left the pending state (here or elsewhere): remove it, with a short confirmation unless `quiet`. */
+function settle(request, quiet = reporting.has(request.id)) {
   if (resolved.has(request.id)) return;
   resolved.add(request.id);
   const entry = shown.get(request.id);
   if (!entry) return;
-  notify([`${outcome(request)}: `, title(entry.request)]);
+  if (!quiet) notify([`${outcome(request)}: `, title(entry.request)]);
   remove(request.id);
 }
 
@@ -419,7 +446,9 @@ function remove(id) {
   const next = entry.item.nextElementSibling || entry.item.previousElementSibling;
   entry.item.remove();
   shown.delete(id);
+  selected.delete(id);
   refreshEmpty();
+  refreshBulk();
   if (hadFocus) (next ? next.querySelector('h2') : document.getElementById('title')).focus();
 }
 
@@ -500,6 +529,18 @@ function duration(ms) {
 
 // ---- one Request ----------------------------------------------------------------------------------------
 
+/** The form each kind of Request is answered in. */
+const FORMS = { url: urlForm, approval: approvalForm, schema: schemaForm, question: questionForm, plain: plainForm };
+
+/** Which of `FORMS` a Request is answered in. */
+function formOf(request) {
+  if (request.url !== undefined) return 'url';
+  if (request.kind === 'approval' && request.server !== undefined && request.data && request.data.call) return 'approval';
+  if (request.data && request.data.schema) return 'schema';
+  if (request.kind === 'question' && request.data && Array.isArray(request.data.questions)) return 'question';
+  return 'plain';
+}
+
 /** Who posted a Request that no server raised (POST /requests). */
 function poster(request) {
   return request.owner || 'unknown';
@@ -526,18 +567,11 @@ function card(request, clock) {
     ),
     h('div', {}, h('dt', { text: 'Call' }), h('dd', { class: 'id', text: request.call || 'not attributed' })),
   );
-  const body = request.url !== undefined
-    ? urlForm(request)
-    : request.kind === 'approval' && request.server !== undefined && request.data && request.data.call
-      ? approvalForm(request)
-      : request.data && request.data.schema
-        ? schemaForm(request)
-        : request.kind === 'question' && request.data && Array.isArray(request.data.questions)
-          ? questionForm(request)
-          : plainForm(request);
+  const body = FORMS[formOf(request)](request);
   return h(
     'article',
     { 'aria-labelledby': heading },
+    pickBox(request),
     h(
       'h2',
       { id: heading, tabindex: -1 },
@@ -612,7 +646,7 @@ function fieldsForm(request, fields, collect) {
  * An approval (an approval policy held a tool call for it): who called which tool on which server, and the
  * arguments that go upstream if it is approved, whole and as written. Approve waits until the page has found
  * that the arguments it shows hash to the approval's digest, which the gateway checks before it forwards them,
- * and stays off when they do not.
+ * and stays off when they do not; so does editing them, for an editable policy's approval (see edit.js).
  */
 function approvalForm(request) {
   const call = request.data.call;
@@ -623,13 +657,26 @@ function approvalForm(request) {
   const form = h('form', { novalidate: true, 'aria-labelledby': `h-${request.id}` });
   const problem = h('p', { class: 'problem', role: 'alert', hidden: true });
   const shown = jsonFigure('Arguments, sent to the tool exactly as shown if you approve', args);
-  form.append(facts, approvalCount(request), shown, digest, problem, buttons(request, 'Approve'));
+  form.append(...[facts, approvalCount(request), shown, digest, problem, buttons(request, 'Approve')].filter(Boolean));
   acceptOnSubmit(request, form, problem);
   const approve = form.querySelector('button[type="submit"]');
-  approve.dataset.held = '';
-  approve.disabled = true;
-  checkDigest(args, request.data.digest, digest, approve);
-  return form;
+  const held = [approve];
+  let body = form;
+  if (isEditable(request)) {
+    body = h('div', { class: 'approval' }, form);
+    const withChanges = (text, shownAt, invalid) =>
+      answer(request, `{"ok":true,"data":{"arguments":${text}}}`, body, invalid, shownAt);
+    const editor = argumentEditor(request, args, withChanges);
+    approve.after(editor.toggle);
+    body.append(editor.form);
+    held.push(editor.toggle);
+  }
+  for (const button of held) {
+    button.dataset.held = '';
+    button.disabled = true;
+  }
+  checkDigest(args, request.data.digest, digest, held);
+  return body;
 }
 
 /**
@@ -644,8 +691,8 @@ function approvalCount(request) {
   return h('p', { class: 'approvals' }, `${given.length} of ${quorum} approvals`, names);
 }
 
-/** Says whether `args`, as the page read them, hash to `expected`; Approve goes on only when they do. */
-async function checkDigest(args, expected, line, approve) {
+/** Says whether `args`, as the page read them, hash to `expected`; the `held` buttons go on only when they do. */
+async function checkDigest(args, expected, line, held) {
   const actual = await sha256(canonicalJson(args));
   const code = h('code', { text: String(expected ?? 'none') });
   if (actual !== null && actual !== expected) {
@@ -662,8 +709,11 @@ async function checkDigest(args, expected, line, approve) {
       ? ['Digest ', code, ' (not checked: this browser computes SHA-256 only over https or on localhost).']
       : ['Digest ', code, ': the SHA-256 of the arguments shown, which the gateway checks again before it forwards them.']),
   );
-  delete approve.dataset.held;
-  approve.disabled = approve.form.hasAttribute('aria-busy');
+  for (const button of held) {
+    delete button.dataset.held;
+    button.disabled = Boolean(button.closest('[aria-busy]'));
+  }
+  refreshBulk();
 }
 
 /** JSON under a caption, whole and as written (see display.js `shownJson`), with its warnings. */
@@ -792,29 +842,18 @@ function wireButtons(request, form, problem) {
   }
 }
 
-/** Posts an Answer; on success the Request leaves the list, on a 422 `invalid` gets the violations. */
-async function answer(request, body, form, invalid) {
-  const problem = form.querySelector('.problem');
+/**
+ * Posts an Answer (`body` an object, or its JSON text) with the buttons of `form` off meanwhile; on success the
+ * Request leaves the list, on a 422 `invalid` gets the violations, and any other refusal shows in `problem`.
+ */
+async function answer(request, body, form, invalid, problem = form.querySelector('.problem')) {
   form.setAttribute('aria-busy', 'true');
   for (const button of form.querySelectorAll('button')) button.disabled = true;
   try {
-    const response = await api(`requests/${encodeURIComponent(request.id)}/answer`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(body),
-    });
-    const reply = await response.json().catch(() => ({}));
-    if (response.ok) {
-      if (reply.status !== 'pending') return settle(reply);
-      recount(reply);
-      return notify(['Your approval is counted: ', title(request)]);
-    }
+    const { response, reply } = await post(request, body);
+    if (response.ok) return kept(request, reply);
     if (response.status === 422 && Array.isArray(reply.errors)) return invalid(reply.errors);
-    if (response.status === 403) {
-      const why = reply.detail ? ` The gateway says: ${reply.detail}` : '';
-      return showProblem(problem, `This token may not answer this Request.${why}`);
-    }
-    showProblem(problem, reply.detail || `The gateway answered ${response.status}.`);
+    showProblem(problem, refusal(response, reply));
   } catch (error) {
     if (!(error instanceof SignInNeeded)) showProblem(problem, `The answer was not sent: ${error.message}`);
   } finally {
@@ -823,267 +862,157 @@ async function answer(request, body, form, invalid) {
   }
 }
 
-function showProblem(problem, text) {
-  problem.textContent = text;
-  problem.hidden = false;
-}
-
-function clearErrors(fields, problem) {
-  problem.hidden = true;
-  problem.textContent = '';
-  for (const f of fields) f.setError(null);
-}
-
-function showErrors(errors, fields, problem) {
-  const unplaced = [];
-  const byName = new Map(fields.map((f) => [f.name, f]));
-  const messages = new Map();
-  for (const error of errors) {
-    const name = unpointer(String(error.path || '').split('/')[1] || '');
-    if (byName.has(name)) messages.set(name, [...(messages.get(name) || []), error.message]);
-    else unplaced.push(error.message);
-  }
-  for (const [name, list] of messages) byName.get(name).setError(list.join('; '));
-  const count = messages.size;
-  const summary = count ? [`Please correct ${count === 1 ? 'the marked field' : `the ${count} marked fields`}.`] : [];
-  showProblem(problem, [...summary, ...unplaced].join(' '));
-  const first = fields.find((f) => messages.has(f.name));
-  if (first) first.focus();
-}
-
-const pointer = (name) => name.replace(/~/g, '~0').replace(/\//g, '~1');
-const unpointer = (segment) => segment.replace(/~1/g, '/').replace(/~0/g, '~');
-
-// ---- form fields ----------------------------------------------------------------------------------------
-
-/** Options of an enum-like schema: `enum` (+ legacy `enumNames`) or titled `oneOf`/`anyOf` consts. */
-function choices(schema) {
-  if (Array.isArray(schema.enum)) {
-    const names = Array.isArray(schema.enumNames) ? schema.enumNames : [];
-    return schema.enum.map((value, i) => ({ value, label: String(names[i] ?? value) }));
-  }
-  const titled = schema.oneOf || schema.anyOf;
-  if (Array.isArray(titled) && titled.every((option) => option && 'const' in option)) {
-    return titled.map((option) => ({ value: option.const, label: String(option.title ?? option.const) }));
-  }
-  return null;
-}
-
-/** What the page says about a schema's limits (its description, a server's text, is shown apart). */
-function hints(schema) {
-  const parts = [];
-  const formats = { email: 'An email address.', uri: 'A web address (URI).', date: 'A date.', 'date-time': 'A date and time.' };
-  if (formats[schema.format]) parts.push(formats[schema.format]);
-  const { minLength: min, maxLength: max } = schema;
-  if (min !== undefined && max !== undefined) parts.push(`${min} to ${max} characters.`);
-  else if (min !== undefined) parts.push(`At least ${min} character${min === 1 ? '' : 's'}.`);
-  else if (max !== undefined) parts.push(`At most ${max} characters.`);
-  const { minimum: lo, maximum: hi } = schema;
-  if (lo !== undefined && hi !== undefined) parts.push(`From ${lo} to ${hi}.`);
-  else if (lo !== undefined) parts.push(`At least ${lo}.`);
-  else if (hi !== undefined) parts.push(`At most ${hi}.`);
-  if (schema.type === 'integer') parts.push('A whole number.');
-  const { minItems: fewest, maxItems: most } = schema;
-  if (fewest !== undefined && most !== undefined) parts.push(`Pick ${fewest} to ${most}.`);
-  else if (fewest !== undefined) parts.push(`Pick at least ${fewest}.`);
-  else if (most !== undefined) parts.push(`Pick at most ${most}.`);
-  return parts.join(' ');
-}
-
-/** One form field for one schema property: `{name, element, read(), setError(text), focus()}`. */
-function field(id, name, schema, required) {
-  const label = schema.title || name;
-  const marker = required ? h('span', { class: 'required', text: ' (required)' }) : null;
-  const hintText = hints(schema);
-  const description = schema.description ? [isolated(schema.description), hintText && ' '] : null;
-  const hint = description || hintText ? h('p', { class: 'hint', id: `${id}-hint` }, description, hintText) : null;
-  const error = h('p', { class: 'error', id: `${id}-error`, hidden: true });
-  const options = schema.type === 'array' ? choices(schema.items || {}) : choices(schema);
-  let control;
-  if (schema.type === 'array' && options) control = checkboxes(id, schema, options, required);
-  else if (options) control = single(id, schema, options, required);
-  else if (schema.type === 'boolean') control = checkbox(id, schema);
-  else control = input(id, schema, required);
-
-  const describedBy = [hint && hint.id].filter(Boolean);
-  const setDescribed = (invalid) => {
-    const ids = invalid ? [...describedBy, error.id] : describedBy;
-    for (const element of control.inputs) {
-      if (ids.length) element.setAttribute('aria-describedby', ids.join(' '));
-      else element.removeAttribute('aria-describedby');
-      if (invalid) element.setAttribute('aria-invalid', 'true');
-      else element.removeAttribute('aria-invalid');
-    }
-  };
-  setDescribed(false);
-
-  let element;
-  if (control.group) {
-    element = h(
-      'fieldset',
-      { class: 'field group', 'data-field': name },
-      h('legend', {}, isolated(label), marker),
-      hint,
-      error,
-      control.element,
-    );
-  } else if (schema.type === 'boolean' && !options) {
-    element = h(
-      'div',
-      { class: 'field check', 'data-field': name },
-      h('label', { for: id }, control.element, h('span', {}, isolated(label), marker)),
-      hint,
-      error,
-    );
-  } else {
-    element = h(
-      'div',
-      { class: 'field', 'data-field': name },
-      h('label', { for: id }, isolated(label), marker),
-      hint,
-      control.element,
-      error,
-    );
-  }
-  return {
-    name,
-    element,
-    read: control.read,
-    focus: () => control.inputs[0].focus(),
-    setError(text) {
-      error.textContent = text || '';
-      error.hidden = !text;
-      element.classList.toggle('invalid', Boolean(text));
-      setDescribed(Boolean(text));
-    },
-  };
-}
-
-function input(id, schema, required) {
-  const type = schema.type;
-  const numeric = type === 'number' || type === 'integer';
-  const known = numeric || type === 'string' || type === undefined;
-  const attrs = { id, name: id, required, autocomplete: 'off' };
-  if (numeric) {
-    Object.assign(attrs, {
-      type: 'number',
-      step: type === 'integer' ? 1 : 'any',
-      inputmode: type === 'integer' ? 'numeric' : 'decimal',
-      min: schema.minimum,
-      max: schema.maximum,
-    });
-  } else if (known) {
-    const types = { email: 'email', uri: 'url', date: 'date', 'date-time': 'datetime-local' };
-    Object.assign(attrs, {
-      type: types[schema.format] || 'text',
-      minlength: schema.minLength,
-      maxlength: schema.maxLength,
-      step: schema.format === 'date-time' ? 1 : undefined,
-    });
-  }
-  const element = known ? h('input', attrs) : h('textarea', { ...attrs, rows: 3 });
-  if (schema.default !== undefined) {
-    element.value = schema.format === 'date-time' ? toLocalInput(schema.default) : known
-      ? String(schema.default)
-      : JSON.stringify(schema.default);
-  }
-  const read = () => {
-    const text = element.value;
-    if (numeric && element.validity.badInput) return { error: 'is not a number' };
-    if (text === '') return { present: false };
-    if (numeric) return { present: true, value: Number(text) };
-    if (schema.format === 'date-time') {
-      const value = toRfc3339(text);
-      return value ? { present: true, value } : { error: 'is not a date and time' };
-    }
-    if (known) return { present: true, value: text };
-    try {
-      return { present: true, value: JSON.parse(text) };
-    } catch {
-      return { present: true, value: text };
-    }
-  };
-  return { element, inputs: [element], read };
-}
-
-function checkbox(id, schema) {
-  const element = h('input', { type: 'checkbox', id, name: id });
-  element.checked = schema.default === true;
-  return { element, inputs: [element], read: () => ({ present: true, value: element.checked }) };
-}
-
-/** A single choice: radios for a few options (with "No answer" when optional), a select for more. */
-function single(id, schema, options, required) {
-  const hasDefault = options.some((option) => option.value === schema.default);
-  if (options.length > RADIO_LIMIT) {
-    const select = h('select', { id, name: id, required });
-    if (!required || !hasDefault) select.append(h('option', { value: '', text: required ? 'Choose…' : 'No answer' }));
-    options.forEach((option, i) => {
-      const text = revealedText(option.label);
-      select.append(h('option', { value: String(i), dir: 'auto', text, selected: option.value === schema.default }));
-    });
-    const read = () => (select.value === '' ? { present: false } : { present: true, value: options[Number(select.value)].value });
-    return { element: select, inputs: [select], read };
-  }
-  const all = required ? options : [...options, { value: undefined, label: 'No answer' }];
-  const radios = all.map((option, i) => {
-    const radio = h('input', { type: 'radio', id: `${id}-${i}`, name: id, value: String(i), required });
-    radio.checked = hasDefault ? option.value === schema.default : !required && option.value === undefined;
-    return radio;
+/** Posts an Answer (`body` an object, or its JSON text): `{response, reply}`, the reply's JSON (or `{}`). */
+async function post(request, body) {
+  const response = await api(`requests/${encodeURIComponent(request.id)}/answer`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
   });
-  const element = h(
-    'div',
-    { class: 'options', role: 'radiogroup' },
-    all.map((option, i) => h('label', { for: radios[i].id, class: 'option' }, radios[i], h('span', {}, isolated(option.label)))),
-  );
-  const read = () => {
-    const checked = radios.findIndex((radio) => radio.checked);
-    if (checked < 0 || all[checked].value === undefined) return { present: false };
-    return { present: true, value: all[checked].value };
-  };
-  return { element, inputs: radios, read, group: true };
+  return { response, reply: await response.json().catch(() => ({})) };
 }
 
-/** A multi-select: a checkbox per option, sent as an array of the chosen values. */
-function checkboxes(id, schema, options, required) {
-  const chosen = new Set(Array.isArray(schema.default) ? schema.default : []);
-  const boxes = options.map((option, i) => {
-    const box = h('input', { type: 'checkbox', id: `${id}-${i}`, name: id, value: String(i) });
-    box.checked = chosen.has(option.value);
-    return box;
+/** The gateway kept an answer: the Request resolved, or counts one more (with a confirmation, unless reported). */
+function kept(request, reply) {
+  if (reply.status !== 'pending') return settle(reply);
+  recount(reply);
+  if (!reporting.has(request.id)) notify(['Your approval is counted: ', title(request)]);
+}
+
+/** What the page says of an answer the gateway refused. */
+function refusal(response, reply) {
+  if (response.status === 403) {
+    const why = reply.detail ? ` The gateway says: ${reply.detail}` : '';
+    return `This token may not answer this Request.${why}`;
+  }
+  return reply.detail || `The gateway answered ${response.status}.`;
+}
+
+// ---- answering several at once --------------------------------------------------------------------------
+
+/** The checkbox that selects a Request for a bulk answer, named by the word and the Request's heading. */
+function pickBox(request) {
+  const box = h('input', { type: 'checkbox', id: `s-${request.id}`, 'aria-labelledby': `sl-${request.id} h-${request.id}` });
+  box.addEventListener('change', () => {
+    if (box.checked) selected.add(request.id);
+    else selected.delete(request.id);
+    refreshBulk();
   });
-  const element = h(
-    'div',
-    { class: 'options' },
-    options.map((option, i) => h('label', { for: boxes[i].id, class: 'option' }, boxes[i], h('span', {}, isolated(option.label)))),
+  return h('div', { class: 'pick' }, h('label', { for: box.id, class: 'option' }, box, h('span', { id: `sl-${request.id}`, text: 'Select' })));
+}
+
+/**
+ * Whether a Request can be approved from outside its card, with no data: an approval whose arguments the page
+ * checked against its digest, or a Request without a form.
+ */
+function approvable(entry) {
+  const form = formOf(entry.request);
+  if (form === 'plain') return true;
+  const approve = entry.item.querySelector('button[type="submit"].primary');
+  return form === 'approval' && Boolean(approve) && !('held' in approve.dataset);
+}
+
+/** Shows the bulk controls while anything is pending, and what they would act on. */
+function refreshBulk() {
+  const count = selected.size;
+  const left = [...selected].filter((id) => !approvable(shown.get(id))).length;
+  bulk.hidden = shown.size === 0;
+  selectAll.checked = count > 0 && count === shown.size;
+  selectAll.indeterminate = count > 0 && count < shown.size;
+  bulkCount.textContent = count ? `${count} selected` : 'None selected';
+  bulkApprove.disabled = bulkBusy || count === left;
+  bulkDecline.disabled = bulkBusy || count === 0;
+  bulkHint.textContent = left === 1
+    ? 'Approve selected leaves out one of them: it asks for an answer in its own form, or its arguments were not checked.'
+    : `Approve selected leaves out ${left} of them: they ask for answers in their own forms, or their arguments were not checked.`;
+  bulkHint.hidden = left === 0;
+}
+
+selectAll.addEventListener('change', () => {
+  for (const [id, entry] of shown) {
+    entry.item.querySelector('.pick input').checked = selectAll.checked;
+    if (selectAll.checked) selected.add(id);
+    else selected.delete(id);
+  }
+  refreshBulk();
+});
+bulkApprove.addEventListener('click', () => answerSelected(true));
+bulkDecline.addEventListener('click', () => answerSelected(false));
+bulkReport.querySelector('button').addEventListener('click', () => {
+  bulkReport.hidden = true;
+  selectAll.focus();
+});
+
+/**
+ * Approves (`ok`) or declines each selected Request with an answer of its own, one after another, and reports
+ * which went through and which the gateway refused, and why; a refused one stays selected, its reason on its card.
+ */
+async function answerSelected(ok) {
+  const entries = [...selected].map((id) => shown.get(id)).filter(Boolean);
+  bulkBusy = true;
+  bulk.setAttribute('aria-busy', 'true');
+  refreshBulk();
+  const results = [];
+  try {
+    for (const entry of entries) {
+      if (!shown.has(entry.request.id)) results.push({ entry, done: false, said: 'Resolved meanwhile, elsewhere.' });
+      else if (ok && !approvable(entry)) results.push({ entry, done: false, said: 'Left out: answer it in its own card.' });
+      else results.push(await answerOne(entry, ok ? { ok: true } : { ok: false, reason: 'declined' }));
+    }
+  } catch (error) {
+    if (!(error instanceof SignInNeeded)) throw error;
+    return;
+  } finally {
+    bulkBusy = false;
+    bulk.removeAttribute('aria-busy');
+    refreshBulk();
+  }
+  report(ok ? 'Approve selected' : 'Decline selected', results);
+}
+
+/** Sends one Request's part of a bulk answer: `{entry, done, said}`; a refusal shows on its card too. */
+async function answerOne(entry, body) {
+  const { request } = entry;
+  reporting.add(request.id);
+  try {
+    const { response, reply } = await post(request, body);
+    if (response.ok) {
+      kept(request, reply);
+      return { entry, done: true, said: reply.status === 'pending' ? 'Your approval is counted.' : `${outcome(reply)}.` };
+    }
+    const text = response.status === 422 ? reply.detail || 'The answer does not fit.' : refusal(response, reply);
+    showProblem(entry.item.querySelector('.problem'), text);
+    return { entry, done: false, status: response.status, said: text };
+  } catch (error) {
+    if (error instanceof SignInNeeded) throw error;
+    return { entry, done: false, said: `Not sent: ${error.message}` };
+  } finally {
+    reporting.delete(request.id);
+  }
+}
+
+/** Lists what a bulk answer did to each Request, and moves focus there. */
+function report(action, results) {
+  const through = results.filter((result) => result.done).length;
+  const items = results.map(({ entry, done, status, said }) =>
+    h(
+      'li',
+      { class: done ? 'through' : 'refused', 'data-reported': entry.request.id },
+      h('strong', { text: done ? 'Done' : status ? `Refused (${status})` : 'Not sent' }),
+      ' ',
+      h('span', {}, title(entry.request)),
+      h('p', { class: 'said', text: said }),
+    ),
   );
-  const read = () => {
-    const values = options.filter((_, i) => boxes[i].checked).map((option) => option.value);
-    return values.length || required ? { present: true, value: values } : { present: false };
-  };
-  return { element, inputs: boxes, read, group: true };
-}
-
-/** `2025-01-31T09:30:00` (local, from datetime-local) → RFC 3339 with this browser's offset. */
-function toRfc3339(local) {
-  const date = new Date(local);
-  if (Number.isNaN(date.getTime())) return null;
-  const offset = -date.getTimezoneOffset();
-  const sign = offset >= 0 ? '+' : '-';
-  const pad = (n) => String(Math.floor(Math.abs(n))).padStart(2, '0');
-  const seconds = local.length === 16 ? `${local}:00` : local.slice(0, 19);
-  return `${seconds}${sign}${pad(offset / 60)}:${pad(offset % 60)}`;
-}
-
-/** An RFC 3339 instant → the `YYYY-MM-DDTHH:MM:SS` a datetime-local input shows, in local time. */
-function toLocalInput(value) {
-  const date = new Date(value);
-  if (Number.isNaN(date.getTime())) return '';
-  const pad = (n) => String(n).padStart(2, '0');
-  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
+  const heading = bulkReport.querySelector('h2');
+  heading.textContent = `${action}: ${through} of ${results.length} went through`;
+  bulkReport.querySelector('ul').replaceChildren(...items);
+  bulkReport.hidden = false;
+  heading.focus();
 }
 
 refreshEmpty();
+refreshBulk();
 setInterval(tick, 1000);
 try {
   const token = provider && (await signInAt.complete(provider));

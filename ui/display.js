@@ -2,7 +2,7 @@
 // characters that hide or reorder text made visible, an address as the browser's own URL parser reads it, and
 // JSON as it was written (every number with all its digits), read by a JSON reader of its own.
 
-/** Builds an element: `h('p', {class: 'x'}, 'text', child)`. */
+/** Builds an element: `h('p', {class: 'x'}, 'text', child)`; children may be arrays, nested as deep as need be. */
 export function h(tag, attrs = {}, ...children) {
   const element = document.createElement(tag);
   for (const [name, value] of Object.entries(attrs)) {
@@ -10,7 +10,7 @@ export function h(tag, attrs = {}, ...children) {
     if (name === 'text') element.textContent = value;
     else element.setAttribute(name, value === true ? '' : String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child !== null && child !== undefined && child !== false) element.append(child);
   }
   return element;
@@ -288,14 +288,18 @@ export function shownJson(value) {
   const hidden = new Set();
   const nodes = [];
   layOut(written(value), '', nodes, hidden);
-  const warnings = hidden.size
+  return { nodes, warnings: hiddenWarnings(hidden) };
+}
+
+/** The warning about the characters `shownJson` found hidden in JSON, if any. */
+function hiddenWarnings(hidden) {
+  return hidden.size
     ? [
         'There are characters in this JSON that are invisible or change the direction of text: ' +
           `${named([...hidden])}. Each is shown as ⟨U+…⟩ where it stands, and is sent as it is: ` +
           'they can make a key or a value read as another.',
       ]
     : [];
-  return { nodes, warnings };
 }
 
 function layOut(node, indent, out, hidden) {
@@ -317,6 +321,99 @@ function layOut(node, indent, out, hidden) {
 function jsonString({ source }, hidden) {
   for (const [i, char] of source.split(HIDDEN).entries()) if (i % 2) hidden.add(char);
   return h('bdi', { dir: 'ltr' }, revealed(source, HIDDEN));
+}
+
+// ---- JSON to edit ---------------------------------------------------------------------------------------
+
+/**
+ * The members of an object `readJson` read, in order, each `{key, text}`: its key, and its value's JSON text as
+ * written, without whitespace (every number with all its digits). A repeated key is listed once, where it first
+ * stands, with the value it has last (as `JSON.parse` reads it).
+ */
+export function membersAsWritten(value) {
+  const members = new Map();
+  for (const { key, node } of written(value).members || []) members.set(key.value, compact(node));
+  return [...members].map(([key, text]) => ({ key, text }));
+}
+
+function compact(node) {
+  if (node.members) return `{${node.members.map(({ key, node: member }) => `${key.source}:${compact(member)}`).join(',')}}`;
+  if (node.items) return `[${node.items.map(compact).join(',')}]`;
+  return node.source;
+}
+
+/**
+ * `value` (from `readJson`) as JSON text to edit in a text box: indented two spaces, as written, but with each
+ * character of `HIDDEN` in a key or string written as a `\u` escape, so that what hides or reorders text shows
+ * there too. The text reads back as the same value.
+ */
+export function editableJson(value) {
+  return editable(written(value), '');
+}
+
+const HIDDEN_EVERYWHERE = new RegExp(`[${INVISIBLE}]`, 'gu');
+
+function editable(node, indent) {
+  if (node.members || node.items) {
+    const [open, close, entries] = node.members ? ['{', '}', node.members] : ['[', ']', node.items];
+    if (!entries.length) return open + close;
+    const inner = `${indent}  `;
+    const lines = entries.map((entry) =>
+      node.members ? `${inner}${escaped(entry.key.source)}: ${editable(entry.node, inner)}` : `${inner}${editable(entry, inner)}`,
+    );
+    return `${open}\n${lines.join(',\n')}\n${indent}${close}`;
+  }
+  return typeof node.value === 'string' ? escaped(node.source) : node.source;
+}
+
+/** A JSON string's text with each hidden character written as `\uXXXX` (each UTF-16 unit of it). */
+function escaped(source) {
+  const unit = (char, i) => `\\u${char.charCodeAt(i).toString(16).padStart(4, '0')}`;
+  return source.replace(HIDDEN_EVERYWHERE, (char) => Array.from({ length: char.length }, (_, i) => unit(char, i)).join(''));
+}
+
+/** Whether `text` has a character that is invisible or changes the direction of text. */
+export function hidesCharacters(text) {
+  return HIDDEN.test(String(text));
+}
+
+/**
+ * What changed from `before` to `after` (objects `readJson` read), as `{changes, warnings}`. Each change is
+ * `{op, path, before, after}`: `op` is `add`, `remove` or `replace`, `path` a JSON Pointer, and `before` and
+ * `after` the values as `shownJson` shows them (absent on the side that has none). Objects are compared member by
+ * member, anything else whole, and as written: `1.0` is not `1`.
+ */
+export function jsonChanges(before, after) {
+  const hidden = new Set();
+  const changes = [];
+  const show = (node) => {
+    const nodes = [];
+    layOut(node, '', nodes, hidden);
+    return nodes;
+  };
+  const walk = (from, to, path) => {
+    if (from.members && to.members) {
+      const was = lastOfEach(from.members);
+      const now = lastOfEach(to.members);
+      const at = (key) => `${path}/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`;
+      for (const [key, node] of was) {
+        if (now.has(key)) walk(node, now.get(key), at(key));
+        else changes.push({ op: 'remove', path: at(key), before: show(node) });
+      }
+      for (const [key, node] of now) if (!was.has(key)) changes.push({ op: 'add', path: at(key), after: show(node) });
+    } else if (canonical(from) !== canonical(to)) {
+      changes.push({ op: 'replace', path, before: show(from), after: show(to) });
+    }
+  };
+  walk(written(before), written(after), '');
+  return { changes, warnings: hiddenWarnings(hidden) };
+}
+
+/** An object's members by key, in order, each key once with the value it has last. */
+function lastOfEach(members) {
+  const each = new Map();
+  for (const { key, node } of members) each.set(key.value, node);
+  return each;
 }
 
 /**

@@ -14,7 +14,7 @@ use crate::auth::{Principal, Role};
 use crate::feed::Concern;
 use crate::ids::{RequestId, SessionId};
 use crate::posted::{Posted, Refusal};
-use crate::records::{CallView, Event, EventKind, Filter, RequestView, Status};
+use crate::records::{CallView, DecisionFilter, Event, EventKind, Filter, RequestView, Status};
 use crate::suspension::{Answer, RequestKind};
 
 /// The largest page of `GET /requests`.
@@ -33,7 +33,7 @@ pub enum StatusFilter {
 }
 
 #[derive(Debug, Default, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Which Requests to list (default `pending`).
@@ -49,6 +49,16 @@ pub struct ListQuery {
     /// Only Requests of this kind (`input`, `authorization`).
     #[param(value_type = Option<String>)]
     kind: Option<RequestKind>,
+    /// Only Requests answered by this name, as `answeredBy` shows it (combine with `status=answered` or `all`).
+    answered_by: Option<String>,
+    /// Only Requests answered with this decision: `accepted` (`ok: true`), `declined` (`reason: declined`) or
+    /// `cancelled` (any other refusal); such Requests are `answered`, so combine with `status=answered` or
+    /// `all`. An expired or withdrawn Request is listed by its `status`.
+    #[param(inline)]
+    decision: Option<DecisionFilter>,
+    /// Only Requests raised by a call of this tool: its approval, and whatever the tool asked while it ran (a
+    /// posted Request, or one no call is known for, has no tool).
+    tool: Option<String>,
     /// Seconds to hold the response while nothing matches; a value over 300 counts as 300.
     #[serde(default)]
     #[param(value_type = Option<f64>, minimum = 0)]
@@ -94,6 +104,9 @@ pub async fn list(
         call: query.call,
         kind: query.kind,
         owner: (principal.role == Role::Agent).then(|| principal.id.clone()),
+        answered_by: query.answered_by,
+        decision: query.decision,
+        tool: query.tool,
     };
     let cursor = query.cursor.unwrap_or(0);
     if cursor > i64::MAX as u64 {

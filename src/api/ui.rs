@@ -20,7 +20,7 @@ fn content_security_policy(sign_in: Option<&str>) -> HeaderValue {
 }
 
 /// Each file of the inbox: its path, content type and contents.
-const ASSETS: [(&str, &str, &str); 7] = [
+const ASSETS: [(&str, &str, &str); 9] = [
     ("/ui/", "text/html; charset=utf-8", include_str!("../../ui/index.html")),
     (
         "/ui/app.js",
@@ -36,6 +36,16 @@ const ASSETS: [(&str, &str, &str); 7] = [
         "/ui/display.js",
         "text/javascript; charset=utf-8",
         include_str!("../../ui/display.js"),
+    ),
+    (
+        "/ui/fields.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../ui/fields.js"),
+    ),
+    (
+        "/ui/edit.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../ui/edit.js"),
     ),
     (
         "/ui/app.css",

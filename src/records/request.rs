@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Event, EventKind};
 use crate::ids::{CallId, SessionId};
-use crate::suspension::{Answer, Request, RequestKind};
+use crate::suspension::{Answer, Reason, Request, RequestKind};
 use crate::time::Timestamp;
 
 /// Where a Request is in its life.
@@ -122,6 +122,29 @@ impl RequestView {
     }
 }
 
+/// What the answer that resolved a Request said, as a listing picks it (`GET /requests?decision=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DecisionFilter {
+    /// `ok: true`: accepted, or for an approval, approved.
+    Accepted,
+    /// `ok: false` with the reason `declined`.
+    Declined,
+    /// `ok: false` for any other reason or none: dismissed without choosing.
+    Cancelled,
+}
+
+impl DecisionFilter {
+    /// The decision an answer gave.
+    pub fn of(answer: &Answer) -> Self {
+        match (answer.ok(), answer.reason()) {
+            (true, _) => Self::Accepted,
+            (false, Some(Reason::Declined)) => Self::Declined,
+            (false, _) => Self::Cancelled,
+        }
+    }
+}
+
 /// Which Requests a listing returns, oldest first.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
@@ -133,11 +156,18 @@ pub struct Filter {
     pub kind: Option<RequestKind>,
     /// Only Requests owned by this principal.
     pub owner: Option<String>,
+    /// Only Requests answered by this name (`answeredBy`).
+    pub answered_by: Option<String>,
+    /// Only Requests answered (status `answered`) with this decision.
+    pub decision: Option<DecisionFilter>,
+    /// Only Requests raised by a call of this tool: its approval, and what the tool asked while it ran. A
+    /// Request of no call (posted, or unattributed on a shared session) has no tool.
+    pub tool: Option<String>,
 }
 
 impl Filter {
-    /// Whether a Request is one the filter lets through.
-    pub fn matches(&self, view: &RequestView) -> bool {
+    /// Whether a Request, raised by a call of `tool` (if any), is one the filter lets through.
+    pub fn matches(&self, view: &RequestView, tool: Option<&str>) -> bool {
         self.status.is_none_or(|status| status == view.status)
             && self
                 .server
@@ -156,10 +186,19 @@ impl Filter {
                 .owner
                 .as_ref()
                 .is_none_or(|owner| Some(owner) == view.owner.as_ref())
+            && self
+                .answered_by
+                .as_ref()
+                .is_none_or(|name| Some(name) == view.answered_by.as_ref())
+            && self.decision.is_none_or(|decision| {
+                view.status == Status::Answered && view.answer.as_deref().map(DecisionFilter::of) == Some(decision)
+            })
+            && self.tool.as_deref().is_none_or(|wanted| Some(wanted) == tool)
     }
 
     /// Whether an event may change what the filter lets through: an event about a Request it may let
-    /// through (its status and kind are not among an event's tags, so those are not looked at).
+    /// through (its status, kind, answerer, decision and tool are not among an event's tags, so those are not
+    /// looked at).
     pub fn may_concern(&self, event: &Event) -> bool {
         let about_a_request = match event.kind {
             EventKind::RequestCreated => self.status.is_none_or(|status| status == Status::Pending),

@@ -111,6 +111,9 @@ struct RequestEntry {
     /// Boxed: a 2025-11-25 form has neither key, and its entry keeps no room for them.
     keys: Option<Box<Keys>>,
     bytes: usize,
+    /// The tool of the call that raised it, which a listing picks by: kept here, as an ended call may be
+    /// forgotten before its Requests.
+    tool: Option<Box<str>>,
 }
 
 /// What a Request is matched by besides its id.

@@ -630,6 +630,7 @@ mod audit;
 mod calls;
 mod caps;
 mod counts;
+mod filters;
 mod grants;
 mod replicas;
 mod restarts;

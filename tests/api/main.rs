@@ -16,6 +16,7 @@ mod events;
 mod front_door;
 mod grants;
 mod helpers;
+mod history;
 mod hostile;
 mod injection;
 mod integrity;

@@ -12,6 +12,8 @@ async fn the_inbox_and_its_assets_are_served_with_security_headers() {
         ("/ui/", "text/html"),
         ("/ui/app.js", "text/javascript"),
         ("/ui/display.js", "text/javascript"),
+        ("/ui/fields.js", "text/javascript"),
+        ("/ui/edit.js", "text/javascript"),
         ("/ui/app.css", "text/css"),
     ] {
         let response = app.get(path).await;

@@ -25,15 +25,27 @@ const SCREENSHOT_DIR = process.env.SCREENSHOT_DIR || tmpdir();
 /** The tokens of the gateway with authentication: an approver's and an agent's. */
 const LEAD_TOKEN = 'lead-token-0f4c9b2e';
 const AGENT_TOKEN = 'agent-token-7d1e3a58';
-const TOKENS = [
+const TOKENS = tokenConfig([
   ['lead', 'approver', LEAD_TOKEN],
   ['ci-agent', 'agent', AGENT_TOKEN],
-]
-  .map(([name, role, token]) => {
-    const sha256 = createHash('sha256').update(token).digest('hex');
-    return `[[auth.tokens]]\nname = "${name}"\nrole = "${role}"\nsha256 = "${sha256}"\n`;
-  })
-  .join('\n');
+]);
+/** Another approver's token, for a gateway with a team: the lead, this approver and the agent. */
+const BO_TOKEN = 'bo-token-9b41c7e2';
+const TEAM = tokenConfig([
+  ['lead', 'approver', LEAD_TOKEN],
+  ['bo', 'approver', BO_TOKEN],
+  ['ci-agent', 'agent', AGENT_TOKEN],
+]);
+
+/** `[[auth.tokens]]` entries for `[name, role, token]`, each token given as its SHA-256. */
+function tokenConfig(entries) {
+  return entries
+    .map(([name, role, token]) => {
+      const sha256 = createHash('sha256').update(token).digest('hex');
+      return `[[auth.tokens]]\nname = "${name}"\nrole = "${role}"\nsha256 = "${sha256}"\n`;
+    })
+    .join('\n');
+}
 
 /** The gateway without tokens, and the one with them. */
 let gateway;
@@ -338,8 +350,12 @@ test('an approval shows who calls which tool with what, and Approve sends exactl
   assert.match(facts, /Caller\s+anonymous/);
   const args = argumentsOf(form);
   assert.equal(await args.innerText(), '{\n  "text": "from the inbox ⟨U+202E⟩"\n}');
+  assert.doesNotMatch(await form.innerText(), /null/, 'nothing shows where an approval needs one person');
+  await form.locator('dd[data-tool-of] bdi').waitFor();
   await form.getByRole('button', { name: 'Approve' }).click();
   await expectResolved(page, request, 'Accepted');
+  const notice = page.locator('#notices .notice', { hasText: 'Accepted' }).first();
+  assert.equal(await notice.innerText(), 'Accepted: echo on demo: Allow echo on demo?');
   const settled = await json(`/calls/${call}?wait=20`);
   assert.equal(settled.status, 'completed', JSON.stringify(settled));
   assert.equal(settled.result.content[0].text, 'from the inbox \u202e');
@@ -481,6 +497,77 @@ test('when the arguments the page shows do not hash to the digest, it does not o
   assertStayedHome(requested, problems);
 });
 
+/** What the review of an edit lists: each change's operation and path. */
+function reviewed(form) {
+  return form.locator('.changes li').evaluateAll((all) => all.map((change) => [change.dataset.op, change.dataset.path]));
+}
+
+test('an editable approval is edited in a form of the tool’s schema, its changes reviewed, and sends exactly them', { timeout: 90_000 }, async (t) => {
+  const editing = await startGateway(
+    '[[approvals]]\nserver = "demo"\ntools = ["echo"]\neditable = true\n\n[[approvals]]\nserver = "demo"\ntools = ["echoes"]\n',
+  );
+  t.after(() => editing.stop());
+  const as = { base: editing.base };
+  const { call, request } = await startCall('echo', { text: 'rm -rf /', options: { force: true } }, as);
+  const fixed = await startCall('echoes', { text: 'as asked' }, as);
+  const { page, requested, problems } = await openInbox(t, { base: editing.base, viewport: { width: 360, height: 740 } });
+  const form = card(page, request);
+  const edit = form.getByRole('button', { name: 'Edit arguments' });
+  await card(page, fixed.request).getByRole('button', { name: 'Approve' }).waitFor();
+  assert.equal(await card(page, fixed.request).getByRole('button', { name: 'Edit arguments' }).count(), 0, 'not editable');
+  await form.locator('button[aria-controls]:not([disabled])').waitFor();
+  assert.doesNotMatch(await form.innerText(), /null/, 'nothing shows where an approval needs one person');
+
+  // Opened, the form holds the arguments: the schema's property in its field, the rest as a JSON object.
+  await edit.click();
+  assert.equal(await edit.getAttribute('aria-expanded'), 'true');
+  const text = form.getByRole('textbox', { name: /^text/ });
+  const other = form.getByRole('textbox', { name: /^Other arguments/ });
+  assert.equal(await text.inputValue(), 'rm -rf /');
+  assert.equal(await other.inputValue(), '{\n  "options": {\n    "force": true\n  }\n}');
+  const send = form.getByRole('button', { name: 'Approve with changes' });
+  assert.equal(await send.isDisabled(), true, 'nothing is sent before a review');
+
+  // A required argument removed: the review says so, and the gateway's 422 shows beside its field.
+  await text.fill('');
+  await form.getByRole('button', { name: 'Review changes' }).click();
+  await form.locator('.changes').waitFor();
+  assert.deepEqual(await reviewed(form), [['remove', '/text']]);
+  await send.click();
+  const error = form.locator('.editor [data-field="text"] .error');
+  await error.waitFor();
+  assert.match(await error.innerText(), /required/);
+  assert.equal(await text.getAttribute('aria-invalid'), 'true');
+  assert.equal((await json(`/requests/${request}`, as)).status, 'pending', 'a 422 leaves the approval pending');
+
+  // A valid edit, reviewed (Enter in a field reviews, it does not approve), then sent.
+  await text.fill('ls --dry-run');
+  assert.equal(await send.isDisabled(), true, 'a change after the review needs another');
+  await other.fill('{"options": {"force": false}, "note": "checked"}');
+  await text.press('Enter');
+  await form.locator('.changes li[data-path="/note"]').waitFor();
+  assert.deepEqual(await reviewed(form), [['replace', '/text'], ['replace', '/options/force'], ['add', '/note']]);
+  assert.equal(
+    await form.locator('.changes li').first().innerText(),
+    'Changed "/text"\n\nWas\n"rm -rf /"\n→\nNow\n"ls --dry-run"',
+  );
+  assert.equal((await json(`/requests/${request}`, as)).status, 'pending', 'a review sends nothing');
+  const width = await page.evaluate(() => document.scrollingElement.scrollWidth);
+  assert.ok(width <= 360, `the page is ${width}px wide`);
+  await page.screenshot({ path: join(SCREENSHOT_DIR, 'toolnexus-inbox-edit.png'), fullPage: true });
+  await send.click();
+  await card(page, request).waitFor({ state: 'detached' });
+
+  const edited = { text: 'ls --dry-run', options: { force: false }, note: 'checked' };
+  const settled = await json(`/calls/${call}?wait=20`, as);
+  assert.equal(settled.status, 'completed', JSON.stringify(settled));
+  assert.deepEqual(settled.arguments, edited);
+  assert.equal(settled.result.content[0].text, 'ls --dry-run');
+  assert.deepEqual(settled.allowed.editedFrom, { text: 'rm -rf /', options: { force: true } });
+  await json(`/requests/${fixed.request}/answer`, { ...as, method: 'POST', body: '{"ok": false, "reason": "declined"}' });
+  assertStayedHome(requested, problems, [`422 ${editing.base}/requests/${request}/answer`], editing.base);
+});
+
 test('a posted Request of kind approval shows as posted, its data as data, never as a gated call', { timeout: 60_000 }, async (t) => {
   const { page, requested, problems } = await openInbox(t);
   const call = { server: 'bank', tool: 'transfer_funds', arguments: { amount: 1000000 }, caller: 'ci-agent' };
@@ -524,6 +611,67 @@ test('the history lists resolved Requests, the latest first, with who answered a
   // Other tests count what is pending.
   await json(`/requests/${waiting.id}/answer`, { method: 'POST', body: JSON.stringify({ ok: false, reason: 'cancelled' }) });
   assertStayedHome(requested, problems);
+});
+
+/** The ids of the history's rows once they are `expected`, after asking for them with the filter as it is. */
+async function historyShows(page, expected) {
+  await page.getByRole('button', { name: 'Show history' }).click();
+  const rows = () => [...document.querySelectorAll('#history-table tbody tr')].map((row) => row.dataset.request);
+  const shows = (wanted) =>
+    JSON.stringify([...document.querySelectorAll('#history-table tbody tr')].map((row) => row.dataset.request)) === wanted;
+  // On a timeout the assertion below says what the table shows instead.
+  await page.waitForFunction(shows, JSON.stringify(expected), { timeout: 10_000 }).catch(() => {});
+  assert.deepEqual(await page.evaluate(rows), expected);
+}
+
+test('the history filters by who answered, by outcome and by tool', { timeout: 90_000 }, async (t) => {
+  const team = await startGateway(
+    `${TEAM}\n[[approvals]]\nserver = "demo"\ntools = ["echo"]\n\n[[approvals]]\nserver = "demo"\ntools = ["echoes"]\nttl = "1s"\n`,
+  );
+  t.after(() => team.stop());
+  const base = team.base;
+  const agent = { base, token: AGENT_TOKEN };
+  const answer = (id, token, body) => json(`/requests/${id}/answer`, { base, token, method: 'POST', body: JSON.stringify(body) });
+  const approved = await startCall('echo', { text: 'approved' }, agent);
+  await answer(approved.request, LEAD_TOKEN, { ok: true });
+  const declined = await startCall('echo', { text: 'declined' }, agent);
+  await answer(declined.request, BO_TOKEN, { ok: false, reason: 'declined' });
+  const cancelled = await startCall('confirm_action', { action: 'cancelled' }, agent);
+  await answer(cancelled.request, BO_TOKEN, { ok: false, reason: 'cancelled' });
+  const expired = await startCall('echoes', { text: 'expired' }, agent);
+  assert.equal((await json(`/requests/${expired.request}?wait=20`, agent)).status, 'expired');
+
+  const { page, requested, problems } = await openInbox(t, { base, signIn: true });
+  await signIn(page, LEAD_TOKEN);
+  await historyShows(page, [expired.request, cancelled.request, declined.request, approved.request]);
+
+  await page.getByLabel('Answered by').fill('bo');
+  await historyShows(page, [cancelled.request, declined.request]);
+  assert.match(await page.locator('#history-table tbody tr').first().innerText(), /Cancelled\s+bo/);
+  await page.getByLabel('Outcome').selectOption('Declined');
+  await historyShows(page, [declined.request]);
+
+  await page.getByLabel('Answered by').fill('');
+  await page.getByLabel('Outcome').selectOption('Expired');
+  await historyShows(page, [expired.request]);
+  await page.getByLabel('Outcome').selectOption('Accepted');
+  await historyShows(page, [approved.request]);
+
+  await page.getByLabel('Outcome').selectOption('Any');
+  await page.getByLabel('Tool').fill('confirm_action');
+  await historyShows(page, [cancelled.request]);
+  await page.getByLabel('Tool').fill('echo');
+  await historyShows(page, [declined.request, approved.request]);
+  await page.getByLabel('Answered by').fill('lead');
+  await historyShows(page, [approved.request]);
+  await page.getByLabel('Answered by').fill('nobody');
+  await historyShows(page, []);
+  assert.equal(await page.locator('#history-note').innerText(), 'Nothing resolved matches.');
+
+  const asked = requested.filter((url) => new URL(url).pathname === '/requests').map((url) => new URL(url).search);
+  assert.ok(asked.includes('?status=answered&decision=declined&limit=1000&answeredBy=bo'), asked.join('\n'));
+  assert.ok(asked.includes('?status=all&limit=1000&tool=echo&answeredBy=lead'), asked.join('\n'));
+  assertStayedHome(requested, problems, [`401 ${base}/events`], base);
 });
 
 test('Decline sends decline upstream', { timeout: 60_000 }, async (t) => {
@@ -837,18 +985,77 @@ test('a 403 on an answer is shown next to its Request, which stays pending', { t
   assertStayedHome(requested, problems, [`401 ${base}/events`, `403 ${base}/requests/${request}/answer`], base);
 });
 
+test('several approvals are approved at once, each on its own: a refused one is shown as refused, the others go through', { timeout: 90_000 }, async (t) => {
+  const team = await startGateway(
+    `${TEAM}\n[[approvals]]\nserver = "demo"\ntools = ["echo"]\n\n[[approvals]]\nserver = "demo"\ntools = ["echoes"]\napprovers = ["bo"]\n`,
+  );
+  t.after(() => team.stop());
+  const base = team.base;
+  const agent = { base, token: AGENT_TOKEN };
+  const texts = ['first', 'second', 'third'];
+  const approvals = [];
+  for (const text of texts) approvals.push(await startCall('echo', { text }, agent));
+  const boOnly = await startCall('echoes', { text: 'for bo' }, agent);
+  const form = await startCall('confirm_action', { action: 'asks for a form' }, agent);
+  const { page, requested, problems } = await openInbox(t, { base, signIn: true });
+  await signIn(page, LEAD_TOKEN);
+  // Each card names its tool once the page has read its call, as the report will.
+  for (const { request } of [...approvals, boOnly, form]) await card(page, request).locator('dd[data-tool-of] bdi').waitFor();
+  assert.equal(await page.getByRole('button', { name: 'Approve selected' }).isDisabled(), true, 'nothing selected yet');
+  const pick = (request) => card(page, request).getByRole('checkbox', { name: /^Select / });
+  assert.match(await pick(form.request).getAttribute('aria-labelledby'), new RegExp(`h-${form.request}$`));
+
+  await page.getByLabel('Select all', { exact: true }).check();
+  await page.getByText('5 selected').waitFor();
+  // Once the page has checked each approval's arguments, only the form is left out of a bulk approval.
+  await page.getByText('Approve selected leaves out one of them').waitFor();
+  await page.getByRole('button', { name: 'Approve selected' }).click();
+
+  const heading = page.locator('#bulk-report h2');
+  await page.locator('#bulk-report h2:focus').waitFor();
+  assert.equal(await heading.innerText(), 'Approve selected: 3 of 5 went through');
+  const reported = await page.locator('#bulk-report li').evaluateAll((all) =>
+    Object.fromEntries(all.map((item) => [item.dataset.reported, [item.className, item.querySelector('strong').textContent]])),
+  );
+  const expected = Object.fromEntries(approvals.map(({ request }) => [request, ['through', 'Done']]));
+  expected[boOnly.request] = ['refused', 'Refused (403)'];
+  expected[form.request] = ['refused', 'Not sent'];
+  assert.deepEqual(reported, expected);
+  assert.match(await page.locator(`#bulk-report li[data-reported="${boOnly.request}"]`).innerText(), /not among the approvers/);
+  const first = await page.locator(`#bulk-report li[data-reported="${approvals[0].request}"]`).innerText();
+  assert.match(first, /^Done echo on demo: /);
+  assert.equal(await page.locator('#notices .notice').count(), 0, 'the report says what became of each, not a notice');
+  for (const [i, { call, request }] of approvals.entries()) {
+    await card(page, request).waitFor({ state: 'detached' });
+    const settled = await json(`/calls/${call}?wait=20`, agent);
+    assert.equal(settled.status, 'completed', JSON.stringify(settled));
+    assert.equal(settled.result.content[0].text, texts[i]);
+  }
+  assert.match(await card(page, boOnly.request).locator('.problem').innerText(), /^This token may not answer this Request\./);
+  assert.equal(await pick(boOnly.request).isChecked(), true, 'a refused one stays selected');
+  assert.equal((await json(`/requests/${boOnly.request}`, agent)).status, 'pending');
+  assert.equal((await json(`/requests/${form.request}`, agent)).status, 'pending');
+  await page.screenshot({ path: join(SCREENSHOT_DIR, 'toolnexus-inbox-bulk.png'), fullPage: true });
+
+  // Declining works for any Request: the form's goes through, and bo's approval is refused again.
+  await page.getByText('2 selected').waitFor();
+  await page.getByRole('button', { name: 'Decline selected' }).click();
+  await page.getByText('Decline selected: 1 of 2 went through').waitFor();
+  await card(page, form.request).waitFor({ state: 'detached' });
+  assert.deepEqual(await resultsOf(form.call, agent), [{ action: 'decline' }]);
+  assert.equal((await json(`/requests/${boOnly.request}`, agent)).status, 'pending');
+  const refusals = problems.filter((problem) => problem.startsWith('403 '));
+  assert.deepEqual(refusals, [`403 ${base}/requests/${boOnly.request}/answer`, `403 ${base}/requests/${boOnly.request}/answer`]);
+  assertStayedHome(requested, problems, [`401 ${base}/events`, ...refusals], base);
+});
+
 test('an approval that needs three people counts each one live, and the third yes sends the call', { timeout: 90_000 }, async (t) => {
-  const tokens = [
+  const tokens = tokenConfig([
     ['lead', 'approver', LEAD_TOKEN],
     ['second', 'approver', 'second-token-5a0e'],
     ['third', 'approver', 'third-token-c3d1'],
     ['ci-agent', 'agent', AGENT_TOKEN],
-  ]
-    .map(([name, role, token]) => {
-      const sha256 = createHash('sha256').update(token).digest('hex');
-      return `[[auth.tokens]]\nname = "${name}"\nrole = "${role}"\nsha256 = "${sha256}"\n`;
-    })
-    .join('\n');
+  ]);
   const quorate = await startGateway(`${tokens}\n[[approvals]]\nserver = "demo"\ntools = ["echo"]\nquorum = 3\n`);
   t.after(() => quorate.stop());
   const base = quorate.base;

@@ -53,7 +53,9 @@ impl Memory {
             state
                 .shares
                 .add(new.owner.as_deref(), crate::store::shares::server_key(&new), new.bytes);
+            let tool = new.call.as_ref().and_then(|call| state.calls.get(call));
             let entry = RequestEntry {
+                tool: tool.map(|call| call.view.tool.as_str().into()),
                 view: view.clone(),
                 deadline: new.deadline,
                 keys: (new.elicitation_id.is_some() || new.input_key.is_some()).then(|| {
@@ -241,7 +243,7 @@ impl Memory {
         };
         let mut page = Vec::new();
         for (seq, entry) in candidates {
-            if filter.matches(&entry.view) {
+            if filter.matches(&entry.view, entry.tool.as_deref()) {
                 if page.len() == limit {
                     return Ok((page, Some(seq)));
                 }

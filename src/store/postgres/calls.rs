@@ -16,7 +16,7 @@ use crate::records::{
     Allowed, Arguments, CallError, CallFilter, CallStatus, CallTask, CallView, Event, Finish, SessionFilter,
     SessionStatus, SessionView,
 };
-use crate::store::listing::{Conditions, Placeholders};
+use crate::store::listing::{Conditions, Dialect};
 use crate::store::shares::{self, Allowance};
 use crate::store::{
     Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
@@ -306,7 +306,7 @@ impl Postgres {
 
     pub async fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut conditions = Conditions::calls(filter, Placeholders::Dollar);
+        let mut conditions = Conditions::calls(filter, Dialect::Postgres);
         let sql = conditions.select_calls(rows::CALL, limit);
         self.read(async |conn| {
             conn.query(&sql, &rows::params(&conditions))

@@ -12,7 +12,7 @@ use super::{Postgres, Reader, rounds, rows};
 use crate::decision::{self, Decided, Decision, Proposal, Upstream};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{Event, EventKind, Filter, RequestView, Signoff, Status};
-use crate::store::listing::{Conditions, Placeholders};
+use crate::store::listing::{Conditions, Dialect};
 use crate::store::shares::{Held, Shares, server_key};
 use crate::store::sql;
 use crate::store::{
@@ -409,7 +409,7 @@ impl Postgres {
     ) -> Result<(Vec<RequestView>, Option<u64>), StoreError> {
         let cursor = i64::try_from(cursor).unwrap_or(i64::MAX);
         let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
-        let mut conditions = Conditions::requests(filter, cursor, Placeholders::Dollar);
+        let mut conditions = Conditions::requests(filter, cursor, Dialect::Postgres);
         let sql = conditions.select_requests(fetch);
         self.read(async |conn| {
             let found = conn.query(&sql, &rows::params(&conditions)).await?;

@@ -11,7 +11,7 @@ use crate::records::{
     Allowed, Arguments, CallError, CallFilter, CallStatus, CallTask, CallView, Event, Finish, SessionFilter,
     SessionStatus, SessionView,
 };
-use crate::store::listing::{Conditions, Placeholders};
+use crate::store::listing::{Conditions, Dialect};
 use crate::store::live::Note;
 use crate::store::sql;
 use crate::store::{
@@ -221,7 +221,7 @@ impl Sqlite {
 
     pub async fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut conditions = Conditions::calls(filter, Placeholders::Question);
+        let mut conditions = Conditions::calls(filter, Dialect::Sqlite);
         let sql = conditions.select_calls(rows::CALL, limit);
         self.keep_all().await?;
         self.read(|conn| {

@@ -10,7 +10,7 @@ use super::{Sqlite, rows};
 use crate::decision::{self, Proposal, Upstream};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
-use crate::store::listing::{Conditions, Placeholders};
+use crate::store::listing::{Conditions, Dialect};
 use crate::store::live::{Note, PendingRequest};
 use crate::store::sql;
 use crate::store::{
@@ -260,7 +260,7 @@ impl Sqlite {
     ) -> Result<(Vec<RequestView>, Option<u64>), StoreError> {
         let cursor = i64::try_from(cursor).unwrap_or(i64::MAX);
         let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
-        let mut conditions = Conditions::requests(filter, cursor, Placeholders::Question);
+        let mut conditions = Conditions::requests(filter, cursor, Dialect::Sqlite);
         let sql = conditions.select_requests(fetch);
         self.read(|conn| {
             let mut statement = conn.prepare_cached(&sql)?;
