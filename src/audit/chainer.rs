@@ -20,6 +20,9 @@ const KEY: &str = "audit:chain";
 const PAGE: usize = 512;
 /// How long the chainer waits before it tries again after the store failed.
 const RETRY: Duration = Duration::from_secs(1);
+/// How long the chainer lets events gather after one is published before it chains them: one pass for what a
+/// second brings, rather than one per event, each of which reads the log and writes to the store.
+const GATHER: Duration = Duration::from_secs(1);
 
 /// Starts chaining as `holder` (this gateway, among those sharing the store), while it holds the lease.
 pub async fn start(holder: &str, store: &Store, feed: &Feed, shutdown: &CancellationToken, tracker: &TaskTracker) {
@@ -52,11 +55,19 @@ impl Leased for Chainer {
     async fn work(&self, (): (), shutdown: &CancellationToken) {
         let mut versions = self.feed.versions();
         loop {
+            // What is published from here on wakes the next pass; what was, this one reads.
+            versions.borrow_and_update();
             match chain_published(&self.store).await {
-                Ok(_) => tokio::select! {
-                    changed = versions.changed() => if changed.is_err() { return },
-                    () = shutdown.cancelled() => return,
-                },
+                Ok(_) => {
+                    tokio::select! {
+                        changed = versions.changed() => if changed.is_err() { return },
+                        () = shutdown.cancelled() => return,
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(GATHER) => {}
+                        () = shutdown.cancelled() => return,
+                    }
+                }
                 Err(error) => {
                     tracing::warn!(%error, "the audit chain could not be extended");
                     tokio::select! {
@@ -107,8 +118,13 @@ pub async fn chain_published(store: &Store) -> Result<Option<Link>, StoreError> 
             links.push(link);
         }
         let newest = links.last().cloned();
+        let whole_page = links.len() == PAGE;
         if store.extend_chain(head.as_ref().map(|link| link.id), links).await? {
             head = newest;
+            // What was published since is news to the chainer's next pass.
+            if !whole_page {
+                return Ok(head);
+            }
         } else {
             // Another chainer moved the chain on: go on from where it got to.
             head = store.chain_head().await?;
