@@ -6,7 +6,7 @@
 import { address, canonicalJson, h, isolated, readJson, sha256, shownJson } from './display.js';
 import { argumentEditor, isEditable } from './edit.js';
 import { clearErrors, field, pointer, showErrors, showProblem } from './fields.js';
-import { grantChoice, offeredGrants } from './grants.js';
+import { grantChoice, grantList, offeredGrants } from './grants.js';
 import * as signInAt from './signin.js';
 
 const API = new URL('../', document.baseURI);
@@ -132,6 +132,7 @@ function requireToken(message) {
   lastEventId = null;
   storeToken(null);
   for (const id of [...shown.keys()]) remove(id);
+  grants.clear();
   bulkReport.hidden = true;
   setConnection('signed-out', 'Signed out');
   signout.hidden = true;
@@ -203,6 +204,18 @@ if ('Notification' in window && Notification.permission === 'default') {
     notify(permission === 'granted' ? 'New Requests will raise a notification.' : 'No notifications, then.');
   });
 }
+
+// ---- standing grants -----------------------------------------------------------------------------------
+
+/** The standing grants that hold, each with Revoke, kept current from the event stream (see grants.js). */
+const grants = grantList({
+  list: document.getElementById('grants-list'),
+  empty: document.getElementById('grants-empty'),
+  home: document.getElementById('grants-title'),
+  api,
+  notify,
+  quiet: (error) => error instanceof SignInNeeded,
+});
 
 // ---- the history ----------------------------------------------------------------------------------------
 
@@ -289,11 +302,18 @@ async function relist() {
 
 /** What each event of `GET /events` does to the page. */
 const HANDLERS = {
-  resync: () => relist(),
+  resync: () => {
+    relist();
+    grants.relist();
+  },
   'request.created': (data) => alert(add(readJson(data))),
   'request.resolved': (data) => settle(JSON.parse(data)),
   'request.updated': (data) => recount(readJson(data)),
   'call.updated': (data) => learnCall(JSON.parse(data)),
+  'session.updated': (data) => grants.session(JSON.parse(data)),
+  'grant.created': (data) => grants.changed(JSON.parse(data)),
+  'grant.used': (data) => grants.used(JSON.parse(data)),
+  'grant.revoked': (data) => grants.changed(JSON.parse(data)),
 };
 
 /** Follows `GET /events` until signed out, reconnecting after a drop from the last event seen. */
@@ -315,7 +335,10 @@ async function follow(signal) {
       signedIn();
       setConnection('live', 'Live');
       // Resuming, the gateway replays what was missed (or says `resync`); a fresh stream needs a listing.
-      if (resumeFrom === null) relist();
+      if (resumeFrom === null) {
+        relist();
+        grants.relist();
+      }
       await read(response.body, (event) => {
         if (event.id !== null) lastEventId = event.id;
         const handler = HANDLERS[event.type];
@@ -511,6 +534,7 @@ function learnCall(call) {
 
 function tick() {
   const now = Date.now() + skew;
+  grants.tick(now);
   for (const { request, clock } of shown.values()) {
     const age = `received ${duration(now - Date.parse(request.createdAt))} ago`;
     if (!request.expiresAt) {

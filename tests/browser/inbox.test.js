@@ -1100,7 +1100,7 @@ function runCall(tool, args, as) {
   return json('/calls?wait=20', { ...as, method: 'POST', body: JSON.stringify({ server: 'demo', tool, arguments: args }) });
 }
 
-test('approving with “Don’t ask again” lets the next identical call run without asking, until the grant is revoked', { timeout: 90_000 }, async (t) => {
+test('approving with “Don’t ask again” lets the next identical call run without asking, and Revoke in the page asks again', { timeout: 90_000 }, async (t) => {
   const granting = await startGateway(GRANTING);
   t.after(() => granting.stop());
   const base = granting.base;
@@ -1112,6 +1112,7 @@ test('approving with “Don’t ask again” lets the next identical call run wi
   const form = card(page, request);
   const choice = form.getByRole('group', { name: 'Don’t ask again' });
   await choice.waitFor();
+  await page.locator('#grants-empty').waitFor();
 
   // Only what the policy offers, none chosen; the sentence under it says what Approve does.
   assert.deepEqual(await offeredIn(choice), ['No, ask every time', 'for this session', 'for 1h']);
@@ -1131,7 +1132,7 @@ test('approving with “Don’t ask again” lets the next identical call run wi
   await page.locator('#bulk-hint', { hasText: 'Approve selected gives no standing grant' }).waitFor();
   assert.equal(
     await says.innerText(),
-    'ci-agent’s later calls of echo on demo with these arguments run without asking for 1h.',
+    'ci-agent’s later calls of echo on demo with these arguments run without asking for 1h. You can revoke it under “Standing grants”.',
   );
   await page.keyboard.press('Tab');
   assert.equal(await page.evaluate(() => document.activeElement.labels[0].textContent), 'these arguments');
@@ -1147,24 +1148,51 @@ test('approving with “Don’t ask again” lets the next identical call run wi
   await expectResolved(page, request, 'Accepted');
   assert.equal((await json(`/calls/${call}?wait=20`, agent)).status, 'completed');
 
-  // The grant is listed over the API.
+  // The grant is listed, in the page as over the API.
   const [grant, ...others] = await json('/grants', lead);
   assert.deepEqual(others, []);
   assert.deepEqual([grant.owner, grant.tool, grant.match, grant.for, grant.by], ['ci-agent', 'echo', 'same-arguments', '1h', 'lead']);
   const { data } = await json(`/requests/${request}`, lead);
   assert.equal(grant.digest, data.digest);
+  const item = page.locator(`#grants-list li[data-grant="${grant.id}"]`);
+  await item.waitFor();
+  assert.equal(await page.locator('#grants-empty').isVisible(), false);
+  assert.equal(await item.getByRole('heading').innerText(), 'ci-agent: echo on demo');
+  const facts = await item.locator('.meta').innerText();
+  assert.match(facts, new RegExp(`Covers\\s+these arguments, digest ${data.digest.slice(0, 12)}…`));
+  assert.match(facts, /For\s+1h, until /);
+  assert.match(facts, /Given by\s+lead/);
+  assert.match(facts, /Uses\s+0/);
 
-  // The same call again runs at once, under the grant.
+  // The same call again runs at once, under the grant, and the page counts the use.
   const again = await runCall('echo', { text: 'deploy' }, agent);
   assert.equal(again.status, 'completed', JSON.stringify(again));
   assert.deepEqual(again.requests, [], 'nobody was asked');
   assert.equal(again.allowed.grant, grant.id);
+  await page.waitForFunction((id) => document.querySelector(`li[data-grant="${id}"] [data-uses]`)?.textContent === '1', grant.id);
+  await page.screenshot({ path: join(SCREENSHOT_DIR, 'toolnexus-inbox-grants.png'), fullPage: true });
 
-  // Revoked, the same call asks again.
-  await json(`/grants/${grant.id}`, { ...lead, method: 'DELETE' });
+  // A refusal shows beside the grant, which stays (the gateway's 403 stood in for by the test).
+  const revoke = item.getByRole('button', { name: 'Revoke ci-agent: echo on demo' });
+  const refuse = (intercepted) =>
+    intercepted.request().method() === 'DELETE'
+      ? intercepted.fulfill({ status: 403, contentType: 'application/problem+json', body: '{"detail": "not yours"}' })
+      : intercepted.continue();
+  await page.route(`${base}/grants/*`, refuse);
+  await revoke.click();
+  await item.locator('.problem', { hasText: 'This token may not revoke this grant. The gateway says: not yours' }).waitFor();
+  assert.equal((await json('/grants', lead)).length, 1, 'still there');
+  await page.unroute(`${base}/grants/*`, refuse);
+
+  // Revoked in the page: it leaves the list, and the same call asks again.
+  await revoke.click();
+  await item.waitFor({ state: 'detached' });
+  await page.locator('#notices .notice', { hasText: 'Revoked: ci-agent: echo on demo' }).waitFor();
+  await page.locator('#grants-empty').waitFor();
+  assert.deepEqual(await json('/grants', lead), []);
   const asked = await startCall('echo', { text: 'deploy' }, agent);
   await card(page, asked.request).getByRole('group', { name: 'Don’t ask again' }).waitFor();
-  assertStayedHome(requested, problems, [`401 ${base}/events`], base);
+  assertStayedHome(requested, problems, [`401 ${base}/events`, `403 ${base}/grants/${grant.id}`], base);
 });
 
 test('a grant the policy does not offer is not listed, and the gateway’s refusal of one shows at the choice', { timeout: 90_000 }, async (t) => {
@@ -1210,13 +1238,16 @@ test('a grant the policy does not offer is not listed, and the gateway’s refus
   await choice.getByRole('radio', { name: 'any arguments to this tool' }).check();
   assert.equal(
     await choice.locator('.consequence').innerText(),
-    'ci-agent’s later calls of echo on demo with any arguments run without asking for 1h.',
+    'ci-agent’s later calls of echo on demo with any arguments run without asking for 1h. You can revoke it under “Standing grants”.',
   );
   await form.getByRole('button', { name: 'Approve' }).click();
   await expectResolved(page, request, 'Accepted');
   assert.equal((await json(`/calls/${call}?wait=20`, agent)).status, 'completed');
   const [grant] = await json('/grants', lead);
   assert.deepEqual([grant.match, grant.for, grant.digest], ['tool', '1h', undefined]);
+  const item = page.locator(`#grants-list li[data-grant="${grant.id}"]`);
+  await item.waitFor();
+  assert.match(await item.locator('.meta').innerText(), /Covers\s+any arguments/);
   assert.equal((await runCall('echo', { text: 'something else' }, agent)).status, 'completed');
   await json(`/requests/${fixed.request}/answer`, { ...lead, method: 'POST', body: '{"ok": false, "reason": "declined"}' });
   assertStayedHome(requested, problems, [`401 ${base}/events`, `422 ${base}/requests/${request}/answer`], base);
@@ -1256,6 +1287,8 @@ test('“Approve with changes” with “Don’t ask again” gives the grant fo
   assert.deepEqual([grant.match, grant.for], ['same-arguments', 'session']);
   assert.equal(grant.digest, answered.answer.data.digest, 'the digest of the changed arguments');
   assert.notEqual(grant.digest, answered.data.digest);
+  const item = page.locator(`#grants-list li[data-grant="${grant.id}"]`);
+  assert.match(await item.locator('.meta').innerText(), /For\s+its session, until .* at most/);
   const same = await runCall('echo', { text: 'ls' }, agent);
   assert.deepEqual([same.status, same.allowed.grant], ['completed', grant.id], JSON.stringify(same));
   await startCall('echo', { text: 'rm -rf /' }, agent);
