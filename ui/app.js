@@ -6,6 +6,7 @@
 import { address, canonicalJson, h, isolated, readJson, sha256, shownJson } from './display.js';
 import { argumentEditor, isEditable } from './edit.js';
 import { clearErrors, field, pointer, showErrors, showProblem } from './fields.js';
+import { grantChoice, grantList, offeredGrants } from './grants.js';
 import * as signInAt from './signin.js';
 
 const API = new URL('../', document.baseURI);
@@ -131,6 +132,7 @@ function requireToken(message) {
   lastEventId = null;
   storeToken(null);
   for (const id of [...shown.keys()]) remove(id);
+  grants.clear();
   bulkReport.hidden = true;
   setConnection('signed-out', 'Signed out');
   signout.hidden = true;
@@ -202,6 +204,18 @@ if ('Notification' in window && Notification.permission === 'default') {
     notify(permission === 'granted' ? 'New Requests will raise a notification.' : 'No notifications, then.');
   });
 }
+
+// ---- standing grants -----------------------------------------------------------------------------------
+
+/** The standing grants that hold, each with Revoke, kept current from the event stream (see grants.js). */
+const grants = grantList({
+  list: document.getElementById('grants-list'),
+  empty: document.getElementById('grants-empty'),
+  home: document.getElementById('grants-title'),
+  api,
+  notify,
+  quiet: (error) => error instanceof SignInNeeded,
+});
 
 // ---- the history ----------------------------------------------------------------------------------------
 
@@ -288,11 +302,18 @@ async function relist() {
 
 /** What each event of `GET /events` does to the page. */
 const HANDLERS = {
-  resync: () => relist(),
+  resync: () => {
+    relist();
+    grants.relist();
+  },
   'request.created': (data) => alert(add(readJson(data))),
   'request.resolved': (data) => settle(JSON.parse(data)),
   'request.updated': (data) => recount(readJson(data)),
   'call.updated': (data) => learnCall(JSON.parse(data)),
+  'session.updated': (data) => grants.session(JSON.parse(data)),
+  'grant.created': (data) => grants.changed(JSON.parse(data)),
+  'grant.used': (data) => grants.used(JSON.parse(data)),
+  'grant.revoked': (data) => grants.changed(JSON.parse(data)),
 };
 
 /** Follows `GET /events` until signed out, reconnecting after a drop from the last event seen. */
@@ -314,7 +335,10 @@ async function follow(signal) {
       signedIn();
       setConnection('live', 'Live');
       // Resuming, the gateway replays what was missed (or says `resync`); a fresh stream needs a listing.
-      if (resumeFrom === null) relist();
+      if (resumeFrom === null) {
+        relist();
+        grants.relist();
+      }
       await read(response.body, (event) => {
         if (event.id !== null) lastEventId = event.id;
         const handler = HANDLERS[event.type];
@@ -381,6 +405,9 @@ function add(request) {
   const clock = h('span', { class: 'clock' });
   const item = h('li', { class: 'request', id: `r-${request.id}`, 'data-request': request.id });
   item.append(card(request, clock));
+  item.addEventListener('change', (event) => {
+    if (event.target.closest('.grant')) refreshBulk();
+  });
   const created = Date.parse(request.createdAt);
   const after = [...list.children].find((other) => {
     const entry = shown.get(other.dataset.request);
@@ -507,6 +534,7 @@ function learnCall(call) {
 
 function tick() {
   const now = Date.now() + skew;
+  grants.tick(now);
   for (const { request, clock } of shown.values()) {
     const age = `received ${duration(now - Date.parse(request.createdAt))} ago`;
     if (!request.expiresAt) {
@@ -657,16 +685,31 @@ function approvalForm(request) {
   const form = h('form', { novalidate: true, 'aria-labelledby': `h-${request.id}` });
   const problem = h('p', { class: 'problem', role: 'alert', hidden: true });
   const shown = jsonFigure('Arguments, sent to the tool exactly as shown if you approve', args);
-  form.append(...[facts, approvalCount(request), shown, digest, problem, buttons(request, 'Approve')].filter(Boolean));
-  acceptOnSubmit(request, form, problem);
+  const offered = offeredGrants(request);
+  const choice = offered.length ? grantChoice(request, offered) : null;
+  const parts = [facts, approvalCount(request), shown, digest, choice && choice.element, problem, buttons(request, 'Approve')];
+  form.append(...parts.filter(Boolean));
+  acceptOnSubmit(request, form, problem, choice);
   const approve = form.querySelector('button[type="submit"]');
+  if (choice) approve.setAttribute('aria-describedby', choice.says.id);
   const held = [approve];
   let body = form;
   if (isEditable(request)) {
     body = h('div', { class: 'approval' }, form);
-    const withChanges = (text, shownAt, invalid) =>
-      answer(request, `{"ok":true,"data":{"arguments":${text}}}`, body, invalid, shownAt);
-    const editor = argumentEditor(request, args, withChanges);
+    const withChanges = (text, shownAt, invalid) => {
+      const grant = choice && choice.read();
+      if (choice) choice.setError(null);
+      const sent = `{"ok":true,"data":{"arguments":${text}}${grant ? `,"grant":${JSON.stringify(grant)}` : ''}}`;
+      return answer(request, sent, body, (errors) => {
+        // A grant the gateway refuses is shown at the choice, above; the rest beside the edited arguments.
+        const atGrant = choice ? errors.filter(isAtGrant) : [];
+        const rest = errors.filter((error) => !atGrant.includes(error));
+        if (atGrant.length && !rest.length) return showErrors(atGrant, [choice], shownAt);
+        if (atGrant.length) choice.setError(atGrant.map((error) => error.message).join('; '));
+        invalid(rest);
+      }, shownAt);
+    };
+    const editor = argumentEditor(request, args, withChanges, choice && choice.note);
     approve.after(editor.toggle);
     body.append(editor.form);
     held.push(editor.toggle);
@@ -812,13 +855,24 @@ function plainForm(request) {
   return form;
 }
 
-/** Submitting a form without fields accepts with no data; its other buttons decline or cancel. */
-function acceptOnSubmit(request, form, problem) {
+/** Whether a violation the gateway found is in the answer's standing grant. */
+function isAtGrant(error) {
+  const path = String(error.path || '');
+  return path === '/grant' || path.startsWith('/grant/');
+}
+
+/**
+ * Submitting a form without fields accepts with no data, with the standing grant `choice` (see grants.js) gives,
+ * if any; its other buttons decline or cancel.
+ */
+function acceptOnSubmit(request, form, problem, choice = null) {
+  const fields = choice ? [choice] : [];
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
     if (form.querySelector('button[type="submit"][data-held]')) return;
-    clearErrors([], problem);
-    await answer(request, { ok: true }, form, (errors) => showErrors(errors, [], problem));
+    clearErrors(fields, problem);
+    const grant = choice && choice.read();
+    await answer(request, grant ? { ok: true, grant } : { ok: true }, form, (errors) => showErrors(errors, fields, problem));
   });
   wireButtons(request, form, problem);
 }
@@ -920,12 +974,16 @@ function refreshBulk() {
   selectAll.checked = count > 0 && count === shown.size;
   selectAll.indeterminate = count > 0 && count < shown.size;
   bulkCount.textContent = count ? `${count} selected` : 'None selected';
+  // A grant chosen on a card is that card's Approve's to give: answered in bulk, the card gives none.
+  const granting = [...selected].some((id) => shown.get(id).item.querySelector('.grant[data-chosen]'));
   bulkApprove.disabled = bulkBusy || count === left;
   bulkDecline.disabled = bulkBusy || count === 0;
-  bulkHint.textContent = left === 1
-    ? 'Approve selected leaves out one of them: it asks for an answer in its own form, or its arguments were not checked.'
-    : `Approve selected leaves out ${left} of them: they ask for answers in their own forms, or their arguments were not checked.`;
-  bulkHint.hidden = left === 0;
+  const hints = [];
+  if (left === 1) hints.push('Approve selected leaves out one of them: it asks for an answer in its own form, or its arguments were not checked.');
+  if (left > 1) hints.push(`Approve selected leaves out ${left} of them: they ask for answers in their own forms, or their arguments were not checked.`);
+  if (granting) hints.push('Approve selected gives no standing grant: to give the one chosen on a card, approve it there.');
+  bulkHint.textContent = hints.join(' ');
+  bulkHint.hidden = hints.length === 0;
 }
 
 selectAll.addEventListener('change', () => {

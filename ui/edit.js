@@ -24,9 +24,9 @@ export function isEditable(request) {
  * The editor of an approval's arguments `args` (as `readJson` read them), a form of its own: `{form, toggle}`,
  * the toggle a button that shows and hides it. Review shows what changed; "Approve with changes" then calls
  * `approve(text, problem, invalid)` with the reviewed arguments' JSON text, which shows the gateway's `422` through
- * `invalid(errors)` beside the fields.
+ * `invalid(errors)` beside the fields. `note`, if given, is shown beside "Approve with changes" and describes it.
  */
-export function argumentEditor(request, args, approve) {
+export function argumentEditor(request, args, approve, note = null) {
   const id = `e-${request.id}`;
   const schema = request.data.call.inputSchema;
   const members = membersAsWritten(args);
@@ -55,7 +55,14 @@ export function argumentEditor(request, args, approve) {
 
   const review = h('div', { class: 'review', 'aria-live': 'polite' });
   const problem = h('p', { class: 'problem', role: 'alert', hidden: true });
-  const send = h('button', { type: 'button', class: 'primary', 'data-held': '', disabled: true, text: 'Approve with changes' });
+  const send = h('button', {
+    type: 'button',
+    class: 'primary',
+    'data-held': '',
+    disabled: true,
+    'aria-describedby': note && note.id,
+    text: 'Approve with changes',
+  });
   const form = h(
     'form',
     { class: 'editor', id, novalidate: true, hidden: true, 'aria-labelledby': `${id}-title` },
@@ -68,6 +75,7 @@ export function argumentEditor(request, args, approve) {
     all.map((f) => f.element),
     review,
     problem,
+    note,
     h('div', { class: 'actions' }, h('button', { type: 'submit', text: 'Review changes' }), send),
   );
 

@@ -20,7 +20,7 @@ fn content_security_policy(sign_in: Option<&str>) -> HeaderValue {
 }
 
 /// Each file of the inbox: its path, content type and contents.
-const ASSETS: [(&str, &str, &str); 9] = [
+const ASSETS: [(&str, &str, &str); 10] = [
     ("/ui/", "text/html; charset=utf-8", include_str!("../../ui/index.html")),
     (
         "/ui/app.js",
@@ -46,6 +46,11 @@ const ASSETS: [(&str, &str, &str); 9] = [
         "/ui/edit.js",
         "text/javascript; charset=utf-8",
         include_str!("../../ui/edit.js"),
+    ),
+    (
+        "/ui/grants.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../ui/grants.js"),
     ),
     (
         "/ui/app.css",

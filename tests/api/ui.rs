@@ -14,6 +14,7 @@ async fn the_inbox_and_its_assets_are_served_with_security_headers() {
         ("/ui/display.js", "text/javascript"),
         ("/ui/fields.js", "text/javascript"),
         ("/ui/edit.js", "text/javascript"),
+        ("/ui/grants.js", "text/javascript"),
         ("/ui/app.css", "text/css"),
     ] {
         let response = app.get(path).await;

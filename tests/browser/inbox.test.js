@@ -1084,6 +1084,217 @@ test('an approval that needs three people counts each one live, and the third ye
   assertStayedHome(requested, problems, [`401 ${base}/events`], base);
 });
 
+// ---- standing grants ------------------------------------------------------------------------------------
+
+/** `echo` asks for approval and may be granted for its session or an hour; `echoes` asks and offers no grant. */
+const GRANTING = `${TOKENS}\n[[approvals]]\nserver = "demo"\ntools = ["echo"]\ngrants = ["session", "1h"]\n\n` +
+  '[[approvals]]\nserver = "demo"\ntools = ["echoes"]\n';
+
+/** The labels of the durations a card's "Don't ask again" offers, in order. */
+function offeredIn(choice) {
+  return choice.locator('input[name$="-for"]').evaluateAll((inputs) => inputs.map((input) => input.labels[0].textContent));
+}
+
+/** Starts `tool` with `args` as `as` and waits until it stops running: the call. */
+function runCall(tool, args, as) {
+  return json('/calls?wait=20', { ...as, method: 'POST', body: JSON.stringify({ server: 'demo', tool, arguments: args }) });
+}
+
+test('approving with “Don’t ask again” lets the next identical call run without asking, and Revoke in the page asks again', { timeout: 90_000 }, async (t) => {
+  const granting = await startGateway(GRANTING);
+  t.after(() => granting.stop());
+  const base = granting.base;
+  const agent = { base, token: AGENT_TOKEN };
+  const lead = { base, token: LEAD_TOKEN };
+  const { call, request } = await startCall('echo', { text: 'deploy' }, agent);
+  const { page, requested, problems } = await openInbox(t, { base, signIn: true, viewport: { width: 360, height: 740 } });
+  await signIn(page, LEAD_TOKEN);
+  const form = card(page, request);
+  const choice = form.getByRole('group', { name: 'Don’t ask again' });
+  await choice.waitFor();
+  await page.locator('#grants-empty').waitFor();
+
+  // Only what the policy offers, none chosen; the sentence under it says what Approve does.
+  assert.deepEqual(await offeredIn(choice), ['No, ask every time', 'for this session', 'for 1h']);
+  assert.equal(await choice.getByRole('radio', { name: 'No, ask every time' }).isChecked(), true);
+  assert.equal(await choice.getByRole('radio', { name: 'these arguments' }).isDisabled(), true);
+  const says = choice.locator('.consequence');
+  assert.equal(await says.innerText(), 'ci-agent’s later calls of echo on demo ask again, as this one did.');
+  const approve = form.getByRole('button', { name: 'Approve' });
+  assert.equal(await approve.getAttribute('aria-describedby'), await says.getAttribute('id'));
+
+  // Chosen with the keyboard: an hour, for these arguments; then Approve. Approve selected would give none.
+  await form.getByRole('checkbox', { name: /^Select / }).check();
+  await choice.getByRole('radio', { name: 'No, ask every time' }).focus();
+  await page.keyboard.press('ArrowDown');
+  await page.keyboard.press('ArrowDown');
+  assert.equal(await choice.getByRole('radio', { name: 'for 1h' }).isChecked(), true);
+  await page.locator('#bulk-hint', { hasText: 'Approve selected gives no standing grant' }).waitFor();
+  assert.equal(
+    await says.innerText(),
+    'ci-agent’s later calls of echo on demo with these arguments run without asking for 1h. You can revoke it under “Standing grants”.',
+  );
+  await page.keyboard.press('Tab');
+  assert.equal(await page.evaluate(() => document.activeElement.labels[0].textContent), 'these arguments');
+  assert.equal(await choice.getByRole('radio', { name: 'these arguments' }).isChecked(), true);
+  await approve.waitFor();
+  await page.waitForFunction((id) => !document.querySelector(`li[data-request="${id}"] button[type="submit"]`).disabled, request);
+  await page.keyboard.press('Tab');
+  assert.equal(await page.evaluate(() => document.activeElement.textContent), 'Approve');
+  const width = await page.evaluate(() => document.scrollingElement.scrollWidth);
+  assert.ok(width <= 360, `the page is ${width}px wide`);
+  await page.screenshot({ path: join(SCREENSHOT_DIR, 'toolnexus-inbox-grant.png'), fullPage: true });
+  await page.keyboard.press('Enter');
+  await expectResolved(page, request, 'Accepted');
+  assert.equal((await json(`/calls/${call}?wait=20`, agent)).status, 'completed');
+
+  // The grant is listed, in the page as over the API.
+  const [grant, ...others] = await json('/grants', lead);
+  assert.deepEqual(others, []);
+  assert.deepEqual([grant.owner, grant.tool, grant.match, grant.for, grant.by], ['ci-agent', 'echo', 'same-arguments', '1h', 'lead']);
+  const { data } = await json(`/requests/${request}`, lead);
+  assert.equal(grant.digest, data.digest);
+  const item = page.locator(`#grants-list li[data-grant="${grant.id}"]`);
+  await item.waitFor();
+  assert.equal(await page.locator('#grants-empty').isVisible(), false);
+  assert.equal(await item.getByRole('heading').innerText(), 'ci-agent: echo on demo');
+  const facts = await item.locator('.meta').innerText();
+  assert.match(facts, new RegExp(`Covers\\s+these arguments, digest ${data.digest.slice(0, 12)}…`));
+  assert.match(facts, /For\s+1h, until /);
+  assert.match(facts, /Given by\s+lead/);
+  assert.match(facts, /Uses\s+0/);
+
+  // The same call again runs at once, under the grant, and the page counts the use.
+  const again = await runCall('echo', { text: 'deploy' }, agent);
+  assert.equal(again.status, 'completed', JSON.stringify(again));
+  assert.deepEqual(again.requests, [], 'nobody was asked');
+  assert.equal(again.allowed.grant, grant.id);
+  await page.waitForFunction((id) => document.querySelector(`li[data-grant="${id}"] [data-uses]`)?.textContent === '1', grant.id);
+  await page.screenshot({ path: join(SCREENSHOT_DIR, 'toolnexus-inbox-grants.png'), fullPage: true });
+
+  // A refusal shows beside the grant, which stays (the gateway's 403 stood in for by the test).
+  const revoke = item.getByRole('button', { name: 'Revoke ci-agent: echo on demo' });
+  const refuse = (intercepted) =>
+    intercepted.request().method() === 'DELETE'
+      ? intercepted.fulfill({ status: 403, contentType: 'application/problem+json', body: '{"detail": "not yours"}' })
+      : intercepted.continue();
+  await page.route(`${base}/grants/*`, refuse);
+  await revoke.click();
+  await item.locator('.problem', { hasText: 'This token may not revoke this grant. The gateway says: not yours' }).waitFor();
+  assert.equal((await json('/grants', lead)).length, 1, 'still there');
+  await page.unroute(`${base}/grants/*`, refuse);
+
+  // Revoked in the page: it leaves the list, and the same call asks again.
+  await revoke.click();
+  await item.waitFor({ state: 'detached' });
+  await page.locator('#notices .notice', { hasText: 'Revoked: ci-agent: echo on demo' }).waitFor();
+  await page.locator('#grants-empty').waitFor();
+  assert.deepEqual(await json('/grants', lead), []);
+  const asked = await startCall('echo', { text: 'deploy' }, agent);
+  await card(page, asked.request).getByRole('group', { name: 'Don’t ask again' }).waitFor();
+  assertStayedHome(requested, problems, [`401 ${base}/events`, `403 ${base}/grants/${grant.id}`], base);
+});
+
+test('a grant the policy does not offer is not listed, and the gateway’s refusal of one shows at the choice', { timeout: 90_000 }, async (t) => {
+  const granting = await startGateway(GRANTING);
+  t.after(() => granting.stop());
+  const base = granting.base;
+  const agent = { base, token: AGENT_TOKEN };
+  const lead = { base, token: LEAD_TOKEN };
+  const { call, request } = await startCall('echo', { text: 'deploy' }, agent);
+  const fixed = await startCall('echoes', { text: 'asks every time' }, agent);
+  // Stands in for an approval that says it offers more than its policy does.
+  const tamper = (page) =>
+    page.route(
+      (url) => url.pathname === '/requests' && url.searchParams.get('status') === 'pending',
+      async (intercepted) => {
+        const response = await intercepted.fetch();
+        const body = (await response.text()).replace('"grants":["session","1h"]', '"grants":["session","1h","8h"]');
+        await intercepted.fulfill({ response, body });
+      },
+    );
+  const { page, requested, problems } = await openInbox(t, { base, signIn: true, route: tamper });
+  await signIn(page, LEAD_TOKEN);
+  const form = card(page, request);
+  const choice = form.getByRole('group', { name: 'Don’t ask again' });
+  await card(page, fixed.request).getByRole('button', { name: 'Approve' }).waitFor();
+  assert.equal(await card(page, fixed.request).getByRole('group', { name: 'Don’t ask again' }).count(), 0, 'echoes offers none');
+  assert.deepEqual(await offeredIn(choice), ['No, ask every time', 'for this session', 'for 1h', 'for 8h']);
+
+  await choice.getByRole('radio', { name: 'for 8h' }).check();
+  await form.getByRole('button', { name: 'Approve' }).click();
+  const error = choice.locator('.error');
+  await error.waitFor();
+  assert.equal(await error.innerText(), 'this approval\'s policy offers grants for ["session","1h"]');
+  assert.equal(await choice.getByRole('radio', { name: 'for 8h' }).getAttribute('aria-invalid'), 'true');
+  assert.equal(await form.locator('.problem').innerText(), 'Please correct the marked field.');
+  assert.equal(await page.evaluate(() => document.activeElement.labels[0].textContent), 'for 8h');
+  assert.equal((await json(`/requests/${request}`, lead)).status, 'pending', 'a 422 leaves the approval pending');
+  assert.deepEqual(await json('/grants', lead), []);
+
+  // One it offers, for any arguments, goes through.
+  await choice.getByRole('radio', { name: 'for 1h' }).check();
+  assert.equal(await error.isVisible(), false, 'a new choice clears the error');
+  await choice.getByRole('radio', { name: 'any arguments to this tool' }).check();
+  assert.equal(
+    await choice.locator('.consequence').innerText(),
+    'ci-agent’s later calls of echo on demo with any arguments run without asking for 1h. You can revoke it under “Standing grants”.',
+  );
+  await form.getByRole('button', { name: 'Approve' }).click();
+  await expectResolved(page, request, 'Accepted');
+  assert.equal((await json(`/calls/${call}?wait=20`, agent)).status, 'completed');
+  const [grant] = await json('/grants', lead);
+  assert.deepEqual([grant.match, grant.for, grant.digest], ['tool', '1h', undefined]);
+  const item = page.locator(`#grants-list li[data-grant="${grant.id}"]`);
+  await item.waitFor();
+  assert.match(await item.locator('.meta').innerText(), /Covers\s+any arguments/);
+  assert.equal((await runCall('echo', { text: 'something else' }, agent)).status, 'completed');
+  await json(`/requests/${fixed.request}/answer`, { ...lead, method: 'POST', body: '{"ok": false, "reason": "declined"}' });
+  assertStayedHome(requested, problems, [`401 ${base}/events`, `422 ${base}/requests/${request}/answer`], base);
+});
+
+test('“Approve with changes” with “Don’t ask again” gives the grant for the changed arguments', { timeout: 90_000 }, async (t) => {
+  const granting = await startGateway(
+    `${TOKENS}\n[[approvals]]\nserver = "demo"\ntools = ["echo"]\neditable = true\ngrants = ["session", "1h"]\n`,
+  );
+  t.after(() => granting.stop());
+  const base = granting.base;
+  const agent = { base, token: AGENT_TOKEN };
+  const lead = { base, token: LEAD_TOKEN };
+  const { call, request } = await startCall('echo', { text: 'rm -rf /' }, agent);
+  const { page, requested, problems } = await openInbox(t, { base, signIn: true });
+  await signIn(page, LEAD_TOKEN);
+  const form = card(page, request);
+  await form.locator('button[aria-controls]:not([disabled])').click();
+  await form.getByRole('group', { name: 'Don’t ask again' }).getByRole('radio', { name: 'for this session' }).check();
+  const send = form.getByRole('button', { name: 'Approve with changes' });
+  const note = form.locator('.editor .grant-note');
+  assert.equal(await send.getAttribute('aria-describedby'), await note.getAttribute('id'));
+  assert.equal(
+    await note.innerText(),
+    'Don’t ask again (chosen above): ci-agent’s later calls of echo on demo with the changed arguments run without ' +
+      'asking while the session this call ran on is open (a day at most).',
+  );
+  await form.getByRole('textbox', { name: /^text/ }).fill('ls');
+  await form.getByRole('button', { name: 'Review changes' }).click();
+  await form.locator('.changes').waitFor();
+  await send.click();
+  await expectResolved(page, request, 'Accepted');
+  assert.deepEqual((await json(`/calls/${call}?wait=20`, agent)).arguments, { text: 'ls' });
+
+  const answered = await json(`/requests/${request}`, lead);
+  const [grant] = await json('/grants', lead);
+  assert.deepEqual([grant.match, grant.for], ['same-arguments', 'session']);
+  assert.equal(grant.digest, answered.answer.data.digest, 'the digest of the changed arguments');
+  assert.notEqual(grant.digest, answered.data.digest);
+  const item = page.locator(`#grants-list li[data-grant="${grant.id}"]`);
+  assert.match(await item.locator('.meta').innerText(), /For\s+its session, until .* at most/);
+  const same = await runCall('echo', { text: 'ls' }, agent);
+  assert.deepEqual([same.status, same.allowed.grant], ['completed', grant.id], JSON.stringify(same));
+  await startCall('echo', { text: 'rm -rf /' }, agent);
+  assertStayedHome(requested, problems, [`401 ${base}/events`], base);
+});
+
 // ---- signing in at an OpenID provider -------------------------------------------------------------------
 
 /** A free loopback port, for a gateway whose address the provider must know before it starts. */
