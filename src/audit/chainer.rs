@@ -20,9 +20,10 @@ const KEY: &str = "audit:chain";
 const PAGE: usize = 512;
 /// How long the chainer waits before it tries again after the store failed.
 const RETRY: Duration = Duration::from_secs(1);
-/// How long the chainer lets events gather after one is published before it chains them: one pass for what a
-/// second brings, rather than one per event, each of which reads the log and writes to the store.
-const GATHER: Duration = Duration::from_secs(1);
+/// The least time between two passes of the chainer: under a steady stream of events, one pass takes what that
+/// time brought, rather than one pass per event, each of which reads the log and writes to the store. The
+/// first event after a quiet spell is chained at once.
+const GATHER: Duration = Duration::from_millis(250);
 
 /// Starts chaining as `holder` (this gateway, among those sharing the store), while it holds the lease.
 pub async fn start(holder: &str, store: &Store, feed: &Feed, shutdown: &CancellationToken, tracker: &TaskTracker) {
@@ -57,6 +58,7 @@ impl Leased for Chainer {
         loop {
             // What is published from here on wakes the next pass; what was, this one reads.
             versions.borrow_and_update();
+            let next = tokio::time::Instant::now() + GATHER;
             match chain_published(&self.store).await {
                 Ok(_) => {
                     tokio::select! {
@@ -64,7 +66,7 @@ impl Leased for Chainer {
                         () = shutdown.cancelled() => return,
                     }
                     tokio::select! {
-                        () = tokio::time::sleep(GATHER) => {}
+                        () = tokio::time::sleep_until(next) => {}
                         () = shutdown.cancelled() => return,
                     }
                 }
