@@ -4,6 +4,7 @@
 //! side, and an event's predecessor is known only once the log is published up to it. One gateway of those
 //! sharing a store chains, under a lease ([`crate::lease`]); the chain itself is its cursor.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -12,6 +13,7 @@ use tokio_util::task::TaskTracker;
 use super::{Entry, GENESIS, Link};
 use crate::feed::Feed;
 use crate::lease::{self, Leased};
+use crate::records::Event;
 use crate::store::{Store, StoreError};
 
 /// The key the chainer's lease is kept under, which no webhook takes ([`super::KEY_PREFIX`]).
@@ -113,16 +115,13 @@ pub async fn chain_published(store: &Store) -> Result<Option<Link>, StoreError> 
         if page.events.is_empty() {
             return Ok(head);
         }
-        let mut links = Vec::with_capacity(page.events.len());
-        for event in &page.events {
-            let link = Entry::chained(event, &prev).link();
-            prev.clone_from(&link.hash);
-            links.push(link);
-        }
-        let newest = links.last().cloned();
+        let links = hashed(page.events, prev).await;
+        let Some(newest) = links.last().cloned() else {
+            return Ok(head);
+        };
         let whole_page = links.len() == PAGE;
         if store.extend_chain(head.as_ref().map(|link| link.id), links).await? {
-            head = newest;
+            head = Some(newest);
             // What was published since is news to the chainer's next pass.
             if !whole_page {
                 return Ok(head);
@@ -130,11 +129,31 @@ pub async fn chain_published(store: &Store) -> Result<Option<Link>, StoreError> 
         } else {
             // Another chainer moved the chain on: go on from where it got to.
             head = store.chain_head().await?;
-            prev = head
-                .as_ref()
-                .map_or_else(|| GENESIS.to_owned(), |link| link.hash.clone());
         }
+        prev = head
+            .as_ref()
+            .map_or_else(|| GENESIS.to_owned(), |link| link.hash.clone());
         read_after = head.as_ref().map_or(0, |link| link.id);
+    }
+}
+
+/// The links of `events`, the first following `prev`: hashed on the blocking pool, so that the hashing (a
+/// canonical form and a SHA-256 for each event) takes a core of its own rather than the one serving requests.
+async fn hashed(events: Vec<Arc<Event>>, mut prev: String) -> Vec<Link> {
+    let hash = move || {
+        let mut links = Vec::with_capacity(events.len());
+        for event in &events {
+            let link = Entry::chained(event, &prev).link();
+            prev.clone_from(&link.hash);
+            links.push(link);
+        }
+        links
+    };
+    match tokio::task::spawn_blocking(hash).await {
+        Ok(links) => links,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        // The runtime is shutting down: nothing is chained, and the next start goes on.
+        Err(_) => Vec::new(),
     }
 }
 
