@@ -7,7 +7,6 @@ use serde::Serialize;
 
 use crate::suspension::Lasting;
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 /// The prompt of a policy that sets none.
 pub const DEFAULT_PROMPT: &str = "Allow {tool} on {server}?";
@@ -222,10 +221,7 @@ fn write_canonical(value: &Value, out: &mut String) {
 
 /// The lowercase hex SHA-256 of the canonical JSON of `arguments`.
 pub fn digest(arguments: &Value) -> String {
-    Sha256::digest(canonical_json(arguments).as_bytes())
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    crate::auth::digest_hex(&canonical_json(arguments))
 }
 
 /// The key under `data.call` of an approval that keeps its caller's verified email, when the caller signed in

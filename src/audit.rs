@@ -11,13 +11,12 @@
 pub mod chainer;
 pub mod verify;
 
-use serde::Serialize;
-use serde_json::Value;
-use sha2::{Digest, Sha256};
-
 use crate::approvals::canonical_json;
+use crate::auth::digest_hex;
 use crate::records::{Event, EventKind};
 use crate::time::Timestamp;
+use serde::Serialize;
+use serde_json::Value;
 
 /// What the keys of the audit trail's leases start with (webhooks may not take it).
 pub const KEY_PREFIX: &str = "audit:";
@@ -70,19 +69,59 @@ pub struct Entry {
     pub hash: String,
 }
 
+impl Link {
+    /// The link of `event` chained after `prev`: its hash, computed from the event as it is, with no entry built.
+    pub fn of(event: &Event, prev: &str) -> Self {
+        Self {
+            id: event.id,
+            prev: prev.to_owned(),
+            hash: Covered::of(event, prev).hash(),
+        }
+    }
+}
+
+/// What an entry's hash covers, borrowed from its event: every member but `hash`, declared in the order of
+/// their names' UTF-8 bytes, so that serde writes it out in the canonical form (`canonical_json` of the same
+/// members, as the tests check) without copying the event's data.
+#[derive(Serialize)]
+struct Covered<'a> {
+    at: Timestamp,
+    call: Option<&'a str>,
+    data: &'a str,
+    id: u64,
+    kind: EventKind,
+    owner: Option<&'a str>,
+    prev: &'a str,
+    server: &'a str,
+    session: &'a str,
+}
+
+impl<'a> Covered<'a> {
+    fn of(event: &'a Event, prev: &'a str) -> Self {
+        Self {
+            at: event.at,
+            call: event.call.as_deref(),
+            data: &event.data,
+            id: event.id,
+            kind: event.kind,
+            owner: event.owner.as_deref(),
+            prev,
+            server: &event.server,
+            session: &event.session,
+        }
+    }
+
+    /// The lowercase hex SHA-256 of the canonical form.
+    fn hash(&self) -> String {
+        let canonical = serde_json::to_string(self).expect("the covered members serialize");
+        digest_hex(&canonical)
+    }
+}
+
 impl Entry {
     /// The entry of `event`, chained after `prev`, with its hash.
     pub fn chained(event: &Event, prev: &str) -> Self {
-        let mut entry = Self::linked(
-            event,
-            Link {
-                id: event.id,
-                prev: prev.to_owned(),
-                hash: String::new(),
-            },
-        );
-        entry.hash = entry.digest();
-        entry
+        Self::linked(event, Link::of(event, prev))
     }
 
     /// The entry of `event` with the link the store keeps for it.
@@ -138,14 +177,13 @@ pub fn canonical(members: &serde_json::Map<String, Value>) -> String {
 
 /// The lowercase hex SHA-256 of the canonical form of an entry's members.
 pub fn digest(members: &serde_json::Map<String, Value>) -> String {
-    Sha256::digest(canonical(members).as_bytes())
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    digest_hex(&canonical(members))
 }
 
 #[cfg(test)]
 mod tests {
+    use sha2::{Digest, Sha256};
+
     use super::*;
     use crate::records::Tags;
 

@@ -254,9 +254,10 @@ impl Authenticator {
     }
 }
 
-/// The lowercase hex SHA-256 of a token, as `[[auth.tokens]] sha256` expects.
-pub fn digest_hex(token: &str) -> String {
-    Sha256::digest(token.as_bytes())
+/// The lowercase hex SHA-256 of `text`: of a token, as `[[auth.tokens]] sha256` expects, and of the canonical
+/// forms that approvals' and the audit trail's digests cover.
+pub fn digest_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect()

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{Entry, GENESIS, Link};
+use super::{GENESIS, Link};
 use crate::feed::Feed;
 use crate::lease::{self, Leased};
 use crate::records::Event;
@@ -143,7 +143,7 @@ async fn hashed(events: Vec<Arc<Event>>, mut prev: String) -> Vec<Link> {
     let hash = move || {
         let mut links = Vec::with_capacity(events.len());
         for event in &events {
-            let link = Entry::chained(event, &prev).link();
+            let link = Link::of(event, &prev);
             prev.clone_from(&link.hash);
             links.push(link);
         }
