@@ -12,11 +12,12 @@ pub mod chainer;
 pub mod verify;
 
 use crate::approvals::canonical_json;
-use crate::auth::digest_hex;
+use crate::auth::{digest_hex, hex};
 use crate::records::{Event, EventKind};
 use crate::time::Timestamp;
 use serde::Serialize;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 /// What the keys of the audit trail's leases start with (webhooks may not take it).
 pub const KEY_PREFIX: &str = "audit:";
@@ -111,10 +112,25 @@ impl<'a> Covered<'a> {
         }
     }
 
-    /// The lowercase hex SHA-256 of the canonical form.
+    /// The lowercase hex SHA-256 of the canonical form, written straight into the hash.
     fn hash(&self) -> String {
-        let canonical = serde_json::to_string(self).expect("the covered members serialize");
-        digest_hex(&canonical)
+        let mut hasher = Hashing(Sha256::new());
+        serde_json::to_writer(&mut hasher, self).expect("the covered members serialize");
+        hex(&hasher.0.finalize().into())
+    }
+}
+
+/// A SHA-256 that what is written to goes into.
+struct Hashing(Sha256);
+
+impl std::io::Write for Hashing {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -182,8 +198,6 @@ pub fn digest(members: &serde_json::Map<String, Value>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use sha2::{Digest, Sha256};
-
     use super::*;
     use crate::records::Tags;
 

@@ -257,10 +257,18 @@ impl Authenticator {
 /// The lowercase hex SHA-256 of `text`: of a token, as `[[auth.tokens]] sha256` expects, and of the canonical
 /// forms that approvals' and the audit trail's digests cover.
 pub fn digest_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    hex(&Sha256::digest(text.as_bytes()).into())
+}
+
+/// A SHA-256 digest in lowercase hex.
+pub fn hex(digest: &[u8; 32]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(64);
+    for byte in digest {
+        hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        hex.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    }
+    hex
 }
 
 /// Parses a 64-digit hex SHA-256 digest.

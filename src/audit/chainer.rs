@@ -3,15 +3,21 @@
 //! write waits for the hash of the event before it: in PostgreSQL the replicas' transactions commit side by
 //! side, and an event's predecessor is known only once the log is published up to it. One gateway of those
 //! sharing a store chains, under a lease ([`crate::lease`]); the chain itself is its cursor.
+//!
+//! It hashes the events as the feed publishes them, which are the events as the log keeps them, and reads the
+//! log only to start, and to catch up when it missed some (it fell behind the feed, or an event was too large
+//! for it): a pass under a steady stream of events is then one write.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{GENESIS, Link};
-use crate::feed::Feed;
+use crate::feed::{Feed, Live};
 use crate::lease::{self, Leased};
 use crate::records::Event;
 use crate::store::{Store, StoreError};
@@ -23,8 +29,8 @@ const PAGE: usize = 512;
 /// How long the chainer waits before it tries again after the store failed.
 const RETRY: Duration = Duration::from_secs(1);
 /// The least time between two passes of the chainer: under a steady stream of events, one pass takes what that
-/// time brought, rather than one pass per event, each of which reads the log and writes to the store. The
-/// first event after a quiet spell is chained at once.
+/// time brought, rather than one pass per event, each of which writes to the store. The first event after a
+/// quiet spell is chained at once.
 const GATHER: Duration = Duration::from_millis(250);
 
 /// Starts chaining as `holder` (this gateway, among those sharing the store), while it holds the lease.
@@ -56,31 +62,140 @@ impl Leased for Chainer {
 
     /// Chains what is published, then again whenever more is.
     async fn work(&self, (): (), shutdown: &CancellationToken) {
-        let mut versions = self.feed.versions();
+        let mut chain = Following::new(self.feed.subscribe());
         loop {
-            // What is published from here on wakes the next pass; what was, this one reads.
-            versions.borrow_and_update();
-            let next = tokio::time::Instant::now() + GATHER;
-            match chain_published(&self.store).await {
-                Ok(_) => {
-                    tokio::select! {
-                        changed = versions.changed() => if changed.is_err() { return },
-                        () = shutdown.cancelled() => return,
-                    }
-                    tokio::select! {
-                        () = tokio::time::sleep_until(next) => {}
-                        () = shutdown.cancelled() => return,
-                    }
+            let next = Instant::now() + GATHER;
+            chain.gather();
+            if let Err(error) = chain.pass(&self.store).await {
+                tracing::warn!(%error, "the audit chain could not be extended");
+                tokio::select! {
+                    () = tokio::time::sleep(RETRY) => {}
+                    () = shutdown.cancelled() => return,
                 }
-                Err(error) => {
-                    tracing::warn!(%error, "the audit chain could not be extended");
-                    tokio::select! {
-                        () = tokio::time::sleep(RETRY) => {}
-                        () = shutdown.cancelled() => return,
-                    }
+                continue;
+            }
+            // The first event published wakes the next pass; those published until it is due join it.
+            tokio::select! {
+                open = chain.receive() => if !open { return },
+                () = shutdown.cancelled() => return,
+            }
+            loop {
+                tokio::select! {
+                    open = chain.receive() => if !open { return },
+                    () = tokio::time::sleep_until(next) => break,
+                    () = shutdown.cancelled() => return,
                 }
             }
         }
+    }
+}
+
+/// The chain as the chainer extends it from the feed: its newest link, and the events published after it.
+pub struct Following {
+    live: broadcast::Receiver<Live>,
+    /// The chain's newest link, as this chainer last wrote or read it.
+    head: Option<Link>,
+    /// Events published after `head`, each following the one before it, not chained yet.
+    gathered: Vec<Arc<Event>>,
+    /// Whether the log must be read: at the start, and once the chainer missed events or the chain moved on
+    /// without it.
+    catching_up: bool,
+}
+
+impl Following {
+    /// Follows what `live` receives from now on; the first pass reads the log up to it.
+    pub fn new(live: broadcast::Receiver<Live>) -> Self {
+        Self {
+            live,
+            head: None,
+            gathered: Vec::new(),
+            catching_up: true,
+        }
+    }
+
+    /// The id of the last event chained or gathered: the one the next event published must follow.
+    pub fn after(&self) -> u64 {
+        self.gathered
+            .last()
+            .map(|event| event.id)
+            .or_else(|| self.head.as_ref().map(|link| link.id))
+            .unwrap_or(0)
+    }
+
+    /// Takes in what is published; false once the feed is closed.
+    pub async fn receive(&mut self) -> bool {
+        let received = self.live.recv().await;
+        self.take(received)
+    }
+
+    /// Takes in what has been published and not received yet.
+    pub fn gather(&mut self) {
+        loop {
+            match self.live.try_recv() {
+                Ok(event) => {
+                    self.take(Ok(event));
+                }
+                Err(broadcast::error::TryRecvError::Lagged(missed)) => {
+                    self.take(Err(RecvError::Lagged(missed)));
+                }
+                Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed) => return,
+            }
+        }
+    }
+
+    fn take(&mut self, received: Result<Live, RecvError>) -> bool {
+        match received {
+            // Chained already, or the log will be read past it.
+            Ok(event) if self.catching_up || event.id <= self.after() => {}
+            Ok(event) if event.has_data() && event.follows == self.after() => self.gathered.push(event.event),
+            // Events were missed, or this one was too large for the feed: the log has them.
+            Ok(_) | Err(RecvError::Lagged(_)) => self.catch_up(),
+            Err(RecvError::Closed) => return false,
+        }
+        true
+    }
+
+    fn catch_up(&mut self) {
+        self.catching_up = true;
+        self.gathered.clear();
+    }
+
+    /// Chains what was gathered, or, when catching up, every event the log has that is not chained yet.
+    pub async fn pass(&mut self, store: &Store) -> Result<(), StoreError> {
+        let outcome = self.extend(store).await;
+        if outcome.is_err() {
+            self.catch_up();
+        }
+        outcome
+    }
+
+    async fn extend(&mut self, store: &Store) -> Result<(), StoreError> {
+        if self.catching_up {
+            self.head = chain_published(store).await?;
+            self.catching_up = false;
+            return Ok(());
+        }
+        let gathered = std::mem::take(&mut self.gathered);
+        for page in gathered.chunks(PAGE) {
+            let prev = self
+                .head
+                .as_ref()
+                .map_or_else(|| GENESIS.to_owned(), |link| link.hash.clone());
+            let links = hashed(page.to_vec(), prev).await;
+            let Some(newest) = links.last().cloned() else {
+                return Ok(());
+            };
+            if !store
+                .extend_chain(self.head.as_ref().map(|link| link.id), links)
+                .await?
+            {
+                // Another chainer moved the chain on: read where it got to.
+                self.catch_up();
+                return Ok(());
+            }
+            self.head = Some(newest);
+        }
+        Ok(())
     }
 }
 

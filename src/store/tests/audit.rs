@@ -2,7 +2,7 @@
 //! a pruning leaves still verifies, its first event following the hash of the last one pruned.
 
 use super::*;
-use crate::audit::chainer::chain_published;
+use crate::audit::chainer::{Following, chain_published};
 use crate::audit::verify::verify;
 use crate::audit::{Entry, GENESIS};
 
@@ -72,6 +72,62 @@ async fn every_event_is_chained_once_in_the_order_of_the_log() {
         assert_eq!((rest[0].prev.as_str(), rest[1].link()), (head.hash.as_str(), newer));
     })
     .await;
+}
+
+#[tokio::test]
+async fn the_chainer_chains_what_the_feed_publishes_and_reads_the_log_for_what_it_missed() {
+    let dir = tempfile::tempdir().unwrap();
+    let [file, database] = durable(&dir);
+    for location in &[Location::Memory, file, database] {
+        let feed = Feed::default();
+        let mut chain = Following::new(feed.subscribe());
+        let store = Store::open(
+            location,
+            feed,
+            Duration::from_secs(3600),
+            "replica-under-test",
+            Clock::default(),
+        )
+        .await
+        .unwrap();
+        sessions(&store, 2).await;
+        chain.pass(&store).await.unwrap();
+        let read = store.last_event_id().await.unwrap();
+        assert_eq!(chain.after(), read, "the first pass reads the log");
+
+        sessions(&store, 3).await;
+        let published = store.last_event_id().await.unwrap();
+        while chain.after() < published {
+            assert!(chain.receive().await, "the feed is open");
+        }
+        assert!(
+            store.chained_after(read, 10).await.unwrap().is_empty(),
+            "gathered, not chained yet"
+        );
+        chain.pass(&store).await.unwrap();
+        let chained = export(&store, 0).await;
+        assert_eq!(
+            verified(&chained, Some(GENESIS)).events,
+            10,
+            "each hash covers its event as kept"
+        );
+
+        // More events than the feed keeps for a receiver that does not keep up: the log has them.
+        sessions(&store, 520).await;
+        let last = store.last_event_id().await.unwrap();
+        loop {
+            chain.gather();
+            chain.pass(&store).await.unwrap();
+            if store.chain_head().await.unwrap().map(|link| link.id) == Some(last) {
+                break;
+            }
+            assert!(chain.receive().await, "the feed is open");
+        }
+        let whole = export(&store, 0).await;
+        assert_eq!(whole[..10], chained[..]);
+        assert_eq!(verified(&whole, Some(GENESIS)).events, 1050);
+        close(store).await;
+    }
 }
 
 #[tokio::test]
