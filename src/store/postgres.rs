@@ -7,6 +7,7 @@ mod calls;
 pub mod cluster;
 mod grants;
 mod maintenance;
+mod raising;
 mod requests;
 mod rounds;
 mod rows;

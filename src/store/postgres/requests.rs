@@ -1,140 +1,21 @@
-//! The Requests in PostgreSQL: raising them with their round, deciding answers, resolving them otherwise,
+//! The Requests in PostgreSQL once raised ([`super::raising`]): deciding answers, resolving them otherwise,
 //! and reading them.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
-use futures::future::try_join_all;
 use tokio_postgres::types::ToSql;
 
-use super::writer::{Tx, insert_event};
+use super::writer::Tx;
 use super::{Postgres, Reader, rounds, rows};
 use crate::decision::{self, Decided, Decision, Proposal, Upstream};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{Event, EventKind, Filter, RequestView, Signoff, Status};
 use crate::store::listing::{Conditions, Dialect};
-use crate::store::shares::{Held, Shares, server_key};
 use crate::store::sql;
-use crate::store::{
-    Answered, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry, StoreError,
-};
+use crate::store::{Answered, Pending, Resolution, Resolved, Retry, StoreError};
 use crate::time::Timestamp;
 
 impl Postgres {
-    /// Raises Requests in the raising turn (see [`Turn::Raising`](super::writer::Turn::Raising)), which decides
-    /// exactly on what it reads while other changes commit alongside:
-    /// - the pending counts it checks against the caps: only raising adds to them, every other replica's
-    ///   raising has committed or waits, and a change alongside that lowers them and has not committed only
-    ///   makes them read higher than they are, never lower;
-    /// - that each call is running: its row is locked as it is read (`FOR UPDATE`), so a change ending it on
-    ///   another replica either commits first, and the call reads as ended, or waits until this commits and
-    ///   then cancels the Requests raised on it;
-    /// - that a posted Request's id is free: only raising inserts Requests.
-    pub async fn raise(
-        &self,
-        requests: Vec<NewRequest>,
-        round: Option<NewRound>,
-        caps: PendingCaps,
-    ) -> Result<Vec<RequestView>, RaiseError> {
-        self.write_raising(move |tx| {
-            // Each run its own copy: a run that lost a deadlock runs again.
-            let (requests, round) = (requests.clone(), round.clone());
-            Box::pin(async move {
-                let tx = &*tx;
-                let calls: Vec<CallId> = requests
-                    .iter()
-                    .filter_map(|new| new.call.clone())
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .collect();
-                let chosen: Vec<&RequestId> = crate::store::chosen_ids(&requests).collect();
-                // What the raise decides on, read in one exchange.
-                tx.prepare(&[SHARES_HELD, LIVE_CALL, sql::REQUEST_TAKEN.postgres])
-                    .await?;
-                let (shares, live, taken) = futures::try_join!(
-                    pending_shares(tx, &requests),
-                    try_join_all(
-                        calls
-                            .iter()
-                            .map(|call| async move { tx.query_opt(LIVE_CALL, &[call]).await })
-                    ),
-                    try_join_all(
-                        chosen
-                            .iter()
-                            .map(|id| async move { tx.query_one(sql::REQUEST_TAKEN.postgres, &[id]).await })
-                    ),
-                )?;
-                if let Err(cap) = shares.admit(&requests, &caps) {
-                    return Ok(Err(RaiseError::Full(cap)));
-                }
-                let pending = shares.pending();
-                if let Some((call, _)) = calls.iter().zip(&live).find(|(_, live)| live.is_none()) {
-                    return Ok(Err(RaiseError::CallEnded(call.clone())));
-                }
-                for (id, taken) in chosen.iter().zip(&taken) {
-                    if taken.try_get(0)? {
-                        return Ok(Err(RaiseError::Taken((*id).clone())));
-                    }
-                }
-                let now = tx.now();
-                let number = round.as_ref().map(|round| round_number(round.number));
-                let input_requests = round.as_ref().map(|round| rows::to_json(&round.input_requests));
-                let mut shares: BTreeMap<(&str, &str), Held> = BTreeMap::new();
-                for new in &requests {
-                    shares
-                        .entry((owner_key(new), server_key(new)))
-                        .or_default()
-                        .add(new.bytes);
-                }
-                let views: Vec<RequestView> = requests.iter().map(crate::store::views::raised_view).collect();
-                // What it writes, pipelined in one exchange: the round, the pending counts (once per owner and
-                // server, and once per call, not once per Request: a row updated once per Request of a large round,
-                // in one transaction, grows a chain of versions that each update walks), and the Requests.
-                tx.prepare(&[
-                    sql::ROUND_RAISED.postgres,
-                    SHARES_RAISED,
-                    &INSERT_REQUEST,
-                    &rounds::RAISED,
-                ])
-                .await?;
-                let round_raised = async {
-                    if let Some(round) = &round {
-                        let params: [&(dyn ToSql + Sync); 5] = [
-                            &round.call,
-                            &number,
-                            &round.request_state,
-                            &input_requests,
-                            &now.millis(),
-                        ];
-                        tx.execute(sql::ROUND_RAISED.postgres, &params).await?;
-                    }
-                    Ok(())
-                };
-                let counted = try_join_all(shares.iter().map(|((owner, server), held)| async move {
-                    let count = i64::try_from(held.count).unwrap_or(i64::MAX);
-                    let bytes = i64::try_from(held.bytes).unwrap_or(i64::MAX);
-                    tx.execute(SHARES_RAISED, &[owner, server, &count, &bytes]).await
-                }));
-                let inserted = try_join_all(requests.iter().zip(&views).map(|(new, view)| {
-                    let event = Event::request(EventKind::RequestCreated, view);
-                    insert_request(tx, new, round.as_ref().map(|round| round.number), event)
-                }));
-                let raised = try_join_all(
-                    calls
-                        .iter()
-                        .map(|call| rounds::count_raised(tx, call, requests_of(&views, call), now)),
-                );
-                futures::try_join!(round_raised, counted, inserted, raised)?;
-                Ok(Ok((views, pending)))
-            })
-        })
-        .await?
-        .map(|(views, before)| {
-            self.pending_grew(before, before + views.len());
-            views
-        })
-    }
-
     /// Decides an answer on the Request as a reader connection reads it, then writes the decision in one
     /// statement that resolves it only if it is still pending: the read stays off the writer, whose
     /// transactions it would lengthen. (Who owns a Request and what it asks never change; its status is
@@ -427,37 +308,6 @@ impl Postgres {
     }
 }
 
-/// The total of pending Requests (the row with no owner and no server), then what the owners `$1` and the
-/// servers `$2` hold.
-const SHARES_HELD: &str = "SELECT NULL::TEXT, NULL::TEXT, COALESCE(sum(requests), 0)::BIGINT, \
-    COALESCE(sum(bytes), 0)::BIGINT FROM pending_shares \
-    UNION ALL SELECT owner, server, sum(requests)::BIGINT, sum(bytes)::BIGINT FROM pending_shares \
-    WHERE owner = ANY($1) OR server = ANY($2) GROUP BY owner, server";
-
-/// Whether call `$1` is live, its row locked until the transaction ends.
-const LIVE_CALL: &str = "SELECT 1 FROM calls WHERE id = $1 AND status IN ('running', 'input_required') FOR UPDATE";
-
-/// Adds `$3` Requests of `$4` bytes to this replica's share of owner `$1` and server `$2`.
-const SHARES_RAISED: &str = "INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
-    VALUES ($1, $2, COALESCE(current_setting('toolnexus.replica', true), ''), $3, $4) \
-    ON CONFLICT (owner, server, replica) DO UPDATE \
-    SET requests = pending_shares.requests + EXCLUDED.requests, bytes = pending_shares.bytes + EXCLUDED.bytes";
-
-/// A pending Request and its `request.created` event (parameters `$16` on).
-static INSERT_REQUEST: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH raised AS ({} RETURNING 1) {}",
-        sql::REQUEST_RAISED.postgres,
-        insert_event(16, "SELECT {} FROM raised")
-    )
-});
-
-/// How many of `views` are Requests of `call`.
-fn requests_of(views: &[RequestView], call: &CallId) -> i32 {
-    let count = views.iter().filter(|view| view.call.as_ref() == Some(call)).count();
-    i32::try_from(count).unwrap_or(i32::MAX)
-}
-
 /// A round's number as the database keeps it.
 pub(super) fn round_number(number: u32) -> i32 {
     i32::try_from(number).unwrap_or(i32::MAX)
@@ -483,39 +333,6 @@ pub(super) async fn pending_count(conn: &impl Reader) -> Result<usize, tokio_pos
     Ok(usize::try_from(count).unwrap_or(0))
 }
 
-/// The owner a Request counts against in `pending_shares`: `""` for one without.
-fn owner_key(request: &NewRequest) -> &str {
-    request.owner.as_deref().unwrap_or_default()
-}
-
-/// What pending Requests hold, as far as admitting `new` looks: in all, and per owner and per server of `new`.
-async fn pending_shares(conn: &impl Reader, new: &[NewRequest]) -> Result<Shares, tokio_postgres::Error> {
-    let owners: Vec<&str> = new.iter().map(owner_key).collect();
-    let servers: Vec<&str> = new.iter().map(server_key).collect();
-    // The total (the row with no owner and no server) and the pairs of `new`'s owners and servers, at once.
-    let rows = conn.query(SHARES_HELD, &[&owners, &servers]).await?;
-    let mut total = Held::default();
-    let mut pairs = Vec::with_capacity(rows.len());
-    for row in rows {
-        let owner: Option<String> = row.try_get(0)?;
-        let server: Option<String> = row.try_get(1)?;
-        let held = held(row.try_get(2)?, row.try_get(3)?);
-        match (owner, server) {
-            (Some(owner), Some(server)) => pairs.push((Some(owner).filter(|owner| !owner.is_empty()), server, held)),
-            _ => total = held,
-        }
-    }
-    Ok(Shares::from_pairs(total, pairs))
-}
-
-/// What a count and a sum of bytes from the database hold.
-fn held(count: i64, bytes: i64) -> Held {
-    Held {
-        count: usize::try_from(count).unwrap_or(0),
-        bytes: usize::try_from(bytes).unwrap_or(0),
-    }
-}
-
 /// The ids of the Requests that `sql` selects.
 pub(super) async fn select_ids(
     conn: &impl Reader,
@@ -527,48 +344,6 @@ pub(super) async fn select_ids(
         .iter()
         .map(|row| row.try_get(0))
         .collect()
-}
-
-/// Inserts a pending Request and its `request.created` event, in one statement (BENCHMARKS.md, "Store:
-/// PostgreSQL with fewer exchanges per change", "Again at cee0786").
-async fn insert_request(
-    tx: &Tx<'_>,
-    new: &NewRequest,
-    round: Option<u32>,
-    mut event: Event,
-) -> Result<(), tokio_postgres::Error> {
-    let request = &new.request;
-    let (data, deadline, created_at) = (
-        rows::to_json_opt(request.data.as_deref()),
-        new.deadline.millis(),
-        new.created_at.millis(),
-    );
-    let (round, bytes) = (
-        round.filter(|_| new.input_key.is_some()).map(round_number),
-        i64::try_from(new.bytes).unwrap_or(i64::MAX),
-    );
-    let kind = request.kind.as_str();
-    let values = tx.event_values(&mut event);
-    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
-        &request.id,
-        &kind,
-        &request.prompt,
-        &request.url,
-        &data,
-        &deadline,
-        &new.server,
-        &new.session,
-        &new.call,
-        &round,
-        &new.input_key,
-        &new.elicitation_id,
-        &new.owner,
-        &created_at,
-        &bytes,
-    ];
-    params.extend(values.params());
-    tx.query_one(&INSERT_REQUEST, &params).await?;
-    Ok(())
 }
 
 /// Resolves the Requests still pending among `ids`.
