@@ -36,10 +36,9 @@ pub enum StatusFilter {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
-    /// Which Requests to list (default `pending`).
-    #[serde(default)]
+    /// Which Requests to list: `pending` by default, `answered` when `answeredBy` or `decision` is given.
     #[param(inline)]
-    status: StatusFilter,
+    status: Option<StatusFilter>,
     /// Only Requests of this server.
     server: Option<String>,
     /// Only Requests of this session.
@@ -49,11 +48,10 @@ pub struct ListQuery {
     /// Only Requests of this kind (`input`, `authorization`).
     #[param(value_type = Option<String>)]
     kind: Option<RequestKind>,
-    /// Only Requests answered by this name, as `answeredBy` shows it (combine with `status=answered` or `all`).
+    /// Only Requests answered by this name, as `answeredBy` shows it.
     answered_by: Option<String>,
     /// Only Requests answered with this decision: `accepted` (`ok: true`), `declined` (`reason: declined`) or
-    /// `cancelled` (any other refusal); such Requests are `answered`, so combine with `status=answered` or
-    /// `all`. An expired or withdrawn Request is listed by its `status`.
+    /// `cancelled` (any other refusal). An expired or withdrawn Request is listed by its `status`.
     #[param(inline)]
     decision: Option<DecisionFilter>,
     /// Only Requests raised by a call of this tool: its approval, and whatever the tool asked while it ran (a
@@ -92,7 +90,13 @@ pub async fn list(
 ) -> Result<(HeaderMap, Json<Vec<RequestView>>), ApiError> {
     let limit = page_size(query.limit, MAX_PAGE)?;
     let filter = Filter {
-        status: match query.status {
+        status: match query
+            .status
+            .unwrap_or(if query.answered_by.is_some() || query.decision.is_some() {
+                StatusFilter::Answered
+            } else {
+                StatusFilter::Pending
+            }) {
             StatusFilter::Pending => Some(Status::Pending),
             StatusFilter::Answered => Some(Status::Answered),
             StatusFilter::Expired => Some(Status::Expired),

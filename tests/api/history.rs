@@ -66,9 +66,14 @@ async fn requests_are_listed_by_who_answered_them() {
         listed(&app, "status=answered&answeredBy=bo").await,
         [declined.as_str(), cancelled.as_str()]
     );
+    assert_eq!(
+        listed(&app, "answeredBy=lead").await,
+        [approved.as_str(), posted.as_str()],
+        "answered by default"
+    );
     assert!(
-        listed(&app, "answeredBy=lead").await.is_empty(),
-        "pending by default: none answered yet"
+        listed(&app, "status=pending&answeredBy=lead").await.is_empty(),
+        "none pending is answered yet"
     );
     assert!(
         listed(&app, "status=all&answeredBy=le").await.is_empty(),
@@ -85,6 +90,11 @@ async fn requests_are_listed_by_what_was_decided() {
 
     assert_eq!(listed(&app, "status=all&decision=accepted").await, [approved.as_str()]);
     assert_eq!(listed(&app, "status=all&decision=declined").await, [declined.as_str()]);
+    assert_eq!(
+        listed(&app, "decision=declined").await,
+        [declined.as_str()],
+        "answered by default"
+    );
     assert_eq!(
         listed(&app, "status=answered&decision=cancelled").await,
         [cancelled.as_str(), posted.as_str()]
