@@ -108,10 +108,27 @@ pub enum AnswerError {
     Approved { id: RequestId, by: String },
     #[error("Request {id} is no longer answerable: it is {}", status.as_str())]
     Gone { id: RequestId, status: Status },
-    #[error("the answer data does not satisfy the requested schema")]
+    #[error("{}", invalid(.0))]
     Invalid(Vec<Violation>),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// What an answer's violations come to, by where they are: the standing grant it asks for, the approved call's
+/// changed arguments, or the data the Request asked for.
+pub(crate) fn invalid(violations: &[Violation]) -> &'static str {
+    let all_under = |pointer: &str| {
+        violations
+            .iter()
+            .all(|violation| violation.path == pointer || violation.path.starts_with(&format!("{pointer}/")))
+    };
+    if all_under("/grant") {
+        "the answer asks for a standing grant this approval cannot give"
+    } else if all_under("/arguments") {
+        "the approval's arguments cannot be changed as the answer asks"
+    } else {
+        "the answer data does not satisfy the requested schema"
+    }
 }
 
 /// Why what an upstream asked did not become Requests.

@@ -95,6 +95,10 @@ async fn edits_that_do_not_fit_or_are_not_allowed_are_refused_and_nothing_is_for
         assert_eq!(problem["errors"][0]["path"], path, "{problem}");
         let said = problem["errors"][0]["message"].as_str().unwrap();
         assert!(said.contains(message), "{said}");
+        assert_eq!(
+            problem["detail"], "the approval's arguments cannot be changed as the answer asks",
+            "{problem}"
+        );
     }
     let still = app.get_json(&format!("/requests/{id}")).await;
     assert_eq!(still["status"], "pending", "{still}");

@@ -167,6 +167,10 @@ async fn a_grant_the_policy_does_not_offer_is_refused_and_nothing_changes() {
         );
         let message = problem["errors"][0]["message"].as_str().unwrap();
         assert!(message.contains(said), "{message}");
+        assert_eq!(
+            problem["detail"], "the answer asks for a standing grant this approval cannot give",
+            "{problem}"
+        );
     }
     let (status, problem) = answer_as(
         &app,

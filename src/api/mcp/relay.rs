@@ -202,7 +202,7 @@ impl FrontDoor {
 fn answer_error(request: &RequestId, error: AnswerError) -> ErrorData {
     match error {
         AnswerError::Invalid(violations) => ErrorData::invalid_params(
-            format!("inputResponses.{request}: the answer does not satisfy the requested schema"),
+            format!("inputResponses.{request}: {}", crate::registry::invalid(&violations)),
             Some(json!({"errors": violations})),
         ),
         AnswerError::Store(error) => ErrorData::internal_error(error.to_string(), None),
