@@ -234,6 +234,41 @@ mod tests {
         assert_eq!(entry.digest(), entry.hash);
     }
 
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// Text with what the canonical form escapes (quotes, backslashes, every control character) mixed into
+        /// any other characters.
+        fn text() -> impl Strategy<Value = String> {
+            let char = prop_oneof![
+                any::<char>(),
+                Just('"'),
+                Just('\\'),
+                (0u8..0x20).prop_map(char::from),
+                Just('\u{7f}'),
+            ];
+            prop::collection::vec(char, 0..48).prop_map(String::from_iter)
+        }
+
+        proptest! {
+            #[test]
+            fn an_events_hash_is_that_of_its_entrys_canonical_form(
+                id in any::<u64>(),
+                data in text(),
+                server in text(),
+                owner in proptest::option::of(text()),
+            ) {
+                let mut event = event(id, &data);
+                event.server = server;
+                event.owner = owner;
+                let entry = Entry::chained(&event, GENESIS);
+                prop_assert_eq!(&entry.hash, &entry.digest());
+            }
+        }
+    }
+
     #[test]
     fn every_member_but_the_hash_is_covered() {
         let entry = Entry::chained(&event(7, r#"{"status":"completed"}"#), GENESIS);
