@@ -11,13 +11,14 @@
 pub mod chainer;
 pub mod verify;
 
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
 use crate::approvals::canonical_json;
 use crate::auth::{digest_hex, hex};
 use crate::records::{Event, EventKind};
 use crate::time::Timestamp;
-use serde::Serialize;
-use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 /// What the keys of the audit trail's leases start with (webhooks may not take it).
 pub const KEY_PREFIX: &str = "audit:";

@@ -118,9 +118,12 @@ pub enum AnswerError {
 /// changed arguments, or the data the Request asked for.
 pub(crate) fn invalid(violations: &[Violation]) -> &'static str {
     let all_under = |pointer: &str| {
-        violations
-            .iter()
-            .all(|violation| violation.path == pointer || violation.path.starts_with(&format!("{pointer}/")))
+        violations.iter().all(|violation| {
+            violation
+                .path
+                .strip_prefix(pointer)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
     };
     if all_under("/grant") {
         "the answer asks for a standing grant this approval cannot give"

@@ -89,14 +89,15 @@ pub async fn list(
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<(HeaderMap, Json<Vec<RequestView>>), ApiError> {
     let limit = page_size(query.limit, MAX_PAGE)?;
+    // Only answered Requests have an answerer or a decision.
+    let answered_only = query.answered_by.is_some() || query.decision.is_some();
+    let status = query.status.unwrap_or(if answered_only {
+        StatusFilter::Answered
+    } else {
+        StatusFilter::Pending
+    });
     let filter = Filter {
-        status: match query
-            .status
-            .unwrap_or(if query.answered_by.is_some() || query.decision.is_some() {
-                StatusFilter::Answered
-            } else {
-                StatusFilter::Pending
-            }) {
+        status: match status {
             StatusFilter::Pending => Some(Status::Pending),
             StatusFilter::Answered => Some(Status::Answered),
             StatusFilter::Expired => Some(Status::Expired),

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -131,15 +131,12 @@ impl Following {
     /// Takes in what has been published and not received yet.
     pub fn gather(&mut self) {
         loop {
-            match self.live.try_recv() {
-                Ok(event) => {
-                    self.take(Ok(event));
-                }
-                Err(broadcast::error::TryRecvError::Lagged(missed)) => {
-                    self.take(Err(RecvError::Lagged(missed)));
-                }
-                Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed) => return,
-            }
+            let received = match self.live.try_recv() {
+                Ok(event) => Ok(event),
+                Err(TryRecvError::Lagged(missed)) => Err(RecvError::Lagged(missed)),
+                Err(TryRecvError::Empty | TryRecvError::Closed) => return,
+            };
+            self.take(received);
         }
     }
 
@@ -177,11 +174,7 @@ impl Following {
         }
         let gathered = std::mem::take(&mut self.gathered);
         for page in gathered.chunks(PAGE) {
-            let prev = self
-                .head
-                .as_ref()
-                .map_or_else(|| GENESIS.to_owned(), |link| link.hash.clone());
-            let links = hashed(page.to_vec(), prev).await;
+            let links = hashed(page.to_vec(), hash_after(self.head.as_ref())).await;
             let Some(newest) = links.last().cloned() else {
                 return Ok(());
             };
@@ -207,9 +200,7 @@ impl Following {
 pub async fn chain_published(store: &Store) -> Result<Option<Link>, StoreError> {
     let mut head = store.chain_head().await?;
     let mut read_after = head.as_ref().map_or(0, |link| link.id);
-    let mut prev = head
-        .as_ref()
-        .map_or_else(|| GENESIS.to_owned(), |link| link.hash.clone());
+    let mut prev = hash_after(head.as_ref());
     loop {
         let page = store.events_after(read_after, PAGE).await?;
         if page.gap {
@@ -245,11 +236,14 @@ pub async fn chain_published(store: &Store) -> Result<Option<Link>, StoreError> 
             // Another chainer moved the chain on: go on from where it got to.
             head = store.chain_head().await?;
         }
-        prev = head
-            .as_ref()
-            .map_or_else(|| GENESIS.to_owned(), |link| link.hash.clone());
+        prev = hash_after(head.as_ref());
         read_after = head.as_ref().map_or(0, |link| link.id);
     }
+}
+
+/// The hash the event after `head` follows: `head`'s, or [`GENESIS`] when the chain is empty.
+fn hash_after(head: Option<&Link>) -> String {
+    head.map_or_else(|| GENESIS.to_owned(), |link| link.hash.clone())
 }
 
 /// The links of `events`, the first following `prev`: hashed on the blocking pool, so that the hashing (a

@@ -37,9 +37,14 @@ fn durable(dir: &tempfile::TempDir) -> [Location; 2] {
 }
 
 async fn open(location: &Location) -> Store {
+    open_publishing(location, Feed::default()).await
+}
+
+/// [`open`], publishing what the store records to `feed`.
+async fn open_publishing(location: &Location, feed: Feed) -> Store {
     Store::open(
         location,
-        Feed::default(),
+        feed,
         Duration::from_secs(3600),
         "replica-under-test",
         Clock::default(),

@@ -140,15 +140,7 @@ async fn answers_to_whole_rounds_at_once_hand_each_on_once_and_publish_their_eve
     for location in &[Location::Memory, file, database] {
         let feed = Feed::default();
         let mut published = feed.subscribe();
-        let store = Store::open(
-            location,
-            feed,
-            Duration::from_secs(3600),
-            "replica-under-test",
-            Clock::default(),
-        )
-        .await
-        .unwrap();
+        let store = open_publishing(location, feed).await;
         let mut calls = Vec::new();
         let mut rounds = Vec::new();
         for _ in 0..2 {

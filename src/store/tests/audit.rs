@@ -81,15 +81,7 @@ async fn the_chainer_chains_what_the_feed_publishes_and_reads_the_log_for_what_i
     for location in &[Location::Memory, file, database] {
         let feed = Feed::default();
         let mut chain = Following::new(feed.subscribe());
-        let store = Store::open(
-            location,
-            feed,
-            Duration::from_secs(3600),
-            "replica-under-test",
-            Clock::default(),
-        )
-        .await
-        .unwrap();
+        let store = open_publishing(location, feed).await;
         sessions(&store, 2).await;
         chain.pass(&store).await.unwrap();
         let read = store.last_event_id().await.unwrap();
