@@ -44,6 +44,9 @@ const PRINCIPAL_LOCKS: i32 = 0x746e_7072;
 /// How many events one transaction may record: 2^20, the ids a transaction's id leaves room for. (JavaScript
 /// reads event ids exactly while transaction ids stay below 2^33.)
 const EVENTS_PER_TRANSACTION: i64 = 1 << 20;
+/// The SQLSTATE of the error `toolnexus_expect(holds)` raises when `holds` is not true: a statement that checks
+/// what its change expected of it with that function fails, with its transaction, when that does not hold.
+const MISSED: &str = "TNX01";
 /// How many connections serve reads; each carries many reads at once.
 pub const READERS: usize = 4;
 /// How long connecting may take.
@@ -335,6 +338,7 @@ impl Postgres {
                 change,
                 turn: Turn::Alone,
                 principals: Vec::new(),
+                may_end: true,
             },
             kept,
         )
@@ -347,7 +351,7 @@ impl Postgres {
         work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
         let (sender, kept) = oneshot::channel();
-        self.applied(again_if_undone(work, sender, Turn::Raising, Vec::new()), kept)
+        self.applied(again_if_undone(work, sender, Turn::Raising, Vec::new(), true), kept)
     }
 
     /// Applies a change in the writer alongside the changes of its kind next to it (see [`Turn::Alongside`]);
@@ -367,7 +371,7 @@ impl Postgres {
         work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
         let (sender, kept) = oneshot::channel();
-        self.applied(again_if_undone(work, sender, Turn::Alongside, principals), kept)
+        self.applied(again_if_undone(work, sender, Turn::Alongside, principals, true), kept)
     }
 
     /// Submits `job`; the future resolves with what `kept` receives once the writer has kept it, or why not.
@@ -406,6 +410,7 @@ impl Postgres {
             change,
             turn: Turn::Alone,
             principals: Vec::new(),
+            may_end: true,
         });
     }
 
@@ -499,12 +504,14 @@ fn replying<T: Send + 'static>(
 
 /// The job running `work` in `turn`, whose value goes to `sender` once the change is kept (or why it was not).
 /// When another change's failure aborted or rolled back the transaction, or it lost a deadlock, the job comes
-/// back to run again in the next one.
+/// back to run again in the next one; so it does, not ending its transaction itself (`may_end`, see
+/// [`Tx::closing`]), when a statement found that what the change expected did not hold ([`MISSED`]).
 fn again_if_undone<T, W>(
     work: W,
     sender: oneshot::Sender<Result<T, StoreError>>,
     turn: Turn,
     principals: Vec<String>,
+    may_end: bool,
 ) -> Job
 where
     T: Send + 'static,
@@ -520,7 +527,9 @@ where
                         let kept = match fate {
                             Fate::Kept => Ok(value),
                             // Nothing of it was kept: it runs again.
-                            Fate::RolledBack(_) => return Some(again_if_undone(work, sender, turn, again)),
+                            Fate::RolledBack(_) => {
+                                return Some(again_if_undone(work, sender, turn, again, may_end));
+                            }
                             Fate::Lost(error) => Err(error),
                         };
                         let _ = sender.send(kept);
@@ -528,11 +537,14 @@ where
                     }),
                 }),
                 Err(error) if error.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
-                    Err(Failed::Again(again_if_undone(work, sender, turn, again)))
+                    Err(Failed::Again(again_if_undone(work, sender, turn, again, may_end)))
                 }
                 Err(error) if error.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) => {
                     tracing::info!(%error, "a change lost a conflict with another transaction; it runs again");
-                    Err(Failed::Conflict(again_if_undone(work, sender, turn, again)))
+                    Err(Failed::Conflict(again_if_undone(work, sender, turn, again, may_end)))
+                }
+                Err(error) if error.code().is_some_and(|code| code.code() == MISSED) => {
+                    Err(Failed::Conflict(again_if_undone(work, sender, turn, again, false)))
                 }
                 Err(error) => Err(told(&error, sender)),
             }
@@ -542,6 +554,7 @@ where
         change,
         turn,
         principals,
+        may_end,
     }
 }
 

@@ -11,6 +11,7 @@ use crate::decision::{self, Decided, Decision, Proposal, Upstream};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{Event, EventKind, Filter, RequestView, Signoff, Status};
 use crate::store::listing::{Conditions, Dialect};
+use crate::store::rows::request_columns;
 use crate::store::sql;
 use crate::store::{Answered, Pending, Resolution, Resolved, Retry, StoreError};
 use crate::time::Timestamp;
@@ -25,12 +26,14 @@ impl Postgres {
     /// another was kept first, the answer is decided again on the Request as it is now.
     pub async fn answer(&self, id: &RequestId, proposal: Proposal) -> Result<Answered, StoreError> {
         loop {
-            let Some(pending) = self.request(id).await? else {
+            let Some(ToAnswer { pending, settles }) = self.to_answer(id).await? else {
                 return Ok(Answered::NotFound);
             };
             let now = self.shared.clock.now();
             let written = match decision::decide(&pending, &proposal, now) {
-                Ok(Decided::Resolves(decision)) => self.resolve_answer(pending, decision, now, &proposal).await?,
+                Ok(Decided::Resolves(decision)) => {
+                    self.resolve_answer(pending, decision, now, &proposal, settles).await?
+                }
                 Ok(Decided::Counts(signoff)) => self.count(pending, signoff).await?,
                 Err(undecided) => return Ok(Answered::undecided(undecided, pending)),
             };
@@ -40,14 +43,37 @@ impl Postgres {
         }
     }
 
+    /// Request `id` as an answer is decided on.
+    async fn to_answer(&self, id: &RequestId) -> Result<Option<ToAnswer>, StoreError> {
+        const READ: &str = concat!(
+            "SELECT (SELECT c.pending FROM calls AS c WHERE c.id = requests.call_id \
+             AND c.status IN ('running', 'input_required')), ",
+            request_columns!(),
+            " FROM requests WHERE id = $1"
+        );
+        self.read(async |conn| {
+            let Some(row) = conn.query_opt(READ, &[&id]).await? else {
+                return Ok(None);
+            };
+            let pending: Option<i32> = row.try_get(0)?;
+            Ok(Some(ToAnswer {
+                pending: rows::request_at(&row, 1)?,
+                settles: pending.is_some_and(|pending| pending <= 1),
+            }))
+        })
+        .await
+    }
+
     /// Writes a decision that resolves `pending`, if it is still pending with the decisions it was read with;
-    /// `None` when it is pending with others.
+    /// `None` when it is pending with others. Unless it `settles` the Request's call, the statement that writes
+    /// it is the change's last, which ends the transaction when the change may (see [`Tx::closing`]).
     async fn resolve_answer(
         &self,
         pending: RequestView,
         decision: Decision,
         now: Timestamp,
         proposal: &Proposal,
+        settles: bool,
     ) -> Result<Option<Answered>, StoreError> {
         let id = pending.request.id.clone();
         let decided_on = rows::decisions_json(&pending.decisions);
@@ -85,17 +111,23 @@ impl Postgres {
                     }));
                 }
                 // The Request resolved, counted out and its event numbered, in one statement.
-                static ANSWER: LazyLock<String> = LazyLock::new(|| {
-                    rounds::resolving(
-                        "status = 'answered', resolved_at = $2, answer = $3, answered_by = $4, result = $5, \
-                         decisions = $6, answerer = $7",
-                        2,
-                        Some(8),
-                        Some(9),
-                    )
-                });
+                const SET: &str = "status = 'answered', resolved_at = $2, answer = $3, answered_by = $4, result = $5, \
+                                   decisions = $6, answerer = $7";
+                static ANSWER: LazyLock<String> = LazyLock::new(|| answering(None));
+                static LAST: LazyLock<String> = LazyLock::new(|| answering(Some(17)));
+                fn answering(last: Option<usize>) -> String {
+                    rounds::Resolving {
+                        set: SET,
+                        at: 2,
+                        unchanged: Some(8),
+                        event: Some(9),
+                        last,
+                    }
+                    .sql()
+                }
                 let mut event = event;
                 let (resolved_at, values) = (now.millis(), tx.event_values(&mut event));
+                let completed_at = view.completed_at.map(Timestamp::millis);
                 let mut params: Vec<&(dyn ToSql + Sync)> = vec![
                     &id,
                     &resolved_at,
@@ -107,7 +139,15 @@ impl Postgres {
                     &decided_on,
                 ];
                 params.extend(values.params());
-                let Some(won) = tx.query_opt(&ANSWER, &params).await? else {
+                let found = if !settles && tx.ends() {
+                    // It fails unless it leaves nothing for another statement to do: the change then runs again,
+                    // without ending its transaction.
+                    params.push(&completed_at);
+                    tx.closing(&[&LAST], tx.query_opt(&LAST, &params)).await?
+                } else {
+                    tx.query_opt(&ANSWER, &params).await?
+                };
+                let Some(won) = found else {
                     return Ok(match request(tx, &id).await? {
                         None => Some(Answered::NotFound),
                         // Another approval of several was counted since the read.
@@ -128,7 +168,7 @@ impl Postgres {
                         .await?;
                 }
                 let event = tx.numbered(event, seq);
-                let resumes = rounds::on_settled(tx, won.settled, won.round).await?;
+                let resumes = rounds::on_settled(tx, won.settled, won.round, true).await?;
                 Ok(Some(Answered::Won {
                     view,
                     event,
@@ -376,12 +416,14 @@ async fn resolve_one(
 ) -> Result<Option<(RequestView, Option<Retry>)>, tokio_postgres::Error> {
     crate::store::views::resolve_view(&mut view, resolution, now);
     static RESOLVE: LazyLock<String> = LazyLock::new(|| {
-        rounds::resolving(
-            "status = $2, resolved_at = $3, answer = $4, result = $5, detail = $6",
-            3,
-            None,
-            None,
-        )
+        rounds::Resolving {
+            set: "status = $2, resolved_at = $3, answer = $4, result = $5, detail = $6",
+            at: 3,
+            unchanged: None,
+            event: None,
+            last: None,
+        }
+        .sql()
     });
     let (answer, result) = (
         rows::to_json_opt(view.answer.as_ref()),
@@ -405,6 +447,13 @@ async fn resolve_one(
     view.decisions = won.decisions;
     // The Request's event, the call's, and the call's claim, in one exchange.
     let event = Event::request(EventKind::RequestResolved, &view);
-    let (_, resumes) = futures::try_join!(tx.record(event), rounds::on_settled(tx, won.settled, won.round))?;
+    let (_, resumes) = futures::try_join!(tx.record(event), rounds::on_settled(tx, won.settled, won.round, false))?;
     Ok(Some((view, resumes)))
+}
+
+/// A Request as an answer is decided on.
+struct ToAnswer {
+    pending: RequestView,
+    /// Whether resolving it may change its call's status: it is the last Request pending of a live call.
+    settles: bool,
 }

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use tokio_postgres::Row;
 
-use super::writer::{Tx, insert_event};
+use super::writer::{RECORD, Tx, insert_event};
 use super::{Reader, rows as call_rows};
 use crate::ids::CallId;
 use crate::records::{CallStatus, CallTask, CallView, Event, Signoff};
@@ -15,12 +15,13 @@ use crate::time::Timestamp;
 
 /// What retrying a call takes, if it has not ended and its latest round is answered, or it follows a task.
 pub(super) async fn retry(conn: &impl Reader, id: &CallId) -> Result<Option<Retry>, tokio_postgres::Error> {
-    static RETRY: LazyLock<String> = LazyLock::new(retry_sql);
     match conn.query_opt(&RETRY, &[&id]).await? {
         Some(found) => retry_from(id, &found),
         None => Ok(None),
     }
 }
+
+static RETRY: LazyLock<String> = LazyLock::new(retry_sql);
 
 /// The call `$1`, its latest round, and that round's Requests (read for that round only), in one exchange
 /// (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change"); SQLite reads them in three statements
@@ -100,7 +101,7 @@ fn count_pending(delta: &str, at: &str, target: &str, claim: &str) -> String {
          updated_at = CASE WHEN ({before} > 0) = ({after} > 0) THEN c.updated_at ELSE {at} END, \
          replica = CASE WHEN {after} = 0 AND {claim} THEN {REPLICA} ELSE c.replica END \
          {target} AND c.status IN ('running', 'input_required') \
-         RETURNING {}, {changed}",
+         RETURNING {}, {changed} AS changed",
         unended(&after),
         call_rows::call_where(&changed)
     )
@@ -128,7 +129,7 @@ pub(super) async fn count_raised(
     now: Timestamp,
 ) -> Result<(), tokio_postgres::Error> {
     if let Some(row) = tx.query_opt(&RAISED, &[call, &raised, &now.millis()]).await? {
-        on_settled(tx, changed(&row)?, None).await?;
+        on_settled(tx, changed(&row)?, None, false).await?;
     }
     Ok(())
 }
@@ -141,37 +142,66 @@ pub(super) async fn count_raised(
 /// any. Its row, if it resolved the Request, is read by [`Won::read`]. (BENCHMARKS.md, "Fleet: PostgreSQL
 /// counting in the statements that change rows": one statement where the triggers ran four.)
 ///
+/// With `last`, it is its change's last statement, its `COMMIT` sent right behind it: it fails (see
+/// [`super::MISSED`]) unless it resolved the Request, leaving its call's status as it was, with the completion
+/// time parameter `$last` says, so that the change needs no statement after it. (BENCHMARKS.md, "Store:
+/// PostgreSQL answers ending their own transaction".)
+///
 /// The call is found by its id, read from the Request's row in a subquery, not by a join: joined, with
 /// statistics taken before a large round was raised, its update scanned an index of live calls holding every
 /// version of the call's row that the round's answers left.
-pub(super) fn resolving(set: &str, at: usize, unchanged: Option<usize>, event: Option<usize>) -> String {
-    let unchanged = unchanged
-        .map(|at| format!(" AND decisions IS NOT DISTINCT FROM ${at}"))
-        .unwrap_or_default();
-    let (numbered, seq, joined) = match event {
-        Some(first) => (
-            format!("numbered AS ({}), ", insert_event(first, "SELECT {} FROM won")),
-            "numbered.seq",
-            " CROSS JOIN numbered",
-        ),
-        None => (String::new(), "NULL::BIGINT", ""),
-    };
-    format!(
-        "WITH won AS (UPDATE requests SET {set} WHERE id = $1 AND status = 'pending'{unchanged} \
-         RETURNING round, completed_at, call_id, owner, server, bytes, decisions), {numbered}\
-         shared AS (INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
-         SELECT COALESCE(owner, ''), COALESCE(server, ''), {REPLICA}, -1, -bytes FROM won \
-         ON CONFLICT (owner, server, replica) DO UPDATE \
-         SET requests = pending_shares.requests + EXCLUDED.requests, bytes = pending_shares.bytes + EXCLUDED.bytes), \
-         settled AS ({}) \
-         SELECT settled.*, won.round, won.completed_at, {seq}, won.decisions FROM won{joined} LEFT JOIN settled ON true",
-        count_pending(
-            "-1",
-            &format!("${at}"),
-            "WHERE c.id = (SELECT call_id FROM won)",
-            "(SELECT round FROM won) IS NOT NULL"
+pub(super) struct Resolving<'s> {
+    pub set: &'s str,
+    pub at: usize,
+    pub unchanged: Option<usize>,
+    pub event: Option<usize>,
+    pub last: Option<usize>,
+}
+
+impl Resolving<'_> {
+    pub(super) fn sql(&self) -> String {
+        let unchanged = self
+            .unchanged
+            .map(|at| format!(" AND decisions IS NOT DISTINCT FROM ${at}"))
+            .unwrap_or_default();
+        let (numbered, seq, joined) = match self.event {
+            Some(first) => (
+                format!("numbered AS ({}), ", insert_event(first, "SELECT {} FROM won")),
+                "numbered.seq",
+                " CROSS JOIN numbered",
+            ),
+            None => (String::new(), "NULL::BIGINT", ""),
+        };
+        let (columns, from) = (
+            format!("settled.*, won.round, won.completed_at, {seq}, won.decisions"),
+            format!("won{joined}"),
+        );
+        let select = match self.last {
+            None => format!("SELECT {columns} FROM {from} LEFT JOIN settled ON true"),
+            // One row whatever the statement did, so that the check runs.
+            Some(completed_at) => format!(
+                "SELECT {columns}, toolnexus_expect(won.id IS NOT NULL AND settled.changed IS NOT TRUE \
+                 AND won.completed_at IS NOT DISTINCT FROM ${completed_at}) \
+                 FROM (SELECT 1) AS one LEFT JOIN ({from}) ON true LEFT JOIN settled ON true"
+            ),
+        };
+        format!(
+            "WITH won AS (UPDATE requests SET {} WHERE id = $1 AND status = 'pending'{unchanged} \
+             RETURNING id, round, completed_at, call_id, owner, server, bytes, decisions), {numbered}\
+             shared AS (INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
+             SELECT COALESCE(owner, ''), COALESCE(server, ''), {REPLICA}, -1, -bytes FROM won \
+             ON CONFLICT (owner, server, replica) DO UPDATE \
+             SET requests = pending_shares.requests + EXCLUDED.requests, bytes = pending_shares.bytes + EXCLUDED.bytes), \
+             settled AS ({}) {select}",
+            self.set,
+            count_pending(
+                "-1",
+                &format!("${}", self.at),
+                "WHERE c.id = (SELECT call_id FROM won)",
+                "(SELECT round FROM won) IS NOT NULL"
+            )
         )
-    )
+    }
 }
 
 /// What a statement [`resolving`] made did, when it resolved its Request.
@@ -206,18 +236,27 @@ impl Won {
 
 /// Records the `call.updated` of a call whose status changed (`settled`, if any), after a Request of its round
 /// `round` was resolved; returns what retrying the call takes if that set it `running` (and claimed it for this
-/// replica). The event and the read of what the retry takes go in one exchange.
+/// replica). The event and the read of what the retry takes go in one exchange; with `last`, they are the
+/// change's last statements (see [`Tx::closing`]).
 pub(super) async fn on_settled(
     tx: &Tx<'_>,
     settled: Option<CallView>,
     round: Option<i32>,
+    last: bool,
 ) -> Result<Option<Retry>, tokio_postgres::Error> {
     let Some(call) = settled else { return Ok(None) };
     let event = Event::call(&call);
-    if round.is_none() || call.status != CallStatus::Running {
-        tx.record(event).await?;
-        return Ok(None);
+    let retries = round.is_some() && call.status == CallStatus::Running;
+    let statements = async {
+        if !retries {
+            tx.record(event).await?;
+            return Ok(None);
+        }
+        let (_, retry) = futures::try_join!(tx.record(event), self::retry(tx, &call.id))?;
+        Ok(retry)
+    };
+    if !last {
+        return statements.await;
     }
-    let (_, retry) = futures::try_join!(tx.record(event), self::retry(tx, &call.id))?;
-    Ok(retry)
+    tx.closing(&[&RECORD, &RETRY], statements).await
 }

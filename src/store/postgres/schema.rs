@@ -527,4 +527,16 @@ CREATE TABLE audit_chain (
     hash TEXT NOT NULL
 );
 ",
+    r"
+-- Raises an error (SQLSTATE TNX01) unless `holds` is true: a statement a change sends with its COMMIT right
+-- behind it checks with it that it did what the change expected, or fails, and its transaction with it.
+CREATE FUNCTION toolnexus_expect(holds BOOLEAN) RETURNS BOOLEAN LANGUAGE plpgsql AS $$
+BEGIN
+    IF holds IS NOT TRUE THEN
+        RAISE EXCEPTION 'the statement did not do what its change expected' USING ERRCODE = 'TNX01';
+    END IF;
+    RETURN true;
+END
+$$;
+",
 ];

@@ -50,8 +50,9 @@ pub enum Failed {
     /// It ran alongside one that failed, whose error aborted the transaction before its own statements were
     /// done: it runs again, as this job, in the next transaction.
     Again(Job),
-    /// It lost a conflict with another replica's transaction (a deadlock): the transaction is rolled back, and
-    /// it runs again, as this job, in the next one.
+    /// It lost a conflict with another replica's transaction (a deadlock), or a statement of it found that
+    /// what it expected did not hold: the transaction is rolled back, and it runs again, as this job, in the
+    /// next one.
     Conflict(Job),
 }
 
@@ -68,6 +69,9 @@ pub struct Job {
     /// runs apart from the other changes of its transaction (none of their statements runs between its own),
     /// so that it may write what it decided on what it read.
     pub principals: Vec<String>,
+    /// Whether the change may end its transaction itself, when it is the transaction's only one (see
+    /// [`Tx::closing`]).
+    pub may_end: bool,
 }
 
 /// How a change shares the database with other transactions, and so which locks its transaction takes.
@@ -113,6 +117,23 @@ pub struct Tx<'c> {
     /// The place among the transaction's events that its next event takes.
     next_event: &'c AtomicI64,
     clock: &'c Clock,
+    /// Where the change that ends its transaction itself leaves what became of it; `None` when the change
+    /// may not (it is not alone in its transaction).
+    end: Option<&'c Ending<'c>>,
+}
+
+/// The end of a transaction whose one change sends its `COMMIT` right behind its last statements, and what
+/// became of it.
+pub struct Ending<'c> {
+    publisher: &'c Publisher,
+    kept: std::sync::Mutex<Option<Kept>>,
+}
+
+/// What became of a transaction's `COMMIT`.
+struct Kept {
+    result: Result<(), tokio_postgres::Error>,
+    /// Whether the read of the log behind the `COMMIT` published all the transaction kept.
+    published: bool,
 }
 
 impl Tx<'_> {
@@ -139,6 +160,37 @@ impl Tx<'_> {
         client.query_one(&statements.get(client, sql).await?, params).await
     }
 
+    /// Whether [`Self::closing`] ends the transaction: the change is the only one in it and may end it.
+    pub fn ends(&self) -> bool {
+        self.end.is_some()
+    }
+
+    /// Runs `last`, the change's last statements (each of `sqls`, prepared first so that they go out first),
+    /// with the transaction's `COMMIT` and the read of the log behind them in the same exchange, when the
+    /// change may end its transaction ([`Self::ends`]); otherwise runs them alone, and the writer commits once
+    /// the change is done. A change sends nothing after them. If one of them fails, so does the `COMMIT`, and
+    /// nothing of the transaction is kept.
+    pub async fn closing<T>(
+        &self,
+        sqls: &[&str],
+        last: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, tokio_postgres::Error> {
+        let Some(end) = self.end else {
+            return last.await;
+        };
+        self.prepare(sqls).await?;
+        // Polled after `last` has sent its statements, which have numbered their events by then.
+        let kept = async { keep(self.borrowed, end.publisher, self.replica, self.recorded(), true).await };
+        let (done, kept) = futures::future::join(last, kept).await;
+        *end.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(kept);
+        done
+    }
+
+    /// Whether the transaction has recorded events.
+    fn recorded(&self) -> bool {
+        self.next_event.load(Ordering::Relaxed) > 0
+    }
+
     /// The rows of `first`, then those of `second`, in one exchange: the server runs `second` once `first` has
     /// run, with a snapshot of its own, which sees what committed while `first` waited for a row.
     pub async fn query_in_turn(
@@ -158,7 +210,6 @@ impl Tx<'_> {
 
     /// Records an event: it is numbered now and published once the transaction is kept.
     pub async fn record(&self, mut event: Event) -> Result<Arc<Event>, tokio_postgres::Error> {
-        static RECORD: LazyLock<String> = LazyLock::new(|| insert_event(1, "VALUES ({})"));
         let values = self.event_values(&mut event);
         let row = self.query_one(&RECORD, &values.params()).await?;
         Ok(self.numbered(event, row.get(0)))
@@ -189,6 +240,9 @@ impl Tx<'_> {
         Arc::new(event)
     }
 }
+
+/// The statement of [`Tx::record`].
+pub static RECORD: LazyLock<String> = LazyLock::new(|| insert_event(1, "VALUES ({})"));
 
 /// The statement inserting an event whose eight values are parameters `$first` on, in the order of
 /// [`EventValues::params`], placed in `source` at its `{}` (`VALUES ({})`, or `SELECT {} FROM rows` to record
@@ -314,7 +368,15 @@ async fn commit(
     // unread stops the connection reading theirs). A failure here aborts the transaction, so every statement
     // after it fails.
     let next_event = AtomicI64::new(0);
-    let changes = apply(client, statements, batch, turn, replica, clock, &next_event);
+    // A change alone in its transaction, with none waiting, may send the `COMMIT` right behind its last
+    // statements.
+    let alone = batch.len() == 1 && waiting.is_empty() && batch.front().is_some_and(|job| job.may_end);
+    let ending = alone.then(|| Ending {
+        publisher,
+        kept: std::sync::Mutex::new(None),
+    });
+    let borrowed = Borrowed { client, statements };
+    let changes = apply(borrowed, batch, turn, replica, clock, &next_event, ending.as_ref());
     let (
         begun,
         Ran {
@@ -345,44 +407,46 @@ async fn commit(
     // Whether the read behind the `COMMIT` published all the transaction kept.
     let mut published = false;
     let mut usable = true;
-    let committed = if aborted {
-        usable = roll_back(client).await;
-        Err(StoreError::Unavailable(
-            "another change of the same transaction failed; nothing was changed".to_owned(),
-        ))
-    } else {
-        // One exchange: every replica's tail is told, when the transaction commits, which replica recorded
-        // events. The statement before `COMMIT` fails in a transaction an error aborted, where a `COMMIT` alone
-        // would roll it back and report success. When no other change waits, the log is read right behind the
-        // `COMMIT` too, to publish the events without another exchange (what that read cannot publish, this
-        // replica's tail reads again); while changes keep coming, the tail reads once for several commits.
-        let quiet = batch.is_empty() && waiting.is_empty();
-        let kept = if !recorded {
-            client.batch_execute("SELECT 1; COMMIT").await
-        } else {
-            let commit = format!("NOTIFY {}, {}; COMMIT", tail::CHANNEL, escaped_literal(replica));
-            if quiet {
-                let after_commit = Borrowed { client, statements };
-                let (kept, page) = futures::future::join(
-                    client.batch_execute(&commit),
-                    log_page(&after_commit, publisher.last(), tail::PAGE),
-                )
-                .await;
-                published =
-                    kept.is_ok() && page.is_ok_and(|(page, newest)| publisher.publish(page, newest) == Next::Done);
-                kept
-            } else {
-                client.batch_execute(&commit).await
-            }
-        };
-        match kept {
-            Ok(()) => Ok(()),
-            Err(error) => {
-                tracing::error!(%error, "the store could not keep a change; it was not made");
-                // A statement that failed before `COMMIT` leaves the transaction open, aborted.
-                usable = roll_back(client).await;
-                Err(unavailable(&error))
-            }
+    let ended = ending.and_then(|ending| {
+        ending
+            .kept
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    });
+    let kept = match ended {
+        // The change sent the `COMMIT` itself (which fails in a transaction an error aborted).
+        Some(kept) => Some(kept),
+        None if aborted => None,
+        None => Some(
+            keep(
+                borrowed,
+                publisher,
+                replica,
+                recorded,
+                batch.is_empty() && waiting.is_empty(),
+            )
+            .await,
+        ),
+    };
+    let committed = match kept {
+        Some(Kept {
+            result: Ok(()),
+            published: all,
+        }) => {
+            published = all;
+            Ok(())
+        }
+        Some(Kept { result: Err(error), .. }) if !aborted => {
+            tracing::error!(%error, "the store could not keep a change; it was not made");
+            // A statement that failed before `COMMIT` leaves the transaction open, aborted.
+            usable = roll_back(client).await;
+            Err(unavailable(&error))
+        }
+        _ => {
+            usable = roll_back(client).await;
+            Err(StoreError::Unavailable(
+                "another change of the same transaction failed; nothing was changed".to_owned(),
+            ))
         }
     };
     let fate = match committed {
@@ -406,6 +470,36 @@ async fn commit(
     usable
 }
 
+/// Commits the transaction, in one exchange: every replica's tail is told, when the transaction commits, that
+/// `replica` recorded events, if it did. The statement before `COMMIT` fails in a transaction an error aborted,
+/// where a `COMMIT` alone would roll it back and report success. When `quiet` (no other change waits), the log
+/// is read right behind the `COMMIT` too, to publish the events without another exchange (what that read
+/// cannot publish, this replica's tail reads again); while changes keep coming, the tail reads once for
+/// several commits.
+async fn keep(borrowed: Borrowed<'_>, publisher: &Publisher, replica: &str, recorded: bool, quiet: bool) -> Kept {
+    let client = borrowed.client;
+    if !recorded {
+        return Kept {
+            result: client.batch_execute("SELECT 1; COMMIT").await,
+            published: false,
+        };
+    }
+    let commit = format!("NOTIFY {}, {}; COMMIT", tail::CHANNEL, escaped_literal(replica));
+    if !quiet {
+        return Kept {
+            result: client.batch_execute(&commit).await,
+            published: false,
+        };
+    }
+    let (result, page) = futures::future::join(
+        client.batch_execute(&commit),
+        log_page(&borrowed, publisher.last(), tail::PAGE),
+    )
+    .await;
+    let published = result.is_ok() && page.is_ok_and(|(page, newest)| publisher.publish(page, newest) == Next::Done);
+    Kept { result, published }
+}
+
 /// What applying a transaction's changes came to.
 struct Ran {
     applied: Vec<Applied>,
@@ -417,14 +511,14 @@ struct Ran {
 
 /// Applies the changes of `turn` at the front of `batch`, those run alongside others together (but for those
 /// holding principals' locks) and any other one at a time, until one fails.
-async fn apply(
-    client: &Client,
-    statements: &Statements,
+async fn apply<'c>(
+    borrowed: Borrowed<'c>,
     batch: &mut VecDeque<Job>,
     turn: Turn,
-    replica: &str,
-    clock: &Clock,
-    next_event: &AtomicI64,
+    replica: &'c str,
+    clock: &'c Clock,
+    next_event: &'c AtomicI64,
+    end: Option<&'c Ending<'c>>,
 ) -> Ran {
     let mut ran = Ran {
         applied: Vec::with_capacity(batch.len()),
@@ -446,10 +540,11 @@ async fn apply(
         let mut txs: Vec<Tx> = group
             .iter()
             .map(|_| Tx {
-                borrowed: Borrowed { client, statements },
+                borrowed,
                 replica,
                 next_event,
                 clock,
+                end,
             })
             .collect();
         let outcomes = futures::future::join_all(group.into_iter().zip(&mut txs).map(|(change, tx)| change(tx))).await;

@@ -118,12 +118,15 @@ async fn answers_to_a_calls_last_two_requests_committed_side_by_side_leave_it_ru
         ))
         .await
         .unwrap();
+    let before = store.last_event_id().await.unwrap();
     let view = raised[1].clone();
     let answering = tokio::spawn({
         let store = store.clone();
         async move { store.answer(&view.request.id, proposal(true)).await }
     });
-    // This one's answer waits for the call's row, which the other holds.
+    // This one's answer waits for the call's row, which the other holds. Read while two were pending, it was
+    // sent expecting to leave the call as it was, and its transaction to end behind it: it finds otherwise, and
+    // runs again.
     until_a_lock_is_awaited(&watcher, "the answer never waited for the other").await;
     other.batch_execute("COMMIT").await.unwrap();
 
@@ -133,6 +136,14 @@ async fn answers_to_a_calls_last_two_requests_committed_side_by_side_leave_it_ru
         "{answered:?}"
     );
     assert_eq!(store.call(&call.id).await.unwrap().unwrap().status, CallStatus::Running);
+    // Nothing of the first run was kept.
+    let logged = store.events_after(before, 10).await.unwrap().events;
+    let kinds: Vec<EventKind> = logged.iter().map(|event| event.kind).collect();
+    assert_eq!(
+        kinds,
+        [EventKind::RequestResolved, EventKind::CallUpdated],
+        "{logged:?}"
+    );
     store.close().await;
 }
 
