@@ -8,7 +8,7 @@ use tokio::sync::oneshot;
 use tokio_postgres::types::ToSql;
 
 use super::requests::resolve_ids;
-use super::writer::{Tx, insert_event};
+use super::writer::{RECORD, Tx, insert_event};
 use super::{Postgres, Reader, rounds, rows};
 use crate::ids::{self, CallId, RequestId, SessionId};
 use crate::lock;
@@ -131,7 +131,7 @@ impl Postgres {
         let id = id.to_owned();
         self.write_alongside(move |tx| {
             let (id, finish) = (id.clone(), finish.clone());
-            Box::pin(async move { finish_in(tx, &id, finish).await })
+            Box::pin(async move { finish_in(tx, &id, finish, true).await })
         })
         .await
     }
@@ -151,7 +151,7 @@ impl Postgres {
                     return Ok(false);
                 }
                 if let Some(view) = call(&*tx, &id).await? {
-                    tx.record(Event::call(&view)).await?;
+                    tx.closing(&[&RECORD], tx.record(Event::call(&view))).await?;
                 }
                 Ok(true)
             })
@@ -177,7 +177,7 @@ impl Postgres {
                     return Ok(false);
                 }
                 if let Some(view) = call(&*tx, &id).await? {
-                    tx.record(Event::call(&view)).await?;
+                    tx.closing(&[&RECORD], tx.record(Event::call(&view))).await?;
                 }
                 Ok(true)
             })
@@ -506,7 +506,8 @@ async fn start_in(
         &cap,
     ];
     params.extend(values.params());
-    if tx.query_opt(&START, &params).await?.is_none() {
+    // Nothing follows it: it starts the call, or writes nothing.
+    if tx.closing(&[&START], tx.query_opt(&START, &params)).await?.is_none() {
         return Ok(Admitted::Spent);
     }
     Ok(Admitted::Started(Box::new(view)))
@@ -514,11 +515,13 @@ async fn start_in(
 
 /// Ends a call that has not ended, cancelling its pending Requests: the end counted out of `live_calls`
 /// ("Fleet: PostgreSQL counting in the statements that change rows"), and the read of the call with its pending
-/// Requests in the same exchange (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change").
+/// Requests in the same exchange (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change"). With
+/// `last`, the call's event is the change's last statement (see [`Tx::closing`]).
 pub(super) async fn finish_in(
     tx: &mut Tx<'_>,
     id: &CallId,
     finish: Finish,
+    last: bool,
 ) -> Result<Option<Finished>, tokio_postgres::Error> {
     let now = tx.now().millis();
     let detail = crate::store::views::ended_call_detail(&finish);
@@ -571,6 +574,11 @@ pub(super) async fn finish_in(
         told_cancel: true,
     };
     let cancelled = resolve_ids(tx, &pending, &resolution).await?.views;
-    tx.record(Event::call(&view)).await?;
+    let recorded = tx.record(Event::call(&view));
+    if last {
+        tx.closing(&[&RECORD], recorded).await?;
+    } else {
+        recorded.await?;
+    }
     Ok(Some(Finished { view, cancelled }))
 }

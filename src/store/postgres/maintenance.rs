@@ -292,7 +292,7 @@ impl Postgres {
                             recovered.approvals.push(HeldCall { call, approval });
                         } else {
                             let error = maybe_not_sent(&ended.detail);
-                            super::calls::finish_in(tx, &call, Finish::Failed(error)).await?;
+                            super::calls::finish_in(tx, &call, Finish::Failed(error), false).await?;
                             recovered.ended_calls += 1;
                         }
                         continue;
@@ -304,7 +304,7 @@ impl Postgres {
                         ),
                         reason: Some(ended.reason),
                     };
-                    super::calls::finish_in(tx, &call, Finish::Failed(error)).await?;
+                    super::calls::finish_in(tx, &call, Finish::Failed(error), false).await?;
                     recovered.ended_calls += 1;
                 }
                 recovered.pending = super::requests::pending_count(&*tx).await?;

@@ -21,8 +21,9 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, LazyLock};
+use std::task::Poll;
 
 use tokio::sync::mpsc;
 use tokio_postgres::types::ToSql;
@@ -117,16 +118,9 @@ pub struct Tx<'c> {
     /// The place among the transaction's events that its next event takes.
     next_event: &'c AtomicI64,
     clock: &'c Clock,
-    /// Where the change that ends its transaction itself leaves what became of it; `None` when the change
-    /// may not (it is not alone in its transaction).
-    end: Option<&'c Ending<'c>>,
-}
-
-/// The end of a transaction whose one change sends its `COMMIT` right behind its last statements, and what
-/// became of it.
-pub struct Ending<'c> {
-    publisher: &'c Publisher,
-    kept: std::sync::Mutex<Option<Kept>>,
+    /// When the change may end its transaction (it is alone in it), set once it has sent its last statements:
+    /// the writer then sends the `COMMIT` right behind them (see [`Tx::closing`]).
+    end: Option<&'c AtomicBool>,
 }
 
 /// What became of a transaction's `COMMIT`.
@@ -168,8 +162,9 @@ impl Tx<'_> {
     /// Runs `last`, the change's last statements (each of `sqls`, prepared first so that they go out first),
     /// with the transaction's `COMMIT` and the read of the log behind them in the same exchange, when the
     /// change may end its transaction ([`Self::ends`]); otherwise runs them alone, and the writer commits once
-    /// the change is done. A change sends nothing after them. If one of them fails, so does the `COMMIT`, and
-    /// nothing of the transaction is kept.
+    /// the change is done. Either way their rows come back as soon as they arrive, before the `COMMIT` is
+    /// known to have kept them. A change sends nothing after them. If one of them fails, so does the `COMMIT`,
+    /// and nothing of the transaction is kept.
     pub async fn closing<T>(
         &self,
         sqls: &[&str],
@@ -179,16 +174,14 @@ impl Tx<'_> {
             return last.await;
         };
         self.prepare(sqls).await?;
-        // Polled after `last` has sent its statements, which have numbered their events by then.
-        let kept = async { keep(self.borrowed, end.publisher, self.replica, self.recorded(), true).await };
-        let (done, kept) = futures::future::join(last, kept).await;
-        *end.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(kept);
-        done
-    }
-
-    /// Whether the transaction has recorded events.
-    fn recorded(&self) -> bool {
-        self.next_event.load(Ordering::Relaxed) > 0
+        let mut last = std::pin::pin!(last);
+        // Polled once, it sends its statements; the writer sends the `COMMIT` as soon as this returns.
+        let sent = futures::poll!(last.as_mut());
+        end.store(true, Ordering::Relaxed);
+        match sent {
+            Poll::Ready(done) => done,
+            Poll::Pending => last.await,
+        }
     }
 
     /// The rows of `first`, then those of `second`, in one exchange: the server runs `second` once `first` has
@@ -363,20 +356,25 @@ async fn commit(
         }
         Turn::Alone => format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
     };
-    // Sent first, with the first change's statements right behind it, which the server runs once the
+    let next_event = AtomicI64::new(0);
+    // A change alone in its transaction, with none waiting, may have the `COMMIT` sent right behind its last
+    // statements, as soon as it has sent them (and before their replies come).
+    let alone = batch.len() == 1 && waiting.is_empty() && batch.front().is_some_and(|job| job.may_end);
+    let sent_last = AtomicBool::new(false);
+    let borrowed = Borrowed { client, statements };
+    let changes = apply(
+        borrowed,
+        batch,
+        turn,
+        replica,
+        clock,
+        &next_event,
+        alone.then_some(&sent_last),
+    );
+    // `BEGIN` is sent first, with the first change's statements right behind it, which the server runs once the
     // transaction holds its locks: one exchange for both. Its reply is read while the changes run (a reply left
     // unread stops the connection reading theirs). A failure here aborts the transaction, so every statement
     // after it fails.
-    let next_event = AtomicI64::new(0);
-    // A change alone in its transaction, with none waiting, may send the `COMMIT` right behind its last
-    // statements.
-    let alone = batch.len() == 1 && waiting.is_empty() && batch.front().is_some_and(|job| job.may_end);
-    let ending = alone.then(|| Ending {
-        publisher,
-        kept: std::sync::Mutex::new(None),
-    });
-    let borrowed = Borrowed { client, statements };
-    let changes = apply(borrowed, batch, turn, replica, clock, &next_event, ending.as_ref());
     let (
         begun,
         Ran {
@@ -384,7 +382,29 @@ async fn commit(
             mut again,
             failed,
         },
-    ) = futures::future::join(client.batch_execute(&begin), changes).await;
+        ended,
+    ) = {
+        let mut work = std::pin::pin!(futures::future::join(client.batch_execute(&begin), changes));
+        let (mut ending, mut ended) = (None, None);
+        let (begun, ran) = std::future::poll_fn(|cx| {
+            let done = work.as_mut().poll(cx);
+            if ending.is_none() && sent_last.load(Ordering::Relaxed) {
+                let recorded = next_event.load(Ordering::Relaxed) > 0;
+                ending = Some(Box::pin(keep(borrowed, publisher, replica, recorded, true)));
+            }
+            if let Some(keeping) = ending.as_mut().filter(|_| ended.is_none())
+                && let Poll::Ready(kept) = keeping.as_mut().poll(cx)
+            {
+                ended = Some(kept);
+            }
+            done
+        })
+        .await;
+        if let (Some(keeping), None) = (ending, &ended) {
+            ended = Some(keeping.await);
+        }
+        (begun, ran, ended)
+    };
     if let Err(error) = begun {
         tracing::error!(%error, "the store cannot start a transaction holding its write lock");
         let usable = roll_back(client).await;
@@ -407,14 +427,8 @@ async fn commit(
     // Whether the read behind the `COMMIT` published all the transaction kept.
     let mut published = false;
     let mut usable = true;
-    let ended = ending.and_then(|ending| {
-        ending
-            .kept
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    });
     let kept = match ended {
-        // The change sent the `COMMIT` itself (which fails in a transaction an error aborted).
+        // Sent behind the change's last statements (it fails in a transaction an error aborted).
         Some(kept) => Some(kept),
         None if aborted => None,
         None => Some(
@@ -518,7 +532,7 @@ async fn apply<'c>(
     replica: &'c str,
     clock: &'c Clock,
     next_event: &'c AtomicI64,
-    end: Option<&'c Ending<'c>>,
+    end: Option<&'c AtomicBool>,
 ) -> Ran {
     let mut ran = Ran {
         applied: Vec::with_capacity(batch.len()),
