@@ -80,6 +80,8 @@ struct Shared {
     /// The calls this replica started whose change is not kept yet: a read of one waits until it is.
     starting: Mutex<HashMap<CallId, Starting>>,
     statistics: Mutex<statistics::Statistics>,
+    /// How many answers this replica is deciding and writing.
+    answering: AtomicUsize,
 }
 
 /// Whether a call's start is kept, for every read of the call that waits for it.
@@ -267,6 +269,7 @@ impl Postgres {
                 clock,
                 starting: Mutex::default(),
                 statistics: Mutex::default(),
+                answering: AtomicUsize::new(0),
             }),
         };
         tokio::spawn(tail::run(store.clone(), publisher, background.clone()));

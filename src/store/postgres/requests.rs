@@ -2,6 +2,7 @@
 //! and reading them.
 
 use std::sync::LazyLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio_postgres::types::ToSql;
 
@@ -25,8 +26,12 @@ impl Postgres {
     /// An approval that needs several people is written only over the decisions its answer was decided on: when
     /// another was kept first, the answer is decided again on the Request as it is now.
     pub async fn answer(&self, id: &RequestId, proposal: Proposal) -> Result<Answered, StoreError> {
+        let answering = Answering::new(&self.shared.answering);
         loop {
-            let Some(ToAnswer { pending, settles }) = self.to_answer(id).await? else {
+            // An answer alone may end its transaction in its statement's exchange, if it knows that it leaves
+            // its call's status as it is; among others it shares a transaction with them, and does not read
+            // that (its call's row, which a large round's answers each update, is slow to read among them).
+            let Some(ToAnswer { pending, settles }) = self.to_answer(id, answering.alone()).await? else {
                 return Ok(Answered::NotFound);
             };
             let now = self.shared.clock.now();
@@ -43,16 +48,20 @@ impl Postgres {
         }
     }
 
-    /// Request `id` as an answer is decided on.
-    async fn to_answer(&self, id: &RequestId) -> Result<Option<ToAnswer>, StoreError> {
-        const READ: &str = concat!(
+    /// Request `id` as an answer is decided on; with `counted`, with its call's count of pending Requests.
+    async fn to_answer(&self, id: &RequestId, counted: bool) -> Result<Option<ToAnswer>, StoreError> {
+        const COUNTED: &str = concat!(
             "SELECT (SELECT c.pending FROM calls AS c WHERE c.id = requests.call_id \
              AND c.status IN ('running', 'input_required')), ",
             request_columns!(),
             " FROM requests WHERE id = $1"
         );
+        if !counted {
+            let pending = self.request(id).await?;
+            return Ok(pending.map(|pending| ToAnswer { pending, settles: true }));
+        }
         self.read(async |conn| {
-            let Some(row) = conn.query_opt(READ, &[&id]).await? else {
+            let Some(row) = conn.query_opt(COUNTED, &[&id]).await? else {
                 return Ok(None);
             };
             let pending: Option<i32> = row.try_get(0)?;
@@ -454,6 +463,28 @@ async fn resolve_one(
 /// A Request as an answer is decided on.
 struct ToAnswer {
     pending: RequestView,
-    /// Whether resolving it may change its call's status: it is the last Request pending of a live call.
+    /// Whether resolving it may change its call's status: it is the last Request pending of a live call, or its
+    /// call's count was not read.
     settles: bool,
+}
+
+/// An answer counted among those the replica is deciding and writing, while it lives.
+struct Answering<'a>(&'a AtomicUsize);
+
+impl<'a> Answering<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+
+    /// Whether no other answer is being decided or written.
+    fn alone(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == 1
+    }
+}
+
+impl Drop for Answering<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
