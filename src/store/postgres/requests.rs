@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio_postgres::types::ToSql;
 
-use super::writer::Tx;
+use super::writer::{Tx, insert_event};
 use super::{Postgres, Reader, rounds, rows};
 use crate::decision::{self, Decided, Decision, Proposal, Upstream};
 use crate::ids::{CallId, RequestId, SessionId};
@@ -31,13 +31,14 @@ impl Postgres {
             // An answer alone may end its transaction in its statement's exchange, if it knows that it leaves
             // its call's status as it is; among others it shares a transaction with them, and does not read
             // that (its call's row, which a large round's answers each update, is slow to read among them).
-            let Some(ToAnswer { pending, settles }) = self.to_answer(id, answering.alone()).await? else {
+            let Some(ToAnswer { pending, may_settle }) = self.to_answer(id, answering.alone()).await? else {
                 return Ok(Answered::NotFound);
             };
             let now = self.shared.clock.now();
             let written = match decision::decide(&pending, &proposal, now) {
                 Ok(Decided::Resolves(decision)) => {
-                    self.resolve_answer(pending, decision, now, &proposal, settles).await?
+                    self.resolve_answer(pending, decision, now, &proposal, may_settle)
+                        .await?
                 }
                 Ok(Decided::Counts(signoff)) => self.count(pending, signoff).await?,
                 Err(undecided) => return Ok(Answered::undecided(undecided, pending)),
@@ -58,7 +59,10 @@ impl Postgres {
         );
         if !counted {
             let pending = self.request(id).await?;
-            return Ok(pending.map(|pending| ToAnswer { pending, settles: true }));
+            return Ok(pending.map(|pending| ToAnswer {
+                pending,
+                may_settle: true,
+            }));
         }
         self.read(async |conn| {
             let Some(row) = conn.query_opt(COUNTED, &[&id]).await? else {
@@ -67,22 +71,23 @@ impl Postgres {
             let pending: Option<i32> = row.try_get(0)?;
             Ok(Some(ToAnswer {
                 pending: rows::request_at(&row, 1)?,
-                settles: pending.is_some_and(|pending| pending <= 1),
+                may_settle: pending.is_some_and(|pending| pending <= 1),
             }))
         })
         .await
     }
 
     /// Writes a decision that resolves `pending`, if it is still pending with the decisions it was read with;
-    /// `None` when it is pending with others. Unless it `settles` the Request's call, the statement that writes
-    /// it is the change's last, which ends the transaction when the change may (see [`Tx::closing`]).
+    /// `None` when it is pending with others. Unless resolving it may settle its call (`may_settle`), the
+    /// statement that writes it is the change's last, which ends the transaction when the change may (see
+    /// [`Tx::closing`]).
     async fn resolve_answer(
         &self,
         pending: RequestView,
         decision: Decision,
         now: Timestamp,
         proposal: &Proposal,
-        settles: bool,
+        may_settle: bool,
     ) -> Result<Option<Answered>, StoreError> {
         let id = pending.request.id.clone();
         let decided_on = rows::decisions_json(&pending.decisions);
@@ -148,7 +153,7 @@ impl Postgres {
                     &decided_on,
                 ];
                 params.extend(values.params());
-                let found = if !settles && tx.ends() {
+                let found = if !may_settle && tx.ends() {
                     // It fails unless it leaves nothing for another statement to do: the change then runs again,
                     // without ending its transaction.
                     params.push(&completed_at);
@@ -199,17 +204,23 @@ impl Postgres {
         self.write_alongside(move |tx| {
             let (before, after, view, event) = (before.clone(), after.clone(), view.clone(), event.clone());
             Box::pin(async move {
-                let counted = tx
-                    .execute(
-                        "UPDATE requests SET decisions = $2 \
-                         WHERE id = $1 AND status = 'pending' AND decisions IS NOT DISTINCT FROM $3",
-                        &[&view.request.id, &after, &before],
+                // The decision counted and its event recorded in one statement, which writes nothing if the
+                // decisions are no longer those read: nothing follows it.
+                static COUNT: LazyLock<String> = LazyLock::new(|| {
+                    format!(
+                        "WITH counted AS (UPDATE requests SET decisions = $2 \
+                         WHERE id = $1 AND status = 'pending' AND decisions IS NOT DISTINCT FROM $3 RETURNING 1) {}",
+                        insert_event(4, "SELECT {} FROM counted")
                     )
-                    .await?;
-                if counted == 0 {
+                });
+                let mut event = event;
+                let values = tx.event_values(&mut event);
+                let mut params: Vec<&(dyn ToSql + Sync)> = vec![&view.request.id, &after, &before];
+                params.extend(values.params());
+                let Some(counted) = tx.closing(&[&COUNT], tx.query_opt(&COUNT, &params)).await? else {
                     return Ok(None);
-                }
-                let event = tx.record(event).await?;
+                };
+                let event = tx.numbered(event, counted.try_get(0)?);
                 Ok(Some(Answered::Counted { view, event }))
             })
         })
@@ -465,7 +476,7 @@ struct ToAnswer {
     pending: RequestView,
     /// Whether resolving it may change its call's status: it is the last Request pending of a live call, or its
     /// call's count was not read.
-    settles: bool,
+    may_settle: bool,
 }
 
 /// An answer counted among those the replica is deciding and writing, while it lives.

@@ -159,12 +159,15 @@ impl Tx<'_> {
         self.end.is_some()
     }
 
-    /// Runs `last`, the change's last statements (each of `sqls`, prepared first so that they go out first),
-    /// with the transaction's `COMMIT` and the read of the log behind them in the same exchange, when the
-    /// change may end its transaction ([`Self::ends`]); otherwise runs them alone, and the writer commits once
-    /// the change is done. Either way their rows come back as soon as they arrive, before the `COMMIT` is
-    /// known to have kept them. A change sends nothing after them. If one of them fails, so does the `COMMIT`,
-    /// and nothing of the transaction is kept.
+    /// Runs `last`, the change's last statements (`sqls`, prepared here), with the transaction's `COMMIT` and
+    /// the read of the log behind them in the same exchange, when the change may end its transaction
+    /// ([`Self::ends`]); otherwise runs them alone, and the writer commits once the change is done. Either way
+    /// their rows come back as soon as they arrive, before the `COMMIT` is known to have kept them. If one of
+    /// them fails, so does the `COMMIT`, and nothing of the transaction is kept.
+    ///
+    /// `last` must send every one of its statements the first time it is polled (each prepared, with nothing
+    /// awaited before it), and the change must send nothing after it: a statement sent later would run after
+    /// the `COMMIT`, outside the transaction.
     pub async fn closing<T>(
         &self,
         sqls: &[&str],
