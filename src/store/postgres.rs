@@ -5,6 +5,7 @@ mod audit;
 mod calls;
 #[cfg(test)]
 pub mod cluster;
+mod connection;
 mod grants;
 mod maintenance;
 mod raising;
@@ -14,6 +15,7 @@ mod rows;
 mod schema;
 mod statistics;
 mod tail;
+mod tx;
 mod writer;
 
 use std::collections::HashMap;
@@ -24,15 +26,15 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, GenericClient, NoTls, Row, Statement};
 
 use super::{Kept, OpenError, StoreError};
 use crate::feed::Feed;
 use crate::ids::CallId;
 use crate::lock;
 use crate::time::Clock;
-use writer::{Applied, Change, Failed, Fate, Job, Turn, Tx};
+pub use connection::{Borrowed, Conn, Connector, Reader, Statements};
+use tx::Tx;
+use writer::{Applied, Change, Failed, Fate, Job, Turn};
 
 /// The advisory lock a transaction that writes holds until it commits: shared by one of changes run alongside
 /// others or of raising, alone by any other (see [`Turn`]).
@@ -86,118 +88,6 @@ struct Shared {
 
 /// Whether a call's start is kept, for every read of the call that waits for it.
 type Starting = futures::future::Shared<Kept>;
-
-/// How to reach the database.
-#[derive(Clone)]
-pub struct Connector {
-    config: tokio_postgres::Config,
-}
-
-impl std::fmt::Debug for Connector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connector").finish_non_exhaustive()
-    }
-}
-
-impl Connector {
-    /// A new connection, driven on a task of its own until it closes.
-    pub async fn connect(&self) -> Result<Client, tokio_postgres::Error> {
-        let (client, connection) = self.config.connect(NoTls).await?;
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::warn!(%error, "a store connection ended");
-            }
-        });
-        Ok(client)
-    }
-}
-
-/// The statements a connection has prepared, by their SQL.
-#[derive(Debug, Default)]
-pub struct Statements(Mutex<HashMap<String, Statement>>);
-
-impl Statements {
-    /// `sql`, prepared once on the connection `client` belongs to.
-    pub async fn get(&self, client: &impl GenericClient, sql: &str) -> Result<Statement, tokio_postgres::Error> {
-        if let Some(statement) = lock(&self.0).get(sql) {
-            return Ok(statement.clone());
-        }
-        let statement = client.prepare(sql).await?;
-        lock(&self.0).insert(sql.to_owned(), statement.clone());
-        Ok(statement)
-    }
-}
-
-/// A connection with the statements it has prepared.
-#[derive(Debug)]
-pub struct Conn {
-    pub client: Client,
-    statements: Statements,
-}
-
-impl Conn {
-    fn new(client: Client) -> Self {
-        Self {
-            client,
-            statements: Statements::default(),
-        }
-    }
-}
-
-/// What reads run on: a read connection, or the writer inside its transaction or between two. Each statement
-/// is prepared once per connection.
-pub trait Reader: Sync {
-    /// The connection and the statements it has prepared.
-    fn borrowed(&self) -> Borrowed<'_>;
-
-    /// The rows of `sql`.
-    fn query(
-        &self,
-        sql: &str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> impl Future<Output = Result<Vec<Row>, tokio_postgres::Error>> + Send {
-        let Borrowed { client, statements } = self.borrowed();
-        async move { client.query(&statements.get(client, sql).await?, params).await }
-    }
-
-    /// The one row of `sql`, if any.
-    fn query_opt(
-        &self,
-        sql: &str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> impl Future<Output = Result<Option<Row>, tokio_postgres::Error>> + Send {
-        let Borrowed { client, statements } = self.borrowed();
-        async move { client.query_opt(&statements.get(client, sql).await?, params).await }
-    }
-}
-
-/// A connection and its prepared statements, borrowed.
-#[derive(Clone, Copy)]
-pub struct Borrowed<'c> {
-    pub client: &'c Client,
-    pub statements: &'c Statements,
-}
-
-impl Reader for Borrowed<'_> {
-    fn borrowed(&self) -> Borrowed<'_> {
-        *self
-    }
-}
-
-impl Reader for Conn {
-    fn borrowed(&self) -> Borrowed<'_> {
-        Borrowed {
-            client: &self.client,
-            statements: &self.statements,
-        }
-    }
-}
-
-impl Reader for Tx<'_> {
-    fn borrowed(&self) -> Borrowed<'_> {
-        self.borrowed
-    }
-}
 
 impl Postgres {
     /// The clock this store stamps what it records by.
@@ -333,7 +223,7 @@ impl Postgres {
     /// Applies a change in the writer; the future resolves once it is kept, with what `work` returned.
     fn write<T: Send + 'static>(
         &self,
-        work: impl for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
+        work: impl for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> tx::Work<'t, T> + Send + 'static,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
         let (change, kept) = replying(work);
         self.applied(
@@ -351,7 +241,7 @@ impl Postgres {
     /// [`Turn::Raising`]); the future resolves once it is kept, with what `work` returned.
     fn write_raising<T: Send + 'static>(
         &self,
-        work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
+        work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> tx::Work<'t, T> + Send + 'static,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
         let (sender, kept) = oneshot::channel();
         self.applied(again_if_undone(work, sender, Turn::Raising, Vec::new(), true), kept)
@@ -361,7 +251,7 @@ impl Postgres {
     /// the future resolves once it is kept, with what `work` returned.
     fn write_alongside<T: Send + 'static>(
         &self,
-        work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
+        work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> tx::Work<'t, T> + Send + 'static,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
         self.write_holding(Vec::new(), work)
     }
@@ -371,7 +261,7 @@ impl Postgres {
     fn write_holding<T: Send + 'static>(
         &self,
         principals: Vec<String>,
-        work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
+        work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> tx::Work<'t, T> + Send + 'static,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
         let (sender, kept) = oneshot::channel();
         self.applied(again_if_undone(work, sender, Turn::Alongside, principals, true), kept)
@@ -395,7 +285,7 @@ impl Postgres {
     }
 
     /// Applies a change in the writer without waiting for it.
-    fn write_behind(&self, work: impl for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> writer::Work<'t, ()> + Send + 'static) {
+    fn write_behind(&self, work: impl for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> tx::Work<'t, ()> + Send + 'static) {
         let change: Change = Box::new(move |tx| {
             Box::pin(async move {
                 match work(tx).await {
@@ -483,7 +373,7 @@ impl Postgres {
 /// The change running `work` in the writer, and where its value arrives once the change is kept (or why it
 /// was not).
 fn replying<T: Send + 'static>(
-    work: impl for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
+    work: impl for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> tx::Work<'t, T> + Send + 'static,
 ) -> (Change, oneshot::Receiver<Result<T, StoreError>>) {
     let (sender, receiver) = oneshot::channel();
     let change: Change = Box::new(move |tx| {
@@ -518,7 +408,7 @@ fn again_if_undone<T, W>(
 ) -> Job
 where
     T: Send + 'static,
-    W: for<'t, 'c> Fn(&'t mut Tx<'c>) -> writer::Work<'t, T> + Send + 'static,
+    W: for<'t, 'c> Fn(&'t mut Tx<'c>) -> tx::Work<'t, T> + Send + 'static,
 {
     let again = principals.clone();
     let change: Change = Box::new(move |tx| {

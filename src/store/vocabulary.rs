@@ -311,7 +311,7 @@ pub struct Horizons {
 }
 
 /// Who holds the lease on a webhook's deliveries (or other leased work, [`crate::lease`]), as
-/// [`Store::hold_webhook`] decided it.
+/// [`Store::hold_webhook`](crate::store::Store::hold_webhook) decided it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lease {
     /// The asking holder has the lease until it runs out; with the webhook's saved cursor, `None` for a

@@ -8,7 +8,7 @@ use tokio::sync::oneshot;
 use tokio_postgres::types::ToSql;
 
 use super::requests::resolve_ids;
-use super::writer::{RECORD, Tx, insert_event};
+use super::tx::{RECORD, Tx, insert_event};
 use super::{Postgres, Reader, rounds, rows};
 use crate::ids::{self, CallId, RequestId, SessionId};
 use crate::lock;

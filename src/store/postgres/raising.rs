@@ -8,7 +8,7 @@ use futures::future::try_join_all;
 use tokio_postgres::types::ToSql;
 
 use super::requests::round_number;
-use super::writer::{Tx, insert_event};
+use super::tx::{Tx, insert_event};
 use super::{Postgres, Reader, rounds, rows};
 use crate::ids::{CallId, RequestId};
 use crate::records::{Event, EventKind, RequestView};

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio_postgres::types::ToSql;
 
-use super::writer::{Tx, insert_event};
+use super::tx::{Tx, insert_event};
 use super::{Postgres, Reader, rounds, rows};
 use crate::decision::{self, Decided, Decision, Proposal, Upstream};
 use crate::ids::{CallId, RequestId, SessionId};

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use tokio_postgres::Row;
 
-use super::writer::{RECORD, Tx, insert_event};
+use super::tx::{RECORD, Tx, insert_event};
 use super::{Reader, rows as call_rows};
 use crate::ids::CallId;
 use crate::records::{CallStatus, CallTask, CallView, Event, Signoff};
@@ -204,7 +204,7 @@ impl Resolving<'_> {
     }
 }
 
-/// What a statement [`resolving`] made did, when it resolved its Request.
+/// What a statement [`Resolving`] made did, when it resolved its Request.
 pub(super) struct Won {
     /// The round of the Request, if it has one.
     pub round: Option<i32>,

@@ -1,0 +1,115 @@
+//! The connections to the database: how to reach it, and the statements each has prepared.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, GenericClient, NoTls, Row, Statement};
+
+use crate::lock;
+
+/// How to reach the database.
+#[derive(Clone)]
+pub struct Connector {
+    pub(super) config: tokio_postgres::Config,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector").finish_non_exhaustive()
+    }
+}
+
+impl Connector {
+    /// A new connection, driven on a task of its own until it closes.
+    pub async fn connect(&self) -> Result<Client, tokio_postgres::Error> {
+        let (client, connection) = self.config.connect(NoTls).await?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::warn!(%error, "a store connection ended");
+            }
+        });
+        Ok(client)
+    }
+}
+
+/// The statements a connection has prepared, by their SQL.
+#[derive(Debug, Default)]
+pub struct Statements(Mutex<HashMap<String, Statement>>);
+
+impl Statements {
+    /// `sql`, prepared once on the connection `client` belongs to.
+    pub async fn get(&self, client: &impl GenericClient, sql: &str) -> Result<Statement, tokio_postgres::Error> {
+        if let Some(statement) = lock(&self.0).get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = client.prepare(sql).await?;
+        lock(&self.0).insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+}
+
+/// A connection with the statements it has prepared.
+#[derive(Debug)]
+pub struct Conn {
+    pub client: Client,
+    statements: Statements,
+}
+
+impl Conn {
+    pub(super) fn new(client: Client) -> Self {
+        Self {
+            client,
+            statements: Statements::default(),
+        }
+    }
+}
+
+/// What reads run on: a read connection, or the writer inside its transaction or between two. Each statement
+/// is prepared once per connection.
+pub trait Reader: Sync {
+    /// The connection and the statements it has prepared.
+    fn borrowed(&self) -> Borrowed<'_>;
+
+    /// The rows of `sql`.
+    fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Vec<Row>, tokio_postgres::Error>> + Send {
+        let Borrowed { client, statements } = self.borrowed();
+        async move { client.query(&statements.get(client, sql).await?, params).await }
+    }
+
+    /// The one row of `sql`, if any.
+    fn query_opt(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Option<Row>, tokio_postgres::Error>> + Send {
+        let Borrowed { client, statements } = self.borrowed();
+        async move { client.query_opt(&statements.get(client, sql).await?, params).await }
+    }
+}
+
+/// A connection and its prepared statements, borrowed.
+#[derive(Clone, Copy)]
+pub struct Borrowed<'c> {
+    pub client: &'c Client,
+    pub statements: &'c Statements,
+}
+
+impl Reader for Borrowed<'_> {
+    fn borrowed(&self) -> Borrowed<'_> {
+        *self
+    }
+}
+
+impl Reader for Conn {
+    fn borrowed(&self) -> Borrowed<'_> {
+        Borrowed {
+            client: &self.client,
+            statements: &self.statements,
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! The writer's connection inside a transaction, as a change runs its statements on it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::task::Poll;
+
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use super::{Borrowed, EVENTS_PER_TRANSACTION, Reader};
+use crate::records::Event;
+use crate::time::{Clock, Timestamp};
+
+/// The writer's connection inside a transaction, and the events the current change records. What a change
+/// reads stays exact until it commits only as far as its [`Turn`](super::writer::Turn) says.
+pub struct Tx<'c> {
+    /// The writer's connection and the statements it has prepared.
+    pub(super) borrowed: Borrowed<'c>,
+    /// The replica whose writer this is.
+    pub replica: &'c str,
+    /// The place among the transaction's events that its next event takes.
+    pub(super) next_event: &'c AtomicI64,
+    pub(super) clock: &'c Clock,
+    /// When the change may end its transaction (it is alone in it), set once it has sent its last statements:
+    /// the writer then sends the `COMMIT` right behind them (see [`Tx::closing`]).
+    pub(super) end: Option<&'c AtomicBool>,
+}
+
+impl Tx<'_> {
+    /// The current instant, by the store's clock.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// Prepares each of `sqls` that the connection has not: statements pipelined after it go out in the order
+    /// they are sent in, rather than those not prepared yet behind the others. (Of statements pipelined
+    /// together, the first to fail then stands first among them; each after it fails as the transaction is
+    /// aborted.)
+    pub async fn prepare(&self, sqls: &[&str]) -> Result<(), tokio_postgres::Error> {
+        let Borrowed { client, statements } = self.borrowed;
+        for sql in sqls {
+            statements.get(client, sql).await?;
+        }
+        Ok(())
+    }
+
+    /// The one row of `sql`.
+    pub async fn query_one(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Row, tokio_postgres::Error> {
+        let Borrowed { client, statements } = self.borrowed;
+        client.query_one(&statements.get(client, sql).await?, params).await
+    }
+
+    /// Whether [`Self::closing`] ends the transaction: the change is the only one in it and may end it.
+    pub fn ends(&self) -> bool {
+        self.end.is_some()
+    }
+
+    /// Runs `last`, the change's last statements (`sqls`, prepared here), with the transaction's `COMMIT` and
+    /// the read of the log behind them in the same exchange, when the change may end its transaction
+    /// ([`Self::ends`]); otherwise runs them alone, and the writer commits once the change is done. Either way
+    /// their rows come back as soon as they arrive, before the `COMMIT` is known to have kept them. If one of
+    /// them fails, so does the `COMMIT`, and nothing of the transaction is kept.
+    ///
+    /// `last` must send every one of its statements the first time it is polled (each prepared, with nothing
+    /// awaited before it), and the change must send nothing after it: a statement sent later would run after
+    /// the `COMMIT`, outside the transaction.
+    pub async fn closing<T>(
+        &self,
+        sqls: &[&str],
+        last: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, tokio_postgres::Error> {
+        let Some(end) = self.end else {
+            return last.await;
+        };
+        self.prepare(sqls).await?;
+        let mut last = std::pin::pin!(last);
+        // Polled once, it sends its statements; the writer sends the `COMMIT` as soon as this returns.
+        let sent = futures::poll!(last.as_mut());
+        end.store(true, Ordering::Relaxed);
+        match sent {
+            Poll::Ready(done) => done,
+            Poll::Pending => last.await,
+        }
+    }
+
+    /// The rows of `first`, then those of `second`, in one exchange: the server runs `second` once `first` has
+    /// run, with a snapshot of its own, which sees what committed while `first` waited for a row.
+    pub async fn query_in_turn(
+        &self,
+        (first, first_params): (&str, &[&(dyn ToSql + Sync)]),
+        (second, second_params): (&str, &[&(dyn ToSql + Sync)]),
+    ) -> Result<(Vec<Row>, Vec<Row>), tokio_postgres::Error> {
+        self.prepare(&[first, second]).await?;
+        futures::try_join!(self.query(first, first_params), self.query(second, second_params))
+    }
+
+    /// Runs `sql`; how many rows it changed.
+    pub async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, tokio_postgres::Error> {
+        let Borrowed { client, statements } = self.borrowed;
+        client.execute(&statements.get(client, sql).await?, params).await
+    }
+
+    /// Records an event: it is numbered now and published once the transaction is kept.
+    pub async fn record(&self, mut event: Event) -> Result<Arc<Event>, tokio_postgres::Error> {
+        let values = self.event_values(&mut event);
+        let row = self.query_one(&RECORD, &values.params()).await?;
+        Ok(self.numbered(event, row.get(0)))
+    }
+
+    /// `event`'s values as [`insert_event`] takes them: the transaction's next place, recorded now (the event
+    /// is stamped with that instant).
+    pub fn event_values<'e>(&self, event: &'e mut Event) -> EventValues<'e> {
+        // Past the transaction's ids, each event takes its last one: the second such insert fails on the
+        // primary key, and the transaction with it.
+        let place = self
+            .next_event
+            .fetch_add(1, Ordering::Relaxed)
+            .min(EVENTS_PER_TRANSACTION - 1);
+        event.at = self.now();
+        EventValues {
+            place,
+            at: event.at.millis(),
+            kind: event.kind.name(),
+            event,
+        }
+    }
+
+    /// `event` as a statement of this change inserted it, numbered `seq` (the tail publishes it once the
+    /// transaction is kept).
+    pub fn numbered(&self, mut event: Event, seq: i64) -> Arc<Event> {
+        event.id = u64::try_from(seq).unwrap_or_default();
+        Arc::new(event)
+    }
+}
+
+/// The statement of [`Tx::record`].
+pub static RECORD: LazyLock<String> = LazyLock::new(|| insert_event(1, "VALUES ({})"));
+
+/// The statement inserting an event whose eight values are parameters `$first` on, in the order of
+/// [`EventValues::params`], placed in `source` at its `{}` (`VALUES ({})`, or `SELECT {} FROM rows` to record
+/// it if another part of the statement has a row: one at most, as the values hold one place); it returns the
+/// event's number, which it makes of the transaction's id and the event's place.
+pub fn insert_event(first: usize, source: &str) -> String {
+    let mut values: Vec<String> = ["BIGINT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT", "TEXT"]
+        .iter()
+        .enumerate()
+        .map(|(at, kind)| format!("${}::{kind}", first + 1 + at))
+        .collect();
+    values.insert(
+        0,
+        format!("pg_current_xact_id()::TEXT::BIGINT * {EVENTS_PER_TRANSACTION} + ${first}::BIGINT"),
+    );
+    format!(
+        "INSERT INTO events (seq, at, kind, server, session, call_id, owner, data) {} RETURNING seq",
+        source.replace("{}", &values.join(", "))
+    )
+}
+
+/// An event's values as [`insert_event`] takes them, from [`Tx::event_values`].
+pub struct EventValues<'e> {
+    place: i64,
+    at: i64,
+    kind: &'static str,
+    event: &'e Event,
+}
+
+impl EventValues<'_> {
+    pub fn params(&self) -> [&(dyn ToSql + Sync); 8] {
+        [
+            &self.place,
+            &self.at,
+            &self.kind,
+            &self.event.server,
+            &self.event.session,
+            &self.event.call,
+            &self.event.owner,
+            &self.event.data,
+        ]
+    }
+}
+
+impl Reader for Tx<'_> {
+    fn borrowed(&self) -> Borrowed<'_> {
+        self.borrowed
+    }
+}
+
+/// What a change's statements come to, with the value they return.
+pub type Work<'t, T> = Pin<Box<dyn Future<Output = Result<T, tokio_postgres::Error>> + Send + 't>>;
