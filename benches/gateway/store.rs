@@ -155,7 +155,9 @@ pub async fn table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
          own, with {relayed} pending answered through a loopback relay in front of the server ({ONE_BY_ONE} \
          of them one at a time, the rest drained until their calls completed): each time a connection's \
          client sends after having received something, one (statements sent together or pipelined, on one \
-         connection, share it; answers in flight at once share a transaction's).",
+         connection, share it; answers in flight at once share a transaction's). Round trips per elicitation round \
+         trip are counted the same way on a gateway of their own, over {RELAYED_ELICITATIONS} round trips of \
+         each era sent one after another, after as many to warm up.",
         plan.iterations,
         plan.warmup,
         if statements {
@@ -194,6 +196,10 @@ async fn round_trips(
     for gateway in [Some(&memory), sqlite.as_ref(), pg.as_ref()].into_iter().flatten() {
         gateway.ready().await?;
     }
+    let relayed = match postgres {
+        Some(postgres) => Some(relayed_elicitations(binary, postgres).await?),
+        None => None,
+    };
     for era in [Era::Modern, Era::Legacy] {
         eprintln!("store: round trips, {}", era.protocol());
         let (mut in_memory, mut on_disk, mut in_postgres) =
@@ -236,8 +242,45 @@ async fn round_trips(
             era.protocol(),
             p50_p99(&in_memory),
         );
+        if let Some(relayed) = &relayed {
+            let _ = writeln!(
+                table,
+                "| database: round trips per elicitation round trip (counted at a relay) | {} | | | {:.2} | | | |",
+                era.protocol(),
+                relayed[usize::from(era == Era::Legacy)]
+            );
+        }
     }
     Ok(())
+}
+
+/// How many elicitation round trips of each era [`relayed_elicitations`] counts, after as many to warm up.
+const RELAYED_ELICITATIONS: usize = 100;
+
+/// Database round trips per elicitation round trip (the call, its Request, the answer and the call's end), in
+/// 2026-07-28 then 2025-11-25, each sent once the one before has completed: counted at a relay in front of a
+/// fresh database of `postgres`, its own gateway's heartbeats and event-log reads meanwhile included.
+async fn relayed_elicitations(binary: &Path, postgres: &Postgres) -> anyhow::Result<[f64; 2]> {
+    eprintln!("store: round trips of elicitation round trips through a relay");
+    let Backend::Postgres(url) = postgres.database() else {
+        unreachable!("a PostgreSQL database")
+    };
+    let relay = Relay::in_front_of(&url).await?;
+    let backend = Backend::Postgres(relay.url.clone());
+    let gateway = GatewayProcess::spawn_in(binary, BOTH_ERAS, &backend, tempfile::tempdir()?).await?;
+    gateway.ready().await?;
+    let mut per_era = [0.0; 2];
+    for (era, per) in [Era::Modern, Era::Legacy].into_iter().zip(&mut per_era) {
+        for _ in 0..RELAYED_ELICITATIONS {
+            gateway.rest.confirm(era.server()).await?;
+        }
+        let before = relay.round_trips();
+        for _ in 0..RELAYED_ELICITATIONS {
+            gateway.rest.confirm(era.server()).await?;
+        }
+        *per = (relay.round_trips() - before) as f64 / RELAYED_ELICITATIONS as f64;
+    }
+    Ok(per_era)
 }
 
 /// A table cell: the value with `decimals` places, or empty when not measured.

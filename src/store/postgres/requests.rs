@@ -12,7 +12,6 @@ use crate::decision::{self, Decided, Decision, Proposal, Upstream};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{Event, EventKind, Filter, RequestView, Signoff, Status};
 use crate::store::listing::{Conditions, Dialect};
-use crate::store::rows::request_columns;
 use crate::store::sql;
 use crate::store::{Answered, Pending, Resolution, Resolved, Retry, StoreError};
 use crate::time::Timestamp;
@@ -28,18 +27,15 @@ impl Postgres {
     pub async fn answer(&self, id: &RequestId, proposal: Proposal) -> Result<Answered, StoreError> {
         let answering = Answering::new(&self.shared.answering);
         loop {
-            // An answer alone may end its transaction in its statement's exchange, if it knows that it leaves
-            // its call's status as it is; among others it shares a transaction with them, and does not read
-            // that (its call's row, which a large round's answers each update, is slow to read among them).
-            let Some(ToAnswer { pending, may_settle }) = self.to_answer(id, answering.alone()).await? else {
+            // An answer alone may end its transaction in its statement's exchange, if it foresees what that does
+            // to its call; among others it shares a transaction with them, and does not read its call (whose row,
+            // which a large round's answers each update, is slow to read among them).
+            let Some(ToAnswer { pending, call }) = self.to_answer(id, answering.alone()).await? else {
                 return Ok(Answered::NotFound);
             };
             let now = self.shared.clock.now();
             let written = match decision::decide(&pending, &proposal, now) {
-                Ok(Decided::Resolves(decision)) => {
-                    self.resolve_answer(pending, decision, now, &proposal, may_settle)
-                        .await?
-                }
+                Ok(Decided::Resolves(decision)) => self.resolve_answer(pending, decision, now, &proposal, call).await?,
                 Ok(Decided::Counts(signoff)) => self.count(pending, signoff).await?,
                 Err(undecided) => return Ok(Answered::undecided(undecided, pending)),
             };
@@ -49,36 +45,27 @@ impl Postgres {
         }
     }
 
-    /// Request `id` as an answer is decided on; with `counted`, with its call's count of pending Requests.
-    async fn to_answer(&self, id: &RequestId, counted: bool) -> Result<Option<ToAnswer>, StoreError> {
-        const COUNTED: &str = concat!(
-            "SELECT (SELECT c.pending FROM calls AS c WHERE c.id = requests.call_id \
-             AND c.status IN ('running', 'input_required')), ",
-            request_columns!(),
-            " FROM requests WHERE id = $1"
-        );
-        if !counted {
+    /// Request `id` as an answer is decided on; with `foresee`, with what resolving it does to its call.
+    async fn to_answer(&self, id: &RequestId, foresee: bool) -> Result<Option<ToAnswer>, StoreError> {
+        if !foresee {
             let pending = self.request(id).await?;
             return Ok(pending.map(|pending| ToAnswer {
                 pending,
-                may_settle: true,
+                call: Foreseen::Unknown,
             }));
         }
         self.read(async |conn| {
-            let Some(row) = conn.query_opt(COUNTED, &[&id]).await? else {
-                return Ok(None);
-            };
-            let pending: Option<i32> = row.try_get(0)?;
-            Ok(Some(ToAnswer {
-                pending: rows::request_at(&row, 1)?,
-                may_settle: pending.is_some_and(|pending| pending <= 1),
+            let (pending, settling) = futures::try_join!(request(conn, id), rounds::Settling::read(conn, id))?;
+            Ok(pending.map(|pending| ToAnswer {
+                pending,
+                call: settling.map_or(Foreseen::Stays, |settling| Foreseen::Settles(Box::new(settling))),
             }))
         })
         .await
     }
 
     /// Writes a decision that resolves `pending`, if it is still pending with the decisions it was read with;
-    /// `None` when it is pending with others. Unless resolving it may settle its call (`may_settle`), the
+    /// `None` when it is pending with others. When what that does to its call was foreseen (`call`), the
     /// statement that writes it is the change's last, which ends the transaction when the change may (see
     /// [`Tx::closing`]).
     async fn resolve_answer(
@@ -87,7 +74,7 @@ impl Postgres {
         decision: Decision,
         now: Timestamp,
         proposal: &Proposal,
-        may_settle: bool,
+        call: Foreseen,
     ) -> Result<Option<Answered>, StoreError> {
         let id = pending.request.id.clone();
         let decided_on = rows::decisions_json(&pending.decisions);
@@ -99,6 +86,12 @@ impl Postgres {
         let answerer = rows::to_json_opt(view.answerer.as_ref());
         let event = Event::request(EventKind::RequestResolved, &view);
         let upstream = proposal.upstream.clone();
+        // `None` when not foreseen; `Some(None)` when it stays as it is.
+        let settled = match call {
+            Foreseen::Unknown => None,
+            Foreseen::Stays => Some(None),
+            Foreseen::Settles(settling) => Some(Some(settling.settled(now, &result))),
+        };
         // Alongside other answers: what this one decides is read by its own statements as they run. So is a
         // withdrawal's cancellation (a Request with a waiter to withdraw has no round to hand on).
         self.write_alongside(move |tx| {
@@ -106,7 +99,7 @@ impl Postgres {
             let withdrawn = upstream.as_ref().and_then(Upstream::withdrawal);
             let (id, answer, result) = (id.clone(), answer.clone(), result.clone());
             let (decisions, answerer, decided_on) = (decisions.clone(), answerer.clone(), decided_on.clone());
-            let (mut view, event) = (view.clone(), event.clone());
+            let (mut view, event, settled) = (view.clone(), event.clone(), settled.clone());
             Box::pin(async move {
                 if let Some(detail) = withdrawn {
                     let Some(current) = request(tx, &id).await? else {
@@ -124,18 +117,23 @@ impl Postgres {
                         None => request(tx, &id).await?.map_or(Answered::NotFound, Answered::Lost),
                     }));
                 }
-                // The Request resolved, counted out and its event numbered, in one statement.
+                // The Request resolved, counted out and its event numbered, in one statement; ending the change,
+                // it also records its call's event if it settles the call.
                 const SET: &str = "status = 'answered', resolved_at = $2, answer = $3, answered_by = $4, result = $5, \
                                    decisions = $6, answerer = $7";
                 static ANSWER: LazyLock<String> = LazyLock::new(|| answering(None));
-                static LAST: LazyLock<String> = LazyLock::new(|| answering(Some(17)));
-                fn answering(last: Option<usize>) -> String {
+                static STAYS: LazyLock<String> = LazyLock::new(|| answering(Some(None)));
+                static SETTLES: LazyLock<String> = LazyLock::new(|| answering(Some(Some((18, 19)))));
+                fn answering(last: Option<Option<(usize, usize)>>) -> String {
                     rounds::Resolving {
                         set: SET,
                         at: 2,
                         unchanged: Some(8),
                         event: Some(9),
-                        last,
+                        last: last.map(|settles| rounds::Last {
+                            completed_at: 17,
+                            settles,
+                        }),
                     }
                     .sql()
                 }
@@ -153,13 +151,22 @@ impl Postgres {
                     &decided_on,
                 ];
                 params.extend(values.params());
-                let found = if !may_settle && tx.ends() {
-                    // It fails unless it leaves nothing for another statement to do: the change then runs again,
-                    // without ending its transaction.
-                    params.push(&completed_at);
-                    tx.closing(&[&LAST], tx.query_opt(&LAST, &params)).await?
-                } else {
-                    tx.query_opt(&ANSWER, &params).await?
+                // Ending the change, the statement fails unless it does what was foreseen: the change then runs
+                // again, without ending its transaction.
+                let last = settled.as_ref().filter(|_| tx.ends());
+                let mut call_event = last.and_then(Option::as_ref).map(|settled| Event::call(&settled.call));
+                let call_values = call_event.as_mut().map(|event| tx.event_values(event));
+                let found = match (last, &call_values) {
+                    (Some(Some(settled)), Some(call_values)) => {
+                        params.extend([&completed_at as &(dyn ToSql + Sync), &settled.version]);
+                        params.extend(call_values.params());
+                        tx.closing(&[&SETTLES], tx.query_opt(&SETTLES, &params)).await?
+                    }
+                    (Some(_), _) => {
+                        params.push(&completed_at);
+                        tx.closing(&[&STAYS], tx.query_opt(&STAYS, &params)).await?
+                    }
+                    (None, _) => tx.query_opt(&ANSWER, &params).await?,
                 };
                 let Some(won) = found else {
                     return Ok(match request(tx, &id).await? {
@@ -182,7 +189,13 @@ impl Postgres {
                         .await?;
                 }
                 let event = tx.numbered(event, seq);
-                let resumes = rounds::on_settled(tx, won.settled, won.round, true).await?;
+                let resumes = match last {
+                    Some(Some(settled)) => {
+                        debug_assert_eq!(won.settled.as_ref(), Some(&settled.call), "the call as foreseen");
+                        settled.resumes.clone()
+                    }
+                    _ => rounds::on_settled(tx, won.settled, won.round, true).await?,
+                };
                 Ok(Some(Answered::Won {
                     view,
                     event,
@@ -474,9 +487,18 @@ async fn resolve_one(
 /// A Request as an answer is decided on.
 struct ToAnswer {
     pending: RequestView,
-    /// Whether resolving it may change its call's status: it is the last Request pending of a live call, or its
-    /// call's count was not read.
-    may_settle: bool,
+    /// What resolving it does to its call, as read with it.
+    call: Foreseen,
+}
+
+/// What resolving a Request does to its call, as an answer read it.
+enum Foreseen {
+    /// Not read: the statements that resolve the Request find it.
+    Unknown,
+    /// It leaves the call's status as it is (or the Request has no live call).
+    Stays,
+    /// It settles the call: the Request is the call's only one pending.
+    Settles(Box<rounds::Settling>),
 }
 
 /// An answer counted among those the replica is deciding and writing, while it lives.

@@ -4,11 +4,12 @@
 use std::sync::LazyLock;
 
 use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 use super::tx::{RECORD, Tx, insert_event};
 use super::{Reader, rows as call_rows};
-use crate::ids::CallId;
-use crate::records::{CallStatus, CallTask, CallView, Event, Signoff};
+use crate::ids::{CallId, RequestId};
+use crate::records::{CallStatus, CallTask, CallView, Event, Signoff, Status};
 use crate::store::rows::{self, Columns, JsonText};
 use crate::store::{Asked, Retry};
 use crate::time::Timestamp;
@@ -16,17 +17,23 @@ use crate::time::Timestamp;
 /// What retrying a call takes, if it has not ended and its latest round is answered, or it follows a task.
 pub(super) async fn retry(conn: &impl Reader, id: &CallId) -> Result<Option<Retry>, tokio_postgres::Error> {
     match conn.query_opt(&RETRY, &[&id]).await? {
-        Some(found) => retry_from(id, &found),
+        Some(found) => Ok(Round::read(id, &found)?.retry(None)),
         None => Ok(None),
     }
 }
 
-static RETRY: LazyLock<String> = LazyLock::new(retry_sql);
+static RETRY: LazyLock<String> = LazyLock::new(|| retry_sql("c.id = $1"));
 
-/// The call `$1`, its latest round, and that round's Requests (read for that round only), in one exchange
-/// (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change"); SQLite reads them in three statements
-/// that it compiles once each.
-fn retry_sql() -> String {
+/// The call of a Request in a round, `$1`, as [`RETRY`] reads it, if resolving that Request may complete the
+/// round: it is the only Request of the call still pending.
+static RETRY_OF_REQUEST: LazyLock<String> = LazyLock::new(|| {
+    retry_sql("c.id = (SELECT call_id FROM requests WHERE id = $1 AND round IS NOT NULL) AND c.pending = 1")
+});
+
+/// The live call that `target` picks, its latest round, and that round's Requests (read for that round only),
+/// in one exchange (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change"); SQLite reads them in
+/// three statements that it compiles once each.
+fn retry_sql(target: &str) -> String {
     let of_round = |column: &str| {
         format!(
             "ARRAY(SELECT q.{column} FROM requests AS q WHERE q.call_id = c.id AND q.round = r.round ORDER BY q.seq)"
@@ -37,42 +44,139 @@ fn retry_sql() -> String {
          {}, {}, {}, c.task, r.input_requests FROM calls AS c LEFT JOIN LATERAL \
          (SELECT round, request_state, input_requests FROM rounds \
          WHERE call_id = c.id ORDER BY round DESC LIMIT 1) AS r ON true \
-         WHERE c.id = $1 AND c.status IN ('running', 'input_required') AND (r.round IS NOT NULL OR c.task IS NOT NULL)",
+         WHERE {target} AND c.status IN ('running', 'input_required') AND (r.round IS NOT NULL OR c.task IS NOT NULL)",
         of_round("input_key"),
         of_round("status"),
         of_round("result")
     )
 }
 
-/// What retrying call `id` takes, from the row of [`retry_sql`]; `None` while a Request of its round is pending.
-fn retry_from(id: &CallId, found: &Row) -> Result<Option<Retry>, tokio_postgres::Error> {
-    // A task is followed on without a round (then the round and its Requests are NULL and empty).
-    let round: Option<i32> = found.try_get(5)?;
-    let keys: Vec<String> = found.try_get(8)?;
-    let statuses: Vec<String> = found.try_get(9)?;
-    let results: Vec<Option<String>> = found.try_get(10)?;
-    let answers = keys.into_iter().zip(statuses).zip(results);
-    let Some(input_responses) = rows::input_responses(answers.map(|((key, status), result)| (key, status, result)))
-    else {
-        return Ok(None);
-    };
-    Ok(Some(Retry {
-        call: id.to_owned(),
-        owner: found.try_get(7)?,
-        server: found.try_get(0)?,
-        session: found.try_get(1)?,
-        shared: found.try_get(2)?,
-        tool: found.try_get(3)?,
-        arguments: found.parsed::<JsonText<_>>(4)?,
-        round: round.and_then(|round| u32::try_from(round).ok()).unwrap_or(0),
-        request_state: found.try_get(6)?,
-        input_responses,
-        asked: found
-            .parsed_opt::<JsonText<serde_json::Map<String, serde_json::Value>>>(12)?
-            .map(|input_requests| Asked::of_round(&input_requests))
-            .unwrap_or_default(),
-        task: found.parsed_opt::<JsonText<CallTask>>(11)?.map(|task| task.id),
-    }))
+/// A call's latest round as [`retry_sql`] reads it.
+#[derive(Clone)]
+struct Round {
+    /// What retrying the call takes, but the round's answers.
+    retry: Retry,
+    /// Each Request of the round: its input request's key, its status and its result.
+    requests: Vec<(String, String, Option<String>)>,
+}
+
+impl Round {
+    fn read(id: &CallId, found: &Row) -> Result<Round, tokio_postgres::Error> {
+        // A task is followed on without a round (then the round and its Requests are NULL and empty).
+        let round: Option<i32> = found.try_get(5)?;
+        let keys: Vec<String> = found.try_get(8)?;
+        let statuses: Vec<String> = found.try_get(9)?;
+        let results: Vec<Option<String>> = found.try_get(10)?;
+        let requests = keys.into_iter().zip(statuses).zip(results);
+        Ok(Round {
+            retry: Retry {
+                call: id.to_owned(),
+                owner: found.try_get(7)?,
+                server: found.try_get(0)?,
+                session: found.try_get(1)?,
+                shared: found.try_get(2)?,
+                tool: found.try_get(3)?,
+                arguments: found.parsed::<JsonText<_>>(4)?,
+                round: round.and_then(|round| u32::try_from(round).ok()).unwrap_or(0),
+                request_state: found.try_get(6)?,
+                input_responses: serde_json::Map::new(),
+                asked: found
+                    .parsed_opt::<JsonText<serde_json::Map<String, serde_json::Value>>>(12)?
+                    .map(|input_requests| Asked::of_round(&input_requests))
+                    .unwrap_or_default(),
+                task: found.parsed_opt::<JsonText<CallTask>>(11)?.map(|task| task.id),
+            },
+            requests: requests.map(|((key, status), result)| (key, status, result)).collect(),
+        })
+    }
+
+    /// What retrying the call takes; `None` while a Request of its round is pending. With `resolving`, as it will
+    /// be once the Request of the round still pending is answered with that result.
+    fn retry(self, resolving: Option<&Option<String>>) -> Option<Retry> {
+        let mut requests = self.requests;
+        if let Some(result) = resolving {
+            for (_, status, was) in &mut requests {
+                if status == Status::Pending.as_str() {
+                    (*status, *was) = (Status::Answered.as_str().to_owned(), result.clone());
+                }
+            }
+        }
+        Some(Retry {
+            input_responses: rows::input_responses(requests)?,
+            ..self.retry
+        })
+    }
+}
+
+/// A live call as an answer reads it when its Request is the only one of the call still pending, to foresee
+/// what resolving that Request will make of it.
+pub(super) struct Settling {
+    /// The call as read.
+    call: CallView,
+    /// The version of the call's row that was read (its `xmin`).
+    version: String,
+    /// Its latest round, if the Request is in a round.
+    round: Option<Round>,
+}
+
+/// The live call of Request `$1` if the Request is its only one pending, as [`call_rows::CALL`] reads it, and the
+/// version of its row.
+static SETTLING: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {}, c.xmin::TEXT FROM calls AS c WHERE c.id = (SELECT call_id FROM requests WHERE id = $1) \
+         AND c.status IN ('running', 'input_required') AND c.pending = 1",
+        call_rows::CALL
+    )
+});
+
+impl Settling {
+    /// The call of Request `id` if resolving the Request would settle it: both reads in one exchange.
+    pub(super) async fn read(conn: &impl Reader, id: &RequestId) -> Result<Option<Self>, tokio_postgres::Error> {
+        let params: [&(dyn ToSql + Sync); 1] = [&id];
+        let (call, round) = futures::try_join!(
+            conn.query_opt(&SETTLING, &params),
+            conn.query_opt(&RETRY_OF_REQUEST, &params)
+        )?;
+        let Some(found) = call else { return Ok(None) };
+        let call = call_rows::call(&found)?;
+        let round = match round {
+            Some(round) => Some(Round::read(&call.id, &round)?),
+            None => None,
+        };
+        Ok(Some(Settling {
+            version: found.try_get(rows::CALL_COLUMNS)?,
+            call,
+            round,
+        }))
+    }
+
+    /// What resolving the call's last pending Request at `at` with `result` makes of the call, if nothing changes
+    /// it first.
+    pub(super) fn settled(&self, at: Timestamp, result: &Option<String>) -> Settled {
+        let call = CallView {
+            status: CallStatus::Running,
+            updated_at: Timestamp::from_millis(at.millis()),
+            ..self.call.clone()
+        };
+        Settled {
+            call,
+            version: self.version.clone(),
+            resumes: self.round.clone().and_then(|round| round.retry(Some(result))),
+        }
+    }
+}
+
+/// A call as the statement that resolves its last pending Request will settle it (see [`Last::settles`]): what
+/// [`on_settled`] would record and read after it.
+#[derive(Clone)]
+pub(super) struct Settled {
+    /// The call once settled: its `call.updated` event's data.
+    pub call: CallView,
+    /// The version of the call's row it was foreseen from: the statement settles the call only while its row is
+    /// still that version.
+    pub version: String,
+    /// What retrying it takes, if settling it completes its round.
+    pub resumes: Option<Retry>,
 }
 
 /// The status of a live call whose count of pending Requests is `count`, an SQL expression (see
@@ -143,9 +247,9 @@ pub(super) async fn count_raised(
 /// counting in the statements that change rows": one statement where the triggers ran four.)
 ///
 /// With `last`, it is its change's last statement, its `COMMIT` sent right behind it: it fails (see
-/// [`super::MISSED`]) unless it resolved the Request, leaving its call's status as it was, with the completion
-/// time parameter `$last` says, so that the change needs no statement after it. (BENCHMARKS.md, "Store:
-/// PostgreSQL answers ending their own transaction".)
+/// [`super::MISSED`]) unless it resolved the Request with the completion time it was read with, and did to its
+/// call what was foreseen, so that the change needs no statement after it. (BENCHMARKS.md, "Store: PostgreSQL
+/// answers ending their own transaction".)
 ///
 /// The call is found by its id, read from the Request's row in a subquery, not by a join: joined, with
 /// statistics taken before a large round was raised, its update scanned an index of live calls holding every
@@ -155,7 +259,16 @@ pub(super) struct Resolving<'s> {
     pub at: usize,
     pub unchanged: Option<usize>,
     pub event: Option<usize>,
-    pub last: Option<usize>,
+    pub last: Option<Last>,
+}
+
+/// The parameters of a [`Resolving`] statement that is its change's last.
+pub(super) struct Last {
+    /// The completion time the Request was read with.
+    pub completed_at: usize,
+    /// If resolving the Request settles its call (see [`Settling`]): the version of the call's row that was read,
+    /// and the first of the call's event values, which the statement records.
+    pub settles: Option<(usize, usize)>,
 }
 
 impl Resolving<'_> {
@@ -176,14 +289,27 @@ impl Resolving<'_> {
             format!("settled.*, won.round, won.completed_at, {seq}, won.decisions"),
             format!("won{joined}"),
         );
-        let select = match self.last {
+        let settles = self.last.as_ref().and_then(|last| last.settles);
+        let select = match &self.last {
             None => format!("SELECT {columns} FROM {from} LEFT JOIN settled ON true"),
             // One row whatever the statement did, so that the check runs.
-            Some(completed_at) => format!(
-                "SELECT {columns}, toolnexus_expect(won.id IS NOT NULL AND settled.changed IS NOT TRUE \
-                 AND won.completed_at IS NOT DISTINCT FROM ${completed_at}) \
-                 FROM (SELECT 1) AS one LEFT JOIN ({from}) ON true LEFT JOIN settled ON true"
+            Some(last) => format!(
+                "SELECT {columns}, toolnexus_expect(won.id IS NOT NULL AND settled.changed IS {} TRUE \
+                 AND won.completed_at IS NOT DISTINCT FROM ${}) \
+                 FROM (SELECT 1) AS one LEFT JOIN ({from}) ON true LEFT JOIN settled ON true",
+                if settles.is_some() { "" } else { "NOT" },
+                last.completed_at
             ),
+        };
+        let (version, called) = match settles {
+            Some((version, event)) => (
+                format!(" AND c.xmin::TEXT = ${version}"),
+                format!(
+                    ", called AS ({})",
+                    insert_event(event, "SELECT {} FROM settled WHERE settled.changed")
+                ),
+            ),
+            None => (String::new(), String::new()),
         };
         format!(
             "WITH won AS (UPDATE requests SET {} WHERE id = $1 AND status = 'pending'{unchanged} \
@@ -192,12 +318,12 @@ impl Resolving<'_> {
              SELECT COALESCE(owner, ''), COALESCE(server, ''), {REPLICA}, -1, -bytes FROM won \
              ON CONFLICT (owner, server, replica) DO UPDATE \
              SET requests = pending_shares.requests + EXCLUDED.requests, bytes = pending_shares.bytes + EXCLUDED.bytes), \
-             settled AS ({}) {select}",
+             settled AS ({}){called} {select}",
             self.set,
             count_pending(
                 "-1",
                 &format!("${}", self.at),
-                "WHERE c.id = (SELECT call_id FROM won)",
+                &format!("WHERE c.id = (SELECT call_id FROM won){version}"),
                 "(SELECT round FROM won) IS NOT NULL"
             )
         )
