@@ -147,6 +147,75 @@ async fn answers_to_a_calls_last_two_requests_committed_side_by_side_leave_it_ru
     store.close().await;
 }
 
+/// An answer to a call's only pending Request foresees the call settled, from the call's row as read; another
+/// change of that row, in flight as the answer reads and committed before the answer's statement runs, makes
+/// the answer run again, and settle the call as the row now is.
+#[tokio::test]
+async fn an_answer_that_foresaw_its_call_settled_runs_again_when_the_calls_row_changed_meanwhile() {
+    let url = postgres::cluster::shared().database();
+    let store = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let call = insert(&store, new_call("ada")).await;
+    let round = NewRound {
+        call: call.id.clone(),
+        number: 1,
+        request_state: None,
+        input_requests: [("a".to_owned(), json!({"method": "elicitation/create"}))]
+            .into_iter()
+            .collect(),
+    };
+    let raised = store
+        .raise(
+            vec![new_request(Some(&call.id), Some("a"))],
+            Some(round),
+            PendingCaps::NONE,
+        )
+        .await
+        .unwrap();
+
+    let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
+    other
+        .batch_execute(&format!(
+            "BEGIN; UPDATE calls SET tool = 'renamed' WHERE id = '{}'",
+            call.id
+        ))
+        .await
+        .unwrap();
+    let before = store.last_event_id().await.unwrap();
+    let id = raised[0].request.id.clone();
+    let answering = tokio::spawn({
+        let store = store.clone();
+        async move { store.answer(&id, proposal(true)).await }
+    });
+    until_a_lock_is_awaited(&watcher, "the answer never waited for the call's row").await;
+    other.batch_execute("COMMIT").await.unwrap();
+
+    let answered = answering.await.unwrap().unwrap();
+    let Answered::Won {
+        resumes: Some(retry), ..
+    } = answered
+    else {
+        panic!("{answered:?}")
+    };
+    assert_eq!(
+        retry.tool, "renamed",
+        "what retrying takes is read from the row as the other change left it"
+    );
+    let settled = store.call(&call.id).await.unwrap().unwrap();
+    assert_eq!(
+        (settled.status, settled.tool.as_str()),
+        (CallStatus::Running, "renamed")
+    );
+    let logged = store.events_after(before, 10).await.unwrap().events;
+    let kinds: Vec<EventKind> = logged.iter().map(|event| event.kind).collect();
+    assert_eq!(
+        kinds,
+        [EventKind::RequestResolved, EventKind::CallUpdated],
+        "{logged:?}"
+    );
+    assert!(logged[1].data.contains("\"renamed\""), "{logged:?}");
+    store.close().await;
+}
+
 /// A call whose start is decided but whose commit waits (here for a lock a trigger takes as it commits) is read
 /// by its id once it is kept, never as missing.
 #[tokio::test]
