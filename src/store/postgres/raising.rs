@@ -5,16 +5,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
 use futures::future::try_join_all;
+use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::requests::round_number;
-use super::tx::{Tx, insert_event};
+use super::tx::{RECORD, Sent, Tx, Work, insert_event};
 use super::{Postgres, Reader, rounds, rows};
 use crate::ids::{CallId, RequestId};
-use crate::records::{Event, EventKind, RequestView};
+use crate::records::{CallStatus, CallView, Event, EventKind, RequestView};
 use crate::store::shares::{Held, Shares, server_key};
 use crate::store::sql;
 use crate::store::{NewRequest, NewRound, PendingCaps, RaiseError};
+use crate::time::Timestamp;
 
 impl Postgres {
     /// Raises Requests in the raising turn (see [`Turn::Raising`](super::writer::Turn::Raising)), which decides
@@ -45,14 +47,14 @@ impl Postgres {
                     .collect();
                 let chosen: Vec<&RequestId> = crate::store::chosen_ids(&requests).collect();
                 // What the raise decides on, read in one exchange.
-                tx.prepare(&[SHARES_HELD, LIVE_CALL, sql::REQUEST_TAKEN.postgres])
+                tx.prepare(&[SHARES_HELD, &LIVE_CALL, sql::REQUEST_TAKEN.postgres])
                     .await?;
                 let (shares, live, taken) = futures::try_join!(
                     pending_shares(tx, &requests),
                     try_join_all(
                         calls
                             .iter()
-                            .map(|call| async move { tx.query_opt(LIVE_CALL, &[call]).await })
+                            .map(|call| async move { tx.query_opt(&LIVE_CALL, &[call]).await })
                     ),
                     try_join_all(
                         chosen
@@ -83,44 +85,68 @@ impl Postgres {
                         .add(new.bytes);
                 }
                 let views: Vec<RequestView> = requests.iter().map(crate::store::views::raised_view).collect();
-                // What it writes, pipelined in one exchange: the round, the pending counts (once per owner and
-                // server, and once per call, not once per Request: a row updated once per Request of a large round,
-                // in one transaction, grows a chain of versions that each update walks), and the Requests.
+                // Each call that had no Request pending becomes `input_required`: its row is locked, so what its
+                // event says is known now.
+                let mut settled = Vec::new();
+                for (call, live) in calls.iter().zip(&live) {
+                    settled.push(becomes_input_required(live.as_ref(), &views, call, now)?);
+                }
+                // What it writes, pipelined in one exchange, its `COMMIT` behind it when the change may end its
+                // transaction: the round, the pending counts (once per owner and server, and once per call, not
+                // once per Request: a row updated once per Request of a large round, in one transaction, grows a
+                // chain of versions that each update walks), the Requests, and the calls' events.
                 tx.prepare(&[
                     sql::ROUND_RAISED.postgres,
                     SHARES_RAISED,
                     &INSERT_REQUEST,
                     &rounds::RAISED,
+                    &RECORD,
                 ])
                 .await?;
-                let round_raised = async {
-                    if let Some(round) = &round {
-                        let params: [&(dyn ToSql + Sync); 5] = [
-                            &round.call,
-                            &number,
-                            &round.request_state,
-                            &input_requests,
-                            &now.millis(),
-                        ];
-                        tx.execute(sql::ROUND_RAISED.postgres, &params).await?;
-                    }
-                    Ok(())
-                };
-                let counted = try_join_all(shares.iter().map(|((owner, server), held)| async move {
+                let mut writes: Vec<Work<'_, Option<Row>>> = Vec::new();
+                if let Some(round) = &round {
+                    let (number, input_requests) = (&number, &input_requests);
+                    writes.push(Box::pin(async move {
+                        let params: [&(dyn ToSql + Sync); 5] =
+                            [&round.call, number, &round.request_state, input_requests, &now.millis()];
+                        tx.execute(sql::ROUND_RAISED.postgres, &params).await.map(|_| None)
+                    }));
+                }
+                for ((owner, server), held) in &shares {
                     let count = i64::try_from(held.count).unwrap_or(i64::MAX);
                     let bytes = i64::try_from(held.bytes).unwrap_or(i64::MAX);
-                    tx.execute(SHARES_RAISED, &[owner, server, &count, &bytes]).await
-                }));
-                let inserted = try_join_all(requests.iter().zip(&views).map(|(new, view)| {
+                    writes.push(Box::pin(async move {
+                        tx.execute(SHARES_RAISED, &[owner, server, &count, &bytes])
+                            .await
+                            .map(|_| None)
+                    }));
+                }
+                for (new, view) in requests.iter().zip(&views) {
                     let event = Event::request(EventKind::RequestCreated, view);
-                    insert_request(tx, new, round.as_ref().map(|round| round.number), event)
-                }));
-                let raised = try_join_all(
-                    calls
-                        .iter()
-                        .map(|call| rounds::count_raised(tx, call, requests_of(&views, call), now)),
-                );
-                futures::try_join!(round_raised, counted, inserted, raised)?;
+                    let number = round.as_ref().map(|round| round.number);
+                    writes.push(Box::pin(async move {
+                        insert_request(tx, new, number, event).await.map(|()| None)
+                    }));
+                }
+                let counted = writes.len();
+                for call in &calls {
+                    let raised = requests_of(&views, call);
+                    writes.push(Box::pin(async move {
+                        tx.query_opt(&rounds::RAISED, &[call, &raised, &now.millis()]).await
+                    }));
+                }
+                for view in settled.iter().flatten() {
+                    let event = Event::call(view);
+                    writes.push(Box::pin(async move { tx.record(event).await.map(|_| None) }));
+                }
+                let sent = Sent::send(writes).await;
+                let replies = tx.closing(&[], sent.replies()).await?;
+                if cfg!(debug_assertions) {
+                    for (row, foreseen) in replies[counted..].iter().zip(&settled) {
+                        let changed = row.as_ref().map(rounds::changed).transpose()?.flatten();
+                        assert_eq!(&changed, foreseen, "the call as foreseen");
+                    }
+                }
                 Ok(Ok((views, pending)))
             })
         })
@@ -139,8 +165,34 @@ const SHARES_HELD: &str = "SELECT NULL::TEXT, NULL::TEXT, COALESCE(sum(requests)
     UNION ALL SELECT owner, server, sum(requests)::BIGINT, sum(bytes)::BIGINT FROM pending_shares \
     WHERE owner = ANY($1) OR server = ANY($2) GROUP BY owner, server";
 
-/// Whether call `$1` is live, its row locked until the transaction ends.
-const LIVE_CALL: &str = "SELECT 1 FROM calls WHERE id = $1 AND status IN ('running', 'input_required') FOR UPDATE";
+/// Call `$1` if it is live, its row locked until the transaction ends, with its count of pending Requests: read
+/// whole only if it has none pending (see [`becomes_input_required`]).
+static LIVE_CALL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {}, c.pending FROM calls AS c WHERE c.id = $1 AND c.status IN ('running', 'input_required') FOR UPDATE",
+        rows::call_where("c.pending = 0")
+    )
+});
+
+/// Call `call` (`live`, a row of [`LIVE_CALL`]) once `views` are raised on it at `now`, if that makes it
+/// `input_required`: what its `call.updated` says.
+fn becomes_input_required(
+    live: Option<&Row>,
+    views: &[RequestView],
+    call: &CallId,
+    now: Timestamp,
+) -> Result<Option<CallView>, tokio_postgres::Error> {
+    let Some(live) = live else { return Ok(None) };
+    if live.try_get::<_, i32>(rows::CALL_COLUMNS)? > 0 {
+        return Ok(None);
+    }
+    let mut view = rows::call(live)?;
+    view.status = CallStatus::InputRequired;
+    view.updated_at = Timestamp::from_millis(now.millis());
+    let raised = views.iter().filter(|raised| raised.call.as_ref() == Some(call));
+    view.requests.extend(raised.map(|raised| raised.request.id.clone()));
+    Ok(Some(view))
+}
 
 /// Adds `$3` Requests of `$4` bytes to this replica's share of owner `$1` and server `$2`.
 const SHARES_RAISED: &str = "INSERT INTO pending_shares (owner, server, replica, requests, bytes) \

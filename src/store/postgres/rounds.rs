@@ -4,7 +4,6 @@
 use std::sync::LazyLock;
 
 use tokio_postgres::Row;
-use tokio_postgres::types::ToSql;
 
 use super::tx::{RECORD, Tx, insert_event};
 use super::{Reader, rows as call_rows};
@@ -17,41 +16,43 @@ use crate::time::Timestamp;
 /// What retrying a call takes, if it has not ended and its latest round is answered, or it follows a task.
 pub(super) async fn retry(conn: &impl Reader, id: &CallId) -> Result<Option<Retry>, tokio_postgres::Error> {
     match conn.query_opt(&RETRY, &[&id]).await? {
-        Some(found) => Ok(Round::read(id, &found)?.retry(None)),
+        Some(found) => Ok(Round::read(id, &found, 0)?.retry(None)),
         None => Ok(None),
     }
 }
 
-static RETRY: LazyLock<String> = LazyLock::new(|| retry_sql("c.id = $1"));
-
-/// The call of a Request in a round, `$1`, as [`RETRY`] reads it, if resolving that Request may complete the
-/// round: it is the only Request of the call still pending.
-static RETRY_OF_REQUEST: LazyLock<String> = LazyLock::new(|| {
-    retry_sql("c.id = (SELECT call_id FROM requests WHERE id = $1 AND round IS NOT NULL) AND c.pending = 1")
+/// The live call `$1` as [`Round::read`] reads it, if it has a round or follows a task.
+static RETRY: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM calls AS c {LATEST_ROUND} WHERE c.id = $1 AND c.status IN ('running', 'input_required') \
+         AND (r.round IS NOT NULL OR c.task IS NOT NULL)",
+        round_columns()
+    )
 });
 
-/// The live call that `target` picks, its latest round, and that round's Requests (read for that round only),
-/// in one exchange (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change"); SQLite reads them in
-/// three statements that it compiles once each.
-fn retry_sql(target: &str) -> String {
+/// The latest round `r` of call `c`, if it has one.
+const LATEST_ROUND: &str = "LEFT JOIN LATERAL (SELECT round, request_state, input_requests FROM rounds \
+    WHERE call_id = c.id ORDER BY round DESC LIMIT 1) AS r ON true";
+
+/// The columns [`Round::read`] reads of call `c`, its latest round `r`, and that round's Requests (read for that
+/// round only): one statement (BENCHMARKS.md, "Store: PostgreSQL with fewer exchanges per change"), where SQLite
+/// runs three that it compiles once each.
+fn round_columns() -> String {
     let of_round = |column: &str| {
         format!(
             "ARRAY(SELECT q.{column} FROM requests AS q WHERE q.call_id = c.id AND q.round = r.round ORDER BY q.seq)"
         )
     };
     format!(
-        "SELECT c.server, c.session, c.shared, c.tool, c.arguments, r.round, r.request_state, c.owner, \
-         {}, {}, {}, c.task, r.input_requests FROM calls AS c LEFT JOIN LATERAL \
-         (SELECT round, request_state, input_requests FROM rounds \
-         WHERE call_id = c.id ORDER BY round DESC LIMIT 1) AS r ON true \
-         WHERE {target} AND c.status IN ('running', 'input_required') AND (r.round IS NOT NULL OR c.task IS NOT NULL)",
+        "c.server, c.session, c.shared, c.tool, c.arguments, r.round, r.request_state, c.owner, {}, {}, {}, c.task, \
+         r.input_requests",
         of_round("input_key"),
         of_round("status"),
         of_round("result")
     )
 }
 
-/// A call's latest round as [`retry_sql`] reads it.
+/// A call's latest round as [`round_columns`] reads it.
 #[derive(Clone)]
 struct Round {
     /// What retrying the call takes, but the round's answers.
@@ -61,30 +62,31 @@ struct Round {
 }
 
 impl Round {
-    fn read(id: &CallId, found: &Row) -> Result<Round, tokio_postgres::Error> {
+    /// Call `id`'s round, read with [`round_columns`] from column `at` on.
+    fn read(id: &CallId, found: &Row, at: usize) -> Result<Round, tokio_postgres::Error> {
         // A task is followed on without a round (then the round and its Requests are NULL and empty).
-        let round: Option<i32> = found.try_get(5)?;
-        let keys: Vec<String> = found.try_get(8)?;
-        let statuses: Vec<String> = found.try_get(9)?;
-        let results: Vec<Option<String>> = found.try_get(10)?;
+        let round: Option<i32> = found.try_get(at + 5)?;
+        let keys: Vec<String> = found.try_get(at + 8)?;
+        let statuses: Vec<String> = found.try_get(at + 9)?;
+        let results: Vec<Option<String>> = found.try_get(at + 10)?;
         let requests = keys.into_iter().zip(statuses).zip(results);
         Ok(Round {
             retry: Retry {
                 call: id.to_owned(),
-                owner: found.try_get(7)?,
-                server: found.try_get(0)?,
-                session: found.try_get(1)?,
-                shared: found.try_get(2)?,
-                tool: found.try_get(3)?,
-                arguments: found.parsed::<JsonText<_>>(4)?,
+                owner: found.try_get(at + 7)?,
+                server: found.try_get(at)?,
+                session: found.try_get(at + 1)?,
+                shared: found.try_get(at + 2)?,
+                tool: found.try_get(at + 3)?,
+                arguments: found.parsed::<JsonText<_>>(at + 4)?,
                 round: round.and_then(|round| u32::try_from(round).ok()).unwrap_or(0),
-                request_state: found.try_get(6)?,
+                request_state: found.try_get(at + 6)?,
                 input_responses: serde_json::Map::new(),
                 asked: found
-                    .parsed_opt::<JsonText<serde_json::Map<String, serde_json::Value>>>(12)?
+                    .parsed_opt::<JsonText<serde_json::Map<String, serde_json::Value>>>(at + 12)?
                     .map(|input_requests| Asked::of_round(&input_requests))
                     .unwrap_or_default(),
-                task: found.parsed_opt::<JsonText<CallTask>>(11)?.map(|task| task.id),
+                task: found.parsed_opt::<JsonText<CallTask>>(at + 11)?.map(|task| task.id),
             },
             requests: requests.map(|((key, status), result)| (key, status, result)).collect(),
         })
@@ -115,33 +117,35 @@ pub(super) struct Settling {
     call: CallView,
     /// The version of the call's row that was read (its `xmin`).
     version: String,
-    /// Its latest round, if the Request is in a round.
+    /// Its latest round, if resolving the Request retries it.
     round: Option<Round>,
 }
 
-/// The live call of Request `$1` if the Request is its only one pending, as [`call_rows::CALL`] reads it, and the
-/// version of its row.
+/// The live call of Request `$1` if the Request is its only one pending, as [`call_rows::CALL`] reads it, the
+/// version of its row, whether resolving the Request retries the call (it is in a round, and the call has one
+/// as [`RETRY`] reads it), and the call's round (see [`round_columns`]).
 static SETTLING: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT {}, c.xmin::TEXT FROM calls AS c WHERE c.id = (SELECT call_id FROM requests WHERE id = $1) \
-         AND c.status IN ('running', 'input_required') AND c.pending = 1",
-        call_rows::CALL
+        "SELECT {}, c.xmin::TEXT, asked.round IS NOT NULL AND (r.round IS NOT NULL OR c.task IS NOT NULL), {} \
+         FROM (SELECT call_id, round FROM requests WHERE id = $1) AS asked \
+         JOIN calls AS c ON c.id = asked.call_id {LATEST_ROUND} \
+         WHERE c.status IN ('running', 'input_required') AND c.pending = 1",
+        call_rows::CALL,
+        round_columns()
     )
 });
 
 impl Settling {
-    /// The call of Request `id` if resolving the Request would settle it: both reads in one exchange.
+    /// The call of Request `id` if resolving the Request would settle it.
     pub(super) async fn read(conn: &impl Reader, id: &RequestId) -> Result<Option<Self>, tokio_postgres::Error> {
-        let params: [&(dyn ToSql + Sync); 1] = [&id];
-        let (call, round) = futures::try_join!(
-            conn.query_opt(&SETTLING, &params),
-            conn.query_opt(&RETRY_OF_REQUEST, &params)
-        )?;
-        let Some(found) = call else { return Ok(None) };
+        let Some(found) = conn.query_opt(&SETTLING, &[&id]).await? else {
+            return Ok(None);
+        };
         let call = call_rows::call(&found)?;
-        let round = match round {
-            Some(round) => Some(Round::read(&call.id, &round)?),
-            None => None,
+        let retries: bool = found.try_get(rows::CALL_COLUMNS + 1)?;
+        let round = match retries {
+            true => Some(Round::read(&call.id, &found, rows::CALL_COLUMNS + 2)?),
+            false => None,
         };
         Ok(Some(Settling {
             version: found.try_get(rows::CALL_COLUMNS)?,
@@ -215,7 +219,7 @@ fn count_pending(delta: &str, at: &str, target: &str, claim: &str) -> String {
 const REPLICA: &str = "COALESCE(current_setting('toolnexus.replica', true), '')";
 
 /// The call of a row of [`count_pending`] (at its start), if its status changed.
-fn changed(row: &Row) -> Result<Option<CallView>, tokio_postgres::Error> {
+pub(super) fn changed(row: &Row) -> Result<Option<CallView>, tokio_postgres::Error> {
     match row.try_get::<_, Option<bool>>(rows::CALL_COLUMNS)? {
         Some(true) => Ok(Some(call_rows::call(row)?)),
         _ => Ok(None),
@@ -224,19 +228,6 @@ fn changed(row: &Row) -> Result<Option<CallView>, tokio_postgres::Error> {
 
 /// Counts `$2` more pending Requests of live call `$1` at `$3`.
 pub(super) static RAISED: LazyLock<String> = LazyLock::new(|| count_pending("$2", "$3", "WHERE c.id = $1", "false"));
-
-/// Counts `raised` more pending Requests of live call `call`, recording `call.updated` if that changes it.
-pub(super) async fn count_raised(
-    tx: &Tx<'_>,
-    call: &CallId,
-    raised: i32,
-    now: Timestamp,
-) -> Result<(), tokio_postgres::Error> {
-    if let Some(row) = tx.query_opt(&RAISED, &[call, &raised, &now.millis()]).await? {
-        on_settled(tx, changed(&row)?, None, false).await?;
-    }
-    Ok(())
-}
 
 /// The statement resolving Request `$1` if it is pending (and, with `unchanged`, only if its `decisions` are still
 /// parameter `$unchanged`), setting `set` (the columns of `UPDATE requests SET`),

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::task::Poll;
 
+use futures::future::{MaybeDone, maybe_done};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
@@ -189,3 +190,33 @@ impl Reader for Tx<'_> {
 
 /// What a change's statements come to, with the value they return.
 pub type Work<'t, T> = Pin<Box<dyn Future<Output = Result<T, tokio_postgres::Error>> + Send + 't>>;
+
+/// Statements sent in order, each as soon as it is made, whose replies are awaited together: all of them are
+/// sent before anything the change sends after, such as its [`Tx::closing`] statements.
+pub struct Sent<'t, T>(Vec<MaybeDone<Work<'t, T>>>);
+
+impl<'t, T> Sent<'t, T> {
+    /// Sends each of `statements` in order: each must send its statement the first time it is polled (prepared,
+    /// with nothing awaited before it), as [`Tx::closing`] asks.
+    pub async fn send(statements: Vec<Work<'t, T>>) -> Self {
+        let mut sent: Vec<_> = statements.into_iter().map(maybe_done).collect();
+        std::future::poll_fn(|cx| {
+            for statement in &mut sent {
+                let _ = Pin::new(statement).poll(cx);
+            }
+            Poll::Ready(())
+        })
+        .await;
+        Self(sent)
+    }
+
+    /// Their replies, in order.
+    pub async fn replies(mut self) -> Result<Vec<T>, tokio_postgres::Error> {
+        futures::future::join_all(self.0.iter_mut()).await;
+        // Every one is done, so each has its output.
+        self.0
+            .iter_mut()
+            .filter_map(|statement| Pin::new(statement).take_output())
+            .collect()
+    }
+}
