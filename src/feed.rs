@@ -220,17 +220,46 @@ impl Feed {
         wait: Duration,
         shutdown: &CancellationToken,
         concern: Concern<'_>,
-        mut check: impl FnMut() -> F,
+        check: impl FnMut() -> F,
     ) -> Option<T> {
         if wait.is_zero() {
-            return check().await;
+            return self.wait_on(None, wait, shutdown, check).await;
         }
-        let deadline = Instant::now() + wait;
         // Subscribed before the first check, so that no change in between is missed; to what concerns it only.
-        let mut changes = match concern {
+        let changes = match concern {
             Concern::Any => Changes::Versions(self.versions()),
             Concern::Events(concerns) => Changes::Events(self.subscribe(), concerns),
         };
+        self.wait_on(Some(changes), wait, shutdown, check).await
+    }
+
+    /// [`Self::wait_for`] the events that `concerns` passes, from those `since` received on: a first `check` that
+    /// decides on what was read after `since` subscribed ([`Self::subscribe`]) misses no change.
+    pub async fn wait_for_since<T, F: Future<Output = Option<T>>>(
+        &self,
+        since: broadcast::Receiver<Live>,
+        wait: Duration,
+        shutdown: &CancellationToken,
+        concerns: &(dyn Fn(&Event) -> bool + Sync),
+        check: impl FnMut() -> F,
+    ) -> Option<T> {
+        let changes = Changes::Events(since, concerns);
+        self.wait_on(Some(changes).filter(|_| !wait.is_zero()), wait, shutdown, check)
+            .await
+    }
+
+    /// Runs `check`, and again after each of `changes`, as [`Self::wait_for`] does; once only without them.
+    async fn wait_on<T, F: Future<Output = Option<T>>>(
+        &self,
+        changes: Option<Changes<'_>>,
+        wait: Duration,
+        shutdown: &CancellationToken,
+        mut check: impl FnMut() -> F,
+    ) -> Option<T> {
+        let Some(mut changes) = changes else {
+            return check().await;
+        };
+        let deadline = Instant::now() + wait;
         loop {
             if let Some(found) = check().await {
                 return Some(found);

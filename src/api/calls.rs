@@ -6,14 +6,16 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use tokio::sync::broadcast;
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, InvalidQuery, LongPollsHeld, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
-use crate::feed::Concern;
+use crate::feed::Live;
 use crate::ids::CallId;
 use crate::records::{CallFilter, CallStatus, CallView, Event, EventKind, ToolName, Via};
 use crate::upstream::Target;
@@ -91,6 +93,8 @@ pub async fn start(
     };
     // Taken before the call starts: past the principal's long-polls nothing is started.
     let held = state.hold_long_poll(&principal, query.wait.duration())?;
+    // Before the call starts, so that the wait misses no change after the start.
+    let since = state.feed.subscribe();
     let upstreams = state.upstreams.clone();
     let (call, _, keeping) = to_completion(async move {
         Ok(upstreams
@@ -98,14 +102,15 @@ pub async fn start(
             .await?)
     })
     .await?;
-    let waited = settled(&state, &call.id, query.wait).await;
+    let waited = settled(&state, &call.id, query.wait, since, call.status).await;
     // Kept before its id leaves: most often with the change that ended its running, its end or its round. Awaited
     // whatever the wait came to (a read the store failed), so that a call that cannot be kept is abandoned.
     keeping.kept().await?;
-    let call = waited?.unwrap_or(call);
+    let location = HeaderValue::from_str(&format!("/calls/{}", call.id));
+    let call = waited?.unwrap_or_else(|| Found::Read(Box::new(call)));
     drop(held);
     let mut response = (StatusCode::CREATED, Json(&call)).into_response();
-    if let Ok(location) = HeaderValue::from_str(&format!("/calls/{}", call.id)) {
+    if let Ok(location) = location {
         response.headers_mut().insert(header::LOCATION, location);
     }
     Ok(response)
@@ -156,10 +161,11 @@ pub async fn get(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     QueryParams(query): QueryParams<WaitQuery>,
-) -> Result<Json<CallView>, ApiError> {
-    let id = owned_by(&state, &id, &principal, Principal::may_see).await?;
+) -> Result<Json<Found>, ApiError> {
+    let since = state.feed.subscribe();
+    let (id, status) = owned_by(&state, &id, &principal, Principal::may_see).await?;
     let _held = state.hold_long_poll(&principal, query.wait.duration())?;
-    settled(&state, &id, query.wait)
+    settled(&state, &id, query.wait, since, status)
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::not_found(format!("no call with id {id}")))
@@ -182,7 +188,7 @@ pub async fn cancel(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<CallView>, ApiError> {
-    let id = owned_by(&state, &id, &principal, Principal::may_change).await?;
+    let (id, _) = owned_by(&state, &id, &principal, Principal::may_change).await?;
     let upstreams = state.upstreams.clone();
     let call = to_completion(async move {
         Ok(upstreams
@@ -193,63 +199,87 @@ pub async fn cancel(
     Ok(Json(call))
 }
 
-/// The call `id` names: `404` for an unknown call, `403` when the rule says the principal may not touch it.
+/// The call `id` names, and its status: `404` for an unknown call, `403` when the rule says the principal may
+/// not touch it.
 async fn owned_by(
     state: &AppState,
     id: &str,
     principal: &Principal,
     rule: fn(&Principal, Option<&str>) -> bool,
-) -> Result<CallId, ApiError> {
+) -> Result<(CallId, CallStatus), ApiError> {
     let unknown = || ApiError::not_found(format!("no call with id {id}"));
     let call = CallId::parse(id).ok_or_else(unknown)?;
-    let (_, owner) = state.calls.status(&call).await?.ok_or_else(unknown)?;
+    let (status, owner) = state.calls.status(&call).await?.ok_or_else(unknown)?;
     if rule(principal, Some(&owner)) {
-        Ok(call)
+        Ok((call, status))
     } else {
         Err(ApiError::forbidden(format!("call {id} belongs to another principal")))
     }
 }
 
-/// The call once it is no longer `running`, or as it is when `wait` passes.
-pub(super) async fn settled(state: &AppState, id: &CallId, wait: Wait) -> Result<Option<CallView>, ApiError> {
+/// A call as a wait found it: read, or as the `call.updated` event that told its final status carried it.
+#[derive(Debug)]
+pub(super) enum Found {
+    Read(Box<CallView>),
+    /// The event's data: a call never changes once final, so this is the call as a read would find it.
+    Told(Box<RawValue>),
+}
+
+impl Serialize for Found {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Found::Read(view) => view.serialize(serializer),
+            Found::Told(data) => data.serialize(serializer),
+        }
+    }
+}
+
+/// The call once it is no longer `running`, or as it is when `wait` passes; `known` is its status as read after
+/// `since` subscribed to the feed ([`crate::feed::Feed::subscribe`]).
+pub(super) async fn settled(
+    state: &AppState,
+    id: &CallId,
+    wait: Wait,
+    since: broadcast::Receiver<Live>,
+    known: CallStatus,
+) -> Result<Option<Found>, ApiError> {
     // A call's status changes only with a `call.updated` event of it: its Requests' events need no read. One that
-    // carries a final status needs none either, as a call never leaves one; any other is read again, as events
-    // queued behind it, or published by replicas in another order than they committed, may say otherwise.
+    // carries a final status needs none either, as a call never leaves one, nor does the call it carries; after
+    // any other the call is read again, as events queued behind it, or published by replicas in another order
+    // than they committed, may say otherwise.
+    let known = Mutex::new(Some(known));
     let told = Mutex::new(None);
     let not_running = || async {
-        let told = crate::lock(&told).take();
-        let status = match told {
-            Some(status) => Ok(Some(status)),
-            None => state
-                .calls
-                .status(id)
-                .await
-                .map(|found| found.map(|(status, _)| status)),
-        };
-        match status {
-            Ok(Some(CallStatus::Running)) => None,
-            read => Some(read),
+        if let Some(known) = crate::lock(&known).take()
+            && known == CallStatus::Running
+        {
+            return None;
+        }
+        if let Some(told) = crate::lock(&told).take() {
+            return Some(Ok(Some(Found::Told(told))));
+        }
+        match state.calls.get(id).await {
+            Ok(Some(view)) if view.status == CallStatus::Running => None,
+            read => Some(read.map(|found| found.map(|view| Found::Read(Box::new(view))))),
         }
     };
     let concerns = |event: &Event| {
         let concerns = event.kind == EventKind::CallUpdated && event.call.as_deref() == Some(id.as_str());
         if concerns {
-            *crate::lock(&told) = event.call_status().filter(|status| status.is_final());
+            let carried = event.call_status().is_some_and(|status| status.is_final()) && event.has_data();
+            *crate::lock(&told) = carried
+                .then(|| RawValue::from_string(event.data.clone()).ok())
+                .flatten();
         }
         concerns
     };
     let waited = state
         .feed
-        .wait_for(
-            wait.duration(),
-            &state.shutdown,
-            Concern::Events(&concerns),
-            not_running,
-        )
+        .wait_for_since(since, wait.duration(), &state.shutdown, &concerns, not_running)
         .await;
-    // A read that failed ends the wait with the failure, not with the call as it was before.
-    if let Some(Err(error)) = waited {
-        return Err(error.into());
+    match waited {
+        // A read that failed ends the wait with the failure, not with the call as it was before.
+        Some(found) => Ok(found?),
+        None => Ok(state.calls.get(id).await?.map(|view| Found::Read(Box::new(view)))),
     }
-    Ok(state.calls.get(id).await?)
 }

@@ -324,12 +324,14 @@ pub async fn answer(
     };
     let (registry, by) = (state.registry.clone(), principal.clone());
     let answered = to_completion(async move { Ok(registry.answer(&id, &by, answer).await?) }).await?;
-    if held.is_some()
+    // Before the call is read, so that the wait misses no change after the read.
+    let since = held.as_ref().map(|_| state.feed.subscribe());
+    if let Some(since) = since
         && let Some(call) = answered.view.call.as_ref()
-        && let Some((_, owner)) = state.calls.status(call).await?
+        && let Some((status, owner)) = state.calls.status(call).await?
         && principal.may_see(Some(&owner))
     {
-        let resumed_call = super::calls::settled(&state, call, query.wait).await?;
+        let resumed_call = super::calls::settled(&state, call, query.wait, since, status).await?;
         return Ok(Json(AnsweredRequest {
             request: answered.view,
             resumed_call,
@@ -364,7 +366,8 @@ pub struct AnsweredRequest {
     /// With `wait`: the Request's call (its id is `call`) once it stopped running, or as it was when `wait`
     /// passed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    resumed_call: Option<CallView>,
+    #[schema(value_type = Option<CallView>)]
+    resumed_call: Option<super::calls::Found>,
 }
 
 /// `403` unless the principal may see the Request `id` owned by `owner`.

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{BOTH_ERAS, spawn_app};
+use crate::helpers::{BOTH_ERAS, confirming, spawn_app};
 
 /// Seconds over the cap, so far over that they do not fit a 64-bit float.
 const OVER_THE_CAP: &str = "1e400";
@@ -106,4 +106,48 @@ fn documented_waits(document: &Value) -> Vec<(String, Value)> {
         }
     }
     waits
+}
+
+/// A wait that ends on the `call.updated` that made its call final answers with the call that event carries, in
+/// place of reading it again: byte for byte what a read of the call gives, whichever route waited.
+#[tokio::test]
+async fn a_call_a_wait_saw_end_is_the_call_a_read_gives() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for era in ["legacy", "modern"] {
+        let body = json!({"server": era, "tool": "echo", "arguments": {"text": "hello"}});
+        let started = app.post("/calls?wait=20", &body).await;
+        assert_eq!(started.status(), 201);
+        let started = started.text().await.unwrap();
+        let id = serde_json::from_str::<Value>(&started).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let read = app.get(&format!("/calls/{id}")).await.text().await.unwrap();
+        assert!(read.contains(r#""status":"completed""#), "{read}");
+        assert_eq!(started, read, "{era}: POST /calls?wait");
+
+        let confirm = json!({"server": era, "tool": "confirm_action", "arguments": {"action": "deploy"}});
+        let call = app.call_on(confirm.clone()).await;
+        let (id, request) = (call["id"].as_str().unwrap(), call["requests"][0].as_str().unwrap());
+        let answered = app
+            .post(&format!("/requests/{request}/answer?wait=20"), &confirming(""))
+            .await;
+        assert_eq!(answered.status(), 200);
+        let resumed = answered.json::<Value>().await.unwrap()["resumedCall"].clone();
+        let read = app.get(&format!("/calls/{id}")).await.text().await.unwrap();
+        assert!(read.contains(r#""status":"completed""#), "{read}");
+        assert_eq!(
+            resumed,
+            serde_json::from_str::<Value>(&read).unwrap(),
+            "{era}: answer?wait"
+        );
+
+        let call = app.call_on(confirm).await;
+        let (id, request) = (call["id"].as_str().unwrap(), call["requests"][0].as_str().unwrap());
+        app.answer_ok(request, confirming("")).await;
+        let waited = app.get(&format!("/calls/{id}?wait=20")).await.text().await.unwrap();
+        let read = app.get(&format!("/calls/{id}")).await.text().await.unwrap();
+        assert!(read.contains(r#""status":"completed""#), "{read}");
+        assert_eq!(waited, read, "{era}: GET /calls/{{id}}?wait");
+    }
 }

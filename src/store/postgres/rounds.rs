@@ -123,13 +123,14 @@ pub(super) struct Settling {
 
 /// The live call of Request `$1` if the Request is its only one pending, as [`call_rows::CALL`] reads it, the
 /// version of its row, whether resolving the Request retries the call (it is in a round, and the call has one
-/// as [`RETRY`] reads it), and the call's round (see [`round_columns`]).
+/// as [`RETRY`] reads it), and the call's round (see [`round_columns`]). The call is found by its id, read in a
+/// subquery: joined to the Request, it was planned as a scan of the live calls.
 static SETTLING: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT {}, c.xmin::TEXT, asked.round IS NOT NULL AND (r.round IS NOT NULL OR c.task IS NOT NULL), {} \
-         FROM (SELECT call_id, round FROM requests WHERE id = $1) AS asked \
-         JOIN calls AS c ON c.id = asked.call_id {LATEST_ROUND} \
-         WHERE c.status IN ('running', 'input_required') AND c.pending = 1",
+        "SELECT {}, c.xmin::TEXT, \
+         (SELECT round FROM requests WHERE id = $1) IS NOT NULL AND (r.round IS NOT NULL OR c.task IS NOT NULL), {} \
+         FROM calls AS c {LATEST_ROUND} WHERE c.id = (SELECT call_id FROM requests WHERE id = $1) \
+         AND c.status IN ('running', 'input_required') AND c.pending = 1",
         call_rows::CALL,
         round_columns()
     )
