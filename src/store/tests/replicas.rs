@@ -95,18 +95,7 @@ async fn answers_to_a_calls_last_two_requests_committed_side_by_side_leave_it_ru
     let url = postgres::cluster::shared().database();
     let store = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
     let call = insert(&store, new_call("ada")).await;
-    let keys = ["a", "b"];
-    let round = NewRound {
-        call: call.id.clone(),
-        number: 1,
-        request_state: None,
-        input_requests: keys
-            .iter()
-            .map(|key| ((*key).to_owned(), json!({"method": "elicitation/create"})))
-            .collect(),
-    };
-    let requests = keys.iter().map(|key| new_request(Some(&call.id), Some(key))).collect();
-    let raised = store.raise(requests, Some(round), PendingCaps::NONE).await.unwrap();
+    let raised = raise_round(&store, &call.id, &["a", "b"]).await;
 
     let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
     other
@@ -155,22 +144,7 @@ async fn an_answer_that_foresaw_its_call_settled_runs_again_when_the_calls_row_c
     let url = postgres::cluster::shared().database();
     let store = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
     let call = insert(&store, new_call("ada")).await;
-    let round = NewRound {
-        call: call.id.clone(),
-        number: 1,
-        request_state: None,
-        input_requests: [("a".to_owned(), json!({"method": "elicitation/create"}))]
-            .into_iter()
-            .collect(),
-    };
-    let raised = store
-        .raise(
-            vec![new_request(Some(&call.id), Some("a"))],
-            Some(round),
-            PendingCaps::NONE,
-        )
-        .await
-        .unwrap();
+    let raised = raise_round(&store, &call.id, &["a"]).await;
 
     let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
     other
@@ -534,6 +508,21 @@ async fn a_replica_starts_calls_within_its_allowance_while_another_holds_the_pri
     assert_eq!(counted(&url).await, recounted(&url).await);
     close(a).await;
     close(b).await;
+}
+
+/// Raises round 1 of `call`: a Request for each of `keys`.
+async fn raise_round(store: &Store, call: &CallId, keys: &[&str]) -> Vec<RequestView> {
+    let round = NewRound {
+        call: call.clone(),
+        number: 1,
+        request_state: None,
+        input_requests: keys
+            .iter()
+            .map(|key| ((*key).to_owned(), json!({"method": "elicitation/create"})))
+            .collect(),
+    };
+    let requests = keys.iter().map(|key| new_request(Some(call), Some(key))).collect();
+    store.raise(requests, Some(round), PendingCaps::NONE).await.unwrap()
 }
 
 /// Returns once `watcher` sees a transaction waiting for a lock; fails, saying `never`, after 30 s.
