@@ -87,9 +87,9 @@ impl Postgres {
                 let views: Vec<RequestView> = requests.iter().map(crate::store::views::raised_view).collect();
                 // Each call that had no Request pending becomes `input_required`: its row is locked, so what its
                 // event says is known now.
-                let mut settled = Vec::new();
+                let mut waiting = Vec::new();
                 for (call, live) in calls.iter().zip(&live) {
-                    settled.push(becomes_input_required(live.as_ref(), &views, call, now)?);
+                    waiting.push(becomes_input_required(live.as_ref(), &views, call, now)?);
                 }
                 // What it writes, pipelined in one exchange, its `COMMIT` behind it when the change may end its
                 // transaction: the round, the pending counts (once per owner and server, and once per call, not
@@ -135,14 +135,14 @@ impl Postgres {
                         tx.query_opt(&rounds::RAISED, &[call, &raised, &now.millis()]).await
                     }));
                 }
-                for view in settled.iter().flatten() {
+                for view in waiting.iter().flatten() {
                     let event = Event::call(view);
                     writes.push(Box::pin(async move { tx.record(event).await.map(|_| None) }));
                 }
                 let sent = Sent::send(writes).await;
                 let replies = tx.closing(&[], sent.replies()).await?;
                 if cfg!(debug_assertions) {
-                    for (row, foreseen) in replies[counted..].iter().zip(&settled) {
+                    for (row, foreseen) in replies[counted..].iter().zip(&waiting) {
                         let changed = row.as_ref().map(rounds::changed).transpose()?.flatten();
                         assert_eq!(&changed, foreseen, "the call as foreseen");
                     }
