@@ -128,7 +128,7 @@ impl Postgres {
                         insert_request(tx, new, number, event).await.map(|()| None)
                     }));
                 }
-                let counted = writes.len();
+                let raised_at = writes.len();
                 for call in &calls {
                     let raised = requests_of(&views, call);
                     writes.push(Box::pin(async move {
@@ -142,7 +142,7 @@ impl Postgres {
                 let sent = Sent::send(writes).await;
                 let replies = tx.closing(&[], sent.replies()).await?;
                 if cfg!(debug_assertions) {
-                    for (row, foreseen) in replies[counted..].iter().zip(&waiting) {
+                    for (row, foreseen) in replies[raised_at..].iter().zip(&waiting) {
                         let changed = row.as_ref().map(rounds::changed).transpose()?.flatten();
                         assert_eq!(&changed, foreseen, "the call as foreseen");
                     }

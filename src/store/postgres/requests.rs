@@ -86,11 +86,10 @@ impl Postgres {
         let answerer = rows::to_json_opt(view.answerer.as_ref());
         let event = Event::request(EventKind::RequestResolved, &view);
         let upstream = proposal.upstream.clone();
-        // `None` when not foreseen; `Some(None)` when it stays as it is.
-        let settled = match call {
-            Foreseen::Unknown => None,
-            Foreseen::Stays => Some(None),
-            Foreseen::Settles(settling) => Some(Some(settling.settled(now, &result))),
+        let call = match call {
+            Foreseen::Unknown => Foreseen::Unknown,
+            Foreseen::Stays => Foreseen::Stays,
+            Foreseen::Settles(settling) => Foreseen::Settles(settling.settled(now, &result)),
         };
         // Alongside other answers: what this one decides is read by its own statements as they run. So is a
         // withdrawal's cancellation (a Request with a waiter to withdraw has no round to hand on).
@@ -99,7 +98,7 @@ impl Postgres {
             let withdrawn = upstream.as_ref().and_then(Upstream::withdrawal);
             let (id, answer, result) = (id.clone(), answer.clone(), result.clone());
             let (decisions, answerer, decided_on) = (decisions.clone(), answerer.clone(), decided_on.clone());
-            let (mut view, event, settled) = (view.clone(), event.clone(), settled.clone());
+            let (mut view, event, call) = (view.clone(), event.clone(), call.clone());
             Box::pin(async move {
                 if let Some(detail) = withdrawn {
                     let Some(current) = request(tx, &id).await? else {
@@ -153,20 +152,20 @@ impl Postgres {
                 params.extend(values.params());
                 // Ending the change, the statement fails unless it does what was foreseen: the change then runs
                 // again, without ending its transaction.
-                let last = settled.as_ref().filter(|_| tx.ends());
-                let mut call_event = last.and_then(Option::as_ref).map(|settled| Event::call(&settled.call));
-                let call_values = call_event.as_mut().map(|event| tx.event_values(event));
-                let found = match (last, &call_values) {
-                    (Some(Some(settled)), Some(call_values)) => {
+                let ends = tx.ends();
+                let found = match &call {
+                    Foreseen::Settles(settled) if ends => {
+                        let mut called = Event::call(&settled.call);
+                        let values = tx.event_values(&mut called);
                         params.extend([&completed_at as &(dyn ToSql + Sync), &settled.version]);
-                        params.extend(call_values.params());
+                        params.extend(values.params());
                         tx.closing(&[&SETTLES], tx.query_opt(&SETTLES, &params)).await?
                     }
-                    (Some(_), _) => {
+                    Foreseen::Stays if ends => {
                         params.push(&completed_at);
                         tx.closing(&[&STAYS], tx.query_opt(&STAYS, &params)).await?
                     }
-                    (None, _) => tx.query_opt(&ANSWER, &params).await?,
+                    _ => tx.query_opt(&ANSWER, &params).await?,
                 };
                 let Some(won) = found else {
                     return Ok(match request(tx, &id).await? {
@@ -189,10 +188,10 @@ impl Postgres {
                         .await?;
                 }
                 let event = tx.numbered(event, seq);
-                let resumes = match last {
-                    Some(Some(settled)) => {
+                let resumes = match call {
+                    Foreseen::Settles(settled) if ends => {
                         debug_assert_eq!(won.settled.as_ref(), Some(&settled.call), "the call as foreseen");
-                        settled.resumes.clone()
+                        settled.resumes
                     }
                     _ => rounds::on_settled(tx, won.settled, won.round, true).await?,
                 };
@@ -491,14 +490,16 @@ struct ToAnswer {
     call: Foreseen,
 }
 
-/// What resolving a Request does to its call, as an answer read it.
-enum Foreseen {
+/// What resolving a Request does to its call, as an answer read it (`S`: the call as read, then as it will be
+/// once settled).
+#[derive(Clone)]
+enum Foreseen<S = Box<rounds::Settling>> {
     /// Not read: the statements that resolve the Request find it.
     Unknown,
     /// It leaves the call's status as it is (or the Request has no live call).
     Stays,
     /// It settles the call: the Request is the call's only one pending.
-    Settles(Box<rounds::Settling>),
+    Settles(S),
 }
 
 /// An answer counted among those the replica is deciding and writing, while it lives.

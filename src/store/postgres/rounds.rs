@@ -53,7 +53,6 @@ fn round_columns() -> String {
 }
 
 /// A call's latest round as [`round_columns`] reads it.
-#[derive(Clone)]
 struct Round {
     /// What retrying the call takes, but the round's answers.
     retry: Retry,
@@ -157,16 +156,16 @@ impl Settling {
 
     /// What resolving the call's last pending Request at `at` with `result` makes of the call, if nothing changes
     /// it first.
-    pub(super) fn settled(&self, at: Timestamp, result: &Option<String>) -> Settled {
+    pub(super) fn settled(self, at: Timestamp, result: &Option<String>) -> Settled {
         let call = CallView {
             status: CallStatus::Running,
             updated_at: Timestamp::from_millis(at.millis()),
-            ..self.call.clone()
+            ..self.call
         };
         Settled {
             call,
-            version: self.version.clone(),
-            resumes: self.round.clone().and_then(|round| round.retry(Some(result))),
+            version: self.version,
+            resumes: self.round.and_then(|round| round.retry(Some(result))),
         }
     }
 }
