@@ -39,8 +39,16 @@ use writer::{Applied, Change, Failed, Fate, Job, Turn};
 /// The advisory lock a transaction that writes holds until it commits: shared by one of changes run alongside
 /// others or of raising, alone by any other (see [`Turn`]).
 const WRITE_LOCK: i64 = 0x746e_6777_7269_7465;
-/// The advisory lock a transaction that raises Requests holds alone until it commits.
+/// The advisory lock a transaction that raises Requests holds until it commits: shared while it raises a few
+/// far from the caps, alone otherwise (see [`Turn`]).
 const RAISE_LOCK: i64 = 0x746e_6777_7261_6973;
+/// The most one change raising alongside other replicas' raising may raise (see [`Postgres::raise`]).
+const RAISED_ALONGSIDE: super::shares::Held = super::shares::Held {
+    count: 16,
+    bytes: 256 * 1024,
+};
+/// The most changes raising alongside others that one transaction takes.
+const RAISES_ALONGSIDE: usize = 16;
 /// The class of the principals' advisory locks (two-key locks, which never meet the one-key ones above).
 const PRINCIPAL_LOCKS: i32 = 0x746e_7072;
 /// How many events one transaction may record: 2^20, the ids a transaction's id leaves room for. (JavaScript
@@ -231,20 +239,23 @@ impl Postgres {
                 change,
                 turn: Turn::Alone,
                 principals: Vec::new(),
+                calls: Vec::new(),
                 may_end: true,
             },
             kept,
         )
     }
 
-    /// Applies a change that raises Requests in the writer, in its turn among every replica's raising (see
-    /// [`Turn::Raising`]); the future resolves once it is kept, with what `work` returned.
+    /// Applies a change that raises Requests in the writer, in `turn` ([`Turn::RaisingAlongside`] or
+    /// [`Turn::RaisingAlone`]); the future resolves once it is kept, with what `work` returned.
     fn write_raising<T: Send + 'static>(
         &self,
+        turn: Turn,
+        calls: Vec<CallId>,
         work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> tx::Work<'t, T> + Send + 'static,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
         let (sender, kept) = oneshot::channel();
-        self.applied(again_if_undone(work, sender, Turn::Raising, Vec::new(), true), kept)
+        self.applied(again_if_undone(work, sender, turn, Vec::new(), calls, true), kept)
     }
 
     /// Applies a change in the writer alongside the changes of its kind next to it (see [`Turn::Alongside`]);
@@ -264,7 +275,10 @@ impl Postgres {
         work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> tx::Work<'t, T> + Send + 'static,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
         let (sender, kept) = oneshot::channel();
-        self.applied(again_if_undone(work, sender, Turn::Alongside, principals, true), kept)
+        self.applied(
+            again_if_undone(work, sender, Turn::Alongside, principals, Vec::new(), true),
+            kept,
+        )
     }
 
     /// Submits `job`; the future resolves with what `kept` receives once the writer has kept it, or why not.
@@ -303,6 +317,7 @@ impl Postgres {
             change,
             turn: Turn::Alone,
             principals: Vec::new(),
+            calls: Vec::new(),
             may_end: true,
         });
     }
@@ -404,13 +419,14 @@ fn again_if_undone<T, W>(
     sender: oneshot::Sender<Result<T, StoreError>>,
     turn: Turn,
     principals: Vec<String>,
+    calls: Vec<CallId>,
     may_end: bool,
 ) -> Job
 where
     T: Send + 'static,
     W: for<'t, 'c> Fn(&'t mut Tx<'c>) -> tx::Work<'t, T> + Send + 'static,
 {
-    let again = principals.clone();
+    let again = (principals.clone(), calls.clone());
     let change: Change = Box::new(move |tx| {
         Box::pin(async move {
             let ran = work(tx);
@@ -421,7 +437,7 @@ where
                             Fate::Kept => Ok(value),
                             // Nothing of it was kept: it runs again.
                             Fate::RolledBack(_) => {
-                                return Some(again_if_undone(work, sender, turn, again, may_end));
+                                return Some(again_if_undone(work, sender, turn, again.0, again.1, may_end));
                             }
                             Fate::Lost(error) => Err(error),
                         };
@@ -429,16 +445,18 @@ where
                         None
                     }),
                 }),
-                Err(error) if error.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => {
-                    Err(Failed::Again(again_if_undone(work, sender, turn, again, may_end)))
-                }
+                Err(error) if error.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) => Err(Failed::Again(
+                    again_if_undone(work, sender, turn, again.0, again.1, may_end),
+                )),
                 Err(error) if error.code() == Some(&SqlState::T_R_DEADLOCK_DETECTED) => {
                     tracing::info!(%error, "a change lost a conflict with another transaction; it runs again");
-                    Err(Failed::Conflict(again_if_undone(work, sender, turn, again, may_end)))
+                    Err(Failed::Conflict(again_if_undone(
+                        work, sender, turn, again.0, again.1, may_end,
+                    )))
                 }
-                Err(error) if error.code().is_some_and(|code| code.code() == MISSED) => {
-                    Err(Failed::Conflict(again_if_undone(work, sender, turn, again, false)))
-                }
+                Err(error) if error.code().is_some_and(|code| code.code() == MISSED) => Err(Failed::Conflict(
+                    again_if_undone(work, sender, turn.again(), again.0, again.1, false),
+                )),
                 Err(error) => Err(told(&error, sender)),
             }
         })
@@ -447,6 +465,7 @@ where
         change,
         turn,
         principals,
+        calls,
         may_end,
     }
 }
@@ -464,6 +483,13 @@ fn heartbeat_sql() -> String {
         "INSERT INTO replicas (id, started_at, heartbeat_at) VALUES ($1, {DB_NOW}, {DB_NOW}) \
          ON CONFLICT (id) DO UPDATE SET heartbeat_at = {DB_NOW}"
     )
+}
+
+/// The statement that takes the raising lock shared for the rest of the transaction, as a change raising
+/// alongside others does.
+#[cfg(test)]
+pub fn raising_lock_shared() -> String {
+    format!("SELECT pg_advisory_xact_lock_shared({RAISE_LOCK})")
 }
 
 /// The statement that takes `principal`'s lock for the rest of the transaction, as a change checking its

@@ -30,6 +30,18 @@ impl PendingCaps {
         bytes: usize::MAX,
         bytes_per_principal: usize::MAX,
     };
+
+    /// These caps with room left for `held` more: each count cap `held.count` lower, each byte cap
+    /// `held.bytes` lower.
+    pub fn less(&self, held: Held) -> Self {
+        Self {
+            total: self.total.saturating_sub(held.count),
+            per_principal: self.per_principal.saturating_sub(held.count),
+            per_server: self.per_server.saturating_sub(held.count),
+            bytes: self.bytes.saturating_sub(held.bytes),
+            bytes_per_principal: self.bytes_per_principal.saturating_sub(held.bytes),
+        }
+    }
 }
 
 /// The cap that new Requests would pass.
@@ -60,6 +72,14 @@ pub struct Held {
 }
 
 impl Held {
+    /// What `times` of this hold.
+    pub fn times(&self, times: usize) -> Held {
+        Held {
+            count: self.count.saturating_mul(times),
+            bytes: self.bytes.saturating_mul(times),
+        }
+    }
+
     /// Counts one more record of `bytes`.
     pub fn add(&mut self, bytes: usize) {
         self.count += 1;

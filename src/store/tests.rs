@@ -350,6 +350,7 @@ mod caps;
 mod counts;
 mod filters;
 mod grants;
+mod raising;
 mod replicas;
 mod restarts;
 

@@ -10,7 +10,8 @@ use tokio_postgres::types::ToSql;
 
 use super::requests::round_number;
 use super::tx::{RECORD, Sent, Tx, Work, insert_event};
-use super::{Postgres, Reader, rounds, rows};
+use super::writer::Turn;
+use super::{Postgres, RAISE_LOCK, RAISED_ALONGSIDE, RAISES_ALONGSIDE, Reader, rounds, rows};
 use crate::ids::{CallId, RequestId};
 use crate::records::{CallStatus, CallView, Event, EventKind, RequestView};
 use crate::store::shares::{Held, Shares, server_key};
@@ -19,37 +20,52 @@ use crate::store::{NewRequest, NewRound, PendingCaps, RaiseError};
 use crate::time::Timestamp;
 
 impl Postgres {
-    /// Raises Requests in the raising turn (see [`Turn::Raising`](super::writer::Turn::Raising)), which decides
-    /// exactly on what it reads while other changes commit alongside:
-    /// - the pending counts it checks against the caps: only raising adds to them, every other replica's
-    ///   raising has committed or waits, and a change alongside that lowers them and has not committed only
-    ///   makes them read higher than they are, never lower;
+    /// Raises Requests. A raise of a few ([`RAISED_ALONGSIDE`] at most) that chooses no ids runs alongside other
+    /// replicas' raising ([`Turn::RaisingAlongside`]); any other runs alone ([`Turn::RaisingAlone`]), and so
+    /// does one alongside that finds too little room, again. Either decides on what it reads:
+    /// - that the Requests fit the caps, on counts that only raising adds to: a change alongside that lowers them
+    ///   and has not committed only makes them read higher than they are, never lower. Alone, no other raising
+    ///   is in flight, so what it reads is exact. Alongside, it also reads how many raising transactions hold
+    ///   the raising lock (its own included), and leaves room, under every cap, for all that each of the others
+    ///   may add ([`RAISES_ALONGSIDE`] changes of [`RAISED_ALONGSIDE`]) and for the raises pipelined with it,
+    ///   whose writes it may not see. Take the raise that read last among those committed at any moment: all
+    ///   the others kept by then either committed before it read, and it counted them, or were in flight as it
+    ///   read (in its transaction or another), and it left room for them; one that began later would have read
+    ///   later. So the caps hold whatever order the transactions commit in;
     /// - that each call is running: its row is locked as it is read (`FOR UPDATE`), so a change ending it on
     ///   another replica either commits first, and the call reads as ended, or waits until this commits and
     ///   then cancels the Requests raised on it;
-    /// - that a posted Request's id is free: only raising inserts Requests.
+    /// - that a posted Request's id is free: only raising inserts Requests, and a raise that chooses an id runs
+    ///   alone.
     pub async fn raise(
         &self,
         requests: Vec<NewRequest>,
         round: Option<NewRound>,
         caps: PendingCaps,
     ) -> Result<Vec<RequestView>, RaiseError> {
-        self.write_raising(move |tx| {
+        let bytes = requests.iter().map(|new| new.bytes).sum::<usize>();
+        let few = requests.len() <= RAISED_ALONGSIDE.count && bytes <= RAISED_ALONGSIDE.bytes;
+        let turn = match few && crate::store::chosen_ids(&requests).next().is_none() {
+            true => Turn::RaisingAlongside,
+            false => Turn::RaisingAlone,
+        };
+        let calls: Vec<CallId> = requests
+            .iter()
+            .filter_map(|new| new.call.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        self.write_raising(turn, calls.clone(), move |tx| {
             // Each run its own copy: a run that lost a deadlock runs again.
-            let (requests, round) = (requests.clone(), round.clone());
+            let (requests, round, calls) = (requests.clone(), round.clone(), calls.clone());
             Box::pin(async move {
                 let tx = &*tx;
-                let calls: Vec<CallId> = requests
-                    .iter()
-                    .filter_map(|new| new.call.clone())
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .collect();
+                let alongside = tx.turn == Turn::RaisingAlongside;
                 let chosen: Vec<&RequestId> = crate::store::chosen_ids(&requests).collect();
                 // What the raise decides on, read in one exchange.
-                tx.prepare(&[SHARES_HELD, &LIVE_CALL, sql::REQUEST_TAKEN.postgres])
+                tx.prepare(&[SHARES_HELD, &LIVE_CALL, sql::REQUEST_TAKEN.postgres, &RAISING])
                     .await?;
-                let (shares, live, taken) = futures::try_join!(
+                let (shares, live, taken, raising) = futures::try_join!(
                     pending_shares(tx, &requests),
                     try_join_all(
                         calls
@@ -61,8 +77,19 @@ impl Postgres {
                             .iter()
                             .map(|id| async move { tx.query_one(sql::REQUEST_TAKEN.postgres, &[id]).await })
                     ),
+                    async {
+                        match alongside {
+                            true => tx.query_one(&RAISING, &[]).await?.try_get::<_, i64>(0),
+                            false => Ok(1),
+                        }
+                    },
                 )?;
-                if let Err(cap) = shares.admit(&requests, &caps) {
+                let others = usize::try_from(raising - 1).unwrap_or(0);
+                let room = caps.less(RAISED_ALONGSIDE.times(RAISES_ALONGSIDE * others + tx.pipelined_with - 1));
+                if let Err(cap) = shares.admit(&requests, &room) {
+                    if alongside {
+                        return Err(tx.missed().await);
+                    }
                     return Ok(Err(RaiseError::Full(cap)));
                 }
                 let pending = shares.pending();
@@ -157,6 +184,18 @@ impl Postgres {
         })
     }
 }
+
+/// How many transactions hold the raising lock (shared: raising alongside), this one included.
+static RAISING: LazyLock<String> = LazyLock::new(|| {
+    // A lock on one 64-bit key is listed by its high and low halves.
+    format!(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+         AND classid = {}::OID AND objid = {}::OID AND objsubid = 1",
+        RAISE_LOCK >> 32,
+        RAISE_LOCK & 0xffff_ffff
+    )
+});
 
 /// The total of pending Requests (the row with no owner and no server), then what the owners `$1` and the
 /// servers `$2` hold.

@@ -10,7 +10,8 @@ use futures::future::{MaybeDone, maybe_done};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-use super::{Borrowed, EVENTS_PER_TRANSACTION, Reader};
+use super::writer::Turn;
+use super::{Borrowed, EVENTS_PER_TRANSACTION, MISSED, Reader};
 use crate::records::Event;
 use crate::time::{Clock, Timestamp};
 
@@ -19,6 +20,10 @@ use crate::time::{Clock, Timestamp};
 pub struct Tx<'c> {
     /// The writer's connection and the statements it has prepared.
     pub(super) borrowed: Borrowed<'c>,
+    /// The turn the change runs in.
+    pub(super) turn: Turn,
+    /// How many changes of the transaction run pipelined with this one, itself included.
+    pub(super) pipelined_with: usize,
     /// The replica whose writer this is.
     pub replica: &'c str,
     /// The place among the transaction's events that its next event takes.
@@ -45,6 +50,17 @@ impl Tx<'_> {
             statements.get(client, sql).await?;
         }
         Ok(())
+    }
+
+    /// The error that fails the change as one that found what it expected did not hold ([`MISSED`]), from a
+    /// statement that fails so: the transaction is rolled back, and the change runs again in the next one, in
+    /// the turn [`Turn::again`] gives.
+    pub async fn missed(&self) -> tokio_postgres::Error {
+        let Borrowed { client, .. } = self.borrowed;
+        match client.query_one("SELECT toolnexus_expect(false)", &[]).await {
+            Err(error) => error,
+            Ok(_) => unreachable!("toolnexus_expect(false) fails with {MISSED}"),
+        }
     }
 
     /// The one row of `sql`.

@@ -7,7 +7,7 @@
 //! A transaction takes the locks its changes' [`Turn`] needs: one of changes run alongside others holds the
 //! store's write lock shared, so that they commit side by side on every replica, and the locks of the
 //! principals whose caps they check; one that raises Requests holds the write lock shared and the raising lock
-//! alone; any other holds the write lock alone, and what it reads stays exact until it commits (BENCHMARKS.md,
+//! shared when it raises a few far from the caps, else alone; any other holds the write lock alone, and what it reads stays exact until it commits (BENCHMARKS.md,
 //! "Store: PostgreSQL with BEGIN sent alongside and raising in its own turn").
 //!
 //! An event's id is its transaction's id (`pg_current_xact_id()`, which the transaction takes at its first
@@ -31,7 +31,8 @@ use tokio_postgres::Client;
 use super::super::StoreError;
 use super::tail::{self, Next, Publisher, log_page};
 use super::tx::Tx;
-use super::{Borrowed, Connector, PRINCIPAL_LOCKS, RAISE_LOCK, Statements, WRITE_LOCK, unavailable};
+use super::{Borrowed, Connector, PRINCIPAL_LOCKS, RAISE_LOCK, RAISES_ALONGSIDE, Statements, WRITE_LOCK, unavailable};
+use crate::ids::CallId;
 use crate::time::Clock;
 
 /// The most changes one transaction takes.
@@ -66,6 +67,10 @@ pub struct Job {
     /// runs apart from the other changes of its transaction (none of their statements runs between its own),
     /// so that it may write what it decided on what it read.
     pub principals: Vec<String>,
+    /// The calls whose rows a change raising alongside others locks: such changes are pipelined together in
+    /// their transaction when no two of them lock the same call, so that none decides on a call's row that
+    /// another of them changes meanwhile.
+    pub calls: Vec<CallId>,
     /// Whether the change may end its transaction itself, when it is the transaction's only one (see
     /// [`Tx::closing`]).
     pub may_end: bool,
@@ -79,12 +84,37 @@ pub enum Turn {
     /// statements exact at the moment the server runs them, whatever the other changes' statements sent
     /// before or between its own, so that any order of them is one they could have run in one by one.
     Alongside,
-    /// The change raises Requests: it decides in turn, on counts that only raising adds to, so it holds the
-    /// raising lock alone (another replica's raising waits for it) and the write lock shared (the changes run
-    /// alongside, which only lower those counts, do not). One such change runs at a time.
-    Raising,
+    /// The change raises a few Requests (at most [`RAISED_ALONGSIDE`](super::RAISED_ALONGSIDE)) alongside other
+    /// raising: it holds the raising lock and the write lock shared, and decides on counts that leave room for
+    /// all that the raising transactions in flight may add (see [`Postgres::raise`](super::Postgres::raise)).
+    /// Such changes are pipelined together when they lock no call in common ([`Job::calls`]), at most
+    /// [`RAISES_ALONGSIDE`] in a transaction.
+    RaisingAlongside,
+    /// The change raises Requests in turn: it decides on counts that only raising adds to, so it holds the
+    /// raising lock alone (every other replica's raising waits for it) and the write lock shared (the changes
+    /// run alongside, which only lower those counts, do not). One such change runs at a time.
+    RaisingAlone,
     /// The change holds the write lock alone: nothing else writes until it commits.
     Alone,
+}
+
+impl Turn {
+    /// The turn a change runs again in once a statement of it found that what it expected did not hold: a raise
+    /// alongside that found too little room for it runs again alone, where it decides exactly.
+    pub fn again(self) -> Turn {
+        match self {
+            Turn::RaisingAlongside => Turn::RaisingAlone,
+            turn => turn,
+        }
+    }
+
+    /// How many changes of this turn one transaction takes.
+    fn most(self) -> usize {
+        match self {
+            Turn::RaisingAlongside => RAISES_ALONGSIDE,
+            _ => MAX_BATCH,
+        }
+    }
 }
 
 /// A change that was applied, waiting for its transaction to be kept.
@@ -180,11 +210,12 @@ async fn commit(
                 .flat_map(|job| &job.principals);
             begin_alongside(principals)
         }
-        Turn::Raising => {
-            format!(
-                "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); SELECT pg_advisory_xact_lock({RAISE_LOCK})"
-            )
-        }
+        Turn::RaisingAlongside => format!(
+            "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); SELECT pg_advisory_xact_lock_shared({RAISE_LOCK})"
+        ),
+        Turn::RaisingAlone => format!(
+            "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); SELECT pg_advisory_xact_lock({RAISE_LOCK})"
+        ),
         Turn::Alone => format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
     };
     let next_event = AtomicI64::new(0);
@@ -354,8 +385,9 @@ struct Ran {
     failed: bool,
 }
 
-/// Applies the changes of `turn` at the front of `batch`, those run alongside others together (but for those
-/// holding principals' locks) and any other one at a time, until one fails.
+/// Applies the changes of `turn` at the front of `batch`, at most [`Turn::most`], until one fails: those run
+/// alongside others together (but for those holding principals' locks), those raising alongside together
+/// while they lock no call in common, and any other one at a time.
 async fn apply<'c>(
     borrowed: Borrowed<'c>,
     batch: &mut VecDeque<Job>,
@@ -370,22 +402,38 @@ async fn apply<'c>(
         again: Vec::new(),
         failed: false,
     };
-    while batch.front().is_some_and(|job| job.turn == turn)
+    let mut taken = 0;
+    while taken < turn.most()
+        && batch.front().is_some_and(|job| job.turn == turn)
         && let Some(first) = batch.pop_front()
     {
-        let pipelined = |job: &Job| job.turn == Turn::Alongside && job.principals.is_empty();
+        taken += 1;
+        let pipelined = |job: &Job| match job.turn {
+            Turn::Alongside => job.principals.is_empty(),
+            Turn::RaisingAlongside => true,
+            Turn::RaisingAlone | Turn::Alone => false,
+        };
         let together = pipelined(&first);
+        let mut calls: BTreeSet<CallId> = first.calls.into_iter().collect();
         let mut group = vec![first.change];
         while together
-            && batch.front().is_some_and(pipelined)
+            && taken < turn.most()
+            && batch.front().is_some_and(|job| {
+                job.turn == turn && pipelined(job) && job.calls.iter().all(|call| !calls.contains(call))
+            })
             && let Some(next) = batch.pop_front()
         {
+            calls.extend(next.calls);
             group.push(next.change);
+            taken += 1;
         }
+        let pipelined_with = group.len();
         let mut txs: Vec<Tx> = group
             .iter()
             .map(|_| Tx {
                 borrowed,
+                turn,
+                pipelined_with,
                 replica,
                 next_event,
                 clock,

@@ -526,7 +526,7 @@ async fn raise_round(store: &Store, call: &CallId, keys: &[&str]) -> Vec<Request
 }
 
 /// Returns once `watcher` sees a transaction waiting for a lock; fails, saying `never`, after 30 s.
-async fn until_a_lock_is_awaited(watcher: &tokio_postgres::Client, never: &str) {
+pub(super) async fn until_a_lock_is_awaited(watcher: &tokio_postgres::Client, never: &str) {
     until_locks_are_awaited(watcher, 1, never).await;
 }
 
