@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use crate::cluster::Cluster;
 use crate::process::{Backend, GatewayProcess};
@@ -26,6 +27,7 @@ const SCALE_TARGET: f64 = 2.5;
 
 /// What one fleet measured.
 struct Measured {
+    raise: f64,
     drain: f64,
     echo: f64,
 }
@@ -62,6 +64,14 @@ pub async fn table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
         for (what, one, fleet) in [
             (
                 format!(
+                    "calls raised/s starting {count} waiting calls (c={} per replica)",
+                    waiting::CONCURRENCY
+                ),
+                one.raise,
+                fleet.raise,
+            ),
+            (
+                format!(
                     "answers/s draining {count} pending, one per call (c={})",
                     scale::DRAIN_CONCURRENCY
                 ),
@@ -82,10 +92,11 @@ pub async fn table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
         table,
         "\nEach fleet has a fresh database on one durable PostgreSQL 15 server (`fsync`, `synchronous_commit` and \
          `full_page_writes` on) on the same machine. The {count} calls (`confirm_action`, {era}) are started \
-         spread over the replicas before any quota applies; the answerers, and then the echo callers for {} s, \
-         take the replicas in turn. A quota is cgroup CPU time per gateway and the demo server it starts \
+         spread over the replicas, each replica's share {} at a time, until all their Requests are pending (the \
+         raising row); the answerers, and then the echo callers for {} s, take the replicas in turn. A quota is cgroup CPU time per gateway and the demo server it starts \
          (`BENCH_CPU_QUOTA`, default {DEFAULT_QUOTA}; cgroup v1 `cpu.cfs_quota_us` of a 100 ms period, or v2 \
          `cpu.max`); the database and the bench are not limited.{}",
+        waiting::CONCURRENCY,
         plan.window.as_secs_f64(),
         skipped.map_or(String::new(), |why| format!(" The quota runs were skipped: {why}.")),
         era = era.protocol(),
@@ -124,6 +135,10 @@ async fn measure(
         gateways.push(gateway);
     }
     let rests: Vec<Rest> = gateways.iter().map(|gateway| gateway.rest.clone()).collect();
+    for group in &groups {
+        group.limit(cores)?;
+    }
+    let since = Instant::now();
     let mut starting = tokio::task::JoinSet::new();
     for (nth, rest) in rests.iter().enumerate() {
         let share = count / replicas + usize::from(nth < count % replicas);
@@ -134,10 +149,8 @@ async fn measure(
         started??;
     }
     waiting::pending(&rests[0], era, count).await?;
+    let raise = count as f64 / since.elapsed().as_secs_f64();
     let ids = waiting::pending_ids(&rests[0], count).await?;
-    for group in &groups {
-        group.limit(cores)?;
-    }
     let drain = scale::drain(&rests, Arc::new(ids)).await?;
     waiting::completed_on(&rests, era, count).await?;
     let next = Arc::new(AtomicUsize::new(0));
@@ -150,5 +163,5 @@ async fn measure(
         group.limit(None)?;
     }
     drop(gateways);
-    Ok(Measured { drain, echo })
+    Ok(Measured { raise, drain, echo })
 }

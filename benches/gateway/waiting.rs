@@ -17,7 +17,7 @@ use crate::stats::{Samples, p50_p99};
 use crate::{Era, Plan, verdict};
 
 /// How many `POST /calls` (and answers) are in flight at once while starting (and finishing) the calls.
-const CONCURRENCY: usize = 64;
+pub const CONCURRENCY: usize = 64;
 /// The most the latency columns may grow from the smallest N to the largest.
 const FLAT: f64 = 1.5;
 
