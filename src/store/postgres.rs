@@ -34,7 +34,7 @@ use crate::lock;
 use crate::time::Clock;
 pub use connection::{Borrowed, Conn, Connector, Reader, Statements};
 use tx::Tx;
-use writer::{Applied, Change, Failed, Fate, Job, Turn};
+use writer::{Applied, Change, Failed, Fate, Job, Raised, Turn};
 
 /// The advisory lock a transaction that writes holds until it commits: shared by one of changes run alongside
 /// others or of raising, alone by any other (see [`Turn`]).
@@ -42,13 +42,11 @@ const WRITE_LOCK: i64 = 0x746e_6777_7269_7465;
 /// The advisory lock a transaction that raises Requests holds until it commits: shared while it raises a few
 /// far from the caps, alone otherwise (see [`Turn`]).
 const RAISE_LOCK: i64 = 0x746e_6777_7261_6973;
-/// The most one change raising alongside other replicas' raising may raise (see [`Postgres::raise`]).
+/// The most that one transaction raising alongside others may raise, in all (see [`Postgres::raise`]).
 const RAISED_ALONGSIDE: super::shares::Held = super::shares::Held {
     count: 16,
     bytes: 256 * 1024,
 };
-/// The most changes raising alongside others that one transaction takes.
-const RAISES_ALONGSIDE: usize = 16;
 /// The class of the principals' advisory locks (two-key locks, which never meet the one-key ones above).
 const PRINCIPAL_LOCKS: i32 = 0x746e_7072;
 /// How many events one transaction may record: 2^20, the ids a transaction's id leaves room for. (JavaScript
@@ -239,7 +237,7 @@ impl Postgres {
                 change,
                 turn: Turn::Alone,
                 principals: Vec::new(),
-                calls: Vec::new(),
+                raised: Raised::default(),
                 may_end: true,
             },
             kept,
@@ -251,11 +249,11 @@ impl Postgres {
     fn write_raising<T: Send + 'static>(
         &self,
         turn: Turn,
-        calls: Vec<CallId>,
+        raised: Raised,
         work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> tx::Work<'t, T> + Send + 'static,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
         let (sender, kept) = oneshot::channel();
-        self.applied(again_if_undone(work, sender, turn, Vec::new(), calls, true), kept)
+        self.applied(again_if_undone(work, sender, turn, Vec::new(), raised, true), kept)
     }
 
     /// Applies a change in the writer alongside the changes of its kind next to it (see [`Turn::Alongside`]);
@@ -276,7 +274,7 @@ impl Postgres {
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
         let (sender, kept) = oneshot::channel();
         self.applied(
-            again_if_undone(work, sender, Turn::Alongside, principals, Vec::new(), true),
+            again_if_undone(work, sender, Turn::Alongside, principals, Raised::default(), true),
             kept,
         )
     }
@@ -317,7 +315,7 @@ impl Postgres {
             change,
             turn: Turn::Alone,
             principals: Vec::new(),
-            calls: Vec::new(),
+            raised: Raised::default(),
             may_end: true,
         });
     }
@@ -419,18 +417,22 @@ fn again_if_undone<T, W>(
     sender: oneshot::Sender<Result<T, StoreError>>,
     turn: Turn,
     principals: Vec<String>,
-    calls: Vec<CallId>,
+    raised: Raised,
     may_end: bool,
 ) -> Job
 where
     T: Send + 'static,
     W: for<'t, 'c> Fn(&'t mut Tx<'c>) -> tx::Work<'t, T> + Send + 'static,
 {
-    let again = (principals.clone(), calls.clone());
+    let again = (principals.clone(), raised.clone());
     let change: Change = Box::new(move |tx| {
         Box::pin(async move {
-            let ran = work(tx);
-            match ran.await {
+            let ran = work(&mut *tx).await;
+            if tx.moved_alone.load(Ordering::Relaxed) {
+                let again = again_if_undone(work, sender, turn.alone(), again.0, again.1, may_end);
+                return Err(Failed::Alone(again));
+            }
+            match ran {
                 Ok(value) => Ok(Applied {
                     reply: Box::new(move |fate| {
                         let kept = match fate {
@@ -455,7 +457,7 @@ where
                     )))
                 }
                 Err(error) if error.code().is_some_and(|code| code.code() == MISSED) => Err(Failed::Conflict(
-                    again_if_undone(work, sender, turn.again(), again.0, again.1, false),
+                    again_if_undone(work, sender, turn, again.0, again.1, false),
                 )),
                 Err(error) => Err(told(&error, sender)),
             }
@@ -465,7 +467,7 @@ where
         change,
         turn,
         principals,
-        calls,
+        raised,
         may_end,
     }
 }

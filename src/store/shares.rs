@@ -73,10 +73,26 @@ pub struct Held {
 
 impl Held {
     /// What `times` of this hold.
-    pub fn times(&self, times: usize) -> Held {
+    pub fn times(self, times: usize) -> Held {
         Held {
             count: self.count.saturating_mul(times),
             bytes: self.bytes.saturating_mul(times),
+        }
+    }
+
+    /// What this and `other` hold together.
+    pub fn plus(self, other: Held) -> Held {
+        Held {
+            count: self.count.saturating_add(other.count),
+            bytes: self.bytes.saturating_add(other.bytes),
+        }
+    }
+
+    /// What this holds beyond `other`.
+    pub fn less(self, other: Held) -> Held {
+        Held {
+            count: self.count.saturating_sub(other.count),
+            bytes: self.bytes.saturating_sub(other.bytes),
         }
     }
 

@@ -10,8 +10,8 @@ use tokio_postgres::types::ToSql;
 
 use super::requests::round_number;
 use super::tx::{RECORD, Sent, Tx, Work, insert_event};
-use super::writer::Turn;
-use super::{Postgres, RAISE_LOCK, RAISED_ALONGSIDE, RAISES_ALONGSIDE, Reader, rounds, rows};
+use super::writer::{Raised, Turn};
+use super::{Postgres, RAISE_LOCK, RAISED_ALONGSIDE, Reader, rounds, rows};
 use crate::ids::{CallId, RequestId};
 use crate::records::{CallStatus, CallView, Event, EventKind, RequestView};
 use crate::store::shares::{Held, Shares, server_key};
@@ -21,31 +21,29 @@ use crate::time::Timestamp;
 
 impl Postgres {
     /// Raises Requests. A raise of a few ([`RAISED_ALONGSIDE`] at most) that chooses no ids runs alongside other
-    /// replicas' raising ([`Turn::RaisingAlongside`]); any other runs alone ([`Turn::RaisingAlone`]), and so
-    /// does one alongside that finds too little room, again. Either decides on what it reads:
+    /// raising ([`Turn::RaisingAlongside`]); any other runs alone ([`Turn::RaisingAlone`]), and so does one
+    /// alongside that finds too little room, again. Either decides on what it reads:
     /// - that the Requests fit the caps, on counts that only raising adds to: a change alongside that lowers them
     ///   and has not committed only makes them read higher than they are, never lower. Alone, no other raising
-    ///   is in flight, so what it reads is exact. Alongside, it also reads how many raising transactions hold
-    ///   the raising lock (its own included), and leaves room, under every cap, for all that each of the others
-    ///   may add ([`RAISES_ALONGSIDE`] changes of [`RAISED_ALONGSIDE`]) and for the raises pipelined with it,
-    ///   whose writes it may not see. Take the raise that read last among those committed at any moment: all
-    ///   the others kept by then either committed before it read, and it counted them, or were in flight as it
-    ///   read (in its transaction or another), and it left room for them; one that began later would have read
-    ///   later. So the caps hold whatever order the transactions commit in;
-    /// - that each call is running: its row is locked as it is read (`FOR UPDATE`), so a change ending it on
-    ///   another replica either commits first, and the call reads as ended, or waits until this commits and
-    ///   then cancels the Requests raised on it;
-    /// - that a posted Request's id is free: only raising inserts Requests, and a raise that chooses an id runs
-    ///   alone.
+    ///   is in flight, so what it reads is exact. Alongside, it first reads how many transactions hold the
+    ///   raising lock (its own included), then the counts, and leaves room under every cap for all that each
+    ///   of the others may add ([`RAISED_ALONGSIDE`] each) and for what the raises of its own transaction beside
+    ///   it add, whose writes it may not see. Take the raise that read the lock's holders last among those
+    ///   committed at any moment. Every other kept by then either held the lock as it read them, and it left
+    ///   room for it, or had released it, and so committed (PostgreSQL makes a commit seen before it releases
+    ///   its locks), before the counts were read, which counted it; one that took the lock later would have
+    ///   read its holders later. So the caps hold whatever order the transactions commit in;
     pub async fn raise(
         &self,
         requests: Vec<NewRequest>,
         round: Option<NewRound>,
         caps: PendingCaps,
     ) -> Result<Vec<RequestView>, RaiseError> {
-        let bytes = requests.iter().map(|new| new.bytes).sum::<usize>();
-        let few = requests.len() <= RAISED_ALONGSIDE.count && bytes <= RAISED_ALONGSIDE.bytes;
-        let turn = match few && crate::store::chosen_ids(&requests).next().is_none() {
+        let adds = Held {
+            count: requests.len(),
+            bytes: requests.iter().map(|new| new.bytes).sum(),
+        };
+        let turn = match !adds.exceeds(&RAISED_ALONGSIDE) && crate::store::chosen_ids(&requests).next().is_none() {
             true => Turn::RaisingAlongside,
             false => Turn::RaisingAlone,
         };
@@ -55,17 +53,28 @@ impl Postgres {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        self.write_raising(turn, calls.clone(), move |tx| {
+        let raised = Raised {
+            calls: calls.clone(),
+            adds,
+        };
+        self.write_raising(turn, raised, move |tx| {
             // Each run its own copy: a run that lost a deadlock runs again.
             let (requests, round, calls) = (requests.clone(), round.clone(), calls.clone());
             Box::pin(async move {
                 let tx = &*tx;
                 let alongside = tx.turn == Turn::RaisingAlongside;
                 let chosen: Vec<&RequestId> = crate::store::chosen_ids(&requests).collect();
-                // What the raise decides on, read in one exchange.
-                tx.prepare(&[SHARES_HELD, &LIVE_CALL, sql::REQUEST_TAKEN.postgres, &RAISING])
+                // What the raise decides on, read in one exchange, in this order: the lock's holders before the
+                // counts (see above).
+                tx.prepare(&[&RAISING, SHARES_HELD, &LIVE_CALL, sql::REQUEST_TAKEN.postgres])
                     .await?;
-                let (shares, live, taken, raising) = futures::try_join!(
+                let (raising, shares, live, taken) = futures::try_join!(
+                    async {
+                        match alongside {
+                            true => tx.query_one(&RAISING, &[]).await?.try_get::<_, i64>(0),
+                            false => Ok(1),
+                        }
+                    },
                     pending_shares(tx, &requests),
                     try_join_all(
                         calls
@@ -77,18 +86,13 @@ impl Postgres {
                             .iter()
                             .map(|id| async move { tx.query_one(sql::REQUEST_TAKEN.postgres, &[id]).await })
                     ),
-                    async {
-                        match alongside {
-                            true => tx.query_one(&RAISING, &[]).await?.try_get::<_, i64>(0),
-                            false => Ok(1),
-                        }
-                    },
                 )?;
                 let others = usize::try_from(raising - 1).unwrap_or(0);
-                let room = caps.less(RAISED_ALONGSIDE.times(RAISES_ALONGSIDE * others + tx.pipelined_with - 1));
+                let room = caps.less(RAISED_ALONGSIDE.times(others).plus(tx.beside));
                 if let Err(cap) = shares.admit(&requests, &room) {
                     if alongside {
-                        return Err(tx.missed().await);
+                        // Too little room to decide alongside: it runs again alone, and this is dropped.
+                        tx.run_alone();
                     }
                     return Ok(Err(RaiseError::Full(cap)));
                 }

@@ -10,8 +10,9 @@ use futures::future::{MaybeDone, maybe_done};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
+use super::super::shares::Held;
 use super::writer::Turn;
-use super::{Borrowed, EVENTS_PER_TRANSACTION, MISSED, Reader};
+use super::{Borrowed, EVENTS_PER_TRANSACTION, Reader};
 use crate::records::Event;
 use crate::time::{Clock, Timestamp};
 
@@ -22,8 +23,10 @@ pub struct Tx<'c> {
     pub(super) borrowed: Borrowed<'c>,
     /// The turn the change runs in.
     pub(super) turn: Turn,
-    /// How many changes of the transaction run pipelined with this one, itself included.
-    pub(super) pipelined_with: usize,
+    /// What the changes raising alongside this one in its transaction add, which it may not see.
+    pub(super) beside: Held,
+    /// Set when the change found that it must run alone ([`Tx::run_alone`]).
+    pub(super) moved_alone: AtomicBool,
     /// The replica whose writer this is.
     pub replica: &'c str,
     /// The place among the transaction's events that its next event takes.
@@ -52,15 +55,11 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// The error that fails the change as one that found what it expected did not hold ([`MISSED`]), from a
-    /// statement that fails so: the transaction is rolled back, and the change runs again in the next one, in
-    /// the turn [`Turn::again`] gives.
-    pub async fn missed(&self) -> tokio_postgres::Error {
-        let Borrowed { client, .. } = self.borrowed;
-        match client.query_one("SELECT toolnexus_expect(false)", &[]).await {
-            Err(error) => error,
-            Ok(_) => unreachable!("toolnexus_expect(false) fails with {MISSED}"),
-        }
+    /// Has the change run again in the next transaction, in the turn [`Turn::alone`] gives, and what it returns
+    /// now dropped: for a change that found, before it wrote anything, that it cannot decide in this turn. The
+    /// transaction goes on without it.
+    pub fn run_alone(&self) {
+        self.moved_alone.store(true, Ordering::Relaxed);
     }
 
     /// The one row of `sql`.

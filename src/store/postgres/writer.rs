@@ -29,9 +29,10 @@ use tokio::sync::mpsc;
 use tokio_postgres::Client;
 
 use super::super::StoreError;
+use super::super::shares::Held;
 use super::tail::{self, Next, Publisher, log_page};
 use super::tx::Tx;
-use super::{Borrowed, Connector, PRINCIPAL_LOCKS, RAISE_LOCK, RAISES_ALONGSIDE, Statements, WRITE_LOCK, unavailable};
+use super::{Borrowed, Connector, PRINCIPAL_LOCKS, RAISE_LOCK, RAISED_ALONGSIDE, Statements, WRITE_LOCK, unavailable};
 use crate::ids::CallId;
 use crate::time::Clock;
 
@@ -48,6 +49,9 @@ pub enum Failed {
     /// It ran alongside one that failed, whose error aborted the transaction before its own statements were
     /// done: it runs again, as this job, in the next transaction.
     Again(Job),
+    /// It found, before it wrote anything, that it must run alone ([`Tx::alone`]): it runs again, as this job,
+    /// in the next transaction, and this one goes on.
+    Alone(Job),
     /// It lost a conflict with another replica's transaction (a deadlock), or a statement of it found that
     /// what it expected did not hold: the transaction is rolled back, and it runs again, as this job, in the
     /// next one.
@@ -67,13 +71,21 @@ pub struct Job {
     /// runs apart from the other changes of its transaction (none of their statements runs between its own),
     /// so that it may write what it decided on what it read.
     pub principals: Vec<String>,
-    /// The calls whose rows a change raising alongside others locks: such changes are pipelined together in
-    /// their transaction when no two of them lock the same call, so that none decides on a call's row that
-    /// another of them changes meanwhile.
-    pub calls: Vec<CallId>,
+    /// What a change raising alongside others locks and adds (see [`Turn::RaisingAlongside`]).
+    pub raised: Raised,
     /// Whether the change may end its transaction itself, when it is the transaction's only one (see
     /// [`Tx::closing`]).
     pub may_end: bool,
+}
+
+/// What a change raising alongside others locks and adds; nothing for any other change.
+#[derive(Debug, Clone, Default)]
+pub struct Raised {
+    /// The calls whose rows it locks: such changes share a transaction only when no two of them lock the same
+    /// call, so that none decides on a call's row that another changes meanwhile.
+    pub calls: Vec<CallId>,
+    /// How many Requests it raises, and their bytes.
+    pub adds: Held,
 }
 
 /// How a change shares the database with other transactions, and so which locks its transaction takes.
@@ -84,11 +96,11 @@ pub enum Turn {
     /// statements exact at the moment the server runs them, whatever the other changes' statements sent
     /// before or between its own, so that any order of them is one they could have run in one by one.
     Alongside,
-    /// The change raises a few Requests (at most [`RAISED_ALONGSIDE`](super::RAISED_ALONGSIDE)) alongside other
-    /// raising: it holds the raising lock and the write lock shared, and decides on counts that leave room for
-    /// all that the raising transactions in flight may add (see [`Postgres::raise`](super::Postgres::raise)).
-    /// Such changes are pipelined together when they lock no call in common ([`Job::calls`]), at most
-    /// [`RAISES_ALONGSIDE`] in a transaction.
+    /// The change raises a few Requests alongside other raising: it holds the raising lock and the write lock
+    /// shared, and decides on counts that leave room for all that the raising transactions in flight may add
+    /// (see [`Postgres::raise`](super::Postgres::raise)). Such changes are pipelined together in a
+    /// transaction of their own while they lock no call in common and add, together, no more than
+    /// [`RAISED_ALONGSIDE`] ([`Raised`]).
     RaisingAlongside,
     /// The change raises Requests in turn: it decides on counts that only raising adds to, so it holds the
     /// raising lock alone (every other replica's raising waits for it) and the write lock shared (the changes
@@ -99,20 +111,12 @@ pub enum Turn {
 }
 
 impl Turn {
-    /// The turn a change runs again in once a statement of it found that what it expected did not hold: a raise
+    /// The turn a change runs again in when it finds that it cannot decide in this one ([`Tx::alone`]): a raise
     /// alongside that found too little room for it runs again alone, where it decides exactly.
-    pub fn again(self) -> Turn {
+    pub fn alone(self) -> Turn {
         match self {
             Turn::RaisingAlongside => Turn::RaisingAlone,
             turn => turn,
-        }
-    }
-
-    /// How many changes of this turn one transaction takes.
-    fn most(self) -> usize {
-        match self {
-            Turn::RaisingAlongside => RAISES_ALONGSIDE,
-            _ => MAX_BATCH,
         }
     }
 }
@@ -242,6 +246,7 @@ async fn commit(
         Ran {
             applied,
             mut again,
+            alone,
             failed,
         },
         ended,
@@ -340,7 +345,7 @@ async fn commit(
         next.extend((done.reply)(fate.clone()));
     }
     // First in the next transaction, in the order they came.
-    for job in next.into_iter().chain(again).rev() {
+    for job in next.into_iter().chain(again).chain(alone).rev() {
         batch.push_front(job);
     }
     usable
@@ -381,13 +386,15 @@ struct Ran {
     applied: Vec<Applied>,
     /// The changes to run again in the next transaction.
     again: Vec<Job>,
+    /// The changes to run alone in the next transactions, whatever becomes of this one.
+    alone: Vec<Job>,
     /// Whether a change failed (and told its caller).
     failed: bool,
 }
 
-/// Applies the changes of `turn` at the front of `batch`, at most [`Turn::most`], until one fails: those run
-/// alongside others together (but for those holding principals' locks), those raising alongside together
-/// while they lock no call in common, and any other one at a time.
+/// Applies the changes of `turn` at the front of `batch` until one fails: those run alongside others together
+/// (but for those holding principals' locks), those raising alongside together while they may (see
+/// [`Turn::RaisingAlongside`]), and any other one at a time.
 async fn apply<'c>(
     borrowed: Borrowed<'c>,
     batch: &mut VecDeque<Job>,
@@ -400,52 +407,55 @@ async fn apply<'c>(
     let mut ran = Ran {
         applied: Vec::with_capacity(batch.len()),
         again: Vec::new(),
+        alone: Vec::new(),
         failed: false,
     };
-    let mut taken = 0;
-    while taken < turn.most()
-        && batch.front().is_some_and(|job| job.turn == turn)
+    while batch.front().is_some_and(|job| job.turn == turn)
         && let Some(first) = batch.pop_front()
     {
-        taken += 1;
         let pipelined = |job: &Job| match job.turn {
             Turn::Alongside => job.principals.is_empty(),
             Turn::RaisingAlongside => true,
             Turn::RaisingAlone | Turn::Alone => false,
         };
         let together = pipelined(&first);
-        let mut calls: BTreeSet<CallId> = first.calls.into_iter().collect();
-        let mut group = vec![first.change];
+        let mut calls: BTreeSet<CallId> = first.raised.calls.into_iter().collect();
+        let mut adds = first.raised.adds;
+        let mut group = vec![(first.change, first.raised.adds)];
         while together
-            && taken < turn.most()
             && batch.front().is_some_and(|job| {
-                job.turn == turn && pipelined(job) && job.calls.iter().all(|call| !calls.contains(call))
+                job.turn == turn
+                    && pipelined(job)
+                    && job.raised.calls.iter().all(|call| !calls.contains(call))
+                    && !adds.plus(job.raised.adds).exceeds(&RAISED_ALONGSIDE)
             })
             && let Some(next) = batch.pop_front()
         {
-            calls.extend(next.calls);
-            group.push(next.change);
-            taken += 1;
+            calls.extend(next.raised.calls);
+            adds = adds.plus(next.raised.adds);
+            group.push((next.change, next.raised.adds));
         }
-        let pipelined_with = group.len();
         let mut txs: Vec<Tx> = group
             .iter()
-            .map(|_| Tx {
+            .map(|(_, own)| Tx {
                 borrowed,
                 turn,
-                pipelined_with,
+                beside: adds.less(*own),
+                moved_alone: AtomicBool::new(false),
                 replica,
                 next_event,
                 clock,
                 end,
             })
             .collect();
-        let outcomes = futures::future::join_all(group.into_iter().zip(&mut txs).map(|(change, tx)| change(tx))).await;
+        let outcomes =
+            futures::future::join_all(group.into_iter().zip(&mut txs).map(|((change, _), tx)| change(tx))).await;
         for outcome in outcomes {
             match outcome {
                 Ok(done) => ran.applied.push(done),
                 Err(Failed::Told) => ran.failed = true,
                 Err(Failed::Again(job)) => ran.again.push(job),
+                Err(Failed::Alone(job)) => ran.alone.push(job),
                 Err(Failed::Conflict(job)) => {
                     ran.failed = true;
                     ran.again.push(job);
@@ -453,6 +463,10 @@ async fn apply<'c>(
             }
         }
         if ran.failed || !ran.again.is_empty() {
+            break;
+        }
+        if turn == Turn::RaisingAlongside {
+            // What the transaction's raising adds is its one group's, no more (see `Turn::RaisingAlongside`).
             break;
         }
     }

@@ -64,6 +64,44 @@ async fn a_raise_near_a_cap_waits_for_the_raising_in_flight_and_decides_alone() 
     close(a).await;
 }
 
+/// Another replica's raising that commits while a raise waits for its call's row is counted: in the pending
+/// counts if it committed before they were read, or in the room left for it, as it held the raising lock when
+/// its holders were read first.
+#[tokio::test]
+async fn a_raising_that_commits_while_a_raise_reads_is_counted_once_way_or_the_other() {
+    let url = postgres::cluster::shared().database();
+    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let call = insert(&a, new_call("ada")).await.id;
+    let caps = PendingCaps {
+        total: 1,
+        ..PendingCaps::NONE
+    };
+    let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
+    // As another replica's raise of one Request would: the raising lock shared, the Request counted, and the
+    // call's row locked.
+    other
+        .batch_execute(&format!(
+            "BEGIN; {}; INSERT INTO pending_shares (owner, server, replica, requests, bytes) \
+             VALUES ('ada', 'demo', 'other', 1, 10); SELECT 1 FROM calls WHERE id = '{call}' FOR UPDATE",
+            postgres::raising_lock_shared()
+        ))
+        .await
+        .unwrap();
+
+    let raising = tokio::spawn({
+        let a = a.clone();
+        async move { a.raise(vec![new_request(Some(&call), None)], None, caps).await }
+    });
+    until_a_lock_is_awaited(&watcher, "the raise never waited for its call's row").await;
+    other.batch_execute("COMMIT").await.unwrap();
+    let raised = raising.await.unwrap();
+    assert!(
+        matches!(raised, Err(RaiseError::Full(PendingCap::Total(1)))),
+        "{raised:?}"
+    );
+    close(a).await;
+}
+
 /// Raises on three replicas at once, near the cap and past it, admit exactly as many Requests as the cap (in
 /// several databases, as the order the raises meet in varies).
 #[tokio::test]
