@@ -411,7 +411,9 @@ fn replying<T: Send + 'static>(
 /// The job running `work` in `turn`, whose value goes to `sender` once the change is kept (or why it was not).
 /// When another change's failure aborted or rolled back the transaction, or it lost a deadlock, the job comes
 /// back to run again in the next one; so it does, not ending its transaction itself (`may_end`, see
-/// [`Tx::closing`]), when a statement found that what the change expected did not hold ([`MISSED`]).
+/// [`Tx::closing`]), when a statement found that what the change expected did not hold ([`MISSED`]). A change
+/// that moved to run alone ([`Tx::run_alone`]) comes back in the turn [`Turn::alone`] gives, to run in a later
+/// transaction while this one goes on.
 fn again_if_undone<T, W>(
     work: W,
     sender: oneshot::Sender<Result<T, StoreError>>,
@@ -428,7 +430,7 @@ where
     let change: Change = Box::new(move |tx| {
         Box::pin(async move {
             let ran = work(&mut *tx).await;
-            if tx.moved_alone.load(Ordering::Relaxed) {
+            if ran.is_ok() && tx.moved_alone.load(Ordering::Relaxed) {
                 let again = again_if_undone(work, sender, turn.alone(), again.0, again.1, may_end);
                 return Err(Failed::Alone(again));
             }

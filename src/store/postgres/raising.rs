@@ -33,6 +33,11 @@ impl Postgres {
     ///   room for it, or had released it, and so committed (PostgreSQL makes a commit seen before it releases
     ///   its locks), before the counts were read, which counted it; one that took the lock later would have
     ///   read its holders later. So the caps hold whatever order the transactions commit in;
+    /// - that each call is running: its row is locked as it is read (`FOR UPDATE`), so a change ending it on
+    ///   another replica either commits first, and the call reads as ended, or waits until this commits and
+    ///   then cancels the Requests raised on it;
+    /// - that a posted Request's id is free: only raising inserts Requests, and a raise that chooses an id runs
+    ///   alone.
     pub async fn raise(
         &self,
         requests: Vec<NewRequest>,
@@ -58,7 +63,7 @@ impl Postgres {
             adds,
         };
         self.write_raising(turn, raised, move |tx| {
-            // Each run its own copy: a run that lost a deadlock runs again.
+            // Each run its own copy: a run rolled back, or moved alone, runs again.
             let (requests, round, calls) = (requests.clone(), round.clone(), calls.clone());
             Box::pin(async move {
                 let tx = &*tx;

@@ -55,7 +55,7 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Has the change run again in the next transaction, in the turn [`Turn::alone`] gives, and what it returns
+    /// Has the change run again in a later transaction, in the turn [`Turn::alone`] gives, and what it returns
     /// now dropped: for a change that found, before it wrote anything, that it cannot decide in this turn. The
     /// transaction goes on without it.
     pub fn run_alone(&self) {

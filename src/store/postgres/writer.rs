@@ -49,8 +49,8 @@ pub enum Failed {
     /// It ran alongside one that failed, whose error aborted the transaction before its own statements were
     /// done: it runs again, as this job, in the next transaction.
     Again(Job),
-    /// It found, before it wrote anything, that it must run alone ([`Tx::alone`]): it runs again, as this job,
-    /// in the next transaction, and this one goes on.
+    /// It found, before it wrote anything, that it must run alone ([`Tx::run_alone`]): it runs again, as this
+    /// job, in a later transaction, and this one goes on.
     Alone(Job),
     /// It lost a conflict with another replica's transaction (a deadlock), or a statement of it found that
     /// what it expected did not hold: the transaction is rolled back, and it runs again, as this job, in the
@@ -111,7 +111,7 @@ pub enum Turn {
 }
 
 impl Turn {
-    /// The turn a change runs again in when it finds that it cannot decide in this one ([`Tx::alone`]): a raise
+    /// The turn a change runs again in when it finds that it cannot decide in this one ([`Tx::run_alone`]): a raise
     /// alongside that found too little room for it runs again alone, where it decides exactly.
     pub fn alone(self) -> Turn {
         match self {
@@ -191,7 +191,8 @@ pub async fn run(
 
 /// Applies changes from `batch` in one transaction until one fails; the ones applied share its fate (the
 /// failure rolls them back: a change that fails midway leaves nothing of itself), except those that can run
-/// again (any but those holding the write lock alone), which do in the next transaction, first among the rest.
+/// again (any but those holding the write lock alone), which do in the next transaction, first among the rest;
+/// those that moved to run alone run after them, whatever became of the transaction.
 /// Whether
 /// the connection is fit for the next transaction.
 async fn commit(
@@ -246,7 +247,7 @@ async fn commit(
         Ran {
             applied,
             mut again,
-            alone,
+            moved,
             failed,
         },
         ended,
@@ -345,7 +346,7 @@ async fn commit(
         next.extend((done.reply)(fate.clone()));
     }
     // First in the next transaction, in the order they came.
-    for job in next.into_iter().chain(again).chain(alone).rev() {
+    for job in next.into_iter().chain(again).chain(moved).rev() {
         batch.push_front(job);
     }
     usable
@@ -386,8 +387,8 @@ struct Ran {
     applied: Vec<Applied>,
     /// The changes to run again in the next transaction.
     again: Vec<Job>,
-    /// The changes to run alone in the next transactions, whatever becomes of this one.
-    alone: Vec<Job>,
+    /// The changes moved to run alone in later transactions, whatever becomes of this one.
+    moved: Vec<Job>,
     /// Whether a change failed (and told its caller).
     failed: bool,
 }
@@ -407,7 +408,7 @@ async fn apply<'c>(
     let mut ran = Ran {
         applied: Vec::with_capacity(batch.len()),
         again: Vec::new(),
-        alone: Vec::new(),
+        moved: Vec::new(),
         failed: false,
     };
     while batch.front().is_some_and(|job| job.turn == turn)
@@ -455,7 +456,7 @@ async fn apply<'c>(
                 Ok(done) => ran.applied.push(done),
                 Err(Failed::Told) => ran.failed = true,
                 Err(Failed::Again(job)) => ran.again.push(job),
-                Err(Failed::Alone(job)) => ran.alone.push(job),
+                Err(Failed::Alone(job)) => ran.moved.push(job),
                 Err(Failed::Conflict(job)) => {
                     ran.failed = true;
                     ran.again.push(job);
