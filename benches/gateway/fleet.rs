@@ -93,9 +93,10 @@ pub async fn table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
         "\nEach fleet has a fresh database on one durable PostgreSQL 15 server (`fsync`, `synchronous_commit` and \
          `full_page_writes` on) on the same machine. The {count} calls (`confirm_action`, {era}) are started \
          spread over the replicas, each replica's share {} at a time, until all their Requests are pending (the \
-         raising row); the answerers, and then the echo callers for {} s, take the replicas in turn. A quota is cgroup CPU time per gateway and the demo server it starts \
-         (`BENCH_CPU_QUOTA`, default {DEFAULT_QUOTA}; cgroup v1 `cpu.cfs_quota_us` of a 100 ms period, or v2 \
-         `cpu.max`); the database and the bench are not limited.{}",
+         raising row); the answerers, and then the echo callers for {} s, take the replicas in turn. A quota is \
+         cgroup CPU time per gateway and the demo server it starts (`BENCH_CPU_QUOTA`, default {DEFAULT_QUOTA}; \
+         cgroup v1 `cpu.cfs_quota_us` of a 100 ms period, or v2 `cpu.max`); the database and the bench are not \
+         limited.{}",
         waiting::CONCURRENCY,
         plan.window.as_secs_f64(),
         skipped.map_or(String::new(), |why| format!(" The quota runs were skipped: {why}.")),

@@ -354,6 +354,11 @@ mod raising;
 mod replicas;
 mod restarts;
 
+/// How many of `tasks` were admitted: returned true.
+async fn admitted(tasks: tokio::task::JoinSet<bool>) -> usize {
+    tasks.join_all().await.into_iter().filter(|admitted| *admitted).count()
+}
+
 /// A connection of its own to the PostgreSQL database at `url`, beside the store's.
 async fn connect_raw(url: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();

@@ -7,8 +7,9 @@
 //! A transaction takes the locks its changes' [`Turn`] needs: one of changes run alongside others holds the
 //! store's write lock shared, so that they commit side by side on every replica, and the locks of the
 //! principals whose caps they check; one that raises Requests holds the write lock shared and the raising lock
-//! shared when it raises a few far from the caps, else alone; any other holds the write lock alone, and what it reads stays exact until it commits (BENCHMARKS.md,
-//! "Store: PostgreSQL with BEGIN sent alongside and raising in its own turn").
+//! shared when it raises a few far from the caps, else alone; any other holds the write lock alone, and what it
+//! reads stays exact until it commits (BENCHMARKS.md, "Store: PostgreSQL with BEGIN sent alongside and raising
+//! in its own turn").
 //!
 //! An event's id is its transaction's id (`pg_current_xact_id()`, which the transaction takes at its first
 //! write; the statement that inserts the event reads it) times [`EVENTS_PER_TRANSACTION`](super::EVENTS_PER_TRANSACTION) plus its place among
@@ -216,7 +217,8 @@ async fn commit(
             begin_alongside(principals)
         }
         Turn::RaisingAlongside => format!(
-            "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); SELECT pg_advisory_xact_lock_shared({RAISE_LOCK})"
+            "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); \
+             SELECT pg_advisory_xact_lock_shared({RAISE_LOCK})"
         ),
         Turn::RaisingAlone => format!(
             "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); SELECT pg_advisory_xact_lock({RAISE_LOCK})"

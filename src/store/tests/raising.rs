@@ -130,13 +130,7 @@ async fn the_pending_cap_holds_exactly_across_replicas_raising_at_once() {
                 }
             });
         }
-        let admitted = raising
-            .join_all()
-            .await
-            .into_iter()
-            .filter(|admitted| *admitted)
-            .count();
-        assert_eq!(admitted, CAP);
+        assert_eq!(admitted(raising).await, CAP);
         assert_eq!(replicas[0].pending_count().await.unwrap(), CAP);
         assert_eq!(counted(&url).await, recounted(&url).await);
         for store in replicas {
