@@ -1,8 +1,8 @@
 //! The one connection that writes: it takes every change waiting, applies them in one transaction, commits
-//! once (group commit), then answers each and has the tail publish their events. Consecutive changes that may
-//! run alongside each other (answers, and calls and sessions as they start and end) have their statements
-//! pipelined: the connection sends them without waiting for each reply, and the server runs them in the order
-//! they arrive.
+//! once (group commit), then answers each and has the tail publish their events. Changes that may run
+//! alongside each other (answers, calls and sessions as they start and end, and a few Requests raised far from
+//! the caps) share transactions, and have their statements pipelined: the connection sends them without
+//! waiting for each reply, and the server runs them in the order they arrive (see [`Plan`]).
 //!
 //! A transaction takes the locks its changes' [`Turn`] needs: one of changes run alongside others holds the
 //! store's write lock shared, so that they commit side by side on every replica, and the locks of the
@@ -92,16 +92,16 @@ pub struct Raised {
 /// How a change shares the database with other transactions, and so which locks its transaction takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Turn {
-    /// The change runs alongside the other such changes next to it in the queue, and alongside other
-    /// replicas' transactions of them and of raising: each decides everything it reads and writes in
+    /// The change runs alongside the other such changes at the front of the queue, the raises alongside
+    /// that share its transaction, and other replicas' transactions of them and of raising: each decides everything it reads and writes in
     /// statements exact at the moment the server runs them, whatever the other changes' statements sent
     /// before or between its own, so that any order of them is one they could have run in one by one.
     Alongside,
     /// The change raises a few Requests alongside other raising: it holds the raising lock and the write lock
     /// shared, and decides on counts that leave room for all that the raising transactions in flight may add
-    /// (see [`Postgres::raise`](super::Postgres::raise)). Such changes are pipelined together in a
-    /// transaction of their own while they lock no call in common and add, together, no more than
-    /// [`RAISED_ALONGSIDE`] ([`Raised`]).
+    /// (see [`Postgres::raise`](super::Postgres::raise)). Such changes are pipelined together, after the
+    /// changes alongside of their transaction ([`Plan`]), while they lock no call in common and add, together,
+    /// no more than [`RAISED_ALONGSIDE`] ([`Raised`]).
     RaisingAlongside,
     /// The change raises Requests in turn: it decides on counts that only raising adds to, so it holds the
     /// raising lock alone (every other replica's raising waits for it) and the write lock shared (the changes
@@ -190,12 +190,11 @@ pub async fn run(
     }
 }
 
-/// Applies changes from `batch` in one transaction until one fails; the ones applied share its fate (the
-/// failure rolls them back: a change that fails midway leaves nothing of itself), except those that can run
-/// again (any but those holding the write lock alone), which do in the next transaction, first among the rest;
-/// those that moved to run alone run after them, whatever became of the transaction.
-/// Whether
-/// the connection is fit for the next transaction.
+/// Applies changes from `batch` in one transaction (see [`Plan`]) until one fails; the ones applied share its
+/// fate (the failure rolls them back: a change that fails midway leaves nothing of itself), except those that
+/// can run again (any but those holding the write lock alone), which do in the next transaction, first among
+/// the rest; those that moved to run alone run after them, whatever became of the transaction. Whether the
+/// connection is fit for the next transaction.
 async fn commit(
     client: &Client,
     statements: &Statements,
@@ -205,41 +204,17 @@ async fn commit(
     replica: &str,
     clock: &Clock,
 ) -> bool {
-    let Some(turn) = batch.front().map(|job| job.turn) else {
+    let Some(plan) = Plan::take(batch) else {
         return true;
     };
-    let begin = match turn {
-        Turn::Alongside => {
-            let principals = batch
-                .iter()
-                .take_while(|job| job.turn == turn)
-                .flat_map(|job| &job.principals);
-            begin_alongside(principals)
-        }
-        Turn::RaisingAlongside => format!(
-            "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); \
-             SELECT pg_advisory_xact_lock_shared({RAISE_LOCK})"
-        ),
-        Turn::RaisingAlone => format!(
-            "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); SELECT pg_advisory_xact_lock({RAISE_LOCK})"
-        ),
-        Turn::Alone => format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
-    };
+    let begin = plan.begin();
     let next_event = AtomicI64::new(0);
     // A change alone in its transaction, with none waiting, may have the `COMMIT` sent right behind its last
     // statements, as soon as it has sent them (and before their replies come).
-    let alone = batch.len() == 1 && waiting.is_empty() && batch.front().is_some_and(|job| job.may_end);
+    let alone = batch.is_empty() && waiting.is_empty() && plan.only().is_some_and(|job| job.may_end);
     let sent_last = AtomicBool::new(false);
     let borrowed = Borrowed { client, statements };
-    let changes = apply(
-        borrowed,
-        batch,
-        turn,
-        replica,
-        clock,
-        &next_event,
-        alone.then_some(&sent_last),
-    );
+    let changes = apply(borrowed, plan, replica, clock, &next_event, alone.then_some(&sent_last));
     // `BEGIN` is sent first, with the first change's statements right behind it, which the server runs once the
     // transaction holds its locks: one exchange for both. Its reply is read while the changes run (a reply left
     // unread stops the connection reading theirs). A failure here aborts the transaction, so every statement
@@ -250,6 +225,7 @@ async fn commit(
             applied,
             mut again,
             moved,
+            unrun,
             failed,
         },
         ended,
@@ -275,6 +251,10 @@ async fn commit(
         }
         (begun, ran, ended)
     };
+    // Behind the changes that run again, in the order they came.
+    for job in unrun.into_iter().rev() {
+        batch.push_front(job);
+    }
     if let Err(error) = begun {
         tracing::error!(%error, "the store cannot start a transaction holding its write lock");
         let usable = roll_back(client).await;
@@ -384,6 +364,113 @@ async fn keep(borrowed: Borrowed<'_>, publisher: &Publisher, replica: &str, reco
     Kept { result, published }
 }
 
+/// The changes one transaction takes from the front of the queue, in groups that run one after another: the
+/// changes of a group have their statements pipelined together.
+///
+/// A transaction of changes that hold the write lock shared and the raising lock shared at most (those of
+/// [`Turn::Alongside`] and [`Turn::RaisingAlongside`]) takes every such change at the front of the queue:
+/// first those run alongside, in the order they came, in groups (one that holds principals' locks in a group
+/// of its own), then one group of raises, those that may be pipelined together (see
+/// [`Turn::RaisingAlongside`]); a raise that may not waits, in its place, for a later transaction. Moving a
+/// raise behind changes that came after it gives an order they could have come in, as no change depends on a
+/// raise before it is kept (its Requests are known only then). A transaction of changes that hold a lock alone
+/// takes those of the front's turn at the front of the queue, each in a group of its own.
+struct Plan {
+    turn: Turn,
+    groups: Vec<Vec<Job>>,
+}
+
+impl Plan {
+    /// The plan of the next transaction, taken from the front of `batch`; `None` when it is empty.
+    fn take(batch: &mut VecDeque<Job>) -> Option<Plan> {
+        let turn = batch.front()?.turn;
+        if matches!(turn, Turn::RaisingAlone | Turn::Alone) {
+            let mut groups = Vec::new();
+            while batch.front().is_some_and(|job| job.turn == turn)
+                && let Some(job) = batch.pop_front()
+            {
+                groups.push(vec![job]);
+            }
+            return Some(Plan { turn, groups });
+        }
+        let (mut groups, mut pipelined, mut raising) = (Vec::new(), Vec::new(), Vec::new());
+        let mut later = Vec::new();
+        let (mut calls, mut adds) = (BTreeSet::new(), Held::default());
+        while batch
+            .front()
+            .is_some_and(|job| matches!(job.turn, Turn::Alongside | Turn::RaisingAlongside))
+            && let Some(job) = batch.pop_front()
+        {
+            if job.turn == Turn::RaisingAlongside {
+                let fits = job.raised.calls.iter().all(|call| !calls.contains(call))
+                    && !adds.plus(job.raised.adds).exceeds(&RAISED_ALONGSIDE);
+                if fits {
+                    calls.extend(job.raised.calls.iter().cloned());
+                    adds = adds.plus(job.raised.adds);
+                    raising.push(job);
+                } else {
+                    later.push(job);
+                }
+            } else if job.principals.is_empty() {
+                pipelined.push(job);
+            } else {
+                if !pipelined.is_empty() {
+                    groups.push(std::mem::take(&mut pipelined));
+                }
+                groups.push(vec![job]);
+            }
+        }
+        for group in [pipelined, raising] {
+            if !group.is_empty() {
+                groups.push(group);
+            }
+        }
+        for job in later.into_iter().rev() {
+            batch.push_front(job);
+        }
+        Some(Plan { turn, groups })
+    }
+
+    /// The plan's one change, when it has only one.
+    fn only(&self) -> Option<&Job> {
+        match self.groups.as_slice() {
+            [group] => match group.as_slice() {
+                [job] => Some(job),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// What begins the transaction, taking the locks its changes' turns need: the write lock, then the raising
+    /// lock, then the principals' locks in the order of their keys, the same order in every transaction, before
+    /// anything else the transaction waits for, so that two transactions never each hold one the other waits
+    /// for.
+    fn begin(&self) -> String {
+        let jobs = || self.groups.iter().flatten();
+        let mut begin = vec!["BEGIN".to_owned()];
+        match self.turn {
+            Turn::Alongside | Turn::RaisingAlongside => {
+                begin.push(format!("SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})"));
+                if jobs().any(|job| job.turn == Turn::RaisingAlongside) {
+                    begin.push(format!("SELECT pg_advisory_xact_lock_shared({RAISE_LOCK})"));
+                }
+                let keys: BTreeSet<i32> = jobs()
+                    .flat_map(|job| &job.principals)
+                    .map(|principal| principal_key(principal))
+                    .collect();
+                begin.extend(keys.into_iter().map(principal_lock));
+            }
+            Turn::RaisingAlone => {
+                begin.push(format!("SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})"));
+                begin.push(format!("SELECT pg_advisory_xact_lock({RAISE_LOCK})"));
+            }
+            Turn::Alone => begin.push(format!("SELECT pg_advisory_xact_lock({WRITE_LOCK})")),
+        }
+        begin.join("; ")
+    }
+}
+
 /// What applying a transaction's changes came to.
 struct Ran {
     applied: Vec<Applied>,
@@ -391,59 +478,39 @@ struct Ran {
     again: Vec<Job>,
     /// The changes moved to run alone in later transactions, whatever becomes of this one.
     moved: Vec<Job>,
+    /// The changes of the plan not run, as one before them failed: they run in a later transaction.
+    unrun: Vec<Job>,
     /// Whether a change failed (and told its caller).
     failed: bool,
 }
 
-/// Applies the changes of `turn` at the front of `batch` until one fails: those run alongside others together
-/// (but for those holding principals' locks), those raising alongside together while they may (see
-/// [`Turn::RaisingAlongside`]), and any other one at a time.
+/// Applies the groups of `plan` in turn, until one fails.
 async fn apply<'c>(
     borrowed: Borrowed<'c>,
-    batch: &mut VecDeque<Job>,
-    turn: Turn,
+    plan: Plan,
     replica: &'c str,
     clock: &'c Clock,
     next_event: &'c AtomicI64,
     end: Option<&'c AtomicBool>,
 ) -> Ran {
     let mut ran = Ran {
-        applied: Vec::with_capacity(batch.len()),
+        applied: Vec::new(),
         again: Vec::new(),
         moved: Vec::new(),
+        unrun: Vec::new(),
         failed: false,
     };
-    while batch.front().is_some_and(|job| job.turn == turn)
-        && let Some(first) = batch.pop_front()
-    {
-        let pipelined = |job: &Job| match job.turn {
-            Turn::Alongside => job.principals.is_empty(),
-            Turn::RaisingAlongside => true,
-            Turn::RaisingAlone | Turn::Alone => false,
-        };
-        let together = pipelined(&first);
-        let mut calls: BTreeSet<CallId> = first.raised.calls.into_iter().collect();
-        let mut adds = first.raised.adds;
-        let mut group = vec![(first.change, first.raised.adds)];
-        while together
-            && batch.front().is_some_and(|job| {
-                job.turn == turn
-                    && pipelined(job)
-                    && job.raised.calls.iter().all(|call| !calls.contains(call))
-                    && !adds.plus(job.raised.adds).exceeds(&RAISED_ALONGSIDE)
-            })
-            && let Some(next) = batch.pop_front()
-        {
-            calls.extend(next.raised.calls);
-            adds = adds.plus(next.raised.adds);
-            group.push((next.change, next.raised.adds));
-        }
+    let mut groups = plan.groups.into_iter();
+    for group in groups.by_ref() {
+        let adds = group
+            .iter()
+            .fold(Held::default(), |adds, job| adds.plus(job.raised.adds));
         let mut txs: Vec<Tx> = group
             .iter()
-            .map(|(_, own)| Tx {
+            .map(|job| Tx {
                 borrowed,
-                turn,
-                beside: adds.less(*own),
+                turn: job.turn,
+                beside: adds.less(job.raised.adds),
                 moved_alone: AtomicBool::new(false),
                 replica,
                 next_event,
@@ -452,7 +519,7 @@ async fn apply<'c>(
             })
             .collect();
         let outcomes =
-            futures::future::join_all(group.into_iter().zip(&mut txs).map(|((change, _), tx)| change(tx))).await;
+            futures::future::join_all(group.into_iter().zip(&mut txs).map(|(job, tx)| (job.change)(tx))).await;
         for outcome in outcomes {
             match outcome {
                 Ok(done) => ran.applied.push(done),
@@ -468,25 +535,9 @@ async fn apply<'c>(
         if ran.failed || !ran.again.is_empty() {
             break;
         }
-        if turn == Turn::RaisingAlongside {
-            // What the transaction's raising adds is its one group's, no more (see `Turn::RaisingAlongside`).
-            break;
-        }
     }
+    ran.unrun = groups.flatten().collect();
     ran
-}
-
-/// What begins a transaction of changes run alongside others, holding the write lock shared and the locks of
-/// `principals`. The latter are taken in the order of their keys, the same in every transaction, before
-/// anything else the transaction waits for: two transactions never each hold one the other waits for.
-fn begin_alongside<'p>(principals: impl Iterator<Item = &'p String>) -> String {
-    let keys: BTreeSet<i32> = principals.map(|principal| principal_key(principal)).collect();
-    let mut begin = vec![
-        "BEGIN".to_owned(),
-        format!("SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})"),
-    ];
-    begin.extend(keys.into_iter().map(principal_lock));
-    begin.join("; ")
 }
 
 /// The statement taking the principals' lock of key `key` (see [`principal_key`]) until the transaction ends.
@@ -534,8 +585,10 @@ fn escaped_literal(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+
     use super::super::EVENTS_PER_TRANSACTION;
-    use super::escaped_literal;
+    use super::*;
 
     #[test]
     fn the_tail_reads_event_ids_as_the_writer_gives_them() {
@@ -546,29 +599,91 @@ mod tests {
         );
     }
 
+    /// A change that is never run, told apart by `tag`.
+    fn job(turn: Turn, principals: &[&str], calls: &[&CallId], count: usize, tag: usize) -> Job {
+        Job {
+            change: Box::new(|_| Box::pin(async { Err(Failed::Told) })),
+            turn,
+            principals: principals.iter().map(|principal| principal.to_string()).collect(),
+            raised: Raised {
+                calls: calls.iter().map(|call| (*call).clone()).collect(),
+                adds: Held { count, bytes: tag },
+            },
+            may_end: true,
+        }
+    }
+
+    fn tags<'j>(jobs: impl IntoIterator<Item = &'j Job>) -> Vec<usize> {
+        jobs.into_iter().map(|job| job.raised.adds.bytes).collect()
+    }
+
     #[test]
-    fn a_transaction_takes_its_principals_locks_once_each_in_the_order_of_their_keys() {
-        let principals = ["zoe", "ann", "zoe", "bob"].map(String::from);
-        let begin = super::begin_alongside(principals.iter());
-        let mut keys: Vec<i32> = ["ann", "bob", "zoe"].map(super::principal_key).to_vec();
-        keys.sort_unstable();
-        let locks: Vec<String> = keys
-            .iter()
-            .map(|key| format!("; SELECT pg_advisory_xact_lock({}, {key})", super::PRINCIPAL_LOCKS))
-            .collect();
+    fn a_transaction_takes_the_changes_alongside_in_order_then_one_group_of_raises() {
+        let (one, two) = (CallId::mint(), CallId::mint());
+        let mut batch = VecDeque::from([
+            job(Turn::Alongside, &[], &[], 0, 1),
+            job(Turn::RaisingAlongside, &[], &[&one], 1, 2),
+            job(Turn::Alongside, &[], &[], 0, 3),
+            job(Turn::Alongside, &["zoe"], &[], 0, 4),
+            // It locks a call the raise before it locks.
+            job(Turn::RaisingAlongside, &[], &[&one, &two], 1, 5),
+            job(Turn::RaisingAlongside, &[], &[&two], 1, 6),
+            // Beyond what a transaction raising alongside others may raise.
+            job(Turn::RaisingAlongside, &[], &[], RAISED_ALONGSIDE.count, 7),
+            job(Turn::Alongside, &[], &[], 0, 8),
+            job(Turn::Alone, &[], &[], 0, 9),
+            job(Turn::Alongside, &[], &[], 0, 10),
+        ]);
+        let plan = Plan::take(&mut batch).unwrap();
+        let groups: Vec<Vec<usize>> = plan.groups.iter().map(tags).collect();
+        assert_eq!(groups, [vec![1, 3], vec![4], vec![8], vec![2, 6]]);
+        assert_eq!(tags(&batch), [5, 7, 9, 10]);
         assert_eq!(
-            begin,
+            plan.begin(),
             format!(
-                "BEGIN; SELECT pg_advisory_xact_lock_shared({}){}",
-                super::WRITE_LOCK,
-                locks.concat()
+                "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); \
+                 SELECT pg_advisory_xact_lock_shared({RAISE_LOCK}); {}",
+                principal_lock(principal_key("zoe"))
             )
         );
-        // FNV-1a of "a" (0xe40c292c), as every replica computes it.
+        // Those left: the raise that waited first, alone in its plan.
+        let plan = Plan::take(&mut batch).unwrap();
+        assert_eq!(plan.groups.iter().map(tags).collect::<Vec<_>>(), [vec![5]]);
+        assert_eq!(tags(&batch), [7, 9, 10]);
+        let plan = Plan::take(&mut batch).unwrap();
+        assert_eq!(plan.groups.iter().map(tags).collect::<Vec<_>>(), [vec![7]]);
+        let plan = Plan::take(&mut batch).unwrap();
+        assert_eq!(plan.groups.iter().map(tags).collect::<Vec<_>>(), [vec![9]]);
         assert_eq!(
-            super::principal_key("a"),
-            i32::from_ne_bytes(0xe40c_292c_u32.to_ne_bytes())
+            plan.begin(),
+            format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})")
         );
+    }
+
+    #[test]
+    fn a_transaction_without_raises_leaves_the_raising_lock_alone() {
+        let mut batch = VecDeque::from([
+            job(Turn::Alongside, &["zoe"], &[], 0, 1),
+            job(Turn::Alongside, &["ann", "zoe"], &[], 0, 2),
+            job(Turn::Alongside, &["bob"], &[], 0, 3),
+        ]);
+        let plan = Plan::take(&mut batch).unwrap();
+        let mut keys: Vec<i32> = ["ann", "bob", "zoe"].map(principal_key).to_vec();
+        keys.sort_unstable();
+        let locks: Vec<String> = keys.into_iter().map(principal_lock).collect();
+        assert_eq!(
+            plan.begin(),
+            format!(
+                "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); {}",
+                locks.join("; ")
+            )
+        );
+    }
+
+    #[test]
+    fn a_principals_lock_is_keyed_the_same_on_every_replica() {
+        // FNV-1a of "a" (0xe40c292c), as every replica computes it.
+        assert_eq!(principal_key("a"), i32::from_ne_bytes(0xe40c_292c_u32.to_ne_bytes()));
     }
 
     #[test]
