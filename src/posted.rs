@@ -225,10 +225,11 @@ fn text(body: &Map<String, Value>, key: &str, presence: Presence, shape: &mut Ve
 /// When an `expiresAt` falls, noting one that is not RFC 3339 or is not after `now`.
 fn deadline(at: &str, now: Timestamp, wrong: &mut Vec<Violation>) -> Option<Timestamp> {
     let Some(when) = parse_rfc3339(at) else {
-        wrong.push(problem(
-            "/expiresAt",
-            "must be an RFC 3339 instant, e.g. 2026-01-01T00:00:00Z",
-        ));
+        let message = match before_1970(at) {
+            true => "has passed",
+            false => "must be an RFC 3339 instant, e.g. 2026-01-01T00:00:00Z",
+        };
+        wrong.push(problem("/expiresAt", message));
         return None;
     };
     let millis = when
@@ -262,6 +263,16 @@ fn parse_rfc3339(at: &str) -> Option<SystemTime> {
         Some((false, offset)) => when.checked_add(offset),
         None => Some(when),
     }
+}
+
+/// Whether `at` is an RFC 3339 instant in a year before 1970, which [`parse_rfc3339`] does not take: the same
+/// instant in 1972 (a leap year, so any day of the year is one) parses.
+fn before_1970(at: &str) -> bool {
+    let year = at
+        .get(..4)
+        .filter(|year| year.bytes().all(|digit| digit.is_ascii_digit()));
+    year.and_then(|year| year.parse::<u16>().ok())
+        .is_some_and(|year| year < 1970 && parse_rfc3339(&format!("1972{}", &at[4..])).is_some())
 }
 
 /// Whether `text`, lowercase and without separators, contains one of `words`.
@@ -355,6 +366,21 @@ mod tests {
         assert_eq!(custom.request.id, "run-7:step-2");
         let past = parse(json!({"kind": "x", "prompt": "p", "expiresAt": "2001-01-01T00:00:00Z"})).unwrap_err();
         assert_eq!(paths(past), ["/expiresAt"]);
+        for (at, message) in [
+            ("0137-03-07T05:00:33.432238Z", "has passed"),
+            ("1968-02-29T12:00:00+17:04", "has passed"),
+            (
+                "1969-13-01T00:00:00Z",
+                "must be an RFC 3339 instant, e.g. 2026-01-01T00:00:00Z",
+            ),
+            ("0137", "must be an RFC 3339 instant, e.g. 2026-01-01T00:00:00Z"),
+        ] {
+            let Err(Refusal::Unprocessable(problems)) = parse(json!({"kind": "x", "prompt": "p", "expiresAt": at}))
+            else {
+                panic!("{at} was taken");
+            };
+            assert_eq!(problems[0].message, message, "{at}");
+        }
         let utc = parse_rfc3339("2030-01-01T00:00:00Z").unwrap();
         assert_eq!(parse_rfc3339("2030-01-01T02:30:00+02:30"), Some(utc));
         assert_eq!(parse_rfc3339("2029-12-31T23:00:00.000-01:00"), Some(utc));
