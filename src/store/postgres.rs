@@ -256,8 +256,8 @@ impl Postgres {
         self.applied(again_if_undone(work, sender, turn, Vec::new(), raised, true), kept)
     }
 
-    /// Applies a change in the writer alongside the changes of its kind next to it (see [`Turn::Alongside`]);
-    /// the future resolves once it is kept, with what `work` returned.
+    /// Applies a change in the writer alongside the changes of its kind at the front of its queue (see
+    /// [`Turn::Alongside`]); the future resolves once it is kept, with what `work` returned.
     fn write_alongside<T: Send + 'static>(
         &self,
         work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> tx::Work<'t, T> + Send + 'static,

@@ -24,8 +24,7 @@ impl Postgres {
     /// raising ([`Turn::RaisingAlongside`]); any other runs alone ([`Turn::RaisingAlone`]), and so does one
     /// alongside that finds too little room, again. Either decides on what it reads:
     /// - that the Requests fit the caps, on counts that only raising adds to: a change alongside that lowers them
-    ///   and has not committed only makes them read higher than they are, never lower (one in its own
-    ///   transaction, which it reads, is kept or rolled back with it). Alone, no other raising
+    ///   and has not committed only makes them read higher than they are, never lower. Alone, no other raising
     ///   is in flight, so what it reads is exact. Alongside, it first reads how many transactions hold the
     ///   raising lock (its own included), then the counts, and leaves room under every cap for all that each
     ///   of the others may add ([`RAISED_ALONGSIDE`] each) and for what the raises of its own transaction beside

@@ -92,20 +92,21 @@ pub struct Raised {
 /// How a change shares the database with other transactions, and so which locks its transaction takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Turn {
-    /// The change runs alongside the other such changes at the front of the queue, the raises alongside
-    /// that share its transaction, and other replicas' transactions of them and of raising: each decides everything it reads and writes in
+    /// The change runs alongside the other such changes at the front of the queue, and alongside other
+    /// replicas' transactions of them and of raising: each decides everything it reads and writes in
     /// statements exact at the moment the server runs them, whatever the other changes' statements sent
     /// before or between its own, so that any order of them is one they could have run in one by one.
     Alongside,
     /// The change raises a few Requests alongside other raising: it holds the raising lock and the write lock
     /// shared, and decides on counts that leave room for all that the raising transactions in flight may add
-    /// (see [`Postgres::raise`](super::Postgres::raise)). Such changes are pipelined together, after the
-    /// changes alongside of their transaction ([`Plan`]), while they lock no call in common and add, together,
-    /// no more than [`RAISED_ALONGSIDE`] ([`Raised`]).
+    /// (see [`Postgres::raise`](super::Postgres::raise)). Such changes are pipelined together, before the
+    /// changes alongside that share their transaction ([`Plan`]), while they lock no call in common and add,
+    /// together, no more than [`RAISED_ALONGSIDE`] ([`Raised`]).
     RaisingAlongside,
     /// The change raises Requests in turn: it decides on counts that only raising adds to, so it holds the
-    /// raising lock alone (every other replica's raising waits for it) and the write lock shared (the changes
-    /// run alongside, which only lower those counts, do not). One such change runs at a time.
+    /// raising lock alone (every other raising waits for it, and so do the changes alongside that share a
+    /// transaction with a raise) and the write lock shared (the other changes alongside, which only lower
+    /// those counts, do not). One such change runs at a time.
     RaisingAlone,
     /// The change holds the write lock alone: nothing else writes until it commits.
     Alone,
@@ -193,8 +194,8 @@ pub async fn run(
 /// Applies changes from `batch` in one transaction (see [`Plan`]) until one fails; the ones applied share its
 /// fate (the failure rolls them back: a change that fails midway leaves nothing of itself), except those that
 /// can run again (any but those holding the write lock alone), which do in the next transaction, first among
-/// the rest; those that moved to run alone run after them, whatever became of the transaction. Whether the
-/// connection is fit for the next transaction.
+/// the rest; those that moved to run alone run after them, whatever became of the transaction, then those the
+/// failure left unrun, then the rest of `batch`. Whether the connection is fit for the next transaction.
 async fn commit(
     client: &Client,
     statements: &Statements,
@@ -369,12 +370,15 @@ async fn keep(borrowed: Borrowed<'_>, publisher: &Publisher, replica: &str, reco
 ///
 /// A transaction of changes that hold the write lock shared and the raising lock shared at most (those of
 /// [`Turn::Alongside`] and [`Turn::RaisingAlongside`]) takes every such change at the front of the queue:
-/// first those run alongside, in the order they came, in groups (one that holds principals' locks in a group
-/// of its own), then one group of raises, those that may be pipelined together (see
-/// [`Turn::RaisingAlongside`]); a raise that may not waits, in its place, for a later transaction. Moving a
-/// raise behind changes that came after it gives an order they could have come in, as no change depends on a
-/// raise before it is kept (its Requests are known only then). A transaction of changes that hold a lock alone
-/// takes those of the front's turn at the front of the queue, each in a group of its own.
+/// first one group of raises, those that may be pipelined together (see [`Turn::RaisingAlongside`]; a raise
+/// that may not waits, in its place, for a later transaction), then those run alongside, in the order they
+/// came, in groups (one that holds principals' locks in a group of its own). The raises go first because a
+/// raise tells its caller nothing before it is kept, where a call's start tells its caller what it decided
+/// as soon as it has (see `start_call`): a raise that fails leaves the changes after it unrun, and rolls back
+/// none that told its caller already. Any order of the changes is one they could have come in: the writer
+/// reads the queue again only once it has applied all it read, so none of them was queued after another ran.
+/// A transaction of changes that hold a lock alone takes those of the front's turn at the front of the queue,
+/// each in a group of its own.
 struct Plan {
     turn: Turn,
     groups: Vec<Vec<Job>>,
@@ -393,7 +397,7 @@ impl Plan {
             }
             return Some(Plan { turn, groups });
         }
-        let (mut groups, mut pipelined, mut raising) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut raising, mut groups, mut pipelined) = (Vec::new(), vec![Vec::new()], Vec::new());
         let mut later = Vec::new();
         let (mut calls, mut adds) = (BTreeSet::new(), Held::default());
         while batch
@@ -420,11 +424,9 @@ impl Plan {
                 groups.push(vec![job]);
             }
         }
-        for group in [pipelined, raising] {
-            if !group.is_empty() {
-                groups.push(group);
-            }
-        }
+        groups[0] = raising;
+        groups.push(pipelined);
+        groups.retain(|group| !group.is_empty());
         for job in later.into_iter().rev() {
             batch.push_front(job);
         }
@@ -618,7 +620,7 @@ mod tests {
     }
 
     #[test]
-    fn a_transaction_takes_the_changes_alongside_in_order_then_one_group_of_raises() {
+    fn a_transaction_takes_one_group_of_raises_then_the_changes_alongside_in_order() {
         let (one, two) = (CallId::mint(), CallId::mint());
         let mut batch = VecDeque::from([
             job(Turn::Alongside, &[], &[], 0, 1),
@@ -636,7 +638,7 @@ mod tests {
         ]);
         let plan = Plan::take(&mut batch).unwrap();
         let groups: Vec<Vec<usize>> = plan.groups.iter().map(tags).collect();
-        assert_eq!(groups, [vec![1, 3], vec![4], vec![8], vec![2, 6]]);
+        assert_eq!(groups, [vec![2, 6], vec![1, 3], vec![4], vec![8]]);
         assert_eq!(tags(&batch), [5, 7, 9, 10]);
         assert_eq!(
             plan.begin(),
