@@ -4,14 +4,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
+use std::future::Future;
+use std::pin::Pin;
+
+use futures::FutureExt;
 use futures::future::try_join_all;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::requests::round_number;
-use super::tx::{RECORD, Sent, Tx, Work, insert_event};
+use super::tx::{Holders, RECORD, Sent, Tx, Work, insert_event};
 use super::writer::{Raised, Turn};
-use super::{Postgres, RAISE_LOCK, RAISED_ALONGSIDE, Reader, rounds, rows};
+use super::{Borrowed, Postgres, RAISE_LOCK, RAISED_ALONGSIDE, Reader, rounds, rows};
 use crate::ids::{CallId, RequestId};
 use crate::records::{CallStatus, CallView, Event, EventKind, RequestView};
 use crate::store::shares::{Held, Shares, server_key};
@@ -75,9 +79,16 @@ impl Postgres {
                     .await?;
                 let (raising, shares, live, taken) = futures::try_join!(
                     async {
-                        match alongside {
-                            true => tx.query_one(&RAISING, &[]).await?.try_get::<_, i64>(0),
-                            false => Ok(1),
+                        let shared = match (alongside, tx.holders.clone()) {
+                            (false, _) => return Ok(1),
+                            (true, Some(holders)) => holders.await,
+                            (true, None) => None,
+                        };
+                        match shared {
+                            Some(holders) => Ok(holders),
+                            // A raise with no shared read reads for itself; one whose shared read failed, which
+                            // aborted the transaction, fails with it.
+                            None => tx.query_one(&RAISING, &[]).await?.try_get::<_, i64>(0),
                         }
                     },
                     pending_shares(tx, &requests),
@@ -192,6 +203,20 @@ impl Postgres {
             views
         })
     }
+}
+
+/// The read of how many transactions hold the raising lock, this one included, that the raises pipelined
+/// together in a transaction share: the first of them to poll it sends it, once it has prepared [`RAISING`] and
+/// before it sends its reads of the counts, so it comes before each raise's. (Reading `pg_locks` costs as much
+/// as a raise's other statements together; BENCHMARKS.md, "Fleet: one read of the raising lock's holders per
+/// transaction".)
+pub(super) fn holders(borrowed: Borrowed<'_>) -> Holders<'_> {
+    let read: Pin<Box<dyn Future<Output = Option<i64>> + Send + '_>> = Box::pin(async move {
+        let Borrowed { client, statements } = borrowed;
+        let statement = statements.get(client, &RAISING).await.ok()?;
+        client.query_one(&statement, &[]).await.ok()?.try_get(0).ok()
+    });
+    read.shared()
 }
 
 /// How many transactions hold the raising lock (shared: raising alongside), this one included.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::task::Poll;
 
-use futures::future::{MaybeDone, maybe_done};
+use futures::future::{MaybeDone, Shared, maybe_done};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
@@ -25,6 +25,9 @@ pub struct Tx<'c> {
     pub(super) turn: Turn,
     /// What the changes raising alongside this one in its transaction add, which it may not see.
     pub(super) beside: Held,
+    /// For a raise alongside others, the read of how many transactions hold the raising lock that the raises
+    /// of its group share (see [`super::raising::holders`]).
+    pub(super) holders: Option<Holders<'c>>,
     /// Set when the change found that it must run alone ([`Tx::run_alone`]).
     pub(super) moved_alone: AtomicBool,
     /// The replica whose writer this is.
@@ -150,6 +153,9 @@ impl Tx<'_> {
         Arc::new(event)
     }
 }
+
+/// How many transactions hold the raising lock, read once for a group of raises; `None` when the read failed.
+pub type Holders<'c> = Shared<Pin<Box<dyn Future<Output = Option<i64>> + Send + 'c>>>;
 
 /// The statement of [`Tx::record`].
 pub static RECORD: LazyLock<String> = LazyLock::new(|| insert_event(1, "VALUES ({})"));

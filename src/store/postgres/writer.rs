@@ -507,12 +507,15 @@ async fn apply<'c>(
         let adds = group
             .iter()
             .fold(Held::default(), |adds, job| adds.plus(job.raised.adds));
+        let raising = group.iter().any(|job| job.turn == Turn::RaisingAlongside);
+        let holders = raising.then(|| super::raising::holders(borrowed));
         let mut txs: Vec<Tx> = group
             .iter()
             .map(|job| Tx {
                 borrowed,
                 turn: job.turn,
                 beside: adds.less(job.raised.adds),
+                holders: holders.clone(),
                 moved_alone: AtomicBool::new(false),
                 replica,
                 next_event,
