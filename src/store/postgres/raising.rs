@@ -2,13 +2,12 @@
 //! inserted and counted.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::LazyLock;
-
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::LazyLock;
 
 use futures::FutureExt;
-use futures::future::try_join_all;
+use futures::future::{OptionFuture, try_join_all};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
@@ -79,12 +78,10 @@ impl Postgres {
                     .await?;
                 let (raising, shares, live, taken) = futures::try_join!(
                     async {
-                        let shared = match (alongside, tx.holders.clone()) {
-                            (false, _) => return Ok(1),
-                            (true, Some(holders)) => holders.await,
-                            (true, None) => None,
-                        };
-                        match shared {
+                        if !alongside {
+                            return Ok(1);
+                        }
+                        match OptionFuture::from(tx.holders.clone()).await.flatten() {
                             Some(holders) => Ok(holders),
                             // A raise with no shared read reads for itself; one whose shared read failed, which
                             // aborted the transaction, fails with it.

@@ -397,8 +397,8 @@ impl Plan {
             }
             return Some(Plan { turn, groups });
         }
-        let (mut raising, mut groups, mut pipelined) = (Vec::new(), vec![Vec::new()], Vec::new());
-        let mut later = Vec::new();
+        let (mut raising, mut later) = (Vec::new(), Vec::new());
+        let (mut alongside, mut pipelined) = (Vec::new(), Vec::new());
         let (mut calls, mut adds) = (BTreeSet::new(), Held::default());
         while batch
             .front()
@@ -418,15 +418,15 @@ impl Plan {
             } else if job.principals.is_empty() {
                 pipelined.push(job);
             } else {
-                if !pipelined.is_empty() {
-                    groups.push(std::mem::take(&mut pipelined));
-                }
-                groups.push(vec![job]);
+                alongside.push(std::mem::take(&mut pipelined));
+                alongside.push(vec![job]);
             }
         }
-        groups[0] = raising;
-        groups.push(pipelined);
-        groups.retain(|group| !group.is_empty());
+        let groups = std::iter::once(raising)
+            .chain(alongside)
+            .chain([pipelined])
+            .filter(|group| !group.is_empty())
+            .collect();
         for job in later.into_iter().rev() {
             batch.push_front(job);
         }
