@@ -53,6 +53,11 @@ async fn open_publishing(location: &Location, feed: Feed) -> Store {
     .unwrap()
 }
 
+/// A replica of its own on the PostgreSQL database at `url`, beside any other opened on it.
+async fn replica(url: &str) -> Store {
+    Store::Postgres(Postgres::open(url, Feed::default(), Clock::default()).await.unwrap())
+}
+
 /// Lets a store finish its changes and give its file or database up.
 async fn close(store: Store) {
     match store {

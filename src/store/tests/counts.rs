@@ -50,8 +50,8 @@ async fn a_postgres_database_of_the_first_schema_counts_its_pending_requests_and
 #[tokio::test]
 async fn two_postgres_stores_on_one_database_share_its_caps_and_counts() {
     let url = postgres::cluster::shared().database();
-    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
-    let b = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let a = replica(&url).await;
+    let b = replica(&url).await;
     let caps = PendingCaps {
         per_principal: 2,
         bytes: 350,
@@ -131,7 +131,7 @@ async fn two_postgres_stores_on_one_database_share_its_caps_and_counts() {
 #[tokio::test]
 async fn pruning_folds_the_counts_and_keeps_the_allowances_of_live_replicas() {
     let url = postgres::cluster::shared().database();
-    let store = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let store = replica(&url).await;
     insert(&store, new_call("ada")).await;
     let raw = connect_raw(&url).await;
     raw.batch_execute("INSERT INTO live_calls (owner, replica, calls) VALUES ('ada', 'gone', 1), ('bob', 'gone', 0)")

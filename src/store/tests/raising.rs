@@ -10,7 +10,7 @@ use super::*;
 #[tokio::test]
 async fn replicas_raise_side_by_side_while_far_from_the_caps() {
     let url = postgres::cluster::shared().database();
-    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let a = replica(&url).await;
     let other = connect_raw(&url).await;
     other
         .batch_execute(&format!("BEGIN; {}", postgres::raising_lock_shared()))
@@ -33,7 +33,7 @@ async fn replicas_raise_side_by_side_while_far_from_the_caps() {
 #[tokio::test]
 async fn a_raise_near_a_cap_waits_for_the_raising_in_flight_and_decides_alone() {
     let url = postgres::cluster::shared().database();
-    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let a = replica(&url).await;
     let caps = PendingCaps {
         total: 2,
         ..PendingCaps::NONE
@@ -70,7 +70,7 @@ async fn a_raise_near_a_cap_waits_for_the_raising_in_flight_and_decides_alone() 
 #[tokio::test]
 async fn a_raising_that_commits_while_a_raise_reads_is_counted_once_way_or_the_other() {
     let url = postgres::cluster::shared().database();
-    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let a = replica(&url).await;
     let call = insert(&a, new_call("ada")).await.id;
     let caps = PendingCaps {
         total: 1,
@@ -115,9 +115,7 @@ async fn the_pending_cap_holds_exactly_across_replicas_raising_at_once() {
         let url = postgres::cluster::shared().database();
         let mut replicas = Vec::new();
         for _ in 0..3 {
-            replicas.push(Store::Postgres(
-                Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap(),
-            ));
+            replicas.push(replica(&url).await);
         }
         let mut raising = tokio::task::JoinSet::new();
         for nth in 0..48 {
@@ -145,7 +143,7 @@ async fn the_pending_cap_holds_exactly_across_replicas_raising_at_once() {
 #[tokio::test]
 async fn raises_on_one_call_at_once_each_read_the_call_as_the_last_left_it() {
     let url = postgres::cluster::shared().database();
-    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let a = replica(&url).await;
     let call = insert(&a, new_call("ada")).await.id;
     let mut raising = tokio::task::JoinSet::new();
     for _ in 0..8 {

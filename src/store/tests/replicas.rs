@@ -93,7 +93,7 @@ async fn changes_run_alongside_ones_that_fail_run_again_in_the_next_transaction(
 #[tokio::test]
 async fn answers_to_a_calls_last_two_requests_committed_side_by_side_leave_it_running_and_hand_it_on_once() {
     let url = postgres::cluster::shared().database();
-    let store = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let store = replica(&url).await;
     let call = insert(&store, new_call("ada")).await;
     let raised = raise_round(&store, &call.id, &["a", "b"]).await;
 
@@ -142,7 +142,7 @@ async fn answers_to_a_calls_last_two_requests_committed_side_by_side_leave_it_ru
 #[tokio::test]
 async fn an_answer_that_foresaw_its_call_settled_runs_again_when_the_calls_row_changed_meanwhile() {
     let url = postgres::cluster::shared().database();
-    let store = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let store = replica(&url).await;
     let call = insert(&store, new_call("ada")).await;
     let raised = raise_round(&store, &call.id, &["a"]).await;
 
@@ -195,7 +195,7 @@ async fn an_answer_that_foresaw_its_call_settled_runs_again_when_the_calls_row_c
 #[tokio::test]
 async fn a_call_read_while_its_start_commits_is_read_once_kept() {
     let url = postgres::cluster::shared().database();
-    let store = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let store = replica(&url).await;
     let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
     other
         .batch_execute(
@@ -235,7 +235,7 @@ async fn a_call_read_while_its_start_commits_is_read_once_kept() {
 #[tokio::test]
 async fn a_raise_that_doubles_the_pending_requests_has_their_statistics_taken_again() {
     let url = postgres::cluster::shared().database();
-    let store = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let store = replica(&url).await;
     let raw = connect_raw(&url).await;
     // `ANALYZE` commands only, not autovacuum's.
     let analyzed = async || -> i64 {
@@ -266,8 +266,8 @@ async fn a_raise_that_doubles_the_pending_requests_has_their_statistics_taken_ag
 #[tokio::test]
 async fn a_replica_waiting_on_a_row_leaves_another_starting_and_ending_calls_and_sessions() {
     let url = postgres::cluster::shared().database();
-    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
-    let b = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let a = replica(&url).await;
+    let b = replica(&url).await;
     let held = insert(&a, new_call("ada")).await;
     let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
     other
@@ -329,8 +329,8 @@ async fn a_replica_waiting_on_a_row_leaves_another_starting_and_ending_calls_and
 #[tokio::test]
 async fn a_raise_waits_for_its_calls_row_alone_and_reads_the_call_as_the_holder_left_it() {
     let url = postgres::cluster::shared().database();
-    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
-    let b = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let a = replica(&url).await;
+    let b = replica(&url).await;
     let held = insert(&a, new_call("ada")).await;
     let posted = b
         .raise(vec![posted_request("bob")], None, PendingCaps::NONE)
@@ -392,8 +392,8 @@ async fn calls_of_hundreds_of_principals_start_in_one_transaction() {
 #[tokio::test]
 async fn a_call_that_ends_after_a_raise_on_it_commits_cancels_what_it_raised() {
     let url = postgres::cluster::shared().database();
-    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
-    let b = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let a = replica(&url).await;
+    let b = replica(&url).await;
     let call = insert(&a, new_call("ada")).await;
     a.raise(vec![new_request(Some(&call.id), None)], None, PendingCaps::NONE)
         .await
@@ -436,8 +436,8 @@ async fn a_call_that_ends_after_a_raise_on_it_commits_cancels_what_it_raised() {
 async fn a_principals_cap_holds_exactly_across_replicas_starting_calls_at_once() {
     const CAP: usize = 3;
     let url = postgres::cluster::shared().database();
-    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
-    let b = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let a = replica(&url).await;
+    let b = replica(&url).await;
     let mut starting = tokio::task::JoinSet::new();
     for nth in 0..16 {
         let store = if nth % 2 == 0 { a.clone() } else { b.clone() };
@@ -467,8 +467,8 @@ async fn a_principals_cap_holds_exactly_across_replicas_starting_calls_at_once()
 #[tokio::test]
 async fn a_replica_starts_calls_within_its_allowance_while_another_holds_the_principals_lock() {
     let url = postgres::cluster::shared().database();
-    let a = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
-    let b = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let a = replica(&url).await;
+    let b = replica(&url).await;
     // Dealt half of the cap of 10.
     insert(&a, new_call("ada")).await;
     let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
@@ -544,8 +544,8 @@ async fn until_locks_are_awaited(watcher: &tokio_postgres::Client, count: i64, n
 #[tokio::test]
 async fn gateways_sharing_a_database_take_a_webhook_over_once_its_lease_runs_out() {
     let url = postgres::cluster::shared().database();
-    let one = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
-    let two = Store::Postgres(Postgres::open(&url, Feed::default(), Clock::default()).await.unwrap());
+    let one = replica(&url).await;
+    let two = replica(&url).await;
     let short = Duration::from_millis(200);
     let long = Duration::from_secs(60);
 
