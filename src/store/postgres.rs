@@ -34,7 +34,8 @@ use crate::lock;
 use crate::time::Clock;
 pub use connection::{Borrowed, Conn, Connector, Reader, Statements};
 use tx::Tx;
-use writer::{Applied, Change, Failed, Fate, Job, Raised, Turn};
+use tx::{Raised, Turn};
+use writer::{Applied, Change, Failed, Fate, Job};
 
 /// The advisory lock a transaction that writes holds until it commits: shared by one of changes run alongside
 /// others or of raising, alone by any other (see [`Turn`]).

@@ -11,13 +11,13 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::super::shares::Held;
-use super::writer::Turn;
 use super::{Borrowed, EVENTS_PER_TRANSACTION, Reader};
+use crate::ids::CallId;
 use crate::records::Event;
 use crate::time::{Clock, Timestamp};
 
 /// The writer's connection inside a transaction, and the events the current change records. What a change
-/// reads stays exact until it commits only as far as its [`Turn`](super::writer::Turn) says.
+/// reads stays exact until it commits only as far as its [`Turn`] says.
 pub struct Tx<'c> {
     /// The writer's connection and the statements it has prepared.
     pub(super) borrowed: Borrowed<'c>,
@@ -239,5 +239,49 @@ impl<'t, T> Sent<'t, T> {
             .iter_mut()
             .filter_map(|statement| Pin::new(statement).take_output())
             .collect()
+    }
+}
+
+/// What a change raising alongside others locks and adds; nothing for any other change.
+#[derive(Debug, Clone, Default)]
+pub struct Raised {
+    /// The calls whose rows it locks: such changes share a transaction only when no two of them lock the same
+    /// call, so that none decides on a call's row that another changes meanwhile.
+    pub calls: Vec<CallId>,
+    /// How many Requests it raises, and their bytes.
+    pub adds: Held,
+}
+
+/// How a change shares the database with other transactions, and so which locks its transaction takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// The change runs alongside the other such changes at the front of the queue, and alongside other
+    /// replicas' transactions of them and of raising: each decides everything it reads and writes in
+    /// statements exact at the moment the server runs them, whatever the other changes' statements sent
+    /// before or between its own, so that any order of them is one they could have run in one by one.
+    Alongside,
+    /// The change raises a few Requests alongside other raising: it holds the raising lock and the write lock
+    /// shared, and decides on counts that leave room for all that the raising transactions in flight may add
+    /// (see [`Postgres::raise`](super::Postgres::raise)). Such changes are pipelined together, before the
+    /// changes alongside that share their transaction (see [`super::writer`]), while they lock no call in common and add,
+    /// together, no more than [`RAISED_ALONGSIDE`](super::RAISED_ALONGSIDE) ([`Raised`]).
+    RaisingAlongside,
+    /// The change raises Requests in turn: it decides on counts that only raising adds to, so it holds the
+    /// raising lock alone (every other raising waits for it, and so do the changes alongside that share a
+    /// transaction with a raise) and the write lock shared (the other changes alongside, which only lower
+    /// those counts, do not). One such change runs at a time.
+    RaisingAlone,
+    /// The change holds the write lock alone: nothing else writes until it commits.
+    Alone,
+}
+
+impl Turn {
+    /// The turn a change runs again in when it finds that it cannot decide in this one ([`Tx::run_alone`]): a raise
+    /// alongside that found too little room for it runs again alone, where it decides exactly.
+    pub fn alone(self) -> Turn {
+        match self {
+            Turn::RaisingAlongside => Turn::RaisingAlone,
+            turn => turn,
+        }
     }
 }
