@@ -77,11 +77,7 @@ impl Calls {
 
     /// Whether the store says the call has ended; a call it does not know, or a read that fails, has not.
     pub async fn has_ended(&self, id: &CallId) -> bool {
-        self.status(id)
-            .await
-            .ok()
-            .flatten()
-            .is_some_and(|(status, _)| status.is_final())
+        self.store.call_ended(id).await.unwrap_or(false)
     }
 
     /// A call's status and owner, without reading the rest.

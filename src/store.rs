@@ -294,6 +294,17 @@ impl Store {
         dispatch!(self, store => store.call_status(id).await)
     }
 
+    /// Whether a call has ended, as the store has it now. Unlike [`Store::call_status`] it does not wait for a
+    /// start of the call this replica has not kept yet: no end of a call is kept before its start, so until then
+    /// the call has not ended.
+    pub async fn call_ended(&self, id: &CallId) -> Result<bool, StoreError> {
+        let status = match self {
+            Store::Postgres(store) => store.call_status_now(id).await?,
+            store => store.call_status(id).await?,
+        };
+        Ok(status.is_some_and(|(status, _)| status.is_final()))
+    }
+
     /// Up to `limit` calls matching the filter, oldest first.
     pub async fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
         dispatch!(self, store => store.calls(filter, limit).await)

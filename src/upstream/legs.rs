@@ -63,7 +63,9 @@ impl Upstreams {
         let id = self.next_leg.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let entry = Leg { id, token: leg.clone() };
         lock(&self.legs).insert(call.id.clone(), entry);
-        // Registered before this check, so that a cancellation either sees the leg or has ended the call.
+        // Registered before this check, so that a cancellation either sees the leg or has ended the call: the
+        // check reads what is committed, not waiting for the call's start to be kept, and an end committed after
+        // that read looks for the leg once it is kept, after the leg was registered.
         if self.calls.has_ended(&call.id).await {
             self.forget_leg(&call.id, id);
             leg.cancel();

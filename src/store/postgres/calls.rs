@@ -293,6 +293,11 @@ impl Postgres {
 
     pub async fn call_status(&self, id: &CallId) -> Result<Option<(CallStatus, String)>, StoreError> {
         self.started(id).await;
+        self.call_status_now(id).await
+    }
+
+    /// A call's status and owner as committed, even while this replica's start of it is not kept.
+    pub async fn call_status_now(&self, id: &CallId) -> Result<Option<(CallStatus, String)>, StoreError> {
         self.read(async |conn| {
             let Some(row) = conn.query_opt(sql::CALL_STATUS.postgres, &[&id]).await? else {
                 return Ok(None);

@@ -18,6 +18,27 @@ async fn a_started_call_is_read_by_its_id_before_it_is_kept() {
     .await;
 }
 
+/// Whether a call has ended is read as committed, on PostgreSQL without waiting for this replica's start of the
+/// call to be kept (no end is kept before its start).
+#[tokio::test]
+async fn whether_a_call_has_ended_is_read_as_committed() {
+    on_every(|store| async move {
+        let started = store.insert_call(new_call("ada"), 10).await.unwrap();
+        let id = started.view.id.clone();
+        assert!(!store.call_ended(&id).await.unwrap());
+        started.kept.await.unwrap();
+        assert!(!store.call_ended(&id).await.unwrap());
+        let ended = store.finish_call(&id, Finish::Cancelled("done".into())).await.unwrap();
+        assert!(ended.is_some());
+        assert!(store.call_ended(&id).await.unwrap());
+        assert!(
+            !store.call_ended(&CallId::mint()).await.unwrap(),
+            "an unknown call has not ended"
+        );
+    })
+    .await;
+}
+
 /// The task an upstream made of a call: noted on the call (a `call.updated` event each time) while it lives;
 /// retried without a round, to follow the task on.
 #[tokio::test]
