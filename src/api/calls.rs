@@ -1,6 +1,7 @@
 //! `/calls`: start, read and cancel tool calls.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -102,7 +103,7 @@ pub async fn start(
             .await?)
     })
     .await?;
-    let waited = settled(&state, &call.id, query.wait, since, call.status).await;
+    let waited = settled(&state, query.wait, since, call.clone()).await;
     // Kept before its id leaves: most often with the change that ended its running, its end or its round. Awaited
     // whatever the wait came to (a read the store failed), so that a call that cannot be kept is abandoned.
     keeping.kept().await?;
@@ -163,12 +164,17 @@ pub async fn get(
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<Found>, ApiError> {
     let since = state.feed.subscribe();
-    let (id, status) = owned_by(&state, &id, &principal, Principal::may_see).await?;
+    let unknown = || ApiError::not_found(format!("no call with id {id}"));
+    let call = CallId::parse(&id).ok_or_else(unknown)?;
+    let call = state.calls.get(&call).await?.ok_or_else(unknown)?;
+    if !principal.may_see(Some(&call.owner)) {
+        return Err(ApiError::forbidden(format!("call {id} belongs to another principal")));
+    }
     let _held = state.hold_long_poll(&principal, query.wait.duration())?;
-    settled(&state, &id, query.wait, since, status)
+    settled(&state, query.wait, since, call)
         .await?
         .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("no call with id {id}")))
+        .ok_or_else(unknown)
 }
 
 /// `DELETE /calls/{id}`: cancels a call; the upstream gets `notifications/cancelled`.
@@ -234,25 +240,28 @@ impl Serialize for Found {
     }
 }
 
-/// The call once it is no longer `running`, or as it is when `wait` passes; `known` is its status as read after
-/// `since` subscribed to the feed ([`crate::feed::Feed::subscribe`]).
+/// The call once it is no longer `running`, or as it is when `wait` passes; `known` is the call as read (or
+/// started) after `since` subscribed to the feed ([`crate::feed::Feed::subscribe`]), which it is, read no
+/// further, when it is not running or nothing is to wait.
 pub(super) async fn settled(
     state: &AppState,
-    id: &CallId,
     wait: Wait,
     since: broadcast::Receiver<Live>,
-    known: CallStatus,
+    known: CallView,
 ) -> Result<Option<Found>, ApiError> {
-    // A call's status changes only with a `call.updated` event of it: its Requests' events need no read. One that
-    // carries a final status needs none either, as a call never leaves one, nor does the call it carries; after
-    // any other the call is read again, as events queued behind it, or published by replicas in another order
-    // than they committed, may say otherwise.
-    let known = Mutex::new(Some(known));
+    if known.status != CallStatus::Running || wait.duration().is_zero() {
+        return Ok(Some(Found::Read(Box::new(known))));
+    }
+    let id = &known.id;
+    // A call's status changes only with a `call.updated` event of it: its Requests' events need no read, nor does
+    // one that carries `running` (the call leaves it only with an event of its own). One that carries a final
+    // status needs none either, as a call never leaves one, nor does the call it carries; after any other the call
+    // is read again, as events queued behind it, or published by replicas in another order than they committed,
+    // may say otherwise.
+    let first = AtomicBool::new(true);
     let told = Mutex::new(None);
     let not_running = || async {
-        if let Some(known) = crate::lock(&known).take()
-            && known == CallStatus::Running
-        {
+        if first.swap(false, Ordering::Relaxed) {
             return None;
         }
         if let Some(told) = crate::lock(&told).take() {
@@ -264,9 +273,13 @@ pub(super) async fn settled(
         }
     };
     let concerns = |event: &Event| {
-        let concerns = event.kind == EventKind::CallUpdated && event.call.as_deref() == Some(id.as_str());
+        if event.kind != EventKind::CallUpdated || event.call.as_deref() != Some(id.as_str()) {
+            return false;
+        }
+        let status = event.call_status();
+        let concerns = status != Some(CallStatus::Running);
         if concerns {
-            let carried = event.call_status().is_some_and(|status| status.is_final()) && event.has_data();
+            let carried = status.is_some_and(|status| status.is_final()) && event.has_data();
             *crate::lock(&told) = carried
                 .then(|| RawValue::from_string(event.data.clone()).ok())
                 .flatten();

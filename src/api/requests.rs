@@ -328,10 +328,10 @@ pub async fn answer(
     let since = held.as_ref().map(|_| state.feed.subscribe());
     if let Some(since) = since
         && let Some(call) = answered.view.call.as_ref()
-        && let Some((status, owner)) = state.calls.status(call).await?
-        && principal.may_see(Some(&owner))
+        && let Some(call) = state.calls.get(call).await?
+        && principal.may_see(Some(&call.owner))
     {
-        let resumed_call = super::calls::settled(&state, call, query.wait, since, status).await?;
+        let resumed_call = super::calls::settled(&state, query.wait, since, call).await?;
         return Ok(Json(AnsweredRequest {
             request: answered.view,
             resumed_call,
