@@ -355,6 +355,7 @@ mod caps;
 mod counts;
 mod filters;
 mod grants;
+mod layout;
 mod raising;
 mod replicas;
 mod restarts;
