@@ -241,8 +241,8 @@ impl Serialize for Found {
 }
 
 /// The call once it is no longer `running`, or as it is when `wait` passes; `known` is the call as read (or
-/// started) after `since` subscribed to the feed ([`crate::feed::Feed::subscribe`]), which it is, read no
-/// further, when it is not running or nothing is to wait.
+/// started) after `since` subscribed to the feed ([`crate::feed::Feed::subscribe`]), and the answer itself when
+/// it is not running or `wait` is zero.
 pub(super) async fn settled(
     state: &AppState,
     wait: Wait,
@@ -261,6 +261,7 @@ pub(super) async fn settled(
     let first = AtomicBool::new(true);
     let told = Mutex::new(None);
     let not_running = || async {
+        // The first check is `known`, running.
         if first.swap(false, Ordering::Relaxed) {
             return None;
         }
