@@ -847,8 +847,15 @@ async fn slow(seconds: f64, context: &RequestContext<RoleServer>) -> Result<Call
             ))
             .await;
     }
+    eprintln!("demo-server: slow sleeps {seconds} seconds");
     for tick in 1..=ticks {
-        tokio::time::sleep(total / ticks).await;
+        tokio::select! {
+            () = tokio::time::sleep(total / ticks) => {}
+            () = context.ct.cancelled() => {
+                eprintln!("demo-server: slow was cancelled");
+                return Err(ErrorData::internal_error("cancelled by the client", None));
+            }
+        }
         if let Some(token) = &token {
             let mut progress = ProgressNotificationParam::new(token.clone(), f64::from(tick));
             progress.total = Some(f64::from(ticks));

@@ -374,12 +374,13 @@ impl Upstreams {
         })
     }
 
-    /// Opens each server's shared session, keeps re-opening it when it ends, and retries each call `resumes`
-    /// names (2026-07-28 calls whose round was answered).
+    /// Opens each server's shared session, keeps re-opening it when it ends, retries each call `resumes` names
+    /// (2026-07-28 calls whose round was answered), and stops the legs of calls that end elsewhere.
     pub fn start(self: &Arc<Self>, mut resumes: mpsc::UnboundedReceiver<Retry>) {
         for index in 0..self.servers.len() {
             self.tracker.spawn(self.clone().supervise(index));
         }
+        self.tracker.spawn(self.clone().stop_legs_of_ended_calls());
         let this = self.clone();
         self.tracker.spawn(async move {
             loop {

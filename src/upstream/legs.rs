@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{CallToolRequestParams, InputResponses};
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -16,7 +17,7 @@ use super::{CallRef, Leg, Live, Target, UpstreamError, Upstreams, lock};
 use crate::calls::Calls;
 use crate::feed::{Concern, Feed};
 use crate::ids::{CallId, SessionId};
-use crate::records::{CallStatus, Finish};
+use crate::records::{CallStatus, EventKind, Finish};
 use crate::store::Retry;
 
 /// The first pause before recording a call's end again; it doubles up to `RETRY_MOST`.
@@ -89,6 +90,60 @@ impl Upstreams {
         };
         self.tracker.spawn(self.call_tasks.track_future(run.instrument(span)));
         leg
+    }
+
+    /// Stops this replica's leg of each call that ends elsewhere (cancelled through another replica, or ended
+    /// by one that took this one for gone) as [`Upstreams::cancel_call`] stops one here: the `tools/call` in
+    /// flight is dropped, which tells the upstream `notifications/cancelled`. Runs until shutdown.
+    pub(super) async fn stop_legs_of_ended_calls(self: Arc<Self>) {
+        let mut events = self.feed.subscribe();
+        loop {
+            let received = tokio::select! {
+                received = events.recv() => received,
+                () = self.shutdown.cancelled() => return,
+            };
+            let ended = match received {
+                Ok(live) => {
+                    let event = &live.event;
+                    let Some(call) = event.call.as_deref().filter(|_| event.kind == EventKind::CallUpdated) else {
+                        continue;
+                    };
+                    let Some(call) = lock(&self.legs).get_key_value(call).map(|(call, _)| call.clone()) else {
+                        continue;
+                    };
+                    match event.call_status() {
+                        Some(status) if !status.is_final() => continue,
+                        Some(_) => vec![call],
+                        // An event taken off the live channel without its data: the store says.
+                        None => self.ended_of([call]).await,
+                    }
+                }
+                // Events were missed: the store says which of the calls with a leg here have ended.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    let calls: Vec<CallId> = lock(&self.legs).keys().cloned().collect();
+                    self.ended_of(calls).await
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            };
+            let legs = lock(&self.legs);
+            for call in ended {
+                if let Some(leg) = legs.get(&call).filter(|leg| !leg.token.is_cancelled()) {
+                    tracing::info!(call = %call, "the call has ended; its leg stops");
+                    leg.token.cancel();
+                }
+            }
+        }
+    }
+
+    /// Those of `calls` that the store says have ended.
+    async fn ended_of(&self, calls: impl IntoIterator<Item = CallId>) -> Vec<CallId> {
+        let mut ended = Vec::new();
+        for call in calls {
+            if self.calls.has_ended(&call).await {
+                ended.push(call);
+            }
+        }
+        ended
     }
 
     /// Forgets a call's leg, unless another leg of the call has taken its place.

@@ -469,3 +469,25 @@ async fn a_grant_given_on_one_replica_is_honoured_and_revoked_on_the_others() {
     let asked = b.call("modern", "echo", arguments).await;
     assert_eq!(asked["status"], "input_required", "{asked}");
 }
+
+#[tokio::test]
+async fn a_call_cancelled_through_another_replica_is_cancelled_upstream() {
+    let fleet = fleet(&cluster::shared().database()).await;
+    let [a, b, _] = &fleet.replicas[..] else { unreachable!() };
+    let started = a
+        .post(
+            "/calls",
+            &json!({"server": "modern", "tool": "slow", "arguments": {"seconds": 60}}),
+        )
+        .await;
+    assert_eq!(started.status(), 201);
+    let call: Value = started.json().await.unwrap();
+    a.stderr().wait_for("demo-server: slow sleeps 60 seconds");
+
+    let cancelled = b.delete(&format!("/calls/{}", call["id"].as_str().unwrap())).await;
+    assert_eq!(cancelled.status(), 200);
+    let cancelled: Value = cancelled.json().await.unwrap();
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    // The replica running the call stops it, which tells its upstream.
+    a.stderr().wait_for("demo-server: slow was cancelled");
+}
