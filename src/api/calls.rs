@@ -164,17 +164,12 @@ pub async fn get(
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<Found>, ApiError> {
     let since = state.feed.subscribe();
-    let unknown = || ApiError::not_found(format!("no call with id {id}"));
-    let call = CallId::parse(&id).ok_or_else(unknown)?;
-    let call = state.calls.get(&call).await?.ok_or_else(unknown)?;
-    if !principal.may_see(Some(&call.owner)) {
-        return Err(ApiError::forbidden(format!("call {id} belongs to another principal")));
-    }
+    let call = owned_by(&state, &id, &principal, Principal::may_see).await?;
     let _held = state.hold_long_poll(&principal, query.wait.duration())?;
     settled(&state, query.wait, since, call)
         .await?
         .map(Json)
-        .ok_or_else(unknown)
+        .ok_or_else(|| ApiError::not_found(format!("no call with id {id}")))
 }
 
 /// `DELETE /calls/{id}`: cancels a call; the upstream gets `notifications/cancelled`.
@@ -194,7 +189,7 @@ pub async fn cancel(
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<CallView>, ApiError> {
-    let (id, _) = owned_by(&state, &id, &principal, Principal::may_change).await?;
+    let id = owned_by(&state, &id, &principal, Principal::may_change).await?.id;
     let upstreams = state.upstreams.clone();
     let call = to_completion(async move {
         Ok(upstreams
@@ -205,19 +200,19 @@ pub async fn cancel(
     Ok(Json(call))
 }
 
-/// The call `id` names, and its status: `404` for an unknown call, `403` when the rule says the principal may
-/// not touch it.
+/// The call `id` names, as read: `404` for an unknown call, `403` when the rule says the principal may not touch
+/// it.
 async fn owned_by(
     state: &AppState,
     id: &str,
     principal: &Principal,
     rule: fn(&Principal, Option<&str>) -> bool,
-) -> Result<(CallId, CallStatus), ApiError> {
+) -> Result<CallView, ApiError> {
     let unknown = || ApiError::not_found(format!("no call with id {id}"));
     let call = CallId::parse(id).ok_or_else(unknown)?;
-    let (status, owner) = state.calls.status(&call).await?.ok_or_else(unknown)?;
-    if rule(principal, Some(&owner)) {
-        Ok((call, status))
+    let call = state.calls.get(&call).await?.ok_or_else(unknown)?;
+    if rule(principal, Some(&call.owner)) {
+        Ok(call)
     } else {
         Err(ApiError::forbidden(format!("call {id} belongs to another principal")))
     }
