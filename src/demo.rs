@@ -538,7 +538,8 @@ fn tools() -> Vec<Tool> {
         ))),
         Tool::new(
             "slow",
-            "Sleeps, reporting progress (and in 2025-11-25 logging that it sleeps), until done or cancelled; no elicitation.",
+            "Sleeps, reporting progress (and in 2025-11-25 logging that it sleeps), until done or cancelled; no \
+             elicitation.",
             object(json!({"seconds": {"type": "number", "minimum": 0}}), &["seconds"]),
         ),
         Tool::new(

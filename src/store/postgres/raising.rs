@@ -12,8 +12,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::requests::round_number;
-use super::tx::{Holders, RECORD, Sent, Tx, Work, insert_event};
-use super::tx::{Raised, Turn};
+use super::tx::{Holders, RECORD, Raised, Sent, Turn, Tx, Work, insert_event};
 use super::{Borrowed, Postgres, RAISE_LOCK, RAISED_ALONGSIDE, Reader, rounds, rows};
 use crate::ids::{CallId, RequestId};
 use crate::records::{CallStatus, CallView, Event, EventKind, RequestView};

@@ -263,8 +263,8 @@ pub enum Turn {
     /// The change raises a few Requests alongside other raising: it holds the raising lock and the write lock
     /// shared, and decides on counts that leave room for all that the raising transactions in flight may add
     /// (see [`Postgres::raise`](super::Postgres::raise)). Such changes are pipelined together, before the
-    /// changes alongside that share their transaction (see [`super::writer`]), while they lock no call in common and add,
-    /// together, no more than [`RAISED_ALONGSIDE`](super::RAISED_ALONGSIDE) ([`Raised`]).
+    /// changes alongside that share their transaction (see [`super::writer`]), while they lock no call in common
+    /// and add, together, no more than [`RAISED_ALONGSIDE`](super::RAISED_ALONGSIDE) ([`Raised`]).
     RaisingAlongside,
     /// The change raises Requests in turn: it decides on counts that only raising adds to, so it holds the
     /// raising lock alone (every other raising waits for it, and so do the changes alongside that share a
