@@ -1,5 +1,5 @@
 //! The store in a PostgreSQL database: one writer connection that commits every change waiting in one
-//! transaction, holding the store's write lock, and shared connections for reads.
+//! transaction, side by side with the other replicas' writers, and shared connections for reads.
 
 mod audit;
 mod calls;
@@ -37,9 +37,6 @@ use tx::Tx;
 use tx::{Raised, Turn};
 use writer::{Applied, Change, Failed, Fate, Job};
 
-/// The advisory lock a transaction that writes holds until it commits: shared by one of changes run alongside
-/// others or of raising, alone by any other (see [`Turn`]).
-const WRITE_LOCK: i64 = 0x746e_6777_7269_7465;
 /// The advisory lock a transaction that raises Requests holds until it commits: shared while it raises a few
 /// far from the caps, alone otherwise (see [`Turn`]).
 const RAISE_LOCK: i64 = 0x746e_6777_7261_6973;
@@ -227,20 +224,15 @@ impl Postgres {
         }
     }
 
-    /// Applies a change in the writer; the future resolves once it is kept, with what `work` returned.
+    /// Applies a change in the writer, in a group of its own ([`Turn::Apart`]); the future resolves once it is
+    /// kept, with what `work` returned.
     fn write<T: Send + 'static>(
         &self,
-        work: impl for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> tx::Work<'t, T> + Send + 'static,
+        work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> tx::Work<'t, T> + Send + 'static,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
-        let (change, kept) = replying(work);
+        let (sender, kept) = oneshot::channel();
         self.applied(
-            Job {
-                change,
-                turn: Turn::Alone,
-                principals: Vec::new(),
-                raised: Raised::default(),
-                may_end: true,
-            },
+            again_if_undone(work, sender, Turn::Apart, Vec::new(), Raised::default(), true),
             kept,
         )
     }
@@ -314,7 +306,7 @@ impl Postgres {
         });
         let _ = self.submit(Job {
             change,
-            turn: Turn::Alone,
+            turn: Turn::Apart,
             principals: Vec::new(),
             raised: Raised::default(),
             may_end: true,
@@ -384,31 +376,6 @@ impl Postgres {
     }
 }
 
-/// The change running `work` in the writer, and where its value arrives once the change is kept (or why it
-/// was not).
-fn replying<T: Send + 'static>(
-    work: impl for<'t, 'c> FnOnce(&'t mut Tx<'c>) -> tx::Work<'t, T> + Send + 'static,
-) -> (Change, oneshot::Receiver<Result<T, StoreError>>) {
-    let (sender, receiver) = oneshot::channel();
-    let change: Change = Box::new(move |tx| {
-        Box::pin(async move {
-            match work(tx).await {
-                Ok(value) => Ok(Applied {
-                    reply: Box::new(move |fate| {
-                        let _ = sender.send(match fate {
-                            Fate::Kept => Ok(value),
-                            Fate::RolledBack(error) | Fate::Lost(error) => Err(error),
-                        });
-                        None
-                    }),
-                }),
-                Err(error) => Err(told(&error, sender)),
-            }
-        })
-    });
-    (change, receiver)
-}
-
 /// The job running `work` in `turn`, whose value goes to `sender` once the change is kept (or why it was not).
 /// When another change's failure aborted or rolled back the transaction, or it lost a deadlock, the job comes
 /// back to run again in the next one; so it does, not ending its transaction itself (`may_end`, see
@@ -441,7 +408,7 @@ where
                         let kept = match fate {
                             Fate::Kept => Ok(value),
                             // Nothing of it was kept: it runs again.
-                            Fate::RolledBack(_) => {
+                            Fate::RolledBack => {
                                 return Some(again_if_undone(work, sender, turn, again.0, again.1, may_end));
                             }
                             Fate::Lost(error) => Err(error),

@@ -354,6 +354,7 @@ mod calls;
 mod caps;
 mod counts;
 mod filters;
+mod gone;
 mod grants;
 mod layout;
 mod raising;

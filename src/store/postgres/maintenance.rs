@@ -1,10 +1,12 @@
 //! The event log read back, webhook cursors, what a start puts right, and pruning by retention.
 
+use std::collections::BTreeSet;
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::requests::{resolve_ids, select_ids};
 use super::tail::{HeldBack, PUBLISHED, log_page};
+use super::writer::{principal_key, principal_lock};
 use super::{Postgres, Reader};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallError, CallFailure, Finish, SessionStatus};
@@ -28,6 +30,7 @@ enum Whose {
 }
 
 /// How the records of a replica that is gone end.
+#[derive(Clone)]
 struct Ending {
     detail: String,
     reason: CallFailure,
@@ -80,6 +83,7 @@ impl Postgres {
         let holder = holder.to_owned();
         let lease = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
         self.write(move |tx| {
+            let (webhook, holder) = (webhook.clone(), holder.clone());
             Box::pin(async move {
                 let row = tx
                     .query_opt(
@@ -106,6 +110,7 @@ impl Postgres {
     pub async fn kept_key(&self, name: &str, made: &str) -> Result<String, StoreError> {
         let (name, made) = (name.to_owned(), made.to_owned());
         self.write(move |tx| {
+            let (name, made) = (name.clone(), made.clone());
             Box::pin(async move {
                 let now = tx.now().millis();
                 tx.execute(sql::KEY_KEPT.postgres, &[&name, &made, &now]).await?;
@@ -175,6 +180,7 @@ impl Postgres {
         let lease = i64::try_from(super::LEASE.as_millis()).unwrap_or(i64::MAX);
         let itself = whose == Whose::GoneAndPreviousRun;
         self.write(move |tx| {
+            let ended = ended.clone();
             Box::pin(async move {
                 let me = tx.replica.to_owned();
                 let gone_sql = format!(
@@ -201,6 +207,19 @@ impl Postgres {
                 } else {
                     "replica = ANY($1)"
                 };
+                // Their live calls are locked before anything of them is read. Every change of a live call, or of
+                // whether its Requests are pending, updates the call's row: such a change waits for this
+                // transaction, and what it reads of them below stays exact until it commits. (A change that
+                // already holds one of their Requests and then waits for its call loses a deadlock, or wins it;
+                // whichever loses runs again.)
+                tx.execute(
+                    &format!(
+                        "SELECT 1 FROM calls WHERE status IN ('running', 'input_required') AND {theirs} \
+                         ORDER BY seq FOR UPDATE"
+                    ),
+                    &[&gone],
+                )
+                .await?;
                 let now = tx.now().millis();
                 let sessions: Vec<SessionId> = tx
                     .query(
@@ -382,14 +401,35 @@ impl Postgres {
                 )
                 .await?;
                 tx.execute("DELETE FROM pending_shares WHERE requests = 0 AND bytes = 0", &[])
-                    .await?;
+                    .await
+            })
+        })
+        .await?;
+        // A start dealt its owner's allowances reads every replica's row of the owner, as they were when it began
+        // (then their latest versions): the rows of the replicas gone are folded under their owners' locks,
+        // taken as every transaction takes them (see `Plan::begin`), or the start would read neither those
+        // rows, deleted, nor the one of none if this made it.
+        self.write(move |tx| {
+            Box::pin(async move {
+                static GONE: &str = "live_calls WHERE replica <> '' AND replica NOT IN (SELECT id FROM replicas)";
+                let owners: Vec<String> = tx
+                    .query(&format!("SELECT DISTINCT owner FROM {GONE}"), &[])
+                    .await?
+                    .iter()
+                    .map(|row| row.try_get(0))
+                    .collect::<Result<_, _>>()?;
+                let keys: BTreeSet<i32> = owners.iter().map(|owner| principal_key(owner)).collect();
+                for key in keys {
+                    tx.execute(&principal_lock(key), &[]).await?;
+                }
                 tx.execute(
-                    "WITH folded AS (DELETE FROM live_calls \
-                     WHERE replica <> '' AND replica NOT IN (SELECT id FROM replicas) RETURNING owner, calls) \
-                     INSERT INTO live_calls (owner, replica, calls) \
-                     SELECT owner, '', sum(calls) FROM folded GROUP BY owner \
-                     ON CONFLICT (owner, replica) DO UPDATE SET calls = live_calls.calls + EXCLUDED.calls",
-                    &[],
+                    &format!(
+                        "WITH folded AS (DELETE FROM {GONE} AND owner = ANY($1) RETURNING owner, calls) \
+                         INSERT INTO live_calls (owner, replica, calls) \
+                         SELECT owner, '', sum(calls) FROM folded GROUP BY owner \
+                         ON CONFLICT (owner, replica) DO UPDATE SET calls = live_calls.calls + EXCLUDED.calls"
+                    ),
+                    &[&owners],
                 )
                 .await?;
                 tx.execute("DELETE FROM live_calls WHERE calls = 0 AND allowance = 0", &[])

@@ -260,19 +260,21 @@ pub enum Turn {
     /// statements exact at the moment the server runs them, whatever the other changes' statements sent
     /// before or between its own, so that any order of them is one they could have run in one by one.
     Alongside,
-    /// The change raises a few Requests alongside other raising: it holds the raising lock and the write lock
-    /// shared, and decides on counts that leave room for all that the raising transactions in flight may add
-    /// (see [`Postgres::raise`](super::Postgres::raise)). Such changes are pipelined together, before the
-    /// changes alongside that share their transaction (see [`super::writer`]), while they lock no call in common
-    /// and add, together, no more than [`RAISED_ALONGSIDE`](super::RAISED_ALONGSIDE) ([`Raised`]).
+    /// The change raises a few Requests alongside other raising: it holds the raising lock shared, and decides
+    /// on counts that leave room for all that the raising transactions in flight may add (see
+    /// [`Postgres::raise`](super::Postgres::raise)). Such changes are pipelined together, before the changes
+    /// alongside that share their transaction (see [`super::writer`]), while they lock no call in common and
+    /// add, together, no more than [`RAISED_ALONGSIDE`](super::RAISED_ALONGSIDE) ([`Raised`]).
     RaisingAlongside,
     /// The change raises Requests in turn: it decides on counts that only raising adds to, so it holds the
     /// raising lock alone (every other raising waits for it, and so do the changes alongside that share a
-    /// transaction with a raise) and the write lock shared (the other changes alongside, which only lower
-    /// those counts, do not). One such change runs at a time.
+    /// transaction with a raise; the other changes, which only lower those counts, do not). One such change runs
+    /// at a time.
     RaisingAlone,
-    /// The change holds the write lock alone: nothing else writes until it commits.
-    Alone,
+    /// The change runs in a group of its own, in a transaction of changes of its turn only (what the fleet's
+    /// upkeep writes: recovering gone replicas' work, pruning, webhook leases and cursors, the kept keys): it
+    /// decides as the changes alongside do, and holds no lock that they take.
+    Apart,
 }
 
 impl Turn {

@@ -4,12 +4,11 @@
 //! the caps) share transactions, and have their statements pipelined: the connection sends them without
 //! waiting for each reply, and the server runs them in the order they arrive (see [`Plan`]).
 //!
-//! A transaction takes the locks its changes' [`Turn`] needs: one of changes run alongside others holds the
-//! store's write lock shared, so that they commit side by side on every replica, and the locks of the
-//! principals whose caps they check; one that raises Requests holds the write lock shared and the raising lock
-//! shared when it raises a few far from the caps, else alone; any other holds the write lock alone, and what it
-//! reads stays exact until it commits (BENCHMARKS.md, "Store: PostgreSQL with BEGIN sent alongside and raising
-//! in its own turn").
+//! Every replica's transactions commit side by side: each change decides what it reads and writes by the rows'
+//! own conditions and locks. A transaction takes only the locks its changes' [`Turn`] needs: the locks of the
+//! principals whose caps they check, and the raising lock, shared when it raises a few far from the caps, else
+//! alone (BENCHMARKS.md, "Store: PostgreSQL with BEGIN sent alongside and raising in its own turn"); no lock is
+//! taken by every transaction ("Fleet: no lock that every transaction takes").
 //!
 //! An event's id is its transaction's id (`pg_current_xact_id()`, which the transaction takes at its first
 //! write; the statement that inserts the event reads it) times [`EVENTS_PER_TRANSACTION`](super::EVENTS_PER_TRANSACTION) plus its place among
@@ -84,8 +83,8 @@ pub struct Job {
 
 /// A change that was applied, waiting for its transaction to be kept.
 pub struct Applied {
-    /// Told what became of the transaction; a change that can run again (any but one holding the write lock
-    /// alone) returns itself when another change's failure rolled it back.
+    /// Told what became of the transaction; a change that can run again (any but one written behind) returns
+    /// itself when another change's failure rolled it back.
     pub reply: Box<dyn FnOnce(Fate) -> Option<Job> + Send>,
 }
 
@@ -94,7 +93,7 @@ pub struct Applied {
 pub enum Fate {
     Kept,
     /// Rolled back, because another of its changes failed: nothing of it was kept.
-    RolledBack(StoreError),
+    RolledBack,
     /// Not kept (its commit failed).
     Lost(StoreError),
 }
@@ -152,9 +151,9 @@ pub async fn run(
 
 /// Applies changes from `batch` in one transaction (see [`Plan`]) until one fails; the ones applied share its
 /// fate (the failure rolls them back: a change that fails midway leaves nothing of itself), except those that
-/// can run again (any but those holding the write lock alone), which do in the next transaction, first among
-/// the rest; those that moved to run alone run after them, whatever became of the transaction, then those the
-/// failure left unrun, then the rest of `batch`. Whether the connection is fit for the next transaction.
+/// can run again (any but those written behind), which do in the next transaction, first among the rest; those
+/// that moved to run alone run after them, whatever became of the transaction, then those the failure left
+/// unrun, then the rest of `batch`. Whether the connection is fit for the next transaction.
 async fn commit(
     client: &Client,
     statements: &Statements,
@@ -216,12 +215,11 @@ async fn commit(
         batch.push_front(job);
     }
     if let Err(error) = begun {
-        tracing::error!(%error, "the store cannot start a transaction holding its write lock");
+        tracing::error!(%error, "the store cannot start a transaction");
         let usable = roll_back(client).await;
-        let fate = Fate::RolledBack(unavailable(&error));
         // Dropped, each change not kept tells its caller that the store could not make it.
         for done in applied {
-            drop((done.reply)(fate.clone()));
+            drop((done.reply)(Fate::RolledBack));
         }
         batch.clear();
         return usable;
@@ -280,7 +278,7 @@ async fn commit(
             }
             Fate::Kept
         }
-        Err(error) if failed => Fate::RolledBack(error),
+        Err(_) if failed => Fate::RolledBack,
         Err(error) => Fate::Lost(error),
     };
     let mut next = Vec::new();

@@ -71,7 +71,7 @@ async fn two_postgres_stores_on_one_database_share_its_caps_and_counts() {
         ));
         assert_eq!(store.pending_count().await.unwrap(), 2);
     }
-    // Raised at once on both: the write lock decides them one after the other.
+    // Raised at once on both: the raising lock decides them one after the other.
     let (left, right) = tokio::join!(
         a.raise(vec![from("bob")], None, caps),
         b.raise(vec![from("cy")], None, caps),

@@ -4,14 +4,14 @@ use std::collections::{BTreeSet, VecDeque};
 
 use super::super::super::shares::Held;
 use super::super::tx::Turn;
-use super::super::{RAISE_LOCK, RAISED_ALONGSIDE, WRITE_LOCK};
+use super::super::{RAISE_LOCK, RAISED_ALONGSIDE};
 use super::{Job, principal_key, principal_lock};
 
 /// The changes one transaction takes from the front of the queue, in groups that run one after another: the
 /// changes of a group have their statements pipelined together.
 ///
-/// A transaction of changes that hold the write lock shared and the raising lock shared at most (those of
-/// [`Turn::Alongside`] and [`Turn::RaisingAlongside`]) takes every such change at the front of the queue:
+/// A transaction of changes that hold the raising lock shared at most (those of [`Turn::Alongside`] and
+/// [`Turn::RaisingAlongside`]) takes every such change at the front of the queue:
 /// first one group of raises, those that may be pipelined together (see [`Turn::RaisingAlongside`]; a raise
 /// that may not waits, in its place, for a later transaction), then those run alongside, in the order they
 /// came, in groups (one that holds principals' locks in a group of its own). The raises go first because a
@@ -19,8 +19,8 @@ use super::{Job, principal_key, principal_lock};
 /// as soon as it has (see `start_call`): a raise that fails leaves the changes after it unrun, and rolls back
 /// none that told its caller already. Any order of the changes is one they could have come in: the writer
 /// reads the queue again only once it has applied all it read, so none of them was queued after another ran.
-/// A transaction of changes that hold a lock alone takes those of the front's turn at the front of the queue,
-/// each in a group of its own.
+/// A transaction of changes of the other turns ([`Turn::RaisingAlone`], [`Turn::Apart`]) takes those of the
+/// front's turn at the front of the queue, each in a group of its own.
 pub(super) struct Plan {
     pub(super) turn: Turn,
     pub(super) groups: Vec<Vec<Job>>,
@@ -30,7 +30,7 @@ impl Plan {
     /// The plan of the next transaction, taken from the front of `batch`; `None` when it is empty.
     pub(super) fn take(batch: &mut VecDeque<Job>) -> Option<Plan> {
         let turn = batch.front()?.turn;
-        if matches!(turn, Turn::RaisingAlone | Turn::Alone) {
+        if matches!(turn, Turn::RaisingAlone | Turn::Apart) {
             let mut groups = Vec::new();
             while batch.front().is_some_and(|job| job.turn == turn)
                 && let Some(job) = batch.pop_front()
@@ -86,8 +86,8 @@ impl Plan {
         }
     }
 
-    /// What begins the transaction, taking the locks its changes' turns need: the write lock, then the raising
-    /// lock, then the principals' locks in the order of their keys, the same order in every transaction, before
+    /// What begins the transaction, taking the locks its changes' turns need: the raising lock, then the
+    /// principals' locks in the order of their keys, the same order in every transaction, before
     /// anything else the transaction waits for, so that two transactions never each hold one the other waits
     /// for.
     pub(super) fn begin(&self) -> String {
@@ -95,7 +95,6 @@ impl Plan {
         let mut begin = vec!["BEGIN".to_owned()];
         match self.turn {
             Turn::Alongside | Turn::RaisingAlongside => {
-                begin.push(format!("SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})"));
                 if jobs().any(|job| job.turn == Turn::RaisingAlongside) {
                     begin.push(format!("SELECT pg_advisory_xact_lock_shared({RAISE_LOCK})"));
                 }
@@ -105,11 +104,8 @@ impl Plan {
                     .collect();
                 begin.extend(keys.into_iter().map(principal_lock));
             }
-            Turn::RaisingAlone => {
-                begin.push(format!("SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})"));
-                begin.push(format!("SELECT pg_advisory_xact_lock({RAISE_LOCK})"));
-            }
-            Turn::Alone => begin.push(format!("SELECT pg_advisory_xact_lock({WRITE_LOCK})")),
+            Turn::RaisingAlone => begin.push(format!("SELECT pg_advisory_xact_lock({RAISE_LOCK})")),
+            Turn::Apart => {}
         }
         begin.join("; ")
     }
@@ -154,7 +150,7 @@ mod tests {
             // Beyond what a transaction raising alongside others may raise.
             job(Turn::RaisingAlongside, &[], &[], RAISED_ALONGSIDE.count, 7),
             job(Turn::Alongside, &[], &[], 0, 8),
-            job(Turn::Alone, &[], &[], 0, 9),
+            job(Turn::Apart, &[], &[], 0, 9),
             job(Turn::Alongside, &[], &[], 0, 10),
         ]);
         let plan = Plan::take(&mut batch).unwrap();
@@ -164,8 +160,7 @@ mod tests {
         assert_eq!(
             plan.begin(),
             format!(
-                "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); \
-                 SELECT pg_advisory_xact_lock_shared({RAISE_LOCK}); {}",
+                "BEGIN; SELECT pg_advisory_xact_lock_shared({RAISE_LOCK}); {}",
                 principal_lock(principal_key("zoe"))
             )
         );
@@ -177,10 +172,7 @@ mod tests {
         assert_eq!(plan.groups.iter().map(tags).collect::<Vec<_>>(), [vec![7]]);
         let plan = Plan::take(&mut batch).unwrap();
         assert_eq!(plan.groups.iter().map(tags).collect::<Vec<_>>(), [vec![9]]);
-        assert_eq!(
-            plan.begin(),
-            format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})")
-        );
+        assert_eq!(plan.begin(), "BEGIN");
     }
 
     #[test]
@@ -194,12 +186,25 @@ mod tests {
         let mut keys: Vec<i32> = ["ann", "bob", "zoe"].map(principal_key).to_vec();
         keys.sort_unstable();
         let locks: Vec<String> = keys.into_iter().map(principal_lock).collect();
+        assert_eq!(plan.begin(), format!("BEGIN; {}", locks.join("; ")));
+    }
+
+    #[test]
+    fn no_lock_is_taken_by_every_transaction() {
+        let begin = |turn| {
+            Plan::take(&mut VecDeque::from([job(turn, &[], &[], 1, 1)]))
+                .unwrap()
+                .begin()
+        };
+        assert_eq!(begin(Turn::Alongside), "BEGIN");
+        assert_eq!(begin(Turn::Apart), "BEGIN");
         assert_eq!(
-            plan.begin(),
-            format!(
-                "BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK}); {}",
-                locks.join("; ")
-            )
+            begin(Turn::RaisingAlongside),
+            format!("BEGIN; SELECT pg_advisory_xact_lock_shared({RAISE_LOCK})")
+        );
+        assert_eq!(
+            begin(Turn::RaisingAlone),
+            format!("BEGIN; SELECT pg_advisory_xact_lock({RAISE_LOCK})")
         );
     }
 }

@@ -1,0 +1,135 @@
+//! A gone replica's work, recovered by another replica side by side with the rest of the fleet's changes.
+
+use super::counts::{counted, recounted};
+use super::replicas::until_a_lock_is_awaited;
+use super::*;
+
+/// Closes replica `gone` and has its heartbeat read as older than any lease.
+async fn taken_for_gone(url: &str, gone: Store) {
+    let Store::Postgres(postgres) = &gone else {
+        unreachable!()
+    };
+    let id = postgres.replica().to_owned();
+    close(gone).await;
+    connect_raw(url)
+        .await
+        .execute("UPDATE replicas SET heartbeat_at = 0 WHERE id = $1", &[&id])
+        .await
+        .unwrap();
+}
+
+/// A replica recovering a gone replica's work waits for a row of it that another transaction holds, and holds
+/// up no other replica meanwhile: no transaction takes a lock that every other one takes. Once the row is let
+/// go, the recovery ends the gone replica's call and cancels what it raised.
+#[tokio::test]
+async fn a_replica_recovering_a_gone_ones_work_holds_up_no_other_replica() {
+    let url = postgres::cluster::shared().database();
+    let gone = replica(&url).await;
+    let held = insert(
+        &gone,
+        NewCall {
+            protocol_version: Some("2025-11-25".into()),
+            ..new_call("ada")
+        },
+    )
+    .await;
+    let raised = gone
+        .raise(vec![new_request(Some(&held.id), None)], None, PendingCaps::NONE)
+        .await
+        .unwrap();
+    taken_for_gone(&url, gone).await;
+    let (a, b) = (replica(&url).await, replica(&url).await);
+    let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
+    other
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM calls WHERE id = '{}' FOR UPDATE",
+            held.id
+        ))
+        .await
+        .unwrap();
+    let reaping = tokio::spawn({
+        let a = a.clone();
+        async move { a.reap().await }
+    });
+    until_a_lock_is_awaited(&watcher, "the recovery never waited for the call's row").await;
+
+    // A call started, a Request raised on it and answered, the call ended, a webhook's lease taken and a key
+    // kept, while `a` recovers.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        let call = insert(&b, new_call("ada")).await;
+        let asked = b
+            .raise(vec![new_request(Some(&call.id), None)], None, PendingCaps::NONE)
+            .await
+            .unwrap();
+        let answered = b.answer(&asked[0].request.id, proposal(true)).await.unwrap();
+        assert!(matches!(answered, Answered::Won { .. }), "{answered:?}");
+        b.finish_call(&call.id, Finish::failed("done")).await.unwrap().unwrap();
+        let lease = b.hold_webhook("hook", "b", Duration::from_secs(60)).await.unwrap();
+        assert!(matches!(lease, Lease::Mine(None)), "{lease:?}");
+        assert_eq!(b.kept_key("signing", "made").await.unwrap(), "made");
+    })
+    .await
+    .expect("the other replica's changes waited for the recovery");
+    assert!(!reaping.is_finished(), "the recovery did not wait for the row");
+
+    other.batch_execute("COMMIT").await.unwrap();
+    let recovered = reaping.await.unwrap().unwrap();
+    assert_eq!((recovered.ended_calls, recovered.ended_requests), (1, 1));
+    let ended = a.call(&held.id).await.unwrap().unwrap();
+    assert_eq!(ended.status, CallStatus::Failed);
+    let request = a.request(&raised[0].request.id).await.unwrap().unwrap();
+    assert_eq!(request.status, Status::Cancelled);
+    assert_eq!(counted(&url).await, recounted(&url).await);
+    close(a).await;
+    close(b).await;
+}
+
+/// A gone replica's work recovered while another replica answers the Requests its calls raised: each Request is
+/// resolved once, by its answer or by the recovery, whichever came first (a change that lost a deadlock to the
+/// other runs again), every call ends, and the counts hold.
+#[tokio::test]
+async fn answers_to_a_gone_replicas_requests_while_it_is_recovered_resolve_each_once() {
+    let url = postgres::cluster::shared().database();
+    let gone = replica(&url).await;
+    let mut asked = Vec::new();
+    for _ in 0..20 {
+        let call = NewCall {
+            protocol_version: Some("2025-11-25".into()),
+            ..new_call("ada")
+        };
+        let started = gone.insert_call(call, 100).await.unwrap();
+        started.kept.await.unwrap();
+        let call = started.view;
+        let raised = gone
+            .raise(vec![new_request(Some(&call.id), None)], None, PendingCaps::NONE)
+            .await
+            .unwrap();
+        asked.push((call.id, raised[0].request.id.clone()));
+    }
+    taken_for_gone(&url, gone).await;
+    let (a, b) = (replica(&url).await, replica(&url).await);
+
+    let answering = asked.iter().map(|(_, id)| b.answer(id, proposal(true)));
+    let (recovered, answers) = tokio::join!(a.reap(), futures::future::join_all(answering));
+    let recovered = recovered.unwrap();
+    let mut won = 0;
+    for ((call, id), answered) in asked.iter().zip(answers) {
+        let request = a.request(id).await.unwrap().unwrap();
+        match answered.unwrap() {
+            Answered::Won { .. } => {
+                assert_eq!(request.status, Status::Answered);
+                won += 1;
+            }
+            Answered::Lost(_) => assert_eq!(request.status, Status::Cancelled),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(a.call(call).await.unwrap().unwrap().status, CallStatus::Failed);
+    }
+    assert_eq!(
+        (recovered.ended_calls, recovered.ended_requests),
+        (asked.len(), asked.len() - won)
+    );
+    assert_eq!(counted(&url).await, recounted(&url).await);
+    close(a).await;
+    close(b).await;
+}
