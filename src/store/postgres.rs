@@ -32,7 +32,7 @@ use crate::feed::Feed;
 use crate::ids::CallId;
 use crate::lock;
 use crate::time::Clock;
-pub use connection::{Borrowed, Conn, Connector, Reader, Statements};
+pub use connection::{Borrowed, Conn, Connector, ReadSlot, Reader, Statements};
 use tx::Tx;
 use tx::{Raised, Turn};
 use writer::{Applied, Change, Failed, Fate, Job};
@@ -76,7 +76,7 @@ struct Shared {
     /// Changes for the writer; `None` once the store is closed.
     jobs: Mutex<Option<mpsc::UnboundedSender<Job>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
-    readers: Vec<Mutex<Option<Arc<Conn>>>>,
+    readers: Vec<ReadSlot>,
     next_reader: AtomicUsize,
     /// This replica's id.
     replica: String,
@@ -156,7 +156,7 @@ impl Postgres {
                 connector,
                 jobs: Mutex::new(Some(jobs)),
                 writer: Mutex::new(Some(writer)),
-                readers: (0..READERS).map(|_| Mutex::default()).collect(),
+                readers: (0..READERS).map(|_| ReadSlot::default()).collect(),
                 next_reader: AtomicUsize::new(0),
                 replica: replica.to_owned(),
                 background: background.clone(),
@@ -326,16 +326,13 @@ impl Postgres {
     /// A connection for reads; it sees every change kept so far.
     async fn reader(&self) -> Result<Arc<Conn>, StoreError> {
         let slot = &self.shared.readers[self.shared.next_reader.fetch_add(1, Ordering::Relaxed) % READERS];
-        if let Some(conn) = lock(slot).as_ref().filter(|conn| !conn.client.is_closed()) {
-            return Ok(conn.clone());
-        }
-        let client = self.shared.connector.connect().await.map_err(|error| {
-            tracing::error!(%error, "the store cannot be reached");
-            unavailable(&error)
-        })?;
-        let conn = Arc::new(Conn::new(client));
-        *lock(slot) = Some(conn.clone());
-        Ok(conn)
+        slot.conn(&self.shared.connector).await.map_err(|error| match error {
+            Some(error) => {
+                tracing::error!(%error, "the store cannot be reached");
+                unavailable(&error)
+            }
+            None => StoreError::Unavailable("the store cannot be reached".to_owned()),
+        })
     }
 
     /// Runs a read on a read connection.

@@ -361,6 +361,34 @@ mod raising;
 mod replicas;
 mod restarts;
 
+/// A burst of reads on a PostgreSQL replica that has no read connection yet opens the few a replica keeps,
+/// not one a read: under a role that may hold only a few more connections than that, every read succeeds.
+#[tokio::test]
+async fn a_burst_of_reads_on_a_new_replica_opens_only_the_connections_it_keeps() {
+    let url = postgres::cluster::shared().database();
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let database = config.get_dbname().unwrap().to_owned();
+    let role = format!("few_{database}");
+    let limit = postgres::READERS + 4;
+    connect_raw(&url)
+        .await
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN CONNECTION LIMIT {limit}; ALTER DATABASE {database} OWNER TO {role}"
+        ))
+        .await
+        .unwrap();
+    let user = config.get_user().unwrap();
+    let limited = url.replacen(&format!("{user}@"), &format!("{role}@"), 1);
+    assert_ne!(limited, url);
+    let store = replica(&limited).await;
+
+    let reads = futures::future::join_all((0..100).map(|_| store.pending_count())).await;
+    for read in reads {
+        assert_eq!(read.unwrap(), 0);
+    }
+    close(store).await;
+}
+
 /// How many of `tasks` were admitted: returned true.
 async fn admitted(tasks: tokio::task::JoinSet<bool>) -> usize {
     tasks.join_all().await.into_iter().filter(|admitted| *admitted).count()

@@ -1,7 +1,8 @@
 //! The connections to the database: how to reach it, and the statements each has prepared.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, GenericClient, NoTls, Row, Statement};
@@ -62,6 +63,47 @@ impl Conn {
             client,
             statements: Statements::default(),
         }
+    }
+}
+
+/// A read connection, made again by the first read that finds it missing or closed.
+#[derive(Debug, Default)]
+pub struct ReadSlot {
+    conn: Mutex<Option<Arc<Conn>>>,
+    /// Held while the connection is made: the reads that find it missing meanwhile wait for that connection
+    /// rather than each making one (a burst of reads on a new replica, or after the database restarted, would
+    /// otherwise open a connection each, up to the server's limit).
+    connecting: tokio::sync::Mutex<()>,
+    /// How many times the connection was made or failed to be.
+    attempts: AtomicU64,
+}
+
+impl ReadSlot {
+    /// The slot's connection, made with `connector` if it has none open; `None` if making it failed, here or
+    /// in the attempt this read waited for.
+    pub async fn conn(&self, connector: &Connector) -> Result<Arc<Conn>, Option<tokio_postgres::Error>> {
+        let open = || {
+            lock(&self.conn)
+                .as_ref()
+                .filter(|conn| !conn.client.is_closed())
+                .cloned()
+        };
+        if let Some(conn) = open() {
+            return Ok(conn);
+        }
+        let attempts = self.attempts.load(Ordering::Acquire);
+        let _connecting = self.connecting.lock().await;
+        if let Some(conn) = open() {
+            return Ok(conn);
+        }
+        if self.attempts.load(Ordering::Acquire) != attempts {
+            return Err(None);
+        }
+        let made = connector.connect().await;
+        self.attempts.fetch_add(1, Ordering::Release);
+        let conn = Arc::new(Conn::new(made.map_err(Some)?));
+        *lock(&self.conn) = Some(conn.clone());
+        Ok(conn)
     }
 }
 
