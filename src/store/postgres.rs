@@ -9,6 +9,7 @@ mod connection;
 mod grants;
 mod maintenance;
 mod raising;
+mod recovery;
 mod requests;
 mod rounds;
 mod rows;

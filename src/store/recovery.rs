@@ -18,6 +18,17 @@ pub struct Recovered {
     pub pending: usize,
 }
 
+impl Recovered {
+    /// Adds what `more` recovered after this; its count of pending Requests is the later one.
+    pub fn add(&mut self, more: Recovered) {
+        self.resumes.extend(more.resumes);
+        self.approvals.extend(more.approvals);
+        self.ended_requests += more.ended_requests;
+        self.ended_calls += more.ended_calls;
+        self.pending = more.pending;
+    }
+}
+
 /// A call its approval holds, which the upstream has not heard of.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldCall {

@@ -1,40 +1,17 @@
-//! The event log read back, webhook cursors, what a start puts right, and pruning by retention.
+//! The event log read back, webhook leases and cursors, kept keys, and pruning by retention.
 
 use std::collections::BTreeSet;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use super::requests::{resolve_ids, select_ids};
 use super::tail::{HeldBack, PUBLISHED, log_page};
 use super::writer::{principal_key, principal_lock};
 use super::{Postgres, Reader};
-use crate::ids::{CallId, RequestId, SessionId};
-use crate::records::{CallError, CallFailure, Finish, SessionStatus};
-use crate::store::recovery::{CLAIMED_UNHEARD, HELD_BY_APPROVAL, maybe_not_sent};
 use crate::store::sql;
-use crate::store::{EventPage, HeldCall, Horizons, Lease, Recovered, Resolution, StoreError};
+use crate::store::{EventPage, Horizons, Lease, StoreError};
 
 /// How many rows one pruning statement deletes, so that the writer never stops for long.
 const PRUNE_BATCH: i64 = 5000;
-
-/// The first protocol version whose suspensions are data the gateway keeps (`input_required`).
-const ROUNDS_PROTOCOL: &str = "2026-07-28";
-
-/// Whose records `end_replicas` ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Whose {
-    /// The replicas without a heartbeat for longer than the lease.
-    Gone,
-    /// Those, and what this replica's previous run left (at its start).
-    GoneAndPreviousRun,
-}
-
-/// How the records of a replica that is gone end.
-#[derive(Clone)]
-struct Ending {
-    detail: String,
-    reason: CallFailure,
-}
 
 impl Postgres {
     pub async fn events_after(&self, after: u64, limit: usize) -> Result<EventPage, StoreError> {
@@ -139,198 +116,6 @@ impl Postgres {
                 Ok(())
             })
         });
-    }
-
-    /// Sessions of the last run are closed; elicitation requests, and calls whose upstream request died with
-    /// the process, end with `restarted` as their reason; 2026-07-28 calls whose round is answered are
-    /// returned to be retried.
-    /// Ends what this replica's previous run left (it had the same id), and what replicas gone for longer than
-    /// the lease left, as [`Postgres::reap`] does.
-    pub async fn recover(&self, restarted: &str) -> Result<Recovered, StoreError> {
-        let ended = Ending {
-            detail: restarted.to_owned(),
-            reason: CallFailure::GatewayRestarted,
-        };
-        let gone = self.end_replicas(Whose::GoneAndPreviousRun, ended).await?;
-        let more = self.reap().await?;
-        Ok(Recovered {
-            resumes: gone.resumes.into_iter().chain(more.resumes).collect(),
-            approvals: gone.approvals.into_iter().chain(more.approvals).collect(),
-            ended_requests: gone.ended_requests + more.ended_requests,
-            ended_calls: gone.ended_calls + more.ended_calls,
-            pending: more.pending,
-        })
-    }
-
-    /// Ends what replicas without a heartbeat for longer than the lease left, once for the fleet: their
-    /// sessions close, the 2025-11-25 Requests raised on them are `cancelled`, and their calls fail unless a
-    /// 2026-07-28 round lets another replica carry them on; the calls whose round is answered are returned,
-    /// for this replica to retry.
-    pub async fn reap(&self) -> Result<Recovered, StoreError> {
-        let ended = Ending {
-            detail: "the replica holding its session is gone".to_owned(),
-            reason: CallFailure::ReplicaGone,
-        };
-        self.end_replicas(Whose::Gone, ended).await
-    }
-
-    /// Ends what the replicas gone for longer than the lease left (their records are deleted by the one
-    /// replica that does this), and with [`Whose::GoneAndPreviousRun`] what this replica's previous run left.
-    async fn end_replicas(&self, whose: Whose, ended: Ending) -> Result<Recovered, StoreError> {
-        let lease = i64::try_from(super::LEASE.as_millis()).unwrap_or(i64::MAX);
-        let itself = whose == Whose::GoneAndPreviousRun;
-        self.write(move |tx| {
-            let ended = ended.clone();
-            Box::pin(async move {
-                let me = tx.replica.to_owned();
-                let gone_sql = format!(
-                    "DELETE FROM replicas WHERE id <> $1 AND heartbeat_at < {} - $2 RETURNING id",
-                    super::DB_NOW
-                );
-                let mut gone: Vec<String> = tx
-                    .query(&gone_sql, &[&me, &lease])
-                    .await?
-                    .iter()
-                    .map(|row| row.try_get(0))
-                    .collect::<Result<_, _>>()?;
-                if itself {
-                    gone.push(me.clone());
-                }
-                let mut recovered = Recovered::default();
-                if gone.is_empty() {
-                    recovered.pending = super::requests::pending_count(&*tx).await?;
-                    return Ok(recovered);
-                }
-                // Records from before replicas were recorded belong to whichever run comes first.
-                let theirs = if itself {
-                    "(replica = ANY($1) OR replica IS NULL)"
-                } else {
-                    "replica = ANY($1)"
-                };
-                // Their live calls are locked before anything of them is read. Every change of a live call, or of
-                // whether its Requests are pending, updates the call's row: such a change waits for this
-                // transaction, and what it reads of them below stays exact until it commits. (A change that
-                // already holds one of their Requests and then waits for its call loses a deadlock, or wins it;
-                // whichever loses runs again.)
-                tx.execute(
-                    &format!(
-                        "SELECT 1 FROM calls WHERE status IN ('running', 'input_required') AND {theirs} \
-                         ORDER BY seq FOR UPDATE"
-                    ),
-                    &[&gone],
-                )
-                .await?;
-                let now = tx.now().millis();
-                let sessions: Vec<SessionId> = tx
-                    .query(
-                        &format!("SELECT id FROM sessions WHERE status IN ('starting', 'ready') AND {theirs}"),
-                        &[&gone],
-                    )
-                    .await?
-                    .iter()
-                    .map(|row| row.try_get(0))
-                    .collect::<Result<_, _>>()?;
-                for id in sessions {
-                    tx.execute(
-                        sql::SESSION_CLOSED.postgres,
-                        &[&id, &SessionStatus::Closed.as_str(), &now, &ended.detail],
-                    )
-                    .await?;
-                    super::calls::session_changed(tx, &id).await?;
-                }
-                // Raised on one of their sessions, for one of their calls, or (at its own start) on a session
-                // never recorded.
-                let unrecorded = if itself {
-                    " OR (requests.session IS NOT NULL AND NOT EXISTS (SELECT 1 FROM sessions AS s WHERE s.id = requests.session))"
-                } else {
-                    ""
-                };
-                let elicitations = select_ids(
-                    &*tx,
-                    &format!(
-                        "{} AND (session IN (SELECT id FROM sessions WHERE {theirs}) \
-                         OR call_id IN (SELECT id FROM calls WHERE {theirs}){unrecorded})",
-                        sql::PENDING_ELICITATIONS.postgres
-                    ),
-                    &[&gone],
-                )
-                .await?;
-                let resolution = Resolution::Cancelled {
-                    detail: format!(
-                        "{}: the upstream request this Request answered ended with it",
-                        ended.detail
-                    ),
-                    told_cancel: false,
-                };
-                recovered.ended_requests += resolve_ids(tx, &elicitations, &resolution).await?.views.len();
-                // A round can be retried, and a task followed, only on a shared session: a private one ended with its
-                // replica.
-                let calls = tx
-                    .query(
-                        &format!(
-                            "SELECT c.id, c.protocol_version, \
-                             c.shared AND (c.task IS NOT NULL OR EXISTS (SELECT 1 FROM rounds AS r WHERE r.call_id = c.id)), \
-                             {HELD_BY_APPROVAL}, \
-                             c.shared, {CLAIMED_UNHEARD}, c.task IS NOT NULL \
-                             FROM calls AS c WHERE c.status IN ('running', 'input_required') AND {theirs} \
-                             ORDER BY c.seq"
-                        ),
-                        &[&gone],
-                    )
-                    .await?;
-                for row in calls {
-                    let call: CallId = row.try_get(0)?;
-                    let protocol: Option<String> = row.try_get(1)?;
-                    let resumable: bool = row.try_get(2)?;
-                    // The upstream has not heard of a call waiting on its approval: this replica forwards it.
-                    if let Some(approval) = row.try_get::<_, Option<RequestId>>(3)? {
-                        tx.execute("UPDATE calls SET replica = $2 WHERE id = $1", &[&call, &me])
-                            .await?;
-                        recovered.approvals.push(HeldCall { call, approval });
-                        continue;
-                    }
-                    let keeps_rounds = protocol.as_deref().is_some_and(|version| version >= ROUNDS_PROTOCOL);
-                    let task: bool = row.try_get(6)?;
-                    if (keeps_rounds || task) && resumable {
-                        if super::rounds::retry(&*tx, &call).await?.is_some() {
-                            tx.execute("UPDATE calls SET replica = $2 WHERE id = $1", &[&call, &me])
-                                .await?;
-                            recovered.resumes.push(call);
-                        }
-                        continue;
-                    }
-                    if let Some(approval) = row.try_get::<_, Option<RequestId>>(5)? {
-                        // A 2026-07-28 call may be sent again (at least once); a 2025-11-25 one may not be sent
-                        // twice.
-                        if keeps_rounds && row.try_get::<_, bool>(4)? {
-                            tx.execute(
-                                "UPDATE calls SET replica = $2, forwarded_at = NULL WHERE id = $1",
-                                &[&call, &me],
-                            )
-                            .await?;
-                            recovered.approvals.push(HeldCall { call, approval });
-                        } else {
-                            let error = maybe_not_sent(&ended.detail);
-                            super::calls::finish_in(tx, &call, Finish::Failed(error), false).await?;
-                            recovered.ended_calls += 1;
-                        }
-                        continue;
-                    }
-                    let error = CallError {
-                        message: format!(
-                            "{} while the upstream worked on the call, so its result was lost",
-                            ended.detail
-                        ),
-                        reason: Some(ended.reason),
-                    };
-                    super::calls::finish_in(tx, &call, Finish::Failed(error), false).await?;
-                    recovered.ended_calls += 1;
-                }
-                recovered.pending = super::requests::pending_count(&*tx).await?;
-                Ok(recovered)
-            })
-        })
-        .await
     }
 
     pub async fn prune(&self, horizons: Horizons) -> Result<(), StoreError> {

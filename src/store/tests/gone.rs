@@ -4,8 +4,8 @@ use super::counts::{counted, recounted};
 use super::replicas::until_a_lock_is_awaited;
 use super::*;
 
-/// Closes replica `gone` and has its heartbeat read as older than any lease.
-async fn taken_for_gone(url: &str, gone: Store) {
+/// Closes replica `gone` and has its heartbeat read as older than any lease; returns its id.
+async fn taken_for_gone(url: &str, gone: Store) -> String {
     let Store::Postgres(postgres) = &gone else {
         unreachable!()
     };
@@ -16,6 +16,41 @@ async fn taken_for_gone(url: &str, gone: Store) {
         .execute("UPDATE replicas SET heartbeat_at = 0 WHERE id = $1", &[&id])
         .await
         .unwrap();
+    id
+}
+
+/// Opens session `ses_1` on the replica `store`.
+async fn open_session(store: &Store) {
+    let Store::Postgres(postgres) = store else {
+        unreachable!()
+    };
+    let session = NewSession {
+        id: ses_1(),
+        replica: postgres.replica().to_owned(),
+        server: "demo".to_owned(),
+        owner: Some("ada".to_owned()),
+    };
+    store.insert_session(session, 5).await.unwrap();
+}
+
+/// The Requests raised on a gone replica's session for no call, more than one transaction of the recovery
+/// takes, are all cancelled, and its session closed.
+#[tokio::test]
+async fn every_request_raised_on_a_gone_replicas_session_is_cancelled() {
+    let url = postgres::cluster::shared().database();
+    let gone = replica(&url).await;
+    open_session(&gone).await;
+    let requests = (0..300).map(|_| new_request(None, None)).collect();
+    gone.raise(requests, None, PendingCaps::NONE).await.unwrap();
+    taken_for_gone(&url, gone).await;
+    let a = replica(&url).await;
+
+    let recovered = a.reap().await.unwrap();
+    assert_eq!((recovered.ended_requests, recovered.pending), (300, 0));
+    let session = a.session(&ses_1()).await.unwrap().unwrap();
+    assert_eq!(session.status, SessionStatus::Closed);
+    assert_eq!(counted(&url).await, recounted(&url).await);
+    close(a).await;
 }
 
 /// A replica recovering a gone replica's work waits for a row of it that another transaction holds, and holds
@@ -84,29 +119,37 @@ async fn a_replica_recovering_a_gone_ones_work_holds_up_no_other_replica() {
     close(b).await;
 }
 
-/// A gone replica's work recovered while another replica answers the Requests its calls raised: each Request is
-/// resolved once, by its answer or by the recovery, whichever came first (a change that lost a deadlock to the
-/// other runs again), every call ends, and the counts hold.
+/// A gone replica's work, more calls and more Requests on its session than one transaction takes, recovered
+/// while another replica answers those Requests: each is resolved once, by its answer or by the recovery,
+/// whichever came first (a change that lost a deadlock to the other runs again), every call ends, the counts
+/// hold, and the gone replica's record goes.
 #[tokio::test]
 async fn answers_to_a_gone_replicas_requests_while_it_is_recovered_resolve_each_once() {
     let url = postgres::cluster::shared().database();
     let gone = replica(&url).await;
+    open_session(&gone).await;
     let mut asked = Vec::new();
-    for _ in 0..20 {
+    for _ in 0..300 {
         let call = NewCall {
             protocol_version: Some("2025-11-25".into()),
             ..new_call("ada")
         };
-        let started = gone.insert_call(call, 100).await.unwrap();
+        let started = gone.insert_call(call, 1000).await.unwrap();
         started.kept.await.unwrap();
         let call = started.view;
         let raised = gone
             .raise(vec![new_request(Some(&call.id), None)], None, PendingCaps::NONE)
             .await
             .unwrap();
-        asked.push((call.id, raised[0].request.id.clone()));
+        asked.push((Some(call.id), raised[0].request.id.clone()));
+        // Raised on the session for no call, as an elicitation no call can be told for.
+        let raised = gone
+            .raise(vec![new_request(None, None)], None, PendingCaps::NONE)
+            .await
+            .unwrap();
+        asked.push((None, raised[0].request.id.clone()));
     }
-    taken_for_gone(&url, gone).await;
+    let gone_id = taken_for_gone(&url, gone).await;
     let (a, b) = (replica(&url).await, replica(&url).await);
 
     let answering = asked.iter().map(|(_, id)| b.answer(id, proposal(true)));
@@ -123,13 +166,21 @@ async fn answers_to_a_gone_replicas_requests_while_it_is_recovered_resolve_each_
             Answered::Lost(_) => assert_eq!(request.status, Status::Cancelled),
             other => panic!("{other:?}"),
         }
-        assert_eq!(a.call(call).await.unwrap().unwrap().status, CallStatus::Failed);
+        if let Some(call) = call {
+            assert_eq!(a.call(call).await.unwrap().unwrap().status, CallStatus::Failed);
+        }
     }
     assert_eq!(
         (recovered.ended_calls, recovered.ended_requests),
-        (asked.len(), asked.len() - won)
+        (asked.len() / 2, asked.len() - won)
     );
     assert_eq!(counted(&url).await, recounted(&url).await);
+    let records = connect_raw(&url)
+        .await
+        .query("SELECT 1 FROM replicas WHERE id = $1", &[&gone_id])
+        .await
+        .unwrap();
+    assert!(records.is_empty(), "the gone replica's record stayed");
     close(a).await;
     close(b).await;
 }
