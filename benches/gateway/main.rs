@@ -1,18 +1,19 @@
 //! The benchmark harness: the gateway (the real binary, driven over REST on loopback) measured side by side
 //! with a direct in-process MCP client of the same demo server.
 //!
-//! `cargo bench --bench gateway` builds in release mode and prints a markdown table; names after `--`
-//! (`latency`, `throughput`, `scale`, `footprint`, `front_door`, `store`, `waiting`, `fleet`) run only those sections. Every section but
-//! `store` and `fleet` runs the gateway with its state in memory; `store` compares that with a SQLite file and with a
-//! PostgreSQL database (a throwaway durable server, started for the section), one replica and three, and `fleet`
-//! measures one replica against three, unconstrained and with a CPU quota per gateway (`BENCH_CPU_QUOTA=0.3`,
-//! the default; `0` skips it). Under `cargo test` it runs
-//! every code path once with tiny counts and checks only that everything completed correctly.
+//! `cargo bench --bench gateway` builds in release mode and prints a markdown table; names after `--` (`latency`,
+//! `throughput`, `scale`, `footprint`, `front_door`, `store`, `waiting`, `fleet`, `recovery`) run only those sections.
+//! Every section but `store`, `fleet` and `recovery` runs the gateway with its state in memory; `store` compares that
+//! with a SQLite file and with a PostgreSQL database (a throwaway durable server, started for the section), one replica
+//! and three, and `fleet` measures one replica against three, unconstrained and with a CPU quota per gateway
+//! (`BENCH_CPU_QUOTA=0.3`, the default; `0` skips it), and `recovery` how long a replica that dies holding
+//! `BENCH_PENDING` waiting calls holds the other two up. Under `cargo test` it runs every code path once with tiny
+//! counts and checks only that everything completed correctly.
 //!
-//! `BENCH_ITERATIONS=N` overrides the round trips per latency cell, `BENCH_PENDING=N` the Requests the store and
-//! fleet sections hold and drain (100 000), `BENCH_SCALE=N` runs only the scale (and waiting) rows of N, `BENCH_WRAP="valgrind --tool=callgrind"`
-//! runs the gateway under a profiler (`heaptrack` too), `BENCH_GATEWAY=path` runs another build of it, and `BENCH_LOG=1`
-//! shows the gateway's stderr.
+//! `BENCH_ITERATIONS=N` overrides the round trips per latency cell, `BENCH_PENDING=N` the Requests the store, fleet and
+//! recovery sections hold (100 000), `BENCH_SCALE=N` runs only the scale (and waiting) rows of N,
+//! `BENCH_WRAP="valgrind --tool=callgrind"` runs the gateway under a profiler (`heaptrack` too), `BENCH_GATEWAY=path`
+//! runs another build of it, and `BENCH_LOG=1` shows the gateway's stderr.
 
 #[allow(dead_code, reason = "the bench uses only part of the tests' PostgreSQL harness")]
 #[path = "../../src/store/postgres/cluster.rs"]
@@ -23,6 +24,7 @@ mod fleet;
 mod front_door;
 mod process;
 mod quota;
+mod recovery;
 #[allow(dead_code, reason = "the benchmark counts round trips; it never cuts the relay")]
 #[path = "../../tests/shared/relay.rs"]
 mod relay;
@@ -184,6 +186,9 @@ fn main() -> anyhow::Result<()> {
         }
         if wanted("fleet") {
             show(fleet::table(&binary, plan).await?);
+        }
+        if wanted("recovery") {
+            show(recovery::table(&binary, plan).await?);
         }
         anyhow::Ok(())
     })?;

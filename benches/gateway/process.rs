@@ -167,6 +167,11 @@ impl GatewayProcess {
         self.dir.take().context("the gateway's directory is gone")
     }
 
+    /// Kills the gateway (`SIGKILL`): it says nothing to anyone on its way out.
+    pub fn kill(&mut self) {
+        let _ = self.child.start_kill();
+    }
+
     /// Waits until `GET /readyz` answers `200`; returns the time since spawn.
     pub async fn ready(&self) -> anyhow::Result<Duration> {
         let (status, body) = self.rest.get("/readyz?wait=30").await?;
