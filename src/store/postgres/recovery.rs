@@ -1,5 +1,5 @@
-//! What a replica that is gone left, ended or carried on by another, in transactions of a few calls each, side
-//! by side with the rest of the fleet's changes.
+//! What a replica that is gone left, ended or carried on by another in short transactions, side by side with the
+//! rest of the fleet's changes.
 
 use super::requests::{resolve_ids, select_ids};
 use super::tx::Tx;
