@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::{Context, bail, ensure};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -170,6 +170,21 @@ impl GatewayProcess {
     /// Kills the gateway (`SIGKILL`): it says nothing to anyone on its way out.
     pub fn kill(&mut self) {
         let _ = self.child.start_kill();
+    }
+
+    /// Kills the upstream servers the gateway runs as its child processes (`SIGKILL`).
+    pub fn kill_upstreams(&self) -> anyhow::Result<()> {
+        let pid = self.child.id().context("the gateway has exited")?;
+        // Each thread that spawned a child lists it.
+        let mut children = String::new();
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+            children += &std::fs::read_to_string(task?.path().join("children")).unwrap_or_default();
+        }
+        ensure!(!children.trim().is_empty(), "the gateway runs no upstream server");
+        for child in children.split_whitespace() {
+            std::process::Command::new("kill").arg("-KILL").arg(child).status()?;
+        }
+        Ok(())
     }
 
     /// Waits until `GET /readyz` answers `200`; returns the time since spawn.

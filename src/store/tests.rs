@@ -148,6 +148,27 @@ async fn insert(store: &Store, call: NewCall) -> crate::records::CallView {
     started.view
 }
 
+/// A session that ends with more Requests pending than one transaction resolves has each of them cancelled once.
+#[tokio::test]
+async fn a_session_ending_with_hundreds_pending_has_each_cancelled_once() {
+    on_every(|store| async move {
+        let requests = (0..600).map(|_| new_request(None, None)).collect();
+        store.raise(requests, None, PendingCaps::NONE).await.unwrap();
+        let resolution = Resolution::Cancelled {
+            detail: "the session ended".to_owned(),
+            told_cancel: false,
+        };
+        let resolved = store.resolve(Pending::Session(ses_1()), resolution).await.unwrap();
+        let mut ids: Vec<_> = resolved.views.iter().map(|view| view.request.id.clone()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 600);
+        assert!(resolved.views.iter().all(|view| view.status == Status::Cancelled));
+        assert_eq!(store.pending_count().await.unwrap(), 0);
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_call_that_ends_cancels_its_pending_requests_once() {
     on_every(|store| async move {

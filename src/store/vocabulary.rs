@@ -193,6 +193,14 @@ pub struct Resolved {
     pub resumes: Vec<Retry>,
 }
 
+impl Resolved {
+    /// Adds what `more` resolved after this.
+    pub fn add(&mut self, more: Resolved) {
+        self.views.extend(more.views);
+        self.resumes.extend(more.resumes);
+    }
+}
+
 /// A call about to start.
 #[derive(Debug, Clone)]
 pub struct NewCall {

@@ -3,7 +3,7 @@
 
 use super::requests::{resolve_ids, select_ids};
 use super::tx::Tx;
-use super::{Postgres, Reader};
+use super::{PER_TRANSACTION, Postgres, Reader};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{CallError, CallFailure, Finish, SessionStatus};
 use crate::store::recovery::{CLAIMED_UNHEARD, HELD_BY_APPROVAL, maybe_not_sent};
@@ -12,11 +12,6 @@ use crate::store::{HeldCall, Recovered, Resolution, StoreError};
 
 /// The first protocol version whose suspensions are data the gateway keeps (`input_required`).
 const ROUNDS_PROTOCOL: &str = "2026-07-28";
-/// How many of a gone replica's live calls, or of the Requests raised on its sessions, one transaction ends or
-/// carries on. Every transaction is short: this replica's writer runs one at a time, and every replica publishes
-/// an event only once each transaction that began before it has ended (BENCHMARKS.md, "Recovery: a replica dies
-/// holding waiting calls").
-const PER_TRANSACTION: i64 = 256;
 
 /// Whose records [`Postgres::end_replicas`] ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio_postgres::types::ToSql;
 
 use super::tx::{Tx, insert_event};
-use super::{Postgres, Reader, rounds, rows};
+use super::{PER_TRANSACTION, Postgres, Reader, rounds, rows};
 use crate::decision::{self, Decided, Decision, Proposal, Upstream};
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::{Event, EventKind, Filter, RequestView, Signoff, Status};
@@ -239,17 +239,45 @@ impl Postgres {
         .await
     }
 
+    /// In transactions of at most [`PER_TRANSACTION`] Requests each (a session may end with thousands pending).
     pub async fn resolve(&self, which: Pending, resolution: Resolution) -> Result<Resolved, StoreError> {
+        let per = usize::try_from(PER_TRANSACTION).unwrap_or(usize::MAX);
+        let mut resolved = Resolved::default();
+        if let Pending::Ids(ids) = &which {
+            for some in ids.chunks(per) {
+                resolved.add(self.resolve_some(Pending::Ids(some.to_vec()), &resolution).await?.0);
+            }
+            return Ok(resolved);
+        }
+        loop {
+            let (some, selected) = self.resolve_some(which.clone(), &resolution).await?;
+            resolved.add(some);
+            if selected < per {
+                return Ok(resolved);
+            }
+        }
+    }
+
+    /// Resolves `which` in one transaction, at most [`PER_TRANSACTION`] of them unless they are named; says how
+    /// many it selected.
+    async fn resolve_some(&self, which: Pending, resolution: &Resolution) -> Result<(Resolved, usize), StoreError> {
+        let first = |sql: &str| format!("{sql} ORDER BY seq LIMIT {PER_TRANSACTION}");
+        let resolution = resolution.clone();
         self.write_alongside(move |tx| {
             let (which, resolution) = (which.clone(), resolution.clone());
+            let (of_session, elicitations, all) = (
+                first(sql::PENDING_OF_SESSION.postgres),
+                first(sql::PENDING_ELICITATIONS.postgres),
+                first(sql::PENDING.postgres),
+            );
             Box::pin(async move {
                 let ids: Vec<RequestId> = match which {
                     Pending::Ids(ids) => ids,
-                    Pending::Session(session) => select_ids(tx, sql::PENDING_OF_SESSION.postgres, &[&session]).await?,
-                    Pending::Elicitations => select_ids(tx, sql::PENDING_ELICITATIONS.postgres, &[]).await?,
-                    Pending::All => select_ids(tx, sql::PENDING.postgres, &[]).await?,
+                    Pending::Session(session) => select_ids(tx, &of_session, &[&session]).await?,
+                    Pending::Elicitations => select_ids(tx, &elicitations, &[]).await?,
+                    Pending::All => select_ids(tx, &all, &[]).await?,
                 };
-                resolve_ids(tx, &ids, &resolution).await
+                Ok((resolve_ids(tx, &ids, &resolution).await?, ids.len()))
             })
         })
         .await
