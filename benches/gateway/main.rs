@@ -6,9 +6,9 @@
 //! Every section but `store`, `fleet` and `recovery` runs the gateway with its state in memory; `store` compares that
 //! with a SQLite file and with a PostgreSQL database (a throwaway durable server, started for the section), one replica
 //! and three, and `fleet` measures one replica against three, unconstrained and with a CPU quota per gateway
-//! (`BENCH_CPU_QUOTA=0.3`, the default; `0` skips it), and `recovery` how long a replica that dies holding
-//! `BENCH_PENDING` waiting calls holds the other two up. Under `cargo test` it runs every code path once with tiny
-//! counts and checks only that everything completed correctly.
+//! (`BENCH_CPU_QUOTA=0.3`, the default; `0` skips it), and `recovery` how long a replica, or its upstream, that dies
+//! holding `BENCH_PENDING` waiting calls holds the other two up. Under `cargo test` it runs every code path once with
+//! tiny counts and checks only that everything completed correctly.
 //!
 //! `BENCH_ITERATIONS=N` overrides the round trips per latency cell, `BENCH_PENDING=N` the Requests the store, fleet and
 //! recovery sections hold (100 000), `BENCH_SCALE=N` runs only the scale (and waiting) rows of N,

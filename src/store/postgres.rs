@@ -56,8 +56,8 @@ const EVENTS_PER_TRANSACTION: i64 = 1 << 20;
 const MISSED: &str = "TNX01";
 /// How many calls or Requests one transaction ends or resolves, where a change may take on any number of them:
 /// every transaction is short, as this replica's writer runs one at a time, and every replica publishes an event
-/// only once each transaction that began before it has ended (BENCHMARKS.md, "Recovery: a replica dies holding
-/// waiting calls").
+/// only once each transaction that began before it has ended (BENCHMARKS.md, "Recovery: a replica, or its
+/// upstream, dies holding waiting calls").
 const PER_TRANSACTION: i64 = 256;
 /// How many connections serve reads; each carries many reads at once.
 pub const READERS: usize = 4;
