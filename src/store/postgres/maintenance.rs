@@ -1,11 +1,9 @@
 //! The event log read back, webhook leases and cursors, kept keys, and pruning by retention.
 
-use std::collections::BTreeSet;
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::tail::{HeldBack, PUBLISHED, log_page};
-use super::writer::{principal_key, principal_lock};
 use super::{Postgres, Reader};
 use crate::store::sql;
 use crate::store::{EventPage, Horizons, Lease, StoreError};
@@ -191,22 +189,22 @@ impl Postgres {
         })
         .await?;
         // A start dealt its owner's allowances reads every replica's row of the owner, as they were when it began
-        // (then their latest versions): the rows of the replicas gone are folded under their owners' locks,
-        // taken as every transaction takes them (see `Plan::begin`), or the start would read neither those
-        // rows, deleted, nor the one of none if this made it.
-        self.write(move |tx| {
-            Box::pin(async move {
-                static GONE: &str = "live_calls WHERE replica <> '' AND replica NOT IN (SELECT id FROM replicas)";
-                let owners: Vec<String> = tx
-                    .query(&format!("SELECT DISTINCT owner FROM {GONE}"), &[])
+        // (then their latest versions): the rows of the replicas gone are folded in a transaction that holds
+        // their owners' locks, as the start's does, or the start would read neither those rows, deleted, nor
+        // the one of none if this made it. (Rows of owners that appear meanwhile are folded the next time.)
+        static GONE: &str = "live_calls WHERE replica <> '' AND replica NOT IN (SELECT id FROM replicas)";
+        let owners: Vec<String> = self
+            .read(async |conn| {
+                conn.query(&format!("SELECT DISTINCT owner FROM {GONE}"), &[])
                     .await?
                     .iter()
                     .map(|row| row.try_get(0))
-                    .collect::<Result<_, _>>()?;
-                let keys: BTreeSet<i32> = owners.iter().map(|owner| principal_key(owner)).collect();
-                for key in keys {
-                    tx.execute(&principal_lock(key), &[]).await?;
-                }
+                    .collect()
+            })
+            .await?;
+        self.write_holding(owners.clone(), move |tx| {
+            let owners = owners.clone();
+            Box::pin(async move {
                 tx.execute(
                     &format!(
                         "WITH folded AS (DELETE FROM {GONE} AND owner = ANY($1) RETURNING owner, calls) \
