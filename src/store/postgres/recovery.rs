@@ -91,9 +91,11 @@ impl Postgres {
             recovered.add(step.recovered);
             match step.next {
                 Some(next) => stage = next,
-                None => return Ok(recovered),
+                None => break,
             }
         }
+        recovered.pending = self.pending_count().await?;
+        Ok(recovered)
     }
 }
 
@@ -120,7 +122,6 @@ async fn end_some(tx: &mut Tx<'_>, whose: Whose, ended: &Ending, stage: Stage) -
         next: None,
     };
     if gone.is_empty() {
-        step.recovered.pending = super::requests::pending_count(&*tx).await?;
         return Ok(step);
     }
     // Records from before replicas were recorded belong to whichever run comes first.
@@ -159,7 +160,6 @@ async fn end_some(tx: &mut Tx<'_>, whose: Whose, ended: &Ending, stage: Stage) -
                 PER_TRANSACTION => Stage::Sessions,
                 _ => Stage::Calls { after: i64::MIN },
             });
-            step.recovered.pending = super::requests::pending_count(&*tx).await?;
             return Ok(step);
         }
         Stage::Calls { after } => after,
@@ -267,7 +267,6 @@ async fn end_some(tx: &mut Tx<'_>, whose: Whose, ended: &Ending, stage: Stage) -
         tx.execute("DELETE FROM replicas WHERE id = ANY($1) AND id <> $2", &[&gone, &me])
             .await?;
     }
-    step.recovered.pending = super::requests::pending_count(&*tx).await?;
     Ok(step)
 }
 

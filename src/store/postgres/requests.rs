@@ -265,17 +265,14 @@ impl Postgres {
         let resolution = resolution.clone();
         self.write_alongside(move |tx| {
             let (which, resolution) = (which.clone(), resolution.clone());
-            let (of_session, elicitations, all) = (
-                first(sql::PENDING_OF_SESSION.postgres),
-                first(sql::PENDING_ELICITATIONS.postgres),
-                first(sql::PENDING.postgres),
-            );
             Box::pin(async move {
                 let ids: Vec<RequestId> = match which {
                     Pending::Ids(ids) => ids,
-                    Pending::Session(session) => select_ids(tx, &of_session, &[&session]).await?,
-                    Pending::Elicitations => select_ids(tx, &elicitations, &[]).await?,
-                    Pending::All => select_ids(tx, &all, &[]).await?,
+                    Pending::Session(session) => {
+                        select_ids(tx, &first(sql::PENDING_OF_SESSION.postgres), &[&session]).await?
+                    }
+                    Pending::Elicitations => select_ids(tx, &first(sql::PENDING_ELICITATIONS.postgres), &[]).await?,
+                    Pending::All => select_ids(tx, &first(sql::PENDING.postgres), &[]).await?,
                 };
                 Ok((resolve_ids(tx, &ids, &resolution).await?, ids.len()))
             })
