@@ -31,6 +31,8 @@ struct Shared {
     version: watch::Sender<u64>,
     /// Every event, in the order it was recorded, with the id of the one published before it.
     live: Mutex<Chain>,
+    /// Events this replica committed that are published later (see [`Feed::committed`]).
+    committed: broadcast::Sender<Arc<Event>>,
     /// Open `GET /events` streams.
     streams: Arc<Held>,
     /// Responses held by `wait=`.
@@ -112,7 +114,24 @@ impl Drop for Counted {
 /// What a waiter follows, as its concern says.
 enum Changes<'a> {
     Versions(watch::Receiver<u64>),
-    Events(broadcast::Receiver<Live>, &'a (dyn Fn(&Event) -> bool + Sync)),
+    Events(Since, &'a (dyn Fn(&Event) -> bool + Sync)),
+}
+
+/// The events a waiter follows from the moment it subscribed ([`Feed::since`]): those published, and those
+/// this replica committed ahead of their publication.
+pub struct Since {
+    live: broadcast::Receiver<Live>,
+    committed: broadcast::Receiver<Arc<Event>>,
+}
+
+impl Since {
+    /// The next event, or `Err` when the waiter fell behind some (or the feed closed).
+    async fn next(&mut self) -> Result<Arc<Event>, broadcast::error::RecvError> {
+        tokio::select! {
+            live = self.live.recv() => live.map(|live| live.event),
+            committed = self.committed.recv() => committed,
+        }
+    }
 }
 
 /// Which changes make a waiter check again.
@@ -131,11 +150,21 @@ impl Default for Feed {
             shared: Arc::new(Shared {
                 version: watch::Sender::new(0),
                 live: Mutex::new(Chain { sender, last: 0 }),
+                committed: broadcast::channel(CHANNEL_CAPACITY).0,
                 streams: Arc::default(),
                 long_polls: Arc::default(),
                 checks: AtomicU64::new(0),
             }),
         }
+    }
+}
+
+/// `event` as the live channels carry it: without its data when that is large.
+fn carried(event: Arc<Event>) -> Arc<Event> {
+    if event.data.len() > LIVE_DATA_BYTES {
+        Arc::new(event.without_data())
+    } else {
+        event
     }
 }
 
@@ -146,19 +175,24 @@ impl Feed {
             let mut chain = lock(&self.shared.live);
             for event in events {
                 let id = event.id;
-                let event = if event.data.len() > LIVE_DATA_BYTES {
-                    Arc::new(event.without_data())
-                } else {
-                    event
-                };
                 let _ = chain.sender.send(Live {
                     follows: chain.last,
-                    event,
+                    event: carried(event),
                 });
                 chain.last = id;
             }
         }
         self.notify();
+    }
+
+    /// Tells the waiters of events this replica committed that the store publishes later, once every
+    /// transaction before theirs has ended (PostgreSQL, whose replicas commit side by side): a waiter they concern
+    /// checks again now, rather than behind whatever another replica's transaction holds up. Streams and
+    /// webhooks still see each event once it is published, in order.
+    pub fn committed(&self, events: impl IntoIterator<Item = Arc<Event>>) {
+        for event in events {
+            let _ = self.shared.committed.send(carried(event));
+        }
     }
 
     /// Records that something without an event changed (a server's state) and wakes every waiter.
@@ -171,6 +205,14 @@ impl Feed {
     /// The events published from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Live> {
         lock(&self.shared.live).sender.subscribe()
+    }
+
+    /// What a waiter follows from now on ([`Self::wait_for_since`]).
+    pub fn since(&self) -> Since {
+        Since {
+            live: self.subscribe(),
+            committed: self.shared.committed.subscribe(),
+        }
     }
 
     /// A receiver that wakes on every change after now.
@@ -228,16 +270,16 @@ impl Feed {
         // Subscribed before the first check, so that no change in between is missed; to what concerns it only.
         let changes = match concern {
             Concern::Any => Changes::Versions(self.versions()),
-            Concern::Events(concerns) => Changes::Events(self.subscribe(), concerns),
+            Concern::Events(concerns) => Changes::Events(self.since(), concerns),
         };
         self.wait_on(Some(changes), wait, shutdown, check).await
     }
 
     /// [`Self::wait_for`] the events that `concerns` passes, from those `since` received on: a first `check` that
-    /// decides on what was read after `since` subscribed ([`Self::subscribe`]) misses no change.
+    /// decides on what was read after `since` subscribed ([`Self::since`]) misses no change.
     pub async fn wait_for_since<T, F: Future<Output = Option<T>>>(
         &self,
-        since: broadcast::Receiver<Live>,
+        since: Since,
         wait: Duration,
         shutdown: &CancellationToken,
         concerns: &(dyn Fn(&Event) -> bool + Sync),
@@ -271,8 +313,8 @@ impl Feed {
             let changed = async {
                 match &mut changes {
                     Changes::Versions(versions) => versions.changed().await.is_ok(),
-                    Changes::Events(events, concerns) => loop {
-                        match events.recv().await {
+                    Changes::Events(since, concerns) => loop {
+                        match since.next().await {
                             Ok(event) if concerns(&event) => break true,
                             Ok(_) => {}
                             Err(broadcast::error::RecvError::Lagged(_)) => break true,

@@ -10,13 +10,12 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use tokio::sync::broadcast;
 use utoipa::{IntoParams, ToSchema};
 
 use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, InvalidQuery, LongPollsHeld, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
-use crate::feed::Live;
+use crate::feed::Since;
 use crate::ids::CallId;
 use crate::records::{CallFilter, CallStatus, CallView, Event, EventKind, ToolName, Via};
 use crate::upstream::Target;
@@ -95,7 +94,7 @@ pub async fn start(
     // Taken before the call starts: past the principal's long-polls nothing is started.
     let held = state.hold_long_poll(&principal, query.wait.duration())?;
     // Before the call starts, so that the wait misses no change after the start.
-    let since = state.feed.subscribe();
+    let since = state.feed.since();
     let upstreams = state.upstreams.clone();
     let (call, _, keeping) = to_completion(async move {
         Ok(upstreams
@@ -163,7 +162,7 @@ pub async fn get(
     Path(id): Path<String>,
     QueryParams(query): QueryParams<WaitQuery>,
 ) -> Result<Json<Found>, ApiError> {
-    let since = state.feed.subscribe();
+    let since = state.feed.since();
     let call = owned_by(&state, &id, &principal, Principal::may_see).await?;
     let _held = state.hold_long_poll(&principal, query.wait.duration())?;
     settled(&state, query.wait, since, call)
@@ -236,12 +235,12 @@ impl Serialize for Found {
 }
 
 /// The call once it is no longer `running`, or as it is when `wait` passes; `known` is the call as read (or
-/// started) after `since` subscribed to the feed ([`crate::feed::Feed::subscribe`]), and the answer itself when
+/// started) after `since` subscribed to the feed ([`crate::feed::Feed::since`]), and the answer itself when
 /// it is not running or `wait` is zero.
 pub(super) async fn settled(
     state: &AppState,
     wait: Wait,
-    since: broadcast::Receiver<Live>,
+    since: Since,
     known: CallView,
 ) -> Result<Option<Found>, ApiError> {
     if known.status != CallStatus::Running || wait.duration().is_zero() {

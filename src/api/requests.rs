@@ -325,7 +325,7 @@ pub async fn answer(
     let (registry, by) = (state.registry.clone(), principal.clone());
     let answered = to_completion(async move { Ok(registry.answer(&id, &by, answer).await?) }).await?;
     // Before the call is read, so that the wait misses no change after the read.
-    let since = held.as_ref().map(|_| state.feed.subscribe());
+    let since = held.as_ref().map(|_| state.feed.since());
     if let Some(since) = since
         && let Some(call) = answered.view.call.as_ref()
         && let Some(call) = state.calls.get(call).await?

@@ -491,3 +491,67 @@ async fn a_call_cancelled_through_another_replica_is_cancelled_upstream() {
     // The replica running the call stops it, which tells its upstream.
     a.stderr().wait_for("demo-server: slow was cancelled");
 }
+
+/// A transaction of another client of the database that records an event and stays open, as a long one of
+/// another replica would: no event after its own is published until it ends.
+async fn holding_events_back(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(
+            "BEGIN; INSERT INTO events (seq, at, kind, server, session, data) \
+             VALUES (pg_current_xact_id()::TEXT::BIGINT * 1048576, 0, 'session.updated', 'elsewhere', \
+             'ses-elsewhere', '{\"id\": \"ses-elsewhere\"}')",
+        )
+        .await
+        .unwrap();
+    client
+}
+
+#[tokio::test]
+async fn a_waiting_client_is_answered_when_its_call_ends_though_another_transaction_holds_the_events_back() {
+    let url = cluster::shared().database();
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = start_process_in(dir.path(), &stored_in(&url), BOTH_ERAS, "");
+    assert_eq!(gateway.get("/readyz?wait=30").await.status(), 200);
+    let mut events = gateway.events("", None).await;
+    let held = holding_events_back(&url).await;
+
+    // A hang, not a speed, is what the timeouts catch: without the store telling its waiters of what it
+    // committed, each answer below waits for the open transaction, here for the whole `wait` (300 s).
+    let within = std::time::Duration::from_secs(60);
+    let echo = json!({"server": "modern", "tool": "echo", "arguments": {"text": "held"}});
+    let called = tokio::time::timeout(within, gateway.post("/calls?wait=300", &echo))
+        .await
+        .expect("the call's waiter was answered");
+    let called: Value = called.json().await.unwrap();
+    assert_eq!(called["status"], "completed", "{called}");
+
+    for server in ERAS {
+        let call = gateway.call(server, "confirm_action", json!({"action": "held"})).await;
+        assert_eq!(call["status"], "input_required", "{server}: {call}");
+        let request = first_request(&call);
+        let answer = json!({"ok": true, "data": {"confirm": true}});
+        let path = format!("/requests/{request}/answer?wait=300");
+        let response = tokio::time::timeout(within, gateway.post(&path, &answer))
+            .await
+            .expect("the answer's waiter was answered");
+        let answered: Value = response.json().await.unwrap();
+        assert_eq!(answered["resumedCall"]["status"], "completed", "{server}: {answered}");
+    }
+
+    // What the stream shows stays in the log's order: the open transaction's event, then what came after.
+    held.batch_execute("COMMIT").await.unwrap();
+    loop {
+        let event = events.next().await;
+        assert_ne!(
+            event.event, "call.updated",
+            "a call's event before the one held back: {event:?}"
+        );
+        if event.data["id"] == "ses-elsewhere" {
+            break;
+        }
+    }
+    let next = events.next_of("call.updated").await;
+    assert_eq!(next.data["id"], called["id"], "{next:?}");
+}

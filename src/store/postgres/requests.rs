@@ -138,6 +138,7 @@ impl Postgres {
                 }
                 let mut event = event;
                 let (resolved_at, values) = (now.millis(), tx.event_values(&mut event));
+                let place = values.place();
                 let completed_at = view.completed_at.map(Timestamp::millis);
                 let mut params: Vec<&(dyn ToSql + Sync)> = vec![
                     &id,
@@ -186,6 +187,7 @@ impl Postgres {
                     };
                     tx.execute("UPDATE events SET data = $2 WHERE seq = $1", &[&seq, &event.data])
                         .await?;
+                    tx.amend(place, &event);
                 }
                 let event = tx.numbered(event, seq);
                 let resumes = match call {

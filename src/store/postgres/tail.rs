@@ -65,6 +65,11 @@ impl Publisher {
         self.wake.notify_one();
     }
 
+    /// Tells this replica's waiters of events it committed that the tail publishes later.
+    pub fn committed(&self, events: Vec<Arc<Event>>) {
+        self.feed.committed(events);
+    }
+
     /// Publishes a page of the log read after the last event published (`kept`: the newest event kept then,
     /// published or not), and says what is left to read.
     pub fn publish(&self, page: EventPage, kept: u64) -> Next {

@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::task::Poll;
 
 use futures::future::{MaybeDone, Shared, maybe_done};
@@ -32,8 +32,8 @@ pub struct Tx<'c> {
     pub(super) moved_alone: AtomicBool,
     /// The replica whose writer this is.
     pub replica: &'c str,
-    /// The place among the transaction's events that its next event takes.
-    pub(super) next_event: &'c AtomicI64,
+    /// The events of the transaction.
+    pub(super) recorded: &'c Recorded,
     pub(super) clock: &'c Clock,
     /// When the change may end its transaction (it is alone in it), set once it has sent its last statements:
     /// the writer then sends the `COMMIT` right behind them (see [`Tx::closing`]).
@@ -134,10 +134,12 @@ impl Tx<'_> {
         // Past the transaction's ids, each event takes its last one: the second such insert fails on the
         // primary key, and the transaction with it.
         let place = self
-            .next_event
+            .recorded
+            .next
             .fetch_add(1, Ordering::Relaxed)
             .min(EVENTS_PER_TRANSACTION - 1);
         event.at = self.now();
+        crate::lock(&self.recorded.events).push(event.clone());
         EventValues {
             place,
             at: event.at.millis(),
@@ -146,11 +148,46 @@ impl Tx<'_> {
         }
     }
 
+    /// Has the event recorded at `place` ([`EventValues::place`]) stand as `event` now, as a statement of the
+    /// change rewrote it.
+    pub fn amend(&self, place: i64, event: &Event) {
+        let mut events = crate::lock(&self.recorded.events);
+        if let Some(recorded) = usize::try_from(place).ok().and_then(|place| events.get_mut(place)) {
+            *recorded = event.clone();
+        }
+    }
+
     /// `event` as a statement of this change inserted it, numbered `seq` (the tail publishes it once the
     /// transaction is kept).
     pub fn numbered(&self, mut event: Event, seq: i64) -> Arc<Event> {
         event.id = u64::try_from(seq).unwrap_or_default();
         Arc::new(event)
+    }
+}
+
+/// The events a transaction records, as its changes hand over their values: the place the next one takes,
+/// and each as it stands, to tell this replica's waiters of them once the transaction commits
+/// ([`crate::feed::Feed::committed`]), before the log publishes them. They are not numbered: waiters decide by
+/// what an event is about.
+#[derive(Default)]
+pub struct Recorded {
+    next: AtomicI64,
+    events: Mutex<Vec<Event>>,
+}
+
+impl Recorded {
+    /// Whether the transaction recorded any event.
+    pub fn any(&self) -> bool {
+        self.next.load(Ordering::Relaxed) > 0
+    }
+
+    /// The events, once the transaction is kept.
+    pub fn kept(self) -> Vec<Arc<Event>> {
+        let events = self
+            .events
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        events.into_iter().map(Arc::new).collect()
     }
 }
 
@@ -189,6 +226,11 @@ pub struct EventValues<'e> {
 }
 
 impl EventValues<'_> {
+    /// The event's place among its transaction's.
+    pub fn place(&self) -> i64 {
+        self.place
+    }
+
     pub fn params(&self) -> [&(dyn ToSql + Sync); 8] {
         [
             &self.place,

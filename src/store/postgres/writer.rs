@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 
 use tokio::sync::mpsc;
@@ -31,7 +31,7 @@ use tokio_postgres::Client;
 use super::super::StoreError;
 use super::super::shares::Held;
 use super::tail::{self, Next, Publisher, log_page};
-use super::tx::{Raised, Turn, Tx};
+use super::tx::{Raised, Recorded, Turn, Tx};
 use super::{Borrowed, Connector, PRINCIPAL_LOCKS, Statements, unavailable};
 use crate::time::Clock;
 
@@ -167,13 +167,13 @@ async fn commit(
         return true;
     };
     let begin = plan.begin();
-    let next_event = AtomicI64::new(0);
+    let recorded = Recorded::default();
     // A change alone in its transaction, with none waiting, may have the `COMMIT` sent right behind its last
     // statements, as soon as it has sent them (and before their replies come).
     let alone = batch.is_empty() && waiting.is_empty() && plan.only().is_some_and(|job| job.may_end);
     let sent_last = AtomicBool::new(false);
     let borrowed = Borrowed { client, statements };
-    let changes = apply(borrowed, plan, replica, clock, &next_event, alone.then_some(&sent_last));
+    let changes = apply(borrowed, plan, replica, clock, &recorded, alone.then_some(&sent_last));
     // `BEGIN` is sent first, with the first change's statements right behind it, which the server runs once the
     // transaction holds its locks: one exchange for both. Its reply is read while the changes run (a reply left
     // unread stops the connection reading theirs). A failure here aborts the transaction, so every statement
@@ -194,8 +194,7 @@ async fn commit(
         let (begun, ran) = std::future::poll_fn(|cx| {
             let done = work.as_mut().poll(cx);
             if ending.is_none() && sent_last.load(Ordering::Relaxed) {
-                let recorded = next_event.load(Ordering::Relaxed) > 0;
-                ending = Some(Box::pin(keep(borrowed, publisher, replica, recorded, true)));
+                ending = Some(Box::pin(keep(borrowed, publisher, replica, recorded.any(), true)));
             }
             if let Some(keeping) = ending.as_mut().filter(|_| ended.is_none())
                 && let Poll::Ready(kept) = keeping.as_mut().poll(cx)
@@ -231,7 +230,6 @@ async fn commit(
         // that it could not be made, rather than running it again for ever.
         again.clear();
     }
-    let recorded = next_event.load(Ordering::Relaxed) > 0;
     // Whether the read behind the `COMMIT` published all the transaction kept.
     let mut published = false;
     let mut usable = true;
@@ -244,7 +242,7 @@ async fn commit(
                 borrowed,
                 publisher,
                 replica,
-                recorded,
+                recorded.any(),
                 batch.is_empty() && waiting.is_empty(),
             )
             .await,
@@ -273,8 +271,9 @@ async fn commit(
     };
     let fate = match committed {
         Ok(()) => {
-            if recorded && !published {
+            if recorded.any() && !published {
                 publisher.wake();
+                publisher.committed(recorded.kept());
             }
             Fate::Kept
         }
@@ -341,7 +340,7 @@ async fn apply<'c>(
     plan: Plan,
     replica: &'c str,
     clock: &'c Clock,
-    next_event: &'c AtomicI64,
+    recorded: &'c Recorded,
     end: Option<&'c AtomicBool>,
 ) -> Ran {
     let mut ran = Ran {
@@ -367,7 +366,7 @@ async fn apply<'c>(
                 holders: holders.clone(),
                 moved_alone: AtomicBool::new(false),
                 replica,
-                next_event,
+                recorded,
                 clock,
                 end,
             })
