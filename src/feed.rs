@@ -125,8 +125,8 @@ pub struct Since {
 }
 
 impl Since {
-    /// The next event, or `Err` when the waiter fell behind some (or the feed closed).
-    async fn next(&mut self) -> Result<Arc<Event>, broadcast::error::RecvError> {
+    /// The next event, published or committed, or `Err` when the waiter fell behind some (or the feed closed).
+    pub async fn next(&mut self) -> Result<Arc<Event>, broadcast::error::RecvError> {
         tokio::select! {
             live = self.live.recv() => live.map(|live| live.event),
             committed = self.committed.recv() => committed,
@@ -186,13 +186,14 @@ impl Feed {
     }
 
     /// Tells the waiters of events this replica committed that the store publishes later, once every
-    /// transaction before theirs has ended (PostgreSQL, whose replicas commit side by side): a waiter they concern
-    /// checks again now, rather than behind whatever another replica's transaction holds up. Streams and
-    /// webhooks still see each event once it is published, in order.
+    /// transaction before theirs has ended (PostgreSQL, whose replicas commit side by side): a waiter they concern,
+    /// and every waiter on any change, checks again now, rather than behind whatever another replica's
+    /// transaction holds up. Streams and webhooks still see each event once it is published, in order.
     pub fn committed(&self, events: impl IntoIterator<Item = Arc<Event>>) {
         for event in events {
             let _ = self.shared.committed.send(carried(event));
         }
+        self.notify();
     }
 
     /// Records that something without an event changed (a server's state) and wakes every waiter.

@@ -727,15 +727,15 @@ impl Registry {
     }
 
     /// Hands the outcome of Requests waiting here that another replica resolved to their waiters, as the
-    /// events of `feed` tell, until `shutdown`; one whose read fails is read again at the next event or after
+    /// events of `feed` tell (published, or committed ahead of that), until `shutdown`; one whose read fails is read again at the next event or after
     /// [`REREAD`], until it is read or nothing here waits on it. Whoever resolved them counted and logged them.
     pub async fn follow_replicas(self, feed: crate::feed::Feed, shutdown: CancellationToken) {
-        let mut events = feed.subscribe();
+        let mut events = feed.since();
         // Resolved elsewhere, but not read: their event has passed, so they are read again until they are.
         let mut unread: Vec<RequestId> = Vec::new();
         loop {
             let event = tokio::select! {
-                event = events.recv() => Some(event),
+                event = events.next() => Some(event),
                 () = tokio::time::sleep(REREAD), if !unread.is_empty() => None,
                 () = shutdown.cancelled() => return,
             };

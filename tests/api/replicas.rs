@@ -509,33 +509,39 @@ async fn holding_events_back(url: &str) -> tokio_postgres::Client {
 }
 
 #[tokio::test]
-async fn a_waiting_client_is_answered_when_its_call_ends_though_another_transaction_holds_the_events_back() {
+async fn waiting_clients_are_answered_though_another_transaction_holds_the_fleets_events_back() {
     let url = cluster::shared().database();
-    let dir = tempfile::tempdir().unwrap();
-    let gateway = start_process_in(dir.path(), &stored_in(&url), BOTH_ERAS, "");
-    assert_eq!(gateway.get("/readyz?wait=30").await.status(), 200);
-    let mut events = gateway.events("", None).await;
+    let fleet = fleet(&url).await;
+    let [a, b, _] = &fleet.replicas[..] else { unreachable!() };
+    let mut events = a.events("", None).await;
     let held = holding_events_back(&url).await;
 
-    // A hang, not a speed, is what the timeouts catch: without the store telling its waiters of what it
+    // A hang, not a speed, is what the timeouts catch: without the replicas telling their waiters of what
     // committed, each answer below waits for the open transaction, here for the whole `wait` (300 s).
     let within = std::time::Duration::from_secs(60);
     let echo = json!({"server": "modern", "tool": "echo", "arguments": {"text": "held"}});
-    let called = tokio::time::timeout(within, gateway.post("/calls?wait=300", &echo))
+    let called = tokio::time::timeout(within, a.post("/calls?wait=300", &echo))
         .await
         .expect("the call's waiter was answered");
     let called: Value = called.json().await.unwrap();
     assert_eq!(called["status"], "completed", "{called}");
 
-    for server in ERAS {
-        let call = gateway.call(server, "confirm_action", json!({"action": "held"})).await;
+    // Answered on the replica that runs the call, then on another: the upstream of a 2025-11-25 call hears of
+    // an answer kept elsewhere, and a client waiting elsewhere of the end of the call.
+    for (server, answering, on) in [
+        ("legacy", a, "a"),
+        ("modern", a, "a"),
+        ("legacy", b, "b"),
+        ("modern", b, "b"),
+    ] {
+        let call = a.call(server, "confirm_action", json!({"action": "held"})).await;
         assert_eq!(call["status"], "input_required", "{server}: {call}");
         let request = first_request(&call);
         let answer = json!({"ok": true, "data": {"confirm": true}});
         let path = format!("/requests/{request}/answer?wait=300");
-        let response = tokio::time::timeout(within, gateway.post(&path, &answer))
+        let response = tokio::time::timeout(within, answering.post(&path, &answer))
             .await
-            .expect("the answer's waiter was answered");
+            .unwrap_or_else(|_| panic!("{server}, answered on {on}: the answer's waiter was not answered"));
         let answered: Value = response.json().await.unwrap();
         assert_eq!(answered["resumedCall"]["status"], "completed", "{server}: {answered}");
     }

@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 use tokio_postgres::{AsyncMessage, Client};
 use tokio_util::sync::CancellationToken;
 
-use super::{Connector, Postgres, Reader, rows};
+use super::{Connector, EVENTS_PER_TRANSACTION, Postgres, Reader, rows};
 use crate::feed::Feed;
 use crate::lock;
 use crate::records::Event;
@@ -39,6 +39,8 @@ const POLL: Duration = Duration::from_secs(1);
 const RECONNECT: Duration = Duration::from_secs(1);
 /// How many events one read of the log takes.
 pub const PAGE: usize = 1000;
+/// How long events are held back before the tail tells this replica's waiters of those committed.
+const HELD_LONG: Duration = Duration::from_millis(8);
 
 /// Publishes events in the order of their ids, each once.
 #[derive(Debug)]
@@ -46,6 +48,8 @@ pub struct Publisher {
     feed: Feed,
     /// The id of the last event published.
     last: Mutex<u64>,
+    /// What the last read of the events held back could not see yet (see [`tell_held_back`]).
+    unseen: Mutex<Unseen>,
     /// Asks the tail to read the log.
     wake: Notify,
 }
@@ -56,6 +60,7 @@ impl Publisher {
         Self {
             feed,
             last: Mutex::new(last),
+            unseen: Mutex::default(),
             wake: Notify::new(),
         }
     }
@@ -131,6 +136,12 @@ impl Default for HeldBack {
 }
 
 impl HeldBack {
+    /// Whether the events have been held back long enough that waiters are told of them as committed: not
+    /// while another replica's transaction only takes its usual few milliseconds.
+    fn long(&self) -> bool {
+        self.0 >= HELD_LONG
+    }
+
     /// Waits before the next read; `false` (at once) when the reader has waited long enough.
     pub(super) async fn wait(&mut self) -> bool {
         if self.0 > POLL {
@@ -179,14 +190,76 @@ async fn catch_up(store: &Postgres, publisher: &Publisher) {
             Ok((page, kept)) => match publisher.publish(page, kept) {
                 Next::Done => return,
                 Next::More => {}
-                Next::HeldBack if !held_back.wait().await => return,
-                Next::HeldBack => {}
+                Next::HeldBack => {
+                    if held_back.long() {
+                        tell_held_back(store, publisher).await;
+                    }
+                    if !held_back.wait().await {
+                        return;
+                    }
+                }
             },
             Err(error) => {
                 tracing::warn!(%error, "the store's event log could not be read");
                 return;
             }
         }
+    }
+}
+
+/// The transactions whose events a read of the events held back could not see: those in flight when it read,
+/// and those that took their ids after it (from `next` on). Any other transaction had ended by then, and the read
+/// saw its events.
+#[derive(Debug, Default)]
+struct Unseen {
+    next: i64,
+    in_flight: Vec<i64>,
+}
+
+/// Tells this replica's waiters of the events committed behind a transaction still in flight (that the log
+/// does not publish yet), so that a long transaction anywhere holds up streams, but not the waiters of what
+/// committed meanwhile ([`Feed::committed`]). Each read takes only the events of the transactions the one
+/// before it could not see, so a long hold does not read the same events again and again.
+async fn tell_held_back(store: &Postgres, publisher: &Publisher) {
+    static HELD: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "SELECT e.*, pg_snapshot_xmax(s.snapshot)::TEXT::BIGINT, \
+             ARRAY(SELECT x::TEXT::BIGINT FROM pg_snapshot_xip(s.snapshot) AS x) \
+             FROM (SELECT pg_current_snapshot() AS snapshot) AS s \
+             LEFT JOIN LATERAL (SELECT {} FROM events WHERE seq > $1 AND seq >= {PUBLISHED} \
+             AND (seq >= $2::BIGINT * {EVENTS_PER_TRANSACTION} OR seq / {EVENTS_PER_TRANSACTION} = ANY($3)) \
+             ORDER BY seq) AS e ON true",
+            rows::EVENT
+        )
+    });
+    let after = i64::try_from(publisher.last()).unwrap_or(i64::MAX);
+    let (next, in_flight) = {
+        let unseen = lock(&publisher.unseen);
+        (unseen.next, unseen.in_flight.clone())
+    };
+    let found = store
+        .read(async |conn| {
+            let rows = conn.query(&HELD, &[&after, &next, &in_flight]).await?;
+            let mut events = Vec::new();
+            let mut unseen = Unseen::default();
+            for row in &rows {
+                unseen = Unseen {
+                    next: row.try_get(rows::EVENT_COLUMNS)?,
+                    in_flight: row.try_get(rows::EVENT_COLUMNS + 1)?,
+                };
+                if row.try_get::<_, Option<i64>>(0)?.is_some() {
+                    events.push(Arc::new(rows::event(row)?));
+                }
+            }
+            Ok((events, unseen))
+        })
+        .await;
+    match found {
+        Ok((events, unseen)) => {
+            *lock(&publisher.unseen) = unseen;
+            publisher.committed(events);
+        }
+        Err(error) => tracing::warn!(%error, "the events held back could not be read"),
     }
 }
 
