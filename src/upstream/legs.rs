@@ -321,9 +321,20 @@ impl Upstreams {
 }
 
 /// Resolves, with the limit, once a call has worked for `limit` (having used `used` already) without
-/// waiting on a Request.
+/// waiting on a Request. The call's status is read again after each event of the call (it changes only with
+/// one), not after every change: a gateway holds thousands of waiting calls.
 async fn work_budget(limit: Duration, mut used: Duration, calls: Calls, call: CallId, feed: Feed) -> Duration {
-    let mut versions = feed.versions();
+    let mut since = feed.since();
+    let mut changed = async || loop {
+        match since.next().await {
+            Ok(event) if event.kind == EventKind::CallUpdated && event.call.as_deref() == Some(call.as_str()) => {
+                return;
+            }
+            Ok(_) => {}
+            Err(broadcast::error::RecvError::Lagged(_)) => return,
+            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+        }
+    };
     loop {
         if used >= limit {
             return limit;
@@ -336,11 +347,11 @@ async fn work_budget(limit: Duration, mut used: Duration, calls: Calls, call: Ca
             .is_some_and(|(status, _)| status == CallStatus::InputRequired);
         let started = tokio::time::Instant::now();
         if waiting {
-            let _ = versions.changed().await;
+            changed().await;
             continue;
         }
         tokio::select! {
-            _ = versions.changed() => {}
+            () = changed() => {}
             () = tokio::time::sleep(limit - used) => return limit,
         }
         used += started.elapsed();
