@@ -38,6 +38,8 @@ enum Dies {
 struct HeldUp {
     /// From the kill until no Request was pending.
     ended: Duration,
+    /// Plain calls that ended in that time.
+    meanwhile: usize,
     before: Samples,
     /// After the kill, on the replica held up least, then most.
     after: Vec<Samples>,
@@ -49,8 +51,9 @@ pub async fn table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
     let count = plan.store_pending;
     let mut table = String::from(
         "\n### Recovery: a replica, or its upstream, dies holding waiting calls\n\n\
-         | what dies | from the kill until every Request it held had ended (s) | plain calls before: p50 / longest (ms) | \
-         after, the replica held up least: p50 / longest (ms) | after, held up most |\n|---|---|---|---|---|\n",
+         | what dies | from the kill until every Request it held had ended (s) | plain calls/s meanwhile | \
+         plain calls before: p50 / longest (ms) | after, the replica held up least: p50 / longest (ms) | \
+         after, held up most |\n|---|---|---|---|---|---|\n",
     );
     for (dies, what) in [
         (Dies::Replica, "the replica (`SIGKILL`)"),
@@ -60,8 +63,9 @@ pub async fn table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
         let held = held_up(binary, &cluster, count, dies).await?;
         let _ = writeln!(
             table,
-            "| {what} | {:.1} | {} / {} | {} / {} | {} / {} |",
+            "| {what} | {:.1} | {:.0} | {} / {} | {} / {} | {} / {} |",
             held.ended.as_secs_f64(),
+            held.meanwhile as f64 / held.ended.as_secs_f64(),
             millis(held.before.p50()),
             millis(held.before.quantile(1.0)),
             millis(held.after[0].p50()),
@@ -129,6 +133,10 @@ async fn held_up(binary: &Path, cluster: &Cluster, count: usize, dies: Dies) -> 
     }
 
     let timed = std::mem::take(&mut *timed.lock().unwrap());
+    let meanwhile = timed
+        .iter()
+        .filter(|(_, at, _)| *at >= killed && *at <= killed + ended)
+        .count();
     let before = samples(&timed, |_, at| at < killed);
     let mut after: Vec<Samples> = (0..2)
         .map(|replica| samples(&timed, |of, at| of == replica && at >= killed))
@@ -136,7 +144,12 @@ async fn held_up(binary: &Path, cluster: &Cluster, count: usize, dies: Dies) -> 
     after.sort_by_key(|samples| samples.quantile(1.0));
     drop(dying);
     drop(gateways);
-    Ok(HeldUp { ended, before, after })
+    Ok(HeldUp {
+        ended,
+        meanwhile,
+        before,
+        after,
+    })
 }
 
 /// The durations of the calls `timed` that `keep` (given the replica and the end) keeps.
