@@ -727,8 +727,9 @@ impl Registry {
     }
 
     /// Hands the outcome of Requests waiting here that another replica resolved to their waiters, as the
-    /// events of `feed` tell (published, or committed ahead of that), until `shutdown`; one whose read fails is read again at the next event or after
-    /// [`REREAD`], until it is read or nothing here waits on it. Whoever resolved them counted and logged them.
+    /// events of `feed` tell (published, or committed ahead of that), until `shutdown`; one whose read fails is
+    /// read again at the next event or after [`REREAD`], until it is read or nothing here waits on it. Whoever
+    /// resolved them counted and logged them.
     pub async fn follow_replicas(self, feed: crate::feed::Feed, shutdown: CancellationToken) {
         let mut events = feed.since();
         // Resolved elsewhere, but not read: their event has passed, so they are read again until they are.

@@ -188,7 +188,11 @@ async fn catch_up(store: &Postgres, publisher: &Publisher) {
     loop {
         match store.log_after(publisher.last(), PAGE).await {
             Ok((page, kept)) => match publisher.publish(page, kept) {
-                Next::Done => return,
+                Next::Done => {
+                    // Nothing is held back: the next hold's first read takes all it holds.
+                    *lock(&publisher.unseen) = Unseen::default();
+                    return;
+                }
                 Next::More => {}
                 Next::HeldBack => {
                     if held_back.long() {
@@ -437,6 +441,54 @@ mod tests {
         let page = store.events_after(first, 10).await.unwrap();
         let ids: Vec<u64> = page.events.iter().map(|event| event.id).collect();
         assert_eq!(ids, [second], "an id resumes after itself");
+        store.close().await;
+    }
+
+    #[tokio::test]
+    async fn waiters_are_told_once_of_each_event_held_back_before_it_is_published() {
+        let url = super::super::cluster::shared().database();
+        let feed = Feed::default();
+        let mut published = feed.subscribe();
+        let mut waiting = feed.since();
+        let store = Store::open(
+            &Location::Postgres(url.clone()),
+            feed,
+            Duration::from_secs(3600),
+            "replica-under-test",
+            Clock::default(),
+        )
+        .await
+        .unwrap();
+        let mut seen = std::collections::BTreeMap::<u64, usize>::new();
+
+        let (holding, held) = begin_recording(&url).await;
+        let mut behind = Vec::new();
+        for _ in 0..3 {
+            let (id, client) = begin_recording(&url).await;
+            commit(&client).await;
+            // Told while the first transaction holds it back, each read of the tail after it taking only what
+            // the read before could not see.
+            loop {
+                let told = tokio::time::timeout(Duration::from_secs(30), waiting.next()).await;
+                let told = told.expect("told within 30 s").unwrap().id;
+                *seen.entry(told).or_default() += 1;
+                if told == id {
+                    break;
+                }
+            }
+            behind.push(id);
+        }
+        commit(&held).await;
+        for expected in std::iter::once(holding).chain(behind.iter().copied()) {
+            let live = tokio::time::timeout(Duration::from_secs(30), published.recv()).await;
+            assert_eq!(live.expect("published within 30 s").unwrap().id, expected);
+        }
+        while let Ok(Ok(event)) = tokio::time::timeout(Duration::ZERO, waiting.next()).await {
+            *seen.entry(event.id).or_default() += 1;
+        }
+        for id in &behind {
+            assert_eq!(seen.get(id), Some(&2), "told once and published once: {seen:?}");
+        }
         store.close().await;
     }
 }
