@@ -132,6 +132,19 @@ impl Since {
             committed = self.committed.recv() => committed,
         }
     }
+
+    /// Waits for the next event that `concerns` passes; `true` then, or when the waiter fell behind some events
+    /// (any of them may have concerned it), `false` when the feed closed.
+    pub async fn concerning(&mut self, concerns: impl Fn(&Event) -> bool) -> bool {
+        loop {
+            match self.next().await {
+                Ok(event) if concerns(&event) => return true,
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => return true,
+                Err(broadcast::error::RecvError::Closed) => return false,
+            }
+        }
+    }
 }
 
 /// Which changes make a waiter check again.
@@ -314,14 +327,7 @@ impl Feed {
             let changed = async {
                 match &mut changes {
                     Changes::Versions(versions) => versions.changed().await.is_ok(),
-                    Changes::Events(since, concerns) => loop {
-                        match since.next().await {
-                            Ok(event) if concerns(&event) => break true,
-                            Ok(_) => {}
-                            Err(broadcast::error::RecvError::Lagged(_)) => break true,
-                            Err(broadcast::error::RecvError::Closed) => break false,
-                        }
-                    },
+                    Changes::Events(since, concerns) => since.concerning(*concerns).await,
                 }
             };
             tokio::select! {

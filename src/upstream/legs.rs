@@ -17,7 +17,7 @@ use super::{CallRef, Leg, Live, Target, UpstreamError, Upstreams, lock};
 use crate::calls::Calls;
 use crate::feed::{Concern, Feed};
 use crate::ids::{CallId, SessionId};
-use crate::records::{CallStatus, EventKind, Finish};
+use crate::records::{CallStatus, Event, EventKind, Finish};
 use crate::store::Retry;
 
 /// The first pause before recording a call's end again; it doubles up to `RETRY_MOST`.
@@ -325,14 +325,11 @@ impl Upstreams {
 /// one), not after every change: a gateway holds thousands of waiting calls.
 async fn work_budget(limit: Duration, mut used: Duration, calls: Calls, call: CallId, feed: Feed) -> Duration {
     let mut since = feed.since();
-    let mut changed = async || loop {
-        match since.next().await {
-            Ok(event) if event.kind == EventKind::CallUpdated && event.call.as_deref() == Some(call.as_str()) => {
-                return;
-            }
-            Ok(_) => {}
-            Err(broadcast::error::RecvError::Lagged(_)) => return,
-            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+    let mut changed = async || {
+        let of_the_call =
+            |event: &Event| event.kind == EventKind::CallUpdated && event.call.as_deref() == Some(call.as_str());
+        if !since.concerning(of_the_call).await {
+            std::future::pending::<()>().await;
         }
     };
     loop {

@@ -401,20 +401,25 @@ mod tests {
             .unwrap();
     }
 
-    #[tokio::test]
-    async fn two_replicas_whose_commits_finish_in_the_opposite_order_of_their_ids_are_published_in_id_order() {
-        let url = super::super::cluster::shared().database();
-        let feed = Feed::default();
-        let mut published = feed.subscribe();
-        let store = Store::open(
-            &Location::Postgres(url.clone()),
+    /// The replica whose tail the test follows, on the database at `url`, publishing to `feed`.
+    async fn replica_under_test(url: &str, feed: Feed) -> Store {
+        Store::open(
+            &Location::Postgres(url.to_owned()),
             feed,
             Duration::from_secs(3600),
             "replica-under-test",
             Clock::default(),
         )
         .await
-        .unwrap();
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn two_replicas_whose_commits_finish_in_the_opposite_order_of_their_ids_are_published_in_id_order() {
+        let url = super::super::cluster::shared().database();
+        let feed = Feed::default();
+        let mut published = feed.subscribe();
+        let store = replica_under_test(&url, feed).await;
         let before = store.last_event_id().await.unwrap();
 
         let (first, began_first) = begin_recording(&url).await;
@@ -450,15 +455,7 @@ mod tests {
         let feed = Feed::default();
         let mut published = feed.subscribe();
         let mut waiting = feed.since();
-        let store = Store::open(
-            &Location::Postgres(url.clone()),
-            feed,
-            Duration::from_secs(3600),
-            "replica-under-test",
-            Clock::default(),
-        )
-        .await
-        .unwrap();
+        let store = replica_under_test(&url, feed).await;
         let mut seen = std::collections::BTreeMap::<u64, usize>::new();
 
         let (holding, held) = begin_recording(&url).await;
