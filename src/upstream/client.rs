@@ -21,7 +21,7 @@ use rmcp::{ClientHandler, RoleClient};
 
 use crate::config::{Sampling, Server, Tasks};
 use serde_json::Value;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -55,8 +55,8 @@ pub struct SessionCore {
     in_flight: Mutex<HashMap<RequestId, (CallRef, ProgressToken)>>,
     /// The principals whose calls this session has run.
     served: Mutex<HashSet<String>>,
-    /// Legacy elicitations waiting on their Request.
-    elicitations: Mutex<Elicitations>,
+    /// Legacy elicitations waiting on their Request (shared with the work budgets that follow them).
+    elicitations: Arc<Mutex<Elicitations>>,
     /// The latest legacy elicitations replied to, by JSON-RPC id, with their Request: a withdrawal that crosses
     /// the reply on the wire arrives after it.
     replied: Mutex<VecDeque<Replied>>,
@@ -137,7 +137,7 @@ impl SessionCore {
             calls,
             in_flight: Mutex::default(),
             served: Mutex::default(),
-            elicitations: Mutex::default(),
+            elicitations: Arc::default(),
             replied: Mutex::default(),
             sends: TaskTracker::new(),
             sending: tokio::sync::RwLock::new(()),
@@ -391,6 +391,8 @@ struct Elicitations {
     /// Arrival order under each JSON-RPC id.
     by_rpc: HashMap<RequestId, Vec<u64>>,
     by_call: HashMap<CallId, HashSet<u64>>,
+    /// For each call whose work budget runs on this session: whether one of its elicitations waits on a person.
+    budgets: HashMap<CallId, watch::Sender<bool>>,
 }
 
 #[derive(Debug)]
@@ -423,11 +425,12 @@ impl Elicitations {
         let Some(elicitation) = self.waiting.get_mut(&handle) else {
             return;
         };
+        elicitation.request = Some(request.clone());
+        elicitation.call = call.clone();
         if let Some(call) = &call {
             self.by_call.entry(call.clone()).or_default().insert(handle);
+            self.tell_budget(call);
         }
-        elicitation.request = Some(request.clone());
-        elicitation.call = call;
     }
 
     /// It no longer waits: replied to, refused, or dropped.
@@ -447,7 +450,15 @@ impl Elicitations {
             handles.remove(&handle);
             if handles.is_empty() {
                 self.by_call.remove(&call);
+                self.tell_budget(&call);
             }
+        }
+    }
+
+    /// Tells `call`'s work budget, if it has one here, whether the call waits on a person now.
+    fn tell_budget(&self, call: &CallId) {
+        if let Some(budget) = self.budgets.get(call) {
+            budget.send_replace(self.by_call.contains_key(call));
         }
     }
 
@@ -497,6 +508,49 @@ impl Booked {
 impl Drop for Booked {
     fn drop(&mut self) {
         lock(&self.core.elicitations).leave(self.handle);
+    }
+}
+
+/// Whether a call waits on a person through one of its session's elicitations, followed by the call's work
+/// budget (`limits.call_timeout`) while it lives: that time is not the upstream's work.
+pub struct Waits {
+    book: Arc<Mutex<Elicitations>>,
+    call: CallId,
+    waiting: watch::Receiver<bool>,
+}
+
+impl Waits {
+    /// Follows `call` on `core`'s session.
+    pub fn of(core: &SessionCore, call: &CallId) -> Self {
+        Self::in_book(&core.elicitations, call)
+    }
+
+    fn in_book(book: &Arc<Mutex<Elicitations>>, call: &CallId) -> Self {
+        let mut elicitations = lock(book);
+        let waiting = elicitations.by_call.contains_key(call);
+        let waiting = (elicitations.budgets.entry(call.clone()))
+            .or_insert_with(|| watch::Sender::new(waiting))
+            .subscribe();
+        Self {
+            book: book.clone(),
+            call: call.clone(),
+            waiting,
+        }
+    }
+
+    /// Resolves once whether the call waits on a person is `waiting`.
+    pub async fn until(&mut self, waiting: bool) {
+        // The sender lives as long as `self`: it is taken out of the book only when `self` drops.
+        let _ = self.waiting.wait_for(|now| *now == waiting).await;
+    }
+}
+
+impl Drop for Waits {
+    fn drop(&mut self) {
+        let mut elicitations = lock(&self.book);
+        if (elicitations.budgets.get(&self.call)).is_some_and(|budget| budget.receiver_count() == 1) {
+            elicitations.budgets.remove(&self.call);
+        }
     }
 }
 
@@ -812,5 +866,54 @@ mod tests {
         elicitations.leave(second);
         assert!(!elicitations.waits_on(&rpc));
         assert!(elicitations.by_rpc.is_empty() && elicitations.by_call.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_calls_work_budget_stops_while_one_of_its_elicitations_waits_on_a_person() {
+        use futures::FutureExt;
+        use std::time::Duration;
+
+        let book = Arc::<Mutex<Elicitations>>::default();
+        let (call, other) = (CallId::stored("call-a"), CallId::stored("call-b"));
+        let mut budget = Box::pin(super::super::legs::work_budget(
+            Duration::from_secs(1),
+            Duration::from_millis(200),
+            Waits::in_book(&book, &call),
+        ));
+        // Looks at the change just made before the time passes, as the budget's task would be woken by it.
+        let mut after = async |elapsed: Duration| {
+            if let Some(limit) = (&mut budget).now_or_never() {
+                return Some(limit);
+            }
+            tokio::time::advance(elapsed).await;
+            (&mut budget).now_or_never()
+        };
+        let raise = |call: &CallId, request: &str| {
+            let mut elicitations = lock(&book);
+            let handle = elicitations.arrive(RequestId::Number(0), CancellationToken::new());
+            elicitations.raised(handle, &ids::RequestId::stored(request), Some(call.clone()));
+            handle
+        };
+
+        assert_eq!(after(Duration::from_millis(300)).await, None);
+        let others = raise(&other, "req-b");
+        let (first, second) = (raise(&call, "req-1"), raise(&call, "req-2"));
+        assert_eq!(after(Duration::from_secs(60)).await, None, "a person is asked");
+        lock(&book).leave(first);
+        assert_eq!(after(Duration::from_secs(60)).await, None, "the second is still asked");
+        lock(&book).leave(second);
+        assert_eq!(after(Duration::from_millis(400)).await, None);
+        assert!(lock(&book).budgets.contains_key(&call));
+        lock(&book).leave(others);
+        assert_eq!(
+            after(Duration::from_millis(100)).await,
+            Some(Duration::from_secs(1)),
+            "200 ms before, and 300 + 400 + 100 ms since"
+        );
+        drop(budget);
+        assert!(
+            lock(&book).budgets.is_empty(),
+            "the book forgets a budget that has gone"
+        );
     }
 }

@@ -12,12 +12,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::call::{self, Driven};
+use super::client::Waits;
 use super::task::{self, FollowedTask};
 use super::{CallRef, Leg, Live, Target, UpstreamError, Upstreams, lock};
-use crate::calls::Calls;
-use crate::feed::{Concern, Feed};
+use crate::feed::Concern;
 use crate::ids::{CallId, SessionId};
-use crate::records::{CallStatus, Event, EventKind, Finish};
+use crate::records::{EventKind, Finish};
 use crate::store::Retry;
 
 /// The first pause before recording a call's end again; it doubles up to `RETRY_MOST`.
@@ -189,7 +189,7 @@ impl Upstreams {
         leg: &CancellationToken,
     ) -> Option<Finish> {
         let started = tokio::time::Instant::now();
-        let budget = self.budget(&call.id);
+        let budget = self.budget(&call.id, live);
         let ended = tokio::select! {
             biased;
             () = leg.cancelled() => {
@@ -251,13 +251,12 @@ impl Upstreams {
     ///
     /// Boxed, and without a limit empty (a box of nothing allocates nothing), so that a call's task does not
     /// keep room for a budget it does not have.
-    fn budget(&self, call: &CallId) -> Pin<Box<dyn Future<Output = Duration> + Send>> {
+    fn budget(&self, call: &CallId, live: &Live) -> Pin<Box<dyn Future<Output = Duration> + Send>> {
         let Some(limit) = self.limits.call_timeout else {
             return Box::pin(std::future::pending());
         };
         let used = lock(&self.worked).get(call).copied().unwrap_or_default();
-        let (calls, call, feed) = (self.calls.clone(), call.to_owned(), self.feed.clone());
-        Box::pin(work_budget(limit, used, calls, call, feed))
+        Box::pin(work_budget(limit, used, Waits::of(&live.core, call)))
     }
 
     /// Retries a call whose round was answered, on its session or, if that was the server's shared one,
@@ -320,37 +319,15 @@ impl Upstreams {
     }
 }
 
-/// Resolves, with the limit, once a call has worked for `limit` (having used `used` already) without
-/// waiting on a Request. The call's status is read again after each event of the call (it changes only with
-/// one), not after every change: a gateway holds thousands of waiting calls.
-async fn work_budget(limit: Duration, mut used: Duration, calls: Calls, call: CallId, feed: Feed) -> Duration {
-    let mut since = feed.since();
-    let mut changed = async || {
-        let of_the_call =
-            |event: &Event| event.kind == EventKind::CallUpdated && event.call.as_deref() == Some(call.as_str());
-        if !since.concerning(of_the_call).await {
-            std::future::pending::<()>().await;
-        }
-    };
+/// Resolves, with the limit, once a call has worked for `limit` (having used `used` already), not counting the
+/// time it waits on a person through one of its session's elicitations.
+pub(super) async fn work_budget(limit: Duration, mut used: Duration, mut waits: Waits) -> Duration {
     loop {
-        if used >= limit {
-            return limit;
-        }
-        let waiting = calls
-            .status(&call)
-            .await
-            .ok()
-            .flatten()
-            .is_some_and(|(status, _)| status == CallStatus::InputRequired);
+        waits.until(false).await;
         let started = tokio::time::Instant::now();
-        if waiting {
-            changed().await;
-            continue;
-        }
         tokio::select! {
-            () = changed() => {}
-            () = tokio::time::sleep(limit - used) => return limit,
+            () = waits.until(true) => used += started.elapsed(),
+            () = tokio::time::sleep(limit.saturating_sub(used)) => return limit,
         }
-        used += started.elapsed();
     }
 }
