@@ -1,7 +1,7 @@
 //! The live side of every change: the events as they are recorded, for event streams, webhooks and the
 //! long-polls they concern, and a version counter for changes without an event (servers').
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,6 +15,8 @@ use crate::records::Event;
 
 /// How many events a slow subscriber may fall behind before it is told to re-list.
 const CHANNEL_CAPACITY: usize = 1024;
+/// How many events of its key a waiter may fall behind before it checks again whatever they were.
+const KEYED_CAPACITY: usize = 16;
 /// The most bytes of data an event carries through the live channel, which keeps the latest events for its
 /// slowest subscriber; a larger event goes without its data, which subscribers read from the store.
 pub const LIVE_DATA_BYTES: usize = 16 << 10;
@@ -33,6 +35,8 @@ struct Shared {
     live: Mutex<Chain>,
     /// Events this replica committed that are published later (see [`Feed::committed`]).
     committed: broadcast::Sender<Arc<Event>>,
+    /// The channels of the waiters that follow one key's events, published or committed.
+    keyed: Mutex<Keyed>,
     /// Open `GET /events` streams.
     streams: Arc<Held>,
     /// Responses held by `wait=`.
@@ -62,6 +66,47 @@ impl std::ops::Deref for Live {
 
     fn deref(&self) -> &Event {
         &self.event
+    }
+}
+
+/// What a waiter may follow instead of every event: the events of one call, or of one session (a Request's
+/// events carry its call, and its session).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Key {
+    Call(String),
+    Session(String),
+}
+
+impl Key {
+    fn concerns(&self, event: &Event) -> bool {
+        match self {
+            Key::Call(call) => event.call.as_deref() == Some(call.as_str()),
+            Key::Session(session) => event.session == *session,
+        }
+    }
+}
+
+/// A channel for each key some waiter follows, so that an event wakes only the waiters of its call and its
+/// session: thousands of clients waiting on their own Requests cost each change nothing.
+#[derive(Debug, Default)]
+struct Keyed {
+    calls: HashMap<String, broadcast::Sender<Arc<Event>>>,
+    sessions: HashMap<String, broadcast::Sender<Arc<Event>>>,
+}
+
+impl Keyed {
+    fn of<'k>(&mut self, key: &'k Key) -> (&mut HashMap<String, broadcast::Sender<Arc<Event>>>, &'k str) {
+        match key {
+            Key::Call(call) => (&mut self.calls, call),
+            Key::Session(session) => (&mut self.sessions, session),
+        }
+    }
+
+    fn send(&self, event: &Arc<Event>) {
+        let call = event.call.as_deref().and_then(|call| self.calls.get(call));
+        for sender in call.into_iter().chain(self.sessions.get(&event.session)) {
+            let _ = sender.send(event.clone());
+        }
     }
 }
 
@@ -117,19 +162,55 @@ enum Changes<'a> {
     Events(Since, &'a (dyn Fn(&Event) -> bool + Sync)),
 }
 
-/// The events a waiter follows from the moment it subscribed ([`Feed::since`]): those published, and those
-/// this replica committed ahead of their publication.
+/// The events a waiter follows from the moment it subscribed ([`Feed::since`], [`Feed::since_of`]): those
+/// published, and those this replica committed ahead of their publication.
 pub struct Since {
-    live: broadcast::Receiver<Live>,
-    committed: broadcast::Receiver<Arc<Event>>,
+    source: Source,
+    /// Events taken over when the waiter narrowed to a key ([`Feed::narrow`]), and whether it fell behind then.
+    backlog: VecDeque<Arc<Event>>,
+    lagged: bool,
+}
+
+enum Source {
+    Every {
+        live: broadcast::Receiver<Live>,
+        committed: broadcast::Receiver<Arc<Event>>,
+    },
+    Of(KeyedReceiver),
+}
+
+/// A waiter's receiver of one key's events; the key's channel goes with its last receiver.
+struct KeyedReceiver {
+    shared: Arc<Shared>,
+    key: Key,
+    receiver: broadcast::Receiver<Arc<Event>>,
+}
+
+impl Drop for KeyedReceiver {
+    fn drop(&mut self) {
+        let mut keyed = lock(&self.shared.keyed);
+        let (channels, key) = keyed.of(&self.key);
+        if channels.get(key).is_some_and(|sender| sender.receiver_count() == 1) {
+            channels.remove(key);
+        }
+    }
 }
 
 impl Since {
     /// The next event, published or committed, or `Err` when the waiter fell behind some (or the feed closed).
     pub async fn next(&mut self) -> Result<Arc<Event>, broadcast::error::RecvError> {
-        tokio::select! {
-            live = self.live.recv() => live.map(|live| live.event),
-            committed = self.committed.recv() => committed,
+        if std::mem::take(&mut self.lagged) {
+            return Err(broadcast::error::RecvError::Lagged(0));
+        }
+        if let Some(event) = self.backlog.pop_front() {
+            return Ok(event);
+        }
+        match &mut self.source {
+            Source::Every { live, committed } => tokio::select! {
+                live = live.recv() => live.map(|live| live.event),
+                committed = committed.recv() => committed,
+            },
+            Source::Of(keyed) => keyed.receiver.recv().await,
         }
     }
 
@@ -148,12 +229,14 @@ impl Since {
 }
 
 /// Which changes make a waiter check again.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub enum Concern<'a> {
     /// Every change, servers' included.
     Any,
     /// The events that pass this test (and, when it fell behind them, any).
     Events(&'a (dyn Fn(&Event) -> bool + Sync)),
+    /// The events of the key that pass this test: only those wake the waiter.
+    EventsOf(Key, &'a (dyn Fn(&Event) -> bool + Sync)),
 }
 
 impl Default for Feed {
@@ -164,6 +247,7 @@ impl Default for Feed {
                 version: watch::Sender::new(0),
                 live: Mutex::new(Chain { sender, last: 0 }),
                 committed: broadcast::channel(CHANNEL_CAPACITY).0,
+                keyed: Mutex::default(),
                 streams: Arc::default(),
                 long_polls: Arc::default(),
                 checks: AtomicU64::new(0),
@@ -186,11 +270,13 @@ impl Feed {
     pub fn publish(&self, events: impl IntoIterator<Item = Arc<Event>>) {
         {
             let mut chain = lock(&self.shared.live);
+            let keyed = lock(&self.shared.keyed);
             for event in events {
-                let id = event.id;
+                let (id, event) = (event.id, carried(event));
+                keyed.send(&event);
                 let _ = chain.sender.send(Live {
                     follows: chain.last,
-                    event: carried(event),
+                    event,
                 });
                 chain.last = id;
             }
@@ -203,8 +289,13 @@ impl Feed {
     /// and every waiter on any change, checks again now, rather than behind whatever another replica's
     /// transaction holds up. Streams and webhooks still see each event once it is published, in order.
     pub fn committed(&self, events: impl IntoIterator<Item = Arc<Event>>) {
-        for event in events {
-            let _ = self.shared.committed.send(carried(event));
+        {
+            let keyed = lock(&self.shared.keyed);
+            for event in events {
+                let event = carried(event);
+                keyed.send(&event);
+                let _ = self.shared.committed.send(event);
+            }
         }
         self.notify();
     }
@@ -223,10 +314,77 @@ impl Feed {
 
     /// What a waiter follows from now on ([`Self::wait_for_since`]).
     pub fn since(&self) -> Since {
-        Since {
+        let source = Source::Every {
             live: self.subscribe(),
             committed: self.shared.committed.subscribe(),
+        };
+        Since {
+            source,
+            backlog: VecDeque::new(),
+            lagged: false,
         }
+    }
+
+    /// What a waiter on `key`'s events follows from now on: no other event wakes it.
+    pub fn since_of(&self, key: Key) -> Since {
+        let receiver = {
+            let mut keyed = lock(&self.shared.keyed);
+            let (channels, name) = keyed.of(&key);
+            match channels.get(name) {
+                Some(sender) => sender.subscribe(),
+                None => {
+                    let (sender, receiver) = broadcast::channel(KEYED_CAPACITY);
+                    channels.insert(name.to_owned(), sender);
+                    receiver
+                }
+            }
+        };
+        let source = Source::Of(KeyedReceiver {
+            shared: self.shared.clone(),
+            key,
+            receiver,
+        });
+        Since {
+            source,
+            backlog: VecDeque::new(),
+            lagged: false,
+        }
+    }
+
+    /// `since` narrowed to `key`'s events, once the key is known (a call's id once it has started): what `since`
+    /// received of them meanwhile is kept, and from now on no other event wakes the waiter.
+    pub fn narrow(&self, since: Since, key: Key) -> Since {
+        let mut narrowed = self.since_of(key.clone());
+        let Since {
+            source,
+            mut backlog,
+            mut lagged,
+        } = since;
+        // Taken after the key's channel is subscribed: an event sent in between may come twice, never not at all.
+        if let Source::Every {
+            mut live,
+            mut committed,
+        } = source
+        {
+            loop {
+                match live.try_recv() {
+                    Ok(live) => backlog.push_back(live.event),
+                    Err(broadcast::error::TryRecvError::Lagged(_)) => lagged = true,
+                    Err(_) => break,
+                }
+            }
+            loop {
+                match committed.try_recv() {
+                    Ok(event) => backlog.push_back(event),
+                    Err(broadcast::error::TryRecvError::Lagged(_)) => lagged = true,
+                    Err(_) => break,
+                }
+            }
+        }
+        backlog.retain(|event| key.concerns(event));
+        narrowed.backlog = backlog;
+        narrowed.lagged = lagged;
+        narrowed
     }
 
     /// A receiver that wakes on every change after now.
@@ -285,6 +443,7 @@ impl Feed {
         let changes = match concern {
             Concern::Any => Changes::Versions(self.versions()),
             Concern::Events(concerns) => Changes::Events(self.since(), concerns),
+            Concern::EventsOf(key, concerns) => Changes::Events(self.since_of(key), concerns),
         };
         self.wait_on(Some(changes), wait, shutdown, check).await
     }
@@ -341,5 +500,74 @@ impl Feed {
                 () = shutdown.cancelled() => return None,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+    use crate::records::{EventKind, Tags};
+
+    fn event(id: u64, session: &str, call: Option<&str>) -> Arc<Event> {
+        let tags = Tags {
+            server: "demo",
+            session,
+            call,
+            owner: None,
+        };
+        Arc::new(Event {
+            id,
+            ..Event::new(EventKind::CallUpdated, &id, tags)
+        })
+    }
+
+    /// Whether the waiter is told of an event now, without waiting.
+    fn told(since: &mut Since) -> Option<u64> {
+        since.next().now_or_never().map(|event| event.unwrap().id)
+    }
+
+    #[test]
+    fn a_waiter_on_a_key_is_told_only_of_its_keys_events_published_or_committed() {
+        let feed = Feed::default();
+        let mut on_call = feed.since_of(Key::Call("call-a".to_owned()));
+        let mut on_session = feed.since_of(Key::Session("s1".to_owned()));
+        let mut every = feed.since();
+
+        feed.publish([event(1, "s2", Some("call-b"))]);
+        assert_eq!(told(&mut on_call), None, "another call's event does not wake it");
+        assert_eq!(told(&mut on_session), None);
+        assert_eq!(told(&mut every), Some(1));
+
+        feed.publish([event(2, "s1", Some("call-a"))]);
+        feed.committed([event(3, "s1", None)]);
+        assert_eq!((told(&mut on_call), told(&mut on_call)), (Some(2), None));
+        assert_eq!((told(&mut on_session), told(&mut on_session)), (Some(2), Some(3)));
+    }
+
+    #[test]
+    fn a_waiter_narrowed_to_a_key_keeps_what_it_received_of_it_before() {
+        let feed = Feed::default();
+        let since = feed.since();
+        feed.publish([event(1, "s1", Some("call-b")), event(2, "s1", Some("call-a"))]);
+        feed.committed([event(3, "s1", Some("call-a"))]);
+        let mut narrowed = feed.narrow(since, Key::Call("call-a".to_owned()));
+        feed.publish([event(4, "s1", Some("call-b")), event(5, "s1", Some("call-a"))]);
+        let ids: Vec<_> = std::iter::from_fn(|| told(&mut narrowed)).collect();
+        assert_eq!(ids, [2, 3, 5]);
+    }
+
+    #[test]
+    fn a_keys_channel_goes_with_its_last_waiter() {
+        let feed = Feed::default();
+        let key = Key::Call("call-a".to_owned());
+        let (first, second) = (feed.since_of(key.clone()), feed.since_of(key));
+        let channels = || lock(&feed.shared.keyed).calls.len();
+        assert_eq!(channels(), 1);
+        drop(first);
+        assert_eq!(channels(), 1, "the second still follows it");
+        drop(second);
+        assert_eq!(channels(), 0);
     }
 }

@@ -15,7 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, InvalidQuery, LongPollsHeld, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
-use crate::feed::Since;
+use crate::feed::{Key, Since};
 use crate::ids::CallId;
 use crate::records::{CallFilter, CallStatus, CallView, Event, EventKind, ToolName, Via};
 use crate::upstream::Target;
@@ -247,6 +247,7 @@ pub(super) async fn settled(
         return Ok(Some(Found::Read(Box::new(known))));
     }
     let id = &known.id;
+    let since = state.feed.narrow(since, Key::Call(id.to_string()));
     // A call's status changes only with a `call.updated` event of it: its Requests' events need no read, nor does
     // one that carries `running` (the call leaves it only with an event of its own). One that carries a final
     // status needs none either, as a call never leaves one, nor does the call it carries; after any other the call

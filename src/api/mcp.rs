@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use super::{ApiError, AppState, to_completion};
 use crate::auth::Principal;
 use crate::config::Prefix;
-use crate::feed::Concern;
+use crate::feed::{Concern, Key};
 use crate::ids::{CallId, RequestId};
 use crate::lock;
 use crate::records::{CallStatus, CallView, Event, Status, ToolName, Via};
@@ -427,7 +427,12 @@ impl FrontDoor {
         let waited = self
             .state
             .feed
-            .wait_for(wait, &self.state.shutdown, Concern::Events(&concerns), check)
+            .wait_for(
+                wait,
+                &self.state.shutdown,
+                Concern::EventsOf(Key::Call(call.to_string()), &concerns),
+                check,
+            )
             .await;
         if let Some(Err(error)) = waited {
             return Err(ErrorData::internal_error(error.to_string(), None));

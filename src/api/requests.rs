@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::extract::{JsonBody, QueryParams};
 use super::{ApiError, AppState, InvalidQuery, LongPollsHeld, Problem, Wait, WaitQuery, page_size, to_completion};
 use crate::auth::{Principal, Role};
-use crate::feed::Concern;
+use crate::feed::{Concern, Key};
 use crate::ids::{RequestId, SessionId};
 use crate::posted::{Posted, Refusal};
 use crate::records::{CallView, DecisionFilter, Event, EventKind, Filter, RequestView, Status};
@@ -254,16 +254,21 @@ pub async fn get(
                 read => Some(read),
             }
         };
-        // Only a change to a Request of its session (none: a posted Request) can resolve it.
-        let session = state.registry.get(id).await?.ok_or_else(unknown)?.session;
-        let session = session.as_ref().map_or("", SessionId::as_str);
+        // Only a change to a Request of its call, or of its session when it has no call (none: a posted Request),
+        // can resolve it.
+        let view = state.registry.get(id).await?.ok_or_else(unknown)?;
+        let session = view.session.as_ref().map_or("", SessionId::as_str);
+        let key = match &view.call {
+            Some(call) => Key::Call(call.to_string()),
+            None => Key::Session(session.to_owned()),
+        };
         let concerns = |event: &Event| event.kind == EventKind::RequestResolved && event.session == session;
         let waited = state
             .feed
             .wait_for(
                 query.wait.duration(),
                 &state.shutdown,
-                Concern::Events(&concerns),
+                Concern::EventsOf(key, &concerns),
                 resolved,
             )
             .await;

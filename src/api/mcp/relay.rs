@@ -17,7 +17,7 @@ use super::{FrontDoor, lock};
 use crate::api::to_completion;
 use crate::auth::Principal;
 use crate::elicitation::{elicit_result_to_answer, request_to_elicitation};
-use crate::feed::Concern;
+use crate::feed::{Concern, Key};
 use crate::ids::{CallId, RequestId};
 use crate::records::{CallView, Event, EventKind, Status};
 use crate::registry::{AnswerError, may_answer};
@@ -116,7 +116,8 @@ impl FrontDoor {
                 let status = registry.status(&request).await;
                 (!matches!(status, Ok(Some((Status::Pending, _))))).then_some(())
             };
-            let resolved_elsewhere = feed.wait_for(RELAY_MOST, &shutdown, Concern::Events(&concerns), resolved);
+            let key = Key::Call(call.to_string());
+            let resolved_elsewhere = feed.wait_for(RELAY_MOST, &shutdown, Concern::EventsOf(key, &concerns), resolved);
             tokio::select! {
                 replied = &mut asked.rx => match replied {
                     Ok(Ok(ClientResult::ElicitResult(result))) => {
