@@ -2,7 +2,7 @@
 //! with a direct in-process MCP client of the same demo server.
 //!
 //! `cargo bench --bench gateway` builds in release mode and prints a markdown table; names after `--` (`latency`,
-//! `throughput`, `scale`, `footprint`, `front_door`, `store`, `waiting`, `fleet`, `recovery`) run only those sections.
+//! `throughput`, `scale`, `footprint`, `front_door`, `store`, `waiting`, `long_polls`, `fleet`, `recovery`) run only those sections.
 //! Every section but `store`, `fleet` and `recovery` runs the gateway with its state in memory; `store` compares that
 //! with a SQLite file and with a PostgreSQL database (a throwaway durable server, started for the section), one replica
 //! and three, and `fleet` measures one replica against three, unconstrained and with a CPU quota per gateway
@@ -22,6 +22,7 @@ mod database;
 mod direct;
 mod fleet;
 mod front_door;
+mod long_polls;
 mod process;
 mod quota;
 mod recovery;
@@ -102,6 +103,8 @@ pub struct Plan {
     /// Calls made and answered on each of those gateways before its baseline RSS: enough to fill the event
     /// replay buffer (`REPLAY_CAPACITY` events), which every gateway that has served a while holds.
     pub waiting_warmup: usize,
+    /// Idle long-polls held while plain calls run, each on a fresh gateway.
+    pub long_polls: &'static [usize],
 }
 
 const FULL: Plan = Plan {
@@ -122,6 +125,7 @@ const FULL: Plan = Plan {
     store_pending: 100_000,
     waiting: &[1_000, 10_000, 100_000],
     waiting_warmup: 1_024,
+    long_polls: &[0, 1_000, 5_000],
 };
 
 const SMOKE: Plan = Plan {
@@ -135,6 +139,7 @@ const SMOKE: Plan = Plan {
     store_pending: 20,
     waiting: &[20],
     waiting_warmup: 8,
+    long_polls: &[0, 20],
 };
 
 fn main() -> anyhow::Result<()> {
@@ -183,6 +188,9 @@ fn main() -> anyhow::Result<()> {
         }
         if wanted("waiting") {
             show(waiting::table(&binary, plan).await?);
+        }
+        if wanted("long_polls") {
+            show(long_polls::table(&binary, plan).await?);
         }
         if wanted("fleet") {
             show(fleet::table(&binary, plan).await?);
