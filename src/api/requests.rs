@@ -129,9 +129,15 @@ pub async fn list(
         }
     };
     let concerns = |event: &Event| filter.may_concern(event);
+    // A list of one call's Requests, or one session's, is woken by that call's or session's events alone.
+    let concern = match (&filter.call, &filter.session) {
+        (Some(call), _) => Concern::EventsOf(Key::Call(call.clone()), &concerns),
+        (None, Some(session)) => Concern::EventsOf(Key::Session(session.clone()), &concerns),
+        (None, None) => Concern::Events(&concerns),
+    };
     let (page, next) = state
         .feed
-        .wait_for(query.wait.duration(), &state.shutdown, Concern::Events(&concerns), list)
+        .wait_for(query.wait.duration(), &state.shutdown, concern, list)
         .await
         .unwrap_or_else(|| Ok((Vec::new(), None)))?;
     let mut headers = HeaderMap::new();

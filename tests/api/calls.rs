@@ -120,6 +120,36 @@ async fn a_legacy_completion_notification_is_recorded_on_the_request() {
 }
 
 #[tokio::test]
+async fn a_long_poll_of_one_sessions_requests_wakes_for_the_request_raised_on_it() {
+    let app = spawn_app(BOTH_ERAS).await;
+    for era in ERAS {
+        let session: Value = app
+            .post("/sessions", &json!({"server": era}))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let session = session["id"].as_str().unwrap();
+        let path = format!("/requests?session={session}&wait=30");
+        let listed = app.get_json(&path);
+        let raise = async {
+            // Held before anything is raised on the session, and through a call on another session.
+            app.metric_reaches("toolnexus_long_polls 1").await;
+            assert_eq!(
+                app.call(era, "echo", json!({"text": "elsewhere"})).await["status"],
+                "completed"
+            );
+            app.call_on(json!({"session": session, "tool": "confirm_action", "arguments": {"action": "here"}}))
+                .await
+        };
+        let (listed, call) = tokio::join!(listed, raise);
+        assert_eq!(listed.as_array().map(Vec::len), Some(1), "{era}: {listed}");
+        assert_eq!(listed[0]["call"], call["id"], "{era}: {listed}");
+        app.delete(&format!("/calls/{}", call["id"].as_str().unwrap())).await;
+    }
+}
+
+#[tokio::test]
 async fn two_step_raises_its_requests_in_turn() {
     let app = spawn_app(BOTH_ERAS).await;
     for era in ERAS {
