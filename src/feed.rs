@@ -15,8 +15,9 @@ use crate::records::Event;
 
 /// How many events a slow subscriber may fall behind before it is told to re-list.
 const CHANNEL_CAPACITY: usize = 1024;
-/// How many events of its key a waiter may fall behind before it checks again whatever they were.
-const KEYED_CAPACITY: usize = 16;
+/// How many events of its key a waiter may fall behind before it checks again whatever they were: a call has few
+/// between a waiter's looks, and each place is kept for as long as the key is followed.
+const KEYED_CAPACITY: usize = 4;
 /// The most bytes of data an event carries through the live channel, which keeps the latest events for its
 /// slowest subscriber; a larger event goes without its data, which subscribers read from the store.
 pub const LIVE_DATA_BYTES: usize = 16 << 10;
