@@ -266,6 +266,16 @@ fn carried(event: Arc<Event>) -> Arc<Event> {
     }
 }
 
+/// A copy of `event` as the live channels would carry it, for a store that keeps one to tell waiters of later
+/// ([`Feed::committed`]): a large event's data is not copied only to be dropped.
+pub fn carried_copy(event: &Event) -> Event {
+    if event.data.len() > LIVE_DATA_BYTES {
+        event.without_data()
+    } else {
+        event.clone()
+    }
+}
+
 impl Feed {
     /// Sends recorded events to every subscriber, in order, and wakes every waiter.
     pub fn publish(&self, events: impl IntoIterator<Item = Arc<Event>>) {

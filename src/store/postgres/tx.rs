@@ -139,7 +139,7 @@ impl Tx<'_> {
             .fetch_add(1, Ordering::Relaxed)
             .min(EVENTS_PER_TRANSACTION - 1);
         event.at = self.now();
-        crate::lock(&self.recorded.events).push(event.clone());
+        crate::lock(&self.recorded.events).push(crate::feed::carried_copy(event));
         EventValues {
             place,
             at: event.at.millis(),
@@ -153,7 +153,7 @@ impl Tx<'_> {
     pub fn amend(&self, place: i64, event: &Event) {
         let mut events = crate::lock(&self.recorded.events);
         if let Some(recorded) = usize::try_from(place).ok().and_then(|place| events.get_mut(place)) {
-            *recorded = event.clone();
+            *recorded = crate::feed::carried_copy(event);
         }
     }
 
@@ -166,9 +166,9 @@ impl Tx<'_> {
 }
 
 /// The events a transaction records, as its changes hand over their values: the place the next one takes,
-/// and each as it stands, to tell this replica's waiters of them once the transaction commits
-/// ([`crate::feed::Feed::committed`]), before the log publishes them. They are not numbered: waiters decide by
-/// what an event is about.
+/// and each as it stands (a large one without its data, as the live channels carry it), to tell this replica's
+/// waiters of them once the transaction commits ([`crate::feed::Feed::committed`]), before the log publishes
+/// them. They are not numbered: waiters decide by what an event is about.
 #[derive(Default)]
 pub struct Recorded {
     next: AtomicI64,
