@@ -198,6 +198,14 @@ impl Drop for KeyedReceiver {
 }
 
 impl Since {
+    fn following(source: Source) -> Self {
+        Self {
+            source,
+            backlog: VecDeque::new(),
+            lagged: false,
+        }
+    }
+
     /// The next event, published or committed, or `Err` when the waiter fell behind some (or the feed closed).
     pub async fn next(&mut self) -> Result<Arc<Event>, broadcast::error::RecvError> {
         if std::mem::take(&mut self.lagged) {
@@ -225,6 +233,19 @@ impl Since {
                 Err(broadcast::error::RecvError::Lagged(_)) => return true,
                 Err(broadcast::error::RecvError::Closed) => return false,
             }
+        }
+    }
+}
+
+/// Hands `take` what `receiver` holds now, without waiting; whether it had fallen behind. (`try_recv`, not
+/// `recv`: a task out of its scheduling budget is refused by `recv` though events are there.)
+fn take_held<T: Clone>(receiver: &mut broadcast::Receiver<T>, mut take: impl FnMut(T)) -> bool {
+    let mut lagged = false;
+    loop {
+        match receiver.try_recv() {
+            Ok(value) => take(value),
+            Err(broadcast::error::TryRecvError::Lagged(_)) => lagged = true,
+            Err(_) => return lagged,
         }
     }
 }
@@ -325,15 +346,10 @@ impl Feed {
 
     /// What a waiter follows from now on ([`Self::wait_for_since`]).
     pub fn since(&self) -> Since {
-        let source = Source::Every {
+        Since::following(Source::Every {
             live: self.subscribe(),
             committed: self.shared.committed.subscribe(),
-        };
-        Since {
-            source,
-            backlog: VecDeque::new(),
-            lagged: false,
-        }
+        })
     }
 
     /// What a waiter on `key`'s events follows from now on: no other event wakes it.
@@ -350,16 +366,11 @@ impl Feed {
                 }
             }
         };
-        let source = Source::Of(KeyedReceiver {
+        Since::following(Source::Of(KeyedReceiver {
             shared: self.shared.clone(),
             key,
             receiver,
-        });
-        Since {
-            source,
-            backlog: VecDeque::new(),
-            lagged: false,
-        }
+        }))
     }
 
     /// `since` narrowed to `key`'s events, once the key is known (a call's id once it has started): what `since`
@@ -377,20 +388,8 @@ impl Feed {
             mut committed,
         } = source
         {
-            loop {
-                match live.try_recv() {
-                    Ok(live) => backlog.push_back(live.event),
-                    Err(broadcast::error::TryRecvError::Lagged(_)) => lagged = true,
-                    Err(_) => break,
-                }
-            }
-            loop {
-                match committed.try_recv() {
-                    Ok(event) => backlog.push_back(event),
-                    Err(broadcast::error::TryRecvError::Lagged(_)) => lagged = true,
-                    Err(_) => break,
-                }
-            }
+            lagged |= take_held(&mut live, |live| backlog.push_back(live.event));
+            lagged |= take_held(&mut committed, |event| backlog.push_back(event));
         }
         backlog.retain(|event| key.concerns(event));
         narrowed.backlog = backlog;
