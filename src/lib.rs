@@ -316,9 +316,17 @@ impl Gateway {
         );
         let (connections, metrics, shutdown) =
             (state.connections.clone(), state.metrics.clone(), state.shutdown.clone());
-        connections
-            .serve(listener, api::router(state), limits, metrics, shutdown)
-            .await;
+        let serving = connections.serve(listener, api::router(state), limits, metrics, shutdown);
+        tokio::select! {
+            () = serving => {}
+            () = store.taken_for_gone() => {
+                // What it holds was ended or carried on by another replica: nothing of it is drained or
+                // written as ended again.
+                anyhow::bail!(
+                    "another replica took this one for gone; start it again (as a supervisor does) to serve as a new run"
+                );
+            }
+        }
         upstreams.shut_down().await;
         tracker.close();
         tracker.wait().await;
@@ -335,6 +343,10 @@ async fn reap_replicas(store: Store, registry: Registry, upstreams: Arc<Upstream
         tokio::select! {
             () = tokio::time::sleep(store::postgres::LEASE / 3) => {}
             () = shutdown.cancelled() => return,
+        }
+        if !store.holds_its_lease() {
+            // Its own heartbeats failed lately: others' may have failed as its did, the database away from all.
+            continue;
         }
         let reaped = match store.reap().await {
             Ok(reaped) => reaped,

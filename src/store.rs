@@ -96,6 +96,23 @@ impl Store {
         }
     }
 
+    /// Whether this gateway may take others for gone: on PostgreSQL, once every one of its own heartbeats has
+    /// been recorded for a whole lease; elsewhere there are no others.
+    pub fn holds_its_lease(&self) -> bool {
+        match self {
+            Store::Postgres(postgres) => postgres.holds_its_lease(),
+            Store::Memory(_) | Store::Sqlite(_) => false,
+        }
+    }
+
+    /// Resolves when another replica has taken this one for gone (on PostgreSQL); elsewhere, never.
+    pub async fn taken_for_gone(&self) {
+        match self {
+            Store::Postgres(postgres) => postgres.taken_for_gone().await,
+            Store::Memory(_) | Store::Sqlite(_) => std::future::pending().await,
+        }
+    }
+
     /// Whether the store answers now: a PostgreSQL server may be away; a file or memory always is.
     pub async fn reachable(&self) -> bool {
         match self {

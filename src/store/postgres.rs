@@ -7,6 +7,7 @@ mod calls;
 pub mod cluster;
 mod connection;
 mod grants;
+mod heartbeat;
 mod maintenance;
 mod raising;
 mod recovery;
@@ -35,6 +36,8 @@ use crate::lock;
 use crate::time::Clock;
 use connection::ReadSlot;
 pub use connection::{Borrowed, Conn, Connector, Reader, Statements};
+use heartbeat::Heartbeats;
+pub use heartbeat::LEASE;
 use tx::Tx;
 use tx::{Raised, Turn};
 use writer::{Applied, Change, Failed, Fate, Job};
@@ -64,10 +67,6 @@ const PER_TRANSACTION: i64 = 256;
 pub const READERS: usize = 4;
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a replica without a heartbeat counts as alive; past it, others end what only it could carry on.
-pub const LEASE: Duration = Duration::from_secs(15);
-/// How often a replica says it is alive.
-const HEARTBEAT: Duration = Duration::from_secs(3);
 /// The database's clock, in milliseconds since the Unix epoch: replicas' clocks never decide.
 const DB_NOW: &str = "(extract(epoch from clock_timestamp()) * 1000)::BIGINT";
 
@@ -89,6 +88,7 @@ struct Shared {
     replica: String,
     /// Stops the heartbeat and the tail of the event log.
     background: tokio_util::sync::CancellationToken,
+    heartbeats: Heartbeats,
     clock: Clock,
     /// The calls this replica started whose change is not kept yet: a read of one waits until it is.
     starting: Mutex<HashMap<CallId, Starting>>,
@@ -143,7 +143,7 @@ impl Postgres {
             .map_err(|error| failed(format!("cannot connect: {}", describe(&error))))?;
         schema::migrate(&admin).await.map_err(failed)?;
         let started: Result<i64, tokio_postgres::Error> = async {
-            admin.execute(&heartbeat_sql(), &[&replica]).await?;
+            admin.execute(&heartbeat::register_sql(), &[&replica]).await?;
             admin.query_one(maintenance::LAST_EVENT.as_str(), &[]).await?.try_get(0)
         }
         .await;
@@ -167,6 +167,7 @@ impl Postgres {
                 next_reader: AtomicUsize::new(0),
                 replica: replica.to_owned(),
                 background: background.clone(),
+                heartbeats: Heartbeats::registered(),
                 clock,
                 starting: Mutex::default(),
                 statistics: Mutex::default(),
@@ -181,22 +182,6 @@ impl Postgres {
     /// This replica's id.
     pub fn replica(&self) -> &str {
         &self.shared.replica
-    }
-
-    /// Says this replica is alive every [`HEARTBEAT`] until `stop` fires.
-    async fn beat(self, stop: tokio_util::sync::CancellationToken) {
-        let sql = heartbeat_sql();
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep(HEARTBEAT) => {}
-                () = stop.cancelled() => return,
-            }
-            let replica = self.shared.replica.clone();
-            let beat = self.read(async |conn| conn.query(&sql, &[&replica]).await).await;
-            if let Err(error) = beat {
-                tracing::warn!(%error, "this replica's heartbeat could not be recorded");
-            }
-        }
     }
 
     /// Closes the store and says this replica is gone: the next replica to look ends what it leaves and
@@ -451,14 +436,6 @@ fn told<T>(error: &tokio_postgres::Error, sender: oneshot::Sender<Result<T, Stor
     tracing::error!(%error, "the store could not apply a change");
     let _ = sender.send(Err(unavailable(error)));
     Failed::Told
-}
-
-/// Records that replica `$1` is alive now, by the database's clock.
-fn heartbeat_sql() -> String {
-    format!(
-        "INSERT INTO replicas (id, started_at, heartbeat_at) VALUES ($1, {DB_NOW}, {DB_NOW}) \
-         ON CONFLICT (id) DO UPDATE SET heartbeat_at = {DB_NOW}"
-    )
 }
 
 /// The statement that takes the raising lock shared for the rest of the transaction, as a change raising

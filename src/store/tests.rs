@@ -421,3 +421,13 @@ async fn connect_raw(url: &str) -> tokio_postgres::Client {
     tokio::spawn(connection);
     client
 }
+
+/// A connection of its own to `url` holding call `call`'s row, in a transaction it keeps until `COMMIT`.
+async fn holding_call(url: &str, call: &CallId) -> tokio_postgres::Client {
+    let other = connect_raw(url).await;
+    other
+        .batch_execute(&format!("BEGIN; SELECT 1 FROM calls WHERE id = '{call}' FOR UPDATE"))
+        .await
+        .unwrap();
+    other
+}

@@ -416,6 +416,11 @@ impl Process {
         self.child.wait().unwrap().code()
     }
 
+    /// Waits for a process that is ending on its own to exit, returning its exit code.
+    pub fn exit_code(&mut self) -> Option<i32> {
+        self.child.wait().unwrap().code()
+    }
+
     /// Kills the process with SIGKILL, as a crash or an OOM kill would, and waits until it is gone.
     pub fn kill(&mut self) {
         self.child.kill().unwrap();

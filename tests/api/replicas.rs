@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use crate::cluster;
 use crate::helpers::{
-    BOTH_ERAS, ERAS, Process, confirming, first_request, results, start_process_in, stored_in, submit,
+    BOTH_ERAS, ERAS, Process, confirming, first_request, results, signal, start_process_in, stored_in, submit,
 };
 
 /// Three gateways with the demo server in both eras, storing in the database at `url`, and their dirs.
@@ -188,6 +188,30 @@ async fn what_a_killed_replica_held_ends_or_goes_on_elsewhere() {
         results(&done),
         json!([{"action": "accept", "content": {"name": "Ada"}}, {"action": "accept", "content": {"confirm": true}}])
     );
+}
+
+/// A replica stopped past the lease is taken for gone. Let run again, it learns so at its next heartbeat and
+/// exits, saying why, rather than serve on the sessions the fleet has closed.
+#[tokio::test]
+async fn a_replica_taken_for_gone_exits_when_it_runs_again() {
+    let mut fleet = fleet(&cluster::shared().database()).await;
+    let legacy = fleet.replicas[0]
+        .call("legacy", "confirm_action", json!({"action": "stopped"}))
+        .await;
+    let orphan = first_request(&legacy);
+    let stopped = fleet.replicas[0].pid();
+    signal(stopped, "STOP");
+
+    let ended = fleet.replicas[1].get_json(&format!("/requests/{orphan}?wait=60")).await;
+    assert_eq!(ended["status"], "cancelled", "{ended}");
+    signal(stopped, "CONT");
+    let replica = &mut fleet.replicas[0];
+    replica
+        .stderr()
+        .wait_for("error: another replica took this one for gone");
+    assert_eq!(replica.exit_code(), Some(1));
+    let failed = fleet.replicas[2].settled(legacy["id"].as_str().unwrap()).await;
+    assert_eq!(failed["error"]["reason"], "replica_gone", "{failed}");
 }
 
 /// An approved `confirm_action` call, read on replica `via`, was forwarded once (it asks about the `action`

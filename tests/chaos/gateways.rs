@@ -70,6 +70,20 @@ impl Gateway {
         Ok(format!("down {} ms", down.as_millis()))
     }
 
+    /// Starts it again should it exit by itself within `within`, as a supervisor (a container's restart policy)
+    /// would: a replica that finds the others took it for gone exits. Says which it did.
+    pub async fn restart_if_it_exits(&self, within: Duration) -> anyhow::Result<&'static str> {
+        let mut process = self.process.lock().await;
+        let Some(running) = process.as_mut() else {
+            return Ok("it was not running");
+        };
+        if !running.exited_within(within).await {
+            return Ok("it went on");
+        }
+        *process = Some(self.restart().await?);
+        Ok("it exited and was started again")
+    }
+
     /// Starts it again on its port.
     async fn restart(&self) -> anyhow::Result<Process> {
         let env = self.clock.as_ref().map(Skew::env).unwrap_or_default();

@@ -24,6 +24,9 @@ const REPLICAS: usize = 3;
 /// How long a replica whose heartbeat stopped is taken for alive (the store's lease), and the margin past it
 /// the others take to end what it held.
 const LEASE: Duration = Duration::from_secs(20);
+/// How long a replica the others took for gone takes, once it runs again or reaches the database, to learn so
+/// at its next heartbeat (every 3 s, failed after 3 s more) and exit.
+const TOLD_GONE: Duration = Duration::from_secs(10);
 /// The most a replica's clock is moved, either way. A Request raised on a replica whose clock is ahead expires
 /// that much later.
 const MAX_SKEW: i64 = 15;
@@ -85,7 +88,8 @@ impl Replicas {
         replica
             .if_still(pid, |pid| signal(pid, nix::sys::signal::Signal::SIGCONT))
             .await?;
-        Ok(format!("replica {index} stopped for {} ms", pause.as_millis()))
+        let after = replica.restart_if_it_exits(TOLD_GONE).await?;
+        Ok(format!("replica {index} stopped for {} ms; {after}", pause.as_millis()))
     }
 
     /// Stops PostgreSQL (`immediate`: as a crash would) for `down`, then starts it again.
@@ -115,7 +119,8 @@ impl Replicas {
         self.relays[index].cut();
         tokio::time::sleep(cut).await;
         self.relays[index].heal();
-        Ok(format!("replica {index} cut off for {} ms", cut.as_millis()))
+        let after = self.replicas[index].restart_if_it_exits(TOLD_GONE).await?;
+        Ok(format!("replica {index} cut off for {} ms; {after}", cut.as_millis()))
     }
 }
 

@@ -124,6 +124,13 @@ async fn end_some(tx: &mut Tx<'_>, whose: Whose, ended: &Ending, stage: Stage) -
     if gone.is_empty() {
         return Ok(step);
     }
+    // Marked as taken for gone: should one come back, its heartbeat renews nothing and tells it so
+    // (`heartbeat.rs`), and the rest of this work still finds it gone.
+    tx.execute(
+        "UPDATE replicas SET heartbeat_at = 0 WHERE id = ANY($1) AND id <> $2 AND heartbeat_at <> 0",
+        &[&gone, &me],
+    )
+    .await?;
     // Records from before replicas were recorded belong to whichever run comes first.
     let theirs = if itself {
         "(replica = ANY($1) OR replica IS NULL)"

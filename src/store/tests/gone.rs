@@ -74,14 +74,7 @@ async fn a_replica_recovering_a_gone_ones_work_holds_up_no_other_replica() {
         .unwrap();
     taken_for_gone(&url, gone).await;
     let (a, b) = (replica(&url).await, replica(&url).await);
-    let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
-    other
-        .batch_execute(&format!(
-            "BEGIN; SELECT 1 FROM calls WHERE id = '{}' FOR UPDATE",
-            held.id
-        ))
-        .await
-        .unwrap();
+    let (other, watcher) = (holding_call(&url, &held.id).await, connect_raw(&url).await);
     let reaping = tokio::spawn({
         let a = a.clone();
         async move { a.reap().await }
@@ -183,4 +176,56 @@ async fn answers_to_a_gone_replicas_requests_while_it_is_recovered_resolve_each_
     assert!(records.is_empty(), "the gone replica's record stayed");
     close(a).await;
     close(b).await;
+}
+
+/// A replica that another took for gone learns so at its next heartbeat, though it still runs (as one stopped,
+/// or cut off from the database, does once it comes back), and while the other is still ending what it held;
+/// one whose heartbeat is only late renews it.
+#[tokio::test]
+async fn a_replica_learns_at_its_next_heartbeat_that_another_took_it_for_gone() {
+    let url = postgres::cluster::shared().database();
+    let (taken, late) = (replica(&url).await, replica(&url).await);
+    let id = |store: &Store| match store {
+        Store::Postgres(postgres) => postgres.replica().to_owned(),
+        _ => unreachable!(),
+    };
+    let (taken_id, late_id) = (id(&taken), id(&late));
+    let held = insert(&taken, new_call("ada")).await;
+    let a = replica(&url).await;
+    let (raw, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
+    let other = holding_call(&url, &held.id).await;
+    let lapsed = "UPDATE replicas SET heartbeat_at = 1 WHERE id = $1";
+    // The recovery waits for the call's row once it has closed the replica's sessions; again when the
+    // replica's heartbeat renewed its lease between the two statements, and nothing was gone.
+    let mut reaping = loop {
+        raw.execute(lapsed, &[&taken_id]).await.unwrap();
+        let mut reaping = tokio::spawn({
+            let a = a.clone();
+            async move { a.reap().await }
+        });
+        tokio::select! {
+            () = until_a_lock_is_awaited(&watcher, "the recovery never waited for the call's row") => break reaping,
+            done = &mut reaping => assert_eq!(done.unwrap().unwrap().ended_calls, 0),
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), taken.taken_for_gone())
+        .await
+        .expect("a heartbeat tells the replica it was taken for gone");
+    assert!(futures::FutureExt::now_or_never(&mut reaping).is_none());
+    other.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(reaping.await.unwrap().unwrap().ended_calls, 1);
+    let gone = "SELECT 1 FROM replicas WHERE id = $1";
+    assert!(raw.query_opt(gone, &[&taken_id]).await.unwrap().is_none());
+
+    raw.execute(lapsed, &[&late_id]).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let recorded = "SELECT heartbeat_at FROM replicas WHERE id = $1";
+    while raw.query_one(recorded, &[&late_id]).await.unwrap().get::<_, i64>(0) == 1 {
+        assert!(Instant::now() < deadline, "the late replica renews its heartbeat");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(futures::FutureExt::now_or_never(late.taken_for_gone()).is_none());
+    for store in [taken, late, a] {
+        close(store).await;
+    }
 }

@@ -269,14 +269,7 @@ async fn a_replica_waiting_on_a_row_leaves_another_starting_and_ending_calls_and
     let a = replica(&url).await;
     let b = replica(&url).await;
     let held = insert(&a, new_call("ada")).await;
-    let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
-    other
-        .batch_execute(&format!(
-            "BEGIN; SELECT 1 FROM calls WHERE id = '{}' FOR UPDATE",
-            held.id
-        ))
-        .await
-        .unwrap();
+    let (other, watcher) = (holding_call(&url, &held.id).await, connect_raw(&url).await);
     let finishing = tokio::spawn({
         let (a, id) = (a.clone(), held.id.clone());
         async move { a.finish_call(&id, Finish::failed("done")).await }
