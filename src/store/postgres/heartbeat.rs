@@ -5,8 +5,9 @@
 //! does so marks it (`heartbeat_at = 0`) in the first transaction of that work and deletes it in the last; a
 //! heartbeat renews only a replica that is neither, so a replica that comes back once it was taken for gone
 //! (stopped, or cut off from the database) learns so at its next heartbeat, and the work on what it held runs
-//! to its end whatever it does. What it still holds in memory (its upstream sessions, the calls on them) the
-//! store now says are closed and ended: such a replica stops, to start again as a new run.
+//! to its end whatever it does. From the mark on, none of its transactions is kept ([`NOT_TAKEN`]). What it
+//! still holds in memory (its upstream sessions, the calls on them) the store now says are closed and ended:
+//! such a replica stops, to start again as a new run.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -34,6 +35,14 @@ pub(super) fn register_sql() -> String {
 fn renew_sql() -> String {
     format!("UPDATE replicas SET heartbeat_at = {DB_NOW} WHERE id = $1 AND heartbeat_at > 0 RETURNING id")
 }
+
+/// What each of the writer's transactions begins with: it fails once another replica has taken this one for
+/// gone, and otherwise holds this replica's row until the transaction ends (`FOR KEY SHARE`, which a heartbeat
+/// does not wait for). The replica that takes it for gone locks that row (`FOR UPDATE SKIP LOCKED`) as it marks
+/// it, passing it over while one of its transactions is in flight: so no change of a replica is kept once
+/// another has begun to end what it held.
+pub(super) const NOT_TAKEN: &str = "SELECT toolnexus_expect(EXISTS (SELECT 1 FROM replicas \
+     WHERE id = current_setting('toolnexus.replica') AND heartbeat_at > 0 FOR KEY SHARE))";
 
 /// What this replica knows of its own heartbeats.
 #[derive(Debug)]

@@ -214,7 +214,11 @@ async fn commit(
         batch.push_front(job);
     }
     if let Err(error) = begun {
-        tracing::error!(%error, "the store cannot start a transaction");
+        if error.code().is_some_and(|code| code.code() == super::MISSED) {
+            tracing::error!("another replica took this one for gone: its changes are not kept");
+        } else {
+            tracing::error!(%error, "the store cannot start a transaction");
+        }
         let usable = roll_back(client).await;
         // Dropped, each change not kept tells its caller that the store could not make it.
         for done in applied {

@@ -117,7 +117,7 @@ async fn the_chainer_chains_what_the_feed_publishes_and_reads_the_log_for_what_i
         }
         let whole = export(&store, 0).await;
         assert_eq!(whole[..10], chained[..]);
-        assert_eq!(verified(&whole, Some(GENESIS)).events, 1050);
+        assert_eq!(verified(&whole, Some(GENESIS)).events, 1050, "{location:?}");
         close(store).await;
     }
 }
