@@ -37,6 +37,12 @@ use crate::time::Clock;
 
 mod plan;
 
+/// How long a transaction of the writer may wait on the gateway (its process stopped, or cut off from the
+/// database) before the server ends it, and the connection with it. A transaction waits on the gateway for
+/// microseconds while it runs; an open one holds back every replica's events (see [`super::tail`]), and its
+/// replica's recovery, as it holds the replica's row.
+const IDLE_IN_TRANSACTION: std::time::Duration = std::time::Duration::from_secs(5);
+
 use plan::Plan;
 
 /// The most changes one transaction takes.
@@ -412,11 +418,16 @@ pub(super) fn principal_key(principal: &str) -> i32 {
 }
 
 /// A connection for the writer of replica `replica`: its changes to pending Requests count in that replica's
-/// rows of `pending_shares`.
+/// rows of `pending_shares`, and the server ends a transaction of it that waits on the gateway for longer than
+/// [`IDLE_IN_TRANSACTION`].
 async fn connect(connector: &Connector, replica: &str) -> Result<Client, tokio_postgres::Error> {
     let client = connector.connect().await?;
     client
-        .batch_execute(&format!("SET toolnexus.replica = {}", escaped_literal(replica)))
+        .batch_execute(&format!(
+            "SET toolnexus.replica = {}; SET idle_in_transaction_session_timeout = {}",
+            escaped_literal(replica),
+            IDLE_IN_TRANSACTION.as_millis()
+        ))
         .await?;
     Ok(client)
 }
@@ -458,6 +469,23 @@ mod tests {
     fn a_principals_lock_is_keyed_the_same_on_every_replica() {
         // FNV-1a of "a" (0xe40c292c), as every replica computes it.
         assert_eq!(principal_key("a"), i32::from_ne_bytes(0xe40c_292c_u32.to_ne_bytes()));
+    }
+
+    /// A transaction left open by a writer that stopped is ended by the server, with its connection.
+    #[tokio::test]
+    async fn the_server_ends_a_writers_transaction_left_open() {
+        let url = super::super::cluster::shared().database();
+        let connector = Connector {
+            config: url.parse().unwrap(),
+        };
+        let client = connect(&connector, "replica-stopped").await.unwrap();
+        client.batch_execute("BEGIN; SELECT 1").await.unwrap();
+        let deadline = std::time::Instant::now() + IDLE_IN_TRANSACTION * 6;
+        while !client.is_closed() {
+            assert!(std::time::Instant::now() < deadline, "the transaction is still open");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert!(client.batch_execute("COMMIT").await.is_err());
     }
 
     #[test]
