@@ -36,13 +36,16 @@ fn renew_sql() -> String {
     format!("UPDATE replicas SET heartbeat_at = {DB_NOW} WHERE id = $1 AND heartbeat_at > 0 RETURNING id")
 }
 
-/// What each of the writer's transactions begins with: it fails once another replica has taken this one for
-/// gone, and otherwise holds this replica's row until the transaction ends (`FOR KEY SHARE`, which a heartbeat
-/// does not wait for). The replica that takes it for gone locks that row (`FOR UPDATE SKIP LOCKED`) as it marks
-/// it, passing it over while one of its transactions is in flight: so no change of a replica is kept once
-/// another has begun to end what it held.
-pub(super) const NOT_TAKEN: &str = "SELECT toolnexus_expect(EXISTS (SELECT 1 FROM replicas \
-     WHERE id = current_setting('toolnexus.replica') AND heartbeat_at > 0 FOR KEY SHARE))";
+/// What each of the writer's transactions sends right before its `COMMIT`: once the transaction has written
+/// (it has an id), it fails if another replica has taken this one for gone, and otherwise holds this replica's
+/// row until the commit (`FOR KEY SHARE`, which a heartbeat does not wait for). The replica that takes it for
+/// gone locks that row (`FOR UPDATE SKIP LOCKED`) as it marks it, passing it over while one of its transactions
+/// is committing: so no change of a replica is kept once another has begun to end what it held. A transaction
+/// that wrote nothing keeps nothing, and takes neither the lock nor an id for it (which would cost its commit
+/// a flush of the log).
+pub(super) const NOT_TAKEN: &str = "SELECT toolnexus_expect(CASE WHEN pg_current_xact_id_if_assigned() IS NULL \
+     THEN true ELSE EXISTS (SELECT 1 FROM replicas \
+     WHERE id = current_setting('toolnexus.replica') AND heartbeat_at > 0 FOR KEY SHARE) END)";
 
 /// What this replica knows of its own heartbeats.
 #[derive(Debug)]

@@ -21,8 +21,8 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::task::Poll;
 
 use tokio::sync::mpsc;
@@ -30,6 +30,7 @@ use tokio_postgres::Client;
 
 use super::super::StoreError;
 use super::super::shares::Held;
+use super::heartbeat::NOT_TAKEN;
 use super::tail::{self, Next, Publisher, log_page};
 use super::tx::{Raised, Recorded, Turn, Tx};
 use super::{Borrowed, Connector, PRINCIPAL_LOCKS, Statements, unavailable};
@@ -220,11 +221,7 @@ async fn commit(
         batch.push_front(job);
     }
     if let Err(error) = begun {
-        if error.code().is_some_and(|code| code.code() == super::MISSED) {
-            tracing::error!("another replica took this one for gone: its changes are not kept");
-        } else {
-            tracing::error!(%error, "the store cannot start a transaction");
-        }
+        tracing::error!(%error, "the store cannot start a transaction");
         let usable = roll_back(client).await;
         // Dropped, each change not kept tells its caller that the store could not make it.
         for done in applied {
@@ -267,7 +264,12 @@ async fn commit(
             Ok(())
         }
         Some(Kept { result: Err(error), .. }) if !aborted => {
-            tracing::error!(%error, "the store could not keep a change; it was not made");
+            if error.code().is_some_and(|code| code.code() == super::MISSED) {
+                // Only the statement before `COMMIT` expects anything of a transaction no change failed in.
+                tracing::error!("another replica took this one for gone: its changes are not kept");
+            } else {
+                tracing::error!(%error, "the store could not keep a change; it was not made");
+            }
             // A statement that failed before `COMMIT` leaves the transaction open, aborted.
             usable = roll_back(client).await;
             Err(unavailable(&error))
@@ -301,9 +303,13 @@ async fn commit(
     usable
 }
 
+/// Commits a transaction that recorded no events (see [`keep`]).
+static COMMIT: LazyLock<String> = LazyLock::new(|| format!("{NOT_TAKEN}; COMMIT"));
+
 /// Commits the transaction, in one exchange: every replica's tail is told, when the transaction commits, that
-/// `replica` recorded events, if it did. The statement before `COMMIT` fails in a transaction an error aborted,
-/// where a `COMMIT` alone would roll it back and report success. When `quiet` (no other change waits), the log
+/// `replica` recorded events, if it did. The statement before `COMMIT` ([`NOT_TAKEN`]) fails in a transaction
+/// an error aborted, where a `COMMIT` alone would roll it back and report success, and in one of a replica
+/// taken for gone. When `quiet` (no other change waits), the log
 /// is read right behind the `COMMIT` too, to publish the events without another exchange (what that read
 /// cannot publish, this replica's tail reads again); while changes keep coming, the tail reads once for
 /// several commits.
@@ -311,11 +317,15 @@ async fn keep(borrowed: Borrowed<'_>, publisher: &Publisher, replica: &str, reco
     let client = borrowed.client;
     if !recorded {
         return Kept {
-            result: client.batch_execute("SELECT 1; COMMIT").await,
+            result: client.batch_execute(&COMMIT).await,
             published: false,
         };
     }
-    let commit = format!("NOTIFY {}, {}; COMMIT", tail::CHANNEL, escaped_literal(replica));
+    let commit = format!(
+        "{NOT_TAKEN}; NOTIFY {}, {}; COMMIT",
+        tail::CHANNEL,
+        escaped_literal(replica)
+    );
     if !quiet {
         return Kept {
             result: client.batch_execute(&commit).await,

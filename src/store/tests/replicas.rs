@@ -512,17 +512,22 @@ async fn raise_round(store: &Store, call: &CallId, keys: &[&str]) -> Vec<Request
     store.raise(requests, Some(round), PendingCaps::NONE).await.unwrap()
 }
 
-/// Returns once `watcher` sees a transaction waiting for a lock; fails, saying `never`, after 30 s.
+/// Returns once `watcher` sees a transaction of its database waiting for a lock; fails, saying `never`, after
+/// 30 s.
 pub(super) async fn until_a_lock_is_awaited(watcher: &tokio_postgres::Client, never: &str) {
     until_locks_are_awaited(watcher, 1, never).await;
 }
 
-/// Returns once `watcher` sees `count` locks awaited; fails, saying `never`, after 30 s.
+/// Returns once `watcher` sees `count` transactions of its database waiting for locks (other tests' do not
+/// count); fails, saying `never`, after 30 s.
 async fn until_locks_are_awaited(watcher: &tokio_postgres::Client, count: i64, never: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let waiting: i64 = watcher
-            .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
             .await
             .unwrap()
             .get(0);

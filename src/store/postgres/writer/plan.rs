@@ -3,7 +3,6 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use super::super::super::shares::Held;
-use super::super::heartbeat::NOT_TAKEN;
 use super::super::tx::Turn;
 use super::super::{RAISE_LOCK, RAISED_ALONGSIDE};
 use super::{Job, principal_key, principal_lock};
@@ -87,8 +86,7 @@ impl Plan {
         }
     }
 
-    /// What begins the transaction: the locks its changes' turns need, then a check that this replica is not
-    /// taken for gone ([`NOT_TAKEN`](super::super::heartbeat::NOT_TAKEN)). The locks: the raising lock, then the
+    /// What begins the transaction, taking the locks its changes' turns need: the raising lock, then the
     /// principals' locks in the order of their keys, the same order in every transaction, before
     /// anything else the transaction waits for, so that two transactions never each hold one the other waits
     /// for.
@@ -109,9 +107,6 @@ impl Plan {
             Turn::RaisingAlone => begin.push(format!("SELECT pg_advisory_xact_lock({RAISE_LOCK})")),
             Turn::Apart => {}
         }
-        // Last: holding its replica's row gives the transaction its id, and a transaction with an id holds
-        // back the events of every replica until it ends (`tail.rs`), which waiting for a lock should not.
-        begin.push(NOT_TAKEN.to_owned());
         begin.join("; ")
     }
 }
@@ -165,7 +160,7 @@ mod tests {
         assert_eq!(
             plan.begin(),
             format!(
-                "BEGIN; SELECT pg_advisory_xact_lock_shared({RAISE_LOCK}); {}; {NOT_TAKEN}",
+                "BEGIN; SELECT pg_advisory_xact_lock_shared({RAISE_LOCK}); {}",
                 principal_lock(principal_key("zoe"))
             )
         );
@@ -177,7 +172,7 @@ mod tests {
         assert_eq!(plan.groups.iter().map(tags).collect::<Vec<_>>(), [vec![7]]);
         let plan = Plan::take(&mut batch).unwrap();
         assert_eq!(plan.groups.iter().map(tags).collect::<Vec<_>>(), [vec![9]]);
-        assert_eq!(plan.begin(), format!("BEGIN; {NOT_TAKEN}"));
+        assert_eq!(plan.begin(), "BEGIN");
     }
 
     #[test]
@@ -191,26 +186,25 @@ mod tests {
         let mut keys: Vec<i32> = ["ann", "bob", "zoe"].map(principal_key).to_vec();
         keys.sort_unstable();
         let locks: Vec<String> = keys.into_iter().map(principal_lock).collect();
-        assert_eq!(plan.begin(), format!("BEGIN; {}; {NOT_TAKEN}", locks.join("; ")));
+        assert_eq!(plan.begin(), format!("BEGIN; {}", locks.join("; ")));
     }
 
-    /// Each transaction holds its own replica's row, which no other replica's transactions take.
     #[test]
-    fn no_lock_of_the_fleet_is_taken_by_every_transaction() {
+    fn no_lock_is_taken_by_every_transaction() {
         let begin = |turn| {
             Plan::take(&mut VecDeque::from([job(turn, &[], &[], 1, 1)]))
                 .unwrap()
                 .begin()
         };
-        assert_eq!(begin(Turn::Alongside), format!("BEGIN; {NOT_TAKEN}"));
-        assert_eq!(begin(Turn::Apart), format!("BEGIN; {NOT_TAKEN}"));
+        assert_eq!(begin(Turn::Alongside), "BEGIN");
+        assert_eq!(begin(Turn::Apart), "BEGIN");
         assert_eq!(
             begin(Turn::RaisingAlongside),
-            format!("BEGIN; SELECT pg_advisory_xact_lock_shared({RAISE_LOCK}); {NOT_TAKEN}")
+            format!("BEGIN; SELECT pg_advisory_xact_lock_shared({RAISE_LOCK})")
         );
         assert_eq!(
             begin(Turn::RaisingAlone),
-            format!("BEGIN; SELECT pg_advisory_xact_lock({RAISE_LOCK}); {NOT_TAKEN}")
+            format!("BEGIN; SELECT pg_advisory_xact_lock({RAISE_LOCK})")
         );
     }
 }
