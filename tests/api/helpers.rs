@@ -413,7 +413,7 @@ impl Process {
     /// Sends SIGTERM and waits for the process to exit, returning its exit code.
     pub fn terminate(&mut self) -> Option<i32> {
         signal(self.child.id(), "TERM");
-        self.child.wait().unwrap().code()
+        self.exit_code()
     }
 
     /// Waits for a process that is ending on its own to exit, returning its exit code.

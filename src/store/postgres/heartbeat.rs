@@ -98,14 +98,13 @@ impl Postgres {
     /// another replica took it for gone.
     pub(super) async fn beat(self, stop: CancellationToken) {
         let sql = renew_sql();
-        let heartbeats = &self.shared.heartbeats;
+        let (heartbeats, replica) = (&self.shared.heartbeats, &self.shared.replica);
         loop {
             tokio::select! {
                 () = tokio::time::sleep(HEARTBEAT) => {}
                 () = stop.cancelled() => return,
             }
-            let replica = self.shared.replica.clone();
-            let renew = self.read(async |conn| conn.query(&sql, &[&replica]).await);
+            let renew = self.read(async |conn| conn.query(&sql, &[replica]).await);
             let recorded = match tokio::time::timeout(HEARTBEAT, renew).await {
                 Ok(Ok(rows)) if rows.is_empty() && stop.is_cancelled() => return,
                 Ok(Ok(rows)) if rows.is_empty() => {

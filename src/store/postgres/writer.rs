@@ -38,13 +38,13 @@ use crate::time::Clock;
 
 mod plan;
 
+use plan::Plan;
+
 /// How long a transaction of the writer may wait on the gateway (its process stopped, or cut off from the
 /// database) before the server ends it, and the connection with it. A transaction waits on the gateway for
-/// microseconds while it runs; an open one holds back every replica's events (see [`super::tail`]), and its
-/// replica's recovery, as it holds the replica's row.
+/// microseconds while it runs; an open one holds back every replica's events (see [`super::tail`]), and the
+/// recovery of its replica's work wherever it holds the rows of calls.
 const IDLE_IN_TRANSACTION: std::time::Duration = std::time::Duration::from_secs(5);
-
-use plan::Plan;
 
 /// The most changes one transaction takes.
 const MAX_BATCH: usize = 512;
@@ -309,10 +309,9 @@ static COMMIT: LazyLock<String> = LazyLock::new(|| format!("{NOT_TAKEN}; COMMIT"
 /// Commits the transaction, in one exchange: every replica's tail is told, when the transaction commits, that
 /// `replica` recorded events, if it did. The statement before `COMMIT` ([`NOT_TAKEN`]) fails in a transaction
 /// an error aborted, where a `COMMIT` alone would roll it back and report success, and in one of a replica
-/// taken for gone. When `quiet` (no other change waits), the log
-/// is read right behind the `COMMIT` too, to publish the events without another exchange (what that read
-/// cannot publish, this replica's tail reads again); while changes keep coming, the tail reads once for
-/// several commits.
+/// taken for gone. When `quiet` (no other change waits), the log is read right behind the `COMMIT` too, to
+/// publish the events without another exchange (what that read cannot publish, this replica's tail reads
+/// again); while changes keep coming, the tail reads once for several commits.
 async fn keep(borrowed: Borrowed<'_>, publisher: &Publisher, replica: &str, recorded: bool, quiet: bool) -> Kept {
     let client = borrowed.client;
     if !recorded {

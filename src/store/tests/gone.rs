@@ -4,12 +4,17 @@ use super::counts::{counted, recounted};
 use super::replicas::until_a_lock_is_awaited;
 use super::*;
 
-/// Closes replica `gone` and has its heartbeat read as older than any lease; returns its id.
-async fn taken_for_gone(url: &str, gone: Store) -> String {
-    let Store::Postgres(postgres) = &gone else {
+/// The id of replica `store`.
+fn replica_id(store: &Store) -> String {
+    let Store::Postgres(postgres) = store else {
         unreachable!()
     };
-    let id = postgres.replica().to_owned();
+    postgres.replica().to_owned()
+}
+
+/// Closes replica `gone` and has its heartbeat read as older than any lease; returns its id.
+async fn taken_for_gone(url: &str, gone: Store) -> String {
+    let id = replica_id(&gone);
     close(gone).await;
     connect_raw(url)
         .await
@@ -21,12 +26,9 @@ async fn taken_for_gone(url: &str, gone: Store) -> String {
 
 /// Opens session `ses_1` on the replica `store`.
 async fn open_session(store: &Store) {
-    let Store::Postgres(postgres) = store else {
-        unreachable!()
-    };
     let session = NewSession {
         id: ses_1(),
-        replica: postgres.replica().to_owned(),
+        replica: replica_id(store),
         server: "demo".to_owned(),
         owner: Some("ada".to_owned()),
     };
@@ -185,11 +187,7 @@ async fn answers_to_a_gone_replicas_requests_while_it_is_recovered_resolve_each_
 async fn no_change_of_a_replica_taken_for_gone_is_kept_and_its_next_heartbeat_tells_it() {
     let url = postgres::cluster::shared().database();
     let (taken, late) = (replica(&url).await, replica(&url).await);
-    let id = |store: &Store| match store {
-        Store::Postgres(postgres) => postgres.replica().to_owned(),
-        _ => unreachable!(),
-    };
-    let (taken_id, late_id) = (id(&taken), id(&late));
+    let (taken_id, late_id) = (replica_id(&taken), replica_id(&late));
     let held = insert(&taken, new_call("ada")).await;
     let a = replica(&url).await;
     let (raw, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
