@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use crate::cluster::Cluster;
+use crate::database::{self, Statement};
 use crate::process::{Backend, GatewayProcess};
 use crate::quota::CpuGroup;
 use crate::rest::Rest;
@@ -24,12 +25,16 @@ const CALLERS: usize = 64;
 const DEFAULT_QUOTA: f64 = 0.3;
 /// Three replicas should do this many times what one does, each under the quota.
 const SCALE_TARGET: f64 = 2.5;
+/// The statements shown of where the database's time goes while draining, the costliest first.
+const STATEMENTS_SHOWN: usize = 12;
 
 /// What one fleet measured.
 struct Measured {
     raise: f64,
     drain: f64,
     echo: f64,
+    /// The database's statements per drained answer; empty where `pg_stat_statements` is not loaded.
+    statements: Vec<Statement>,
 }
 
 /// The fleet section.
@@ -46,6 +51,7 @@ pub async fn table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
          | measurement | CPU per gateway | one replica | {FLEET} replicas | {FLEET} / one | target |\n\
          |---|---|---|---|---|---|\n"
     );
+    let mut work = String::new();
     let mut modes = vec![None];
     let mut skipped = None;
     if quota > 0.0 {
@@ -61,6 +67,7 @@ pub async fn table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
             None => ("unlimited".to_owned(), 1.0, "never slower than one".to_owned()),
             Some(cores) => (format!("{cores} core"), SCALE_TARGET, format!("≥ {SCALE_TARGET}× one")),
         };
+        work.push_str(&statements_table(&cpu, &one.statements, &fleet.statements));
         for (what, one, fleet) in [
             (
                 format!(
@@ -102,6 +109,7 @@ pub async fn table(binary: &Path, plan: &Plan) -> anyhow::Result<String> {
         skipped.map_or(String::new(), |why| format!(" The quota runs were skipped: {why}.")),
         era = era.protocol(),
     );
+    table.push_str(&work);
     Ok(table)
 }
 
@@ -117,7 +125,8 @@ async fn measure(
 ) -> anyhow::Result<Measured> {
     let cpu = cores.map_or_else(|| "unlimited".to_owned(), |cores| format!("{cores} core"));
     eprintln!("fleet: {replicas} × postgres, {cpu}");
-    let backend = Backend::Postgres(cluster.database());
+    let url = cluster.database();
+    let backend = Backend::Postgres(url.clone());
     let mut groups = Vec::new();
     let mut gateways = Vec::with_capacity(replicas);
     for nth in 0..replicas {
@@ -152,7 +161,12 @@ async fn measure(
     waiting::pending(&rests[0], era, count).await?;
     let raise = count as f64 / since.elapsed().as_secs_f64();
     let ids = waiting::pending_ids(&rests[0], count).await?;
+    let counted = database::reset_statements(cluster, &url);
     let drain = scale::drain(&rests, Arc::new(ids)).await?;
+    let statements = match counted {
+        true => database::statements(cluster, &url, count).await?,
+        false => Vec::new(),
+    };
     waiting::completed_on(&rests, era, count).await?;
     let next = Arc::new(AtomicUsize::new(0));
     let echo = rate(CALLERS, plan.window, move || {
@@ -164,5 +178,46 @@ async fn measure(
         group.limit(None)?;
     }
     drop(gateways);
-    Ok(Measured { raise, drain, echo })
+    Ok(Measured {
+        raise,
+        drain,
+        echo,
+        statements,
+    })
+}
+
+/// Where the database's time went while one replica and the fleet drained, statement by statement; nothing
+/// where the statements were not counted.
+fn statements_table(cpu: &str, one: &[Statement], fleet: &[Statement]) -> String {
+    if one.is_empty() || fleet.is_empty() {
+        return String::new();
+    }
+    let mut table = format!(
+        "\n#### The database's work per drained answer ({cpu})\n\n\
+         | statement (`pg_stat_statements`, the costliest {STATEMENTS_SHOWN} with {FLEET} replicas) | runs, one | µs, one | \
+         runs, {FLEET} | µs, {FLEET} |\n|---|---|---|---|---|\n"
+    );
+    let find = |label: &str| one.iter().find(|statement| statement.label == label);
+    for statement in fleet.iter().take(STATEMENTS_SHOWN) {
+        let (runs, micros) = find(&statement.label).map_or((0.0, 0.0), |one| (one.runs, one.micros));
+        let _ = writeln!(
+            table,
+            "| `{}` | {runs:.3} | {micros:.1} | {:.3} | {:.1} |",
+            statement.label.replace('|', "\\|"),
+            statement.runs,
+            statement.micros
+        );
+    }
+    let total = |statements: &[Statement]| {
+        statements.iter().fold((0.0, 0.0), |(runs, micros), statement| {
+            (runs + statement.runs, micros + statement.micros)
+        })
+    };
+    let ((one_runs, one_micros), (fleet_runs, fleet_micros)) = (total(one), total(fleet));
+    let _ = writeln!(
+        table,
+        "| every statement | {one_runs:.2} | {one_micros:.1} | {fleet_runs:.2} | {fleet_micros:.1} |\n\n\
+         µs are execution time, which counts time a backend waited for a lock or for a CPU."
+    );
+    table
 }
