@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::lock;
-use crate::records::Event;
+use crate::records::{Event, EventKind};
 
 /// How many events a slow subscriber may fall behind before it is told to re-list.
 const CHANNEL_CAPACITY: usize = 1024;
@@ -234,6 +234,34 @@ impl Since {
                 Err(broadcast::error::RecvError::Closed) => return false,
             }
         }
+    }
+
+    /// Whether the events received so far, without waiting, say that call `id` ended: `None` when they cannot
+    /// tell, the waiter having fallen behind some, or an event of the call having come without its data.
+    pub fn told_ended(mut self, id: &str) -> Option<bool> {
+        let mut events = std::mem::take(&mut self.backlog);
+        let mut lagged = self.lagged;
+        match &mut self.source {
+            Source::Every { live, committed } => {
+                lagged |= take_held(live, |live| events.push_back(live.event));
+                lagged |= take_held(committed, |event| events.push_back(event));
+            }
+            Source::Of(keyed) => lagged |= take_held(&mut keyed.receiver, |event| events.push_back(event)),
+        }
+        if lagged {
+            return None;
+        }
+        let mut told = Some(false);
+        let of_the_call =
+            |event: &&Arc<Event>| event.kind == EventKind::CallUpdated && event.call.as_deref() == Some(id);
+        for event in events.iter().filter(of_the_call) {
+            match event.call_status() {
+                Some(status) if status.is_final() => return Some(true),
+                Some(_) => {}
+                None => told = None,
+            }
+        }
+        told
     }
 }
 
@@ -566,6 +594,52 @@ mod tests {
         feed.publish([event(4, "s1", Some("call-b")), event(5, "s1", Some("call-a"))]);
         let ids: Vec<_> = std::iter::from_fn(|| told(&mut narrowed)).collect();
         assert_eq!(ids, [2, 3, 5]);
+    }
+
+    #[test]
+    fn what_was_seen_since_tells_whether_a_call_ended_or_says_it_cannot() {
+        let status = |id: u64, call: &str, status: &str| {
+            let tags = Tags {
+                server: "demo",
+                session: "s1",
+                call: Some(call),
+                owner: None,
+            };
+            Arc::new(Event {
+                id,
+                ..Event::new(EventKind::CallUpdated, &serde_json::json!({"status": status}), tags)
+            })
+        };
+        let feed = Feed::default();
+        let seen = || feed.since();
+        let (running, other_ended, ended, committed, unreadable, behind) =
+            (seen(), seen(), seen(), seen(), seen(), seen());
+        feed.publish([status(1, "call-a", "running"), status(2, "call-b", "cancelled")]);
+        assert_eq!(running.told_ended("call-a"), Some(false));
+        assert_eq!(
+            other_ended.told_ended("call-a"),
+            Some(false),
+            "another call's end is not its"
+        );
+
+        feed.committed([status(3, "call-a", "cancelled")]);
+        assert_eq!(
+            ended.told_ended("call-a"),
+            Some(true),
+            "committed here, not yet published"
+        );
+        feed.publish([status(3, "call-a", "cancelled")]);
+        assert_eq!(committed.told_ended("call-a"), Some(true));
+
+        feed.publish([Arc::new(status(4, "call-c", "completed").without_data())]);
+        assert_eq!(
+            unreadable.told_ended("call-c"),
+            None,
+            "an event without its data cannot tell"
+        );
+        feed.publish((5..).take(CHANNEL_CAPACITY).map(|id| status(id, "call-d", "running")));
+        assert_eq!(behind.told_ended("call-a"), None, "what it fell behind may have told");
+        assert_eq!(seen().told_ended("call-a"), Some(false), "nothing since");
     }
 
     #[test]

@@ -91,7 +91,7 @@ pub struct Gateway {
     store: Store,
     limits: Limits,
     retention: Retention,
-    resumes: mpsc::UnboundedReceiver<store::Retry>,
+    resumes: mpsc::UnboundedReceiver<registry::Resume>,
     tracker: TaskTracker,
 }
 
@@ -181,7 +181,7 @@ impl Gateway {
         let listening = listener.local_addr()?;
         let channels = config.notify().map_err(anyhow::Error::msg)?;
         let links = Links::open(config.links().map_err(anyhow::Error::msg)?, listening, &store).await?;
-        let registry = Registry::new(store.clone(), policy, metrics.clone(), resume);
+        let registry = Registry::new(store.clone(), feed.clone(), policy, metrics.clone(), resume);
         let calls = Calls::new(store.clone(), registry.clone(), metrics.clone());
         let grants = Grants::new(store.clone());
         let sessions = Sessions::new(store.clone(), replica.clone());
@@ -373,7 +373,7 @@ async fn reap_replicas(store: Store, registry: Registry, upstreams: Arc<Upstream
 async fn resume(store: &Store, registry: &Registry, calls: Vec<CallId>) {
     for call in calls {
         match store.retry(&call).await {
-            Ok(Some(retry)) => registry.resume(retry),
+            Ok(Some(retry)) => registry.resume(retry, None),
             Ok(None) => {}
             Err(error) => tracing::error!(%call, %error, "a call to retry could not be read"),
         }

@@ -19,6 +19,7 @@ use crate::auth::Principal;
 use crate::decision::{self, Proposal, Rules, Upstream};
 pub use crate::decision::{Refusal, may_answer};
 use crate::elicitation;
+use crate::feed::{Feed, Since};
 use crate::forms::Forms;
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::lock;
@@ -208,8 +209,10 @@ struct Shared {
     metrics: Metrics,
     /// The 2025-11-25 elicitations waiting in this process, by Request id.
     waiters: Mutex<HashMap<RequestId, Waiter>>,
+    /// Followed from before each answer, so that the call it resumes knows whether it ended since.
+    feed: Feed,
     /// Told the calls whose round was just completed, with what retrying each takes.
-    resumes: mpsc::UnboundedSender<Retry>,
+    resumes: mpsc::UnboundedSender<Resume>,
     /// Wakes the reaper when a Request may expire sooner than it planned.
     reaper: Notify,
     /// When the reaper plans to look next (`None`: not until woken).
@@ -223,9 +226,24 @@ struct Waiter {
     upstream: Upstream,
 }
 
+/// A call whose round is completed, to be retried.
+pub struct Resume {
+    pub retry: Retry,
+    /// The events from just before the change that completed the round, where they were followed: they tell
+    /// whether the call ended since without reading the store.
+    pub seen: Option<Since>,
+}
+
 impl Registry {
-    /// The Requests kept in `store`; each call whose 2026-07-28 round is completed is sent to `resumes`.
-    pub fn new(store: Store, policy: Policy, metrics: Metrics, resumes: mpsc::UnboundedSender<Retry>) -> Self {
+    /// The Requests kept in `store`, whose changes `feed` tells; each call whose 2026-07-28 round is completed is
+    /// sent to `resumes`.
+    pub fn new(
+        store: Store,
+        feed: Feed,
+        policy: Policy,
+        metrics: Metrics,
+        resumes: mpsc::UnboundedSender<Resume>,
+    ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 store,
@@ -236,6 +254,7 @@ impl Registry {
                 policy,
                 metrics,
                 waiters: Mutex::default(),
+                feed,
                 resumes,
                 reaper: Notify::new(),
                 reaper_at: Mutex::new(None),
@@ -524,10 +543,13 @@ impl Registry {
             rules: self.shared.rules.clone(),
         };
         let answer = proposal.answer.clone();
+        let seen = self.shared.feed.since();
         match self.shared.store.answer(id, proposal).await? {
             Answered::Won { view, event, resumes } => {
                 self.settled(std::slice::from_ref(&view), Tell::Cancel);
-                self.resume_all(resumes.map(|retry| *retry));
+                if let Some(retry) = resumes {
+                    self.resume(*retry, Some(seen));
+                }
                 Ok(AnswerAccepted {
                     view,
                     event: Some(event),
@@ -730,7 +752,7 @@ impl Registry {
     /// events of `feed` tell (published, or committed ahead of that), until `shutdown`; one whose read fails is
     /// read again at the next event or after [`REREAD`], until it is read or nothing here waits on it. Whoever
     /// resolved them counted and logged them.
-    pub async fn follow_replicas(self, feed: crate::feed::Feed, shutdown: CancellationToken) {
+    pub async fn follow_replicas(self, feed: Feed, shutdown: CancellationToken) {
         let mut events = feed.since();
         // Resolved elsewhere, but not read: their event has passed, so they are read again until they are.
         let mut unread: Vec<RequestId> = Vec::new();
@@ -783,14 +805,15 @@ impl Registry {
         }
     }
 
-    /// Hands on a call whose round is answered, to be retried.
-    pub fn resume(&self, retry: Retry) {
-        let _ = self.shared.resumes.send(retry);
+    /// Hands on a call whose round is answered, to be retried, with the events `seen` from before the change
+    /// that answered it, if they were followed.
+    pub fn resume(&self, retry: Retry, seen: Option<Since>) {
+        let _ = self.shared.resumes.send(Resume { retry, seen });
     }
 
     fn resume_all(&self, retries: impl IntoIterator<Item = Retry>) {
         for retry in retries {
-            self.resume(retry);
+            self.resume(retry, None);
         }
     }
 
@@ -804,10 +827,16 @@ impl Registry {
     /// A registry of Requests that live `ttl`, without caps, on the store at `location` opened as replica
     /// `name`; and that store.
     async fn opened(location: &crate::store::Location, name: &str, ttl: Duration) -> (Store, Self) {
-        let feed = crate::feed::Feed::default();
-        let store = Store::open(location, feed, Duration::from_secs(86_400), name, Clock::default())
-            .await
-            .unwrap();
+        let feed = Feed::default();
+        let store = Store::open(
+            location,
+            feed.clone(),
+            Duration::from_secs(86_400),
+            name,
+            Clock::default(),
+        )
+        .await
+        .unwrap();
         let policy = Policy {
             ttl,
             apply_defaults: true,
@@ -815,7 +844,10 @@ impl Registry {
             max_request_bytes: usize::MAX,
         };
         let (resumes, _) = mpsc::unbounded_channel();
-        (store.clone(), Self::new(store, policy, Metrics::default(), resumes))
+        (
+            store.clone(),
+            Self::new(store, feed, policy, Metrics::default(), resumes),
+        )
     }
 }
 

@@ -43,9 +43,9 @@ use crate::grants::Grants;
 use crate::ids::{CallId, SessionId};
 use crate::lock;
 use crate::records::{Arguments, CallStatus, CallView, Finish, SessionStatus, SessionView, ToolName, Via};
-use crate::registry::{Registry, Tell};
+use crate::registry::{Registry, Resume, Tell};
 use crate::sessions::Sessions;
-use crate::store::{InsertCallError, InsertSessionError, NewCall, Pending, Retry, StoreError};
+use crate::store::{InsertCallError, InsertSessionError, NewCall, Pending, StoreError};
 use crate::time::Timestamp;
 
 /// How long closing a session may take before its transport is dropped (which kills a child process).
@@ -376,7 +376,7 @@ impl Upstreams {
 
     /// Opens each server's shared session, keeps re-opening it when it ends, retries each call `resumes` names
     /// (2026-07-28 calls whose round was answered), and stops the legs of calls that end elsewhere.
-    pub fn start(self: &Arc<Self>, mut resumes: mpsc::UnboundedReceiver<Retry>) {
+    pub fn start(self: &Arc<Self>, mut resumes: mpsc::UnboundedReceiver<Resume>) {
         for index in 0..self.servers.len() {
             self.tracker.spawn(self.clone().supervise(index));
         }
@@ -384,12 +384,12 @@ impl Upstreams {
         let this = self.clone();
         self.tracker.spawn(async move {
             loop {
-                let retry = tokio::select! {
-                    retry = resumes.recv() => retry,
+                let resume = tokio::select! {
+                    resume = resumes.recv() => resume,
                     () = this.shutdown.cancelled() => return,
                 };
-                let Some(retry) = retry else { return };
-                this.clone().resume(retry);
+                let Some(resume) = resume else { return };
+                this.clone().resume(resume);
             }
         });
     }
@@ -510,6 +510,7 @@ impl Upstreams {
             protocol_version: live.protocol_version.clone(),
             capabilities: serde_json::to_value(capabilities(false)).unwrap_or_default(),
         };
+        let seen = self.feed.since();
         let started = self
             .calls
             .create(call, self.limits.calls_per_principal)
@@ -557,6 +558,7 @@ impl Upstreams {
                 live,
                 Work::Send(Box::new(params)),
                 0,
+                Some(seen),
             )
             .await;
         let keeping = Keeping(Some(Unkept {

@@ -220,6 +220,7 @@ impl Upstreams {
         let shared = session.is_some_and(|session| session.shared);
         let live = self.session_for(&view.server, &view.session, shared).await?;
         // Whoever waited on the approval — this process, a previous run, or another replica — sends it once.
+        let seen = self.feed.since();
         let claimed = self
             .calls
             .forwarding(call, &allowed, &Arguments::of(&arguments))
@@ -248,7 +249,7 @@ impl Upstreams {
         };
         let _ = self
             .clone()
-            .spawn_leg(call, view.tool, live, Work::Send(Box::new(params)), 0)
+            .spawn_leg(call, view.tool, live, Work::Send(Box::new(params)), 0, Some(seen))
             .await;
         Ok(())
     }

@@ -15,10 +15,10 @@ use super::call::{self, Driven};
 use super::client::Waits;
 use super::task::{self, FollowedTask};
 use super::{CallRef, Leg, Live, Target, UpstreamError, Upstreams, lock};
-use crate::feed::Concern;
+use crate::feed::{Concern, Since};
 use crate::ids::{CallId, SessionId};
 use crate::records::{EventKind, Finish};
-use crate::store::Retry;
+use crate::registry::Resume;
 
 /// The first pause before recording a call's end again; it doubles up to `RETRY_MOST`.
 const RETRY_FIRST: Duration = Duration::from_millis(250);
@@ -51,7 +51,9 @@ pub(super) enum LegError {
 
 impl Upstreams {
     /// Sends one `tools/call` of a call on a task of its own, and acts on how it ends: the call ends, or
-    /// waits on a round of Requests (then the answer that completes the round resumes it).
+    /// waits on a round of Requests (then the answer that completes the round resumes it). `seen` are the
+    /// events since just before the change that let the call run (its start, its approval, or the answer that
+    /// completed its round), where they were followed.
     pub(super) async fn spawn_leg(
         self: Arc<Self>,
         call: CallRef,
@@ -59,15 +61,24 @@ impl Upstreams {
         live: Arc<Live>,
         work: Work,
         round: u32,
+        seen: Option<Since>,
     ) -> CancellationToken {
         let leg = CancellationToken::new();
         let id = self.next_leg.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let entry = Leg { id, token: leg.clone() };
         lock(&self.legs).insert(call.id.clone(), entry);
-        // Registered before this check, so that a cancellation either sees the leg or has ended the call: the
-        // check reads what is committed, not waiting for the call's start to be kept, and an end committed after
-        // that read looks for the leg once it is kept, after the leg was registered.
-        if self.calls.has_ended(&call.id).await {
+        // Registered before this check, so that a cancellation either sees the leg or has ended the call. An end
+        // committed after the change that let the call run is published after `seen` began: if
+        // `stop_legs_of_ended_calls` took its event before the leg was registered, `seen` holds it now; if later,
+        // that finds the leg. Without `seen`, or where it cannot tell, the check reads what is committed, not
+        // waiting for the call's start to be kept, and an end committed after that read looks for the leg once
+        // it is kept, after the leg was registered.
+        let told = seen.and_then(|seen| seen.told_ended(call.id.as_str()));
+        let ended = match told {
+            Some(ended) => ended,
+            None => self.calls.has_ended(&call.id).await,
+        };
+        if ended {
             self.forget_leg(&call.id, id);
             leg.cancel();
             return leg;
@@ -261,7 +272,7 @@ impl Upstreams {
 
     /// Retries a call whose round was answered, on its session or, if that was the server's shared one,
     /// on the shared session open now.
-    pub(super) fn resume(self: Arc<Self>, retry: Retry) {
+    pub(super) fn resume(self: Arc<Self>, Resume { retry, seen }: Resume) {
         let this = self.clone();
         self.tracker.spawn(async move {
             let call = retry.call.clone();
@@ -286,7 +297,7 @@ impl Upstreams {
                 id: call,
                 owner: retry.owner,
             };
-            let _ = this.spawn_leg(call, retry.tool, live, work, retry.round).await;
+            let _ = this.spawn_leg(call, retry.tool, live, work, retry.round, seen).await;
         });
     }
 
