@@ -78,16 +78,13 @@ impl Counters {
 /// One statement's share of a stretch of work, as `pg_stat_statements` counted it.
 #[derive(Debug, Clone)]
 pub struct Statement {
-    /// The statement's text, white space folded, cut to [`LABEL_CHARS`].
-    pub label: String,
+    /// The statement's text, white space folded.
+    pub text: String,
     /// Runs per unit of work.
     pub runs: f64,
     /// Execution time per unit of work, in µs (time waiting on locks or for a CPU included).
     pub micros: f64,
 }
-
-/// How much of a statement's text names it in a table.
-const LABEL_CHARS: usize = 72;
 
 /// Forgets what `pg_stat_statements` counted so far in the whole server; false when it is not loaded in
 /// database `url`.
@@ -98,12 +95,10 @@ pub fn reset_statements(cluster: &Cluster, url: &str) -> bool {
 /// Database `url`'s statements since [`reset_statements`], per unit of `work`, the costliest first.
 pub async fn statements(cluster: &Cluster, url: &str, work: usize) -> anyhow::Result<Vec<Statement>> {
     tokio::time::sleep(STATS_FLUSH).await;
-    let sql = format!(
-        "SELECT calls, total_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), {LABEL_CHARS}) \
+    let sql = "SELECT calls, total_exec_time, regexp_replace(query, '\\s+', ' ', 'g') \
          FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-         ORDER BY total_exec_time DESC"
-    );
-    let out = cluster.query(url, &sql).map_err(anyhow::Error::msg)?;
+         ORDER BY total_exec_time DESC";
+    let out = cluster.query(url, sql).map_err(anyhow::Error::msg)?;
     let work = work.max(1) as f64;
     out.lines()
         .filter(|line| !line.is_empty())
@@ -115,7 +110,7 @@ pub async fn statements(cluster: &Cluster, url: &str, work: usize) -> anyhow::Re
             Ok(Statement {
                 runs: runs / work,
                 micros: millis * 1000.0 / work,
-                label: next()?.trim().to_owned(),
+                text: next()?.trim().to_owned(),
             })
         })
         .collect()

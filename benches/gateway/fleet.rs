@@ -27,6 +27,8 @@ const DEFAULT_QUOTA: f64 = 0.3;
 const SCALE_TARGET: f64 = 2.5;
 /// The statements shown of where the database's time goes while draining, the costliest first.
 const STATEMENTS_SHOWN: usize = 12;
+/// How much of a statement's text names it there.
+const LABEL_CHARS: usize = 72;
 
 /// What one fleet measured.
 struct Measured {
@@ -197,13 +199,17 @@ fn statements_table(cpu: &str, one: &[Statement], fleet: &[Statement]) -> String
          | statement (`pg_stat_statements`, the costliest {STATEMENTS_SHOWN} with {FLEET} replicas) | runs, one | µs, one | \
          runs, {FLEET} | µs, {FLEET} |\n|---|---|---|---|---|\n"
     );
-    let find = |label: &str| one.iter().find(|statement| statement.label == label);
+    let find = |text: &str| one.iter().find(|statement| statement.text == text);
     for statement in fleet.iter().take(STATEMENTS_SHOWN) {
-        let (runs, micros) = find(&statement.label).map_or((0.0, 0.0), |one| (one.runs, one.micros));
+        let (runs, micros) = find(&statement.text).map_or((0.0, 0.0), |one| (one.runs, one.micros));
+        let mut label: String = statement.text.chars().take(LABEL_CHARS).collect();
+        if label.len() < statement.text.len() {
+            label.push('…');
+        }
         let _ = writeln!(
             table,
             "| `{}` | {runs:.3} | {micros:.1} | {:.3} | {:.1} |",
-            statement.label.replace('|', "\\|"),
+            label.replace('|', "\\|"),
             statement.runs,
             statement.micros
         );
