@@ -239,29 +239,28 @@ impl Since {
     /// Whether the events received so far, without waiting, say that call `id` ended: `None` when they cannot
     /// tell, the waiter having fallen behind some, or an event of the call having come without its data.
     pub fn told_ended(mut self, id: &str) -> Option<bool> {
-        let mut events = std::mem::take(&mut self.backlog);
-        let mut lagged = self.lagged;
-        match &mut self.source {
-            Source::Every { live, committed } => {
-                lagged |= take_held(live, |live| events.push_back(live.event));
-                lagged |= take_held(committed, |event| events.push_back(event));
+        let (mut ended, mut unreadable) = (false, self.lagged);
+        let mut look = |event: Arc<Event>| {
+            if event.kind != EventKind::CallUpdated || event.call.as_deref() != Some(id) {
+                return;
             }
-            Source::Of(keyed) => lagged |= take_held(&mut keyed.receiver, |event| events.push_back(event)),
-        }
-        if lagged {
-            return None;
-        }
-        let mut told = Some(false);
-        let of_the_call =
-            |event: &&Arc<Event>| event.kind == EventKind::CallUpdated && event.call.as_deref() == Some(id);
-        for event in events.iter().filter(of_the_call) {
             match event.call_status() {
-                Some(status) if status.is_final() => return Some(true),
-                Some(_) => {}
-                None => told = None,
+                Some(status) => ended |= status.is_final(),
+                None => unreadable = true,
             }
+        };
+        std::mem::take(&mut self.backlog).into_iter().for_each(&mut look);
+        let lagged = match &mut self.source {
+            Source::Every { live, committed } => {
+                take_held(live, |live| look(live.event)) | take_held(committed, &mut look)
+            }
+            Source::Of(keyed) => take_held(&mut keyed.receiver, &mut look),
+        };
+        match (ended, unreadable || lagged) {
+            (true, _) => Some(true),
+            (false, true) => None,
+            (false, false) => Some(false),
         }
-        told
     }
 }
 
@@ -612,8 +611,8 @@ mod tests {
         };
         let feed = Feed::default();
         let seen = || feed.since();
-        let (running, other_ended, ended, committed, unreadable, behind) =
-            (seen(), seen(), seen(), seen(), seen(), seen());
+        let (running, other_ended, ended, committed, unreadable, behind, behind_then_told) =
+            (seen(), seen(), seen(), seen(), seen(), seen(), seen());
         feed.publish([status(1, "call-a", "running"), status(2, "call-b", "cancelled")]);
         assert_eq!(running.told_ended("call-a"), Some(false));
         assert_eq!(
@@ -638,7 +637,13 @@ mod tests {
             "an event without its data cannot tell"
         );
         feed.publish((5..).take(CHANNEL_CAPACITY).map(|id| status(id, "call-d", "running")));
-        assert_eq!(behind.told_ended("call-a"), None, "what it fell behind may have told");
+        assert_eq!(behind.told_ended("call-f"), None, "what it fell behind may have told");
+        feed.publish([status(CHANNEL_CAPACITY as u64 + 5, "call-e", "failed")]);
+        assert_eq!(
+            behind_then_told.told_ended("call-e"),
+            Some(true),
+            "told after it fell behind"
+        );
         assert_eq!(seen().told_ended("call-a"), Some(false), "nothing since");
     }
 

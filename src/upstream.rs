@@ -525,6 +525,8 @@ impl Upstreams {
         let view = started.view;
         let following = self.reports.follow(&view.id);
         if let Some(policy) = self.approvals.find(&view.server, &view.tool) {
+            // The call runs once approved, with events followed from the approval's claim.
+            drop(seen);
             // Nothing goes upstream before the approval: the call must be kept before it can be raised.
             if let Err(error) = started.kept.await {
                 self.abandon(view.id.clone());

@@ -68,11 +68,12 @@ impl Upstreams {
         let entry = Leg { id, token: leg.clone() };
         lock(&self.legs).insert(call.id.clone(), entry);
         // Registered before this check, so that a cancellation either sees the leg or has ended the call. An end
-        // committed after the change that let the call run is published after `seen` began: if
-        // `stop_legs_of_ended_calls` took its event before the leg was registered, `seen` holds it now; if later,
-        // that finds the leg. Without `seen`, or where it cannot tell, the check reads what is committed, not
-        // waiting for the call's start to be kept, and an end committed after that read looks for the leg once
-        // it is kept, after the leg was registered.
+        // committed before the change that let the call run makes that change fail (a call cannot end before it
+        // starts; a claim and an answer need it running). One committed after it is published after `seen`
+        // began: if `stop_legs_of_ended_calls` took its event before the leg was registered, `seen` holds it now;
+        // if later, that finds the leg. Without `seen`, or where it cannot tell, the check reads what is
+        // committed, not waiting for the call's start to be kept, and an end committed after that read looks for
+        // the leg once it is kept, after the leg was registered.
         let told = seen.and_then(|seen| seen.told_ended(call.id.as_str()));
         let ended = match told {
             Some(ended) => ended,
