@@ -250,16 +250,24 @@ impl Since {
             }
         };
         std::mem::take(&mut self.backlog).into_iter().for_each(&mut look);
-        let lagged = match &mut self.source {
-            Source::Every { live, committed } => {
-                take_held(live, |live| look(live.event)) | take_held(committed, &mut look)
-            }
-            Source::Of(keyed) => take_held(&mut keyed.receiver, &mut look),
-        };
+        let lagged = self.source.take_held(look);
         match (ended, unreadable || lagged) {
             (true, _) => Some(true),
             (false, true) => None,
             (false, false) => Some(false),
+        }
+    }
+}
+
+impl Source {
+    /// Hands `take` every event held now, published or committed, without waiting; whether it had fallen behind.
+    fn take_held(&mut self, mut take: impl FnMut(Arc<Event>)) -> bool {
+        match self {
+            Source::Every { live, committed } => {
+                let live_lagged = take_held(live, |live| take(live.event));
+                take_held(committed, take) | live_lagged
+            }
+            Source::Of(keyed) => take_held(&mut keyed.receiver, take),
         }
     }
 }
@@ -405,19 +413,12 @@ impl Feed {
     pub fn narrow(&self, since: Since, key: Key) -> Since {
         let mut narrowed = self.since_of(key.clone());
         let Since {
-            source,
+            mut source,
             mut backlog,
             mut lagged,
         } = since;
         // Taken after the key's channel is subscribed: an event sent in between may come twice, never not at all.
-        if let Source::Every {
-            mut live,
-            mut committed,
-        } = source
-        {
-            lagged |= take_held(&mut live, |live| backlog.push_back(live.event));
-            lagged |= take_held(&mut committed, |event| backlog.push_back(event));
-        }
+        lagged |= source.take_held(|event| backlog.push_back(event));
         backlog.retain(|event| key.concerns(event));
         narrowed.backlog = backlog;
         narrowed.lagged = lagged;

@@ -92,7 +92,8 @@ pub fn reset_statements(cluster: &Cluster, url: &str) -> bool {
     cluster.counts_statements(url) && cluster.query(url, "SELECT pg_stat_statements_reset()").is_ok()
 }
 
-/// Database `url`'s statements since [`reset_statements`], per unit of `work`, the costliest first.
+/// Database `url`'s statements since [`reset_statements`], per unit of `work`, the costliest first, read once
+/// what the work left running (calls the last answers resumed) has had [`STATS_FLUSH`] to end.
 pub async fn statements(cluster: &Cluster, url: &str, work: usize) -> anyhow::Result<Vec<Statement>> {
     tokio::time::sleep(STATS_FLUSH).await;
     let sql = "SELECT calls, total_exec_time, regexp_replace(query, '\\s+', ' ', 'g') \

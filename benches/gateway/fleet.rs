@@ -165,9 +165,10 @@ async fn measure(
     let ids = waiting::pending_ids(&rests[0], count).await?;
     let counted = database::reset_statements(cluster, &url);
     let drain = scale::drain(&rests, Arc::new(ids)).await?;
-    let statements = match counted {
-        true => database::statements(cluster, &url, count).await?,
-        false => Vec::new(),
+    let statements = if counted {
+        database::statements(cluster, &url, count).await?
+    } else {
+        Vec::new()
     };
     waiting::completed_on(&rests, era, count).await?;
     let next = Arc::new(AtomicUsize::new(0));
