@@ -64,6 +64,37 @@ macro_rules! dispatch {
     };
 }
 
+/// Runs a verb written once for both SQL engines (see [`sql`]) on a read connection; the memory store runs its
+/// own.
+macro_rules! read {
+    ($store:expr, $memory:ident => $own:expr, $conn:ident => $verb:expr) => {
+        match $store {
+            Store::Memory($memory) => $own.await,
+            Store::Sqlite(sqlite) => sqlite.read(|$conn| sql::at_once($verb)),
+            Store::Postgres(postgres) => postgres.read(async |$conn| $verb.await).await,
+        }
+    };
+}
+
+/// Runs a verb written once for both SQL engines (see [`sql`]) as a change, with its own copy of each argument;
+/// the memory store runs its own. PostgreSQL runs it again, with a copy again, when its transaction failed for
+/// another change's sake.
+macro_rules! change {
+    ($store:expr, $memory:ident => $own:expr, $verb:path, $($arg:ident),*) => {
+        match $store {
+            Store::Memory($memory) => $own.await,
+            Store::Sqlite(sqlite) => {
+                $(let $arg = $arg.to_owned();)*
+                sqlite.write(move |tx| sql::at_once($verb(tx, $($arg),*))).await
+            }
+            Store::Postgres(postgres) => {
+                $(let $arg = $arg.to_owned();)*
+                postgres.write_alongside(move |tx| Box::pin($verb(tx, $($arg.clone()),*))).await
+            }
+        }
+    };
+}
+
 impl Store {
     /// Opens the store at `location`, publishing what it records to `feed` and stamping it by `clock`;
     /// `retention` is how long ended records are kept (the memory store forgets them then, a database store
@@ -165,13 +196,17 @@ impl Store {
 
     /// When the next pending Request expires.
     pub async fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
-        dispatch!(self, store => store.next_deadline().await)
+        read!(self, memory => memory.next_deadline(), conn => sql::requests::next_deadline(conn))
     }
 
     /// Records the upstream's completion of a URL-mode elicitation; `false` if no Request matches or it was
     /// recorded already.
     pub async fn complete(&self, session: &SessionId, elicitation_id: &str) -> Result<bool, StoreError> {
-        dispatch!(self, store => store.complete(session, elicitation_id).await)
+        change!(
+            self,
+            memory => memory.complete(session, elicitation_id),
+            sql::requests::completed, session, elicitation_id
+        )
     }
 
     /// Records a running call, unless its owner has `max_running` calls that have not ended. It returns once
@@ -190,12 +225,12 @@ impl Store {
     /// elicitation first: the Request becomes `cancelled` with `detail`, its answer kept for the record. `None`
     /// if it was not answered.
     pub async fn undelivered(&self, id: &RequestId, detail: &str) -> Result<Option<RequestView>, StoreError> {
-        dispatch!(self, store => store.undelivered(id, detail).await)
+        change!(self, memory => memory.undelivered(id, detail), sql::requests::undelivered, id, detail)
     }
 
     /// Records why the upstream refused a call's latest round, on the Requests that answered it.
     pub async fn annotate_round(&self, call: &CallId, detail: &str) -> Result<(), StoreError> {
-        dispatch!(self, store => store.annotate_round(call, detail).await)
+        change!(self, memory => memory.annotate_round(call, detail), sql::requests::annotate_round, call, detail)
     }
 
     /// What retrying a call takes, if it has not ended and its latest round is answered, or it follows a task.
@@ -225,7 +260,11 @@ impl Store {
         protocol_version: Option<String>,
         server_info: Option<Implementation>,
     ) -> Result<Option<SessionView>, StoreError> {
-        dispatch!(self, store => store.session_ready(id, protocol_version, server_info).await)
+        change!(
+            self,
+            memory => memory.session_ready(id, protocol_version, server_info),
+            sql::sessions::ready, id, protocol_version, server_info
+        )
     }
 
     /// Ends a session that is open; `None` if it had ended already.
@@ -235,12 +274,12 @@ impl Store {
         status: SessionStatus,
         detail: &str,
     ) -> Result<Option<SessionView>, StoreError> {
-        dispatch!(self, store => store.end_session(id, status, detail).await)
+        change!(self, memory => memory.end_session(id, status, detail), sql::sessions::ended, id, status, detail)
     }
 
     /// One Request.
     pub async fn request(&self, id: &RequestId) -> Result<Option<RequestView>, StoreError> {
-        dispatch!(self, store => store.request(id).await)
+        read!(self, memory => memory.request(id), conn => sql::requests::one(conn, id))
     }
 
     /// A Request's status and owner, without reading the rest.
@@ -255,7 +294,11 @@ impl Store {
         cursor: u64,
         limit: usize,
     ) -> Result<(Vec<RequestView>, Option<u64>), StoreError> {
-        dispatch!(self, store => store.requests(filter, cursor, limit).await)
+        read!(
+            self,
+            memory => memory.requests(filter, cursor, limit),
+            conn => sql::requests::page(conn, filter, cursor, limit)
+        )
     }
 
     /// How many Requests are pending.
@@ -277,7 +320,7 @@ impl Store {
 
     /// Gives the grant an approval asked for, once: the grant that approval gave, new or given before.
     pub async fn give_grant(&self, grant: NewGrant) -> Result<GrantView, StoreError> {
-        dispatch!(self, store => store.give_grant(grant).await)
+        change!(self, memory => memory.give_grant(grant), sql::grants::give, grant)
     }
 
     /// Uses the oldest grant that holds, covers `call` (whose arguments have `digest`) and lasts as one of
@@ -288,22 +331,27 @@ impl Store {
         digest: &str,
         offered: &[Lasting],
     ) -> Result<Option<GrantView>, StoreError> {
-        dispatch!(self, store => store.use_grant(call, digest, offered).await)
+        change!(self, memory => memory.use_grant(call, digest, offered), sql::grants::used, call, digest, offered)
     }
 
     /// A grant, whether it holds or not.
     pub async fn grant(&self, id: &GrantId) -> Result<Option<GrantView>, StoreError> {
-        dispatch!(self, store => store.grant(id).await)
+        read!(self, memory => memory.grant(id), conn => sql::grants::one(conn, id))
     }
 
     /// Up to `limit` grants that hold now, of `owner` or of everyone, oldest first.
     pub async fn grants(&self, owner: Option<&str>, limit: usize) -> Result<Vec<GrantView>, StoreError> {
-        dispatch!(self, store => store.grants(owner, limit).await)
+        let now = self.clock().now().millis();
+        read!(
+            self,
+            memory => memory.grants(owner, limit),
+            conn => sql::grants::live(conn, now, owner, limit)
+        )
     }
 
     /// Revokes a grant that is not revoked yet, by `by`: `None` when it is unknown or revoked already.
     pub async fn revoke_grant(&self, id: &GrantId, by: &str) -> Result<Option<GrantView>, StoreError> {
-        dispatch!(self, store => store.revoke_grant(id, by).await)
+        change!(self, memory => memory.revoke_grant(id, by), sql::grants::revoked, id, by)
     }
 
     /// A call's status and owner, without reading the rest.
@@ -339,12 +387,13 @@ impl Store {
 
     /// One session.
     pub async fn session(&self, id: &SessionId) -> Result<Option<SessionView>, StoreError> {
-        dispatch!(self, store => store.session(id).await)
+        read!(self, memory => memory.session(id), conn => sql::sessions::one(conn, id))
     }
 
     /// The sessions `filter` keeps, oldest first.
     pub async fn sessions(&self, filter: SessionFilter) -> Result<Vec<SessionView>, StoreError> {
-        dispatch!(self, store => store.sessions(filter).await)
+        let all = filter == SessionFilter::All;
+        read!(self, memory => memory.sessions(filter), conn => sql::sessions::list(conn, all))
     }
 
     /// Up to `limit` events recorded after event `after`, oldest first.
@@ -359,7 +408,7 @@ impl Store {
 
     /// The newest link of the audit chain; `None` before an event is chained.
     pub async fn chain_head(&self) -> Result<Option<Link>, StoreError> {
-        dispatch!(self, store => store.chain_head().await)
+        read!(self, memory => memory.chain_head(), conn => sql::audit::head(conn))
     }
 
     /// Appends `links` (of events published, in the order of the log, each following the one before) to the
@@ -371,12 +420,12 @@ impl Store {
 
     /// Up to `limit` events chained after event `after`, oldest first, each with its link.
     pub async fn chained_after(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError> {
-        dispatch!(self, store => store.chained_after(after, limit).await)
+        read!(self, memory => memory.chained_after(after, limit), conn => sql::audit::chained(conn, after, limit))
     }
 
     /// The id of the last event delivered to a webhook, as last recorded.
     pub async fn webhook_cursor(&self, webhook: &str) -> Result<Option<u64>, StoreError> {
-        dispatch!(self, store => store.webhook_cursor(webhook).await)
+        read!(self, memory => memory.webhook_cursor(webhook), conn => sql::maintenance::webhook_cursor(conn, webhook))
     }
 
     /// Records that a webhook has had every event up to `event`, unless it is recorded further already; kept

@@ -2,6 +2,7 @@
 //! its index (pending Requests are listed through their own, which the condition must spell out).
 
 use super::rows::REQUEST;
+use super::sql::Bind;
 use crate::records::{CallFilter, CallStatus, DecisionFilter, Filter, Status};
 use crate::suspension::RequestKind;
 
@@ -106,8 +107,14 @@ impl Conditions {
     }
 
     /// The parameters, in order.
-    pub fn params(&self) -> &[Param] {
-        &self.params
+    pub fn bound(&self) -> Vec<&dyn Bind> {
+        fn bound(param: &Param) -> &dyn Bind {
+            match param {
+                Param::Text(text) => text,
+                Param::Integer(integer) => integer,
+            }
+        }
+        self.params.iter().map(bound).collect()
     }
 
     fn all(dialect: Dialect) -> Self {

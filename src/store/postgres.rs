@@ -6,7 +6,6 @@ mod calls;
 #[cfg(test)]
 pub mod cluster;
 mod connection;
-mod grants;
 mod heartbeat;
 mod maintenance;
 mod raising;
@@ -243,7 +242,7 @@ impl Postgres {
 
     /// Applies a change in the writer alongside the changes of its kind at the front of its queue (see
     /// [`Turn::Alongside`]); the future resolves once it is kept, with what `work` returned.
-    fn write_alongside<T: Send + 'static>(
+    pub(super) fn write_alongside<T: Send + 'static>(
         &self,
         work: impl for<'t, 'c> Fn(&'t mut Tx<'c>) -> tx::Work<'t, T> + Send + 'static,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
@@ -328,7 +327,7 @@ impl Postgres {
     }
 
     /// Runs a read on a read connection.
-    async fn read<T>(
+    pub(super) async fn read<T>(
         &self,
         read: impl AsyncFnOnce(&Conn) -> Result<T, tokio_postgres::Error>,
     ) -> Result<T, StoreError> {

@@ -127,6 +127,36 @@ macro_rules! request_columns {
 }
 pub(crate) use request_columns;
 
+/// The columns `call` reads, in order (from `calls AS c`), with `$requests` standing for the ids of the call's
+/// Requests, which each engine gathers its own way.
+macro_rules! call_columns {
+    ($requests:expr) => {
+        concat!(
+            "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, c.error_message, ",
+            "c.error_reason, c.created_at, c.updated_at, ",
+            $requests,
+            ", c.via, c.task, c.allowed"
+        )
+    };
+}
+pub(crate) use call_columns;
+
+/// The ids of call `c`'s Requests, in order, as a JSON array, in PostgreSQL.
+macro_rules! postgres_requests_of_call {
+    () => {
+        "COALESCE((SELECT json_agg(r.id ORDER BY r.seq)::TEXT FROM requests AS r WHERE r.call_id = c.id), '[]')"
+    };
+}
+pub(crate) use postgres_requests_of_call;
+
+/// The ids of call `c`'s Requests, in order, as a JSON array, in SQLite.
+macro_rules! sqlite_requests_of_call {
+    () => {
+        "(SELECT json_group_array(id) FROM (SELECT r.id FROM requests AS r WHERE r.call_id = c.id ORDER BY r.seq))"
+    };
+}
+pub(crate) use sqlite_requests_of_call;
+
 /// The columns `session` reads, in order.
 macro_rules! session_columns {
     () => {
@@ -199,7 +229,7 @@ pub fn request<R: Columns>(row: &R) -> Result<RequestView, R::Error> {
     request_at(row, 0)
 }
 
-/// A call read with the `CALL` columns.
+/// A call read with the `call_columns!` columns.
 pub fn call<R: Columns>(row: &R) -> Result<CallView, R::Error> {
     let reason = row.text_opt(9)?;
     let error = row.text_opt(8)?.map(|message| CallError {

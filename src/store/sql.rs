@@ -1,15 +1,37 @@
-//! Statements both SQL engines run, written once. Each is written as PostgreSQL takes it (parameters `$1`,
-//! `$2`, …) and made SQLite's at compile time, each `$N` becoming `?N`: SQLite reads `$1` as a parameter
-//! *named* `$1`, numbered by where it first appears, which binds `SET a = $2 WHERE id = $1` the wrong way round.
+//! What both SQL engines run, written once: statements, and the verbs that run them alike (its submodules, over
+//! [`Run`] and [`Change`], which each engine implements on its connections and its writer's transaction).
 //!
-//! A statement written in one engine alone is one the other writes differently for a reason: PostgreSQL folds
+//! Each statement is written as PostgreSQL takes it (parameters `$1`, `$2`, …) and made SQLite's at compile time,
+//! each `$N` becoming `?N`: SQLite reads `$1` as a parameter *named* `$1`, numbered by where it first appears,
+//! which binds `SET a = $2 WHERE id = $1` the wrong way round.
+//!
+//! A statement or verb written in one engine alone is one the other writes differently for a reason: PostgreSQL folds
 //! into one statement what SQLite runs as several in its process, or the engine has a mechanism of its own
 //! (PostgreSQL's counts for a fleet, SQLite's deferred calls). Each such place names the BENCHMARKS.md section
 //! that measured it.
 
-use super::rows::{event_columns, grant_columns, request_columns, session_columns};
+pub mod audit;
+pub mod calls;
+pub mod grants;
+pub mod maintenance;
+pub mod requests;
+mod run;
+pub mod sessions;
+
+pub use run::{Bind, Change, Record, Run, Text, at_once};
+
+use super::rows::{
+    call_columns, event_columns, grant_columns, postgres_requests_of_call, request_columns, session_columns,
+    sqlite_requests_of_call,
+};
+
+/// A count or a limit as both engines bind it.
+pub fn limit(count: usize) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
 
 /// A statement in each engine's form.
+#[derive(Clone, Copy)]
 pub struct Shared {
     pub postgres: &'static str,
     pub sqlite: &'static str,
@@ -28,20 +50,47 @@ const fn numbered<const N: usize>(sql: &str) -> [u8; N] {
     out
 }
 
+/// `$sql`, written as PostgreSQL takes it, in SQLite's form.
+macro_rules! sqlite_form {
+    ($sql:expr) => {{
+        const SQLITE: [u8; $sql.len()] = numbered::<{ $sql.len() }>($sql);
+        match std::str::from_utf8(&SQLITE) {
+            Ok(sql) => sql,
+            Err(_) => panic!("a statement that is not UTF-8"),
+        }
+    }};
+}
+
 macro_rules! shared {
     ($($(#[$doc:meta])* $name:ident = $sql:expr;)*) => {$(
         $(#[$doc])*
         pub const $name: Shared = Shared {
             postgres: $sql,
-            sqlite: {
-                const SQLITE: [u8; $sql.len()] = numbered::<{ $sql.len() }>($sql);
-                match std::str::from_utf8(&SQLITE) {
-                    Ok(sql) => sql,
-                    Err(_) => panic!("a statement that is not UTF-8"),
-                }
-            },
+            sqlite: sqlite_form!($sql),
         };
     )*};
+}
+
+/// Statements that read calls whole, written once but for how each engine gathers a call's Requests: each
+/// `$before`, the call's columns, then `$after`.
+macro_rules! calls {
+    ($($(#[$doc:meta])* $name:ident = $before:literal, $after:literal;)*) => {$(
+        $(#[$doc])*
+        pub const $name: Shared = Shared {
+            postgres: concat!($before, call_columns!(postgres_requests_of_call!()), $after),
+            sqlite: sqlite_form!(concat!($before, call_columns!(sqlite_requests_of_call!()), $after)),
+        };
+    )*};
+}
+
+calls! {
+    /// The columns of a call's read, for a statement built around them.
+    CALL_COLUMN_LIST = "", "";
+    /// A call.
+    CALL = "SELECT ", " FROM calls AS c WHERE c.id = $1";
+    /// The calls that have not ended, of session `$1` or of all when it is NULL.
+    CALLS_RUNNING = "SELECT ", " FROM calls AS c WHERE c.status IN ('running', 'input_required') \
+        AND (CAST($1 AS TEXT) IS NULL OR c.session = $1) ORDER BY c.seq";
 }
 
 shared! {
@@ -211,5 +260,34 @@ mod tests {
             "UPDATE requests SET completed_at = ?2 WHERE id = ?1 AND completed_at IS NULL"
         );
         assert_eq!(CALLS_BY_STATUS.sqlite, CALLS_BY_STATUS.postgres);
+    }
+
+    #[test]
+    fn a_call_is_read_with_each_engines_gathering_of_its_requests() {
+        let postgres =
+            "COALESCE((SELECT json_agg(r.id ORDER BY r.seq)::TEXT FROM requests AS r WHERE r.call_id = c.id), '[]')";
+        let sqlite =
+            "(SELECT json_group_array(id) FROM (SELECT r.id FROM requests AS r WHERE r.call_id = c.id ORDER BY r.seq))";
+        let columns = |requests: &str| {
+            format!(
+                "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, c.error_message, \
+                 c.error_reason, c.created_at, c.updated_at, {requests}, c.via, c.task, c.allowed"
+            )
+        };
+        assert_eq!(CALL_COLUMN_LIST.postgres, columns(postgres));
+        assert_eq!(CALL_COLUMN_LIST.sqlite, columns(sqlite));
+        assert_eq!(
+            CALL.postgres,
+            format!("SELECT {} FROM calls AS c WHERE c.id = $1", columns(postgres))
+        );
+        assert_eq!(
+            CALL.sqlite,
+            format!("SELECT {} FROM calls AS c WHERE c.id = ?1", columns(sqlite))
+        );
+        assert!(
+            CALLS_RUNNING
+                .sqlite
+                .contains("(CAST(?1 AS TEXT) IS NULL OR c.session = ?1) ORDER BY c.seq")
+        );
     }
 }

@@ -5,7 +5,6 @@ mod audit;
 mod calls;
 mod deferred;
 mod files;
-mod grants;
 mod live;
 mod maintenance;
 mod requests;
@@ -131,7 +130,7 @@ impl Sqlite {
     }
 
     /// Applies a change in the writer; the future resolves once it is kept, with what `work` returned.
-    fn write<T: Send + 'static>(
+    pub(super) fn write<T: Send + 'static>(
         &self,
         work: impl FnOnce(&mut Tx<'_>) -> rusqlite::Result<T> + Send + 'static,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
@@ -188,7 +187,7 @@ impl Sqlite {
     }
 
     /// Runs a read on a read-only connection; it sees every change kept so far.
-    fn read<T>(&self, read: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, StoreError> {
+    pub(super) fn read<T>(&self, read: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, StoreError> {
         let idle = lock(&self.shared.readers).pop();
         let conn = match idle {
             Some(conn) => conn,

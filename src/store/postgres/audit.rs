@@ -1,19 +1,11 @@
-//! The audit chain in the database: its newest link, links appended by one statement of their own, and chained
-//! events read back.
+//! The audit chain in the database: links appended by one statement of their own (read back by
+//! [`crate::store::sql::audit`]).
 
 use super::{Postgres, Reader, unavailable};
-use crate::audit::{Entry, Link};
-use crate::store::{StoreError, rows, sql};
+use crate::audit::Link;
+use crate::store::StoreError;
 
 impl Postgres {
-    pub async fn chain_head(&self) -> Result<Option<Link>, StoreError> {
-        self.read(async |conn| {
-            let row = conn.query_opt(sql::CHAIN_HEAD.postgres, &[]).await?;
-            row.as_ref().map(rows::link).transpose()
-        })
-        .await
-    }
-
     /// One statement, committed on its own on a read connection rather than in the writer: a pass of the chainer
     /// is then one exchange with the database, and waits for no other change. The statement checks that the
     /// chain has not moved on, so that no lock orders the chainers: two chainers (one whose lease ran out while
@@ -38,15 +30,5 @@ impl Postgres {
             .await
             .map_err(|error| unavailable(&error))?;
         Ok(appended.len() == links.len())
-    }
-
-    pub async fn chained_after(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError> {
-        let after = i64::try_from(after).unwrap_or(i64::MAX);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.read(async |conn| {
-            let found = conn.query(sql::CHAINED.postgres, &[&after, &limit]).await?;
-            found.iter().map(rows::entry).collect()
-        })
-        .await
     }
 }

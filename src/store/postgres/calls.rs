@@ -1,9 +1,9 @@
-//! Calls and Sessions in PostgreSQL.
+//! Calls and sessions in PostgreSQL: starts within allowances of their owner's cap, ends, and the reads that
+//! wait for this replica's start of a call to be kept.
 
 use std::sync::{Arc, LazyLock, Mutex};
 
 use futures::FutureExt;
-use rmcp::model::Implementation;
 use tokio::sync::oneshot;
 use tokio_postgres::types::ToSql;
 
@@ -13,15 +13,14 @@ use super::{Postgres, Reader, rounds, rows};
 use crate::ids::{self, CallId, RequestId, SessionId};
 use crate::lock;
 use crate::records::{
-    Allowed, Arguments, CallError, CallFilter, CallStatus, CallTask, CallView, Event, Finish, SessionFilter,
-    SessionStatus, SessionView,
+    Allowed, Arguments, CallError, CallFilter, CallStatus, CallTask, CallView, Event, Finish, SessionView,
 };
-use crate::store::listing::{Conditions, Dialect};
 use crate::store::shares::{self, Allowance};
+use crate::store::sql::{self, calls};
+use crate::store::views;
 use crate::store::{
     Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
 };
-use crate::store::{sql, views};
 
 impl Postgres {
     /// Starts a call within this replica's allowance of its owner's cap, which its transaction holds on its
@@ -137,26 +136,9 @@ impl Postgres {
     }
 
     pub async fn forwarding(&self, id: &CallId, allowed: &Allowed, arguments: &Arguments) -> Result<bool, StoreError> {
-        let (id, allowed, arguments) = (id.to_owned(), rows::to_json(allowed), arguments.text().to_owned());
-        self.write_alongside(move |tx| {
-            let (id, allowed, arguments) = (id.clone(), allowed.clone(), arguments.clone());
-            Box::pin(async move {
-                let changed = tx
-                    .execute(
-                        sql::CALL_FORWARDED.postgres,
-                        &[&id, &tx.now().millis(), &allowed, &arguments],
-                    )
-                    .await?;
-                if changed == 0 {
-                    return Ok(false);
-                }
-                if let Some(view) = call(&*tx, &id).await? {
-                    tx.closing(&[&RECORD], tx.record(Event::call(&view))).await?;
-                }
-                Ok(true)
-            })
-        })
-        .await
+        let (id, allowed, arguments) = (id.to_owned(), allowed.clone(), arguments.clone());
+        self.write_alongside(move |tx| Box::pin(calls::forwarded(tx, id.clone(), allowed.clone(), arguments.clone())))
+            .await
     }
 
     pub async fn retry(&self, call: &CallId) -> Result<Option<Retry>, StoreError> {
@@ -166,23 +148,9 @@ impl Postgres {
 
     pub async fn note_task(&self, id: &CallId, task: &CallTask) -> Result<bool, StoreError> {
         self.started(id).await;
-        let (id, task) = (id.to_owned(), rows::to_json(task));
-        self.write_alongside(move |tx| {
-            let (id, task) = (id.clone(), task.clone());
-            Box::pin(async move {
-                let changed = tx
-                    .execute(sql::CALL_TASK.postgres, &[&id, &task, &tx.now().millis()])
-                    .await?;
-                if changed == 0 {
-                    return Ok(false);
-                }
-                if let Some(view) = call(&*tx, &id).await? {
-                    tx.closing(&[&RECORD], tx.record(Event::call(&view))).await?;
-                }
-                Ok(true)
-            })
-        })
-        .await
+        let (id, task) = (id.to_owned(), task.clone());
+        self.write_alongside(move |tx| Box::pin(calls::task_noted(tx, id.clone(), task.clone())))
+            .await
     }
 
     /// Records a session unless its owner has `max_open` open, under the owner's lock as
@@ -236,59 +204,9 @@ impl Postgres {
         .await?
     }
 
-    pub async fn session_ready(
-        &self,
-        id: &SessionId,
-        protocol_version: Option<String>,
-        server_info: Option<Implementation>,
-    ) -> Result<Option<SessionView>, StoreError> {
-        let id = id.to_owned();
-        self.write_alongside(move |tx| {
-            let (id, protocol_version, server_info) = (id.clone(), protocol_version.clone(), server_info.clone());
-            Box::pin(async move {
-                let changed = tx
-                    .execute(
-                        sql::SESSION_READY.postgres,
-                        &[&id, &protocol_version, &rows::to_json_opt(server_info.as_ref())],
-                    )
-                    .await?;
-                if changed == 0 {
-                    return Ok(None);
-                }
-                session_changed(tx, &id).await
-            })
-        })
-        .await
-    }
-
-    pub async fn end_session(
-        &self,
-        id: &SessionId,
-        status: SessionStatus,
-        detail: &str,
-    ) -> Result<Option<SessionView>, StoreError> {
-        let (id, detail) = (id.to_owned(), detail.to_owned());
-        self.write_alongside(move |tx| {
-            let (id, detail) = (id.clone(), detail.clone());
-            Box::pin(async move {
-                let changed = tx
-                    .execute(
-                        sql::SESSION_ENDED.postgres,
-                        &[&id, &status.as_str(), &tx.now().millis(), &detail],
-                    )
-                    .await?;
-                if changed == 0 {
-                    return Ok(None);
-                }
-                session_changed(tx, &id).await
-            })
-        })
-        .await
-    }
-
     pub async fn call(&self, id: &CallId) -> Result<Option<CallView>, StoreError> {
         self.started(id).await;
-        self.read(async |conn| call(conn, id).await).await
+        self.read(async |conn| calls::one(conn, id).await).await
     }
 
     pub async fn call_status(&self, id: &CallId) -> Result<Option<(CallStatus, String)>, StoreError> {
@@ -298,101 +216,20 @@ impl Postgres {
 
     /// A call's status and owner as committed, even while this replica's start of it is not kept.
     pub async fn call_status_now(&self, id: &CallId) -> Result<Option<(CallStatus, String)>, StoreError> {
-        self.read(async |conn| {
-            let Some(row) = conn.query_opt(sql::CALL_STATUS.postgres, &[&id]).await? else {
-                return Ok(None);
-            };
-            let status: String = row.try_get(0)?;
-            let owner: String = row.try_get(1)?;
-            Ok(CallStatus::parse(&status).map(|status| (status, owner)))
-        })
-        .await
+        self.read(async |conn| calls::status(conn, id).await).await
     }
 
     pub async fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut conditions = Conditions::calls(filter, Dialect::Postgres);
-        let sql = conditions.select_calls(rows::CALL, limit);
-        self.read(async |conn| {
-            conn.query(&sql, &rows::params(&conditions))
-                .await?
-                .iter()
-                .map(rows::call)
-                .collect()
-        })
-        .await
+        self.read(async |conn| calls::page(conn, filter, limit).await).await
     }
 
     pub async fn running_calls(&self, session: Option<&SessionId>) -> Result<Vec<CallView>, StoreError> {
-        self.read(async |conn| {
-            let sql = format!(
-                "SELECT {} FROM calls AS c WHERE c.status IN ('running', 'input_required') \
-                 AND ($1::TEXT IS NULL OR c.session = $1) ORDER BY c.seq",
-                rows::CALL
-            );
-            conn.query(&sql, &[&session]).await?.iter().map(rows::call).collect()
-        })
-        .await
+        self.read(async |conn| calls::running(conn, session).await).await
     }
 
     pub async fn count_calls(&self) -> Result<Vec<(CallStatus, usize)>, StoreError> {
-        self.read(async |conn| {
-            let counts = conn.query(sql::CALLS_BY_STATUS.postgres, &[]).await?;
-            let mut found = Vec::new();
-            for row in counts {
-                let status: String = row.try_get(0)?;
-                let count: i64 = row.try_get(1)?;
-                if let Some(status) = CallStatus::parse(&status) {
-                    found.push((status, usize::try_from(count).unwrap_or(0)));
-                }
-            }
-            found.sort();
-            Ok(found)
-        })
-        .await
+        self.read(async |conn| calls::counts(conn).await).await
     }
-
-    pub async fn session(&self, id: &SessionId) -> Result<Option<SessionView>, StoreError> {
-        self.read(async |conn| session(conn, id).await).await
-    }
-
-    pub async fn sessions(&self, filter: SessionFilter) -> Result<Vec<SessionView>, StoreError> {
-        let all = filter == SessionFilter::All;
-        self.read(async |conn| {
-            let found = conn.query(sql::SESSIONS.postgres, &[&all]).await?;
-            found.iter().map(rows::session).collect()
-        })
-        .await
-    }
-}
-
-/// One call.
-pub(super) async fn call(conn: &impl Reader, id: &CallId) -> Result<Option<CallView>, tokio_postgres::Error> {
-    let sql = format!("SELECT {} FROM calls AS c WHERE c.id = $1", rows::CALL);
-    conn.query_opt(&sql, &[&id])
-        .await?
-        .map(|row| rows::call(&row))
-        .transpose()
-}
-
-/// A session just changed in this transaction, with its `session.updated` event recorded.
-pub(super) async fn session_changed(
-    tx: &mut Tx<'_>,
-    id: &SessionId,
-) -> Result<Option<SessionView>, tokio_postgres::Error> {
-    let view = session(&*tx, id).await?;
-    if let Some(view) = &view {
-        tx.record(Event::session(view)).await?;
-    }
-    Ok(view)
-}
-
-/// One session.
-pub(super) async fn session(conn: &impl Reader, id: &SessionId) -> Result<Option<SessionView>, tokio_postgres::Error> {
-    conn.query_opt(sql::SESSION.postgres, &[&id])
-        .await?
-        .map(|row| rows::session(&row))
-        .transpose()
 }
 
 /// What the first run of a call's start decided.

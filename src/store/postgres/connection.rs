@@ -8,6 +8,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, GenericClient, NoTls, Row, Statement};
 
 use crate::lock;
+use crate::store::listing::Dialect;
+use crate::store::sql::{Bind, Record, Run, Text};
 
 /// How to reach the database.
 #[derive(Clone)]
@@ -132,6 +134,50 @@ pub trait Reader: Sync {
         let Borrowed { client, statements } = self.borrowed();
         async move { client.query_opt(&statements.get(client, sql).await?, params).await }
     }
+}
+
+impl<R: Reader> Run for R {
+    type Error = tokio_postgres::Error;
+    const DIALECT: Dialect = Dialect::Postgres;
+
+    async fn execute(&self, statement: &(impl Text + ?Sized), params: &[&dyn Bind]) -> Result<u64, Self::Error> {
+        let Borrowed { client, statements } = self.borrowed();
+        let prepared = statements.get(client, statement.text(Self::DIALECT)).await?;
+        client.execute(&prepared, &bound(params)).await
+    }
+
+    async fn rows<T: Record>(
+        &self,
+        statement: &(impl Text + ?Sized),
+        params: &[&dyn Bind],
+    ) -> Result<Vec<T>, Self::Error> {
+        let found = self.query(statement.text(Self::DIALECT), &bound(params)).await?;
+        found.iter().map(T::read).collect()
+    }
+
+    async fn row<T: Record>(
+        &self,
+        statement: &(impl Text + ?Sized),
+        params: &[&dyn Bind],
+    ) -> Result<Option<T>, Self::Error> {
+        let found = self.query_opt(statement.text(Self::DIALECT), &bound(params)).await?;
+        found.as_ref().map(T::read).transpose()
+    }
+
+    async fn one_row<T: Record>(
+        &self,
+        statement: &(impl Text + ?Sized),
+        params: &[&dyn Bind],
+    ) -> Result<T, Self::Error> {
+        let Borrowed { client, statements } = self.borrowed();
+        let prepared = statements.get(client, statement.text(Self::DIALECT)).await?;
+        T::read(&client.query_one(&prepared, &bound(params)).await?)
+    }
+}
+
+/// Parameters as tokio-postgres binds them.
+fn bound<'p>(params: &[&'p dyn Bind]) -> Vec<&'p (dyn ToSql + Sync)> {
+    params.iter().map(|param| *param as &(dyn ToSql + Sync)).collect()
 }
 
 /// A connection and its prepared statements, borrowed.

@@ -1,15 +1,13 @@
-//! The event log read back, webhook leases and cursors, kept keys, and pruning by retention.
+//! The event log read back, webhook leases and cursor saves, and the log's pruning.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::tail::{HeldBack, PUBLISHED, log_page};
 use super::{Postgres, Reader};
-use crate::store::sql;
+use crate::store::sql::maintenance::PRUNE_BATCH;
+use crate::store::sql::{self, maintenance};
 use crate::store::{EventPage, Horizons, Lease, StoreError};
-
-/// How many rows one pruning statement deletes, so that the writer never stops for long.
-const PRUNE_BATCH: i64 = 5000;
 
 impl Postgres {
     pub async fn events_after(&self, after: u64, limit: usize) -> Result<EventPage, StoreError> {
@@ -37,17 +35,6 @@ impl Postgres {
                 return Ok(u64::try_from(last).unwrap_or(0));
             }
         }
-    }
-
-    pub async fn webhook_cursor(&self, webhook: &str) -> Result<Option<u64>, StoreError> {
-        self.read(async |conn| {
-            let found = conn.query_opt(sql::WEBHOOK_DELIVERED.postgres, &[&webhook]).await?;
-            Ok(match found {
-                Some(row) => row.try_get::<_, Option<i64>>(0)?.and_then(|id| u64::try_from(id).ok()),
-                None => None,
-            })
-        })
-        .await
     }
 
     /// Decided by one statement on the database's clock, so that the gateways' clocks do not matter. It goes
@@ -82,21 +69,12 @@ impl Postgres {
         .await
     }
 
+    /// In a group of its own ([`super::tx::Turn::Apart`]): replicas starting together insert the same key, and
+    /// each waits on the first to commit it.
     pub async fn kept_key(&self, name: &str, made: &str) -> Result<String, StoreError> {
         let (name, made) = (name.to_owned(), made.to_owned());
-        self.write(move |tx| {
-            let (name, made) = (name.clone(), made.clone());
-            Box::pin(async move {
-                let now = tx.now().millis();
-                tx.execute(sql::KEY_KEPT.postgres, &[&name, &made, &now]).await?;
-                let row = tx.query_opt(sql::KEY.postgres, &[&name]).await?;
-                Ok(match row {
-                    Some(row) => row.try_get(0)?,
-                    None => made,
-                })
-            })
-        })
-        .await
+        self.write(move |tx| Box::pin(maintenance::kept_key(tx, name.clone(), made.clone())))
+            .await
     }
 
     pub fn save_webhook_cursor(&self, webhook: &str, event: u64) {
@@ -118,17 +96,10 @@ impl Postgres {
 
     pub async fn prune(&self, horizons: Horizons) -> Result<(), StoreError> {
         let before = horizons.records.millis();
-        let statements = [
-            sql::PRUNE_REQUESTS.postgres,
-            sql::PRUNE_ROUNDS.postgres,
-            sql::PRUNE_CALLS.postgres,
-            sql::PRUNE_SESSIONS.postgres,
-            sql::PRUNE_GRANTS.postgres,
-        ];
-        for statement in statements {
+        for statement in maintenance::PRUNE_RECORDS {
             loop {
                 let deleted = self
-                    .write(move |tx| Box::pin(async move { tx.execute(statement, &[&before, &PRUNE_BATCH]).await }))
+                    .write(move |tx| Box::pin(maintenance::pruned(tx, statement, before)))
                     .await?;
                 if i64::try_from(deleted).unwrap_or(i64::MAX) < PRUNE_BATCH {
                     break;

@@ -5,7 +5,7 @@ use super::requests::{resolve_ids, select_ids};
 use super::tx::Tx;
 use super::{PER_TRANSACTION, Postgres, Reader};
 use crate::ids::{CallId, RequestId, SessionId};
-use crate::records::{CallError, CallFailure, Finish, SessionStatus};
+use crate::records::{CallError, CallFailure, Finish};
 use crate::store::recovery::{CLAIMED_UNHEARD, HELD_BY_APPROVAL, maybe_not_sent};
 use crate::store::sql;
 use crate::store::{HeldCall, Recovered, Resolution, StoreError};
@@ -295,12 +295,7 @@ async fn close_sessions(
         .map(|row| row.try_get(0))
         .collect::<Result<_, _>>()?;
     for id in sessions {
-        tx.execute(
-            sql::SESSION_CLOSED.postgres,
-            &[&id, &SessionStatus::Closed.as_str(), &now, &ended.detail],
-        )
-        .await?;
-        super::calls::session_changed(tx, &id).await?;
+        sql::sessions::closed(tx, &id, now, &ended.detail).await?;
     }
     Ok(())
 }

@@ -1,5 +1,4 @@
-//! The Requests in PostgreSQL once raised ([`super::raising`]): deciding answers, resolving them otherwise,
-//! and reading them.
+//! The Requests in PostgreSQL once raised ([`super::raising`]): deciding answers, and resolving them otherwise.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,10 +8,9 @@ use tokio_postgres::types::ToSql;
 use super::tx::{Tx, insert_event};
 use super::{PER_TRANSACTION, Postgres, Reader, rounds, rows};
 use crate::decision::{self, Decided, Decision, Proposal, Upstream};
-use crate::ids::{CallId, RequestId, SessionId};
-use crate::records::{Event, EventKind, Filter, RequestView, Signoff, Status};
-use crate::store::listing::{Conditions, Dialect};
-use crate::store::sql;
+use crate::ids::RequestId;
+use crate::records::{Event, EventKind, RequestView, Signoff, Status};
+use crate::store::sql::{self, requests};
 use crate::store::{Answered, Pending, Resolution, Resolved, Retry, StoreError};
 use crate::time::Timestamp;
 
@@ -48,7 +46,7 @@ impl Postgres {
     /// Request `id` as an answer is decided on; with `foresee`, with what resolving it does to its call.
     async fn to_answer(&self, id: &RequestId, foresee: bool) -> Result<Option<ToAnswer>, StoreError> {
         if !foresee {
-            let pending = self.request(id).await?;
+            let pending = self.read(async |conn| request(conn, id).await).await?;
             return Ok(pending.map(|pending| ToAnswer {
                 pending,
                 call: Foreseen::Unknown,
@@ -293,117 +291,8 @@ impl Postgres {
         .await
     }
 
-    pub async fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
-        self.read(async |conn| {
-            let row = conn.query_opt(sql::NEXT_DEADLINE.postgres, &[]).await?;
-            let millis = match row {
-                Some(row) => row.try_get::<_, Option<i64>>(0)?,
-                None => None,
-            };
-            Ok(millis.map(Timestamp::from_millis))
-        })
-        .await
-    }
-
-    pub async fn complete(&self, session: &SessionId, elicitation_id: &str) -> Result<bool, StoreError> {
-        let (session, elicitation_id) = (session.to_owned(), elicitation_id.to_owned());
-        self.write_alongside(move |tx| {
-            let (session, elicitation_id) = (session.clone(), elicitation_id.clone());
-            Box::pin(async move {
-                let found = tx
-                    .query_opt(sql::ELICITATION.postgres, &[&session, &elicitation_id])
-                    .await?;
-                let Some(found) = found else { return Ok(false) };
-                let id: RequestId = found.try_get(0)?;
-                let changed = tx.execute(sql::COMPLETED.postgres, &[&id, &tx.now().millis()]).await?;
-                if changed == 0 {
-                    return Ok(false);
-                }
-                if let Some(view) = request(tx, &id).await? {
-                    tx.record(Event::request(EventKind::RequestUpdated, &view)).await?;
-                }
-                Ok(true)
-            })
-        })
-        .await
-    }
-
-    pub async fn undelivered(&self, id: &RequestId, detail: &str) -> Result<Option<RequestView>, StoreError> {
-        let (id, detail) = (id.to_owned(), detail.to_owned());
-        self.write_alongside(move |tx| {
-            let (id, detail) = (id.clone(), detail.clone());
-            Box::pin(async move {
-                let changed = tx.execute(sql::UNDELIVERED.postgres, &[&id, &detail]).await?;
-                if changed == 0 {
-                    return Ok(None);
-                }
-                let view = request(tx, &id).await?;
-                if let Some(view) = &view {
-                    tx.record(Event::request(EventKind::RequestUpdated, view)).await?;
-                }
-                Ok(view)
-            })
-        })
-        .await
-    }
-
-    pub async fn annotate_round(&self, call: &CallId, detail: &str) -> Result<(), StoreError> {
-        let (call, detail) = (call.to_owned(), detail.to_owned());
-        self.write_alongside(move |tx| {
-            let (call, detail) = (call.clone(), detail.clone());
-            Box::pin(async move {
-                let ids = select_ids(tx, sql::LATEST_ROUND.postgres, &[&call]).await?;
-                for id in ids {
-                    tx.execute(sql::DETAIL.postgres, &[&id, &detail]).await?;
-                    if let Some(view) = request(tx, &id).await? {
-                        tx.record(Event::request(EventKind::RequestUpdated, &view)).await?;
-                    }
-                }
-                Ok(())
-            })
-        })
-        .await
-    }
-
-    pub async fn request(&self, id: &RequestId) -> Result<Option<RequestView>, StoreError> {
-        self.read(async |conn| request(conn, id).await).await
-    }
-
     pub async fn request_status(&self, id: &RequestId) -> Result<Option<(Status, Option<String>)>, StoreError> {
-        self.read(async |conn| {
-            let Some(row) = conn.query_opt(sql::REQUEST_STATUS.postgres, &[&id]).await? else {
-                return Ok(None);
-            };
-            let status: String = row.try_get(0)?;
-            let owner: Option<String> = row.try_get(1)?;
-            Ok(Status::parse(&status).map(|status| (status, owner)))
-        })
-        .await
-    }
-
-    pub async fn requests(
-        &self,
-        filter: &Filter,
-        cursor: u64,
-        limit: usize,
-    ) -> Result<(Vec<RequestView>, Option<u64>), StoreError> {
-        let cursor = i64::try_from(cursor).unwrap_or(i64::MAX);
-        let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
-        let mut conditions = Conditions::requests(filter, cursor, Dialect::Postgres);
-        let sql = conditions.select_requests(fetch);
-        self.read(async |conn| {
-            let found = conn.query(&sql, &rows::params(&conditions)).await?;
-            let mut page = Vec::new();
-            for row in found {
-                let seq: i64 = row.try_get(0)?;
-                if page.len() == limit {
-                    return Ok((page, u64::try_from(seq).ok()));
-                }
-                page.push(rows::request_at(&row, 1)?);
-            }
-            Ok((page, None))
-        })
-        .await
+        self.read(async |conn| requests::status(conn, id).await).await
     }
 }
 
@@ -414,10 +303,7 @@ pub(super) fn round_number(number: u32) -> i32 {
 
 /// One Request.
 pub(super) async fn request(conn: &impl Reader, id: &RequestId) -> Result<Option<RequestView>, tokio_postgres::Error> {
-    conn.query_opt(sql::REQUEST.postgres, &[&id])
-        .await?
-        .map(|row| rows::request(&row))
-        .transpose()
+    requests::one(conn, id).await
 }
 
 /// How many Requests are pending.

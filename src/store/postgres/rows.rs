@@ -1,41 +1,19 @@
-//! Records as PostgreSQL rows: a row's columns as `store::rows` reads them, the columns of a call's read, and the
-//! `WHERE` clause of a listing.
+//! Records as PostgreSQL rows: a row's columns as `store::rows` reads them, the columns of a call's read, and ids
+//! bound as their text.
 
 use std::error::Error;
 
 use tokio_postgres::Row;
 use tokio_postgres::types::{FromSql, ToSql, Type};
 
-use crate::ids::{CallId, RequestId, SessionId};
-use crate::store::listing::{Conditions, Param};
+use crate::ids::{CallId, GrantId, RequestId, SessionId};
 pub use crate::store::rows::{
-    CALL_COLUMNS, EVENT, EVENT_COLUMNS, SESSION, call, decisions_json, event, grant, request, request_at, session,
-    to_json, to_json_opt,
+    CALL_COLUMNS, EVENT, EVENT_COLUMNS, SESSION, call, decisions_json, event, session, to_json, to_json_opt,
 };
-use crate::store::rows::{Columns, Parse};
-
-/// The columns `call` reads, in order (from `calls AS c`), with `$requests` standing for the ids of the call's
-/// Requests: each engine gathers them its own way.
-macro_rules! call_columns {
-    ($requests:expr) => {
-        concat!(
-            "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, c.error_message, ",
-            "c.error_reason, c.created_at, c.updated_at, ",
-            $requests,
-            ", c.via, c.task, c.allowed"
-        )
-    };
-}
-
-/// The ids of call `c`'s Requests, in order, as a JSON array.
-macro_rules! requests_of_call {
-    () => {
-        "COALESCE((SELECT json_agg(r.id ORDER BY r.seq)::TEXT FROM requests AS r WHERE r.call_id = c.id), '[]')"
-    };
-}
+use crate::store::rows::{Columns, Parse, call_columns, postgres_requests_of_call};
 
 /// The columns `call` reads, in order (from `calls AS c`).
-pub const CALL: &str = call_columns!(requests_of_call!());
+pub const CALL: &str = crate::store::sql::CALL_COLUMN_LIST.postgres;
 
 /// [`CALL`], with the call's Requests gathered only where `condition` holds (NULL elsewhere): for a statement
 /// that changes the call at each of its Requests' answers but returns it only when its status changed, so
@@ -44,7 +22,7 @@ pub fn call_where(condition: &str) -> String {
     format!(
         call_columns!("CASE WHEN {} THEN {} END"),
         condition,
-        requests_of_call!()
+        postgres_requests_of_call!()
     )
 }
 
@@ -89,18 +67,6 @@ impl<'a, P: Parse> FromSql<'a> for Parsed<P> {
     }
 }
 
-/// A listing's parameters, as tokio-postgres binds them.
-pub fn params(conditions: &Conditions) -> Vec<&(dyn ToSql + Sync)> {
-    conditions
-        .params()
-        .iter()
-        .map(|param| match param {
-            Param::Text(text) => text as &(dyn ToSql + Sync),
-            Param::Integer(integer) => integer as &(dyn ToSql + Sync),
-        })
-        .collect()
-}
-
 /// Ids are kept as their text.
 macro_rules! id_columns {
     ($($id:ty),*) => {$(
@@ -132,4 +98,4 @@ macro_rules! id_columns {
     )*};
 }
 
-id_columns!(CallId, RequestId, SessionId);
+id_columns!(CallId, GrantId, RequestId, SessionId);

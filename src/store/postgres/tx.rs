@@ -14,6 +14,7 @@ use super::super::shares::Held;
 use super::{Borrowed, EVENTS_PER_TRANSACTION, Reader};
 use crate::ids::CallId;
 use crate::records::Event;
+use crate::store::sql::Change;
 use crate::time::{Clock, Timestamp};
 
 /// The writer's connection inside a transaction, and the events the current change records. What a change
@@ -248,6 +249,20 @@ impl EventValues<'_> {
 impl Reader for Tx<'_> {
     fn borrowed(&self) -> Borrowed<'_> {
         self.borrowed
+    }
+}
+
+impl Change for Tx<'_> {
+    fn now(&self) -> Timestamp {
+        Tx::now(self)
+    }
+
+    async fn record(&mut self, event: Event) -> Result<(), tokio_postgres::Error> {
+        Tx::record(self, event).await.map(drop)
+    }
+
+    async fn record_last(&mut self, event: Event) -> Result<(), tokio_postgres::Error> {
+        self.closing(&[&RECORD], Tx::record(self, event)).await.map(drop)
     }
 }
 

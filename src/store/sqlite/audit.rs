@@ -1,20 +1,12 @@
-//! The audit chain in the file: its newest link, links appended in the writer, and chained events read back.
+//! The audit chain in the file: links appended in the writer (read back by [`crate::store::sql::audit`]).
 
-use rusqlite::{OptionalExtension, params};
+use rusqlite::params;
 
 use super::Sqlite;
-use crate::audit::{Entry, Link};
-use crate::store::{StoreError, rows, sql};
+use crate::audit::Link;
+use crate::store::StoreError;
 
 impl Sqlite {
-    pub async fn chain_head(&self) -> Result<Option<Link>, StoreError> {
-        self.read(|conn| {
-            conn.prepare_cached(sql::CHAIN_HEAD.sqlite)?
-                .query_row([], |row| rows::link(row))
-                .optional()
-        })
-    }
-
     /// Checked and appended in the writer, the file's one: nothing moves the chain on in between.
     pub async fn extend_chain(&self, after: Option<u64>, links: Vec<Link>) -> Result<bool, StoreError> {
         self.write(move |tx| {
@@ -35,15 +27,5 @@ impl Sqlite {
             Ok(true)
         })
         .await
-    }
-
-    pub async fn chained_after(&self, after: u64, limit: usize) -> Result<Vec<Entry>, StoreError> {
-        let after = i64::try_from(after).unwrap_or(i64::MAX);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.read(|conn| {
-            let mut statement = conn.prepare_cached(sql::CHAINED.sqlite)?;
-            let entries = statement.query_map(params![after, limit], |row| rows::entry(row))?;
-            entries.collect()
-        })
     }
 }

@@ -1,19 +1,17 @@
-//! Calls and Sessions in SQLite.
+//! Calls and sessions in SQLite: what is its own (deferred starts and the writes that keep them), and the
+//! verbs of [`crate::store::sql::calls`] that wait for those writes first.
 
-use rmcp::model::Implementation;
-use rusqlite::{OptionalExtension, params};
+use rusqlite::params;
 
 use super::requests::{resolve_ids, select_ids};
 use super::writer::{Message, Tx};
 use super::{Sqlite, rounds, rows};
 use crate::ids::{CallId, SessionId};
 use crate::records::{
-    Allowed, Arguments, CallError, CallFilter, CallStatus, CallTask, CallView, Event, Finish, SessionFilter,
-    SessionStatus, SessionView,
+    Allowed, Arguments, CallError, CallFilter, CallStatus, CallTask, CallView, Event, Finish, SessionView,
 };
-use crate::store::listing::{Conditions, Dialect};
 use crate::store::live::Note;
-use crate::store::sql;
+use crate::store::sql::{self, at_once, calls};
 use crate::store::{
     Finished, InsertCallError, InsertSessionError, Kept, NewCall, NewSession, Resolution, Retry, Started, StoreError,
 };
@@ -75,21 +73,10 @@ impl Sqlite {
     }
 
     pub async fn note_task(&self, id: &CallId, task: &CallTask) -> Result<bool, StoreError> {
-        let (id, task) = (id.to_owned(), rows::to_json(task));
+        let (id, task) = (id.to_owned(), task.clone());
         self.write(move |tx| {
             tx.write_deferred(&id)?;
-            let now = tx.now().millis();
-            let changed = tx
-                .conn
-                .prepare_cached(sql::CALL_TASK.sqlite)?
-                .execute(params![id, task, now])?;
-            if changed == 0 {
-                return Ok(false);
-            }
-            if let Some(view) = rows::one_call(tx.conn, &id)? {
-                tx.record(Event::call(&view))?;
-            }
-            Ok(true)
+            at_once(calls::task_noted(tx, id, task))
         })
         .await
     }
@@ -127,79 +114,16 @@ impl Sqlite {
         .await?
     }
 
-    pub async fn session_ready(
-        &self,
-        id: &SessionId,
-        protocol_version: Option<String>,
-        server_info: Option<Implementation>,
-    ) -> Result<Option<SessionView>, StoreError> {
-        let id = id.to_owned();
-        self.write(move |tx| {
-            let changed = tx.conn.prepare_cached(sql::SESSION_READY.sqlite)?.execute(params![
-                id,
-                protocol_version,
-                rows::to_json_opt(server_info.as_ref())
-            ])?;
-            if changed == 0 {
-                return Ok(None);
-            }
-            let view = rows::one_session(tx.conn, &id)?;
-            if let Some(view) = &view {
-                tx.record(Event::session(view))?;
-            }
-            Ok(view)
-        })
-        .await
-    }
-
-    pub async fn end_session(
-        &self,
-        id: &SessionId,
-        status: SessionStatus,
-        detail: &str,
-    ) -> Result<Option<SessionView>, StoreError> {
-        let (id, detail) = (id.to_owned(), detail.to_owned());
-        self.write(move |tx| {
-            let changed = tx.conn.prepare_cached(sql::SESSION_ENDED.sqlite)?.execute(params![
-                id,
-                status.as_str(),
-                tx.now().millis(),
-                detail
-            ])?;
-            if changed == 0 {
-                return Ok(None);
-            }
-            let view = rows::one_session(tx.conn, &id)?;
-            if let Some(view) = &view {
-                tx.record(Event::session(view))?;
-            }
-            Ok(view)
-        })
-        .await
-    }
-
     pub async fn call(&self, id: &CallId) -> Result<Option<CallView>, StoreError> {
         self.keep(id.clone()).await?;
         self.read(|conn| rows::one_call(conn, id))
     }
 
     pub async fn forwarding(&self, id: &CallId, allowed: &Allowed, arguments: &Arguments) -> Result<bool, StoreError> {
-        let (id, allowed, arguments) = (id.to_owned(), rows::to_json(allowed), arguments.text().to_owned());
+        let (id, allowed, arguments) = (id.to_owned(), allowed.clone(), arguments.clone());
         self.write(move |tx| {
             tx.write_deferred(&id)?;
-            let changed = tx.conn.prepare_cached(sql::CALL_FORWARDED.sqlite)?.execute(params![
-                id,
-                tx.now().millis(),
-                allowed,
-                arguments
-            ])?;
-            if changed == 0 {
-                return Ok(false);
-            }
-            if let Some(view) = rows::one_call(tx.conn, &id)? {
-                tx.record(Event::call(&view))?;
-            }
-            Ok(true)
+            at_once(calls::forwarded(tx, id, allowed, arguments))
         })
         .await
     }
@@ -211,68 +135,22 @@ impl Sqlite {
         if let Some(owner) = self.shared.deferred.owner(id) {
             return Ok(Some((CallStatus::Running, owner)));
         }
-        self.read(|conn| {
-            conn.prepare_cached(sql::CALL_STATUS.sqlite)?
-                .query_row([id], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
-                .optional()
-                .map(|found| found.and_then(|(status, owner)| CallStatus::parse(&status).map(|status| (status, owner))))
-        })
+        self.read(|conn| at_once(calls::status(conn, id)))
     }
 
     pub async fn calls(&self, filter: &CallFilter, limit: usize) -> Result<Vec<CallView>, StoreError> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut conditions = Conditions::calls(filter, Dialect::Sqlite);
-        let sql = conditions.select_calls(rows::CALL, limit);
         self.keep_all().await?;
-        self.read(|conn| {
-            let mut statement = conn.prepare_cached(&sql)?;
-            let calls = statement.query_map(rows::params(&conditions), rows::call)?;
-            calls.collect()
-        })
+        self.read(|conn| at_once(calls::page(conn, filter, limit)))
     }
 
     pub async fn running_calls(&self, session: Option<&SessionId>) -> Result<Vec<CallView>, StoreError> {
         self.keep_all().await?;
-        self.read(|conn| {
-            let sql = format!(
-                "SELECT {} FROM calls AS c WHERE c.status IN ('running', 'input_required') \
-                 AND (?1 IS NULL OR c.session = ?1) ORDER BY c.seq",
-                rows::CALL
-            );
-            let mut statement = conn.prepare_cached(&sql)?;
-            let calls = statement.query_map([session], rows::call)?;
-            calls.collect()
-        })
+        self.read(|conn| at_once(calls::running(conn, session)))
     }
 
     pub async fn count_calls(&self) -> Result<Vec<(CallStatus, usize)>, StoreError> {
         self.keep_all().await?;
-        self.read(|conn| {
-            let mut statement = conn.prepare_cached(sql::CALLS_BY_STATUS.sqlite)?;
-            let counts = statement.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)))?;
-            let mut found = Vec::new();
-            for count in counts {
-                let (status, count) = count?;
-                if let Some(status) = CallStatus::parse(&status) {
-                    found.push((status, usize::try_from(count).unwrap_or(0)));
-                }
-            }
-            found.sort();
-            Ok(found)
-        })
-    }
-
-    pub async fn session(&self, id: &SessionId) -> Result<Option<SessionView>, StoreError> {
-        self.read(|conn| rows::one_session(conn, id))
-    }
-
-    pub async fn sessions(&self, filter: SessionFilter) -> Result<Vec<SessionView>, StoreError> {
-        let all = filter == SessionFilter::All;
-        self.read(move |conn| {
-            let mut statement = conn.prepare_cached(sql::SESSIONS.sqlite)?;
-            let sessions = statement.query_map([all], rows::session)?;
-            sessions.collect()
-        })
+        self.read(|conn| at_once(calls::counts(conn)))
     }
 }
 

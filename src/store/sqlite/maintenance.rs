@@ -1,21 +1,19 @@
-//! The event log read back, webhook cursors, what a start puts right, and pruning by retention.
+//! The event log read back, webhook cursor saves, kept keys, what a start puts right, and pruning by retention.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use rusqlite::{OptionalExtension, params};
+use rusqlite::params;
 
 use super::requests::{resolve_ids, select_ids};
 use super::writer::Tx;
 use super::{Sqlite, rows};
 use crate::ids::{CallId, RequestId, SessionId};
-use crate::records::{CallError, CallFailure, Event, Finish, SessionStatus};
+use crate::records::{CallError, CallFailure, Finish};
 use crate::store::recovery::{CLAIMED_UNHEARD, HELD_BY_APPROVAL, maybe_not_sent};
-use crate::store::sql;
+use crate::store::sql::maintenance::PRUNE_BATCH;
+use crate::store::sql::{self, at_once, maintenance};
 use crate::store::{EventPage, HeldCall, Horizons, Lease, Recovered, Resolution, StoreError};
-
-/// How many rows one pruning statement deletes, so that the writer never stops for long.
-const PRUNE_BATCH: i64 = 5000;
 
 /// The first protocol version whose suspensions are data the gateway keeps (`input_required`).
 const ROUNDS_PROTOCOL: &str = "2026-07-28";
@@ -59,15 +57,6 @@ impl Sqlite {
         self.read(|conn| last_event_id(conn).map(|id| u64::try_from(id).unwrap_or(0)))
     }
 
-    pub async fn webhook_cursor(&self, webhook: &str) -> Result<Option<u64>, StoreError> {
-        self.read(|conn| {
-            conn.prepare_cached(sql::WEBHOOK_DELIVERED.sqlite)?
-                .query_row([webhook], |row| row.get::<_, i64>(0))
-                .optional()
-                .map(|found| found.and_then(|id| u64::try_from(id).ok()))
-        })
-    }
-
     pub fn save_webhook_cursor(&self, webhook: &str, event: u64) {
         let webhook = webhook.to_owned();
         let event = i64::try_from(event).unwrap_or(i64::MAX);
@@ -84,30 +73,16 @@ impl Sqlite {
 
     pub async fn kept_key(&self, name: &str, made: &str) -> Result<String, StoreError> {
         let (name, made) = (name.to_owned(), made.to_owned());
-        self.write(move |tx| {
-            let now = tx.now().millis();
-            tx.conn
-                .prepare_cached(sql::KEY_KEPT.sqlite)?
-                .execute(params![name, made, now])?;
-            tx.conn
-                .prepare_cached(sql::KEY.sqlite)?
-                .query_row([name], |row| row.get(0))
-        })
-        .await
+        self.write(move |tx| at_once(maintenance::kept_key(tx, name, made)))
+            .await
     }
 
     /// The one gateway of a SQLite file (it holds the file alone) always holds its webhooks. Read in the
     /// writer, after the cursor saves still waiting there.
     pub async fn hold_webhook(&self, webhook: &str, _holder: &str, _lease: Duration) -> Result<Lease, StoreError> {
         let webhook = webhook.to_owned();
-        self.write(move |tx| {
-            tx.conn
-                .prepare_cached(sql::WEBHOOK_DELIVERED.sqlite)?
-                .query_row([webhook], |row| row.get::<_, i64>(0))
-                .optional()
-                .map(|found| Lease::Mine(found.and_then(|id| u64::try_from(id).ok())))
-        })
-        .await
+        self.write(move |tx| at_once(maintenance::webhook_cursor(tx, &webhook)).map(Lease::Mine))
+            .await
     }
 
     /// Sessions of the last run are closed; elicitation requests, and calls whose upstream request died with
@@ -125,15 +100,7 @@ impl Sqlite {
                 ids.collect::<rusqlite::Result<_>>()?
             };
             for id in sessions {
-                tx.conn.prepare_cached(sql::SESSION_CLOSED.sqlite)?.execute(params![
-                    id,
-                    SessionStatus::Closed.as_str(),
-                    now,
-                    restarted
-                ])?;
-                if let Some(view) = rows::one_session(tx.conn, &id)? {
-                    tx.record(Event::session(&view))?;
-                }
+                at_once(sql::sessions::closed(tx, &id, now, &restarted))?;
             }
             let mut recovered = Recovered::default();
             let elicitations = select_ids(tx.conn, sql::PENDING_ELICITATIONS.sqlite, [])?;
@@ -206,15 +173,8 @@ impl Sqlite {
 
     pub async fn prune(&self, horizons: Horizons) -> Result<(), StoreError> {
         let before = horizons.records.millis();
-        let statements = [
-            sql::PRUNE_REQUESTS.sqlite,
-            sql::PRUNE_ROUNDS.sqlite,
-            sql::PRUNE_CALLS.sqlite,
-            sql::PRUNE_SESSIONS.sqlite,
-            sql::PRUNE_GRANTS.sqlite,
-        ];
-        for statement in statements {
-            self.in_batches(move |tx| tx.conn.prepare_cached(statement)?.execute(params![before, PRUNE_BATCH]))
+        for statement in maintenance::PRUNE_RECORDS {
+            self.in_batches(move |tx| at_once(maintenance::pruned(tx, statement, before)))
                 .await?;
         }
         // Events are recorded in time order: those before the first one that is recent enough go, with their
@@ -232,7 +192,7 @@ impl Sqlite {
                 )?
                 .execute(params![before, PRUNE_BATCH])?;
             tx.conn.prepare_cached(sql::PRUNE_CHAIN.sqlite)?.execute([])?;
-            Ok(deleted)
+            Ok(u64::try_from(deleted).unwrap_or(u64::MAX))
         })
         .await
     }
@@ -241,7 +201,7 @@ impl Sqlite {
     /// writer never stops for long.
     async fn in_batches(
         &self,
-        delete: impl Fn(&mut Tx<'_>) -> rusqlite::Result<usize> + Clone + Send + 'static,
+        delete: impl Fn(&mut Tx<'_>) -> rusqlite::Result<u64> + Clone + Send + 'static,
     ) -> Result<(), StoreError> {
         loop {
             let deleted = self.write(delete.clone()).await?;

@@ -1,5 +1,4 @@
-//! The Requests in SQLite: raising them with their round, deciding answers, resolving them otherwise, and
-//! reading them.
+//! The Requests in SQLite: raising them with their round, deciding answers, and resolving them otherwise.
 
 use std::collections::BTreeSet;
 
@@ -8,11 +7,10 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::writer::Tx;
 use super::{Sqlite, rows};
 use crate::decision::{self, Proposal, Upstream};
-use crate::ids::{CallId, RequestId, SessionId};
-use crate::records::{CallStatus, Event, EventKind, Filter, RequestView, Status};
-use crate::store::listing::{Conditions, Dialect};
+use crate::ids::{CallId, RequestId};
+use crate::records::{CallStatus, Event, EventKind, RequestView, Status};
 use crate::store::live::{Note, PendingRequest};
-use crate::store::sql;
+use crate::store::sql::{self, at_once, requests};
 use crate::store::{
     Answered, NewRequest, NewRound, Pending, PendingCaps, RaiseError, Resolution, Resolved, Retry, StoreError,
 };
@@ -168,121 +166,12 @@ impl Sqlite {
         .await
     }
 
-    pub async fn next_deadline(&self) -> Result<Option<Timestamp>, StoreError> {
-        self.read(|conn| {
-            conn.prepare_cached(sql::NEXT_DEADLINE.sqlite)?
-                .query_row([], |row| row.get::<_, Option<i64>>(0))
-                .map(|millis| millis.map(Timestamp::from_millis))
-        })
-    }
-
-    pub async fn complete(&self, session: &SessionId, elicitation_id: &str) -> Result<bool, StoreError> {
-        let (session, elicitation_id) = (session.to_owned(), elicitation_id.to_owned());
-        self.write(move |tx| {
-            let id: Option<RequestId> = tx
-                .conn
-                .prepare_cached(sql::ELICITATION.sqlite)?
-                .query_row(params![session, elicitation_id], |row| row.get(0))
-                .optional()?;
-            let Some(id) = id else { return Ok(false) };
-            let changed = tx
-                .conn
-                .prepare_cached(sql::COMPLETED.sqlite)?
-                .execute(params![id, tx.now().millis()])?;
-            if changed == 0 {
-                return Ok(false);
-            }
-            if let Some(view) = request(tx.conn, &id)? {
-                tx.record(Event::request(EventKind::RequestUpdated, &view))?;
-            }
-            Ok(true)
-        })
-        .await
-    }
-
-    pub async fn undelivered(&self, id: &RequestId, detail: &str) -> Result<Option<RequestView>, StoreError> {
-        let (id, detail) = (id.to_owned(), detail.to_owned());
-        self.write(move |tx| {
-            let changed = tx
-                .conn
-                .prepare_cached(sql::UNDELIVERED.sqlite)?
-                .execute(params![id, detail])?;
-            if changed == 0 {
-                return Ok(None);
-            }
-            let view = request(tx.conn, &id)?;
-            if let Some(view) = &view {
-                tx.record(Event::request(EventKind::RequestUpdated, view))?;
-            }
-            Ok(view)
-        })
-        .await
-    }
-
-    pub async fn annotate_round(&self, call: &CallId, detail: &str) -> Result<(), StoreError> {
-        let (call, detail) = (call.to_owned(), detail.to_owned());
-        self.write(move |tx| {
-            let ids = select_ids(tx.conn, sql::LATEST_ROUND.sqlite, [&call])?;
-            for id in ids {
-                tx.conn
-                    .prepare_cached(sql::DETAIL.sqlite)?
-                    .execute(params![id, detail])?;
-                if let Some(view) = request(tx.conn, &id)? {
-                    tx.record(Event::request(EventKind::RequestUpdated, &view))?;
-                }
-            }
-            Ok(())
-        })
-        .await
-    }
-
-    pub async fn request(&self, id: &RequestId) -> Result<Option<RequestView>, StoreError> {
-        self.read(|conn| request(conn, id))
-    }
-
     pub async fn request_status(&self, id: &RequestId) -> Result<Option<(Status, Option<String>)>, StoreError> {
         if let Some(pending) = crate::lock(&self.shared.live).request(id) {
             return Ok(Some(pending));
         }
-        self.read(|conn| {
-            conn.prepare_cached(sql::REQUEST_STATUS.sqlite)?
-                .query_row([id], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))
-                .optional()
-                .map(|found| found.and_then(|(status, owner)| Status::parse(&status).map(|status| (status, owner))))
-        })
+        self.read(|conn| at_once(requests::status(conn, id)))
     }
-
-    pub async fn requests(
-        &self,
-        filter: &Filter,
-        cursor: u64,
-        limit: usize,
-    ) -> Result<(Vec<RequestView>, Option<u64>), StoreError> {
-        let cursor = i64::try_from(cursor).unwrap_or(i64::MAX);
-        let fetch = i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX);
-        let mut conditions = Conditions::requests(filter, cursor, Dialect::Sqlite);
-        let sql = conditions.select_requests(fetch);
-        self.read(|conn| {
-            let mut statement = conn.prepare_cached(&sql)?;
-            let mut found = statement.query(rows::params(&conditions))?;
-            let mut page = Vec::new();
-            while let Some(row) = found.next()? {
-                let seq: i64 = row.get(0)?;
-                if page.len() == limit {
-                    return Ok((page, u64::try_from(seq).ok()));
-                }
-                page.push(rows::request_at(row, 1)?);
-            }
-            Ok((page, None))
-        })
-    }
-}
-
-/// One Request.
-pub(super) fn request(conn: &Connection, id: &RequestId) -> rusqlite::Result<Option<RequestView>> {
-    conn.prepare_cached(sql::REQUEST.sqlite)?
-        .query_row([id], rows::request)
-        .optional()
 }
 
 /// The ids of the Requests that `sql` selects.

@@ -1,60 +1,32 @@
-//! Records as SQLite rows: a row's columns as `store::rows` reads them, the columns of a call's read, and the
-//! `WHERE` clause of a listing.
+//! Records as SQLite rows: a row's columns as `store::rows` reads them, the statements of [`crate::store::sql`]
+//! run on a connection, and ids bound as their text.
 
 use rusqlite::ToSql;
 use rusqlite::types::{FromSql, FromSqlResult, ToSqlOutput, Type, ValueRef};
 use rusqlite::{Connection, OptionalExtension, Row};
 
-use crate::ids::{CallId, RequestId, SessionId};
-use crate::records::GrantView;
+use crate::ids::{CallId, GrantId, RequestId, SessionId};
 use crate::records::{CallView, Event, RequestView, SessionView};
-use crate::store::listing::{Conditions, Param};
+use crate::store::listing::Dialect;
 use crate::store::rows::{self as records, Columns, Parse};
 pub use crate::store::rows::{EVENT, REQUEST, decisions_json, to_json, to_json_opt};
-
-/// The columns `call` reads, in order (from `calls AS c`): each engine gathers a call's Requests its own way.
-pub const CALL: &str = "c.id, c.server, c.session, c.tool, c.arguments, c.owner, c.status, c.result, \
-     c.error_message, c.error_reason, c.created_at, c.updated_at, \
-     (SELECT json_group_array(id) FROM (SELECT r.id FROM requests AS r WHERE r.call_id = c.id ORDER BY r.seq)), c.via, c.task, c.allowed";
+use crate::store::sql::{Bind, Record, Run, Text, at_once, calls, sessions};
 
 /// Call `id`, read whole.
 pub fn one_call(conn: &Connection, id: &CallId) -> rusqlite::Result<Option<CallView>> {
-    let sql = format!("SELECT {CALL} FROM calls AS c WHERE c.id = ?1");
-    conn.prepare_cached(&sql)?.query_row([id], call).optional()
+    at_once(calls::one(conn, id))
 }
 
 /// Session `id`, read whole.
 pub fn one_session(conn: &Connection, id: &SessionId) -> rusqlite::Result<Option<SessionView>> {
-    conn.prepare_cached(crate::store::sql::SESSION.sqlite)?
-        .query_row([id], session)
-        .optional()
+    at_once(sessions::one(conn, id))
 }
 
 // The readers rusqlite's `query_map` takes: a function of a row of any lifetime.
 
-/// A Request read with the `REQUEST` columns.
-pub fn request(row: &Row<'_>) -> rusqlite::Result<RequestView> {
-    records::request(row)
-}
-
 /// A Request read with the `REQUEST` columns, starting at column `at`.
 pub fn request_at(row: &Row<'_>, at: usize) -> rusqlite::Result<RequestView> {
     records::request_at(row, at)
-}
-
-/// A call read with the `CALL` columns.
-pub fn call(row: &Row<'_>) -> rusqlite::Result<CallView> {
-    records::call(row)
-}
-
-/// A session read with the `SESSION` columns.
-pub fn session(row: &Row<'_>) -> rusqlite::Result<SessionView> {
-    records::session(row)
-}
-
-/// A grant read with the `grant_columns!` columns.
-pub fn grant(row: &Row<'_>) -> rusqlite::Result<GrantView> {
-    records::grant(row)
 }
 
 /// An event read with the `EVENT` columns.
@@ -96,12 +68,46 @@ impl Columns for Row<'_> {
     }
 }
 
-/// A listing's parameters, as rusqlite binds them.
-pub fn params(conditions: &Conditions) -> impl rusqlite::Params + '_ {
-    rusqlite::params_from_iter(conditions.params().iter().map(|param| match param {
-        Param::Text(text) => ToSqlOutput::Borrowed(ValueRef::Text(text.as_bytes())),
-        Param::Integer(integer) => ToSqlOutput::Borrowed(ValueRef::Integer(*integer)),
-    }))
+impl Run for Connection {
+    type Error = rusqlite::Error;
+    const DIALECT: Dialect = Dialect::Sqlite;
+
+    async fn execute(&self, statement: &(impl Text + ?Sized), params: &[&dyn Bind]) -> rusqlite::Result<u64> {
+        let changed = self
+            .prepare_cached(statement.text(Self::DIALECT))?
+            .execute(bound(params))?;
+        Ok(u64::try_from(changed).unwrap_or(u64::MAX))
+    }
+
+    async fn rows<T: Record>(
+        &self,
+        statement: &(impl Text + ?Sized),
+        params: &[&dyn Bind],
+    ) -> rusqlite::Result<Vec<T>> {
+        let mut prepared = self.prepare_cached(statement.text(Self::DIALECT))?;
+        let found = prepared.query_map(bound(params), |row| T::read(row))?;
+        found.collect()
+    }
+
+    async fn row<T: Record>(
+        &self,
+        statement: &(impl Text + ?Sized),
+        params: &[&dyn Bind],
+    ) -> rusqlite::Result<Option<T>> {
+        self.prepare_cached(statement.text(Self::DIALECT))?
+            .query_row(bound(params), |row| T::read(row))
+            .optional()
+    }
+
+    async fn one_row<T: Record>(&self, statement: &(impl Text + ?Sized), params: &[&dyn Bind]) -> rusqlite::Result<T> {
+        self.prepare_cached(statement.text(Self::DIALECT))?
+            .query_row(bound(params), |row| T::read(row))
+    }
+}
+
+/// Parameters as rusqlite binds them.
+fn bound<'p>(params: &'p [&'p dyn Bind]) -> impl rusqlite::Params + 'p {
+    rusqlite::params_from_iter(params.iter().map(|param| *param as &dyn ToSql))
 }
 
 /// Ids are kept as their text.
@@ -121,7 +127,7 @@ macro_rules! id_columns {
     )*};
 }
 
-id_columns!(CallId, RequestId, SessionId);
+id_columns!(CallId, GrantId, RequestId, SessionId);
 
 #[cfg(test)]
 mod tests {

@@ -12,8 +12,10 @@ use super::rows;
 use crate::feed::Feed;
 use crate::ids::CallId;
 use crate::records::{CallStatus, Event};
+use crate::store::listing::Dialect;
 use crate::store::live::{self, Live, Note};
 use crate::store::shares::Shares;
+use crate::store::sql::{Bind, Change, Record, Run, Text};
 use crate::time::{Clock, Timestamp};
 
 /// The most changes one transaction takes.
@@ -54,6 +56,45 @@ pub struct Tx<'a> {
     /// The deferred calls this transaction's changes wrote so far.
     written: &'a mut Vec<CallId>,
     clock: &'a Clock,
+}
+
+impl Run for Tx<'_> {
+    type Error = rusqlite::Error;
+    const DIALECT: Dialect = Dialect::Sqlite;
+
+    async fn execute(&self, statement: &(impl Text + ?Sized), params: &[&dyn Bind]) -> rusqlite::Result<u64> {
+        Run::execute(self.conn, statement, params).await
+    }
+
+    async fn rows<T: Record>(
+        &self,
+        statement: &(impl Text + ?Sized),
+        params: &[&dyn Bind],
+    ) -> rusqlite::Result<Vec<T>> {
+        self.conn.rows(statement, params).await
+    }
+
+    async fn row<T: Record>(
+        &self,
+        statement: &(impl Text + ?Sized),
+        params: &[&dyn Bind],
+    ) -> rusqlite::Result<Option<T>> {
+        self.conn.row(statement, params).await
+    }
+
+    async fn one_row<T: Record>(&self, statement: &(impl Text + ?Sized), params: &[&dyn Bind]) -> rusqlite::Result<T> {
+        self.conn.one_row(statement, params).await
+    }
+}
+
+impl Change for Tx<'_> {
+    fn now(&self) -> Timestamp {
+        Tx::now(self)
+    }
+
+    async fn record(&mut self, event: Event) -> rusqlite::Result<()> {
+        Tx::record(self, event).map(drop)
+    }
 }
 
 impl Tx<'_> {
