@@ -77,8 +77,9 @@ macro_rules! read {
 }
 
 /// Runs a verb written once for both SQL engines (see [`sql`]) as a change, with its own copy of each argument;
-/// the memory store runs its own. PostgreSQL runs it again, with a copy again, when its transaction failed for
-/// another change's sake.
+/// the memory store runs its own. On PostgreSQL the change runs alongside others in their transaction (a change
+/// that must run in a group of its own has an engine method instead), and again, with a copy again, when that
+/// transaction failed for another change's sake.
 macro_rules! change {
     ($store:expr, $memory:ident => $own:expr, $verb:path, $($arg:ident),*) => {
         match $store {
