@@ -19,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The PostgreSQL tests (and the fault-schedule runner's replicas topology) start throwaway servers from
-# Debian's postgresql-15 (src/store/postgres/cluster.rs), installed here with apt-get when missing and running
+# Debian's postgresql-15 (src/test_postgres.rs), installed here with apt-get when missing and running
 # as root, without the package's own default cluster. The runner's disk-full fault uses prlimit (util-linux);
 # its clock fault, Debian's libfaketime (installed here as postgresql-15 is).
 if [[ ! -x /usr/lib/postgresql/15/bin/postgres && -z "${TOOLNEXUS_TEST_POSTGRES:-}" && "$(id -u)" == 0 ]] &&

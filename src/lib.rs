@@ -34,6 +34,8 @@ pub mod sessions;
 pub mod signature;
 pub mod store;
 pub mod suspension;
+#[cfg(test)]
+pub mod test_postgres;
 pub mod time;
 pub mod upstream;
 pub mod validation;

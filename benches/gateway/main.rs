@@ -16,7 +16,7 @@
 //! runs another build of it, and `BENCH_LOG=1` shows the gateway's stderr.
 
 #[allow(dead_code, reason = "the bench uses only part of the tests' PostgreSQL harness")]
-#[path = "../../src/store/postgres/cluster.rs"]
+#[path = "../../src/test_postgres.rs"]
 mod cluster;
 mod database;
 mod direct;

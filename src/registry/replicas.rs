@@ -7,7 +7,7 @@ use crate::auth::Role;
 use crate::feed::Feed;
 use crate::ids::RequestId;
 use crate::store::Location;
-use crate::store::postgres::cluster;
+use crate::test_postgres as cluster;
 
 /// A registry on the database at `url` as replica `name`.
 async fn replica(url: &str, name: &str) -> Registry {

@@ -3,8 +3,6 @@
 
 mod audit;
 mod calls;
-#[cfg(test)]
-pub mod cluster;
 mod connection;
 mod heartbeat;
 mod maintenance;

@@ -32,7 +32,7 @@ where
 fn durable(dir: &tempfile::TempDir) -> [Location; 2] {
     [
         Location::Sqlite(dir.path().join("store.sqlite3")),
-        Location::Postgres(postgres::cluster::shared().database()),
+        Location::Postgres(crate::test_postgres::shared().database()),
     ]
 }
 
@@ -386,7 +386,7 @@ mod restarts;
 /// not one a read: under a role that may hold only a few more connections than that, every read succeeds.
 #[tokio::test]
 async fn a_burst_of_reads_on_a_new_replica_opens_only_the_connections_it_keeps() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let config: tokio_postgres::Config = url.parse().unwrap();
     let database = config.get_dbname().unwrap().to_owned();
     let role = format!("few_{database}");

@@ -8,7 +8,7 @@ mod auth;
 mod bounds;
 mod calls;
 #[allow(dead_code, reason = "the durable server and its counts are for the bench")]
-#[path = "../../src/store/postgres/cluster.rs"]
+#[path = "../../src/test_postgres.rs"]
 mod cluster;
 mod connections;
 mod edits;

@@ -11,7 +11,7 @@ mod checker;
 mod children;
 mod clock;
 #[allow(dead_code, reason = "the runner starts its own cluster, and never counts statements")]
-#[path = "../../src/store/postgres/cluster.rs"]
+#[path = "../../src/test_postgres.rs"]
 mod cluster;
 mod consumers;
 mod gateways;

@@ -416,7 +416,7 @@ mod tests {
 
     #[tokio::test]
     async fn two_replicas_whose_commits_finish_in_the_opposite_order_of_their_ids_are_published_in_id_order() {
-        let url = super::super::cluster::shared().database();
+        let url = crate::test_postgres::shared().database();
         let feed = Feed::default();
         let mut published = feed.subscribe();
         let store = replica_under_test(&url, feed).await;
@@ -451,7 +451,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiters_are_told_once_of_each_event_held_back_before_it_is_published() {
-        let url = super::super::cluster::shared().database();
+        let url = crate::test_postgres::shared().database();
         let feed = Feed::default();
         let mut published = feed.subscribe();
         let mut waiting = feed.since();

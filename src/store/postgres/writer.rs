@@ -483,7 +483,7 @@ mod tests {
     /// A transaction left open by a writer that stopped is ended by the server, with its connection.
     #[tokio::test]
     async fn the_server_ends_a_writers_transaction_left_open() {
-        let url = super::super::cluster::shared().database();
+        let url = crate::test_postgres::shared().database();
         let connector = Connector {
             config: url.parse().unwrap(),
         };

@@ -5,7 +5,7 @@ use super::*;
 
 #[tokio::test]
 async fn a_postgres_database_of_the_first_schema_counts_its_pending_requests_and_running_calls() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     {
         let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
         let connection = tokio::spawn(connection);
@@ -49,7 +49,7 @@ async fn a_postgres_database_of_the_first_schema_counts_its_pending_requests_and
 
 #[tokio::test]
 async fn two_postgres_stores_on_one_database_share_its_caps_and_counts() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let a = replica(&url).await;
     let b = replica(&url).await;
     let caps = PendingCaps {
@@ -130,7 +130,7 @@ async fn two_postgres_stores_on_one_database_share_its_caps_and_counts() {
 /// allowance they hold, so that it goes on starting calls without dealing the cap again.
 #[tokio::test]
 async fn pruning_folds_the_counts_and_keeps_the_allowances_of_live_replicas() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let store = replica(&url).await;
     insert(&store, new_call("ada")).await;
     let raw = connect_raw(&url).await;

@@ -39,7 +39,7 @@ async fn open_session(store: &Store) {
 /// takes, are all cancelled, and its session closed.
 #[tokio::test]
 async fn every_request_raised_on_a_gone_replicas_session_is_cancelled() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let gone = replica(&url).await;
     open_session(&gone).await;
     let requests = (0..300).map(|_| new_request(None, None)).collect();
@@ -60,7 +60,7 @@ async fn every_request_raised_on_a_gone_replicas_session_is_cancelled() {
 /// go, the recovery ends the gone replica's call and cancels what it raised.
 #[tokio::test]
 async fn a_replica_recovering_a_gone_ones_work_holds_up_no_other_replica() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let gone = replica(&url).await;
     let held = insert(
         &gone,
@@ -120,7 +120,7 @@ async fn a_replica_recovering_a_gone_ones_work_holds_up_no_other_replica() {
 /// hold, and the gone replica's record goes.
 #[tokio::test]
 async fn answers_to_a_gone_replicas_requests_while_it_is_recovered_resolve_each_once() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let gone = replica(&url).await;
     open_session(&gone).await;
     let mut asked = Vec::new();
@@ -185,7 +185,7 @@ async fn answers_to_a_gone_replicas_requests_while_it_is_recovered_resolve_each_
 /// does once it comes back). One whose heartbeat is only late renews it.
 #[tokio::test]
 async fn no_change_of_a_replica_taken_for_gone_is_kept_and_its_next_heartbeat_tells_it() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let (taken, late) = (replica(&url).await, replica(&url).await);
     let (taken_id, late_id) = (replica_id(&taken), replica_id(&late));
     let held = insert(&taken, new_call("ada")).await;

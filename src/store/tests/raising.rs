@@ -9,7 +9,7 @@ use super::*;
 /// flight.
 #[tokio::test]
 async fn replicas_raise_side_by_side_while_far_from_the_caps() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let a = replica(&url).await;
     let other = connect_raw(&url).await;
     other
@@ -32,7 +32,7 @@ async fn replicas_raise_side_by_side_while_far_from_the_caps() {
 /// that commits, and then decides alone, on exact counts.
 #[tokio::test]
 async fn a_raise_near_a_cap_waits_for_the_raising_in_flight_and_decides_alone() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let a = replica(&url).await;
     let caps = PendingCaps {
         total: 2,
@@ -69,7 +69,7 @@ async fn a_raise_near_a_cap_waits_for_the_raising_in_flight_and_decides_alone() 
 /// its holders were read first.
 #[tokio::test]
 async fn a_raising_that_commits_while_a_raise_reads_is_counted_once_way_or_the_other() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let a = replica(&url).await;
     let call = insert(&a, new_call("ada")).await.id;
     let caps = PendingCaps {
@@ -112,7 +112,7 @@ async fn the_pending_cap_holds_exactly_across_replicas_raising_at_once() {
         ..PendingCaps::NONE
     };
     for _ in 0..4 {
-        let url = postgres::cluster::shared().database();
+        let url = crate::test_postgres::shared().database();
         let mut replicas = Vec::new();
         for _ in 0..3 {
             replicas.push(replica(&url).await);
@@ -142,7 +142,7 @@ async fn the_pending_cap_holds_exactly_across_replicas_raising_at_once() {
 /// check of debug builds, as these tests are).
 #[tokio::test]
 async fn raises_on_one_call_at_once_each_read_the_call_as_the_last_left_it() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let a = replica(&url).await;
     let call = insert(&a, new_call("ada")).await.id;
     let mut raising = tokio::task::JoinSet::new();

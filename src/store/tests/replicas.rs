@@ -8,7 +8,7 @@ use super::*;
 async fn an_elicitation_withdrawn_after_its_answers_were_sent_takes_none() {
     // PostgreSQL's writer is a task of this test's runtime, so the answers wait for it until this test
     // yields; the other stores' writers do not wait.
-    let store = open(&Location::Postgres(postgres::cluster::shared().database())).await;
+    let store = open(&Location::Postgres(crate::test_postgres::shared().database())).await;
     let raised = store
         .raise(vec![new_request(None, None)], None, PendingCaps::NONE)
         .await
@@ -43,7 +43,7 @@ async fn an_elicitation_withdrawn_after_its_answers_were_sent_takes_none() {
 #[tokio::test]
 async fn changes_run_alongside_ones_that_fail_run_again_in_the_next_transaction() {
     const DETAIL: [&str; 5] = ["kept", "refused", "kept", "refused", "kept"];
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let store = open(&Location::Postgres(url.clone())).await;
     let mut raised = Vec::new();
     for _ in DETAIL {
@@ -54,7 +54,7 @@ async fn changes_run_alongside_ones_that_fail_run_again_in_the_next_transaction(
                 .unwrap(),
         );
     }
-    postgres::cluster::shared()
+    crate::test_postgres::shared()
         .query(
             &url,
             "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$; \
@@ -92,7 +92,7 @@ async fn changes_run_alongside_ones_that_fail_run_again_in_the_next_transaction(
 /// transaction open, its call settled as it saw it) when this one's runs, and commits first.
 #[tokio::test]
 async fn answers_to_a_calls_last_two_requests_committed_side_by_side_leave_it_running_and_hand_it_on_once() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let store = replica(&url).await;
     let call = insert(&store, new_call("ada")).await;
     let raised = raise_round(&store, &call.id, &["a", "b"]).await;
@@ -141,7 +141,7 @@ async fn answers_to_a_calls_last_two_requests_committed_side_by_side_leave_it_ru
 /// the answer run again, and settle the call as the row now is.
 #[tokio::test]
 async fn an_answer_that_foresaw_its_call_settled_runs_again_when_the_calls_row_changed_meanwhile() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let store = replica(&url).await;
     let call = insert(&store, new_call("ada")).await;
     let raised = raise_round(&store, &call.id, &["a"]).await;
@@ -194,7 +194,7 @@ async fn an_answer_that_foresaw_its_call_settled_runs_again_when_the_calls_row_c
 /// by its id once it is kept, never as missing.
 #[tokio::test]
 async fn a_call_read_while_its_start_commits_is_read_once_kept() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let store = replica(&url).await;
     let (other, watcher) = (connect_raw(&url).await, connect_raw(&url).await);
     other
@@ -234,7 +234,7 @@ async fn a_call_read_while_its_start_commits_is_read_once_kept() {
 /// that statements are not planned on figures from when few were pending.
 #[tokio::test]
 async fn a_raise_that_doubles_the_pending_requests_has_their_statistics_taken_again() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let store = replica(&url).await;
     let raw = connect_raw(&url).await;
     // `ANALYZE` commands only, not autovacuum's.
@@ -265,7 +265,7 @@ async fn a_raise_that_doubles_the_pending_requests_has_their_statistics_taken_ag
 /// the other replica starts and ends calls and sessions meanwhile, committing side by side with it.
 #[tokio::test]
 async fn a_replica_waiting_on_a_row_leaves_another_starting_and_ending_calls_and_sessions() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let a = replica(&url).await;
     let b = replica(&url).await;
     let held = insert(&a, new_call("ada")).await;
@@ -321,7 +321,7 @@ async fn a_replica_waiting_on_a_row_leaves_another_starting_and_ending_calls_and
 /// up no other replica's answers meanwhile; the holder ends the call, and the raise reads it ended.
 #[tokio::test]
 async fn a_raise_waits_for_its_calls_row_alone_and_reads_the_call_as_the_holder_left_it() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let a = replica(&url).await;
     let b = replica(&url).await;
     let held = insert(&a, new_call("ada")).await;
@@ -368,7 +368,7 @@ async fn a_raise_waits_for_its_calls_row_alone_and_reads_the_call_as_the_holder_
 /// lock: the reply to its `BEGIN` is read while the calls' statements run after it.
 #[tokio::test]
 async fn calls_of_hundreds_of_principals_start_in_one_transaction() {
-    let store = open(&Location::Postgres(postgres::cluster::shared().database())).await;
+    let store = open(&Location::Postgres(crate::test_postgres::shared().database())).await;
     // All submitted before the writer (a task of this test's runtime) takes any: one batch.
     let starts = (0..500).map(|nth| store.insert_call(new_call(&format!("principal-{nth}")), 1));
     let started = tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(starts))
@@ -384,7 +384,7 @@ async fn calls_of_hundreds_of_principals_start_in_one_transaction() {
 /// cancels the Requests the raise committed.
 #[tokio::test]
 async fn a_call_that_ends_after_a_raise_on_it_commits_cancels_what_it_raised() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let a = replica(&url).await;
     let b = replica(&url).await;
     let call = insert(&a, new_call("ada")).await;
@@ -428,7 +428,7 @@ async fn a_call_that_ends_after_a_raise_on_it_commits_cancels_what_it_raised() {
 #[tokio::test]
 async fn a_principals_cap_holds_exactly_across_replicas_starting_calls_at_once() {
     const CAP: usize = 3;
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let a = replica(&url).await;
     let b = replica(&url).await;
     let mut starting = tokio::task::JoinSet::new();
@@ -459,7 +459,7 @@ async fn a_principals_cap_holds_exactly_across_replicas_starting_calls_at_once()
 /// allowance of the cap; one whose allowance is spent waits for the lock, to deal the cap again.
 #[tokio::test]
 async fn a_replica_starts_calls_within_its_allowance_while_another_holds_the_principals_lock() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let a = replica(&url).await;
     let b = replica(&url).await;
     // Dealt half of the cap of 10.
@@ -541,7 +541,7 @@ async fn until_locks_are_awaited(watcher: &tokio_postgres::Client, count: i64, n
 
 #[tokio::test]
 async fn gateways_sharing_a_database_take_a_webhook_over_once_its_lease_runs_out() {
-    let url = postgres::cluster::shared().database();
+    let url = crate::test_postgres::shared().database();
     let one = replica(&url).await;
     let two = replica(&url).await;
     let short = Duration::from_millis(200);

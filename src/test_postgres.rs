@@ -1,6 +1,6 @@
 //! A throwaway PostgreSQL server for tests: initdb into a temp dir, `postgres` on a free loopback port, and
-//! a fresh database per test. The library's unit tests and the black-box tests in `tests/api` both compile
-//! this file, so it uses std, `tempfile` and `nix` only, and no async runtime.
+//! a fresh database per test. The library's unit tests, the black-box tests in `tests/api`, the fault-schedule
+//! runner and the bench each compile this file, so it uses std, `tempfile` and `nix` only, and no async runtime.
 //!
 //! The server never outlives the test process: a `sh` watchdog runs initdb and the server, and its standard
 //! input is a pipe only the test process holds. When that pipe closes (the [`Cluster`] is dropped, or the
@@ -466,5 +466,5 @@ fn program_path(name: &str) -> Result<PathBuf, String> {
 }
 
 #[cfg(test)]
-#[path = "cluster/tests.rs"]
+#[path = "test_postgres/tests.rs"]
 mod tests;
