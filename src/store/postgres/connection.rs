@@ -134,6 +134,26 @@ pub trait Reader: Sync {
         let Borrowed { client, statements } = self.borrowed();
         async move { client.query_opt(&statements.get(client, sql).await?, params).await }
     }
+
+    /// The one row of `sql`.
+    fn query_one(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Row, tokio_postgres::Error>> + Send {
+        let Borrowed { client, statements } = self.borrowed();
+        async move { client.query_one(&statements.get(client, sql).await?, params).await }
+    }
+
+    /// Runs `sql`; how many rows it changed.
+    fn execute(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<u64, tokio_postgres::Error>> + Send {
+        let Borrowed { client, statements } = self.borrowed();
+        async move { client.execute(&statements.get(client, sql).await?, params).await }
+    }
 }
 
 impl<R: Reader> Run for R {
@@ -141,9 +161,7 @@ impl<R: Reader> Run for R {
     const DIALECT: Dialect = Dialect::Postgres;
 
     async fn execute(&self, statement: &(impl Text + ?Sized), params: &[&dyn Bind]) -> Result<u64, Self::Error> {
-        let Borrowed { client, statements } = self.borrowed();
-        let prepared = statements.get(client, statement.text(Self::DIALECT)).await?;
-        client.execute(&prepared, &bound(params)).await
+        Reader::execute(self, statement.text(Self::DIALECT), &bound(params)).await
     }
 
     async fn rows<T: Record>(
@@ -169,9 +187,7 @@ impl<R: Reader> Run for R {
         statement: &(impl Text + ?Sized),
         params: &[&dyn Bind],
     ) -> Result<T, Self::Error> {
-        let Borrowed { client, statements } = self.borrowed();
-        let prepared = statements.get(client, statement.text(Self::DIALECT)).await?;
-        T::read(&client.query_one(&prepared, &bound(params)).await?)
+        T::read(&self.query_one(statement.text(Self::DIALECT), &bound(params)).await?)
     }
 }
 

@@ -46,14 +46,14 @@ impl Postgres {
     /// Request `id` as an answer is decided on; with `foresee`, with what resolving it does to its call.
     async fn to_answer(&self, id: &RequestId, foresee: bool) -> Result<Option<ToAnswer>, StoreError> {
         if !foresee {
-            let pending = self.read(async |conn| request(conn, id).await).await?;
+            let pending = self.read(async |conn| requests::one(conn, id).await).await?;
             return Ok(pending.map(|pending| ToAnswer {
                 pending,
                 call: Foreseen::Unknown,
             }));
         }
         self.read(async |conn| {
-            let (pending, settling) = futures::try_join!(request(conn, id), rounds::Settling::read(conn, id))?;
+            let (pending, settling) = futures::try_join!(requests::one(conn, id), rounds::Settling::read(conn, id))?;
             Ok(pending.map(|pending| ToAnswer {
                 pending,
                 call: settling.map_or(Foreseen::Stays, |settling| Foreseen::Settles(Box::new(settling))),
@@ -99,7 +99,7 @@ impl Postgres {
             let (mut view, event, call) = (view.clone(), event.clone(), call.clone());
             Box::pin(async move {
                 if let Some(detail) = withdrawn {
-                    let Some(current) = request(tx, &id).await? else {
+                    let Some(current) = requests::one(tx, &id).await? else {
                         return Ok(Some(Answered::NotFound));
                     };
                     if current.status != Status::Pending {
@@ -111,7 +111,7 @@ impl Postgres {
                     };
                     return Ok(Some(match resolve_one(tx, current, &resolution, now).await? {
                         Some((view, _)) => Answered::Withdrawn(view),
-                        None => request(tx, &id).await?.map_or(Answered::NotFound, Answered::Lost),
+                        None => requests::one(tx, &id).await?.map_or(Answered::NotFound, Answered::Lost),
                     }));
                 }
                 // The Request resolved, counted out and its event numbered, in one statement; ending the change,
@@ -167,7 +167,7 @@ impl Postgres {
                     _ => tx.query_opt(&ANSWER, &params).await?,
                 };
                 let Some(won) = found else {
-                    return Ok(match request(tx, &id).await? {
+                    return Ok(match requests::one(tx, &id).await? {
                         None => Some(Answered::NotFound),
                         // Another approval of several was counted since the read.
                         Some(current) if current.status == Status::Pending => None,
@@ -301,11 +301,6 @@ pub(super) fn round_number(number: u32) -> i32 {
     i32::try_from(number).unwrap_or(i32::MAX)
 }
 
-/// One Request.
-pub(super) async fn request(conn: &impl Reader, id: &RequestId) -> Result<Option<RequestView>, tokio_postgres::Error> {
-    requests::one(conn, id).await
-}
-
 /// How many Requests are pending.
 pub(super) async fn pending_count(conn: &impl Reader) -> Result<usize, tokio_postgres::Error> {
     let row = conn
@@ -340,7 +335,10 @@ pub(super) async fn resolve_ids(
     let now = tx.now();
     let mut resolved = Resolved::default();
     for id in ids {
-        let Some(view) = request(tx, id).await?.filter(|view| view.status == Status::Pending) else {
+        let Some(view) = requests::one(tx, id)
+            .await?
+            .filter(|view| view.status == Status::Pending)
+        else {
             continue;
         };
         if let Some((view, resumes)) = resolve_one(tx, view, resolution, now).await? {

@@ -66,12 +66,6 @@ impl Tx<'_> {
         self.moved_alone.store(true, Ordering::Relaxed);
     }
 
-    /// The one row of `sql`.
-    pub async fn query_one(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Row, tokio_postgres::Error> {
-        let Borrowed { client, statements } = self.borrowed;
-        client.query_one(&statements.get(client, sql).await?, params).await
-    }
-
     /// Whether [`Self::closing`] ends the transaction: the change is the only one in it and may end it.
     pub fn ends(&self) -> bool {
         self.end.is_some()
@@ -114,12 +108,6 @@ impl Tx<'_> {
     ) -> Result<(Vec<Row>, Vec<Row>), tokio_postgres::Error> {
         self.prepare(&[first, second]).await?;
         futures::try_join!(self.query(first, first_params), self.query(second, second_params))
-    }
-
-    /// Runs `sql`; how many rows it changed.
-    pub async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, tokio_postgres::Error> {
-        let Borrowed { client, statements } = self.borrowed;
-        client.execute(&statements.get(client, sql).await?, params).await
     }
 
     /// Records an event: it is numbered now and published once the transaction is kept.

@@ -124,7 +124,6 @@ records!(
     CallView => rows::call,
     SessionView => rows::session,
     GrantView => rows::grant,
-    Event => rows::event,
     Entry => rows::entry,
     Link => rows::link,
 );
