@@ -20,8 +20,8 @@ use crate::feed::Feed;
 use crate::ids::{CallId, RequestId, SessionId};
 use crate::records::json_size;
 use crate::records::{
-    Allowed, Arguments, CallError, CallFilter, CallStatus, CallTask, CallView, Event, EventKind, Filter, Finish,
-    RequestView, SessionFilter, SessionStatus, SessionView, Status,
+    Allowed, Arguments, CallFilter, CallStatus, CallTask, CallView, Event, EventKind, Filter, Finish, RequestView,
+    SessionFilter, SessionStatus, SessionView, Status,
 };
 use crate::retained::Retained;
 use crate::time::{Clock, Timestamp};

@@ -16,6 +16,7 @@ mod statistics;
 mod tail;
 mod tx;
 mod writer;
+mod written;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -89,6 +90,8 @@ struct Shared {
     clock: Clock,
     /// The calls this replica started whose change is not kept yet: a read of one waits until it is.
     starting: Mutex<HashMap<CallId, Starting>>,
+    /// The running calls as this replica last wrote them.
+    written: Mutex<written::LastWritten>,
     statistics: Mutex<statistics::Statistics>,
     /// How many answers this replica is deciding and writing.
     answering: AtomicUsize,
@@ -167,6 +170,7 @@ impl Postgres {
                 heartbeats: Heartbeats::registered(),
                 clock,
                 starting: Mutex::default(),
+                written: Mutex::default(),
                 statistics: Mutex::default(),
                 answering: AtomicUsize::new(0),
             }),

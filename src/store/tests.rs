@@ -67,7 +67,7 @@ async fn close(store: Store) {
     }
 }
 
-fn new_call(owner: &str) -> NewCall {
+pub(super) fn new_call(owner: &str) -> NewCall {
     NewCall {
         server: "demo".into(),
         session: ses_1(),

@@ -5,7 +5,7 @@ use rmcp::model::{ElicitResult, ElicitationAction};
 use super::{NewCall, NewRequest, Resolution};
 use crate::decision::Decision;
 use crate::ids::CallId;
-use crate::records::{CallStatus, CallView, Finish, RequestView, Status};
+use crate::records::{CallError, CallStatus, CallView, Finish, RequestView, Status};
 use crate::suspension::Answer;
 use crate::time::Timestamp;
 
@@ -81,6 +81,17 @@ pub(crate) fn answer_view(view: &mut RequestView, decision: Decision, now: Times
     view.answerer = Some(Box::new(decision.by));
     view.result = decision.result.map(Box::new);
     view.decisions.extend(decision.signoff);
+}
+
+/// Ends the view of a call that has not ended, as `finish` says, at `now`.
+pub(crate) fn end_view(view: &mut CallView, finish: Finish, now: Timestamp) {
+    view.status = finish.status();
+    view.updated_at = now;
+    match finish {
+        Finish::Completed(result) => view.result = Some(Box::new(result)),
+        Finish::Failed(error) => view.error = Some(Box::new(error)),
+        Finish::Cancelled(message) => view.error = Some(Box::new(CallError::new(message))),
+    }
 }
 
 /// The detail of the Requests of a call that ended while they were pending.

@@ -36,13 +36,7 @@ impl Memory {
             return Ok(None);
         };
         let detail = crate::store::views::ended_call_detail(&finish);
-        entry.view.status = finish.status();
-        entry.view.updated_at = now;
-        match finish {
-            Finish::Completed(result) => entry.view.result = Some(Box::new(result)),
-            Finish::Failed(error) => entry.view.error = Some(Box::new(error)),
-            Finish::Cancelled(message) => entry.view.error = Some(Box::new(CallError::new(message))),
-        }
+        crate::store::views::end_view(&mut entry.view, finish, now);
         let requests = entry.view.requests.clone();
         let view = entry.view.clone();
         let until = now.after(state.retention);

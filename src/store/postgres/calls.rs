@@ -9,7 +9,7 @@ use tokio_postgres::types::ToSql;
 
 use super::requests::resolve_ids;
 use super::tx::{RECORD, Tx, insert_event};
-use super::{Postgres, Reader, rounds, rows};
+use super::{Postgres, Reader, rounds, rows, written};
 use crate::ids::{self, CallId, RequestId, SessionId};
 use crate::lock;
 use crate::records::{
@@ -56,15 +56,24 @@ impl Postgres {
             Admission::Allowance => Vec::new(),
             Admission::Dealt => vec![call.owner.clone()],
         };
-        let (id, call) = (id.to_owned(), call.clone());
+        let (id, call, this) = (id.to_owned(), call.clone(), self.clone());
         let kept = self.write_holding(principals, move |tx| {
-            let (first, id, call) = (first.clone(), id.clone(), call.clone());
+            let (first, id, call, this) = (first.clone(), id.clone(), call.clone(), this.clone());
             Box::pin(async move {
-                if matches!(*lock(&first), Decided::NotStarted) {
-                    return Ok(false);
-                }
+                let first_run = match *lock(&first) {
+                    Decided::NotStarted => return Ok(false),
+                    Decided::Not(_) => true,
+                    Decided::Started => false,
+                };
                 let admitted = start_in(tx, &id, &call, cap, admission).await?;
-                let started = matches!(admitted, Admitted::Started(_));
+                // Nothing else knows the call's id before its first run has decided: nothing else in its
+                // transaction writes its row. (A run again may share one with changes of the call.)
+                if let Admitted::Started { view, seq } = &admitted
+                    && first_run
+                {
+                    lock(&this.shared.written).note((**view).clone(), *seq);
+                }
+                let started = matches!(admitted, Admitted::Started { .. });
                 let now = if started { Decided::Started } else { Decided::NotStarted };
                 if let Decided::Not(decided) = std::mem::replace(&mut *lock(&first), now) {
                     let _ = decided.send(admitted);
@@ -93,7 +102,7 @@ impl Postgres {
             }
         };
         match decision {
-            Ok(Admitted::Started(view)) => {
+            Ok(Admitted::Started { view, .. }) => {
                 let kept = self.starting(&view.id, kept);
                 Ok(Some(Started { view: *view, kept }))
             }
@@ -126,11 +135,22 @@ impl Postgres {
         }
     }
 
+    /// Ends a call that has not ended: in one statement when this replica last wrote it (see [`written`]), its row
+    /// still that version; otherwise reading the call it ended.
     pub async fn finish_call(&self, id: &CallId, finish: Finish) -> Result<Option<Finished>, StoreError> {
+        // Taken by the first run only: one that runs again reads the call.
+        let written = Mutex::new(lock(&self.shared.written).take(id));
         let id = id.to_owned();
         self.write_alongside(move |tx| {
-            let (id, finish) = (id.clone(), finish.clone());
-            Box::pin(async move { finish_in(tx, &id, finish, true).await })
+            let (id, finish, written) = (id.clone(), finish.clone(), lock(&written).take());
+            Box::pin(async move {
+                if let Some(written) = written
+                    && let Some(finished) = finish_written(tx, written, finish.clone()).await?
+                {
+                    return Ok(Some(finished));
+                }
+                finish_in(tx, &id, finish, true).await
+            })
         })
         .await
     }
@@ -251,7 +271,11 @@ enum Admission {
 
 /// What became of a call's start.
 enum Admitted {
-    Started(Box<CallView>),
+    Started {
+        view: Box<CallView>,
+        /// The number of the call's event.
+        seq: i64,
+    },
     /// This replica's allowance is spent.
     Spent,
     /// The owner has this many calls running, its cap.
@@ -326,6 +350,7 @@ async fn start_in(
     let view = views::started_view(CallId::stored(id), call, now);
     let mut event = Event::call(&view);
     let values = tx.event_values(&mut event);
+    let place = values.place();
     let (arguments, capabilities, now, via) = (
         rows::to_json(&call.arguments),
         rows::to_json(&call.capabilities),
@@ -349,10 +374,76 @@ async fn start_in(
     ];
     params.extend(values.params());
     // Nothing follows it: it starts the call, or writes nothing.
-    if tx.closing(&[&START], tx.query_opt(&START, &params)).await?.is_none() {
+    let Some(started) = tx.closing(&[&START], tx.query_opt(&START, &params)).await? else {
+        tx.withdraw(place);
         return Ok(Admitted::Spent);
+    };
+    Ok(Admitted::Started {
+        view: Box::new(view),
+        seq: started.try_get(0)?,
+    })
+}
+
+/// Ends call `written` as this replica last wrote it, and records its event, in one statement that writes it only
+/// while its row is still that version (so that the call has no Request pending, and is as `written` has it);
+/// `None` when it did not. As the change's last statement, with the `COMMIT` behind it (see [`Tx::closing`]), it
+/// fails instead, and the change runs again.
+async fn finish_written(
+    tx: &mut Tx<'_>,
+    written: written::Written,
+    finish: Finish,
+) -> Result<Option<Finished>, tokio_postgres::Error> {
+    static ENDS: LazyLock<String> = LazyLock::new(|| ending_written(false));
+    static CLOSING: LazyLock<String> = LazyLock::new(|| ending_written(true));
+    let now = tx.now().millis();
+    let mut view = written.view;
+    views::end_view(&mut view, finish, crate::time::Timestamp::from_millis(now));
+    let result = rows::to_json_opt(view.result.as_deref());
+    let error = view.error.as_deref();
+    let (message, reason) = (
+        error.map(|error| error.message.as_str()),
+        error.and_then(|error| error.reason).map(|reason| reason.as_str()),
+    );
+    let mut event = Event::call(&view);
+    let values = tx.event_values(&mut event);
+    let place = values.place();
+    let status = view.status.as_str();
+    let mut params: Vec<&(dyn ToSql + Sync)> =
+        vec![&view.id, &status, &result, &message, &reason, &now, &written.version];
+    params.extend(values.params());
+    let found = match tx.ends() {
+        true => tx.closing(&[&CLOSING], tx.query_opt(&CLOSING, &params)).await?,
+        false => tx.query_opt(&ENDS, &params).await?,
+    };
+    if found.is_none() {
+        tx.withdraw(place);
+        return Ok(None);
     }
-    Ok(Admitted::Started(Box::new(view)))
+    Ok(Some(Finished {
+        view,
+        cancelled: Vec::new(),
+    }))
+}
+
+/// The statement of [`finish_written`]: the call (`$1`) ended if its row's version is still `$7`, counted out of its
+/// owner's running calls, and its event, whose values are parameters `$8` on, recorded. With `closing`, it fails
+/// unless it ended the call.
+fn ending_written(closing: bool) -> String {
+    let ended = format!(
+        "WITH ended AS ({} AND xmin::TEXT = $7 RETURNING owner), \
+         counted AS (INSERT INTO live_calls (owner, replica, calls) \
+         SELECT owner, COALESCE(current_setting('toolnexus.replica', true), ''), -1 FROM ended \
+         ON CONFLICT (owner, replica) DO UPDATE SET calls = live_calls.calls - 1)",
+        sql::CALL_ENDED.postgres
+    );
+    let recorded = insert_event(8, "SELECT {} FROM ended");
+    match closing {
+        false => format!("{ended} {recorded}"),
+        true => format!(
+            "{ended}, recorded AS ({recorded}) SELECT recorded.seq, toolnexus_expect(recorded.seq IS NOT NULL) \
+             FROM (SELECT 1) AS one LEFT JOIN recorded ON true"
+        ),
+    }
 }
 
 /// Ends a call that has not ended, cancelling its pending Requests: the end counted out of `live_calls`

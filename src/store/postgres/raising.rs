@@ -196,6 +196,11 @@ impl Postgres {
         .await?
         .map(|(views, before)| {
             self.pending_grew(before, before + views.len());
+            // Their calls wait on them now: their ends read them.
+            let mut written = crate::lock(&self.shared.written);
+            for call in views.iter().filter_map(|view| view.call.as_ref()) {
+                written.take(call);
+            }
             views
         })
     }

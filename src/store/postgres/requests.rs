@@ -91,9 +91,11 @@ impl Postgres {
         };
         // Alongside other answers: what this one decides is read by its own statements as they run. So is a
         // withdrawal's cancellation (a Request with a waiter to withdraw has no round to hand on).
+        let this = self.clone();
         self.write_alongside(move |tx| {
             // Each run its own copy: a run that another change's failure cut short runs again.
             let withdrawn = upstream.as_ref().and_then(Upstream::withdrawal);
+            let this = this.clone();
             let (id, answer, result) = (id.clone(), answer.clone(), result.clone());
             let (decisions, answerer, decided_on) = (decisions.clone(), answerer.clone(), decided_on.clone());
             let (mut view, event, call) = (view.clone(), event.clone(), call.clone());
@@ -167,6 +169,7 @@ impl Postgres {
                     _ => tx.query_opt(&ANSWER, &params).await?,
                 };
                 let Some(won) = found else {
+                    tx.withdraw(place);
                     return Ok(match requests::one(tx, &id).await? {
                         None => Some(Answered::NotFound),
                         // Another approval of several was counted since the read.
@@ -188,6 +191,9 @@ impl Postgres {
                     tx.amend(place, &event);
                 }
                 let event = tx.numbered(event, seq);
+                if ends && let Some(call) = &won.settled {
+                    crate::lock(&this.shared.written).note(call.clone(), seq);
+                }
                 let resumes = match call {
                     Foreseen::Settles(settled) if ends => {
                         debug_assert_eq!(won.settled.as_ref(), Some(&settled.call), "the call as foreseen");
@@ -227,9 +233,11 @@ impl Postgres {
                 });
                 let mut event = event;
                 let values = tx.event_values(&mut event);
+                let values_place = values.place();
                 let mut params: Vec<&(dyn ToSql + Sync)> = vec![&view.request.id, &after, &before];
                 params.extend(values.params());
                 let Some(counted) = tx.closing(&[&COUNT], tx.query_opt(&COUNT, &params)).await? else {
+                    tx.withdraw(values_place);
                     return Ok(None);
                 };
                 let event = tx.numbered(event, counted.try_get(0)?);

@@ -128,7 +128,7 @@ impl Tx<'_> {
             .fetch_add(1, Ordering::Relaxed)
             .min(EVENTS_PER_TRANSACTION - 1);
         event.at = self.now();
-        crate::lock(&self.recorded.events).push(crate::feed::carried_copy(event));
+        crate::lock(&self.recorded.events).push(Some(crate::feed::carried_copy(event)));
         EventValues {
             place,
             at: event.at.millis(),
@@ -142,7 +142,16 @@ impl Tx<'_> {
     pub fn amend(&self, place: i64, event: &Event) {
         let mut events = crate::lock(&self.recorded.events);
         if let Some(recorded) = usize::try_from(place).ok().and_then(|place| events.get_mut(place)) {
-            *recorded = crate::feed::carried_copy(event);
+            *recorded = Some(crate::feed::carried_copy(event));
+        }
+    }
+
+    /// Has the event whose values went at `place` ([`EventValues::place`]) to a statement that did not record it
+    /// stand as never recorded.
+    pub fn withdraw(&self, place: i64) {
+        let mut events = crate::lock(&self.recorded.events);
+        if let Some(recorded) = usize::try_from(place).ok().and_then(|place| events.get_mut(place)) {
+            *recorded = None;
         }
     }
 
@@ -161,7 +170,8 @@ impl Tx<'_> {
 #[derive(Default)]
 pub struct Recorded {
     next: AtomicI64,
-    events: Mutex<Vec<Event>>,
+    /// Each by its place; `None` where a statement did not record the event after all.
+    events: Mutex<Vec<Option<Event>>>,
 }
 
 impl Recorded {
@@ -176,7 +186,7 @@ impl Recorded {
             .events
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        events.into_iter().map(Arc::new).collect()
+        events.into_iter().flatten().map(Arc::new).collect()
     }
 }
 

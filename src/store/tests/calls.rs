@@ -1,4 +1,4 @@
-//! A call as it starts.
+//! A call as it starts and ends.
 
 use super::*;
 
@@ -74,4 +74,70 @@ async fn a_calls_task_is_noted_and_followed_on_without_a_round() {
         assert!(store.retry(&call.id).await.unwrap().is_none());
     })
     .await;
+}
+
+/// On PostgreSQL, a call's end writes the call as this replica last wrote it (started, or settled by an answer),
+/// and records its event, in one statement, while no other change has written the call's row since; after one,
+/// it reads the call it ended. Either way its event and its view are the call as its row has it.
+#[tokio::test]
+async fn a_calls_end_records_the_call_as_its_row_has_it() {
+    let url = crate::test_postgres::shared().database();
+    let store = replica(&url).await;
+    let other = connect_raw(&url).await;
+    // Which statement ended each call.
+    other
+        .batch_execute(
+            "CREATE TABLE ended_by (call TEXT, query TEXT); \
+             CREATE FUNCTION note_end() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN INSERT INTO ended_by VALUES (NEW.id, current_query()); RETURN NULL; END $$; \
+             CREATE TRIGGER note_end AFTER UPDATE OF ended_at ON calls FOR EACH ROW EXECUTE FUNCTION note_end()",
+        )
+        .await
+        .unwrap();
+    for (settled, renamed) in [(false, false), (true, false), (false, true), (true, true)] {
+        let call = insert(&store, new_call("ada")).await;
+        if settled {
+            let raised = replicas::raise_round(&store, &call.id, &["a"]).await;
+            let answered = store.answer(&raised[0].request.id, proposal(true)).await.unwrap();
+            assert!(
+                matches!(answered, Answered::Won { resumes: Some(_), .. }),
+                "{answered:?}"
+            );
+        }
+        if renamed {
+            let rename = format!("UPDATE calls SET tool = 'renamed' WHERE id = '{}'", call.id);
+            other.batch_execute(&rename).await.unwrap();
+        }
+        let before = store.last_event_id().await.unwrap();
+        let finished = store
+            .finish_call(&call.id, Finish::failed("done"))
+            .await
+            .unwrap()
+            .unwrap();
+        let read = store.call(&call.id).await.unwrap().unwrap();
+        assert_eq!(finished.view, read);
+        assert_eq!(
+            (read.status, read.tool.as_str(), read.requests.len()),
+            (
+                CallStatus::Failed,
+                if renamed { "renamed" } else { "two_step" },
+                usize::from(settled)
+            )
+        );
+        let logged = store.events_after(before, 10).await.unwrap().events;
+        assert_eq!(logged.len(), 1, "{logged:?}");
+        let data: Value = serde_json::from_str(&logged[0].data).unwrap();
+        assert_eq!(data, serde_json::to_value(&read).unwrap());
+        let query: String = other
+            .query_one("SELECT query FROM ended_by WHERE call = $1", &[&call.id.as_str()])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            query.contains("INSERT INTO events"),
+            !renamed,
+            "settled {settled}, renamed {renamed}: {query}"
+        );
+    }
+    close(store).await;
 }

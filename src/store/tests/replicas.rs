@@ -498,7 +498,7 @@ async fn a_replica_starts_calls_within_its_allowance_while_another_holds_the_pri
 }
 
 /// Raises round 1 of `call`: a Request for each of `keys`.
-async fn raise_round(store: &Store, call: &CallId, keys: &[&str]) -> Vec<RequestView> {
+pub(super) async fn raise_round(store: &Store, call: &CallId, keys: &[&str]) -> Vec<RequestView> {
     let round = NewRound {
         call: call.clone(),
         number: 1,
