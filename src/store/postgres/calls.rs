@@ -60,18 +60,12 @@ impl Postgres {
         let kept = self.write_holding(principals, move |tx| {
             let (first, id, call, this) = (first.clone(), id.clone(), call.clone(), this.clone());
             Box::pin(async move {
-                let first_run = match *lock(&first) {
-                    Decided::NotStarted => return Ok(false),
-                    Decided::Not(_) => true,
-                    Decided::Started => false,
-                };
+                if matches!(*lock(&first), Decided::NotStarted) {
+                    return Ok(false);
+                }
                 let admitted = start_in(tx, &id, &call, cap, admission).await?;
-                // Nothing else knows the call's id before its first run has decided: nothing else in its
-                // transaction writes its row. (A run again may share one with changes of the call.)
-                if let Admitted::Started { view, seq } = &admitted
-                    && first_run
-                {
-                    lock(&this.shared.written).note((**view).clone(), *seq);
+                if let Admitted::Started { view, seq, place } = &admitted {
+                    lock(&this.shared.written).note((**view).clone(), *seq, place.clone());
                 }
                 let started = matches!(admitted, Admitted::Started { .. });
                 let now = if started { Decided::Started } else { Decided::NotStarted };
@@ -275,6 +269,8 @@ enum Admitted {
         view: Box<CallView>,
         /// The number of the call's event.
         seq: i64,
+        /// The place (`ctid`) of the call's row.
+        place: String,
     },
     /// This replica's allowance is spent.
     Spent,
@@ -339,10 +335,11 @@ async fn start_in(
              started AS (INSERT INTO calls AS c (id, server, session, shared, tool, arguments, owner, \
              protocol_version, capabilities, status, created_at, updated_at, replica, via) \
              SELECT $1::TEXT, $2::TEXT, $3::TEXT, $4::BOOLEAN, $5::TEXT, $6::TEXT, $7::TEXT, $8::TEXT, $9::TEXT, \
-             'running', $10::BIGINT, $10::BIGINT, $11::TEXT, $12::TEXT FROM own RETURNING 1), \
+             'running', $10::BIGINT, $10::BIGINT, $11::TEXT, $12::TEXT FROM own RETURNING ctid::TEXT AS place), \
              counted AS (UPDATE live_calls SET calls = calls + 1 WHERE owner = $7::TEXT AND replica = $11::TEXT \
-             AND EXISTS (SELECT 1 FROM started)) \
-             {}",
+             AND EXISTS (SELECT 1 FROM started)), \
+             recorded AS ({}) \
+             SELECT recorded.seq, started.place FROM recorded, started",
             insert_event(14, "SELECT {} FROM started")
         )
     });
@@ -381,6 +378,7 @@ async fn start_in(
     Ok(Admitted::Started {
         view: Box::new(view),
         seq: started.try_get(0)?,
+        place: started.try_get(1)?,
     })
 }
 
@@ -408,9 +406,10 @@ async fn finish_written(
     let values = tx.event_values(&mut event);
     let place = values.place();
     let status = view.status.as_str();
-    let mut params: Vec<&(dyn ToSql + Sync)> =
-        vec![&view.id, &status, &result, &message, &reason, &now, &written.version];
+    let requests = i64::try_from(view.requests.len()).unwrap_or(i64::MAX);
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&view.id, &status, &result, &message, &reason, &now, &written.xmin];
     params.extend(values.params());
+    params.extend([&written.place as &(dyn ToSql + Sync), &requests]);
     let found = match tx.ends() {
         true => tx.closing(&[&CLOSING], tx.query_opt(&CLOSING, &params)).await?,
         false => tx.query_opt(&ENDS, &params).await?,
@@ -425,12 +424,13 @@ async fn finish_written(
     }))
 }
 
-/// The statement of [`finish_written`]: the call (`$1`) ended if its row's version is still `$7`, counted out of its
-/// owner's running calls, and its event, whose values are parameters `$8` on, recorded. With `closing`, it fails
-/// unless it ended the call.
+/// The statement of [`finish_written`]: the call (`$1`) ended if its row's version is still the one of `xmin`
+/// `$7` at place `$16`, and it has `$17` Requests, counted out of its owner's running calls, and its event, whose
+/// values are parameters `$8` to `$15`, recorded. With `closing`, it fails unless it ended the call.
 fn ending_written(closing: bool) -> String {
     let ended = format!(
-        "WITH ended AS ({} AND xmin::TEXT = $7 RETURNING owner), \
+        "WITH ended AS ({} AND xmin::TEXT = $7 AND ctid = $16::TEXT::TID \
+         AND (SELECT count(*) FROM requests WHERE call_id = $1) = $17 RETURNING owner), \
          counted AS (INSERT INTO live_calls (owner, replica, calls) \
          SELECT owner, COALESCE(current_setting('toolnexus.replica', true), ''), -1 FROM ended \
          ON CONFLICT (owner, replica) DO UPDATE SET calls = live_calls.calls - 1)",

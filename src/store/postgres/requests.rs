@@ -191,8 +191,8 @@ impl Postgres {
                     tx.amend(place, &event);
                 }
                 let event = tx.numbered(event, seq);
-                if ends && let Some(call) = &won.settled {
-                    crate::lock(&this.shared.written).note(call.clone(), seq);
+                if let (Some(call), Some(place)) = (&won.settled, &won.place) {
+                    crate::lock(&this.shared.written).note(call.clone(), seq, place.clone());
                 }
                 let resumes = match call {
                     Foreseen::Settles(settled) if ends => {

@@ -209,7 +209,7 @@ fn count_pending(delta: &str, at: &str, target: &str, claim: &str) -> String {
          updated_at = CASE WHEN ({before} > 0) = ({after} > 0) THEN c.updated_at ELSE {at} END, \
          replica = CASE WHEN {after} = 0 AND {claim} THEN {REPLICA} ELSE c.replica END \
          {target} AND c.status IN ('running', 'input_required') \
-         RETURNING {}, {changed} AS changed",
+         RETURNING {}, {changed} AS changed, c.ctid::TEXT AS place",
         unended(&after),
         call_rows::call_where(&changed)
     )
@@ -218,7 +218,8 @@ fn count_pending(delta: &str, at: &str, target: &str, claim: &str) -> String {
 /// The replica whose writer runs the statement.
 const REPLICA: &str = "COALESCE(current_setting('toolnexus.replica', true), '')";
 
-/// The call of a row of [`count_pending`] (at its start), if its status changed.
+/// The call of a row of [`count_pending`] (at its start), if its status changed: the call's columns, whether its
+/// status changed, and the place of the row's version (`ctid`).
 pub(super) fn changed(row: &Row) -> Result<Option<CallView>, tokio_postgres::Error> {
     match row.try_get::<_, Option<bool>>(rows::CALL_COLUMNS)? {
         Some(true) => Ok(Some(call_rows::call(row)?)),
@@ -331,15 +332,18 @@ pub(super) struct Won {
     pub seq: Option<i64>,
     /// The Request's call, if resolving it changed the call's status.
     pub settled: Option<CallView>,
+    /// The place (`ctid`) of the version of the call's row the statement left, if it changed the row.
+    pub place: Option<String>,
     /// The decisions of an approval that needs several people, as the statement read them.
     pub decisions: Vec<Signoff>,
 }
 
 impl Won {
     pub(super) fn read(row: &Row) -> Result<Won, tokio_postgres::Error> {
-        let at = rows::CALL_COLUMNS + 1;
+        let at = rows::CALL_COLUMNS + 2;
         Ok(Won {
             settled: changed(row)?,
+            place: row.try_get(rows::CALL_COLUMNS + 1)?,
             round: row.try_get(at)?,
             completed_at: row.try_get::<_, Option<i64>>(at + 1)?.map(Timestamp::from_millis),
             seq: row.try_get(at + 2)?,

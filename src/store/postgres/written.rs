@@ -1,6 +1,7 @@
-//! The running calls as this replica last wrote their rows, in transactions where nothing else wrote them: a
-//! call's end that finds its call here writes it and records its event in one statement, where it would otherwise
-//! read the row it ended to record it (BENCHMARKS.md, "Store: PostgreSQL ending a call as it last wrote it").
+//! The running calls as this replica last wrote their rows, each with the version of its row that the write
+//! left: a call's end that finds its call here writes it and records its event in one statement, where it would
+//! otherwise read the row it ended to record it (BENCHMARKS.md, "Store: PostgreSQL ending a call as it last wrote
+//! it").
 
 use std::collections::{HashMap, VecDeque};
 
@@ -13,19 +14,29 @@ use crate::time::Timestamp;
 /// ends read them. A call ended by another replica is forgotten only so.
 const KEPT: usize = 4 << 20;
 
-/// What keeping `view` takes, about: its arguments (twice when an approver changed them), and a share for the rest.
+/// What keeping `view` takes, about: its arguments (twice when an approver changed them), its Requests' ids, its
+/// task's message, and a share for the rest.
 fn weight(view: &CallView) -> usize {
     let edited = view.allowed.as_ref().and_then(|allowed| allowed.edited_from.as_ref());
-    512 + view.arguments.text().len() + edited.map_or(0, |arguments| arguments.text().len())
+    let message = view.task.as_ref().and_then(|task| task.status_message.as_ref());
+    512 + view.arguments.text().len()
+        + edited.map_or(0, |arguments| arguments.text().len())
+        + 64 * view.requests.len()
+        + message.map_or(0, String::len)
 }
 
-/// A call as this replica last wrote it.
+/// A call as this replica last wrote it, and the version of the call's row that the write left: the end writes
+/// the call only while its row is still that version, and the call has as many Requests as the view names. A
+/// version is its transaction's id (`xmin`) and its place (`ctid`): any write of the row after it, in another
+/// transaction or the same one, leaves a version in another place, and the place of a version is free again
+/// only once its transaction has ended. A call's Requests are not in its row: each raise writes the row, but
+/// the pruning deletes old resolved ones without writing it, and the list a statement returns with the row is
+/// read as the statement began.
 #[derive(Debug, Clone)]
 pub struct Written {
     pub view: CallView,
-    /// The version of the call's row that the write left (its `xmin`): the end writes the call only while its
-    /// row is still that version, which no change of the row since leaves it.
-    pub version: String,
+    pub xmin: String,
+    pub place: String,
 }
 
 #[derive(Debug, Default)]
@@ -39,9 +50,9 @@ pub struct LastWritten {
 }
 
 impl LastWritten {
-    /// Notes `view` as the transaction that numbered an event `seq` left the call's row: every change of that
-    /// transaction's to the row is in `view`.
-    pub fn note(&mut self, mut view: CallView, seq: i64) {
+    /// Notes `view` as the version of the call's row at `place` that the transaction that numbered an event `seq`
+    /// wrote.
+    pub fn note(&mut self, mut view: CallView, seq: i64, place: String) {
         // As the row holds them.
         view.created_at = Timestamp::from_millis(view.created_at.millis());
         view.updated_at = Timestamp::from_millis(view.updated_at.millis());
@@ -49,8 +60,9 @@ impl LastWritten {
         self.notes += 1;
         let id = view.id.clone();
         self.bytes += weight(&view);
-        let version = version(seq);
-        self.calls.insert(id.clone(), (Written { view, version }, self.notes));
+        let xmin = xmin(seq);
+        self.calls
+            .insert(id.clone(), (Written { view, xmin, place }, self.notes));
         self.order.push_back((id, self.notes));
         while self.bytes > KEPT
             && let Some((id, note)) = self.order.pop_front()
@@ -75,10 +87,9 @@ impl LastWritten {
     }
 }
 
-/// The version (`xmin`, a 32-bit transaction id) of the rows that the transaction that numbered an event `seq`
-/// wrote: events are numbered from their transaction's 64-bit id (see [`super::writer`]), whose low 32 bits
+/// The `xmin` (a 32-bit transaction id) of the rows that the transaction that numbered an event `seq` wrote: events are numbered from their transaction's 64-bit id (see [`super::writer`]), whose low 32 bits
 /// are the id rows carry.
-fn version(seq: i64) -> String {
+fn xmin(seq: i64) -> String {
     ((seq / EVENTS_PER_TRANSACTION) & 0xFFFF_FFFF).to_string()
 }
 
@@ -86,9 +97,9 @@ fn version(seq: i64) -> String {
 mod tests {
     use super::*;
 
-    /// The version a transaction's rows carry is the one its events' numbers give.
+    /// The `xmin` a transaction's rows carry is the one its events' numbers give.
     #[tokio::test]
-    async fn a_rows_version_is_the_one_its_transactions_event_numbers_give() {
+    async fn a_rows_xmin_is_the_one_its_transactions_event_numbers_give() {
         let url = crate::test_postgres::shared().database();
         let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
         tokio::spawn(connection);
@@ -107,9 +118,46 @@ mod tests {
             .await
             .unwrap();
         let (seq, written): (i64, String) = (row.get(0), row.get(1));
-        assert_eq!(version(seq), written);
+        assert_eq!(xmin(seq), written);
         // Past the first epoch, the low 32 bits.
-        assert_eq!(version(((5_i64 << 32) + 7) * EVENTS_PER_TRANSACTION + 2), "7");
+        assert_eq!(xmin(((5_i64 << 32) + 7) * EVENTS_PER_TRANSACTION + 2), "7");
+    }
+
+    /// A write of a row after the version noted, in the same transaction, leaves a version in another place: the
+    /// end's condition does not hold for it.
+    #[tokio::test]
+    async fn a_second_write_in_the_same_transaction_is_another_version() {
+        let url = crate::test_postgres::shared().database();
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+            .batch_execute("CREATE TABLE versioned (id INTEGER, n INTEGER); BEGIN")
+            .await
+            .unwrap();
+        let noted = client
+            .query_one(
+                "INSERT INTO versioned VALUES (1, 0) RETURNING xmin::TEXT, ctid::TEXT",
+                &[],
+            )
+            .await
+            .unwrap();
+        let (xmin, place): (String, String) = (noted.get(0), noted.get(1));
+        let same = "SELECT count(*) FROM versioned WHERE id = 1 AND xmin::TEXT = $1 AND ctid = $2::TEXT::TID";
+        let count = async |xmin: &String, place: &String| -> i64 {
+            client.query_one(same, &[xmin, place]).await.unwrap().get(0)
+        };
+        assert_eq!(count(&xmin, &place).await, 1);
+        client
+            .batch_execute("UPDATE versioned SET n = 1 WHERE id = 1")
+            .await
+            .unwrap();
+        assert_eq!(
+            count(&xmin, &place).await,
+            0,
+            "the same transaction wrote the row again"
+        );
+        client.batch_execute("COMMIT").await.unwrap();
+        assert_eq!(count(&xmin, &place).await, 0);
     }
 
     #[test]
@@ -119,20 +167,17 @@ mod tests {
         let room = KEPT / weight(&view(&CallId::mint()));
         let mut written = LastWritten::default();
         let first = CallId::mint();
-        written.note(view(&first), 10 * EVENTS_PER_TRANSACTION);
-        written.note(view(&first), 11 * EVENTS_PER_TRANSACTION);
+        written.note(view(&first), 10 * EVENTS_PER_TRANSACTION, "(0,1)".into());
+        written.note(view(&first), 11 * EVENTS_PER_TRANSACTION, "(0,1)".into());
         let others: Vec<CallId> = (1..room).map(|_| CallId::mint()).collect();
         for other in &others {
-            written.note(view(other), EVENTS_PER_TRANSACTION);
+            written.note(view(other), EVENTS_PER_TRANSACTION, "(0,1)".into());
         }
         assert_eq!(written.calls.len(), room, "all kept");
-        assert_eq!(
-            written.take(&first).map(|written| written.version),
-            Some("11".to_owned())
-        );
+        assert_eq!(written.take(&first).map(|written| written.xmin), Some("11".to_owned()));
         assert!(written.take(&first).is_none(), "taken once");
-        written.note(view(&first), 12 * EVENTS_PER_TRANSACTION);
-        written.note(view(&CallId::mint()), EVENTS_PER_TRANSACTION);
+        written.note(view(&first), 12 * EVENTS_PER_TRANSACTION, "(0,1)".into());
+        written.note(view(&CallId::mint()), EVENTS_PER_TRANSACTION, "(0,1)".into());
         assert_eq!(written.calls.len(), room, "{} bytes", written.bytes);
         assert!(written.take(&others[0]).is_none(), "the longest kept is forgotten");
         assert!(written.take(&first).is_some());

@@ -77,8 +77,10 @@ async fn a_calls_task_is_noted_and_followed_on_without_a_round() {
 }
 
 /// On PostgreSQL, a call's end writes the call as this replica last wrote it (started, or settled by an answer),
-/// and records its event, in one statement, while no other change has written the call's row since; after one,
-/// it reads the call it ended. Either way its event and its view are the call as its row has it.
+/// and records its event, in one statement, while no other change has written the call's row since and its
+/// Requests are still those it names; otherwise it reads the call it ended (here after another connection wrote
+/// the row, or a pruning took the call's answered Request). Either way its event and its view are the call as
+/// the database has it.
 #[tokio::test]
 async fn a_calls_end_records_the_call_as_its_row_has_it() {
     let url = crate::test_postgres::shared().database();
@@ -94,7 +96,14 @@ async fn a_calls_end_records_the_call_as_its_row_has_it() {
         )
         .await
         .unwrap();
-    for (settled, renamed) in [(false, false), (true, false), (false, true), (true, true)] {
+    let cases = [
+        (false, false, false),
+        (true, false, false),
+        (false, true, false),
+        (true, true, false),
+        (true, false, true),
+    ];
+    for (settled, renamed, pruned) in cases {
         let call = insert(&store, new_call("ada")).await;
         if settled {
             let raised = replicas::raise_round(&store, &call.id, &["a"]).await;
@@ -107,6 +116,10 @@ async fn a_calls_end_records_the_call_as_its_row_has_it() {
         if renamed {
             let rename = format!("UPDATE calls SET tool = 'renamed' WHERE id = '{}'", call.id);
             other.batch_execute(&rename).await.unwrap();
+        }
+        if pruned {
+            let later = store.clock().now().after(Duration::from_secs(1));
+            store.prune(all_before(later)).await.unwrap();
         }
         let before = store.last_event_id().await.unwrap();
         let finished = store
@@ -121,7 +134,7 @@ async fn a_calls_end_records_the_call_as_its_row_has_it() {
             (
                 CallStatus::Failed,
                 if renamed { "renamed" } else { "two_step" },
-                usize::from(settled)
+                usize::from(settled && !pruned)
             )
         );
         let logged = store.events_after(before, 10).await.unwrap().events;
@@ -135,8 +148,8 @@ async fn a_calls_end_records_the_call_as_its_row_has_it() {
             .get(0);
         assert_eq!(
             query.contains("INSERT INTO events"),
-            !renamed,
-            "settled {settled}, renamed {renamed}: {query}"
+            !renamed && !pruned,
+            "settled {settled}, renamed {renamed}, pruned {pruned}: {query}"
         );
     }
     close(store).await;
