@@ -416,7 +416,7 @@ async fn admitted(tasks: tokio::task::JoinSet<bool>) -> usize {
 }
 
 /// A connection of its own to the PostgreSQL database at `url`, beside the store's.
-async fn connect_raw(url: &str) -> tokio_postgres::Client {
+pub(super) async fn connect_raw(url: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
     client

@@ -233,11 +233,11 @@ impl Postgres {
                 });
                 let mut event = event;
                 let values = tx.event_values(&mut event);
-                let values_place = values.place();
+                let place = values.place();
                 let mut params: Vec<&(dyn ToSql + Sync)> = vec![&view.request.id, &after, &before];
                 params.extend(values.params());
                 let Some(counted) = tx.closing(&[&COUNT], tx.query_opt(&COUNT, &params)).await? else {
-                    tx.withdraw(values_place);
+                    tx.withdraw(place);
                     return Ok(None);
                 };
                 let event = tx.numbered(event, counted.try_get(0)?);

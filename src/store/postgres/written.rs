@@ -87,8 +87,9 @@ impl LastWritten {
     }
 }
 
-/// The `xmin` (a 32-bit transaction id) of the rows that the transaction that numbered an event `seq` wrote: events are numbered from their transaction's 64-bit id (see [`super::writer`]), whose low 32 bits
-/// are the id rows carry.
+/// The `xmin` (a 32-bit transaction id) of the rows that the transaction that numbered an event `seq` wrote:
+/// events are numbered from their transaction's 64-bit id (see [`super::writer`]), whose low 32 bits are the id
+/// rows carry.
 fn xmin(seq: i64) -> String {
     ((seq / EVENTS_PER_TRANSACTION) & 0xFFFF_FFFF).to_string()
 }
@@ -96,13 +97,12 @@ fn xmin(seq: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::tests::connect_raw;
 
     /// The `xmin` a transaction's rows carry is the one its events' numbers give.
     #[tokio::test]
     async fn a_rows_xmin_is_the_one_its_transactions_event_numbers_give() {
-        let url = crate::test_postgres::shared().database();
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-        tokio::spawn(connection);
+        let client = connect_raw(&crate::test_postgres::shared().database()).await;
         client
             .batch_execute("CREATE TEMPORARY TABLE versioned (id INTEGER)")
             .await
@@ -127,9 +127,7 @@ mod tests {
     /// end's condition does not hold for it.
     #[tokio::test]
     async fn a_second_write_in_the_same_transaction_is_another_version() {
-        let url = crate::test_postgres::shared().database();
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-        tokio::spawn(connection);
+        let client = connect_raw(&crate::test_postgres::shared().database()).await;
         client
             .batch_execute("CREATE TABLE versioned (id INTEGER, n INTEGER); BEGIN")
             .await
