@@ -91,7 +91,7 @@ struct Shared {
     /// The calls this replica started whose change is not kept yet: a read of one waits until it is.
     starting: Mutex<HashMap<CallId, Starting>>,
     /// The running calls as this replica last wrote them.
-    written: Mutex<written::LastWritten>,
+    written: Arc<Mutex<written::LastWritten>>,
     statistics: Mutex<statistics::Statistics>,
     /// How many answers this replica is deciding and writing.
     answering: AtomicUsize,
@@ -150,9 +150,11 @@ impl Postgres {
         let last_event = started.map_err(|error| failed(describe(&error)))?;
         let publisher = Arc::new(tail::Publisher::new(feed, u64::try_from(last_event).unwrap_or(0)));
         let (jobs, receiver) = mpsc::unbounded_channel();
+        let written = Arc::default();
         let writer = tokio::spawn(writer::run(
             connector.clone(),
             receiver,
+            Arc::clone(&written),
             publisher.clone(),
             replica.to_owned(),
             clock.clone(),
@@ -170,7 +172,7 @@ impl Postgres {
                 heartbeats: Heartbeats::registered(),
                 clock,
                 starting: Mutex::default(),
-                written: Mutex::default(),
+                written,
                 statistics: Mutex::default(),
                 answering: AtomicUsize::new(0),
             }),

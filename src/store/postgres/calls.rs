@@ -1,6 +1,7 @@
 //! Calls and sessions in PostgreSQL: starts within allowances of their owner's cap, ends, and the reads that
 //! wait for this replica's start of a call to be kept.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use futures::FutureExt;
@@ -64,8 +65,8 @@ impl Postgres {
                     return Ok(false);
                 }
                 let admitted = start_in(tx, &id, &call, cap, admission).await?;
-                if let Admitted::Started { view, seq, place } = &admitted {
-                    lock(&this.shared.written).note((**view).clone(), *seq, place.clone());
+                if let Admitted::Started { view, version } = &admitted {
+                    lock(&this.shared.written).note((**view).clone(), version.clone());
                 }
                 let started = matches!(admitted, Admitted::Started { .. });
                 let now = if started { Decided::Started } else { Decided::NotStarted };
@@ -132,11 +133,15 @@ impl Postgres {
     /// Ends a call that has not ended: in one statement when this replica last wrote it (see [`written`]), its row
     /// still that version; otherwise reading the call it ended.
     pub async fn finish_call(&self, id: &CallId, finish: Finish) -> Result<Option<Finished>, StoreError> {
-        // Taken by the first run only: one that runs again reads the call.
-        let written = Mutex::new(lock(&self.shared.written).take(id));
-        let id = id.to_owned();
+        // Taken by the first run only, as it runs (after the writer connected): one that runs again reads the call.
+        let first = AtomicBool::new(true);
+        let (id, this) = (id.to_owned(), self.clone());
         self.write_alongside(move |tx| {
-            let (id, finish, written) = (id.clone(), finish.clone(), lock(&written).take());
+            let (id, finish) = (id.clone(), finish.clone());
+            let written = first
+                .swap(false, Ordering::Relaxed)
+                .then(|| lock(&this.shared.written).take(&id))
+                .flatten();
             Box::pin(async move {
                 if let Some(written) = written
                     && let Some(finished) = finish_written(tx, written, finish.clone()).await?
@@ -267,10 +272,8 @@ enum Admission {
 enum Admitted {
     Started {
         view: Box<CallView>,
-        /// The number of the call's event.
-        seq: i64,
-        /// The place (`ctid`) of the call's row.
-        place: String,
+        /// The version of the call's row (see [`rows::version`]).
+        version: String,
     },
     /// This replica's allowance is spent.
     Spent,
@@ -335,11 +338,12 @@ async fn start_in(
              started AS (INSERT INTO calls AS c (id, server, session, shared, tool, arguments, owner, \
              protocol_version, capabilities, status, created_at, updated_at, replica, via) \
              SELECT $1::TEXT, $2::TEXT, $3::TEXT, $4::BOOLEAN, $5::TEXT, $6::TEXT, $7::TEXT, $8::TEXT, $9::TEXT, \
-             'running', $10::BIGINT, $10::BIGINT, $11::TEXT, $12::TEXT FROM own RETURNING ctid::TEXT AS place), \
+             'running', $10::BIGINT, $10::BIGINT, $11::TEXT, $12::TEXT FROM own RETURNING {} AS version), \
              counted AS (UPDATE live_calls SET calls = calls + 1 WHERE owner = $7::TEXT AND replica = $11::TEXT \
              AND EXISTS (SELECT 1 FROM started)), \
              recorded AS ({}) \
-             SELECT recorded.seq, started.place FROM recorded, started",
+             SELECT started.version FROM recorded, started",
+            rows::version("c"),
             insert_event(14, "SELECT {} FROM started")
         )
     });
@@ -377,8 +381,7 @@ async fn start_in(
     };
     Ok(Admitted::Started {
         view: Box::new(view),
-        seq: started.try_get(0)?,
-        place: started.try_get(1)?,
+        version: started.try_get(0)?,
     })
 }
 
@@ -407,9 +410,10 @@ async fn finish_written(
     let place = values.place();
     let status = view.status.as_str();
     let requests = i64::try_from(view.requests.len()).unwrap_or(i64::MAX);
-    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&view.id, &status, &result, &message, &reason, &now, &written.xmin];
+    let mut params: Vec<&(dyn ToSql + Sync)> =
+        vec![&view.id, &status, &result, &message, &reason, &now, &written.version];
     params.extend(values.params());
-    params.extend([&written.place as &(dyn ToSql + Sync), &requests]);
+    params.push(&requests);
     let found = match tx.ends() {
         true => tx.closing(&[&CLOSING], tx.query_opt(&CLOSING, &params)).await?,
         false => tx.query_opt(&ENDS, &params).await?,
@@ -424,17 +428,18 @@ async fn finish_written(
     }))
 }
 
-/// The statement of [`finish_written`]: the call (`$1`) ended if its row's version is still the one of `xmin`
-/// `$7` at place `$16`, and it has `$17` Requests, counted out of its owner's running calls, and its event, whose
-/// values are parameters `$8` to `$15`, recorded. With `closing`, it fails unless it ended the call.
+/// The statement of [`finish_written`]: the call (`$1`) ended if its row's version is still `$7`, and it has `$16`
+/// Requests, counted out of its owner's running calls, and its event, whose values are parameters `$8` to `$15`,
+/// recorded. With `closing`, it fails unless it ended the call.
 fn ending_written(closing: bool) -> String {
     let ended = format!(
-        "WITH ended AS ({} AND xmin::TEXT = $7 AND ctid = $16::TEXT::TID \
-         AND (SELECT count(*) FROM requests WHERE call_id = $1) = $17 RETURNING owner), \
+        "WITH ended AS ({} AND {} = $7 \
+         AND (SELECT count(*) FROM requests WHERE call_id = $1) = $16 RETURNING owner), \
          counted AS (INSERT INTO live_calls (owner, replica, calls) \
          SELECT owner, COALESCE(current_setting('toolnexus.replica', true), ''), -1 FROM ended \
          ON CONFLICT (owner, replica) DO UPDATE SET calls = live_calls.calls - 1)",
-        sql::CALL_ENDED.postgres
+        sql::CALL_ENDED.postgres,
+        rows::version("calls")
     );
     let recorded = insert_event(8, "SELECT {} FROM ended");
     match closing {

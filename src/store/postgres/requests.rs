@@ -191,8 +191,8 @@ impl Postgres {
                     tx.amend(place, &event);
                 }
                 let event = tx.numbered(event, seq);
-                if let (Some(call), Some(place)) = (&won.settled, &won.place) {
-                    crate::lock(&this.shared.written).note(call.clone(), seq, place.clone());
+                if let (Some(call), Some(version)) = (&won.settled, &won.version) {
+                    crate::lock(&this.shared.written).note(call.clone(), version.clone());
                 }
                 let resumes = match call {
                     Foreseen::Settles(settled) if ends => {

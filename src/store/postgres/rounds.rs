@@ -114,7 +114,7 @@ impl Round {
 pub(super) struct Settling {
     /// The call as read.
     call: CallView,
-    /// The version of the call's row that was read (its `xmin`).
+    /// The version of the call's row that was read (see [`call_rows::version`]).
     version: String,
     /// Its latest round, if resolving the Request retries it.
     round: Option<Round>,
@@ -126,11 +126,12 @@ pub(super) struct Settling {
 /// subquery: joined to the Request, it was planned as a scan of the live calls.
 static SETTLING: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT {}, c.xmin::TEXT, \
+        "SELECT {}, {}, \
          (SELECT round FROM requests WHERE id = $1) IS NOT NULL AND (r.round IS NOT NULL OR c.task IS NOT NULL), {} \
          FROM calls AS c {LATEST_ROUND} WHERE c.id = (SELECT call_id FROM requests WHERE id = $1) \
          AND c.status IN ('running', 'input_required') AND c.pending = 1",
         call_rows::CALL,
+        call_rows::version("c"),
         round_columns()
     )
 });
@@ -209,9 +210,10 @@ fn count_pending(delta: &str, at: &str, target: &str, claim: &str) -> String {
          updated_at = CASE WHEN ({before} > 0) = ({after} > 0) THEN c.updated_at ELSE {at} END, \
          replica = CASE WHEN {after} = 0 AND {claim} THEN {REPLICA} ELSE c.replica END \
          {target} AND c.status IN ('running', 'input_required') \
-         RETURNING {}, {changed} AS changed, c.ctid::TEXT AS place",
+         RETURNING {}, {changed} AS changed, {} AS version",
         unended(&after),
-        call_rows::call_where(&changed)
+        call_rows::call_where(&changed),
+        call_rows::version("c")
     )
 }
 
@@ -219,7 +221,7 @@ fn count_pending(delta: &str, at: &str, target: &str, claim: &str) -> String {
 const REPLICA: &str = "COALESCE(current_setting('toolnexus.replica', true), '')";
 
 /// The call of a row of [`count_pending`] (at its start), if its status changed: the call's columns, whether its
-/// status changed, and the place of the row's version (`ctid`).
+/// status changed, and the version of the row it left.
 pub(super) fn changed(row: &Row) -> Result<Option<CallView>, tokio_postgres::Error> {
     match row.try_get::<_, Option<bool>>(rows::CALL_COLUMNS)? {
         Some(true) => Ok(Some(call_rows::call(row)?)),
@@ -295,7 +297,7 @@ impl Resolving<'_> {
         };
         let (version, called) = match settles {
             Some((version, event)) => (
-                format!(" AND c.xmin::TEXT = ${version}"),
+                format!(" AND {} = ${version}", call_rows::version("c")),
                 format!(
                     ", called AS ({})",
                     insert_event(event, "SELECT {} FROM settled WHERE settled.changed")
@@ -332,8 +334,8 @@ pub(super) struct Won {
     pub seq: Option<i64>,
     /// The Request's call, if resolving it changed the call's status.
     pub settled: Option<CallView>,
-    /// The place (`ctid`) of the version of the call's row the statement left, if it changed the row.
-    pub place: Option<String>,
+    /// The version of the call's row the statement left, if it changed the row.
+    pub version: Option<String>,
     /// The decisions of an approval that needs several people, as the statement read them.
     pub decisions: Vec<Signoff>,
 }
@@ -343,7 +345,7 @@ impl Won {
         let at = rows::CALL_COLUMNS + 2;
         Ok(Won {
             settled: changed(row)?,
-            place: row.try_get(rows::CALL_COLUMNS + 1)?,
+            version: row.try_get(rows::CALL_COLUMNS + 1)?,
             round: row.try_get(at)?,
             completed_at: row.try_get::<_, Option<i64>>(at + 1)?.map(Timestamp::from_millis),
             seq: row.try_get(at + 2)?,

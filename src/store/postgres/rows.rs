@@ -67,6 +67,14 @@ impl<'a, P: Parse> FromSql<'a> for Parsed<P> {
     }
 }
 
+/// The version of the row `table` names (a table or its alias) in a statement, as text: the transaction that wrote
+/// it (`xmin`) and its place (`ctid`). Any write of the row after it, in another transaction or the same one,
+/// leaves a version in another place, and the place of a version is free again only once its transaction has
+/// ended, so a row whose version is still the one read or written is as it was then.
+pub fn version(table: &str) -> String {
+    format!("({table}.xmin::TEXT || {table}.ctid::TEXT)")
+}
+
 /// Ids are kept as their text.
 macro_rules! id_columns {
     ($($id:ty),*) => {$(
@@ -99,3 +107,34 @@ macro_rules! id_columns {
 }
 
 id_columns!(CallId, GrantId, RequestId, SessionId);
+
+#[cfg(test)]
+mod tests {
+    use crate::store::tests::connect_raw;
+
+    /// A write of a row after the version read, in the same transaction, leaves another version.
+    #[tokio::test]
+    async fn a_second_write_in_the_same_transaction_is_another_version() {
+        let client = connect_raw(&crate::test_postgres::shared().database()).await;
+        client
+            .batch_execute("CREATE TEMPORARY TABLE versioned (id INTEGER, n INTEGER); BEGIN")
+            .await
+            .unwrap();
+        let version = super::version("versioned");
+        let written: String = client
+            .query_one(&format!("INSERT INTO versioned VALUES (1, 0) RETURNING {version}"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        let same = format!("SELECT count(*) FROM versioned WHERE id = 1 AND {version} = $1");
+        let count = async || -> i64 { client.query_one(&same, &[&written]).await.unwrap().get(0) };
+        assert_eq!(count().await, 1);
+        client
+            .batch_execute("UPDATE versioned SET n = 1 WHERE id = 1")
+            .await
+            .unwrap();
+        assert_eq!(count().await, 0, "the same transaction wrote the row again");
+        client.batch_execute("COMMIT").await.unwrap();
+        assert_eq!(count().await, 0);
+    }
+}

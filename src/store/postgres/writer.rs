@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::task::Poll;
 
 use tokio::sync::mpsc;
@@ -33,7 +33,9 @@ use super::super::shares::Held;
 use super::heartbeat::NOT_TAKEN;
 use super::tail::{self, Next, Publisher, log_page};
 use super::tx::{Raised, Recorded, Turn, Tx};
+use super::written::LastWritten;
 use super::{Borrowed, Connector, PRINCIPAL_LOCKS, Statements, unavailable};
+use crate::lock;
 use crate::time::Clock;
 
 mod plan;
@@ -112,10 +114,11 @@ struct Kept {
     published: bool,
 }
 
-/// Runs the writer until every sender of `jobs` is gone.
+/// Runs the writer until every sender of `jobs` is gone, forgetting the calls `written` holds each time it connects.
 pub async fn run(
     connector: Connector,
     mut jobs: mpsc::UnboundedReceiver<Job>,
+    written: Arc<Mutex<LastWritten>>,
     publisher: Arc<Publisher>,
     replica: String,
     clock: Clock,
@@ -139,6 +142,9 @@ pub async fn run(
                 None => match connect(&connector, &replica).await {
                     Ok(client) => {
                         statements = Statements::default();
+                        // What it wrote on the server it left may be lost, or written again otherwise: after a
+                        // failover or a restore, transaction ids are given again.
+                        *lock(&written) = LastWritten::default();
                         client
                     }
                     Err(error) => {

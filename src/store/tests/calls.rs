@@ -96,14 +96,17 @@ async fn a_calls_end_records_the_call_as_its_row_has_it() {
         )
         .await
         .unwrap();
+    // Whether the call's Request was answered, another connection wrote its row, a pruning took its Request,
+    // and the writer connected again, before it ended.
     let cases = [
-        (false, false, false),
-        (true, false, false),
-        (false, true, false),
-        (true, true, false),
-        (true, false, true),
+        (false, false, false, false),
+        (true, false, false, false),
+        (false, true, false, false),
+        (true, true, false, false),
+        (true, false, true, false),
+        (true, false, false, true),
     ];
-    for (settled, renamed, pruned) in cases {
+    for (settled, renamed, pruned, reconnected) in cases {
         let call = insert(&store, new_call("ada")).await;
         if settled {
             let raised = replicas::raise_round(&store, &call.id, &["a"]).await;
@@ -120,6 +123,23 @@ async fn a_calls_end_records_the_call_as_its_row_has_it() {
         if pruned {
             let later = store.clock().now().after(Duration::from_secs(1));
             store.prune(all_before(later)).await.unwrap();
+        }
+        if reconnected {
+            other
+                .batch_execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                )
+                .await
+                .unwrap();
+            // A write that finds its connection gone fails, and the writer connects again for the next.
+            let nothing = all_before(crate::time::Timestamp::from_millis(0));
+            let mut tries = 0;
+            while store.prune(nothing).await.is_err() {
+                tries += 1;
+                assert!(tries < 100, "the writer does not connect again");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
         let before = store.last_event_id().await.unwrap();
         let finished = store
@@ -148,8 +168,8 @@ async fn a_calls_end_records_the_call_as_its_row_has_it() {
             .get(0);
         assert_eq!(
             query.contains("INSERT INTO events"),
-            !renamed && !pruned,
-            "settled {settled}, renamed {renamed}, pruned {pruned}: {query}"
+            !renamed && !pruned && !reconnected,
+            "settled {settled}, renamed {renamed}, pruned {pruned}, reconnected {reconnected}: {query}"
         );
     }
     close(store).await;
