@@ -54,12 +54,12 @@ async fn open_publishing(location: &Location, feed: Feed) -> Store {
 }
 
 /// A replica of its own on the PostgreSQL database at `url`, beside any other opened on it.
-async fn replica(url: &str) -> Store {
+pub(super) async fn replica(url: &str) -> Store {
     Store::Postgres(Postgres::open(url, Feed::default(), Clock::default()).await.unwrap())
 }
 
 /// Lets a store finish its changes and give its file or database up.
-async fn close(store: Store) {
+pub(super) async fn close(store: Store) {
     match store {
         Store::Memory(_) => {}
         Store::Sqlite(sqlite) => sqlite.close(),
@@ -86,7 +86,7 @@ fn ses_1() -> SessionId {
     SessionId::stored("ses-1")
 }
 
-fn new_request(call: Option<&CallId>, input_key: Option<&str>) -> NewRequest {
+pub(super) fn new_request(call: Option<&CallId>, input_key: Option<&str>) -> NewRequest {
     let created_at = Clock::default().now();
     let deadline = created_at.after(Duration::from_secs(60));
     NewRequest {
@@ -111,7 +111,7 @@ fn new_request(call: Option<&CallId>, input_key: Option<&str>) -> NewRequest {
 }
 
 /// An admin's answer `{"confirm": confirm}`, with nothing waiting on the Request in this process.
-fn proposal(confirm: bool) -> Proposal {
+pub(super) fn proposal(confirm: bool) -> Proposal {
     proposal_by("tester", confirm)
 }
 
@@ -142,7 +142,7 @@ fn all_before(instant: crate::time::Timestamp) -> Horizons {
 }
 
 /// Records a call and waits until it is kept.
-async fn insert(store: &Store, call: NewCall) -> crate::records::CallView {
+pub(super) async fn insert(store: &Store, call: NewCall) -> crate::records::CallView {
     let started = store.insert_call(call, 10).await.unwrap();
     started.kept.await.unwrap();
     started.view

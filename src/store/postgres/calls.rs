@@ -66,7 +66,9 @@ impl Postgres {
                 }
                 let admitted = start_in(tx, &id, &call, cap, admission).await?;
                 if let Admitted::Started { view, version } = &admitted {
-                    lock(&this.shared.written).note((**view).clone(), version.clone());
+                    let written = written::Written::new((**view).clone(), version.clone());
+                    let weight = written::weight(view);
+                    lock(&this.shared.written).calls.note(view.id.clone(), written, weight);
                 }
                 let started = matches!(admitted, Admitted::Started { .. });
                 let now = if started { Decided::Started } else { Decided::NotStarted };
@@ -140,7 +142,7 @@ impl Postgres {
             let (id, finish) = (id.clone(), finish.clone());
             let written = first
                 .swap(false, Ordering::Relaxed)
-                .then(|| lock(&this.shared.written).take(&id))
+                .then(|| lock(&this.shared.written).calls.take(&id))
                 .flatten();
             Box::pin(async move {
                 if let Some(written) = written

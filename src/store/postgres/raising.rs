@@ -11,8 +11,9 @@ use futures::future::{OptionFuture, try_join_all};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-use super::requests::round_number;
+use super::rounds::{Foreseen, ToAnswer, round_number};
 use super::tx::{Holders, RECORD, Raised, Sent, Turn, Tx, Work, insert_event};
+use super::written;
 use super::{Borrowed, Postgres, RAISE_LOCK, RAISED_ALONGSIDE, Reader, rounds, rows};
 use crate::ids::{CallId, RequestId};
 use crate::records::{CallStatus, CallView, Event, EventKind, RequestView};
@@ -190,16 +191,46 @@ impl Postgres {
                         assert_eq!(&changed, foreseen, "the call as foreseen");
                     }
                 }
-                Ok(Ok((views, pending)))
+                // What an answer to each is decided on (see [`super::written`]): one on no call leaves no call as
+                // it is, and one alone on a call that had none pending settles it.
+                let mut noted = Vec::new();
+                for (new, view) in requests.iter().zip(&views).filter(|(_, view)| view.call.is_none()) {
+                    noted.push(raised_here(new, view, Foreseen::Stays, 0));
+                }
+                for (at, call) in calls.iter().enumerate() {
+                    let (Some(became), Some(live), Some(counted)) = (&waiting[at], &live[at], &replies[raised_at + at])
+                    else {
+                        continue;
+                    };
+                    let mut on_call = requests
+                        .iter()
+                        .zip(&views)
+                        .filter(|(_, view)| view.call.as_ref() == Some(call));
+                    let (Some((new, view)), None) = (on_call.next(), on_call.next()) else {
+                        continue;
+                    };
+                    let round = round.as_ref().zip(new.input_key.as_deref());
+                    let settling = settled_by(became, live, counted, round)?;
+                    noted.push(raised_here(
+                        new,
+                        view,
+                        Foreseen::Settles(Box::new(settling)),
+                        written::weight(became),
+                    ));
+                }
+                Ok(Ok((views, pending, noted)))
             })
         })
         .await?
-        .map(|(views, before)| {
+        .map(|(views, before, noted)| {
             self.pending_grew(before, before + views.len());
-            // Their calls wait on them now: their ends read them.
             let mut written = crate::lock(&self.shared.written);
+            // Their calls wait on them now: their ends read them.
             for call in views.iter().filter_map(|view| view.call.as_ref()) {
-                written.take(call);
+                written.calls.take(call);
+            }
+            for (id, raised, weight) in noted {
+                written.requests.note(id, raised, weight);
             }
             views
         })
@@ -239,11 +270,11 @@ const SHARES_HELD: &str = "SELECT NULL::TEXT, NULL::TEXT, COALESCE(sum(requests)
     UNION ALL SELECT owner, server, sum(requests)::BIGINT, sum(bytes)::BIGINT FROM pending_shares \
     WHERE owner = ANY($1) OR server = ANY($2) GROUP BY owner, server";
 
-/// Call `$1` if it is live, its row locked until the transaction ends, with its count of pending Requests: read
-/// whole only if it has none pending (see [`becomes_input_required`]).
+/// Call `$1` if it is live, its row locked until the transaction ends, with its count of pending Requests and
+/// whether its session is shared: read whole only if it has none pending (see [`becomes_input_required`]).
 static LIVE_CALL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT {}, c.pending FROM calls AS c WHERE c.id = $1 AND c.status IN ('running', 'input_required') FOR UPDATE",
+        "SELECT {}, c.pending, c.shared FROM calls AS c WHERE c.id = $1 AND c.status IN ('running', 'input_required') FOR UPDATE",
         rows::call_where("c.pending = 0")
     )
 });
@@ -266,6 +297,40 @@ fn becomes_input_required(
     let raised = views.iter().filter(|raised| raised.call.as_ref() == Some(call));
     view.requests.extend(raised.map(|raised| raised.request.id.clone()));
     Ok(Some(view))
+}
+
+/// What an answer to Request `view` (raised as `new`) is decided on, and what keeping that takes: `call` what
+/// resolving it does to its call, which weighs `call_weight`.
+fn raised_here(
+    new: &NewRequest,
+    view: &RequestView,
+    call: Foreseen,
+    call_weight: usize,
+) -> (RequestId, ToAnswer, usize) {
+    let mut pending = view.clone();
+    // As the row holds it.
+    pending.created_at = Timestamp::from_millis(pending.created_at.millis());
+    let weight = 512 + new.bytes + call_weight;
+    (view.request.id.clone(), ToAnswer { pending, call }, weight)
+}
+
+/// The call that resolving its one Request pending settles, as the raise leaves it: `became`, as its row `live`
+/// was read, then the raise's update `counted` left it; with the round the raise opened, and the Request's key
+/// in it, if the Request is in it.
+fn settled_by(
+    became: &CallView,
+    live: &Row,
+    counted: &Row,
+    round: Option<(&NewRound, &str)>,
+) -> Result<rounds::Settling, tokio_postgres::Error> {
+    let shared: bool = live.try_get(rows::CALL_COLUMNS + 1)?;
+    let round = round.filter(|(round, _)| round.call == became.id);
+    let version = counted.try_get(rows::CALL_COLUMNS + 1)?;
+    Ok(rounds::Settling::raised(
+        became.clone(),
+        version,
+        round.map(|(round, key)| (round, key, shared)),
+    ))
 }
 
 /// Adds `$3` Requests of `$4` bytes to this replica's share of owner `$1` and server `$2`.
@@ -362,4 +427,68 @@ async fn insert_request(
     params.extend(values.params());
     tx.query_one(&INSERT_REQUEST, &params).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::rounds::Foreseen;
+    use crate::store::tests::{close, insert, new_call, new_request, proposal, replica};
+    use crate::store::{Answered, NewRound, PendingCaps, Store};
+
+    /// A Request raised here, the only one pending on its call, is kept as an answer reads it (the Request, and
+    /// its call as it settles, with the round the raise opened), and the answer here takes it.
+    #[tokio::test]
+    async fn a_request_raised_here_is_kept_as_an_answer_reads_it() {
+        let store = replica(&crate::test_postgres::shared().database()).await;
+        let Store::Postgres(postgres) = &store else {
+            unreachable!("a PostgreSQL store")
+        };
+        let call = insert(&store, new_call("ada")).await;
+        let input_requests = [
+            (
+                "a",
+                json!({"method": "elicitation/create", "params": {"message": "a?"}}),
+            ),
+            ("r", json!({"method": "roots/list"})),
+        ];
+        let round = NewRound {
+            call: call.id.clone(),
+            number: 1,
+            request_state: Some("state".to_owned()),
+            input_requests: input_requests
+                .into_iter()
+                .map(|(key, asked)| (key.to_owned(), asked))
+                .collect(),
+        };
+        let raised = store
+            .raise(
+                vec![new_request(Some(&call.id), Some("a"))],
+                Some(round),
+                PendingCaps::NONE,
+            )
+            .await
+            .unwrap();
+        let id = &raised[0].request.id;
+        let kept = crate::lock(&postgres.shared.written).requests.take(id).expect("kept");
+        let read = postgres.read_to_answer(id, true).await.unwrap().unwrap();
+        assert_eq!(kept.pending, read.pending);
+        assert!(matches!(kept.call, Foreseen::Settles(_)), "{:?}", kept.call);
+        assert_eq!(kept.call, read.call);
+        crate::lock(&postgres.shared.written).requests.note(id.clone(), kept, 0);
+        let answered = store.answer(id, proposal(true)).await.unwrap();
+        let Answered::Won {
+            resumes: Some(retry), ..
+        } = answered
+        else {
+            panic!("{answered:?}")
+        };
+        assert_eq!(retry.request_state.as_deref(), Some("state"));
+        assert!(
+            crate::lock(&postgres.shared.written).requests.take(id).is_none(),
+            "taken by the answer"
+        );
+        close(store).await;
+    }
 }

@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio_postgres::types::ToSql;
 
+use super::rounds::{Foreseen, ToAnswer};
 use super::tx::{Tx, insert_event};
+use super::written;
 use super::{PER_TRANSACTION, Postgres, Reader, rounds, rows};
 use crate::decision::{self, Decided, Decision, Proposal, Upstream};
 use crate::ids::RequestId;
@@ -43,8 +45,24 @@ impl Postgres {
         }
     }
 
-    /// Request `id` as an answer is decided on; with `foresee`, with what resolving it does to its call.
+    /// Request `id` as an answer is decided on; with `foresee`, with what resolving it does to its call. As this
+    /// replica raised it, if it did (see [`written`]), the first time only: an answer decided again reads it.
     async fn to_answer(&self, id: &RequestId, foresee: bool) -> Result<Option<ToAnswer>, StoreError> {
+        let raised = crate::lock(&self.shared.written).requests.take(id);
+        if let Some(mut raised) = raised {
+            if cfg!(debug_assertions) {
+                self.check_raised(id, &raised).await;
+            }
+            if !foresee {
+                raised.call = Foreseen::Unknown;
+            }
+            return Ok(Some(raised));
+        }
+        self.read_to_answer(id, foresee).await
+    }
+
+    /// Request `id` as an answer is decided on, read; with `foresee`, with what resolving it does to its call.
+    pub(super) async fn read_to_answer(&self, id: &RequestId, foresee: bool) -> Result<Option<ToAnswer>, StoreError> {
         if !foresee {
             let pending = self.read(async |conn| requests::one(conn, id).await).await?;
             return Ok(pending.map(|pending| ToAnswer {
@@ -60,6 +78,25 @@ impl Postgres {
             }))
         })
         .await
+    }
+
+    /// Checks, in a debug build, that Request `id` as this replica raised it is as a read finds it, wherever what
+    /// it was raised with still holds.
+    async fn check_raised(&self, id: &RequestId, raised: &ToAnswer) {
+        let Ok(Some(read)) = self.read_to_answer(id, true).await else {
+            return;
+        };
+        let (now, then) = (&read.pending, &raised.pending);
+        if now.status == Status::Pending
+            && (&now.decisions, now.completed_at, &now.detail) == (&then.decisions, then.completed_at, &then.detail)
+        {
+            assert_eq!(now, then, "the Request as raised");
+        }
+        if let (Foreseen::Settles(now), Foreseen::Settles(then)) = (&read.call, &raised.call)
+            && now.version() == then.version()
+        {
+            assert_eq!(now, then, "its call as raised");
+        }
     }
 
     /// Writes a decision that resolves `pending`, if it is still pending with the decisions it was read with;
@@ -192,7 +229,11 @@ impl Postgres {
                 }
                 let event = tx.numbered(event, seq);
                 if let (Some(call), Some(version)) = (&won.settled, &won.version) {
-                    crate::lock(&this.shared.written).note(call.clone(), version.clone());
+                    let written = written::Written::new(call.clone(), version.clone());
+                    let weight = written::weight(call);
+                    crate::lock(&this.shared.written)
+                        .calls
+                        .note(call.id.clone(), written, weight);
                 }
                 let resumes = match call {
                     Foreseen::Settles(settled) if ends => {
@@ -304,11 +345,6 @@ impl Postgres {
     }
 }
 
-/// A round's number as the database keeps it.
-pub(super) fn round_number(number: u32) -> i32 {
-    i32::try_from(number).unwrap_or(i32::MAX)
-}
-
 /// How many Requests are pending.
 pub(super) async fn pending_count(conn: &impl Reader) -> Result<usize, tokio_postgres::Error> {
     let row = conn
@@ -400,25 +436,6 @@ async fn resolve_one(
     let event = Event::request(EventKind::RequestResolved, &view);
     let (_, resumes) = futures::try_join!(tx.record(event), rounds::on_settled(tx, won.settled, won.round, false))?;
     Ok(Some((view, resumes)))
-}
-
-/// A Request as an answer is decided on.
-struct ToAnswer {
-    pending: RequestView,
-    /// What resolving it does to its call, as read with it.
-    call: Foreseen,
-}
-
-/// What resolving a Request does to its call, as an answer read it (`S`: the call as read, then as it will be
-/// once settled).
-#[derive(Clone)]
-enum Foreseen<S = Box<rounds::Settling>> {
-    /// Not read: the statements that resolve the Request find it.
-    Unknown,
-    /// It leaves the call's status as it is (or the Request has no live call).
-    Stays,
-    /// It settles the call: the Request is the call's only one pending.
-    Settles(S),
 }
 
 /// An answer counted among those the replica is deciding and writing, while it lives.

@@ -8,9 +8,9 @@ use tokio_postgres::Row;
 use super::tx::{RECORD, Tx, insert_event};
 use super::{Reader, rows as call_rows};
 use crate::ids::{CallId, RequestId};
-use crate::records::{CallStatus, CallTask, CallView, Event, Signoff, Status};
+use crate::records::{CallStatus, CallTask, CallView, Event, RequestView, Signoff, Status};
 use crate::store::rows::{self, Columns, JsonText};
-use crate::store::{Asked, Retry};
+use crate::store::{Asked, NewRound, Retry};
 use crate::time::Timestamp;
 
 /// What retrying a call takes, if it has not ended and its latest round is answered, or it follows a task.
@@ -53,6 +53,7 @@ fn round_columns() -> String {
 }
 
 /// A call's latest round as [`round_columns`] reads it.
+#[derive(Debug, Clone, PartialEq)]
 struct Round {
     /// What retrying the call takes, but the round's answers.
     retry: Retry,
@@ -109,8 +110,34 @@ impl Round {
     }
 }
 
+/// A round's number as the database keeps it.
+pub(super) fn round_number(number: u32) -> i32 {
+    i32::try_from(number).unwrap_or(i32::MAX)
+}
+
+/// A Request as an answer is decided on.
+#[derive(Debug)]
+pub(super) struct ToAnswer {
+    pub pending: RequestView,
+    /// What resolving it does to its call, as read with it.
+    pub call: Foreseen,
+}
+
+/// What resolving a Request does to its call, as an answer read it (`S`: the call as read, then as it will be
+/// once settled).
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Foreseen<S = Box<Settling>> {
+    /// Not read: the statements that resolve the Request find it.
+    Unknown,
+    /// It leaves the call's status as it is (or the Request has no live call).
+    Stays,
+    /// It settles the call: the Request is the call's only one pending.
+    Settles(S),
+}
+
 /// A live call as an answer reads it when its Request is the only one of the call still pending, to foresee
 /// what resolving that Request will make of it.
+#[derive(Debug, Clone, PartialEq)]
 pub(super) struct Settling {
     /// The call as read.
     call: CallView,
@@ -153,6 +180,35 @@ impl Settling {
             call,
             round,
         }))
+    }
+
+    /// Call `call` as a raise of its one Request pending left it, its row at `version`: with the round the raise
+    /// opened, if the Request is in it (the round, the Request's key in it, and whether the call's session is
+    /// shared), as [`Self::read`] would read them.
+    pub(super) fn raised(call: CallView, version: String, round: Option<(&NewRound, &str, bool)>) -> Self {
+        let round = round.map(|(round, key, shared)| Round {
+            retry: Retry {
+                call: call.id.clone(),
+                owner: call.owner.clone(),
+                server: call.server.clone(),
+                session: call.session.clone(),
+                shared,
+                tool: call.tool.clone(),
+                arguments: call.arguments.clone(),
+                round: u32::try_from(round_number(round.number)).unwrap_or(0),
+                request_state: round.request_state.clone(),
+                input_responses: serde_json::Map::new(),
+                asked: Asked::of_round(&round.input_requests),
+                task: call.task.as_ref().map(|task| task.id.clone()),
+            },
+            requests: vec![(key.to_owned(), Status::Pending.as_str().to_owned(), None)],
+        });
+        Settling { call, version, round }
+    }
+
+    /// The version of the call's row it was read or written at.
+    pub(super) fn version(&self) -> &str {
+        &self.version
     }
 
     /// What resolving the call's last pending Request at `at` with `result` makes of the call, if nothing changes

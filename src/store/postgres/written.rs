@@ -1,21 +1,32 @@
-//! The running calls as this replica last wrote their rows, each with the version of its row that the write
-//! left: a call's end that finds its call here writes it and records its event in one statement, where it would
-//! otherwise read the row it ended to record it (BENCHMARKS.md, "Store: PostgreSQL ending a call as it last wrote
-//! it").
+//! Rows as this replica last wrote them, each with the version of its row that the write left, so that a change
+//! that finds its row here needs no read of it:
+//! - the running calls: a call's end that finds its call writes it and records its event in one statement, where
+//!   it would otherwise read the row it ended to record it (BENCHMARKS.md, "Store: PostgreSQL ending a call as it
+//!   last wrote it");
+//! - the Requests raised here, with what resolving each does to its call: an answer is decided on them, where it
+//!   would otherwise read the Request and its call first (BENCHMARKS.md, "Store: an answer decided on the Request
+//!   as its replica raised it"). The answer's statement writes only over what it was decided on, as it does after
+//!   a read.
+//!
+//! Both are forgotten each time the writer connects: after a failover or a restore, transaction ids are given
+//! again.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
 
-use crate::ids::CallId;
+use super::rounds::ToAnswer;
+use crate::ids::{CallId, RequestId};
 use crate::records::CallView;
 use crate::time::Timestamp;
 
-/// How many bytes of calls it keeps at most (see [`weight`]); past that, the longest kept are forgotten, and their
-/// ends read them. A call ended by another replica is forgotten only so.
+/// How many bytes of each it keeps at most, as their notes weigh them; past that, the longest kept are forgotten, and what
+/// would have found them reads their rows. A call ended, or a Request answered, by another replica is forgotten
+/// only so.
 const KEPT: usize = 4 << 20;
 
 /// What keeping `view` takes, about: its arguments (twice when an approver changed them), its Requests' ids, its
 /// task's message, and a share for the rest.
-fn weight(view: &CallView) -> usize {
+pub fn weight(view: &CallView) -> usize {
     let edited = view.allowed.as_ref().and_then(|allowed| allowed.edited_from.as_ref());
     let message = view.task.as_ref().and_then(|task| task.status_message.as_ref());
     512 + view.arguments.text().len()
@@ -35,48 +46,73 @@ pub struct Written {
     pub version: String,
 }
 
-#[derive(Debug, Default)]
-pub struct LastWritten {
-    calls: HashMap<CallId, (Written, u64)>,
-    /// The calls in the order they were noted, each with the note it was.
-    order: VecDeque<(CallId, u64)>,
-    notes: u64,
-    /// What the calls kept weigh together.
-    bytes: usize,
-}
-
-impl LastWritten {
-    /// Notes `view` as the call's row at `version`.
-    pub fn note(&mut self, mut view: CallView, version: String) {
+impl Written {
+    pub fn new(mut view: CallView, version: String) -> Self {
         // As the row holds them.
         view.created_at = Timestamp::from_millis(view.created_at.millis());
         view.updated_at = Timestamp::from_millis(view.updated_at.millis());
-        self.take(&view.id);
+        Self { view, version }
+    }
+}
+
+/// What this replica last wrote.
+#[derive(Debug, Default)]
+pub struct LastWritten {
+    pub calls: Kept<CallId, Written>,
+    pub requests: Kept<RequestId, ToAnswer>,
+}
+
+/// Values by their key, [`KEPT`] bytes of them at most.
+#[derive(Debug)]
+pub struct Kept<K, V> {
+    /// Each with its note and its weight.
+    values: HashMap<K, (V, u64, usize)>,
+    /// The keys in the order they were noted, each with the note it was.
+    order: VecDeque<(K, u64)>,
+    notes: u64,
+    /// What the values kept weigh together.
+    bytes: usize,
+}
+
+impl<K, V> Default for Kept<K, V> {
+    fn default() -> Self {
+        Self {
+            values: HashMap::new(),
+            order: VecDeque::new(),
+            notes: 0,
+            bytes: 0,
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone, V> Kept<K, V> {
+    /// Keeps `value`, which weighs `weight` bytes, under `key`, in place of what was.
+    pub fn note(&mut self, key: K, value: V, weight: usize) {
+        self.take(&key);
         self.notes += 1;
-        let id = view.id.clone();
-        self.bytes += weight(&view);
-        self.calls.insert(id.clone(), (Written { view, version }, self.notes));
-        self.order.push_back((id, self.notes));
+        self.bytes += weight;
+        self.values.insert(key.clone(), (value, self.notes, weight));
+        self.order.push_back((key, self.notes));
         while self.bytes > KEPT
-            && let Some((id, note)) = self.order.pop_front()
+            && let Some((key, note)) = self.order.pop_front()
         {
-            if self.calls.get(&id).is_some_and(|(_, noted)| *noted == note) {
-                self.take(&id);
+            if self.values.get(&key).is_some_and(|(_, noted, _)| *noted == note) {
+                self.take(&key);
             }
         }
-        // The order keeps the notes of calls since taken until they are many.
-        if self.order.len() > 2 * self.calls.len() + 64 {
-            let calls = &self.calls;
+        // The order keeps the notes of values since taken until they are many.
+        if self.order.len() > 2 * self.values.len() + 64 {
+            let values = &self.values;
             self.order
-                .retain(|(id, note)| calls.get(id).is_some_and(|(_, noted)| noted == note));
+                .retain(|(key, note)| values.get(key).is_some_and(|(_, noted, _)| noted == note));
         }
     }
 
-    /// Call `id` as last written, forgotten.
-    pub fn take(&mut self, id: &CallId) -> Option<Written> {
-        let (written, _) = self.calls.remove(id)?;
-        self.bytes -= weight(&written.view);
-        Some(written)
+    /// What `key` keeps, forgotten.
+    pub fn take(&mut self, key: &K) -> Option<V> {
+        let (value, _, weight) = self.values.remove(key)?;
+        self.bytes -= weight;
+        Some(value)
     }
 }
 
@@ -89,25 +125,31 @@ mod tests {
         let call = crate::store::tests::new_call("ada");
         let view = |id: &CallId| crate::store::views::started_view(id.clone(), &call, Timestamp::from_millis(0));
         let room = KEPT / weight(&view(&CallId::mint()));
-        let mut written = LastWritten::default();
+        let mut written = Kept::default();
+        let mut note = |id: &CallId, version: &str| {
+            written.note(id.clone(), Written::new(view(id), version.into()), weight(&view(id)))
+        };
         let first = CallId::mint();
-        written.note(view(&first), "10(0,1)".into());
-        written.note(view(&first), "11(0,1)".into());
+        note(&first, "10(0,1)");
+        note(&first, "11(0,1)");
         let others: Vec<CallId> = (1..room).map(|_| CallId::mint()).collect();
         for other in &others {
-            written.note(view(other), "1(0,1)".into());
+            note(other, "1(0,1)");
         }
-        assert_eq!(written.calls.len(), room, "all kept");
+        assert_eq!(written.values.len(), room, "all kept");
         assert_eq!(
             written.take(&first).map(|written| written.version),
             Some("11(0,1)".to_owned())
         );
         assert!(written.take(&first).is_none(), "taken once");
-        written.note(view(&first), "12(0,1)".into());
-        written.note(view(&CallId::mint()), "1(0,1)".into());
-        assert_eq!(written.calls.len(), room, "{} bytes", written.bytes);
+        let mut note = |id: &CallId, version: &str| {
+            written.note(id.clone(), Written::new(view(id), version.into()), weight(&view(id)))
+        };
+        note(&first, "12(0,1)");
+        note(&CallId::mint(), "1(0,1)");
+        assert_eq!(written.values.len(), room, "{} bytes", written.bytes);
         assert!(written.take(&others[0]).is_none(), "the longest kept is forgotten");
         assert!(written.take(&first).is_some());
-        assert!(written.order.len() <= 2 * written.calls.len() + 64);
+        assert!(written.order.len() <= 2 * written.values.len() + 64);
     }
 }
