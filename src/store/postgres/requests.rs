@@ -17,10 +17,10 @@ use crate::store::{Answered, Pending, Resolution, Resolved, Retry, StoreError};
 use crate::time::Timestamp;
 
 impl Postgres {
-    /// Decides an answer on the Request as a reader connection reads it, then writes the decision in one
-    /// statement that resolves it only if it is still pending: the read stays off the writer, whose
-    /// transactions it would lengthen. (Who owns a Request and what it asks never change; its status is
-    /// decided again by that statement.)
+    /// Decides an answer on the Request as this replica raised it (see [`written`]) or as a reader connection
+    /// reads it, then writes the decision in one statement that resolves it only if it is still pending: the
+    /// read stays off the writer, whose transactions it would lengthen. (Who owns a Request and what it asks
+    /// never change; its status is decided again by that statement.)
     ///
     /// An approval that needs several people is written only over the decisions its answer was decided on: when
     /// another was kept first, the answer is decided again on the Request as it is now.

@@ -1,8 +1,7 @@
-//! Rows as this replica last wrote them, each with the version of its row that the write left, so that a change
-//! that finds its row here needs no read of it:
-//! - the running calls: a call's end that finds its call writes it and records its event in one statement, where
-//!   it would otherwise read the row it ended to record it (BENCHMARKS.md, "Store: PostgreSQL ending a call as it
-//!   last wrote it");
+//! Rows as this replica last wrote them, so that a change that finds its row here needs no read of it:
+//! - the running calls, each with the version of its row that the write left: a call's end that finds its call
+//!   writes it and records its event in one statement, where it would otherwise read the row it ended to record
+//!   it (BENCHMARKS.md, "Store: PostgreSQL ending a call as it last wrote it");
 //! - the Requests raised here, with what resolving each does to its call: an answer is decided on them, where it
 //!   would otherwise read the Request and its call first (BENCHMARKS.md, "Store: an answer decided on the Request
 //!   as its replica raised it"). The answer's statement writes only over what it was decided on, as it does after
