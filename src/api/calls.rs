@@ -102,7 +102,7 @@ pub async fn start(
             .await?)
     })
     .await?;
-    let waited = settled(&state, query.wait, since, call.clone()).await;
+    let waited = settled(&state, query.wait, since, call.clone(), Known::Started).await;
     // Kept before its id leaves: most often with the change that ended its running, its end or its round. Awaited
     // whatever the wait came to (a read the store failed), so that a call that cannot be kept is abandoned.
     keeping.kept().await?;
@@ -165,7 +165,7 @@ pub async fn get(
     let since = state.feed.since();
     let call = owned_by(&state, &id, &principal, Principal::may_see).await?;
     let _held = state.hold_long_poll(&principal, query.wait.duration())?;
-    settled(&state, query.wait, since, call)
+    settled(&state, query.wait, since, call, Known::Read)
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::not_found(format!("no call with id {id}")))
@@ -217,11 +217,11 @@ async fn owned_by(
     }
 }
 
-/// A call as a wait found it: read, or as the `call.updated` event that told its final status carried it.
+/// A call as a wait found it: read, or as the `call.updated` event that ended the wait carried it.
 #[derive(Debug)]
 pub(super) enum Found {
     Read(Box<CallView>),
-    /// The event's data: a call never changes once final, so this is the call as a read would find it.
+    /// The event's data: the call as the change that the event tells of left it (see [`settled`]).
     Told(Box<RawValue>),
 }
 
@@ -234,14 +234,24 @@ impl Serialize for Found {
     }
 }
 
+/// How the call a wait starts from was known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Known {
+    /// Started by the route that waits: every change of the call comes after it.
+    Started,
+    /// Read: changes the feed tells after the read may be older than what it read.
+    Read,
+}
+
 /// The call once it is no longer `running`, or as it is when `wait` passes; `known` is the call as read (or
-/// started) after `since` subscribed to the feed ([`crate::feed::Feed::since`]), and the answer itself when
-/// it is not running or `wait` is zero.
+/// started, as `how` says) after `since` subscribed to the feed ([`crate::feed::Feed::since`]), and the answer
+/// itself when it is not running or `wait` is zero.
 pub(super) async fn settled(
     state: &AppState,
     wait: Wait,
     since: Since,
     known: CallView,
+    how: Known,
 ) -> Result<Option<Found>, ApiError> {
     if known.status != CallStatus::Running || wait.duration().is_zero() {
         return Ok(Some(Found::Read(Box::new(known))));
@@ -250,9 +260,11 @@ pub(super) async fn settled(
     let since = state.feed.narrow(since, Key::Call(id.to_string()));
     // A call's status changes only with a `call.updated` event of it: its Requests' events need no read, nor does
     // one that carries `running` (the call leaves it only with an event of its own). One that carries a final
-    // status needs none either, as a call never leaves one, nor does the call it carries; after any other the call
-    // is read again, as events queued behind it, or published by replicas in another order than they committed,
-    // may say otherwise.
+    // status needs none either, as a call never leaves one, nor does the call it carries. Nor does any other of a
+    // call this route started: the call it carries is newer than the one started, if not the newest (events
+    // queued behind it, or published by replicas in another order than they committed, may say otherwise, as a
+    // read after it might). After any other the call is read again: what it carries may be older than the call
+    // as read before the wait.
     let first = AtomicBool::new(true);
     let told = Mutex::new(None);
     let not_running = || async {
@@ -275,7 +287,7 @@ pub(super) async fn settled(
         let status = event.call_status();
         let concerns = status != Some(CallStatus::Running);
         if concerns {
-            let carried = status.is_some_and(|status| status.is_final()) && event.has_data();
+            let carried = (how == Known::Started || status.is_some_and(|status| status.is_final())) && event.has_data();
             *crate::lock(&told) = carried
                 .then(|| RawValue::from_string(event.data.clone()).ok())
                 .flatten();

@@ -342,7 +342,7 @@ pub async fn answer(
         && let Some(call) = state.calls.get(call).await?
         && principal.may_see(Some(&call.owner))
     {
-        let resumed_call = super::calls::settled(&state, query.wait, since, call).await?;
+        let resumed_call = super::calls::settled(&state, query.wait, since, call, super::calls::Known::Read).await?;
         return Ok(Json(AnsweredRequest {
             request: answered.view,
             resumed_call,
