@@ -175,8 +175,11 @@ impl Upstreams {
         let poll = poll_interval(&detailed.task);
         let requests = match detailed.payload {
             TaskPayload::Completed { result } => return Seen::Ended(completed_json(Value::Object(result))),
-            // A server may fail a task that outlived its time to live, or forget it.
-            TaskPayload::Failed { .. } if task.expired(live) => return Seen::Ended(task.lost_to_time()),
+            // A server may fail a task that outlived its time to live, or forget it; it may fail it a little before
+            // the gateway's clock, which started the time to live once it heard of the task, says so.
+            TaskPayload::Failed { .. } if task.expired(live) || outlived(&detailed.task) => {
+                return Seen::Ended(task.lost_to_time());
+            }
             TaskPayload::Failed { error } => {
                 let code = error.get("code").and_then(Value::as_i64).unwrap_or_default();
                 let message = error.get("message").and_then(Value::as_str).unwrap_or_default();
@@ -372,6 +375,18 @@ pub(super) fn poll_interval(task: &Task) -> Duration {
         .clamp(POLL_LEAST, POLL_MOST)
 }
 
+/// Whether `task` was last updated once its time to live had passed, as its server's own timestamps say.
+fn outlived(task: &Task) -> bool {
+    let (Some(created), Some(updated), Some(ttl)) = (
+        Timestamp::parse(&task.created_at),
+        Timestamp::parse(&task.last_updated_at),
+        task.ttl_ms,
+    ) else {
+        return false;
+    };
+    updated >= created.after(Duration::from_millis(ttl))
+}
+
 /// The end of a call whose task its server no longer knows.
 fn lost(message: String) -> Finish {
     Finish::Failed(CallError {
@@ -411,5 +426,25 @@ fn status_name(status: TaskStatus) -> &'static str {
         TaskStatus::Failed => "failed",
         TaskStatus::Cancelled => "cancelled",
         _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A task its server failed once its time to live had passed, by the server's own timestamps, is lost to time.
+    #[test]
+    fn a_task_updated_past_its_time_to_live_outlived_it() {
+        let task = |updated: &str, ttl_ms: Option<u64>| {
+            let mut task = Task::new("t", TaskStatus::Failed, "2026-12-07T01:59:28.190Z", updated);
+            task.ttl_ms = ttl_ms;
+            task
+        };
+        assert!(outlived(&task("2026-12-07T01:59:29.190Z", Some(1000))));
+        assert!(outlived(&task("2026-12-07T01:59:29.203Z", Some(1000))));
+        assert!(!outlived(&task("2026-12-07T01:59:29.189Z", Some(1000))));
+        assert!(!outlived(&task("2026-12-07T01:59:29.203Z", None)), "no time to live");
+        assert!(!outlived(&task("not a time", Some(1000))));
     }
 }
