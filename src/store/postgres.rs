@@ -90,7 +90,7 @@ struct Shared {
     clock: Clock,
     /// The calls this replica started whose change is not kept yet: a read of one waits until it is.
     starting: Mutex<HashMap<CallId, Starting>>,
-    /// The running calls as this replica last wrote them.
+    /// The running calls as this replica last wrote them, and the Requests it raised (see [`written`]).
     written: Arc<Mutex<written::LastWritten>>,
     statistics: Mutex<statistics::Statistics>,
     /// How many answers this replica is deciding and writing.

@@ -66,9 +66,7 @@ impl Postgres {
                 }
                 let admitted = start_in(tx, &id, &call, cap, admission).await?;
                 if let Admitted::Started { view, version } = &admitted {
-                    let written = written::Written::new((**view).clone(), version.clone());
-                    let weight = written::weight(view);
-                    lock(&this.shared.written).calls.note(view.id.clone(), written, weight);
+                    lock(&this.shared.written).note_call((**view).clone(), version.clone());
                 }
                 let started = matches!(admitted, Admitted::Started { .. });
                 let now = if started { Decided::Started } else { Decided::NotStarted };

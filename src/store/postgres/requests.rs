@@ -7,7 +7,6 @@ use tokio_postgres::types::ToSql;
 
 use super::rounds::{Foreseen, ToAnswer};
 use super::tx::{Tx, insert_event};
-use super::written;
 use super::{PER_TRANSACTION, Postgres, Reader, rounds, rows};
 use crate::decision::{self, Decided, Decision, Proposal, Upstream};
 use crate::ids::RequestId;
@@ -17,7 +16,7 @@ use crate::store::{Answered, Pending, Resolution, Resolved, Retry, StoreError};
 use crate::time::Timestamp;
 
 impl Postgres {
-    /// Decides an answer on the Request as this replica raised it (see [`written`]) or as a reader connection
+    /// Decides an answer on the Request as this replica raised it (see [`super::written`]) or as a reader connection
     /// reads it, then writes the decision in one statement that resolves it only if it is still pending: the
     /// read stays off the writer, whose transactions it would lengthen. (Who owns a Request and what it asks
     /// never change; its status is decided again by that statement.)
@@ -46,7 +45,7 @@ impl Postgres {
     }
 
     /// Request `id` as an answer is decided on; with `foresee`, with what resolving it does to its call. As this
-    /// replica raised it, if it did (see [`written`]), the first time only: an answer decided again reads it.
+    /// replica raised it, if it did (see [`super::written`]), the first time only: an answer decided again reads it.
     async fn to_answer(&self, id: &RequestId, foresee: bool) -> Result<Option<ToAnswer>, StoreError> {
         let raised = crate::lock(&self.shared.written).requests.take(id);
         if let Some(mut raised) = raised {
@@ -229,11 +228,7 @@ impl Postgres {
                 }
                 let event = tx.numbered(event, seq);
                 if let (Some(call), Some(version)) = (&won.settled, &won.version) {
-                    let written = written::Written::new(call.clone(), version.clone());
-                    let weight = written::weight(call);
-                    crate::lock(&this.shared.written)
-                        .calls
-                        .note(call.id.clone(), written, weight);
+                    crate::lock(&this.shared.written).note_call(call.clone(), version.clone());
                 }
                 let resumes = match call {
                     Foreseen::Settles(settled) if ends => {

@@ -114,7 +114,7 @@ struct Kept {
     published: bool,
 }
 
-/// Runs the writer until every sender of `jobs` is gone, forgetting the calls `written` holds each time it connects.
+/// Runs the writer until every sender of `jobs` is gone, forgetting what `written` holds each time it connects.
 pub async fn run(
     connector: Connector,
     mut jobs: mpsc::UnboundedReceiver<Job>,

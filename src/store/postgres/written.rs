@@ -18,9 +18,9 @@ use crate::ids::{CallId, RequestId};
 use crate::records::CallView;
 use crate::time::Timestamp;
 
-/// How many bytes of each it keeps at most, as their notes weigh them; past that, the longest kept are forgotten, and what
-/// would have found them reads their rows. A call ended, or a Request answered, by another replica is forgotten
-/// only so.
+/// How many bytes of each it keeps at most, as their notes weigh them; past that, the longest kept are forgotten,
+/// and what would have found them reads their rows. A call ended, or a Request answered, by another replica is
+/// forgotten only so.
 const KEPT: usize = 4 << 20;
 
 /// What keeping `view` takes, about: its arguments (twice when an approver changed them), its Requests' ids, its
@@ -45,20 +45,22 @@ pub struct Written {
     pub version: String,
 }
 
-impl Written {
-    pub fn new(mut view: CallView, version: String) -> Self {
-        // As the row holds them.
-        view.created_at = Timestamp::from_millis(view.created_at.millis());
-        view.updated_at = Timestamp::from_millis(view.updated_at.millis());
-        Self { view, version }
-    }
-}
-
 /// What this replica last wrote.
 #[derive(Debug, Default)]
 pub struct LastWritten {
     pub calls: Kept<CallId, Written>,
     pub requests: Kept<RequestId, ToAnswer>,
+}
+
+impl LastWritten {
+    /// Keeps call `view` as its row holds it at `version`.
+    pub fn note_call(&mut self, mut view: CallView, version: String) {
+        // As the row holds them.
+        view.created_at = Timestamp::from_millis(view.created_at.millis());
+        view.updated_at = Timestamp::from_millis(view.updated_at.millis());
+        let weight = weight(&view);
+        self.calls.note(view.id.clone(), Written { view, version }, weight);
+    }
 }
 
 /// Values by their key, [`KEPT`] bytes of them at most.
@@ -124,10 +126,8 @@ mod tests {
         let call = crate::store::tests::new_call("ada");
         let view = |id: &CallId| crate::store::views::started_view(id.clone(), &call, Timestamp::from_millis(0));
         let room = KEPT / weight(&view(&CallId::mint()));
-        let mut written = Kept::default();
-        let mut note = |id: &CallId, version: &str| {
-            written.note(id.clone(), Written::new(view(id), version.into()), weight(&view(id)))
-        };
+        let mut last = LastWritten::default();
+        let mut note = |id: &CallId, version: &str| last.note_call(view(id), version.into());
         let first = CallId::mint();
         note(&first, "10(0,1)");
         note(&first, "11(0,1)");
@@ -135,17 +135,16 @@ mod tests {
         for other in &others {
             note(other, "1(0,1)");
         }
+        let written = &mut last.calls;
         assert_eq!(written.values.len(), room, "all kept");
         assert_eq!(
             written.take(&first).map(|written| written.version),
             Some("11(0,1)".to_owned())
         );
         assert!(written.take(&first).is_none(), "taken once");
-        let mut note = |id: &CallId, version: &str| {
-            written.note(id.clone(), Written::new(view(id), version.into()), weight(&view(id)))
-        };
-        note(&first, "12(0,1)");
-        note(&CallId::mint(), "1(0,1)");
+        last.note_call(view(&first), "12(0,1)".into());
+        last.note_call(view(&CallId::mint()), "1(0,1)".into());
+        let written = &mut last.calls;
         assert_eq!(written.values.len(), room, "{} bytes", written.bytes);
         assert!(written.take(&others[0]).is_none(), "the longest kept is forgotten");
         assert!(written.take(&first).is_some());
