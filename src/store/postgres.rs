@@ -3,6 +3,7 @@
 
 mod audit;
 mod calls;
+mod caps;
 mod connection;
 mod heartbeat;
 mod maintenance;

@@ -42,6 +42,52 @@ impl PendingCaps {
             bytes_per_principal: self.bytes_per_principal.saturating_sub(held.bytes),
         }
     }
+
+    /// The caps that `new` must fit, in the order they are checked: on pending Requests in all, then on the share
+    /// of each principal and each server that `new` adds to.
+    pub fn limits(&self, new: &[NewRequest]) -> Vec<Limit> {
+        let mut limits = vec![Limit {
+            holder: Holder::All,
+            adds: Held::default(),
+            most: Held {
+                count: self.total,
+                bytes: self.bytes,
+            },
+        }];
+        for request in new {
+            let principal = Holder::Principal(request.owner.clone());
+            let server = request
+                .server
+                .is_some()
+                .then(|| Holder::Server(server_key(request).to_owned()));
+            for holder in [Some(principal), server].into_iter().flatten() {
+                if limits.iter().any(|limit| limit.holder == holder) {
+                    continue;
+                }
+                let most = match holder {
+                    Holder::Server(_) => Held {
+                        count: self.per_server,
+                        bytes: usize::MAX,
+                    },
+                    _ => Held {
+                        count: self.per_principal,
+                        bytes: self.bytes_per_principal,
+                    },
+                };
+                limits.push(Limit {
+                    holder,
+                    adds: Held::default(),
+                    most,
+                });
+            }
+        }
+        for request in new {
+            for limit in limits.iter_mut().filter(|limit| limit.holder.holds(request)) {
+                limit.adds.add(request.bytes);
+            }
+        }
+        limits
+    }
 }
 
 /// The cap that new Requests would pass.
@@ -65,7 +111,7 @@ pub fn server_key(request: &NewRequest) -> &str {
 }
 
 /// How many records, and how many bytes they hold.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Held {
     pub count: usize,
     pub bytes: usize,
@@ -178,30 +224,68 @@ impl Shares {
 
     /// Whether `new` fits the caps on top of what is held.
     pub fn admit(&self, new: &[NewRequest], caps: &PendingCaps) -> Result<(), PendingCap> {
-        let mut after = self.clone();
-        for request in new {
-            after.add(request.owner.as_deref(), server_key(request), request.bytes);
-        }
-        if after.total.count > caps.total {
-            return Err(PendingCap::Total(caps.total));
-        }
-        if after.total.bytes > caps.bytes {
-            return Err(PendingCap::Bytes(caps.bytes));
-        }
-        for request in new {
-            let principal = &after.principals[&request.owner];
-            if principal.count > caps.per_principal {
-                return Err(PendingCap::Principal(caps.per_principal));
+        for limit in caps.limits(new) {
+            let after = self.held(&limit.holder).plus(limit.adds);
+            if after.count > limit.most.count {
+                return Err(limit.holder.over(limit.most, false));
             }
-            if principal.bytes > caps.bytes_per_principal {
-                return Err(PendingCap::PrincipalBytes(caps.bytes_per_principal));
-            }
-            if request.server.is_some() && after.servers[server_key(request)].count > caps.per_server {
-                return Err(PendingCap::Server(caps.per_server));
+            if after.bytes > limit.most.bytes {
+                return Err(limit.holder.over(limit.most, true));
             }
         }
         Ok(())
     }
+
+    /// What `holder`'s pending Requests hold.
+    fn held(&self, holder: &Holder) -> Held {
+        let held = match holder {
+            Holder::All => Some(&self.total),
+            Holder::Principal(owner) => self.principals.get(owner),
+            Holder::Server(server) => self.servers.get(server),
+        };
+        held.copied().unwrap_or_default()
+    }
+}
+
+/// Whose pending Requests a cap counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    All,
+    /// A principal's (`None`: the owner-less ones, as one more principal).
+    Principal(Option<String>),
+    /// A server's.
+    Server(String),
+}
+
+impl Holder {
+    /// Whether it holds `request` once pending.
+    fn holds(&self, request: &NewRequest) -> bool {
+        match self {
+            Holder::All => true,
+            Holder::Principal(owner) => request.owner == *owner,
+            Holder::Server(server) => request.server.is_some() && server_key(request) == server,
+        }
+    }
+
+    /// The cap passed when it would hold more than `most`, in bytes or in count.
+    fn over(&self, most: Held, bytes: bool) -> PendingCap {
+        match (self, bytes) {
+            (Holder::All, false) => PendingCap::Total(most.count),
+            (Holder::All, true) => PendingCap::Bytes(most.bytes),
+            (Holder::Principal(_), false) => PendingCap::Principal(most.count),
+            (Holder::Principal(_), true) => PendingCap::PrincipalBytes(most.bytes),
+            // A server's share has no cap in bytes.
+            (Holder::Server(_), _) => PendingCap::Server(most.count),
+        }
+    }
+}
+
+/// A cap that new Requests must fit: what they add to `holder`'s share, and the most that share may hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit {
+    pub holder: Holder,
+    pub adds: Held,
+    pub most: Held,
 }
 
 /// How many calls that have not ended each principal has.

@@ -2,22 +2,21 @@
 //! inserted and counted.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::FutureExt;
 use futures::future::{OptionFuture, try_join_all};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
+use super::caps::{FITS, Limits, RAISING, SHARES_HELD, owner_key, pending_shares};
 use super::rounds::{Foreseen, ToAnswer, round_number};
-use super::tx::{Holders, RECORD, Raised, Sent, Turn, Tx, Work, insert_event};
-use super::written;
-use super::{Borrowed, Postgres, RAISE_LOCK, RAISED_ALONGSIDE, Reader, rounds, rows};
+use super::tx::{RECORD, Raised, Sent, Turn, Tx, Work, insert_event};
+use super::written::{self, Written};
+use super::{Postgres, RAISED_ALONGSIDE, Reader, rounds, rows};
 use crate::ids::{CallId, RequestId};
 use crate::records::{CallStatus, CallView, Event, EventKind, RequestView};
-use crate::store::shares::{Held, Shares, server_key};
+use crate::store::shares::{Held, server_key};
 use crate::store::sql;
 use crate::store::{NewRequest, NewRound, PendingCaps, RaiseError};
 use crate::time::Timestamp;
@@ -41,6 +40,13 @@ impl Postgres {
     ///   then cancels the Requests raised on it;
     /// - that a posted Request's id is free: only raising inserts Requests, and a raise that chooses an id runs
     ///   alone.
+    ///
+    /// A raise alongside that ends its own transaction, on calls this replica last wrote, decides on those calls
+    /// as written instead, and sends its reads with its writes, in one exchange: the caps are checked by a
+    /// statement ([`FITS`]) that reads the counts after the lock's holders were read, as above, and the update of
+    /// each call's count ([`rounds::RAISED_AS_WRITTEN`]) takes its row's lock as the read would have, checking that
+    /// the row is still the version written. Either fails unless what it checks holds, and the transaction with
+    /// it; the raise then runs again, reading (BENCHMARKS.md, "Store: a raise in one exchange").
     pub async fn raise(
         &self,
         requests: Vec<NewRequest>,
@@ -65,59 +71,23 @@ impl Postgres {
             calls: calls.clone(),
             adds,
         };
+        // Taken by the first run only, as it runs: one that runs again reads its calls.
+        let (first, this) = (AtomicBool::new(true), self.clone());
         self.write_raising(turn, raised, move |tx| {
             // Each run its own copy: a run rolled back, or moved alone, runs again.
             let (requests, round, calls) = (requests.clone(), round.clone(), calls.clone());
+            let written = (first.swap(false, Ordering::Relaxed) && decides_as_written(tx))
+                .then(|| this.written_live(&calls))
+                .flatten();
             Box::pin(async move {
                 let tx = &*tx;
-                let alongside = tx.turn == Turn::RaisingAlongside;
-                let chosen: Vec<&RequestId> = crate::store::chosen_ids(&requests).collect();
-                // What the raise decides on, read in one exchange, in this order: the lock's holders before the
-                // counts (see above).
-                tx.prepare(&[&RAISING, SHARES_HELD, &LIVE_CALL, sql::REQUEST_TAKEN.postgres])
-                    .await?;
-                let (raising, shares, live, taken) = futures::try_join!(
-                    async {
-                        if !alongside {
-                            return Ok(1);
-                        }
-                        match OptionFuture::from(tx.holders.clone()).await.flatten() {
-                            Some(holders) => Ok(holders),
-                            // A raise with no shared read reads for itself; one whose shared read failed, which
-                            // aborted the transaction, fails with it.
-                            None => tx.query_one(&RAISING, &[]).await?.try_get::<_, i64>(0),
-                        }
+                let known = match written {
+                    Some(written) => Known::Written(written),
+                    None => match read(tx, &requests, &calls, caps).await? {
+                        Ok(read) => read,
+                        Err(refused) => return Ok(Err(refused)),
                     },
-                    pending_shares(tx, &requests),
-                    try_join_all(
-                        calls
-                            .iter()
-                            .map(|call| async move { tx.query_opt(&LIVE_CALL, &[call]).await })
-                    ),
-                    try_join_all(
-                        chosen
-                            .iter()
-                            .map(|id| async move { tx.query_one(sql::REQUEST_TAKEN.postgres, &[id]).await })
-                    ),
-                )?;
-                let others = usize::try_from(raising - 1).unwrap_or(0);
-                let room = caps.less(RAISED_ALONGSIDE.times(others).plus(tx.beside));
-                if let Err(cap) = shares.admit(&requests, &room) {
-                    if alongside {
-                        // Too little room to decide alongside: it runs again alone, and this is dropped.
-                        tx.run_alone();
-                    }
-                    return Ok(Err(RaiseError::Full(cap)));
-                }
-                let pending = shares.pending();
-                if let Some((call, _)) = calls.iter().zip(&live).find(|(_, live)| live.is_none()) {
-                    return Ok(Err(RaiseError::CallEnded(call.clone())));
-                }
-                for (id, taken) in chosen.iter().zip(&taken) {
-                    if taken.try_get(0)? {
-                        return Ok(Err(RaiseError::Taken((*id).clone())));
-                    }
-                }
+                };
                 let now = tx.now();
                 let number = round.as_ref().map(|round| round_number(round.number));
                 let input_requests = round.as_ref().map(|round| rows::to_json(&round.input_requests));
@@ -129,25 +99,40 @@ impl Postgres {
                         .add(new.bytes);
                 }
                 let views: Vec<RequestView> = requests.iter().map(crate::store::views::raised_view).collect();
-                // Each call that had no Request pending becomes `input_required`: its row is locked, so what its
-                // event says is known now.
+                // Each call that had no Request pending becomes `input_required`: its row is locked as read, or
+                // checked to be as written, so what its event says is known now.
                 let mut waiting = Vec::new();
-                for (call, live) in calls.iter().zip(&live) {
-                    waiting.push(becomes_input_required(live.as_ref(), &views, call, now)?);
+                for (at, call) in calls.iter().enumerate() {
+                    waiting.push(becomes_input_required(known.unpending(at)?, &views, call, now));
                 }
                 // What it writes, pipelined in one exchange, its `COMMIT` behind it when the change may end its
                 // transaction: the round, the pending counts (once per owner and server, and once per call, not
                 // once per Request: a row updated once per Request of a large round, in one transaction, grows a
                 // chain of versions that each update walks), the Requests, and the calls' events.
                 tx.prepare(&[
+                    &RAISING,
+                    &FITS,
                     sql::ROUND_RAISED.postgres,
                     SHARES_RAISED,
                     &INSERT_REQUEST,
                     &rounds::RAISED,
+                    &rounds::RAISED_AS_WRITTEN,
                     &RECORD,
                 ])
                 .await?;
+                let limits = matches!(known, Known::Written(_)).then(|| Limits::of(&requests, &caps.less(tx.beside)));
                 let mut writes: Vec<Work<'_, Option<Row>>> = Vec::new();
+                // Decided on the calls as written, the caps are checked in the same exchange: the lock's holders
+                // read first, then the counts (see above), by a statement that fails unless the Requests fit.
+                if let Some(limits) = &limits {
+                    writes.push(Box::pin(async move {
+                        let _ = OptionFuture::from(tx.holders.clone()).await;
+                        Ok(None)
+                    }));
+                    writes.push(Box::pin(async move {
+                        tx.query_one(&FITS, &limits.params()).await.map(Some)
+                    }));
+                }
                 if let Some(round) = &round {
                     let (number, input_requests) = (&number, &input_requests);
                     writes.push(Box::pin(async move {
@@ -173,10 +158,24 @@ impl Postgres {
                     }));
                 }
                 let raised_at = writes.len();
-                for call in &calls {
+                for (at, call) in calls.iter().enumerate() {
                     let raised = requests_of(&views, call);
+                    let written = match &known {
+                        Known::Written(written) => {
+                            let requests = written[at].view.requests.len() + usize::try_from(raised).unwrap_or(0);
+                            Some((&written[at].version, i64::try_from(requests).unwrap_or(i64::MAX)))
+                        }
+                        Known::Read { .. } => None,
+                    };
                     writes.push(Box::pin(async move {
-                        tx.query_opt(&rounds::RAISED, &[call, &raised, &now.millis()]).await
+                        match written {
+                            Some((version, requests)) => {
+                                let params: [&(dyn ToSql + Sync); 5] =
+                                    [call, &raised, &now.millis(), version, &requests];
+                                tx.query_opt(&rounds::RAISED_AS_WRITTEN, &params).await
+                            }
+                            None => tx.query_opt(&rounds::RAISED, &[call, &raised, &now.millis()]).await,
+                        }
                     }));
                 }
                 for view in waiting.iter().flatten() {
@@ -185,6 +184,11 @@ impl Postgres {
                 }
                 let sent = Sent::send(writes).await;
                 let replies = tx.closing(&[], sent.replies()).await?;
+                let pending = match known {
+                    Known::Read { pending, .. } => pending,
+                    Known::Written(_) => replies[1].as_ref().map_or(Ok(0), |fits| fits.try_get::<_, i64>(1))?,
+                };
+                let pending = usize::try_from(pending).unwrap_or(0);
                 if cfg!(debug_assertions) {
                     for (row, foreseen) in replies[raised_at..].iter().zip(&waiting) {
                         let changed = row.as_ref().map(rounds::changed).transpose()?.flatten();
@@ -198,8 +202,7 @@ impl Postgres {
                     noted.push(raised_here(new, view, Foreseen::Stays, 0));
                 }
                 for (at, call) in calls.iter().enumerate() {
-                    let (Some(became), Some(live), Some(counted)) = (&waiting[at], &live[at], &replies[raised_at + at])
-                    else {
+                    let (Some(became), Some(counted)) = (&waiting[at], &replies[raised_at + at]) else {
                         continue;
                     };
                     let mut on_call = requests
@@ -210,7 +213,7 @@ impl Postgres {
                         continue;
                     };
                     let round = round.as_ref().zip(new.input_key.as_deref());
-                    let settling = settled_by(became, live, counted, round)?;
+                    let settling = settled_by(became, counted, round)?;
                     noted.push(raised_here(
                         new,
                         view,
@@ -237,66 +240,131 @@ impl Postgres {
     }
 }
 
-/// The read of how many transactions hold the raising lock, this one included, that the raises pipelined
-/// together in a transaction share: the first of them to poll it sends it, once it has prepared [`RAISING`] and
-/// before it sends its reads of the counts, so it comes before each raise's. (Reading `pg_locks` costs as much
-/// as a raise's other statements together; BENCHMARKS.md, "Fleet: one read of the raising lock's holders per
-/// transaction".)
-pub(super) fn holders(borrowed: Borrowed<'_>) -> Holders<'_> {
-    let read: Pin<Box<dyn Future<Output = Option<i64>> + Send + '_>> = Box::pin(async move {
-        let Borrowed { client, statements } = borrowed;
-        let statement = statements.get(client, &RAISING).await.ok()?;
-        client.query_one(&statement, &[]).await.ok()?.try_get(0).ok()
-    });
-    read.shared()
+impl Postgres {
+    /// Calls `calls` as this replica last wrote them, taken, if it wrote each of them last and none had ended.
+    fn written_live(&self, calls: &[CallId]) -> Option<Vec<Written>> {
+        let mut written = crate::lock(&self.shared.written);
+        let taken: Vec<Option<Written>> = calls.iter().map(|call| written.calls.take(call)).collect();
+        taken
+            .into_iter()
+            .map(|taken| taken.filter(|taken| !taken.view.status.is_final()))
+            .collect()
+    }
 }
 
-/// How many transactions hold the raising lock (shared: raising alongside), this one included.
-static RAISING: LazyLock<String> = LazyLock::new(|| {
-    // A lock on one 64-bit key is listed by its high and low halves.
-    format!(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
-         AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-         AND classid = {}::OID AND objid = {}::OID AND objsubid = 1",
-        RAISE_LOCK >> 32,
-        RAISE_LOCK & 0xffff_ffff
-    )
-});
+/// Whether a raise in `tx` may decide on its calls as this replica last wrote them, in one exchange: it raises
+/// alongside others (so it chose no ids), and its statements end the transaction, so that one failing only has
+/// it run again, reading.
+fn decides_as_written(tx: &Tx<'_>) -> bool {
+    tx.turn == Turn::RaisingAlongside && tx.ends() && tx.holders.is_some()
+}
 
-/// The total of pending Requests (the row with no owner and no server), then what the owners `$1` and the
-/// servers `$2` hold.
-const SHARES_HELD: &str = "SELECT NULL::TEXT, NULL::TEXT, COALESCE(sum(requests), 0)::BIGINT, \
-    COALESCE(sum(bytes), 0)::BIGINT FROM pending_shares \
-    UNION ALL SELECT owner, server, sum(requests)::BIGINT, sum(bytes)::BIGINT FROM pending_shares \
-    WHERE owner = ANY($1) OR server = ANY($2) GROUP BY owner, server";
+/// What a raise decides on.
+enum Known {
+    /// Read in its transaction: how many Requests were pending, and each call's row if it was live (see
+    /// [`LIVE_CALL`]).
+    Read { pending: i64, live: Vec<Option<Row>> },
+    /// Each call as this replica last wrote it; the raise's statements fail unless each call's row is still
+    /// that, and the Requests fit the caps ([`FITS`]).
+    Written(Vec<Written>),
+}
 
-/// Call `$1` if it is live, its row locked until the transaction ends, with its count of pending Requests and
-/// whether its session is shared: read whole only if it has none pending (see [`becomes_input_required`]).
+impl Known {
+    /// Call `at` of the raise as it was, if it had no Request pending.
+    fn unpending(&self, at: usize) -> Result<Option<CallView>, tokio_postgres::Error> {
+        match self {
+            Known::Read { live, .. } => match &live[at] {
+                Some(live) if live.try_get::<_, i32>(rows::CALL_COLUMNS)? == 0 => Ok(Some(rows::call(live)?)),
+                _ => Ok(None),
+            },
+            Known::Written(written) => {
+                let view = &written[at].view;
+                Ok((view.status == CallStatus::Running).then(|| view.clone()))
+            }
+        }
+    }
+}
+
+/// Reads, in one exchange, what a raise of `requests` on `calls` decides on, in this order: the lock's holders
+/// before the counts (see [`Postgres::raise`]); or why they cannot be raised.
+async fn read(
+    tx: &Tx<'_>,
+    requests: &[NewRequest],
+    calls: &[CallId],
+    caps: PendingCaps,
+) -> Result<Result<Known, RaiseError>, tokio_postgres::Error> {
+    let alongside = tx.turn == Turn::RaisingAlongside;
+    let chosen: Vec<&RequestId> = crate::store::chosen_ids(requests).collect();
+    tx.prepare(&[&RAISING, SHARES_HELD, &LIVE_CALL, sql::REQUEST_TAKEN.postgres])
+        .await?;
+    let (raising, shares, live, taken) = futures::try_join!(
+        async {
+            if !alongside {
+                return Ok(1);
+            }
+            match OptionFuture::from(tx.holders.clone()).await.flatten() {
+                Some(holders) => Ok(holders),
+                // A raise with no shared read reads for itself; one whose shared read failed, which aborted the
+                // transaction, fails with it.
+                None => tx.query_one(&RAISING, &[]).await?.try_get::<_, i64>(0),
+            }
+        },
+        pending_shares(tx, requests),
+        try_join_all(
+            calls
+                .iter()
+                .map(|call| async move { tx.query_opt(&LIVE_CALL, &[call]).await })
+        ),
+        try_join_all(
+            chosen
+                .iter()
+                .map(|id| async move { tx.query_one(sql::REQUEST_TAKEN.postgres, &[id]).await })
+        ),
+    )?;
+    let others = usize::try_from(raising - 1).unwrap_or(0);
+    let room = caps.less(RAISED_ALONGSIDE.times(others).plus(tx.beside));
+    if let Err(cap) = shares.admit(requests, &room) {
+        if alongside {
+            // Too little room to decide alongside: it runs again alone, and this is dropped.
+            tx.run_alone();
+        }
+        return Ok(Err(RaiseError::Full(cap)));
+    }
+    if let Some((call, _)) = calls.iter().zip(&live).find(|(_, live)| live.is_none()) {
+        return Ok(Err(RaiseError::CallEnded(call.clone())));
+    }
+    for (id, taken) in chosen.iter().zip(&taken) {
+        if taken.try_get(0)? {
+            return Ok(Err(RaiseError::Taken((*id).clone())));
+        }
+    }
+    let pending = i64::try_from(shares.pending()).unwrap_or(i64::MAX);
+    Ok(Ok(Known::Read { pending, live }))
+}
+
+/// Call `$1` if it is live, its row locked until the transaction ends, with its count of pending Requests: read
+/// whole only if it has none pending (see [`becomes_input_required`]).
 static LIVE_CALL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT {}, c.pending, c.shared FROM calls AS c WHERE c.id = $1 AND c.status IN ('running', 'input_required') FOR UPDATE",
+        "SELECT {}, c.pending FROM calls AS c WHERE c.id = $1 AND c.status IN ('running', 'input_required') FOR UPDATE",
         rows::call_where("c.pending = 0")
     )
 });
 
-/// Call `call` (`live`, a row of [`LIVE_CALL`]) once `views` are raised on it at `now`, if that makes it
-/// `input_required`: what its `call.updated` says.
+/// Call `call` once `views` are raised on it at `now`, if that makes it `input_required` (`unpending`, the call
+/// before, if it had no Request pending): what its `call.updated` says.
 fn becomes_input_required(
-    live: Option<&Row>,
+    unpending: Option<CallView>,
     views: &[RequestView],
     call: &CallId,
     now: Timestamp,
-) -> Result<Option<CallView>, tokio_postgres::Error> {
-    let Some(live) = live else { return Ok(None) };
-    if live.try_get::<_, i32>(rows::CALL_COLUMNS)? > 0 {
-        return Ok(None);
-    }
-    let mut view = rows::call(live)?;
+) -> Option<CallView> {
+    let mut view = unpending?;
     view.status = CallStatus::InputRequired;
     view.updated_at = Timestamp::from_millis(now.millis());
     let raised = views.iter().filter(|raised| raised.call.as_ref() == Some(call));
     view.requests.extend(raised.map(|raised| raised.request.id.clone()));
-    Ok(Some(view))
+    Some(view)
 }
 
 /// What an answer to Request `view` (raised as `new`) is decided on, and what keeping that takes: `call` what
@@ -314,18 +382,16 @@ fn raised_here(
     (view.request.id.clone(), ToAnswer { pending, call }, weight)
 }
 
-/// The call that resolving its one Request pending settles, as the raise leaves it: `became`, as its row `live`
-/// was read, then the raise's update `counted` left it; with the round the raise opened, and the Request's key
-/// in it, if the Request is in it.
+/// The call that resolving its one Request pending settles, as the raise leaves it: `became`, as the raise's
+/// update `counted` left it; with the round the raise opened, and the Request's key in it, if the Request is in it.
 fn settled_by(
     became: &CallView,
-    live: &Row,
     counted: &Row,
     round: Option<(&NewRound, &str)>,
 ) -> Result<rounds::Settling, tokio_postgres::Error> {
-    let shared: bool = live.try_get(rows::CALL_COLUMNS + 1)?;
-    let round = round.filter(|(round, _)| round.call == became.id);
     let version = counted.try_get(rows::CALL_COLUMNS + 1)?;
+    let shared: bool = counted.try_get(rows::CALL_COLUMNS + 2)?;
+    let round = round.filter(|(round, _)| round.call == became.id);
     Ok(rounds::Settling::raised(
         became.clone(),
         version,
@@ -352,39 +418,6 @@ static INSERT_REQUEST: LazyLock<String> = LazyLock::new(|| {
 fn requests_of(views: &[RequestView], call: &CallId) -> i32 {
     let count = views.iter().filter(|view| view.call.as_ref() == Some(call)).count();
     i32::try_from(count).unwrap_or(i32::MAX)
-}
-
-/// The owner a Request counts against in `pending_shares`: `""` for one without.
-fn owner_key(request: &NewRequest) -> &str {
-    request.owner.as_deref().unwrap_or_default()
-}
-
-/// What pending Requests hold, as far as admitting `new` looks: in all, and per owner and per server of `new`.
-async fn pending_shares(conn: &impl Reader, new: &[NewRequest]) -> Result<Shares, tokio_postgres::Error> {
-    let owners: Vec<&str> = new.iter().map(owner_key).collect();
-    let servers: Vec<&str> = new.iter().map(server_key).collect();
-    // The total (the row with no owner and no server) and the pairs of `new`'s owners and servers, at once.
-    let rows = conn.query(SHARES_HELD, &[&owners, &servers]).await?;
-    let mut total = Held::default();
-    let mut pairs = Vec::with_capacity(rows.len());
-    for row in rows {
-        let owner: Option<String> = row.try_get(0)?;
-        let server: Option<String> = row.try_get(1)?;
-        let held = held(row.try_get(2)?, row.try_get(3)?);
-        match (owner, server) {
-            (Some(owner), Some(server)) => pairs.push((Some(owner).filter(|owner| !owner.is_empty()), server, held)),
-            _ => total = held,
-        }
-    }
-    Ok(Shares::from_pairs(total, pairs))
-}
-
-/// What a count and a sum of bytes from the database hold.
-fn held(count: i64, bytes: i64) -> Held {
-    Held {
-        count: usize::try_from(count).unwrap_or(0),
-        bytes: usize::try_from(bytes).unwrap_or(0),
-    }
 }
 
 /// Inserts a pending Request and its `request.created` event, in one statement (BENCHMARKS.md, "Store:
@@ -490,5 +523,31 @@ mod tests {
             "taken by the answer"
         );
         close(store).await;
+    }
+
+    /// A raise decided on its call as this replica wrote it, on which another replica has raised since, runs
+    /// again reading the call: the call was `input_required` already, so its Request alone does not settle it.
+    #[tokio::test]
+    async fn a_raise_on_a_call_another_replica_raised_on_since_reads_it() {
+        let url = crate::test_postgres::shared().database();
+        let (here, there) = (replica(&url).await, replica(&url).await);
+        let call = insert(&here, new_call("ada")).await;
+        let first = there
+            .raise(vec![new_request(Some(&call.id), None)], None, PendingCaps::NONE)
+            .await
+            .unwrap();
+        let second = here
+            .raise(vec![new_request(Some(&call.id), None)], None, PendingCaps::NONE)
+            .await
+            .unwrap();
+        let Store::Postgres(postgres) = &here else {
+            unreachable!("a PostgreSQL store")
+        };
+        let id = &second[0].request.id;
+        assert!(crate::lock(&postgres.shared.written).requests.take(id).is_none());
+        let read = here.call(&call.id).await.unwrap().unwrap();
+        assert_eq!(read.requests, [first[0].request.id.clone(), id.clone()]);
+        close(here).await;
+        close(there).await;
     }
 }

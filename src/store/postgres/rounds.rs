@@ -249,7 +249,8 @@ fn unended(count: &str) -> String {
 /// An update of the live call `c` that `target` picks (`WHERE c.id = $1`, or `WHERE c.id = (SELECT …)`) adding
 /// `delta` to its count of pending Requests and setting its status by that count, with `updated_at` = `at`
 /// when that changes it; if it sets the call `running` and `claim` holds, the call is this replica's, which
-/// retries it, until it ends. It returns the call's row, then whether its status changed.
+/// retries it, until it ends. It returns the call's row, then whether its status changed, the version of the row
+/// it left, and whether the call's session is shared.
 ///
 /// Every statement that changes a live call's count sets its status in the same update, so the status is
 /// always the one the count gives, and it changes exactly when the count crosses zero. The update decides on
@@ -266,7 +267,7 @@ fn count_pending(delta: &str, at: &str, target: &str, claim: &str) -> String {
          updated_at = CASE WHEN ({before} > 0) = ({after} > 0) THEN c.updated_at ELSE {at} END, \
          replica = CASE WHEN {after} = 0 AND {claim} THEN {REPLICA} ELSE c.replica END \
          {target} AND c.status IN ('running', 'input_required') \
-         RETURNING {}, {changed} AS changed, {} AS version",
+         RETURNING {}, {changed} AS changed, {} AS version, c.shared",
         unended(&after),
         call_rows::call_where(&changed),
         call_rows::version("c")
@@ -287,6 +288,20 @@ pub(super) fn changed(row: &Row) -> Result<Option<CallView>, tokio_postgres::Err
 
 /// Counts `$2` more pending Requests of live call `$1` at `$3`.
 pub(super) static RAISED: LazyLock<String> = LazyLock::new(|| count_pending("$2", "$3", "WHERE c.id = $1", "false"));
+
+/// [`RAISED`], if call `$1`'s row is still version `$4` and the call has `$5` Requests (those just raised
+/// included); it fails ([`super::MISSED`]) otherwise.
+pub(super) static RAISED_AS_WRITTEN: LazyLock<String> = LazyLock::new(|| {
+    let target = format!(
+        "WHERE c.id = $1 AND {} = $4 AND (SELECT count(*) FROM requests WHERE call_id = $1) = $5",
+        call_rows::version("c")
+    );
+    format!(
+        "WITH counted AS ({}) SELECT counted.*, toolnexus_expect((SELECT count(*) FROM counted) = 1) \
+         FROM (SELECT 1) AS one LEFT JOIN counted ON true",
+        count_pending("$2", "$3", &target, "false")
+    )
+});
 
 /// The statement resolving Request `$1` if it is pending (and, with `unchanged`, only if its `decisions` are still
 /// parameter `$unchanged`), setting `set` (the columns of `UPDATE requests SET`),
@@ -398,7 +413,7 @@ pub(super) struct Won {
 
 impl Won {
     pub(super) fn read(row: &Row) -> Result<Won, tokio_postgres::Error> {
-        let at = rows::CALL_COLUMNS + 2;
+        let at = rows::CALL_COLUMNS + 3;
         Ok(Won {
             settled: changed(row)?,
             version: row.try_get(rows::CALL_COLUMNS + 1)?,

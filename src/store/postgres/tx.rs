@@ -27,7 +27,7 @@ pub struct Tx<'c> {
     /// What the changes raising alongside this one in its transaction add, which it may not see.
     pub(super) beside: Held,
     /// For a raise alongside others, the read of how many transactions hold the raising lock that the raises
-    /// of its group share (see [`super::raising::holders`]).
+    /// of its group share (see [`super::caps::holders`]).
     pub(super) holders: Option<Holders<'c>>,
     /// Set when the change found that it must run alone ([`Tx::run_alone`]).
     pub(super) moved_alone: AtomicBool,

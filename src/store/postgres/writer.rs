@@ -381,7 +381,7 @@ async fn apply<'c>(
             .iter()
             .fold(Held::default(), |adds, job| adds.plus(job.raised.adds));
         let raising = group.iter().any(|job| job.turn == Turn::RaisingAlongside);
-        let holders = raising.then(|| super::raising::holders(borrowed));
+        let holders = raising.then(|| super::caps::holders(borrowed));
         let mut txs: Vec<Tx> = group
             .iter()
             .map(|job| Tx {

@@ -170,3 +170,52 @@ async fn raises_on_one_call_at_once_each_read_the_call_as_the_last_left_it() {
     assert_eq!(updated, 2, "the call became input_required more than once");
     close(a).await;
 }
+
+/// A raise decided on its call as this replica wrote it, which another replica has ended since, runs again
+/// reading the call, and raises nothing.
+#[tokio::test]
+async fn a_raise_on_a_call_ended_elsewhere_since_this_replica_wrote_it_raises_nothing() {
+    let url = crate::test_postgres::shared().database();
+    let (here, there) = (replica(&url).await, replica(&url).await);
+    let call = insert(&here, new_call("ada")).await;
+    there
+        .finish_call(&call.id, Finish::Cancelled("elsewhere".into()))
+        .await
+        .unwrap()
+        .expect("ended there");
+    let raised = here
+        .raise(vec![new_request(Some(&call.id), None)], None, PendingCaps::NONE)
+        .await;
+    assert!(
+        matches!(&raised, Err(RaiseError::CallEnded(ended)) if *ended == call.id),
+        "{raised:?}"
+    );
+    assert_eq!(here.pending_count().await.unwrap(), 0);
+    close(here).await;
+    close(there).await;
+}
+
+/// A raise decided on its call as this replica wrote it checks the caps in its own exchange, against what
+/// other replicas have raised meanwhile.
+#[tokio::test]
+async fn a_raise_on_a_call_written_here_fits_the_caps_that_other_replicas_fill() {
+    let url = crate::test_postgres::shared().database();
+    let (here, there) = (replica(&url).await, replica(&url).await);
+    let call = insert(&here, new_call("ada")).await;
+    let caps = PendingCaps {
+        total: 2,
+        ..PendingCaps::NONE
+    };
+    there
+        .raise(vec![new_request(None, None), new_request(None, None)], None, caps)
+        .await
+        .unwrap();
+    let raised = here.raise(vec![new_request(Some(&call.id), None)], None, caps).await;
+    assert!(
+        matches!(&raised, Err(RaiseError::Full(PendingCap::Total(2)))),
+        "{raised:?}"
+    );
+    assert_eq!(here.pending_count().await.unwrap(), 2);
+    close(here).await;
+    close(there).await;
+}

@@ -1,0 +1,150 @@
+//! The caps on pending Requests as PostgreSQL checks them while raising: how many transactions raise alongside
+//! each other, what pending Requests hold, and whether new ones fit.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::LazyLock;
+
+use futures::FutureExt;
+use tokio_postgres::types::ToSql;
+
+use super::tx::Holders;
+use super::{Borrowed, RAISE_LOCK, RAISED_ALONGSIDE, Reader};
+use crate::store::NewRequest;
+use crate::store::shares::{Held, Holder, PendingCaps, Shares, server_key};
+
+/// The limits new Requests must fit (see [`PendingCaps::limits`]) as [`FITS`] takes them.
+pub(super) struct Limits {
+    holders: Vec<&'static str>,
+    names: Vec<String>,
+    adds: [Vec<i64>; 2],
+    most: [Vec<i64>; 2],
+}
+
+impl Limits {
+    pub(super) fn of(requests: &[NewRequest], caps: &PendingCaps) -> Self {
+        let mut limits = Limits {
+            holders: Vec::new(),
+            names: Vec::new(),
+            adds: Default::default(),
+            most: Default::default(),
+        };
+        let big = |value: usize| i64::try_from(value).unwrap_or(i64::MAX);
+        for limit in caps.limits(requests) {
+            let (holder, name) = match limit.holder {
+                Holder::All => ("all", String::new()),
+                Holder::Principal(owner) => ("principal", owner.unwrap_or_default()),
+                Holder::Server(server) => ("server", server),
+            };
+            limits.holders.push(holder);
+            limits.names.push(name);
+            limits.adds[0].push(big(limit.adds.count));
+            limits.adds[1].push(big(limit.adds.bytes));
+            limits.most[0].push(big(limit.most.count));
+            limits.most[1].push(big(limit.most.bytes));
+        }
+        limits
+    }
+
+    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 6] {
+        [
+            &self.holders,
+            &self.names,
+            &self.adds[0],
+            &self.adds[1],
+            &self.most[0],
+            &self.most[1],
+        ]
+    }
+}
+
+/// Whether new Requests fit the limits `$1` to `$6` (see [`Limits`]) with room left for all that each other
+/// transaction holding the raising lock may add ([`RAISED_ALONGSIDE`] each), as their count was read ([`RAISING`])
+/// earlier in the transaction; it fails ([`super::MISSED`]) if not, and returns how many Requests are pending. It
+/// decides as [`crate::store::shares::Shares::admit`] does, on what [`SHARES_HELD`] would read.
+pub(super) static FITS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT toolnexus_expect(bool_and( \
+         COALESCE(h.requests, 0) + l.requests + o.others * {} <= l.most_requests \
+         AND COALESCE(h.bytes, 0) + l.bytes + o.others * {} <= l.most_bytes)), \
+         (SELECT COALESCE(sum(requests), 0) FROM pending_shares)::BIGINT \
+         FROM unnest($1::TEXT[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[], $5::BIGINT[], $6::BIGINT[]) \
+         AS l (holder, name, requests, bytes, most_requests, most_bytes) \
+         CROSS JOIN (SELECT NULLIF(current_setting('{RAISING_SETTING}', true), '')::BIGINT - 1 AS others) AS o \
+         CROSS JOIN LATERAL (SELECT sum(p.requests) AS requests, sum(p.bytes) AS bytes FROM pending_shares AS p \
+         WHERE l.holder = 'all' OR (l.holder = 'principal' AND p.owner = l.name) \
+         OR (l.holder = 'server' AND p.server = l.name)) AS h",
+        RAISED_ALONGSIDE.count, RAISED_ALONGSIDE.bytes
+    )
+});
+
+/// The read of how many transactions hold the raising lock, this one included, that the raises pipelined
+/// together in a transaction share: the first of them to poll it sends it, once it has prepared [`RAISING`] and
+/// before it sends its reads of the counts, so it comes before each raise's. (Reading `pg_locks` costs as much
+/// as a raise's other statements together; BENCHMARKS.md, "Fleet: one read of the raising lock's holders per
+/// transaction".)
+pub(super) fn holders(borrowed: Borrowed<'_>) -> Holders<'_> {
+    let read: Pin<Box<dyn Future<Output = Option<i64>> + Send + '_>> = Box::pin(async move {
+        let Borrowed { client, statements } = borrowed;
+        let statement = statements.get(client, &RAISING).await.ok()?;
+        client.query_one(&statement, &[]).await.ok()?.try_get(0).ok()
+    });
+    read.shared()
+}
+
+/// How many transactions hold the raising lock (shared: raising alongside), this one included; kept in
+/// [`RAISING_SETTING`] for the rest of the transaction, for [`FITS`].
+pub(super) static RAISING: LazyLock<String> = LazyLock::new(|| {
+    // A lock on one 64-bit key is listed by its high and low halves.
+    format!(
+        "SELECT set_config('{RAISING_SETTING}', count(*)::TEXT, true)::BIGINT FROM pg_locks \
+         WHERE locktype = 'advisory' AND granted \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+         AND classid = {}::OID AND objid = {}::OID AND objsubid = 1",
+        RAISE_LOCK >> 32,
+        RAISE_LOCK & 0xffff_ffff
+    )
+});
+
+/// The setting where [`RAISING`] keeps its count.
+const RAISING_SETTING: &str = "toolnexus.raising";
+
+/// The total of pending Requests (the row with no owner and no server), then what the owners `$1` and the
+/// servers `$2` hold.
+pub(super) const SHARES_HELD: &str = "SELECT NULL::TEXT, NULL::TEXT, COALESCE(sum(requests), 0)::BIGINT, \
+    COALESCE(sum(bytes), 0)::BIGINT FROM pending_shares \
+    UNION ALL SELECT owner, server, sum(requests)::BIGINT, sum(bytes)::BIGINT FROM pending_shares \
+    WHERE owner = ANY($1) OR server = ANY($2) GROUP BY owner, server";
+
+/// The owner a Request counts against in `pending_shares`: `""` for one without.
+pub(super) fn owner_key(request: &NewRequest) -> &str {
+    request.owner.as_deref().unwrap_or_default()
+}
+
+/// What pending Requests hold, as far as admitting `new` looks: in all, and per owner and per server of `new`.
+pub(super) async fn pending_shares(conn: &impl Reader, new: &[NewRequest]) -> Result<Shares, tokio_postgres::Error> {
+    let owners: Vec<&str> = new.iter().map(owner_key).collect();
+    let servers: Vec<&str> = new.iter().map(server_key).collect();
+    // The total (the row with no owner and no server) and the pairs of `new`'s owners and servers, at once.
+    let rows = conn.query(SHARES_HELD, &[&owners, &servers]).await?;
+    let mut total = Held::default();
+    let mut pairs = Vec::with_capacity(rows.len());
+    for row in rows {
+        let owner: Option<String> = row.try_get(0)?;
+        let server: Option<String> = row.try_get(1)?;
+        let held = held(row.try_get(2)?, row.try_get(3)?);
+        match (owner, server) {
+            (Some(owner), Some(server)) => pairs.push((Some(owner).filter(|owner| !owner.is_empty()), server, held)),
+            _ => total = held,
+        }
+    }
+    Ok(Shares::from_pairs(total, pairs))
+}
+
+/// What a count and a sum of bytes from the database hold.
+fn held(count: i64, bytes: i64) -> Held {
+    Held {
+        count: usize::try_from(count).unwrap_or(0),
+        bytes: usize::try_from(bytes).unwrap_or(0),
+    }
+}
