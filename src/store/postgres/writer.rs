@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::task::Poll;
 
+use futures::future::{MaybeDone, maybe_done};
 use tokio::sync::mpsc;
 use tokio_postgres::Client;
 
@@ -108,10 +109,24 @@ pub enum Fate {
 }
 
 /// What became of a transaction's `COMMIT`.
-struct Kept {
+struct Kept<'c> {
     result: Result<(), tokio_postgres::Error>,
-    /// Whether the read of the log behind the `COMMIT` published all the transaction kept.
-    published: bool,
+    /// The read of the log sent behind the `COMMIT`, if one was: its reply comes after the `COMMIT`'s.
+    page: Option<Page<'c>>,
+}
+
+/// A read of the log in flight (see [`log_page`]).
+struct Page<'c>(MaybeDone<Pin<Box<dyn Future<Output = PageRead> + Send + 'c>>>);
+
+type PageRead = Result<(crate::store::EventPage, u64), tokio_postgres::Error>;
+
+impl Page<'_> {
+    /// Publishes what the read found; whether that was all that was kept.
+    async fn publish(mut self, publisher: &Publisher) -> bool {
+        Pin::new(&mut self.0).await;
+        let read = Pin::new(&mut self.0).take_output();
+        read.is_some_and(|read| read.is_ok_and(|(page, newest)| publisher.publish(page, newest) == Next::Done))
+    }
 }
 
 /// Runs the writer until every sender of `jobs` is gone, forgetting what `written` holds each time it connects.
@@ -217,7 +232,9 @@ async fn commit(
             done
         })
         .await;
-        if let (Some(keeping), None) = (ending, &ended) {
+        if ended.is_none()
+            && let Some(keeping) = ending
+        {
             ended = Some(keeping.await);
         }
         (begun, ran, ended)
@@ -243,9 +260,8 @@ async fn commit(
         // that it could not be made, rather than running it again for ever.
         again.clear();
     }
-    // Whether the read behind the `COMMIT` published all the transaction kept.
-    let mut published = false;
     let mut usable = true;
+    let mut page = None;
     let kept = match ended {
         // Sent behind the change's last statements (it fails in a transaction an error aborted).
         Some(kept) => Some(kept),
@@ -264,9 +280,9 @@ async fn commit(
     let committed = match kept {
         Some(Kept {
             result: Ok(()),
-            published: all,
+            page: read,
         }) => {
-            published = all;
+            page = read;
             Ok(())
         }
         Some(Kept { result: Err(error), .. }) if !aborted => {
@@ -287,10 +303,11 @@ async fn commit(
             ))
         }
     };
+    let recorded_any = recorded.any();
     let fate = match committed {
         Ok(()) => {
-            if recorded.any() && !published {
-                publisher.wake();
+            // Its waiters are told as it commits; streams and webhooks once the tail publishes its events.
+            if recorded_any {
                 publisher.committed(recorded.kept());
             }
             Fate::Kept
@@ -301,6 +318,13 @@ async fn commit(
     let mut next = Vec::new();
     for done in applied {
         next.extend((done.reply)(fate.clone()));
+    }
+    let published = match page {
+        Some(page) => page.publish(publisher).await,
+        None => false,
+    };
+    if matches!(fate, Fate::Kept) && recorded_any && !published {
+        publisher.wake();
     }
     // First in the next transaction, in the order they came.
     for job in next.into_iter().chain(again).chain(moved).rev() {
@@ -317,13 +341,20 @@ static COMMIT: LazyLock<String> = LazyLock::new(|| format!("{NOT_TAKEN}; COMMIT"
 /// an error aborted, where a `COMMIT` alone would roll it back and report success, and in one of a replica
 /// taken for gone. When `quiet` (no other change waits), the log is read right behind the `COMMIT` too, to
 /// publish the events without another exchange (what that read cannot publish, this replica's tail reads
-/// again); while changes keep coming, the tail reads once for several commits.
-async fn keep(borrowed: Borrowed<'_>, publisher: &Publisher, replica: &str, recorded: bool, quiet: bool) -> Kept {
+/// again); while changes keep coming, the tail reads once for several commits. It returns as the `COMMIT`'s
+/// reply comes, so that the changes are answered before that read's.
+async fn keep<'c>(
+    borrowed: Borrowed<'c>,
+    publisher: &Publisher,
+    replica: &str,
+    recorded: bool,
+    quiet: bool,
+) -> Kept<'c> {
     let client = borrowed.client;
     if !recorded {
         return Kept {
             result: client.batch_execute(&COMMIT).await,
-            published: false,
+            page: None,
         };
     }
     let commit = format!(
@@ -334,16 +365,25 @@ async fn keep(borrowed: Borrowed<'_>, publisher: &Publisher, replica: &str, reco
     if !quiet {
         return Kept {
             result: client.batch_execute(&commit).await,
-            published: false,
+            page: None,
         };
     }
-    let (result, page) = futures::future::join(
-        client.batch_execute(&commit),
-        log_page(&borrowed, publisher.last(), tail::PAGE),
-    )
-    .await;
-    let published = result.is_ok() && page.is_ok_and(|(page, newest)| publisher.publish(page, newest) == Next::Done);
-    Kept { result, published }
+    let last = publisher.last();
+    let read: Pin<Box<dyn Future<Output = PageRead> + Send + 'c>> =
+        Box::pin(async move { log_page(&borrowed, last, tail::PAGE).await });
+    let mut page = Page(maybe_done(read));
+    let mut committing = std::pin::pin!(client.batch_execute(&commit));
+    // Sent in this order, each as it is first polled: the `COMMIT`, then the read.
+    let sent = futures::poll!(committing.as_mut());
+    let _ = futures::poll!(Pin::new(&mut page.0));
+    let result = match sent {
+        Poll::Ready(result) => result,
+        Poll::Pending => committing.await,
+    };
+    Kept {
+        result,
+        page: Some(page),
+    }
 }
 
 /// What applying a transaction's changes came to.
