@@ -124,11 +124,13 @@ impl Postgres {
                 let mut writes: Vec<Work<'_, Option<Row>>> = Vec::new();
                 // Decided on the calls as written, the caps are checked in the same exchange: the lock's holders
                 // read first, then the counts (see above), by a statement that fails unless the Requests fit.
+                let mut fits_at = None;
                 if let Some(limits) = &limits {
                     writes.push(Box::pin(async move {
                         let _ = OptionFuture::from(tx.holders.clone()).await;
                         Ok(None)
                     }));
+                    fits_at = Some(writes.len());
                     writes.push(Box::pin(async move {
                         tx.query_one(&FITS, &limits.params()).await.map(Some)
                     }));
@@ -184,9 +186,13 @@ impl Postgres {
                 }
                 let sent = Sent::send(writes).await;
                 let replies = tx.closing(&[], sent.replies()).await?;
-                let pending = match known {
-                    Known::Read { pending, .. } => pending,
-                    Known::Written(_) => replies[1].as_ref().map_or(Ok(0), |fits| fits.try_get::<_, i64>(1))?,
+                let pending = match (&known, fits_at) {
+                    (Known::Read { pending, .. }, _) => *pending,
+                    // As `FITS` counted them.
+                    (Known::Written(_), at) => {
+                        let fits = at.and_then(|at| replies[at].as_ref());
+                        fits.map_or(Ok(0), |fits| fits.try_get::<_, i64>(1))?
+                    }
                 };
                 let pending = usize::try_from(pending).unwrap_or(0);
                 if cfg!(debug_assertions) {
