@@ -15,13 +15,18 @@ use crate::store::shares::{Held, Holder, PendingCaps, Shares, server_key};
 
 /// The limits new Requests must fit (see [`PendingCaps::limits`]) as [`FITS`] takes them.
 pub(super) struct Limits {
+    /// Each limit's holder: `all`, `principal` or `server`.
     holders: Vec<&'static str>,
+    /// The principal or server it names (`""` for the owner-less Requests, and for `all`).
     names: Vec<String>,
+    /// What the new Requests add to it: their count, then their bytes.
     adds: [Vec<i64>; 2],
+    /// The most it may hold: a count, then bytes.
     most: [Vec<i64>; 2],
 }
 
 impl Limits {
+    /// The limits `requests` must fit under `caps`.
     pub(super) fn of(requests: &[NewRequest], caps: &PendingCaps) -> Self {
         let mut limits = Limits {
             holders: Vec::new(),

@@ -46,7 +46,8 @@ impl Postgres {
     /// statement ([`FITS`]) that reads the counts after the lock's holders were read, as above, and the update of
     /// each call's count ([`rounds::RAISED_AS_WRITTEN`]) takes its row's lock as the read would have, checking that
     /// the row is still the version written. Either fails unless what it checks holds, and the transaction with
-    /// it; the raise then runs again, reading (BENCHMARKS.md, "Store: a raise in one exchange").
+    /// it; the raise then runs again, reading (BENCHMARKS.md, "Store: a raise in one exchange, and changes
+    /// answered before the log's read").
     pub async fn raise(
         &self,
         requests: Vec<NewRequest>,
