@@ -25,7 +25,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::task::Poll;
 
-use futures::future::{MaybeDone, maybe_done};
 use tokio::sync::mpsc;
 use tokio_postgres::Client;
 
@@ -33,7 +32,7 @@ use super::super::StoreError;
 use super::super::shares::Held;
 use super::heartbeat::NOT_TAKEN;
 use super::tail::{self, Next, Publisher, log_page};
-use super::tx::{Raised, Recorded, Turn, Tx};
+use super::tx::{Raised, Recorded, Sent, Turn, Tx, Work};
 use super::written::LastWritten;
 use super::{Borrowed, Connector, PRINCIPAL_LOCKS, Statements, unavailable};
 use crate::lock;
@@ -111,22 +110,9 @@ pub enum Fate {
 /// What became of a transaction's `COMMIT`.
 struct Kept<'c> {
     result: Result<(), tokio_postgres::Error>,
-    /// The read of the log sent behind the `COMMIT`, if one was: its reply comes after the `COMMIT`'s.
-    page: Option<Page<'c>>,
-}
-
-/// A read of the log in flight (see [`log_page`]).
-struct Page<'c>(MaybeDone<Pin<Box<dyn Future<Output = PageRead> + Send + 'c>>>);
-
-type PageRead = Result<(crate::store::EventPage, u64), tokio_postgres::Error>;
-
-impl Page<'_> {
-    /// Publishes what the read found; whether that was all that was kept.
-    async fn publish(mut self, publisher: &Publisher) -> bool {
-        Pin::new(&mut self.0).await;
-        let read = Pin::new(&mut self.0).take_output();
-        read.is_some_and(|read| read.is_ok_and(|(page, newest)| publisher.publish(page, newest) == Next::Done))
-    }
+    /// The read of the log sent behind the `COMMIT` (see [`log_page`]), if one was: its reply comes after the
+    /// `COMMIT`'s.
+    page: Option<Sent<'c, (crate::store::EventPage, u64)>>,
 }
 
 /// Runs the writer until every sender of `jobs` is gone, forgetting what `written` holds each time it connects.
@@ -320,7 +306,10 @@ async fn commit(
         next.extend((done.reply)(fate.clone()));
     }
     let published = match page {
-        Some(page) => page.publish(publisher).await,
+        Some(page) => page.replies().await.is_ok_and(|read| {
+            read.into_iter()
+                .all(|(page, newest)| publisher.publish(page, newest) == Next::Done)
+        }),
         None => false,
     };
     if matches!(fate, Fate::Kept) && recorded_any && !published {
@@ -369,13 +358,11 @@ async fn keep<'c>(
         };
     }
     let last = publisher.last();
-    let read: Pin<Box<dyn Future<Output = PageRead> + Send + 'c>> =
-        Box::pin(async move { log_page(&borrowed, last, tail::PAGE).await });
-    let mut page = Page(maybe_done(read));
+    let read: Work<'c, _> = Box::pin(async move { log_page(&borrowed, last, tail::PAGE).await });
     let mut committing = std::pin::pin!(client.batch_execute(&commit));
     // Sent in this order, each as it is first polled: the `COMMIT`, then the read.
     let sent = futures::poll!(committing.as_mut());
-    let _ = futures::poll!(Pin::new(&mut page.0));
+    let page = Sent::send(vec![read]).await;
     let result = match sent {
         Poll::Ready(result) => result,
         Poll::Pending => committing.await,
