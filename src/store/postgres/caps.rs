@@ -83,6 +83,12 @@ pub(super) static FITS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// Sent before [`FITS`], for the rest of its transaction: its statements are planned once, for any values.
+/// Planned for the values at hand, as the planner chooses by a hair of its estimates, `FITS` took three times
+/// longer to plan than to run, each raise (BENCHMARKS.md, "Store: each statement of the round trip planned
+/// once").
+pub(super) const PLANNED_ONCE: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
+
 /// The read of how many transactions hold the raising lock, this one included, that the raises pipelined
 /// together in a transaction share: the first of them to poll it sends it, once it has prepared [`RAISING`] and
 /// before it sends its reads of the counts, so it comes before each raise's. (Reading `pg_locks` costs as much

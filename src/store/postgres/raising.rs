@@ -9,7 +9,7 @@ use futures::future::{OptionFuture, try_join_all};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-use super::caps::{FITS, Limits, RAISING, SHARES_HELD, owner_key, pending_shares};
+use super::caps::{FITS, Limits, PLANNED_ONCE, RAISING, SHARES_HELD, owner_key, pending_shares};
 use super::rounds::{Foreseen, ToAnswer, round_number};
 use super::tx::{RECORD, Raised, Sent, Turn, Tx, Work, insert_event};
 use super::written::{self, Written};
@@ -133,7 +133,10 @@ impl Postgres {
                     }));
                     fits_at = Some(writes.len());
                     writes.push(Box::pin(async move {
-                        tx.query_one(&FITS, &limits.params()).await.map(Some)
+                        let params = limits.params();
+                        let planned_once = tx.borrowed.client.batch_execute(PLANNED_ONCE);
+                        let (_, fits) = futures::try_join!(planned_once, tx.query_one(&FITS, &params))?;
+                        Ok(Some(fits))
                     }));
                 }
                 if let Some(round) = &round {

@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
 use tokio::sync::mpsc;
@@ -278,7 +278,7 @@ async fn commit(
             } else {
                 tracing::error!(%error, "the store could not keep a change; it was not made");
             }
-            // A statement that failed before `COMMIT` leaves the transaction open, aborted.
+            // A statement that failed before `COMMIT` may leave the transaction open, aborted.
             usable = roll_back(client).await;
             Err(unavailable(&error))
         }
@@ -322,16 +322,15 @@ async fn commit(
     usable
 }
 
-/// Commits a transaction that recorded no events (see [`keep`]).
-static COMMIT: LazyLock<String> = LazyLock::new(|| format!("{NOT_TAKEN}; COMMIT"));
-
 /// Commits the transaction, in one exchange: every replica's tail is told, when the transaction commits, that
-/// `replica` recorded events, if it did. The statement before `COMMIT` ([`NOT_TAKEN`]) fails in a transaction
-/// an error aborted, where a `COMMIT` alone would roll it back and report success, and in one of a replica
-/// taken for gone. When `quiet` (no other change waits), the log is read right behind the `COMMIT` too, to
-/// publish the events without another exchange (what that read cannot publish, this replica's tail reads
-/// again); while changes keep coming, the tail reads once for several commits. It returns as the `COMMIT`'s
-/// reply comes, so that the changes are answered before that read's.
+/// `replica` recorded events, if it did. [`NOT_TAKEN`], sent before the `COMMIT`, fails in a transaction an error
+/// aborted, where a `COMMIT` alone would roll it back and report success, and in one of a replica taken for
+/// gone; the transaction is kept only if both succeed. It goes as a statement the connection prepared: parsed
+/// and planned anew, it took four times longer than it runs, each commit (BENCHMARKS.md, "Store: each statement
+/// of the round trip planned once"). When `quiet` (no other change waits), the log is read right behind the
+/// `COMMIT` too, to publish the events without another exchange (what that read cannot publish, this replica's
+/// tail reads again); while changes keep coming, the tail reads once for several commits. It returns as the
+/// `COMMIT`'s reply comes, so that the changes are answered before that read's.
 async fn keep<'c>(
     borrowed: Borrowed<'c>,
     publisher: &Publisher,
@@ -340,36 +339,43 @@ async fn keep<'c>(
     quiet: bool,
 ) -> Kept<'c> {
     let client = borrowed.client;
-    if !recorded {
-        return Kept {
-            result: client.batch_execute(&COMMIT).await,
-            page: None,
-        };
-    }
-    let commit = format!(
-        "{NOT_TAKEN}; NOTIFY {}, {}; COMMIT",
-        tail::CHANNEL,
-        escaped_literal(replica)
-    );
-    if !quiet {
-        return Kept {
-            result: client.batch_execute(&commit).await,
-            page: None,
-        };
-    }
-    let last = publisher.last();
-    let read: Work<'c, _> = Box::pin(async move { log_page(&borrowed, last, tail::PAGE).await });
+    let not_taken = match borrowed.statements.get(client, NOT_TAKEN).await {
+        Ok(statement) => statement,
+        Err(error) => {
+            return Kept {
+                result: Err(error),
+                page: None,
+            };
+        }
+    };
+    let commit = if recorded {
+        format!("NOTIFY {}, {}; COMMIT", tail::CHANNEL, escaped_literal(replica))
+    } else {
+        "COMMIT".to_owned()
+    };
+    // Sent in this order, each as it is first polled: the check, the `COMMIT`, then the read.
+    let mut checking = std::pin::pin!(client.execute(&not_taken, &[]));
+    let checked = futures::poll!(checking.as_mut());
     let mut committing = std::pin::pin!(client.batch_execute(&commit));
-    // Sent in this order, each as it is first polled: the `COMMIT`, then the read.
     let sent = futures::poll!(committing.as_mut());
-    let page = Sent::send(vec![read]).await;
-    let result = match sent {
+    let page = if quiet && recorded {
+        let last = publisher.last();
+        let read: Work<'c, _> = Box::pin(async move { log_page(&borrowed, last, tail::PAGE).await });
+        Some(Sent::send(vec![read]).await)
+    } else {
+        None
+    };
+    let checked = match checked {
+        Poll::Ready(result) => result,
+        Poll::Pending => checking.await,
+    };
+    let committed = match sent {
         Poll::Ready(result) => result,
         Poll::Pending => committing.await,
     };
     Kept {
-        result,
-        page: Some(page),
+        result: checked.and(committed),
+        page,
     }
 }
 

@@ -227,6 +227,11 @@ async fn no_change_of_a_replica_taken_for_gone_is_kept_and_its_next_heartbeat_te
     assert_eq!(reaping.await.unwrap().unwrap().ended_calls, 1);
     let gone = "SELECT 1 FROM replicas WHERE id = $1";
     assert!(raw.query_opt(gone, &[&taken_id]).await.unwrap().is_none());
+    // Nor is a change that records no event.
+    let key = taken.kept_key("after-gone", "secret").await;
+    assert!(matches!(key, Err(StoreError::Unavailable(_))), "{key:?}");
+    let kept = "SELECT 1 FROM keys WHERE name = 'after-gone'";
+    assert!(raw.query_opt(kept, &[]).await.unwrap().is_none());
     tokio::time::timeout(Duration::from_secs(10), taken.taken_for_gone())
         .await
         .expect("a heartbeat tells the replica it was taken for gone");
