@@ -477,6 +477,7 @@ mod tests {
     use serde_json::json;
 
     use super::super::rounds::Foreseen;
+    use crate::auth::{Principal, Role};
     use crate::store::tests::{close, insert, new_call, new_request, proposal, replica};
     use crate::store::{Answered, NewRound, PendingCaps, Store};
 
@@ -532,6 +533,28 @@ mod tests {
             crate::lock(&postgres.shared.written).requests.take(id).is_none(),
             "taken by the answer"
         );
+        close(store).await;
+    }
+
+    /// An answer refused before it writes leaves the Request kept as raised, for the answer after it.
+    #[tokio::test]
+    async fn an_answer_refused_leaves_the_request_kept() {
+        let store = replica(&crate::test_postgres::shared().database()).await;
+        let Store::Postgres(postgres) = &store else {
+            unreachable!("a PostgreSQL store")
+        };
+        let call = insert(&store, new_call("ada")).await;
+        let raised = store
+            .raise(vec![new_request(Some(&call.id), None)], None, PendingCaps::NONE)
+            .await
+            .unwrap();
+        let id = &raised[0].request.id;
+        let mut not_yours = proposal(true);
+        not_yours.by = Principal::token("bob", Role::Agent);
+        let refused = store.answer(id, not_yours).await.unwrap();
+        assert!(matches!(refused, Answered::Refused(_)), "{refused:?}");
+        let kept = crate::lock(&postgres.shared.written).requests.take(id);
+        assert!(kept.is_some_and(|kept| kept.pending.request.id == *id), "kept");
         close(store).await;
     }
 

@@ -8,7 +8,7 @@ use tokio_postgres::types::ToSql;
 use super::rounds::{Foreseen, ToAnswer};
 use super::tx::{Tx, insert_event};
 use super::{PER_TRANSACTION, Postgres, Reader, rounds, rows};
-use crate::decision::{self, Decided, Decision, Proposal, Upstream};
+use crate::decision::{self, Decided, Decision, Proposal, Undecided, Upstream};
 use crate::ids::RequestId;
 use crate::records::{Event, EventKind, RequestView, Signoff, Status};
 use crate::store::sql::{self, requests};
@@ -29,14 +29,32 @@ impl Postgres {
             // An answer alone may end its transaction in its statement's exchange, if it foresees what that does
             // to its call; among others it shares a transaction with them, and does not read its call (whose row,
             // which a large round's answers each update, is slow to read among them).
-            let Some(ToAnswer { pending, call }) = self.to_answer(id, answering.alone()).await? else {
+            let foresee = answering.alone();
+            let Some((ToAnswer { pending, call }, noted)) = self.to_answer(id, foresee).await? else {
                 return Ok(Answered::NotFound);
             };
             let now = self.shared.clock.now();
             let written = match decision::decide(&pending, &proposal, now) {
-                Ok(Decided::Resolves(decision)) => self.resolve_answer(pending, decision, now, &proposal, call).await?,
+                Ok(Decided::Resolves(decision)) => {
+                    let call = if foresee { call } else { Foreseen::Unknown };
+                    self.resolve_answer(pending, decision, now, &proposal, call).await?
+                }
                 Ok(Decided::Counts(signoff)) => self.count(pending, signoff).await?,
-                Err(undecided) => return Ok(Answered::undecided(undecided, pending)),
+                Err(undecided) => {
+                    // Refused before it wrote anything, the Request stays pending as it was kept, for the next.
+                    if let Some(weight) = noted
+                        && !matches!(undecided, Undecided::Resolved)
+                    {
+                        let kept = ToAnswer {
+                            pending: pending.clone(),
+                            call,
+                        };
+                        crate::lock(&self.shared.written)
+                            .requests
+                            .note(id.clone(), kept, weight);
+                    }
+                    return Ok(Answered::undecided(undecided, pending));
+                }
             };
             if let Some(answered) = written {
                 return Ok(answered);
@@ -46,18 +64,16 @@ impl Postgres {
 
     /// Request `id` as an answer is decided on; with `foresee`, with what resolving it does to its call. As this
     /// replica raised it, if it did (see [`super::written`]), the first time only: an answer decided again reads it.
-    async fn to_answer(&self, id: &RequestId, foresee: bool) -> Result<Option<ToAnswer>, StoreError> {
-        let raised = crate::lock(&self.shared.written).requests.take(id);
-        if let Some(mut raised) = raised {
+    /// Taken from what this replica keeps, it comes with what it weighs there.
+    async fn to_answer(&self, id: &RequestId, foresee: bool) -> Result<Option<(ToAnswer, Option<usize>)>, StoreError> {
+        let raised = crate::lock(&self.shared.written).requests.take_weighed(id);
+        if let Some((raised, weight)) = raised {
             if cfg!(debug_assertions) {
                 self.check_raised(id, &raised).await;
             }
-            if !foresee {
-                raised.call = Foreseen::Unknown;
-            }
-            return Ok(Some(raised));
+            return Ok(Some((raised, Some(weight))));
         }
-        self.read_to_answer(id, foresee).await
+        Ok(self.read_to_answer(id, foresee).await?.map(|read| (read, None)))
     }
 
     /// Request `id` as an answer is decided on, read; with `foresee`, with what resolving it does to its call.

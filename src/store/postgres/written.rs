@@ -111,9 +111,14 @@ impl<K: Hash + Eq + Clone, V> Kept<K, V> {
 
     /// What `key` keeps, forgotten.
     pub fn take(&mut self, key: &K) -> Option<V> {
+        self.take_weighed(key).map(|(value, _)| value)
+    }
+
+    /// What `key` keeps, forgotten, with what it weighs.
+    pub fn take_weighed(&mut self, key: &K) -> Option<(V, usize)> {
         let (value, _, weight) = self.values.remove(key)?;
         self.bytes -= weight;
-        Some(value)
+        Some((value, weight))
     }
 }
 
