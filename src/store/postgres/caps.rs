@@ -85,8 +85,7 @@ pub(super) static FITS: LazyLock<String> = LazyLock::new(|| {
 
 /// Sent before [`FITS`], for the rest of its transaction: its statements are planned once, for any values.
 /// Planned for the values at hand, as the planner chooses by a hair of its estimates, `FITS` took three times
-/// longer to plan than to run, each raise (BENCHMARKS.md, "Store: each statement of the round trip planned
-/// once").
+/// longer to plan than to run, each raise (BENCHMARKS.md, "Store: the round trip's checks planned once").
 pub(super) const PLANNED_ONCE: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
 
 /// The read of how many transactions hold the raising lock, this one included, that the raises pipelined

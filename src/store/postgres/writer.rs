@@ -326,8 +326,8 @@ async fn commit(
 /// `replica` recorded events, if it did. [`NOT_TAKEN`], sent before the `COMMIT`, fails in a transaction an error
 /// aborted, where a `COMMIT` alone would roll it back and report success, and in one of a replica taken for
 /// gone; the transaction is kept only if both succeed. It goes as a statement the connection prepared: parsed
-/// and planned anew, it took four times longer than it runs, each commit (BENCHMARKS.md, "Store: each statement
-/// of the round trip planned once"). When `quiet` (no other change waits), the log is read right behind the
+/// and planned anew, it took four times longer than it runs, each commit (BENCHMARKS.md, "Store: the round
+/// trip's checks planned once"). When `quiet` (no other change waits), the log is read right behind the
 /// `COMMIT` too, to publish the events without another exchange (what that read cannot publish, this replica's
 /// tail reads again); while changes keep coming, the tail reads once for several commits. It returns as the
 /// `COMMIT`'s reply comes, so that the changes are answered before that read's.
