@@ -198,42 +198,11 @@ impl Shares {
         }
     }
 
-    /// What `total` and the `(owner, server, held)` pairs say pending Requests hold: a principal's or a
-    /// server's share is the sum of its pairs, so every pair of those asked about must be given.
-    pub fn from_pairs(total: Held, pairs: impl IntoIterator<Item = (Option<String>, String, Held)>) -> Self {
-        let mut shares = Self {
-            total,
-            ..Self::default()
-        };
-        for (owner, server, held) in pairs {
-            for into in [
-                shares.principals.entry(owner).or_default(),
-                shares.servers.entry(server).or_default(),
-            ] {
-                into.count += held.count;
-                into.bytes += held.bytes;
-            }
-        }
-        shares
-    }
-
-    /// How many Requests are pending.
-    pub fn pending(&self) -> usize {
-        self.total.count
-    }
-
     /// Whether `new` fits the caps on top of what is held.
     pub fn admit(&self, new: &[NewRequest], caps: &PendingCaps) -> Result<(), PendingCap> {
-        for limit in caps.limits(new) {
-            let after = self.held(&limit.holder).plus(limit.adds);
-            if after.count > limit.most.count {
-                return Err(limit.holder.over(limit.most, false));
-            }
-            if after.bytes > limit.most.bytes {
-                return Err(limit.holder.over(limit.most, true));
-            }
-        }
-        Ok(())
+        caps.limits(new)
+            .iter()
+            .try_for_each(|limit| limit.admits(self.held(&limit.holder)))
     }
 
     /// What `holder`'s pending Requests hold.
@@ -286,6 +255,20 @@ pub struct Limit {
     pub holder: Holder,
     pub adds: Held,
     pub most: Held,
+}
+
+impl Limit {
+    /// Whether the new Requests fit, on top of `held`, what the holder holds.
+    pub fn admits(&self, held: Held) -> Result<(), PendingCap> {
+        let after = held.plus(self.adds);
+        if after.count > self.most.count {
+            return Err(self.holder.over(self.most, false));
+        }
+        if after.bytes > self.most.bytes {
+            return Err(self.holder.over(self.most, true));
+        }
+        Ok(())
+    }
 }
 
 /// How many calls that have not ended each principal has.

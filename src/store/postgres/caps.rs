@@ -11,7 +11,7 @@ use tokio_postgres::types::ToSql;
 use super::tx::Holders;
 use super::{Borrowed, RAISE_LOCK, RAISED_ALONGSIDE, Reader};
 use crate::store::NewRequest;
-use crate::store::shares::{Held, Holder, PendingCaps, Shares, server_key};
+use crate::store::shares::{Held, Holder, PendingCaps};
 
 /// The limits new Requests must fit (see [`PendingCaps::limits`]) as [`FITS`] takes them.
 pub(super) struct Limits {
@@ -63,22 +63,30 @@ impl Limits {
     }
 }
 
+/// The limits `$1` to `$6` (see [`Limits`]) as `l`, in their order (`l.at`), each with what its holder's pending
+/// Requests hold as `h`.
+const HOLDINGS: &str = "unnest($1::TEXT[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[], $5::BIGINT[], $6::BIGINT[]) \
+    WITH ORDINALITY AS l (holder, name, requests, bytes, most_requests, most_bytes, at) \
+    CROSS JOIN LATERAL (SELECT COALESCE(sum(p.requests), 0) AS requests, COALESCE(sum(p.bytes), 0) AS bytes \
+    FROM pending_shares AS p WHERE l.holder = 'all' OR (l.holder = 'principal' AND p.owner = l.name) \
+    OR (l.holder = 'server' AND p.server = l.name)) AS h";
+
+/// What the holder of each limit `$1` to `$6` holds, in their order (see [`held_by`]).
+pub(super) static HELD: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT h.requests::BIGINT, h.bytes::BIGINT FROM {HOLDINGS} ORDER BY l.at"));
+
 /// Whether new Requests fit the limits `$1` to `$6` (see [`Limits`]) with room left for all that each other
 /// transaction holding the raising lock may add ([`RAISED_ALONGSIDE`] each), as their count was read ([`RAISING`])
 /// earlier in the transaction; it fails ([`super::MISSED`]) if not, and returns how many Requests are pending. It
-/// decides as [`crate::store::shares::Shares::admit`] does, on what [`SHARES_HELD`] would read.
+/// decides as [`crate::store::shares::Limit::admits`] does, on what [`HELD`] reads.
 pub(super) static FITS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT toolnexus_expect(bool_and( \
-         COALESCE(h.requests, 0) + l.requests + o.others * {} <= l.most_requests \
-         AND COALESCE(h.bytes, 0) + l.bytes + o.others * {} <= l.most_bytes)), \
+         h.requests + l.requests + o.others * {} <= l.most_requests \
+         AND h.bytes + l.bytes + o.others * {} <= l.most_bytes)), \
          (SELECT COALESCE(sum(requests), 0) FROM pending_shares)::BIGINT \
-         FROM unnest($1::TEXT[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[], $5::BIGINT[], $6::BIGINT[]) \
-         AS l (holder, name, requests, bytes, most_requests, most_bytes) \
-         CROSS JOIN (SELECT NULLIF(current_setting('{RAISING_SETTING}', true), '')::BIGINT - 1 AS others) AS o \
-         CROSS JOIN LATERAL (SELECT sum(p.requests) AS requests, sum(p.bytes) AS bytes FROM pending_shares AS p \
-         WHERE l.holder = 'all' OR (l.holder = 'principal' AND p.owner = l.name) \
-         OR (l.holder = 'server' AND p.server = l.name)) AS h",
+         FROM {HOLDINGS} \
+         CROSS JOIN (SELECT NULLIF(current_setting('{RAISING_SETTING}', true), '')::BIGINT - 1 AS others) AS o",
         RAISED_ALONGSIDE.count, RAISED_ALONGSIDE.bytes
     )
 });
@@ -119,36 +127,17 @@ pub(super) static RAISING: LazyLock<String> = LazyLock::new(|| {
 /// The setting where [`RAISING`] keeps its count.
 const RAISING_SETTING: &str = "toolnexus.raising";
 
-/// The total of pending Requests (the row with no owner and no server), then what the owners `$1` and the
-/// servers `$2` hold.
-pub(super) const SHARES_HELD: &str = "SELECT NULL::TEXT, NULL::TEXT, COALESCE(sum(requests), 0)::BIGINT, \
-    COALESCE(sum(bytes), 0)::BIGINT FROM pending_shares \
-    UNION ALL SELECT owner, server, sum(requests)::BIGINT, sum(bytes)::BIGINT FROM pending_shares \
-    WHERE owner = ANY($1) OR server = ANY($2) GROUP BY owner, server";
-
 /// The owner a Request counts against in `pending_shares`: `""` for one without.
 pub(super) fn owner_key(request: &NewRequest) -> &str {
     request.owner.as_deref().unwrap_or_default()
 }
 
-/// What pending Requests hold, as far as admitting `new` looks: in all, and per owner and per server of `new`.
-pub(super) async fn pending_shares(conn: &impl Reader, new: &[NewRequest]) -> Result<Shares, tokio_postgres::Error> {
-    let owners: Vec<&str> = new.iter().map(owner_key).collect();
-    let servers: Vec<&str> = new.iter().map(server_key).collect();
-    // The total (the row with no owner and no server) and the pairs of `new`'s owners and servers, at once.
-    let rows = conn.query(SHARES_HELD, &[&owners, &servers]).await?;
-    let mut total = Held::default();
-    let mut pairs = Vec::with_capacity(rows.len());
-    for row in rows {
-        let owner: Option<String> = row.try_get(0)?;
-        let server: Option<String> = row.try_get(1)?;
-        let held = held(row.try_get(2)?, row.try_get(3)?);
-        match (owner, server) {
-            (Some(owner), Some(server)) => pairs.push((Some(owner).filter(|owner| !owner.is_empty()), server, held)),
-            _ => total = held,
-        }
-    }
-    Ok(Shares::from_pairs(total, pairs))
+/// What the holder of each of `limits` holds, in their order: the first, all pending Requests.
+pub(super) async fn held_by(conn: &impl Reader, limits: &Limits) -> Result<Vec<Held>, tokio_postgres::Error> {
+    let rows = conn.query(&HELD, &limits.params()).await?;
+    rows.iter()
+        .map(|row| Ok(held(row.try_get(0)?, row.try_get(1)?)))
+        .collect()
 }
 
 /// What a count and a sum of bytes from the database hold.

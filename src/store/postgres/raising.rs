@@ -9,7 +9,7 @@ use futures::future::{OptionFuture, try_join_all};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-use super::caps::{FITS, Limits, PLANNED_ONCE, RAISING, SHARES_HELD, owner_key, pending_shares};
+use super::caps::{FITS, HELD, Limits, PLANNED_ONCE, RAISING, held_by, owner_key};
 use super::rounds::{Foreseen, ToAnswer, round_number};
 use super::tx::{RECORD, Raised, Sent, Turn, Tx, Work, insert_event};
 use super::written::{self, Written};
@@ -305,9 +305,12 @@ async fn read(
 ) -> Result<Result<Known, RaiseError>, tokio_postgres::Error> {
     let alongside = tx.turn == Turn::RaisingAlongside;
     let chosen: Vec<&RequestId> = crate::store::chosen_ids(requests).collect();
-    tx.prepare(&[&RAISING, SHARES_HELD, &LIVE_CALL, sql::REQUEST_TAKEN.postgres])
+    // What each limit's holder holds is read with the caps as they are; the room left is known once the lock's
+    // holders are.
+    let limits = Limits::of(requests, &caps);
+    tx.prepare(&[&RAISING, &HELD, &LIVE_CALL, sql::REQUEST_TAKEN.postgres])
         .await?;
-    let (raising, shares, live, taken) = futures::try_join!(
+    let (raising, held, live, taken) = futures::try_join!(
         async {
             if !alongside {
                 return Ok(1);
@@ -319,7 +322,7 @@ async fn read(
                 None => tx.query_one(&RAISING, &[]).await?.try_get::<_, i64>(0),
             }
         },
-        pending_shares(tx, requests),
+        held_by(tx, &limits),
         try_join_all(
             calls
                 .iter()
@@ -333,7 +336,12 @@ async fn read(
     )?;
     let others = usize::try_from(raising - 1).unwrap_or(0);
     let room = caps.less(RAISED_ALONGSIDE.times(others).plus(tx.beside));
-    if let Err(cap) = shares.admit(requests, &room) {
+    let fits = room
+        .limits(requests)
+        .iter()
+        .zip(&held)
+        .try_for_each(|(limit, held)| limit.admits(*held));
+    if let Err(cap) = fits {
         if alongside {
             // Too little room to decide alongside: it runs again alone, and this is dropped.
             tx.run_alone();
@@ -348,7 +356,7 @@ async fn read(
             return Ok(Err(RaiseError::Taken((*id).clone())));
         }
     }
-    let pending = i64::try_from(shares.pending()).unwrap_or(i64::MAX);
+    let pending = i64::try_from(held.first().map_or(0, |all| all.count)).unwrap_or(i64::MAX);
     Ok(Ok(Known::Read { pending, live }))
 }
 
