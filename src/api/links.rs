@@ -186,6 +186,13 @@ pub async fn answer(
     let form: Vec<(String, String)> = serde_urlencoded::from_bytes(&body).unwrap_or_default();
     let call = call_of(&state, &view).await;
     let (principal, signing) = answering(&state, &headers, &token, &link);
+    // A form that says no decision is refused as such, whatever became of the Request.
+    if let Err(why) = page::accepts(&form) {
+        return html(
+            StatusCode::BAD_REQUEST,
+            page::request(&view, call.as_ref(), &signing, Some(&why), &[], &form),
+        );
+    }
     if view.status != Status::Pending {
         return html(
             StatusCode::GONE,

@@ -95,6 +95,8 @@ async fn an_approval_is_answered_through_its_link_once_and_opening_it_answers_no
     // Used: the same answer again, or another, changes nothing; the page says it is answered.
     assert_eq!(submit(&url, &[("decision", "approve")]).await.0, 410);
     assert_eq!(submit(&url, &[("decision", "decline")]).await.0, 410);
+    // A form that says no decision is refused as such first.
+    assert_eq!(submit(&url, &[("decision", "approve*")]).await.0, 400);
     let (status, page) = open(&url).await;
     assert_eq!(status, 200);
     assert!(

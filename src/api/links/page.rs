@@ -464,18 +464,25 @@ fn pretty(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default()
 }
 
-/// What a posted form means for `view`: the Answer's JSON, or why the form is no answer. A property's value is
-/// typed by its schema (a number that does not parse is passed on as text, for the validator to name).
-pub fn answer(view: &RequestView, form: &Entered) -> Result<Value, String> {
+/// Whether a posted form accepts (`approve`, `accept`) or declines, or why it says no decision.
+pub fn accepts(form: &Entered) -> Result<bool, String> {
     let decision = form
         .iter()
         .find(|(key, _)| key == DECISION)
         .map(|(_, value)| value.as_str());
     match decision {
-        Some("decline") => return Ok(json!({"ok": false, "reason": "declined"})),
-        Some("approve" | "accept") => {}
-        Some(other) => return Err(format!("{other:?} is not a decision: approve, accept or decline")),
-        None => return Err("the form says no decision: approve, accept or decline".to_owned()),
+        Some("decline") => Ok(false),
+        Some("approve" | "accept") => Ok(true),
+        Some(other) => Err(format!("{other:?} is not a decision: approve, accept or decline")),
+        None => Err("the form says no decision: approve, accept or decline".to_owned()),
+    }
+}
+
+/// What a posted form means for `view`: the Answer's JSON, or why the form is no answer. A property's value is
+/// typed by its schema (a number that does not parse is passed on as text, for the validator to name).
+pub fn answer(view: &RequestView, form: &Entered) -> Result<Value, String> {
+    if !accepts(form)? {
+        return Ok(json!({"ok": false, "reason": "declined"}));
     }
     let data = view.request.data.as_deref();
     let values = |field: String| {
