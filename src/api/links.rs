@@ -186,25 +186,23 @@ pub async fn answer(
     let form: Vec<(String, String)> = serde_urlencoded::from_bytes(&body).unwrap_or_default();
     let call = call_of(&state, &view).await;
     let (principal, signing) = answering(&state, &headers, &token, &link);
-    // A form that says no decision is refused as such, whatever became of the Request.
-    if let Err(why) = page::accepts(&form) {
-        return html(
-            StatusCode::BAD_REQUEST,
-            page::request(&view, call.as_ref(), &signing, Some(&why), &[], &form),
-        );
-    }
-    if view.status != Status::Pending {
-        return html(
-            StatusCode::GONE,
-            page::request(&view, call.as_ref(), &signing, None, &[], &[]),
-        );
-    }
     let refused_page = |status: StatusCode, problem: &str, violations| {
         html(
             status,
             page::request(&view, call.as_ref(), &signing, Some(problem), violations, &form),
         )
     };
+    // A form that says no decision is refused as such, whatever became of the Request.
+    let accepts = match page::accepts(&form) {
+        Ok(accepts) => accepts,
+        Err(why) => return refused_page(StatusCode::BAD_REQUEST, &why, &[]),
+    };
+    if view.status != Status::Pending {
+        return html(
+            StatusCode::GONE,
+            page::request(&view, call.as_ref(), &signing, None, &[], &[]),
+        );
+    }
     let Some(principal) = principal else {
         return refused_page(
             StatusCode::UNAUTHORIZED,
@@ -212,11 +210,7 @@ pub async fn answer(
             &[],
         );
     };
-    let body = match page::answer(&view, &form) {
-        Ok(body) => body,
-        Err(why) => return refused_page(StatusCode::BAD_REQUEST, &why, &[]),
-    };
-    let answer: Answer = match serde_json::from_value(body) {
+    let answer: Answer = match serde_json::from_value(page::answer(&view, &form, accepts)) {
         Ok(answer) => answer,
         Err(error) => return refused_page(StatusCode::BAD_REQUEST, &error.to_string(), &[]),
     };

@@ -478,11 +478,12 @@ pub fn accepts(form: &Entered) -> Result<bool, String> {
     }
 }
 
-/// What a posted form means for `view`: the Answer's JSON, or why the form is no answer. A property's value is
-/// typed by its schema (a number that does not parse is passed on as text, for the validator to name).
-pub fn answer(view: &RequestView, form: &Entered) -> Result<Value, String> {
-    if !accepts(form)? {
-        return Ok(json!({"ok": false, "reason": "declined"}));
+/// What a posted form that `accepts` (see [`accepts`]) or declines means for `view`: the Answer's JSON. A
+/// property's value is typed by its schema (a number that does not parse is passed on as text, for the validator
+/// to name).
+pub fn answer(view: &RequestView, form: &Entered, accepts: bool) -> Value {
+    if !accepts {
+        return json!({"ok": false, "reason": "declined"});
     }
     let data = view.request.data.as_deref();
     let values = |field: String| {
@@ -513,7 +514,7 @@ pub fn answer(view: &RequestView, form: &Entered) -> Result<Value, String> {
                 answered.insert(name.clone(), value);
             }
         }
-        return Ok(json!({"ok": true, "data": answered}));
+        return json!({"ok": true, "data": answered});
     }
     if let Some(questions) = data
         .filter(|_| view.request.kind == RequestKind::Question)
@@ -531,9 +532,9 @@ pub fn answer(view: &RequestView, form: &Entered) -> Result<Value, String> {
                 }
             })
             .collect();
-        return Ok(json!({"ok": true, "data": {"answers": answers}}));
+        return json!({"ok": true, "data": {"answers": answers}});
     }
-    Ok(json!({"ok": true}))
+    json!({"ok": true})
 }
 
 /// `text` as a value of a property of type `kind`: a number parsed, else the text.
